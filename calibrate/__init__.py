@@ -1,0 +1,1 @@
+"""specsim calibrate package."""

@@ -1,0 +1,1 @@
+"""specsim hardware package."""

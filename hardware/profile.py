@@ -1,0 +1,239 @@
+"""Hardware profiles: YAML data files loaded into a frozen dataclass (SI units inside).
+
+A profile file gives every number with its source, in the units of a datasheet::
+
+    memory_gib: {value: 40, source: "NVIDIA A100 datasheet"}
+
+and is converted once, here, to SI units (bytes, bytes/s, FLOP/s, seconds).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from simulator.errors import SpecsimError
+from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
+                               require_mapping)
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+GIB = 1024 ** 3
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point or collective link: bandwidth per direction and latency per message."""
+
+    name: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One accelerator (or CPU) as the roofline cost model sees it."""
+
+    name: str
+    description: str
+    memory_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    peak_flops_per_s: Mapping[str, float]
+    interconnect: Link
+    host_link: Link
+    compute_efficiency: float
+    memory_efficiency: float
+    kernel_overhead_s: float
+    step_overhead_s: float
+    calibrated: bool = False
+    # Calibrated efficiency curves: ((operator FLOPs, efficiency), ...) and
+    # ((operator bytes, efficiency), ...), interpolated in log10 of the size.
+    compute_efficiency_curve: tuple[tuple[float, float], ...] = ()
+    memory_efficiency_curve: tuple[tuple[float, float], ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype``; an unsupported dtype is an error."""
+        try:
+            return self.peak_flops_per_s[dtype]
+        except KeyError:
+            raise SpecsimError(f"dtype {dtype!r} is not supported by {self.name}",
+                               field="dtype",
+                               fix="use one of: " + ", ".join(self.peak_flops_per_s)) from None
+
+    def with_overheads(self, enabled: bool) -> "HardwareProfile":
+        """This profile, or a copy with kernel and step overheads set to zero."""
+        if enabled:
+            return self
+        return dataclasses.replace(self, kernel_overhead_s=0.0, step_overhead_s=0.0)
+
+    def plain_roofline(self) -> "HardwareProfile":
+        """A copy at datasheet peaks: efficiencies 1, no overheads, no curves."""
+        return dataclasses.replace(self, compute_efficiency=1.0, memory_efficiency=1.0,
+                                   kernel_overhead_s=0.0, step_overhead_s=0.0,
+                                   compute_efficiency_curve=(), memory_efficiency_curve=())
+
+
+_TOP_KEYS = {"name", "description", "calibrated", "memory_gib", "memory_bandwidth_gb_per_s",
+             "peak_tflops", "interconnect", "host_link", "defaults", "calibration"}
+_REQUIRED = ("name", "description", "memory_gib", "memory_bandwidth_gb_per_s", "peak_tflops",
+             "interconnect", "host_link", "defaults")
+_LINK_KEYS = ("name", "bandwidth_gb_per_s", "latency_us", "source")
+_DEFAULT_KEYS = ("compute_efficiency", "memory_efficiency", "kernel_overhead_us",
+                 "step_overhead_us")
+_CALIBRATION_KEYS = ("provenance", "compute_efficiency_curve", "memory_efficiency_curve")
+
+
+def _sourced(data: Any, *, source: str, field: str, sources: dict, **bounds) -> float:
+    """Read ``{value: X, source: "..."}``; the source is mandatory."""
+    data = require_mapping(data, source=source, field=field)
+    check_keys(data, allowed=("value", "source"), required=("value", "source"), source=source,
+               prefix=field + ".")
+    sources[field] = as_str(data["source"], source=source, field=field + ".source")
+    return as_number(data["value"], source=source, field=field + ".value", **bounds)
+
+
+def _link(data: Any, *, source: str, field: str, sources: dict) -> Link:
+    data = require_mapping(data, source=source, field=field)
+    check_keys(data, allowed=_LINK_KEYS, required=_LINK_KEYS, source=source, prefix=field + ".")
+    sources[field] = as_str(data["source"], source=source, field=field + ".source")
+    return Link(
+        name=as_str(data["name"], source=source, field=field + ".name"),
+        bandwidth_bytes_per_s=GB * as_number(data["bandwidth_gb_per_s"], source=source,
+                                             field=field + ".bandwidth_gb_per_s",
+                                             strictly_positive=True, maximum=1e6),
+        latency_s=1e-6 * as_number(data["latency_us"], source=source,
+                                   field=field + ".latency_us", minimum=0, maximum=1e6),
+    )
+
+
+def _curve(data: Any, *, source: str, field: str) -> tuple[tuple[float, float], ...]:
+    if not isinstance(data, list) or len(data) < 2:
+        raise SpecsimError("expected a list of at least two [size, efficiency] pairs",
+                           source=source, field=field)
+    points = []
+    for i, pair in enumerate(data):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise SpecsimError(f"entry {i} is not a [size, efficiency] pair", source=source,
+                               field=field)
+        size = as_number(pair[0], source=source, field=f"{field}[{i}][0]",
+                         strictly_positive=True)
+        eff = as_number(pair[1], source=source, field=f"{field}[{i}][1]",
+                        strictly_positive=True, maximum=1.0)
+        points.append((float(size), float(eff)))
+    sizes = [p[0] for p in points]
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise SpecsimError("sizes must be strictly increasing", source=source, field=field)
+    return tuple(points)
+
+
+def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
+    """Validate a parsed profile file and convert it to SI units."""
+    data = require_mapping(data, source=source)
+    check_keys(data, allowed=_TOP_KEYS, required=_REQUIRED, source=source)
+    sources: dict[str, str] = {}
+    peaks_raw = require_mapping(data["peak_tflops"], source=source, field="peak_tflops")
+    check_keys(peaks_raw, allowed=DTYPES, source=source, prefix="peak_tflops.")
+    if not peaks_raw:
+        raise SpecsimError("at least one dtype is needed", source=source, field="peak_tflops")
+    peaks = {dt: 1e12 * _sourced(v, source=source, field=f"peak_tflops.{dt}", sources=sources,
+                                 strictly_positive=True, maximum=1e6)
+             for dt, v in peaks_raw.items()}
+    defaults = require_mapping(data["defaults"], source=source, field="defaults")
+    check_keys(defaults, allowed=_DEFAULT_KEYS, required=_DEFAULT_KEYS, source=source,
+               prefix="defaults.")
+    eff = {k: _sourced(defaults[k], source=source, field=f"defaults.{k}", sources=sources,
+                       strictly_positive=True, maximum=1.0)
+           for k in ("compute_efficiency", "memory_efficiency")}
+    over = {k: 1e-6 * _sourced(defaults[k], source=source, field=f"defaults.{k}",
+                               sources=sources, minimum=0, maximum=1e6)
+            for k in ("kernel_overhead_us", "step_overhead_us")}
+    calibrated = as_bool(data.get("calibrated", False), source=source, field="calibrated")
+    compute_curve: tuple = ()
+    memory_curve: tuple = ()
+    provenance: dict = {}
+    if "calibration" in data:
+        cal = require_mapping(data["calibration"], source=source, field="calibration")
+        check_keys(cal, allowed=_CALIBRATION_KEYS, source=source, prefix="calibration.")
+        if "compute_efficiency_curve" in cal:
+            compute_curve = _curve(cal["compute_efficiency_curve"], source=source,
+                                   field="calibration.compute_efficiency_curve")
+        if "memory_efficiency_curve" in cal:
+            memory_curve = _curve(cal["memory_efficiency_curve"], source=source,
+                                  field="calibration.memory_efficiency_curve")
+        provenance = dict(require_mapping(cal.get("provenance", {}), source=source,
+                                          field="calibration.provenance"))
+    if calibrated and not (compute_curve or memory_curve):
+        raise SpecsimError("calibrated: true but no calibration curves", source=source,
+                           field="calibration",
+                           fix="re-run 'specsim calibrate' or set calibrated: false")
+    return HardwareProfile(
+        name=as_str(data["name"], source=source, field="name"),
+        description=as_str(data["description"], source=source, field="description"),
+        memory_bytes=GIB * _sourced(data["memory_gib"], source=source, field="memory_gib",
+                                    sources=sources, strictly_positive=True, maximum=1e5),
+        memory_bandwidth_bytes_per_s=GB * _sourced(
+            data["memory_bandwidth_gb_per_s"], source=source, field="memory_bandwidth_gb_per_s",
+            sources=sources, strictly_positive=True, maximum=1e6),
+        peak_flops_per_s=peaks,
+        interconnect=_link(data["interconnect"], source=source, field="interconnect",
+                           sources=sources),
+        host_link=_link(data["host_link"], source=source, field="host_link", sources=sources),
+        compute_efficiency=eff["compute_efficiency"],
+        memory_efficiency=eff["memory_efficiency"],
+        kernel_overhead_s=over["kernel_overhead_us"],
+        step_overhead_s=over["step_overhead_us"],
+        calibrated=calibrated,
+        compute_efficiency_curve=compute_curve,
+        memory_efficiency_curve=memory_curve,
+        sources=sources,
+        provenance=provenance,
+        path=source,
+    )
+
+
+def load_profile_file(path: str | Path) -> HardwareProfile:
+    """Load one profile YAML file."""
+    return profile_from_dict(load_yaml_file(path), source=str(path))
+
+
+def _profile_paths(hardware_dir: str | Path | None) -> dict[str, Path]:
+    dirs = [PROFILE_DIR]
+    if hardware_dir is not None:
+        extra = Path(hardware_dir)
+        if not extra.is_dir():
+            raise SpecsimError("not a directory", field="--hardware-dir", source=str(extra),
+                               fix="name a folder that holds profile YAML files")
+        dirs.append(extra)
+    paths: dict[str, Path] = {}
+    for d in dirs:  # a user's folder overrides a built-in profile of the same name
+        for p in sorted(d.glob("*.yaml")):
+            paths[p.stem] = p
+    return paths
+
+
+def list_profiles(hardware_dir: str | Path | None = None) -> list[str]:
+    """Names of the available profiles (file stems), built-in and user-supplied."""
+    return sorted(_profile_paths(hardware_dir))
+
+
+def load_profile(name: str, hardware_dir: str | Path | None = None) -> HardwareProfile:
+    """Load a profile by name, or by path if ``name`` ends in .yaml."""
+    if name.endswith((".yaml", ".yml")):
+        return load_profile_file(name)
+    paths = _profile_paths(hardware_dir)
+    if name not in paths:
+        raise SpecsimError(f"unknown hardware {name!r}", field="hardware",
+                           fix="valid names are: " + ", ".join(sorted(paths)))
+    profile = load_profile_file(paths[name])
+    if profile.name != name:
+        raise SpecsimError(f"file name {name!r} and name {profile.name!r} differ",
+                           source=str(paths[name]), field="name",
+                           fix=f"set name: {name}")
+    return profile

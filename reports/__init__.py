@@ -1,0 +1,1 @@
+"""specsim reports package."""

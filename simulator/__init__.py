@@ -1,0 +1,1 @@
+"""specsim simulator package."""

@@ -1,0 +1,1 @@
+"""specsim workloads package."""

@@ -1,0 +1,243 @@
+"""The Workload: requests as parallel numpy arrays (arrival, prompt and output lengths).
+
+A workload is the simulator's whole view of the traffic: when each request arrives, how
+many prompt tokens it brings, how many tokens the target will emit for it, and optionally
+a task label and the token ids themselves (for the model-free speculation methods, which
+need real token sequences to look things up in).  Arrays are copied and made read-only
+on construction, so a Workload is as immutable as its frozen dataclass suggests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import SpecsimError
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _as_float_array(values: Any, *, field: str, source: str) -> np.ndarray:
+    try:
+        array = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecsimError("expected numbers", field=field, source=source) from None
+    if array.ndim != 1:
+        raise SpecsimError(f"expected a 1-D array, got shape {array.shape}", field=field,
+                           source=source)
+    bad = ~np.isfinite(array)
+    if bad.any():
+        i = _first(bad)
+        raise SpecsimError(f"request {i} is {array[i]!r}; values must be finite", field=field,
+                           source=source)
+    return array
+
+
+def _as_count_array(values: Any, *, field: str, source: str) -> np.ndarray:
+    """Return an int64 copy of ``values``; every entry must be a whole number >= 1."""
+    raw = np.asarray(values)
+    if raw.dtype == bool:
+        raise SpecsimError("expected token counts, got booleans", field=field, source=source)
+    if raw.dtype.kind in "iu":
+        array = raw.astype(np.int64)
+    else:
+        floats = _as_float_array(raw, field=field, source=source)
+        fractional = floats != np.round(floats)
+        if fractional.any():
+            i = _first(fractional)
+            raise SpecsimError(f"request {i} is {floats[i]!r}; token counts are whole numbers",
+                               field=field, source=source)
+        array = floats.astype(np.int64)
+    if array.ndim != 1:
+        raise SpecsimError(f"expected a 1-D array, got shape {array.shape}", field=field,
+                           source=source)
+    small = array < 1
+    if small.any():
+        i = _first(small)
+        raise SpecsimError(f"request {i} has {array[i]} tokens; every request needs at least 1",
+                           field=field, source=source)
+    return array.copy()
+
+
+def _as_token_ids(seqs: Sequence[Any], counts: np.ndarray, *, field: str,
+                  source: str) -> tuple[np.ndarray, ...]:
+    if len(seqs) != len(counts):
+        raise SpecsimError(f"has {len(seqs)} sequences for {len(counts)} requests", field=field,
+                           source=source)
+    out = []
+    for i, seq in enumerate(seqs):
+        ids = np.asarray(seq)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise SpecsimError(f"request {i}: token ids must be a 1-D integer array",
+                               field=field, source=source)
+        if len(ids) != counts[i]:
+            raise SpecsimError(f"request {i} has {len(ids)} token ids but its count is "
+                               f"{counts[i]}", field=field, source=source,
+                               fix="make the token counts equal the id sequence lengths")
+        if ids.size and ids.min() < 0:
+            raise SpecsimError(f"request {i} has a negative token id", field=field,
+                               source=source)
+        out.append(_frozen(ids.astype(np.int64)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests sorted by arrival: times in seconds, lengths in tokens, optional token ids."""
+
+    name: str
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    task: np.ndarray | None = None
+    prompt_ids: tuple[np.ndarray, ...] | None = None
+    output_ids: tuple[np.ndarray, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecsimError(f"expected a non-empty string, got {self.name!r}", field="name",
+                               source="workload")
+        src = f"workload {self.name!r}"
+        arrival = _as_float_array(self.arrival_s, field="arrival_s", source=src)
+        if arrival.size == 0:
+            raise SpecsimError("has no requests", field="arrival_s", source=src,
+                               fix="give at least one request")
+        negative = arrival < 0
+        if negative.any():
+            i = _first(negative)
+            raise SpecsimError(f"request {i} arrives at {arrival[i]!r} s; times must be >= 0",
+                               field="arrival_s", source=src)
+        backwards = np.diff(arrival) < 0
+        if backwards.any():
+            i = _first(backwards) + 1
+            raise SpecsimError(f"request {i} arrives at {arrival[i]!r} s, before request "
+                               f"{i - 1} at {arrival[i - 1]!r} s", field="arrival_s",
+                               source=src, fix="sort the requests by arrival time")
+        prompt = _as_count_array(self.prompt_tokens, field="prompt_tokens", source=src)
+        output = _as_count_array(self.output_tokens, field="output_tokens", source=src)
+        for field, array in (("prompt_tokens", prompt), ("output_tokens", output)):
+            if len(array) != len(arrival):
+                raise SpecsimError(f"has {len(array)} entries for {len(arrival)} arrivals",
+                                   field=field, source=src)
+        object.__setattr__(self, "arrival_s", _frozen(arrival))
+        object.__setattr__(self, "prompt_tokens", _frozen(prompt))
+        object.__setattr__(self, "output_tokens", _frozen(output))
+        if self.task is not None:
+            task = np.array(list(self.task), dtype=object)
+            if len(task) != len(arrival):
+                raise SpecsimError(f"has {len(task)} labels for {len(arrival)} requests",
+                                   field="task", source=src)
+            for i, label in enumerate(task):
+                if not isinstance(label, str) or not label:
+                    raise SpecsimError(f"request {i} has label {label!r}; labels are "
+                                       "non-empty strings", field="task", source=src)
+            object.__setattr__(self, "task", _frozen(task))
+        if self.prompt_ids is not None:
+            object.__setattr__(self, "prompt_ids", _as_token_ids(
+                self.prompt_ids, prompt, field="prompt_ids", source=src))
+        if self.output_ids is not None:
+            object.__setattr__(self, "output_ids", _as_token_ids(
+                self.output_ids, output, field="output_ids", source=src))
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        """Return the mean arrival rate: (n - 1) gaps over the span from first to last."""
+        span = float(self.arrival_s[-1] - self.arrival_s[0])
+        if len(self) < 2 or span <= 0:
+            return math.inf
+        return (len(self) - 1) / span
+
+    def to_frame(self) -> pd.DataFrame:
+        """Return one row per request: request_id, arrival_s, prompt_tokens, output_tokens[, task]."""
+        frame = pd.DataFrame({
+            "request_id": np.arange(len(self), dtype=np.int64),
+            "arrival_s": self.arrival_s,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+        })
+        if self.task is not None:
+            frame["task"] = pd.Series(self.task, dtype=object)
+        return frame
+
+    def _take(self, stop: int, arrival_s: np.ndarray | None = None) -> Workload:
+        def cut(seqs):
+            return None if seqs is None else seqs[:stop]
+
+        return Workload(
+            name=self.name,
+            arrival_s=(self.arrival_s if arrival_s is None else arrival_s)[:stop],
+            prompt_tokens=self.prompt_tokens[:stop], output_tokens=self.output_tokens[:stop],
+            task=cut(self.task), prompt_ids=cut(self.prompt_ids),
+            output_ids=cut(self.output_ids))
+
+    def truncate(self, max_requests: int | None = None,
+                 max_duration_s: float | None = None) -> Workload:
+        """Keep the first ``max_requests`` and those arriving within ``max_duration_s`` of the first.
+
+        The duration window is half-open, ``[t0, t0 + max_duration_s)``, so consecutive
+        windows partition a trace; the first request is always kept.
+        """
+        stop = len(self)
+        if max_requests is not None:
+            if isinstance(max_requests, bool) or not isinstance(max_requests, (int, np.integer)) \
+                    or max_requests < 1:
+                raise SpecsimError(f"expected a whole number >= 1, got {max_requests!r}",
+                                   field="max_requests", source=f"workload {self.name!r}")
+            stop = min(stop, int(max_requests))
+        if max_duration_s is not None:
+            if isinstance(max_duration_s, bool) or not isinstance(
+                    max_duration_s, (int, float, np.floating, np.integer)) \
+                    or not math.isfinite(max_duration_s) or max_duration_s <= 0:
+                raise SpecsimError(f"expected a finite duration > 0, got {max_duration_s!r}",
+                                   field="max_duration_s", source=f"workload {self.name!r}")
+            cutoff = self.arrival_s[0] + float(max_duration_s)
+            stop = min(stop, int(np.searchsorted(self.arrival_s, cutoff, side="left")))
+        return self if stop == len(self) else self._take(stop)
+
+    def rescale_rate(self, rate_per_s: float) -> Workload:
+        """Multiply every arrival time by one factor so that ``mean_rate_per_s`` equals ``rate_per_s``.
+
+        Gaps keep their shape (their CV, their burstiness); the offset of the first
+        request from time zero scales with them.
+        """
+        src = f"workload {self.name!r}"
+        if isinstance(rate_per_s, bool) or not isinstance(
+                rate_per_s, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(rate_per_s) or rate_per_s <= 0:
+            raise SpecsimError(f"expected a finite rate > 0, got {rate_per_s!r}",
+                               field="rate_per_s", source=src)
+        if math.isinf(self.mean_rate_per_s):
+            raise SpecsimError("cannot rescale: the workload needs two or more distinct "
+                               "arrival times", field="rate_per_s", source=src,
+                               fix="drop rate_per_s or use a longer trace")
+        factor = self.mean_rate_per_s / float(rate_per_s)
+        return self._take(len(self), arrival_s=self.arrival_s * factor)
+
+    def shift_to_zero(self) -> Workload:
+        """Subtract the first arrival time so the first request arrives at 0."""
+        if self.arrival_s[0] == 0:
+            return self
+        return self._take(len(self), arrival_s=self.arrival_s - self.arrival_s[0])
+
+
+def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Path,
+                         source: str = "workload") -> Workload:
+    """Build the Workload that a scenario's ``workload:`` mapping describes (see workloads.config)."""
+    # Imported here because workloads.config builds on this module.
+    from workloads.config import build_workload
+
+    return build_workload(cfg, rng=rng, base_dir=Path(base_dir), source=source)
