@@ -10,6 +10,7 @@ from simulator.errors import SpecsimError
 # subcommand -> module with add_arguments(parser) and main(args) -> int.  Modules are
 # imported lazily so that `specsim estimate` never pays for pandas-heavy or torch imports.
 COMMANDS = {
+    "run": ("simulator.cli_run", "simulate a scenario (default: the built-in one)"),
     "estimate": ("simulator.cli_estimate", "analytic draft/verify/decode times and speedup per gamma"),
     "gamma": ("simulator.cli_estimate", "optimal gamma and speedup curve from alpha and c"),
     "hardware": ("simulator.cli_catalog", "list or show hardware profiles"),

@@ -345,6 +345,31 @@ class CostModel:
                                 a_bytes / self._memory_rate(a_bytes))
         return fixed + float(a_time[active].sum()) * self._layers
 
+    def chain_decode_time(self, context: np.ndarray, steps: int) -> float:
+        """``steps`` sequential 1-token forwards over the batch, context growing by one each.
+
+        Equal to summing ``step_time(ones, context + j)`` for j < steps (a draft model's
+        chain), computed in one vectorised pass.
+        """
+        ctx = np.asarray(context, dtype=np.float64)
+        n = ctx.size
+        if steps <= 0 or n == 0:
+            return 0.0
+        if (self.parallel.pipeline_parallel > 1 and self.parallel.micro_batches > 1) or \
+                self._ccurve is not None or self._mcurve is not None:
+            ones = np.ones(n)
+            return sum(self.step_time(ones, ctx + j) for j in range(steps))
+        fixed = self._token_cache.get((float(n), float(n)))
+        if fixed is None:
+            self.step_time(np.ones(n), ctx)
+            fixed = self._token_cache[(float(n), float(n))]
+        # per request and step j: flops ~ (ctx + j + 1), bytes ~ (ctx + j + 1) kv + q io
+        grid = ctx[None, :] + np.arange(1.0, steps + 1.0)[:, None]
+        a_time = np.maximum(grid * (self._attn_flops_per_pair * self._inv_crate),
+                            grid * (self._kv_bytes_per_token * self._inv_mrate)
+                            + self._q_io_bytes_per_token * self._inv_mrate)
+        return steps * fixed + float(a_time.sum()) * self._layers
+
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:
         """One incremental decode step of ``batch`` requests at equal context."""

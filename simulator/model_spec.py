@@ -111,6 +111,8 @@ class ModelSpec:
 
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes per token of context (K and V, every layer)."""
+        if self.kind == "medusa":  # heads are MLPs on the last hidden state: no attention
+            return 0.0
         return float(2 * self.num_layers * self.kv_size * self.dtype_bytes)
 
 

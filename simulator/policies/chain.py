@@ -1,0 +1,70 @@
+"""``chain``: Leviathan et al. speculative decoding with a draft model and a fixed gamma.
+
+Each iteration the draft model runs gamma sequential forwards over the decoding requests
+(its context grows by one each), then the target verifies gamma + 1 tokens per request in one
+forward; acceptance comes from the scenario's acceptance model.  The draft keeps its own KV
+in step with the target's, so it also prefills every prompt chunk.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.errors import SpecsimError
+from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
+
+
+def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> float:
+    """Time of max(num_draft) draft forwards; forward j carries the requests drafting > j."""
+    if not num_draft.size:
+        return 0.0
+    k_max = int(num_draft.max())
+    if int(num_draft.min()) == k_max:  # the common case: one vectorised pass
+        return draft_cost.chain_decode_time(context, k_max)
+    total = 0.0
+    for j in range(k_max):
+        mask = num_draft > j
+        n = int(mask.sum())
+        total += draft_cost.step_time(np.ones(n), context[mask] + j)
+    return total
+
+
+class ChainSpeculation:
+    """A draft model proposes a chain of ``num_speculative_tokens`` tokens per request."""
+
+    name = "chain"
+    needs_draft_model = True
+    PARAMS = {"num_speculative_tokens": Param("int", default=4, minimum=0, maximum=64,
+                                              aliases=("gamma",),
+                                              help="draft tokens per iteration")}
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        if ctx.draft_cost is None:
+            raise SpecsimError("the chain policy needs a draft model", field="draft",
+                               fix="set 'draft: opt-125m' (or another small decoder)")
+        self.gamma = int(params["num_speculative_tokens"])
+        self.draft_cost = ctx.draft_cost
+        self.acceptance = ctx.acceptance
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        k = np.full(len(batch), self.gamma, dtype=np.int64)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1,
+                         draft_time_s=chain_draft_time(self.draft_cost, batch.context, k))
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        if not plan.num_draft.any():
+            return np.zeros(len(batch), dtype=np.int64)
+        return self.acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids,
+                                            rng)
+
+    def observe(self, plan, batch, accepted, step_time_s) -> None:
+        return None
+
+    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        if not new_tokens.size:
+            return 0.0
+        return self.draft_cost.step_time(new_tokens, context,
+                                          logits_tokens=np.zeros(new_tokens.size))

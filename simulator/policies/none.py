@@ -1,0 +1,29 @@
+"""``none``: incremental decoding, one token per request per iteration."""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+
+
+class NoSpeculation(NoDraftMixin):
+    """Plain continuous-batching decode: no proposer, no verification overhead."""
+
+    name = "none"
+    PARAMS: dict[str, Param] = {}
+    needs_draft_model = False
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        self.params = params
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        n = len(batch)
+        return DraftPlan(num_draft=np.zeros(n, dtype=np.int64),
+                         verify_tokens=np.ones(n, dtype=np.int64))
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        return np.zeros(len(batch), dtype=np.int64)

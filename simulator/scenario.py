@@ -1,0 +1,235 @@
+"""Scenarios: YAML -> frozen dataclasses, validated in one place, overridable with --set.
+
+The scenario holds *names and plain parameters*; nothing is loaded or generated here.
+``simulate()`` resolves names (hardware, models, workload) when it runs.  Unknown keys are
+errors that list the valid ones; vLLM's knob names are accepted where one exists
+(``num_speculative_tokens`` for gamma, ``max_num_seqs``, ``max_num_batched_tokens``,
+``enable_chunked_prefill``, ``block_size``, ``gpu_memory_utilization``).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from simulator.cost_model import Parallelism
+from simulator.errors import SpecsimError
+from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
+                               parse_yaml_text, require_mapping)
+
+ROUTERS = ("round_robin", "least_outstanding_tokens")
+DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.yaml"
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Iteration-level scheduler limits, with vLLM's names."""
+
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets of a request; goodput counts requests that meet all that are set."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """A serving policy by name with its raw parameters (validated by the policy itself)."""
+
+    name: str = "none"
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        if not self.params:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one simulation needs, by name; ``simulate(scenario)`` is a pure function."""
+
+    name: str = "scenario"
+    seed: int = 0
+    hardware: str = "a100-40gb"
+    hardware_dir: str | None = None
+    target: str = "opt-13b"
+    draft: str | None = None
+    parallelism: Parallelism = Parallelism()
+    policy: PolicyConfig = PolicyConfig()
+    acceptance: Mapping[str, Any] = field(default_factory=lambda: {"model": "iid", "alpha": 0.8})
+    batching: Batching = Batching()
+    workload: Mapping[str, Any] = field(default_factory=lambda: {"trace": "default"})
+    slo: SLO = SLO()
+    replicas: int = 1
+    router: str = "round_robin"
+    overheads: bool = True
+    base_dir: str = "."
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def with_policy(self, policy: PolicyConfig) -> "Scenario":
+        """A copy running another policy (same trace, same seed)."""
+        return dataclasses.replace(self, policy=policy)
+
+
+_TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
+        "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads")
+
+
+def _parallelism(data: Any, source: str) -> Parallelism:
+    data = require_mapping(data or {}, source=source, field="parallelism")
+    keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction")
+    check_keys(data, allowed=keys, source=source, prefix="parallelism.")
+    kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
+                       minimum=1, maximum=1024)
+          for k in keys[:3] if k in data}
+    if "offload_fraction" in data:
+        kw["offload_fraction"] = float(as_number(data["offload_fraction"], source=source,
+                                                 field="parallelism.offload_fraction",
+                                                 minimum=0.0, maximum=1.0))
+    return Parallelism(**kw)
+
+
+def parse_policy(data: Any, source: str, field_name: str = "policy") -> PolicyConfig:
+    """``chain`` or ``{name: chain, num_speculative_tokens: 4}`` -> PolicyConfig."""
+    from simulator.policies import POLICIES  # the registry validates names and params
+    if isinstance(data, str):
+        data = {"name": data}
+    data = require_mapping(data, source=source, field=field_name)
+    if "name" not in data:
+        raise SpecsimError("missing the policy name", source=source, field=f"{field_name}.name",
+                           fix="valid names are: " + ", ".join(POLICIES))
+    name = as_str(data["name"], source=source, field=f"{field_name}.name", choices=POLICIES)
+    params = {k: v for k, v in data.items() if k != "name"}
+    POLICIES[name].parse_params(params, source=source, prefix=f"{field_name}.")
+    return PolicyConfig(name=name, params=params)
+
+
+def parse_compare(text: str) -> list[PolicyConfig]:
+    """``none,chain:gamma=4,eagle2:speculative_eagle_topk=8`` -> one PolicyConfig each."""
+    configs = []
+    # split on commas that start a new policy: a token without '=' after a ':' block
+    parts: list[str] = []
+    for token in (text or "").split(","):
+        token = token.strip()
+        if not token:
+            continue
+        if parts and "=" in token and ":" not in token.split("=", 1)[0]:
+            parts[-1] += "," + token  # another key=value of the previous policy
+        else:
+            parts.append(token)
+    for part in parts:
+        name, _, rest = part.partition(":")
+        data: dict[str, Any] = {"name": name.strip()}
+        for kv in filter(None, rest.split(",")):
+            if "=" not in kv:
+                raise SpecsimError(f"cannot read {kv!r} in {part!r}", field="--compare",
+                                   fix="write policies as name:key=value,key=value")
+            key, value = kv.split("=", 1)
+            data[key.strip()] = parse_yaml_text(value, source="--compare")
+        configs.append(parse_policy(data, "--compare", "policy"))
+    if not configs:
+        raise SpecsimError("no policy given", field="--compare", fix="e.g. --compare none,chain")
+    return configs
+
+
+def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Scenario:
+    """Validate a parsed scenario mapping."""
+    data = require_mapping(data, source=source)
+    check_keys(data, allowed=_TOP, source=source)
+    kw: dict[str, Any] = {"raw": copy.deepcopy(dict(data)), "base_dir": str(base_dir)}
+    for key in ("name", "hardware", "target"):
+        if key in data:
+            kw[key] = as_str(data[key], source=source, field=key)
+    if "hardware_dir" in data and data["hardware_dir"] is not None:
+        kw["hardware_dir"] = str(Path(base_dir) / as_str(data["hardware_dir"], source=source,
+                                                         field="hardware_dir"))
+    if data.get("draft") is not None:
+        kw["draft"] = as_str(data["draft"], source=source, field="draft")
+    if "seed" in data:
+        kw["seed"] = as_number(data["seed"], source=source, field="seed", integer=True,
+                               minimum=0, maximum=2**63 - 1)
+    if "parallelism" in data:
+        kw["parallelism"] = _parallelism(data["parallelism"], source)
+    if "policy" in data:
+        kw["policy"] = parse_policy(data["policy"], source)
+    if "acceptance" in data:
+        from simulator.acceptance import acceptance_from_config
+        acc = require_mapping(data["acceptance"], source=source, field="acceptance")
+        acceptance_from_config(acc, source=source)  # validate now, build later
+        kw["acceptance"] = dict(acc)
+    if "batching" in data:
+        b = require_mapping(data["batching"], source=source, field="batching")
+        names = [f.name for f in dataclasses.fields(Batching)]
+        check_keys(b, allowed=names, source=source, prefix="batching.")
+        bkw: dict[str, Any] = {}
+        for k in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            if k in b:
+                bkw[k] = as_number(b[k], source=source, field=f"batching.{k}", integer=True,
+                                   minimum=1, maximum=10_000_000)
+        if "enable_chunked_prefill" in b:
+            bkw["enable_chunked_prefill"] = as_bool(b["enable_chunked_prefill"], source=source,
+                                                    field="batching.enable_chunked_prefill")
+        if "gpu_memory_utilization" in b:
+            bkw["gpu_memory_utilization"] = float(as_number(
+                b["gpu_memory_utilization"], source=source,
+                field="batching.gpu_memory_utilization", strictly_positive=True, maximum=1.0))
+        kw["batching"] = Batching(**bkw)
+    if "workload" in data:
+        kw["workload"] = dict(require_mapping(data["workload"], source=source, field="workload"))
+    if "slo" in data:
+        s = require_mapping(data["slo"], source=source, field="slo")
+        check_keys(s, allowed=("ttft_ms", "tpot_ms"), source=source, prefix="slo.")
+        kw["slo"] = SLO(**{k.replace("_ms", "_s"): 1e-3 * as_number(
+            s[k], source=source, field=f"slo.{k}", strictly_positive=True, maximum=1e9)
+            for k in s if s[k] is not None})
+    if "replicas" in data:
+        kw["replicas"] = as_number(data["replicas"], source=source, field="replicas",
+                                   integer=True, minimum=1, maximum=4096)
+    if "router" in data:
+        kw["router"] = as_str(data["router"], source=source, field="router", choices=ROUTERS)
+    if "overheads" in data:
+        kw["overheads"] = as_bool(data["overheads"], source=source, field="overheads")
+    return Scenario(**kw)
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``--set a.b=value`` overrides (values parsed as YAML) to a raw scenario dict."""
+    data = copy.deepcopy(data)
+    for item in overrides or []:
+        if "=" not in item:
+            raise SpecsimError(f"cannot read {item!r}", field="--set",
+                               fix="write --set key.subkey=value, e.g. --set batching.max_num_seqs=64")
+        path, value = item.split("=", 1)
+        keys = [k for k in path.strip().split(".") if k]
+        if not keys:
+            raise SpecsimError(f"empty key in {item!r}", field="--set")
+        node = data
+        for k in keys[:-1]:
+            if isinstance(node.get(k), str) and k == "policy":
+                node[k] = {"name": node[k]}
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise SpecsimError(f"{k!r} is not a mapping in {item!r}", field="--set")
+        node[keys[-1]] = parse_yaml_text(value, source="--set")
+    return data
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Load a scenario file (default: the built-in one) and apply ``--set`` overrides."""
+    path = Path(path) if path is not None else DEFAULT_SCENARIO
+    data = load_yaml_file(path)
+    data = dict(require_mapping(data, source=str(path)))
+    data = apply_overrides(data, overrides or [])
+    return scenario_from_dict(data, source=str(path), base_dir=path.resolve().parent)

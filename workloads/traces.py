@@ -1,0 +1,287 @@
+"""Trace readers (Azure, Mooncake, Vidur-style, specsim CSV) and the specsim CSV writer.
+
+Every reader returns a :class:`Workload` or raises one :class:`SpecsimError` naming the
+file, the column and the first bad row: missing columns, empty files, unparsable
+timestamps, NaN, negative or zero lengths (a zero-length output is an error too: every
+request emits at least one token).  Rows are numbered by their line in the file (the CSV
+header is line 1).
+
+Out-of-order timestamps are *rejected*, not sorted: a trace that goes backwards in time
+is more often a concatenation or a clock bug than an intended order, and silently sorting
+it would hide that.  The error says which line goes backwards and asks the user to sort
+the file.
+
+Azure arrivals are made relative to the first row (its timestamps are wall-clock dates);
+the other formats already carry offsets and keep them.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import SpecsimError
+from workloads.workload import Workload
+
+DEFAULT_TRACE_PATH = Path(__file__).resolve().parent / "data" / "default_trace.csv"
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+SPECSIM_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+SPECSIM_OPTIONAL = ("task",)
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    """Read a CSV as strings (conversion and its errors are ours); require the columns."""
+    try:
+        # Blank lines are kept so that row index + 2 is the line number in the file.
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except FileNotFoundError:
+        raise SpecsimError("file not found", source=str(path), fix="check the path") from None
+    except pd.errors.EmptyDataError:
+        raise SpecsimError("the file is empty", source=str(path),
+                           fix="a trace needs a header line and at least one request") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        raise SpecsimError(f"cannot read as CSV: {str(exc).strip()}", source=str(path)) from None
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise SpecsimError(f"missing column(s) {', '.join(missing)}; the header has "
+                           f"{', '.join(map(str, frame.columns))}", source=str(path),
+                           field=missing[0], fix="the header must name: " + ", ".join(required))
+    blank = (frame[list(required)] == "").all(axis=1).to_numpy()
+    end = len(frame)
+    while end and blank[end - 1]:
+        end -= 1
+    if end == 0:
+        raise SpecsimError("the file has a header but no requests", source=str(path),
+                           fix="add at least one request")
+    return frame.iloc[:end]
+
+
+def _bad_row(path: Path, column: str, line: int, raw: object, why: str, fix: str) -> SpecsimError:
+    return SpecsimError(f"line {line} has {raw!r}: {why}", source=str(path), field=column,
+                        fix=fix)
+
+
+def _counts(values: np.ndarray, raw, lines: np.ndarray, path: Path, column: str) -> np.ndarray:
+    """Validate token counts (float array, NaN where unparsable): whole numbers >= 1."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _bad_row(path, column, int(lines[i]), raw[i],
+                       "token counts must be whole numbers >= 1 (zero-length outputs are not "
+                       "allowed)", "fix or drop that row")
+    return values.astype(np.int64)
+
+
+def _check_order(times: np.ndarray, raw, lines: np.ndarray, path: Path, column: str) -> None:
+    back = np.diff(times) < 0
+    if back.any():
+        i = int(np.flatnonzero(back)[0]) + 1
+        raise _bad_row(path, column, int(lines[i]), raw[i],
+                       f"earlier than the previous line's {raw[i - 1]!r}; the trace must be in "
+                       "arrival order", f"sort the file by {column}; specsim rejects "
+                       "out-of-order traces rather than reorder them silently")
+
+
+def _seconds(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path,
+             scale: float = 1.0) -> np.ndarray:
+    raw = frame[column].to_numpy()
+    values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _bad_row(path, column, int(lines[i]), raw[i],
+                       "arrival times must be finite numbers >= 0", "fix or drop that row")
+    _check_order(values, raw, lines, path, column)
+    return values * scale
+
+
+def _csv_counts(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path) -> np.ndarray:
+    values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(np.float64)
+    return _counts(values, frame[column].to_numpy(), lines, path, column)
+
+
+def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray:
+    """Parse ``2023-11-16 18:15:46.6805900`` exactly: integer nanoseconds, then seconds from row 1.
+
+    Epoch seconds as a float64 (about 1.7e9) keep only ~0.2 microsecond resolution, so
+    the date and the fraction are parsed separately and combined as integers.
+    """
+    parts = text.str.strip().str.partition(".")
+    whole, dot, fraction = parts[0], parts[1], parts[2]
+    base = pd.to_datetime(whole, format="%Y-%m-%d %H:%M:%S", errors="coerce")
+    fraction_ok = (dot == "") & (fraction == "") | (dot == ".") & fraction.str.fullmatch(r"\d{1,9}")
+    bad = (base.isna() | ~fraction_ok.astype(bool)).to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _bad_row(path, "TIMESTAMP", int(lines[i]), text.iloc[i],
+                       "not a timestamp of the form YYYY-MM-DD HH:MM:SS[.fffffff]",
+                       "fix or drop that row")
+    fraction_ns = fraction.str.ljust(9, "0").astype(np.int64).to_numpy()
+    ns = base.to_numpy(dtype="datetime64[ns]").astype(np.int64) + fraction_ns
+    _check_order(ns, text.to_numpy(), lines, path, "TIMESTAMP")
+    return (ns - ns[0]) / 1e9
+
+
+def read_azure(path: str | Path) -> Workload:
+    """Read an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
+    path = Path(path)
+    frame = _read_csv(path, AZURE_COLUMNS)
+    lines = np.arange(len(frame)) + 2
+    return Workload(name=path.stem, arrival_s=_azure_times_s(frame["TIMESTAMP"], lines, path),
+                    prompt_tokens=_csv_counts(frame, "ContextTokens", lines, path),
+                    output_tokens=_csv_counts(frame, "GeneratedTokens", lines, path))
+
+
+def read_vidur(path: str | Path) -> Workload:
+    """Read a Vidur-style CSV (``arrived_at`` in seconds, ``num_prefill_tokens``, ``num_decode_tokens``)."""
+    path = Path(path)
+    frame = _read_csv(path, VIDUR_COLUMNS)
+    lines = np.arange(len(frame)) + 2
+    return Workload(name=path.stem, arrival_s=_seconds(frame, "arrived_at", lines, path),
+                    prompt_tokens=_csv_counts(frame, "num_prefill_tokens", lines, path),
+                    output_tokens=_csv_counts(frame, "num_decode_tokens", lines, path))
+
+
+def read_specsim(path: str | Path) -> Workload:
+    """Read a specsim CSV (``arrival_s,prompt_tokens,output_tokens[,task]``); other columns are errors."""
+    path = Path(path)
+    frame = _read_csv(path, SPECSIM_COLUMNS)
+    allowed = SPECSIM_COLUMNS + SPECSIM_OPTIONAL
+    extra = [c for c in frame.columns if c not in allowed]
+    if extra:
+        raise SpecsimError(f"unknown column {extra[0]!r}", source=str(path), field=str(extra[0]),
+                           fix="valid columns are: " + ", ".join(allowed))
+    lines = np.arange(len(frame)) + 2
+    task = None
+    if "task" in frame.columns:
+        task = frame["task"].str.strip().to_numpy(dtype=object)
+        empty = task == ""
+        if empty.any():
+            i = int(np.flatnonzero(empty)[0])
+            raise _bad_row(path, "task", int(lines[i]), "", "task labels must be non-empty",
+                           "fill in the label or drop the task column")
+    return Workload(name=path.stem, arrival_s=_seconds(frame, "arrival_s", lines, path),
+                    prompt_tokens=_csv_counts(frame, "prompt_tokens", lines, path),
+                    output_tokens=_csv_counts(frame, "output_tokens", lines, path), task=task)
+
+
+def read_mooncake(path: str | Path) -> Workload:
+    """Read a Mooncake JSONL trace (``timestamp`` in ms, ``input_length``, ``output_length``).
+
+    ``hash_ids`` (the prefix-cache block ids) are not part of a Workload and are ignored;
+    many requests may share one timestamp.
+    """
+    path = Path(path)
+    rows: dict[str, list] = {key: [] for key in MOONCAKE_KEYS}
+    lines: list[int] = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise SpecsimError(f"line {number} is not valid JSON: {exc.msg}",
+                                       source=str(path), fix="one JSON object per line") from None
+                if not isinstance(record, dict):
+                    raise SpecsimError(f"line {number} is not a JSON object", source=str(path),
+                                       fix="one JSON object per line")
+                for key in MOONCAKE_KEYS:
+                    value = record.get(key)
+                    if type(value) not in (int, float):
+                        why = "is missing" if key not in record else f"is {value!r}, not a number"
+                        raise SpecsimError(f"line {number}: {key} {why}", source=str(path),
+                                           field=key, fix="every line needs numeric "
+                                           + ", ".join(MOONCAKE_KEYS))
+                    rows[key].append(value)
+                lines.append(number)
+    except FileNotFoundError:
+        raise SpecsimError("file not found", source=str(path), fix="check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecsimError(f"cannot read file: {exc}", source=str(path)) from None
+    if not lines:
+        raise SpecsimError("the file is empty", source=str(path),
+                           fix="a trace needs at least one request")
+    line_numbers = np.asarray(lines)
+    stamps_ms = np.asarray(rows["timestamp"], dtype=np.float64)
+    bad = ~np.isfinite(stamps_ms) | (stamps_ms < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _bad_row(path, "timestamp", int(line_numbers[i]), rows["timestamp"][i],
+                       "timestamps must be finite numbers >= 0 (milliseconds)",
+                       "fix or drop that line")
+    _check_order(stamps_ms, rows["timestamp"], line_numbers, path, "timestamp")
+    counts = {key: _counts(np.asarray(rows[key], dtype=np.float64), rows[key], line_numbers,
+                           path, key) for key in MOONCAKE_KEYS[1:]}
+    return Workload(name=path.stem, arrival_s=stamps_ms / 1e3,
+                    prompt_tokens=counts["input_length"], output_tokens=counts["output_length"])
+
+
+TRACE_READERS = {
+    "azure": read_azure,
+    "mooncake": read_mooncake,
+    "vidur": read_vidur,
+    "specsim": read_specsim,
+}
+_CSV_SIGNATURES = {"azure": AZURE_COLUMNS, "vidur": VIDUR_COLUMNS, "specsim": SPECSIM_COLUMNS}
+
+
+def detect_format(path: str | Path) -> str:
+    """Name the trace format from the file's first non-blank line (JSON object or CSV header)."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as handle:
+            first = next((line for line in handle if line.strip()), "")
+    except FileNotFoundError:
+        raise SpecsimError("file not found", source=str(path), fix="check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecsimError(f"cannot read file: {exc}", source=str(path)) from None
+    if not first:
+        raise SpecsimError("the file is empty", source=str(path),
+                           fix="a trace needs a header line and at least one request")
+    if first.lstrip().startswith("{"):
+        return "mooncake"
+    header = {name.strip() for name in next(csv.reader([first]))}
+    for name, columns in _CSV_SIGNATURES.items():
+        if set(columns) <= header:
+            return name
+    raise SpecsimError("cannot tell the trace format from its first line " + repr(first[:80]),
+                       source=str(path), field="format",
+                       fix="set format to one of: " + ", ".join(TRACE_READERS))
+
+
+def read_trace(path: str | Path, format: str = "auto") -> Workload:
+    """Read a trace in the named format, or detect it with ``format='auto'``."""
+    if format == "auto":
+        format = detect_format(path)
+    if format not in TRACE_READERS:
+        raise SpecsimError(f"unknown trace format {format!r}", field="format",
+                           fix="choose one of: auto, " + ", ".join(TRACE_READERS))
+    return TRACE_READERS[format](path)
+
+
+def write_specsim_csv(workload: Workload, path: str | Path) -> None:
+    """Write ``arrival_s,prompt_tokens,output_tokens[,task]`` with microsecond arrival times.
+
+    The text is a pure function of the arrays (fixed ``%.6f`` formatting, ``\\n`` line
+    ends), so the same workload always gives the same bytes.
+    """
+    header = list(SPECSIM_COLUMNS) + (["task"] if workload.task is not None else [])
+    with Path(path).open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(header)
+        for i in range(len(workload)):
+            row = [f"{workload.arrival_s[i]:.6f}", int(workload.prompt_tokens[i]),
+                   int(workload.output_tokens[i])]
+            if workload.task is not None:
+                row.append(workload.task[i])
+            writer.writerow(row)
