@@ -59,9 +59,17 @@ class HardwareProfile:
     path: str = ""
 
     def peak_flops(self, dtype: str) -> float:
-        """Peak dense FLOP/s for ``dtype``; an unsupported dtype is an error."""
+        """Peak dense FLOP/s for ``dtype``; an unsupported dtype is an error.
+
+        fp16 and bf16 are priced alike (same width, same tensor-core rate wherever a device
+        has both), so a device listing only one of them serves the other: TPUs run fp16
+        checkpoints in bf16.
+        """
+        peaks = self.peak_flops_per_s
+        if dtype not in peaks and dtype in ("fp16", "bf16"):
+            dtype = "bf16" if dtype == "fp16" else "fp16"
         try:
-            return self.peak_flops_per_s[dtype]
+            return peaks[dtype]
         except KeyError:
             raise SpecsimError(f"dtype {dtype!r} is not supported by {self.name}",
                                field="dtype",

@@ -69,9 +69,13 @@ class OpCost:
     memory_s: float
     host_s: float
     overhead_s: float
+    # attention is priced per request (sum of per-request maxima), not max of the sums
+    roofline_s: float | None = None
 
     @property
     def time_s(self) -> float:
+        if self.roofline_s is not None:
+            return self.roofline_s + self.overhead_s
         return max(self.compute_s, self.memory_s, self.host_s) + self.overhead_s
 
     @property
@@ -223,12 +227,13 @@ class CostModel:
         a_flops = self._attn_flops_per_pair * new * attended
         a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
         active = new > 0
-        a_time = np.maximum(np.divide(a_flops, self._compute_rate(a_flops)),
-                            np.divide(a_bytes, self._memory_rate(a_bytes)))
-        a_time = float(np.where(active, a_time, 0.0).sum()) * layers
+        a_c = np.where(active, np.divide(a_flops, self._compute_rate(a_flops)), 0.0)
+        a_m = np.where(active, np.divide(a_bytes, self._memory_rate(a_bytes)), 0.0)
+        a_time = float(np.maximum(a_c, a_m).sum()) * layers
         ops.append(OpCost("attention", float(a_flops.sum()) * layers,
-                          float(a_bytes[active].sum()) * layers, 0.0, a_time, a_time, 0.0,
-                          self._kernel_s * layers))
+                          float(a_bytes[active].sum()) * layers, 0.0,
+                          float(a_c.sum()) * layers, float(a_m.sum()) * layers, 0.0,
+                          self._kernel_s * layers, roofline_s=a_time))
         e_bytes = tokens * self._elementwise_bytes_per_token
         e_s = e_bytes / self._memory_rate(e_bytes) if e_bytes else 0.0
         ops.append(OpCost("elementwise", 10.0 * tokens * self._h * layers, e_bytes * layers,
@@ -298,7 +303,9 @@ class CostModel:
                          compute_s=sum(o[i].compute_s for o in all_ops),
                          memory_s=sum(o[i].memory_s for o in all_ops),
                          host_s=sum(o[i].host_s for o in all_ops),
-                         overhead_s=sum(o[i].overhead_s for o in all_ops))
+                         overhead_s=sum(o[i].overhead_s for o in all_ops),
+                         roofline_s=None if ops0.roofline_s is None
+                         else sum(o[i].roofline_s for o in all_ops))
                   for i, ops0 in enumerate(all_ops[0])]
         busy = sum(op.time_s for op in merged)
         # Work is spread over pp stages; the makespan is sum of one stage's work over the

@@ -80,7 +80,9 @@ class Recorder:
                    "kv_occupancy", "queue_len", "kv_read_tokens", "attn_pairs",
                    "preemptions")
 
-    def __init__(self) -> None:
+    def __init__(self, record_events: bool = False) -> None:
+        self.record_events = record_events
+        self.events: list[tuple[float, str, int, int]] = []  # (time, kind, request, tokens)
         self.steps: list[tuple] = []
         self.itl: list[np.ndarray] = []
         self.accepted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
@@ -124,6 +126,8 @@ class Replica:
         t.replica[rid] = self.index
         self.waiting.append(rid)
         self.outstanding_tokens += int(t.prompt_len[rid] + t.output_len[rid])
+        if self.rec.record_events:
+            self.rec.events.append((self.env.now, "arrival", rid, 0))
         if not self.wakeup.triggered:
             self.wakeup.succeed()
 
@@ -222,6 +226,7 @@ class Replica:
             if t.in_prefill[rid]:
                 chunk = self._fit_chunk(rid, budget)
                 if chunk > 0:
+                    self._allocate(rid, chunk)
                     pf_ids.append(rid)
                     pf_chunks.append(chunk)
                     budget -= chunk
@@ -238,6 +243,7 @@ class Replica:
             if chunk <= 0 or (not lim.enable_chunked_prefill and chunk < remaining):
                 break
             self.waiting.popleft()
+            self._allocate(rid, chunk)
             self.running.append(rid)
             t.status[rid] = RUNNING
             if np.isnan(t.first_scheduled_s[rid]):
@@ -248,14 +254,8 @@ class Replica:
         n_dec = int(dec_ids.size)
         if not pf_ids and not n_dec:
             return None
-        # allocate the prefill chunks' blocks (already checked to fit)
         pf = np.asarray(pf_ids, np.int64)
         chunks = np.asarray(pf_chunks, np.int64)
-        if pf.size:
-            new_blocks = -(-(t.computed[pf] + chunks) // bs) - t.blocks[pf]
-            new_blocks = np.maximum(new_blocks, 0)
-            t.blocks[pf] += new_blocks
-            self.used_blocks += int(new_blocks.sum())
         # ---- 3. price the step
         pf_ctx = t.computed[pf]
         completes = (pf_ctx + chunks) >= t.prefill_target[pf]
@@ -277,6 +277,14 @@ class Replica:
                 "completes": completes, "start": now, "preempted": preempted,
                 "kv_read": float((ctx + new).sum()),
                 "attn_pairs": float((new * (ctx + 0.5 * (new + 1.0))).sum())}
+
+    def _allocate(self, rid: int, chunk: int) -> None:
+        """Grow ``rid``'s blocks to hold ``chunk`` more tokens (checked by _fit_chunk)."""
+        t = self.t
+        need = -(-int(t.computed[rid] + chunk) // self.limits.block_size) - int(t.blocks[rid])
+        if need > 0:
+            t.blocks[rid] += need
+            self.used_blocks += need
 
     def _fit_chunk(self, rid: int, budget: int) -> int:
         """Largest prefill chunk of ``rid`` within the token budget and the free KV blocks."""
@@ -318,6 +326,7 @@ class Replica:
             accepted = np.clip(accepted, 0, plan.num_draft)
             remaining = t.output_len[dec] - t.generated[dec]
             emitted = np.minimum(accepted + 1, remaining)
+            step["emitted"] = emitted
             self.rec.itl.append((now - t.last_emit_s[dec]).astype(np.float32))
             t.generated[dec] += emitted
             t.computed[dec] += emitted
@@ -338,6 +347,8 @@ class Replica:
             self.used_blocks -= int(freed.sum())
             self.policy.observe(plan, batch, accepted, step["duration"])
             finished.append(dec[t.generated[dec] >= t.output_len[dec]])
+        if self.rec.record_events:
+            self._log_emissions(step, now)
         # ---- finish
         done = np.concatenate(finished) if finished else np.zeros(0, np.int64)
         if done.size:
@@ -345,6 +356,8 @@ class Replica:
             t.status[done] = FINISHED
             for rid in done.tolist():
                 self._free(rid)
+            if self.rec.record_events:
+                self.rec.events.extend((now, "finish", int(r), 0) for r in sorted(done.tolist()))
             gone = set(done.tolist())
             self.running = [r for r in self.running if r not in gone]
         n_dec = int(dec.size) if plan is not None else 0
@@ -355,6 +368,19 @@ class Replica:
             draft_tokens, accepted_total, self.used_blocks,
             self.used_blocks / self.limits.kv_blocks, len(self.waiting), step["kv_read"],
             step["attn_pairs"], step["preempted"]))
+
+
+    def _log_emissions(self, step: dict, now: float) -> None:
+        """Append first-token and token events of this step (tests assert exact timelines)."""
+        t, ev = self.t, self.rec.events
+        pf, completes = step["pf"], step["completes"]
+        for rid in pf[completes].tolist():
+            kind = "first_token" if t.first_token_s[rid] == now and t.generated[rid] == 1 \
+                else "token"
+            ev.append((now, kind, int(rid), 1))
+        if step["plan"] is not None:
+            for rid, n in zip(step["dec_ids"].tolist(), step["emitted"].tolist()):
+                ev.append((now, "token", int(rid), int(n)))
 
 
 def arrivals(env: simpy.Environment, table: RequestTable, replicas: list[Replica], router: str,

@@ -40,6 +40,7 @@ class Results:
     drafted_hist: np.ndarray
     scenario: Any
     info: dict = field(default_factory=dict)
+    events: pd.DataFrame | None = None
 
     @classmethod
     def from_run(cls, scenario, table: RequestTable, rec: Recorder, dep, workload) -> "Results":
@@ -89,9 +90,11 @@ class Results:
                                           + dep.target.lm_head_params()),
                 "attn_flops_per_pair": 4.0 * dep.target.q_size * dep.target.num_layers,
                 "replicas": scenario.replicas}
+        events = pd.DataFrame(rec.events, columns=["time_s", "event", "request_id", "tokens"]) \
+            if rec.record_events else None
         return cls(label=scenario.policy.label, requests=req, steps=steps, itl_s=itl,
                    accepted_hist=rec.accepted_hist.copy(), drafted_hist=rec.drafted_hist.copy(),
-                   scenario=scenario, info=info)
+                   scenario=scenario, info=info, events=events)
 
     # ------------------------------------------------------------------ metrics
     def position_rates(self) -> np.ndarray:

@@ -97,7 +97,8 @@ def _admissible(table: RequestTable, scenario: Scenario, dep: Deployment,
 
 
 def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=None,
-             progress: Callable[[int, int], None] | None = None) -> Results:
+             progress: Callable[[int, int], None] | None = None,
+             record_events: bool = False) -> Results:
     """Run one scenario and return its Results (requests, steps, summary).
 
     ``target_cost``/``draft_cost`` replace the roofline cost models (tests use constant-time
@@ -141,7 +142,7 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                           enable_chunked_prefill=b.enable_chunked_prefill,
                           block_size=b.block_size, kv_blocks=dep.memory.kv_blocks)
     env = simpy.Environment()
-    recorder = Recorder()
+    recorder = Recorder(record_events)
     rng = np.random.default_rng(eng_seed)
     replicas = [Replica(env, i, table, limits, tcost, pol, rng, recorder)
                 for i, pol in enumerate(policies)]

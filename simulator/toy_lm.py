@@ -145,9 +145,14 @@ class ToyLM:
             for b in range(v):
                 trans[a * v + b, b * v + np.arange(v)] = self.table[a, b]
         pi = np.full(v * v, 1.0 / (v * v))
-        for _ in range(2000):
+        for _ in range(5000):
             nxt = pi @ trans
-            if np.max(np.abs(nxt - pi)) < 1e-14:
-                break
+            if np.max(np.abs(nxt - pi)) < 1e-15:
+                return (nxt / nxt.sum()).reshape(v, v)
             pi = nxt
-        return (pi / pi.sum()).reshape(v, v)
+        # Periodic (e.g. greedy, one-hot) chains never settle: use the long-run average.
+        avg = np.zeros_like(pi)
+        for _ in range(20000):
+            pi = pi @ trans
+            avg += pi
+        return (avg / avg.sum()).reshape(v, v)

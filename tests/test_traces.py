@@ -1,4 +1,4 @@
-"""Trace readers: the real public samples read in place, exact timestamps, and every bad-trace error."""
+"""Trace readers: the public samples read in place, exact timestamps, every bad-trace error."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -158,7 +158,8 @@ def test_bad_traces_name_file_column_and_row(tmp_path, reader, text, field, phra
 
 
 def test_out_of_order_is_rejected_with_a_fix(tmp_path):
-    path = write(tmp_path, "v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n2,2,3\n1,2,3\n")
+    path = write(tmp_path, "v.csv",
+                 "arrived_at,num_prefill_tokens,num_decode_tokens\n2,2,3\n1,2,3\n")
     with pytest.raises(SpecsimError, match="sort the file by arrived_at"):
         read_vidur(path)
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import SpecsimError
 from workloads.workload import Workload, workload_from_config
@@ -99,6 +101,27 @@ def test_rescale_rate_hits_the_rate_and_keeps_the_gap_shape():
     # An offset first arrival scales with the gaps: (3 - 1) / 3 s = 2/3 req/s -> factor 2/3.
     offset = make(arrival=(2.0, 3.0, 5.0), prompt=(1, 1, 1), output=(1, 1, 1)).rescale_rate(1.0)
     np.testing.assert_allclose(offset.arrival_s, [4 / 3, 2.0, 10 / 3], rtol=1e-15)
+
+
+gap_lists = st.lists(st.floats(0.0, 100.0), min_size=1, max_size=40).filter(
+    lambda g: sum(g) > 1e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(gaps=gap_lists, start=st.floats(0.0, 50.0), rate=st.floats(1e-3, 1e3),
+       window=st.floats(1e-3, 500.0))
+def test_shaping_invariants(gaps, start, rate, window):
+    arrival = start + np.concatenate(([0.0], np.cumsum(gaps)))
+    n = len(arrival)
+    w = make(arrival=arrival, prompt=np.ones(n), output=np.ones(n))
+    fast = w.rescale_rate(rate)
+    assert fast.mean_rate_per_s == pytest.approx(rate, rel=1e-9)
+    # The shape is kept: every time is scaled by one factor.
+    np.testing.assert_allclose(fast.arrival_s * w.arrival_s[-1], w.arrival_s * fast.arrival_s[-1],
+                               rtol=1e-12, atol=1e-250)  # atol: subnormal products
+    kept = w.truncate(max_duration_s=window).arrival_s
+    assert kept.tolist() == [t for t in w.arrival_s.tolist() if t < w.arrival_s[0] + window]
+    assert w.shift_to_zero().arrival_s[0] == 0.0
 
 
 def test_rescale_rate_rejects_bad_rates_and_degenerate_workloads():

@@ -127,7 +127,8 @@ def test_lognormal_cap_matches_the_closed_form_of_the_clipped_mean():
     assert x.max() == cap and x.min() >= 1
     mu, s = dist.mu, dist.sigma
     # E[min(X, c)] = E[X] Phi((ln c - mu - s^2) / s) + c (1 - Phi((ln c - mu) / s)).
-    expected = 600 * phi((math.log(cap) - mu - s * s) / s) + cap * (1 - phi((math.log(cap) - mu) / s))
+    z = (math.log(cap) - mu) / s
+    expected = 600 * phi(z - s) + cap * (1 - phi(z))
     assert abs(x.mean() - expected) < 5 * x.std() / math.sqrt(N) + 0.5
     # Values round to the cap from X >= cap - 0.5.
     p_cap = 1 - phi((math.log(cap - 0.5) - mu) / s)

@@ -1,4 +1,4 @@
-"""Arrival processes: Poisson, Gamma (burstiness set by the gaps' coefficient of variation), constant.
+"""Arrival processes: Poisson, Gamma (burstiness set by the gaps' CV), and constant rate.
 
 Each is a frozen dataclass with ``sample(n, rng) -> float64 array`` of arrival times in
 seconds.  The first request arrives at 0 and the other ``n - 1`` follow after i.i.d. gaps of
@@ -65,7 +65,7 @@ class ConstantArrivals:
         object.__setattr__(self, "rate_per_s", check_positive(self.rate_per_s, "rate_per_s"))
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Return ``n`` arrival times (no randomness; ``rng`` is accepted for a uniform interface)."""
+        """Return ``n`` arrival times (``rng`` is unused; it keeps the interface uniform)."""
         return np.arange(n, dtype=np.float64) / self.rate_per_s
 
 

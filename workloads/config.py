@@ -66,7 +66,7 @@ def _fields(cls: type) -> list[str]:
 
 
 def resolve_trace_path(value: Any, *, base_dir: Path, source: str, field: str) -> Path:
-    """Return the shipped default trace for ``default``, else ``value`` resolved against ``base_dir``."""
+    """Return the shipped trace for ``default``, else ``value`` resolved against ``base_dir``."""
     text = as_str(value, source=source, field=field)
     if text == "default":
         return DEFAULT_TRACE_PATH

@@ -113,7 +113,7 @@ class LognormalLength:
 
 @dataclass(frozen=True, eq=False)
 class EmpiricalLength:
-    """Lengths resampled with replacement from observed ``values`` (for example a trace's column)."""
+    """Lengths resampled with replacement from observed ``values`` (say, a trace's column)."""
 
     values: np.ndarray
     max_tokens: int | None = None

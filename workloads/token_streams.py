@@ -1,4 +1,4 @@
-"""Token-level synthetic workloads for the model-free speculation methods (lecture 000, section 5.3).
+"""Token-level synthetic workloads for the model-free speculation methods (lecture 000, 5.3).
 
 Prompt lookup and suffix-tree proposers need real token sequences: their acceptance is
 whatever repetition the workload contains.  Here the target model is a deterministic rule
@@ -147,7 +147,7 @@ class AgentLoop:
     num_templates: int = 4
     template_tokens: int = 48
     slots_per_template: int = 3
-    slot_tokens: int = 2
+    slot_tokens: int = 4
     max_steps: int = 3
     system_tokens: int = 64
     context: LengthDistribution = UniformLength(100, 400)

@@ -141,7 +141,7 @@ def read_azure(path: str | Path) -> Workload:
 
 
 def read_vidur(path: str | Path) -> Workload:
-    """Read a Vidur-style CSV (``arrived_at`` in seconds, ``num_prefill_tokens``, ``num_decode_tokens``)."""
+    """Read a Vidur-style CSV: ``arrived_at`` (s), ``num_prefill_tokens``, ``num_decode_tokens``."""
     path = Path(path)
     frame = _read_csv(path, VIDUR_COLUMNS)
     lines = np.arange(len(frame)) + 2
@@ -151,7 +151,7 @@ def read_vidur(path: str | Path) -> Workload:
 
 
 def read_specsim(path: str | Path) -> Workload:
-    """Read a specsim CSV (``arrival_s,prompt_tokens,output_tokens[,task]``); other columns are errors."""
+    """Read a specsim CSV (``arrival_s,prompt_tokens,output_tokens[,task]``); no other columns."""
     path = Path(path)
     frame = _read_csv(path, SPECSIM_COLUMNS)
     allowed = SPECSIM_COLUMNS + SPECSIM_OPTIONAL

@@ -155,14 +155,14 @@ class Workload:
 
     @property
     def mean_rate_per_s(self) -> float:
-        """Return the mean arrival rate: (n - 1) gaps over the span from first to last."""
+        """Return (n - 1) / (last - first arrival); infinite when all requests arrive at once."""
         span = float(self.arrival_s[-1] - self.arrival_s[0])
         if len(self) < 2 or span <= 0:
             return math.inf
         return (len(self) - 1) / span
 
     def to_frame(self) -> pd.DataFrame:
-        """Return one row per request: request_id, arrival_s, prompt_tokens, output_tokens[, task]."""
+        """Return columns request_id, arrival_s, prompt_tokens, output_tokens[, task]."""
         frame = pd.DataFrame({
             "request_id": np.arange(len(self), dtype=np.int64),
             "arrival_s": self.arrival_s,
@@ -186,7 +186,7 @@ class Workload:
 
     def truncate(self, max_requests: int | None = None,
                  max_duration_s: float | None = None) -> Workload:
-        """Keep the first ``max_requests`` and those arriving within ``max_duration_s`` of the first.
+        """Keep the first ``max_requests``, and those within ``max_duration_s`` of the first arrival.
 
         The duration window is half-open, ``[t0, t0 + max_duration_s)``, so consecutive
         windows partition a trace; the first request is always kept.
@@ -209,7 +209,7 @@ class Workload:
         return self if stop == len(self) else self._take(stop)
 
     def rescale_rate(self, rate_per_s: float) -> Workload:
-        """Multiply every arrival time by one factor so that ``mean_rate_per_s`` equals ``rate_per_s``.
+        """Scale all arrival times by one factor so that ``mean_rate_per_s`` becomes ``rate_per_s``.
 
         Gaps keep their shape (their CV, their burstiness); the offset of the first
         request from time zero scales with them.
@@ -236,7 +236,7 @@ class Workload:
 
 def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Path,
                          source: str = "workload") -> Workload:
-    """Build the Workload that a scenario's ``workload:`` mapping describes (see workloads.config)."""
+    """Build the Workload a scenario's ``workload:`` mapping describes (see workloads.config)."""
     # Imported here because workloads.config builds on this module.
     from workloads.config import build_workload
 

@@ -1,0 +1,174 @@
+"""One Altair chart per function, each a pure function of the DataFrame(s) it draws.
+
+The frames come from reports.frames and reports.model_frames (already aggregated); a chart
+never reads a Results object.  ``policies`` fixes the colour of each policy across charts.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import altair as alt
+import pandas as pd
+
+WIDTH = 380
+HEIGHT = 240
+
+
+def _policy_color(df: pd.DataFrame, policies: Sequence[str] | None):
+    domain = list(policies) if policies is not None else list(pd.unique(df["policy"]))
+    return alt.Color("policy:N", scale=alt.Scale(domain=domain), legend=alt.Legend(
+        title="policy (click to select)", orient="bottom", columns=2, labelLimit=300))
+
+
+def _legend_selection():
+    # A point selection bound to the legend is the policy selector: click to highlight.
+    return alt.selection_point(fields=["policy"], bind="legend")
+
+
+def latency_cdf_chart(cdf: pd.DataFrame, title: str,
+                      policies: Sequence[str] | None = None) -> alt.Chart:
+    """CDF of one latency per policy (columns policy, value_ms, quantile); log-scaled x."""
+    sel = _legend_selection()
+    return alt.Chart(cdf, title=title, width=WIDTH, height=HEIGHT).mark_line(
+        interpolate="step-after").encode(
+        x=alt.X("value_ms:Q", title=f"{title} (ms)", scale=alt.Scale(type="log")),
+        y=alt.Y("quantile:Q", title="fraction of requests", scale=alt.Scale(domain=[0, 1])),
+        color=_policy_color(cdf, policies),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.15)),
+        tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("quantile:Q", format=".3f"),
+                 alt.Tooltip("value_ms:Q", title="ms", format=".2f")],
+    ).add_params(sel)
+
+
+def sweep_chart(sweep: pd.DataFrame, metric: str,
+                policies: Sequence[str] | None = None) -> alt.Chart:
+    """One sweep metric against request rate (columns policy, request_rate, metric, value)."""
+    data = sweep[sweep["metric"] == metric]
+    sel = _legend_selection()
+    return alt.Chart(data, title=f"{metric} vs request rate", width=WIDTH,
+                     height=HEIGHT).mark_line(point=True).encode(
+        x=alt.X("request_rate:Q", title="request rate (requests/s)"),
+        y=alt.Y("value:Q", title=metric),
+        color=_policy_color(data, policies),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.15)),
+        tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("request_rate:Q", format=".3g"),
+                 alt.Tooltip("value:Q", title=metric, format=".4g")],
+    ).add_params(sel)
+
+
+def _grid_base(grid: pd.DataFrame, title: str) -> alt.Chart:
+    return alt.Chart(grid, title=title, width=WIDTH, height=HEIGHT).encode(
+        x=alt.X("context:O", title="context (tokens)"),
+        y=alt.Y("batch:O", title="batch size", sort="descending"),
+        tooltip=[alt.Tooltip("batch:O"), alt.Tooltip("context:O"),
+                 alt.Tooltip("best_gamma:O", title="best gamma"),
+                 alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("c:Q", format=".3f")])
+
+
+def gamma_heatmap_chart(grid: pd.DataFrame, title: str = "optimal gamma") -> alt.LayerChart:
+    """Best gamma per batch x context (columns batch, context, best_gamma, speedup, c)."""
+    base = _grid_base(grid, title)
+    rect = base.mark_rect().encode(color=alt.Color("best_gamma:O", title="gamma",
+                                                   scale=alt.Scale(scheme="viridis")))
+    text = base.mark_text(fontSize=10).encode(
+        text=alt.Text("best_gamma:O"),
+        color=alt.condition("datum.best_gamma > 4", alt.value("black"), alt.value("white")))
+    return rect + text
+
+
+def speedup_surface_chart(grid: pd.DataFrame,
+                          title: str = "speedup at the best gamma") -> alt.LayerChart:
+    """Speedup at the best gamma per batch x context; 1.0 means do not speculate."""
+    base = _grid_base(grid, title)
+    rect = base.mark_rect().encode(color=alt.Color(
+        "speedup:Q", title="speedup", scale=alt.Scale(scheme="blues", domainMin=1.0)))
+    text = base.mark_text(fontSize=9).encode(text=alt.Text("speedup:Q", format=".2f"))
+    return rect + text
+
+
+def acceptance_length_chart(hist: pd.DataFrame,
+                            policies: Sequence[str] | None = None) -> alt.Chart:
+    """Share of verifications accepting k draft tokens (policy, accepted_tokens, fraction)."""
+    sel = _legend_selection()
+    return alt.Chart(hist, title="accepted draft tokens per verification", width=WIDTH,
+                     height=HEIGHT).mark_bar().encode(
+        x=alt.X("accepted_tokens:O", title="accepted draft tokens"),
+        xOffset=alt.XOffset("policy:N"),
+        y=alt.Y("fraction:Q", title="share of verifications", axis=alt.Axis(format="%")),
+        color=_policy_color(hist, policies),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.2)),
+        tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("accepted_tokens:O", title="accepted"),
+                 alt.Tooltip("count:Q"), alt.Tooltip("fraction:Q", format=".1%")],
+    ).add_params(sel)
+
+
+def position_rate_chart(pos: pd.DataFrame, policies: Sequence[str] | None = None) -> alt.Chart:
+    """Per-position acceptance rate (policy, position, rate)."""
+    sel = _legend_selection()
+    return alt.Chart(pos, title="per-position acceptance", width=WIDTH,
+                     height=HEIGHT).mark_line(point=True).encode(
+        x=alt.X("position:O", title="draft position"),
+        y=alt.Y("rate:Q", title="P(first i tokens accepted | drafted)",
+                scale=alt.Scale(domain=[0, 1])),
+        color=_policy_color(pos, policies),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.15)),
+        tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("position:O"),
+                 alt.Tooltip("rate:Q", format=".3f")],
+    ).add_params(sel)
+
+
+def roofline_chart(ops: pd.DataFrame, roofs: pd.DataFrame,
+                   title: str = "roofline of a step") -> alt.LayerChart:
+    """Operators at (arithmetic intensity, achieved FLOP/s) under the device's roofs.
+
+    ops: step, op, arithmetic_intensity, flops_per_s, time_s, bound; roofs:
+    arithmetic_intensity, flops_per_s, roof.  Colour is the operator, shape the step.
+    """
+    x = alt.X("arithmetic_intensity:Q", title="arithmetic intensity (FLOP/byte)",
+              scale=alt.Scale(type="log"))
+    y = alt.Y("flops_per_s:Q", title="FLOP/s per device", scale=alt.Scale(type="log"),
+              axis=alt.Axis(format="~s"))
+    roof = alt.Chart(roofs).mark_line(color="#555", strokeDash=[4, 3]).encode(
+        x=x, y=y, tooltip=[alt.Tooltip("roof:N"),
+                           alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3s")])
+    points = alt.Chart(ops).mark_point(size=90, filled=True).encode(
+        x=x, y=y,
+        color=alt.Color("op:N", title="operator", legend=alt.Legend(orient="right")),
+        shape=alt.Shape("step:N", title="step", legend=alt.Legend(orient="right")),
+        tooltip=[alt.Tooltip("step:N"), alt.Tooltip("op:N"), alt.Tooltip("bound:N"),
+                 alt.Tooltip("arithmetic_intensity:Q", title="FLOP/byte", format=".3g"),
+                 alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3s"),
+                 alt.Tooltip("time_s:Q", title="time (s)", format=".3e")])
+    return alt.layer(roof, points).properties(title=title, width=WIDTH + 60, height=HEIGHT + 40)
+
+
+def timeline_chart(tl: pd.DataFrame, title: str,
+                   policies: Sequence[str] | None = None) -> alt.Chart:
+    """A binned step metric against simulated time (policy, time_s, value)."""
+    sel = _legend_selection()
+    return alt.Chart(tl, title=title, width=WIDTH, height=HEIGHT - 60).mark_line().encode(
+        x=alt.X("time_s:Q", title="simulated time (s)"),
+        y=alt.Y("value:Q", title=title),
+        color=_policy_color(tl, policies),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.15)),
+        tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("time_s:Q", format=".1f"),
+                 alt.Tooltip("value:Q", title=title, format=".3g")],
+    ).add_params(sel)
+
+
+def calibration_chart(fit: pd.DataFrame, title: str = "calibration fit") -> alt.LayerChart:
+    """Predicted against measured seconds with the y = x line (columns measured_s,
+    predicted_s, and optionally kind)."""
+    x = alt.X("measured_s:Q", title="measured (s)", scale=alt.Scale(type="log"))
+    y = alt.Y("predicted_s:Q", title="predicted (s)", scale=alt.Scale(type="log"))
+    lo = float(min(fit["measured_s"].min(), fit["predicted_s"].min()))
+    hi = float(max(fit["measured_s"].max(), fit["predicted_s"].max()))
+    diag = alt.Chart(pd.DataFrame({"measured_s": [lo, hi], "predicted_s": [lo, hi]})) \
+        .mark_line(color="#888", strokeDash=[4, 3]).encode(x=x, y=y)
+    has_kind = "kind" in fit.columns
+    tips = [alt.Tooltip("measured_s:Q", format=".3e"), alt.Tooltip("predicted_s:Q", format=".3e")]
+    points = alt.Chart(fit).mark_point(filled=True).encode(
+        x=x, y=y,
+        color=alt.Color("kind:N", title="kind") if has_kind else alt.value("#1f77b4"),
+        tooltip=([alt.Tooltip("kind:N")] if has_kind else []) + tips)
+    return alt.layer(diag, points).properties(title=title, width=WIDTH, height=HEIGHT)

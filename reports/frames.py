@@ -1,0 +1,151 @@
+"""Aggregate Results into the small DataFrames the charts draw: pandas first, then Altair.
+
+Every frame here is bounded by the number of policies and a fixed number of points, never by
+the number of requests or steps, so that a report of a 20,000-request trace stays small.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+# CDF points: every percent, then the tail finely (p99.1 ... p99.9 and the maximum).
+CDF_QUANTILES = np.unique(np.concatenate([np.linspace(0.0, 0.99, 100),
+                                          np.linspace(0.991, 1.0, 10)]))
+LATENCY_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "itl": "ITL"}
+TIMELINE_METRICS = {"batch_size": "batch size", "kv_occupancy": "KV-cache occupancy",
+                    "queue_len": "queue length"}
+SUMMARY_COLUMNS = ("policy", "requests", "finished", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s",
+                   "p99_tpot_s", "p50_e2e_s", "p99_e2e_s", "output_tokens_per_s",
+                   "goodput_requests_per_s", "slo_attainment", "mean_acceptance_length",
+                   "acceptance_rate", "speedup_vs_none")
+SWEEP_RATE_COLUMNS = ("request_rate", "rate_per_s", "rate", "qps")
+SWEEP_METRICS = {"p50_tpot_s": "p50 TPOT (ms)", "p99_tpot_s": "p99 TPOT (ms)",
+                 "output_tokens_per_s": "output tokens/s",
+                 "goodput_requests_per_s": "goodput (requests/s)"}
+
+
+def summary_frame(results: Sequence) -> pd.DataFrame:
+    """One row per policy; speedup_vs_none is mean TPOT of ``none`` over the policy's."""
+    df = pd.DataFrame([r.summary() for r in results])
+    base = df.loc[df["policy"] == "none", "mean_tpot_s"]
+    df["speedup_vs_none"] = float(base.iloc[0]) / df["mean_tpot_s"] if len(base) else np.nan
+    return df[[c for c in SUMMARY_COLUMNS if c in df.columns]].reset_index(drop=True)
+
+
+def latency_values_s(result, metric: str) -> np.ndarray:
+    """Finite per-request latencies of finished requests (or every ITL), in seconds."""
+    if metric == "itl":
+        values = np.asarray(result.itl_s, dtype=np.float64)
+    else:
+        req = result.requests
+        done = req[req["status"] == "finished"]
+        values = done[f"{metric}_s"].to_numpy(dtype=np.float64)
+    return values[np.isfinite(values)]
+
+
+def cdf_frame(results: Sequence, metric: str,
+              quantiles: np.ndarray = CDF_QUANTILES) -> pd.DataFrame:
+    """Empirical CDF of one latency per policy at fixed quantiles: policy, value_ms, quantile."""
+    parts = []
+    for r in results:
+        values = latency_values_s(r, metric)
+        if not values.size:
+            continue
+        parts.append(pd.DataFrame({"policy": r.label,
+                                   "value_ms": np.quantile(values, quantiles) * 1e3,
+                                   "quantile": quantiles}))
+    if not parts:
+        return pd.DataFrame(columns=["policy", "value_ms", "quantile"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def timeline_frame(results: Sequence, column: str, max_points: int = 300) -> pd.DataFrame:
+    """A step column against time, binned: per bin the duration-weighted mean over its steps.
+
+    Returns policy, time_s (bin centre), value, with at most ``max_points`` rows per policy.
+    """
+    parts = []
+    for r in results:
+        steps = r.steps
+        if not len(steps):
+            continue
+        start = steps["start_s"].to_numpy(np.float64)
+        w = np.maximum(steps["duration_s"].to_numpy(np.float64), 1e-12)
+        v = steps[column].to_numpy(np.float64)
+        t0, t1 = float(start.min()), float(start.max())
+        nbins = max(1, min(max_points, len(steps)))
+        width = (t1 - t0) / nbins if t1 > t0 else 1.0
+        idx = np.minimum(((start - t0) / width).astype(np.int64), nbins - 1)
+        wsum = np.bincount(idx, weights=w, minlength=nbins)
+        vsum = np.bincount(idx, weights=w * v, minlength=nbins)
+        keep = wsum > 0
+        parts.append(pd.DataFrame({"policy": r.label,
+                                   "time_s": t0 + (np.flatnonzero(keep) + 0.5) * width,
+                                   "value": vsum[keep] / wsum[keep]}))
+    if not parts:
+        return pd.DataFrame(columns=["policy", "time_s", "value"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _speculative(results: Sequence) -> list:
+    return [r for r in results if np.asarray(r.drafted_hist).any()]
+
+
+def acceptance_length_frame(results: Sequence) -> pd.DataFrame:
+    """Share of verifications that accepted k draft tokens, per speculative policy."""
+    parts = []
+    for r in _speculative(results):
+        k = int(np.flatnonzero(r.drafted_hist).max())
+        counts = np.asarray(r.accepted_hist[:k + 1], dtype=np.float64)
+        total = counts.sum()
+        if total <= 0:
+            continue
+        parts.append(pd.DataFrame({"policy": r.label, "accepted_tokens": np.arange(k + 1),
+                                   "count": counts.astype(np.int64),
+                                   "fraction": counts / total}))
+    if not parts:
+        return pd.DataFrame(columns=["policy", "accepted_tokens", "count", "fraction"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def position_rate_frame(results: Sequence) -> pd.DataFrame:
+    """Per-position acceptance (position 1 = first draft token) per speculative policy."""
+    parts = []
+    for r in _speculative(results):
+        rates = np.asarray(r.position_rates(), dtype=np.float64)
+        keep = np.isfinite(rates)
+        parts.append(pd.DataFrame({"policy": r.label,
+                                   "position": np.arange(1, rates.size + 1)[keep],
+                                   "rate": rates[keep]}))
+    if not parts:
+        return pd.DataFrame(columns=["policy", "position", "rate"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def sweep_frame(sweep: pd.DataFrame) -> pd.DataFrame:
+    """A sweep (one row per policy x request rate) as policy, request_rate, metric, value.
+
+    The rate column may be named request_rate, rate_per_s, rate or qps; the policy column
+    policy or label; latencies ending in ``_s`` are shown in milliseconds.
+    """
+    rate = next((c for c in SWEEP_RATE_COLUMNS if c in sweep.columns), None)
+    pol = "policy" if "policy" in sweep.columns else ("label" if "label" in sweep.columns
+                                                      else None)
+    if rate is None:
+        return pd.DataFrame(columns=["policy", "request_rate", "metric", "value"])
+    parts = []
+    for col, name in SWEEP_METRICS.items():
+        if col not in sweep.columns:
+            continue
+        scale = 1e3 if col.endswith("_s") and not col.endswith("per_s") else 1.0
+        parts.append(pd.DataFrame({
+            "policy": sweep[pol].astype(str).to_numpy() if pol else "policy",
+            "request_rate": pd.to_numeric(sweep[rate], errors="coerce").to_numpy(),
+            "metric": name,
+            "value": pd.to_numeric(sweep[col], errors="coerce").to_numpy() * scale}))
+    if not parts:
+        return pd.DataFrame(columns=["policy", "request_rate", "metric", "value"])
+    out = pd.concat(parts, ignore_index=True).dropna(subset=["request_rate", "value"])
+    return out.sort_values(["metric", "policy", "request_rate"]).reset_index(drop=True)

@@ -1,0 +1,147 @@
+"""Frames priced by the cost model: the optimal-gamma grid and a step's roofline points."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from hardware.profile import HardwareProfile, load_profile
+from simulator.cost_model import CostModel, Parallelism
+from simulator.estimate import draft_chain_time
+from simulator.model_spec import ModelSpec, load_model
+from simulator.spec_math import expected_tokens
+
+DEFAULT_ALPHA = 0.8
+DEFAULT_GAMMA = 4
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """The hardware, target and cost models of a scenario, as a report needs them."""
+
+    hardware: HardwareProfile
+    target: ModelSpec
+    target_cost: CostModel
+    draft_cost: CostModel | None
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """A representative step of a run: decoding batch size, context and gamma."""
+
+    batch: int
+    context: int
+    gamma: int
+
+
+def scenario_pricing(scenario) -> Pricing:
+    """Load the scenario's hardware and models and build their cost models."""
+    hw = load_profile(scenario.hardware, scenario.hardware_dir)
+    target = load_model(scenario.target)
+    tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
+    dcost = None
+    if scenario.draft:
+        draft = load_model(scenario.draft)
+        if draft.kind == "decoder":
+            dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads)
+    return Pricing(hw, target, tcost, dcost)
+
+
+def operating_point(results: Sequence, max_context: int) -> OperatingPoint:
+    """Median decode batch of the first run, median mid-generation context, observed gamma."""
+    first = results[0]
+    steps = first.steps
+    decoding = steps.loc[steps["num_decode"] > 0, "num_decode"] if len(steps) else []
+    batch = int(max(1, round(float(np.median(decoding))))) if len(decoding) else 1
+    req = first.requests
+    ctx = (req["prompt_tokens"] + 0.5 * req["output_tokens"]).to_numpy(np.float64)
+    context = int(np.median(ctx)) if ctx.size else 512
+    gamma = DEFAULT_GAMMA
+    for r in results:
+        drafts = int(r.requests["num_drafts"].sum())
+        if drafts:
+            gamma = max(1, round(int(r.requests["num_draft_tokens"].sum()) / drafts))
+            break
+    return OperatingPoint(batch, int(min(max(context, 1), max_context - gamma - 1)), gamma)
+
+
+def scenario_alpha(scenario, results: Sequence) -> tuple[float, str]:
+    """The alpha the gamma grid uses, and where it came from."""
+    acc = dict(getattr(scenario, "acceptance", {}) or {})
+    if acc.get("model") == "iid" and isinstance(acc.get("alpha"), (int, float)):
+        return float(acc["alpha"]), "the scenario's iid acceptance"
+    for r in results:
+        rate = r.summary().get("acceptance_rate")
+        if rate is not None and np.isfinite(rate):
+            return float(rate), f"the measured acceptance rate of {r.label}"
+    return DEFAULT_ALPHA, "the default"
+
+
+def _doublings(lo: int, hi: int) -> list[int]:
+    out = [lo]
+    while out[-1] * 2 <= hi:
+        out.append(out[-1] * 2)
+    return out
+
+
+def gamma_grid_frame(target: CostModel, draft: CostModel, *, alpha: float,
+                     batches: Sequence[int], contexts: Sequence[int],
+                     gammas: Sequence[int] = tuple(range(9))) -> pd.DataFrame:
+    """Best gamma and its speedup per batch x context (Leviathan's E over step times).
+
+    speedup(gamma) = E(alpha, gamma) * t_decode / (t_draft(gamma) + t_verify(gamma + 1)),
+    which is exactly 1 at gamma = 0, so the best speedup is never below 1.
+    """
+    rows = []
+    for b in batches:
+        for ctx in contexts:
+            decode = target.decode_time(b, ctx)
+            speeds = [expected_tokens(alpha, g) * decode
+                      / (draft_chain_time(draft, b, ctx, g) + target.verify_time(b, ctx, g + 1))
+                      for g in gammas]
+            i = int(np.argmax(speeds))
+            rows.append({"batch": int(b), "context": int(ctx), "best_gamma": int(gammas[i]),
+                         "speedup": float(speeds[i]),
+                         "c": draft.decode_time(b, ctx) / decode})
+    return pd.DataFrame(rows)
+
+
+def default_grid_axes(max_num_seqs: int, max_context: int) -> tuple[list[int], list[int]]:
+    """Batch sizes 1, 2, 4 ... up to the scheduler limit; contexts 128 ... under the model's."""
+    batches = _doublings(1, max(1, min(int(max_num_seqs), 512)))
+    contexts = _doublings(128, max(128, int(max_context) - 16))
+    return batches, contexts
+
+
+def roofline_frames(pricing: Pricing, point: OperatingPoint) -> tuple[pd.DataFrame,
+                                                                       pd.DataFrame]:
+    """Operators of a decode step and of a verification step, and the device's roofs.
+
+    Points: step, op, arithmetic_intensity (FLOP/byte), flops_per_s (achieved: FLOPs over
+    the operator's time, overheads included), time_s, bound.  Operators without FLOPs or
+    bytes (gathers, all-reduces) have no place on the chart and are left out.
+    Roofs: per device, min(peak FLOP/s, intensity x HBM bandwidth), sampled along the axis.
+    """
+    cm, b, ctx = pricing.target_cost, point.batch, point.context
+    steps = {"decode": np.ones(b), f"verify (gamma={point.gamma})": np.full(b, point.gamma + 1.0)}
+    parts = []
+    for name, new in steps.items():
+        recs = pd.DataFrame(cm.breakdown(new, np.full(b, float(ctx))).to_records())
+        recs.insert(0, "step", name)
+        parts.append(recs)
+    ops = pd.concat(parts, ignore_index=True)
+    ops = ops[(ops["flops"] > 0) & (ops["hbm_bytes"] > 0) & (ops["time_s"] > 0)].copy()
+    ops["flops_per_s"] = ops["flops"] / ops["time_s"]
+    ops = ops[["step", "op", "arithmetic_intensity", "flops_per_s", "time_s", "flops",
+               "hbm_bytes", "bound"]].reset_index(drop=True)
+    peak = pricing.hardware.peak_flops(pricing.target.dtype)
+    bw = pricing.hardware.memory_bandwidth_bytes_per_s
+    ridge = peak / bw
+    lo = min(float(ops["arithmetic_intensity"].min()) if len(ops) else 1.0, ridge) / 4
+    hi = max(float(ops["arithmetic_intensity"].max()) if len(ops) else 1.0, ridge) * 4
+    ai = np.unique(np.concatenate([np.geomspace(lo, hi, 48), [ridge]]))
+    roofs = pd.DataFrame({"arithmetic_intensity": ai, "flops_per_s": np.minimum(peak, ai * bw),
+                          "roof": np.where(ai < ridge, "memory roof", "compute roof")})
+    return ops, roofs

@@ -1,0 +1,128 @@
+"""The acceptance interface the engine calls, the name -> class registry, and vLLM metrics.
+
+An acceptance model answers one question per engine iteration: for each running request,
+how many of its draft tokens survive verification.  Models are frozen dataclasses built from
+YAML (``{"model": "iid", "alpha": 0.8}``); ``bind`` returns a copy holding per-request state
+(drawn alphas, hidden easy/hard states, toy-LM text) and never changes the original.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+from simulator.acceptance.context_decay import ContextDecayAcceptance
+from simulator.acceptance.curve import CurveAcceptance
+from simulator.acceptance.hard_token import HardTokenAcceptance
+from simulator.acceptance.iid import IIDAcceptance
+from simulator.acceptance.medusa import MedusaAcceptance
+from simulator.acceptance.per_request import PerRequestAcceptance
+from simulator.acceptance.positional import PositionalAcceptance
+from simulator.acceptance.sequoia import SequoiaAcceptance
+from simulator.acceptance.token_level import TokenLevelAcceptance
+from simulator.acceptance.tree_topk import TopKCoverageAcceptance
+from simulator.errors import SpecsimError
+from simulator.token_tree import TokenTree
+from simulator.yaml_io import as_str, require_mapping
+
+
+@runtime_checkable
+class AcceptanceModel(Protocol):
+    """What the engine needs from an acceptance model."""
+
+    name: str
+
+    def bind(self, num_requests: int, rng: np.random.Generator,
+             tasks: np.ndarray | None = None) -> "AcceptanceModel":
+        """Return a copy with per-request parameters drawn; stateless models return self."""
+
+    def sample_chain(self, gammas: np.ndarray, contexts: np.ndarray, request_ids: np.ndarray,
+                     rng: np.random.Generator) -> np.ndarray:
+        """Accepted draft tokens per request, ints in [0, gammas[i]], vectorised."""
+
+    def sample_tree(self, tree: TokenTree, contexts: np.ndarray, request_ids: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+        """Accepted path length per request (bonus excluded), every request verifying ``tree``."""
+
+    def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
+        """vLLM's per-position rate: entry i = P(the first i+1 drafts are all accepted)."""
+
+    def expected_accepted(self, gamma: int, context: int = 0) -> float | None:
+        """Closed-form expected accepted drafts (bonus excluded), None where none exists."""
+
+
+ACCEPTANCE_MODELS: dict[str, type] = {
+    "iid": IIDAcceptance,
+    "positional": PositionalAcceptance,
+    "curve": CurveAcceptance,
+    "medusa": MedusaAcceptance,
+    "per_request": PerRequestAcceptance,
+    "context_decay": ContextDecayAcceptance,
+    "hard_token": HardTokenAcceptance,
+    "token_level": TokenLevelAcceptance,
+    "tree_topk": TopKCoverageAcceptance,
+    "sequoia": SequoiaAcceptance,
+}
+
+
+def acceptance_from_config(cfg: Mapping[str, Any], *, source: str = "acceptance") -> AcceptanceModel:
+    """Build the acceptance model named by ``cfg['model']`` from the rest of ``cfg``."""
+    cfg = require_mapping(cfg, source=source)
+    if "model" not in cfg:
+        raise SpecsimError("missing required key", source=source, field="model",
+                           fix="add 'model: ...', one of: " + ", ".join(ACCEPTANCE_MODELS))
+    name = as_str(cfg["model"], source=source, field="model", choices=list(ACCEPTANCE_MODELS))
+    return ACCEPTANCE_MODELS[name].from_config(cfg, source=source)
+
+
+def summarise_acceptance(accepted, gammas) -> dict:
+    """vLLM-style speculation metrics from per-draft accepted counts and draft lengths.
+
+    ``num_drafts`` counts iterations with gamma > 0; ``acceptance_rate`` = accepted / draft
+    tokens; ``mean_acceptance_length`` tau = 1 + accepted / drafts (bonus included);
+    ``per_position_rates[i]`` = fraction of drafts with more than i draft tokens whose first
+    i+1 were all accepted (vLLM's definition when gamma is fixed).  ``tested_alpha`` =
+    accepted / (accepted + rejections) estimates alpha from the drafts that were actually
+    tested -- what the i.i.d. formula's alpha means.
+    """
+    acc = np.asarray(accepted)
+    gam = np.broadcast_to(np.asarray(gammas), acc.shape)
+    if acc.ndim != 1:
+        raise SpecsimError(f"must be 1-D, got shape {acc.shape}", field="accepted")
+    if not (np.issubdtype(acc.dtype, np.integer) and np.issubdtype(gam.dtype, np.integer)):
+        raise SpecsimError("accepted and gammas must be integer counts", field="accepted")
+    if np.any(acc < 0) or np.any(acc > gam):
+        raise SpecsimError("every accepted count must lie in [0, gamma]", field="accepted")
+    drafted = gam > 0
+    num_drafts = int(drafted.sum())
+    draft_tokens = int(gam.sum())
+    accepted_tokens = int(acc.sum())
+    rejections = int(((acc < gam) & drafted).sum())
+    top = int(gam.max(initial=0))
+    positions = np.arange(top)
+    eligible = (gam[:, None] > positions).sum(axis=0)
+    passed = (acc[:, None] > positions).sum(axis=0)
+    nan = float("nan")
+    return {
+        "num_drafts": num_drafts,
+        "num_draft_tokens": draft_tokens,
+        "num_accepted_tokens": accepted_tokens,
+        "acceptance_rate": accepted_tokens / draft_tokens if draft_tokens else nan,
+        "mean_acceptance_length": 1.0 + accepted_tokens / num_drafts if num_drafts else nan,
+        "per_position_rates": np.where(eligible > 0, passed / np.maximum(eligible, 1), nan),
+        "tested_alpha": accepted_tokens / (accepted_tokens + rejections)
+        if accepted_tokens + rejections else nan,
+    }
+
+
+def expected_metrics(model: AcceptanceModel, gamma: int, context: int = 0) -> dict:
+    """A model's own alpha, tau and per-position rates at a fixed gamma (vLLM definitions)."""
+    rates = np.asarray(model.position_rates(gamma, context), dtype=float)
+    accepted = float(rates.sum())
+    closed = model.expected_accepted(gamma, context)
+    return {
+        "acceptance_rate": accepted / gamma if gamma else float("nan"),
+        "mean_acceptance_length": 1.0 + accepted,
+        "per_position_rates": rates,
+        "expected_accepted": closed,
+    }

@@ -1,0 +1,41 @@
+"""Config parsing shared by the acceptance models (all through simulator.yaml_io)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from simulator.errors import SpecsimError
+from simulator.yaml_io import as_number, check_keys, require_mapping
+
+
+def model_config(cfg: Any, *, allowed: tuple[str, ...], required: tuple[str, ...] = (),
+                 source: str) -> Mapping[str, Any]:
+    """Check an acceptance mapping: its keys are ``model`` plus ``allowed``."""
+    cfg = require_mapping(cfg, source=source)
+    check_keys(cfg, allowed=("model",) + allowed, required=required, source=source)
+    return cfg
+
+
+def probability(value: Any, *, source: str, field: str) -> float:
+    """A number in [0, 1]."""
+    return float(as_number(value, source=source, field=field, minimum=0.0, maximum=1.0))
+
+
+def probability_list(value: Any, *, source: str, field: str,
+                     non_decreasing: bool = False) -> np.ndarray:
+    """A non-empty list of numbers in [0, 1]."""
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise SpecsimError(f"expected a list of probabilities, got {value!r}", source=source,
+                           field=field, fix="write e.g. [0.8, 0.7, 0.6]")
+    items = list(value)
+    if not items:
+        raise SpecsimError("is empty", source=source, field=field,
+                           fix="write e.g. [0.8, 0.7, 0.6]")
+    arr = np.array([probability(v, source=source, field=f"{field}[{i}]")
+                    for i, v in enumerate(items)])
+    if non_decreasing and np.any(np.diff(arr) < -1e-12):
+        raise SpecsimError("must not decrease from one entry to the next", source=source,
+                           field=field, fix="cumulative top-k coverage grows with k: list "
+                           "P(true token in top-1), P(in top-2), ... in that order")
+    return arr

@@ -1,0 +1,45 @@
+"""i.i.d. acceptance: every draft accepted with the same alpha, independently (the formula's world)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from simulator.acceptance.fields import model_config, probability
+from simulator.acceptance.sampling import (chain_depth, check_batch, check_tree,
+                                           sample_geometric)
+from simulator.spec_math import expected_tokens
+
+
+@dataclass(frozen=True)
+class IIDAcceptance:
+    """Accepted drafts ~ leading successes of Bernoulli(alpha): P(>= k accepted) = alpha^k."""
+
+    alpha: float
+    name: ClassVar[str] = "iid"
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], *, source: str) -> "IIDAcceptance":
+        cfg = model_config(cfg, allowed=("alpha",), required=("alpha",), source=source)
+        return cls(probability(cfg["alpha"], source=source, field="alpha"))
+
+    def bind(self, num_requests: int, rng: np.random.Generator,
+             tasks: np.ndarray | None = None) -> "IIDAcceptance":
+        return self
+
+    def sample_chain(self, gammas, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
+        g, _, _ = check_batch(gammas, contexts, request_ids)
+        return sample_geometric(np.full(g.shape, self.alpha), g, rng)
+
+    def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
+        tree, c, r = check_tree(tree, contexts, request_ids)
+        depth = chain_depth(tree, self.name)
+        return self.sample_chain(np.full(c.shape, depth), c, r, rng)
+
+    def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
+        return self.alpha ** np.arange(1, int(gamma) + 1)
+
+    def expected_accepted(self, gamma: int, context: int = 0) -> float | None:
+        """alpha (1 - alpha^gamma) / (1 - alpha) = E(alpha, gamma) - 1 (Leviathan Eq. 1)."""
+        return expected_tokens(self.alpha, int(gamma)) - 1.0

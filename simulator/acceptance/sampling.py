@@ -1,0 +1,125 @@
+"""Vectorised draws shared by the acceptance models: one call per engine iteration.
+
+The engine asks for a whole running batch at once, so every helper here works on arrays of
+requests and draws all its uniforms in one ``rng.random`` call.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.errors import SpecsimError
+from simulator.token_tree import TokenTree
+
+
+def check_batch(gammas, contexts, request_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (gammas, contexts, request_ids) as arrays of one length; gammas whole and >= 0."""
+    g = np.asarray(gammas)
+    if g.ndim != 1 or not np.issubdtype(g.dtype, np.integer):
+        raise SpecsimError(f"must be a 1-D integer array, got {g.dtype} {g.shape}",
+                           field="gammas")
+    if g.size and g.min() < 0:
+        raise SpecsimError("draft lengths must be >= 0", field="gammas")
+    c = np.asarray(contexts)
+    r = np.asarray(request_ids)
+    if c.shape != g.shape:
+        raise SpecsimError(f"has shape {c.shape}, expected {g.shape}", field="contexts",
+                           fix="one context length per request")
+    if r.shape != g.shape:
+        raise SpecsimError(f"has shape {r.shape}, expected {g.shape}", field="request_ids",
+                           fix="one request id per request")
+    return g, c, r
+
+
+def check_tree(tree, contexts, request_ids) -> tuple[TokenTree, np.ndarray, np.ndarray]:
+    """Validate a tree call: a TokenTree and equal-length contexts / request ids."""
+    if not isinstance(tree, TokenTree):
+        raise SpecsimError(f"expected a TokenTree, got {type(tree).__name__}", field="tree")
+    c = np.asarray(contexts)
+    r = np.asarray(request_ids)
+    if c.ndim != 1 or r.shape != c.shape:
+        raise SpecsimError(f"contexts {c.shape} and request_ids {r.shape} must be equal 1-D",
+                           field="request_ids")
+    return tree, c, r
+
+
+def sample_from_survival(survival: np.ndarray, gammas: np.ndarray,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Accepted drafts with P(accepted >= k) = survival[k-1], capped at each gamma.
+
+    ``survival`` is shared by the batch and non-increasing; one uniform per request.
+    """
+    u = rng.random(gammas.shape)
+    n = np.searchsorted(-survival, -u, side="left")        # #{k : survival_k > u}
+    return np.minimum(n, gammas)
+
+
+def sample_geometric(alpha: np.ndarray, gammas: np.ndarray,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Leading successes of i.i.d. Bernoulli(alpha_i) draws, capped at gamma_i.
+
+    P(n >= k) = alpha^k, drawn as floor(log u / log alpha) from one uniform per request.
+    """
+    u = rng.random(gammas.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.floor(np.log(u) / np.log(alpha))
+    n = np.where(alpha >= 1.0, gammas, np.where(alpha <= 0.0, 0, n))
+    return np.minimum(np.nan_to_num(n, posinf=gammas.max(initial=0)), gammas).astype(np.int64)
+
+
+def sample_leading(success_prob: np.ndarray, gammas: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Leading successes given per-request, per-position probabilities (B, G)."""
+    ok = rng.random(success_prob.shape) < success_prob
+    ok = np.concatenate([ok, np.zeros((ok.shape[0], 1), dtype=bool)], axis=1)
+    return np.minimum(np.argmin(ok, axis=1), gammas).astype(np.int64)
+
+
+def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
+              batch: int) -> np.ndarray:
+    """Accepted path lengths for ``batch`` requests verifying ``tree``.
+
+    ``cond`` (n,) or (B, n): P(node accepted | parent accepted and earlier siblings
+    rejected).  Children are tried in rank order; the first accepted is followed.
+    """
+    table = tree.child_table
+    cond = np.broadcast_to(cond, (batch, tree.num_nodes))
+    rows = np.zeros(batch, dtype=np.intp)
+    accepted = np.zeros(batch, dtype=np.int64)
+    active = np.ones(batch, dtype=bool)
+    b = np.arange(batch)[:, None]
+    for _ in range(tree.max_depth):
+        kids = table[rows]
+        probs = np.where(kids >= 0, cond[b, np.maximum(kids, 0)], 0.0)
+        ok = rng.random(probs.shape) < probs
+        hit = ok.any(axis=1)
+        first = np.argmax(ok, axis=1)
+        active &= hit
+        if not active.any():
+            break
+        rows = np.where(active, kids[b[:, 0], first] + 1, rows)
+        accepted += active
+    return accepted
+
+
+def tree_node_probs(tree: TokenTree, cond: np.ndarray) -> np.ndarray:
+    """P(node accepted | parent reached), siblings exclusive, from the conditional ``cond``."""
+    cond = np.asarray(cond, dtype=float)
+    out = np.empty(tree.num_nodes)
+    survive: dict[int, float] = {}
+    for i, parent in enumerate(tree.parents):
+        left = survive.get(int(parent), 1.0)
+        out[i] = left * cond[i]
+        survive[int(parent)] = left * (1.0 - cond[i])
+    return out
+
+
+def chain_depth(tree, model: str) -> int:
+    """The number of drafts in a chain-shaped tree; a branching tree is an error."""
+    if not isinstance(tree, TokenTree):
+        raise SpecsimError(f"expected a TokenTree, got {type(tree).__name__}", field="tree")
+    if not tree.is_chain:
+        raise SpecsimError(
+            f"acceptance model {model!r} has no tree semantics (it describes one draft per "
+            "position, not siblings)", field="acceptance.model",
+            fix="use 'tree_topk', 'medusa', 'sequoia' or 'token_level' for branching trees")
+    return tree.num_nodes

@@ -1,0 +1,72 @@
+"""Sequoia's positional acceptance (Chen et al., 2024): rank, not depth, decides.
+
+``rates[k-1]`` = P(the k-th ranked child is accepted | its parent was accepted and its
+k-1 earlier siblings were rejected), the same at every depth.  A chain uses rank 1 only,
+so it is i.i.d. with alpha = rates[0].  The expected accepted length of a tree is the sum
+over nodes of the product of the exclusive per-rank probabilities along the path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from simulator.acceptance.fields import model_config, probability_list
+from simulator.acceptance.sampling import (check_batch, check_tree, sample_geometric,
+                                           tree_node_probs, walk_tree)
+from simulator.errors import SpecsimError
+from simulator.spec_math import expected_tokens, tree_expected_accepted
+from simulator.token_tree import TokenTree
+
+
+@dataclass(frozen=True)
+class SequoiaAcceptance:
+    """Positional acceptance vector over child ranks."""
+
+    rates: tuple[float, ...]
+    name: ClassVar[str] = "sequoia"
+
+    def __post_init__(self) -> None:
+        arr = np.asarray(self.rates, dtype=float)
+        if arr.ndim != 1 or arr.size == 0 or np.any(~np.isfinite(arr)) \
+                or np.any((arr < 0) | (arr > 1)):
+            raise SpecsimError("must be a non-empty list of numbers in [0, 1]", field="rates")
+        object.__setattr__(self, "rates", tuple(float(r) for r in arr))
+        object.__setattr__(self, "_rates", arr)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], *, source: str) -> "SequoiaAcceptance":
+        cfg = model_config(cfg, allowed=("rates",), required=("rates",), source=source)
+        return cls(tuple(probability_list(cfg["rates"], source=source, field="rates")))
+
+    def bind(self, num_requests, rng, tasks=None):
+        return self
+
+    def node_conditionals(self, tree: TokenTree) -> np.ndarray:
+        """P(node accepted | parent accepted, earlier siblings rejected) = rates[rank]."""
+        rank = tree.child_rank
+        if rank.max() >= self._rates.size:
+            raise SpecsimError(f"the tree has a child of rank {int(rank.max()) + 1} but rates "
+                               f"lists {self._rates.size}", field="rates",
+                               fix="list a rate for every child rank the trees use")
+        return self._rates[rank]
+
+    def sample_chain(self, gammas, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
+        g, _, _ = check_batch(gammas, contexts, request_ids)
+        return sample_geometric(np.full(g.shape, self._rates[0]), g, rng)
+
+    def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
+        tree, c, _ = check_tree(tree, contexts, request_ids)
+        return walk_tree(tree, self.node_conditionals(tree), rng, c.size)
+
+    def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
+        return self._rates[0] ** np.arange(1, int(gamma) + 1)
+
+    def expected_accepted(self, gamma: int, context: int = 0) -> float | None:
+        return expected_tokens(float(self._rates[0]), int(gamma)) - 1.0
+
+    def expected_tree_accepted(self, tree: TokenTree) -> float:
+        """Sum over nodes of the product of exclusive per-rank probabilities on its path."""
+        probs = tree_node_probs(tree, self.node_conditionals(tree))
+        return tree_expected_accepted(tree.parents, probs)
