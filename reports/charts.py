@@ -15,9 +15,13 @@ HEIGHT = 240
 
 
 def _policy_color(df: pd.DataFrame, policies: Sequence[str] | None):
-    domain = list(policies) if policies is not None else list(pd.unique(df["policy"]))
+    present = [str(p) for p in pd.unique(df["policy"])]
+    domain = list(policies) if policies is not None else present
+    # The domain keeps each policy's colour the same on every chart; the legend lists only
+    # the policies this chart has data for.
     return alt.Color("policy:N", scale=alt.Scale(domain=domain), legend=alt.Legend(
-        title="policy (click to select)", orient="bottom", columns=2, labelLimit=300))
+        title="policy (click to select)", orient="bottom", columns=2, labelLimit=300,
+        values=present))
 
 
 def _legend_selection():

@@ -227,8 +227,9 @@ def root_acceptance(p, q, k: int, method: str = "mss", children: str = "sampled"
     q = np.asarray(q, dtype=float)
     k = check_expansion_config([k], name="k")[0]
     schedule = tree_method(method)
-    total = 0.0
-    for kids, weight in _children_tuples(q, k, children):
-        accept, _ = schedule(p, q, kids)
-        total += weight * (1.0 - np.prod(1.0 - accept))
-    return float(total)
+    tuples = _children_tuples(q, k, children)
+    kids = np.stack([t for t, _ in tuples])
+    weights = np.array([w for _, w in tuples])
+    accept, _ = schedule(np.broadcast_to(p, (len(tuples),) + p.shape),
+                         np.broadcast_to(q, (len(tuples),) + q.shape), kids)
+    return float(weights @ (1.0 - np.prod(1.0 - accept, axis=-1)))

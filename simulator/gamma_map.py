@@ -149,7 +149,6 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
     p = check_point(params)
     config = tree_config(p["policy"], p["gamma"], p["tree_width"])
     e = _expected(p, config)
-    nodes = int(np.prod(np.cumprod(config)[-1:])) if config else 0  # nodes on the last level
     levels = np.concatenate(([1], np.cumprod(config))).astype(int) if config else np.ones(1, int)
     nodes = int(levels[1:].sum())
     nan = float("nan")

@@ -35,22 +35,27 @@ class MemoryPlan:
         return self.kv_blocks * self.block_size
 
 
-def activation_bytes(model: ModelSpec, parallel: Parallelism, max_batched_tokens: int) -> float:
+def activation_bytes(model: ModelSpec, parallel: Parallelism, max_batched_tokens: int,
+                     logits_tokens: int | None = None) -> float:
     """Peak activation headroom of one forward of ``max_batched_tokens`` tokens.
 
-    Hidden states and MLP intermediates of the widest layer (bf16/fp16) plus fp32 logits of
-    every token, per device.  A conservative stand-in for vLLM's profiling run.
+    Hidden states and MLP intermediates of the widest layer (bf16/fp16) for every token, plus
+    fp32 logits of the tokens that are sampled (``logits_tokens``; vLLM computes logits only
+    for the last token of each prefill and the decode/verify tokens), per device.  A
+    conservative stand-in for vLLM's profiling run.
     """
     tp = parallel.tensor_parallel
-    per_token = (4 * model.hidden_size + 2 * (2 if model.gated_mlp else 1) * model.ffn_size / tp) \
-        * model.dtype_bytes + 4.0 * model.vocab_size / tp
-    return float(max_batched_tokens) * per_token
+    hidden = (4 * model.hidden_size + 2 * (2 if model.gated_mlp else 1) * model.ffn_size / tp) \
+        * model.dtype_bytes
+    logits = max_batched_tokens if logits_tokens is None else min(logits_tokens,
+                                                                   max_batched_tokens)
+    return float(max_batched_tokens) * hidden + float(logits) * 4.0 * model.vocab_size / tp
 
 
 def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallelism,
                 *, extra_models: Sequence[ModelSpec] = (), kv_models: Sequence[ModelSpec] = (),
                 gpu_memory_utilization: float = 0.9, block_size: int = 16,
-                max_batched_tokens: int = 2048) -> MemoryPlan:
+                max_batched_tokens: int = 2048, logits_tokens: int | None = None) -> MemoryPlan:
     """Plan one device's memory for ``target`` sharded by ``parallel`` plus co-located drafts.
 
     ``extra_models`` are replicated on every device (a draft model, Medusa heads, an EAGLE
@@ -66,7 +71,7 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
     usable = capacity * gpu_memory_utilization
     target_w = target.weight_bytes() / devices * (1.0 - parallel.offload_fraction)
     weights = target_w + sum(m.weight_bytes() for m in extra_models)
-    act = activation_bytes(target, parallel, max_batched_tokens)
+    act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens)
     kv_per_token = target.kv_bytes_per_token() / devices + \
         sum(m.kv_bytes_per_token() for m in kv_models)
     budget = usable - weights - act

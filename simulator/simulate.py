@@ -54,7 +54,9 @@ def build_deployment(scenario: Scenario) -> Deployment:
     b = scenario.batching
     memory = plan_memory(hw, target, scenario.parallelism, extra_models=extra,
                          kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
-                         block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens)
+                         block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
+                         logits_tokens=b.max_num_seqs * (1 + int(params.get(
+                             "num_speculative_tokens", 0) or 0)))
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
     dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads) \
         if draft is not None and draft.kind == "decoder" else None

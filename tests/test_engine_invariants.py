@@ -13,12 +13,12 @@ from simulator.simulate import simulate
 
 
 def _utilisation_for_blocks(blocks: int, block_size: int, batched: int,
-                            with_draft: bool) -> float:
+                            with_draft: bool, logits: int) -> float:
     """gpu_memory_utilization leaving about ``blocks`` KV blocks for opt-1.3b (+ opt-125m)."""
     hw, t, d = load_profile("a10"), load_model("opt-1.3b"), load_model("opt-125m")
     drafts = [d] if with_draft else []
     weights = t.weight_bytes() + sum(m.weight_bytes() for m in drafts)
-    act = activation_bytes(t, Parallelism(), batched)
+    act = activation_bytes(t, Parallelism(), batched, logits_tokens=logits)
     per_block = (t.kv_bytes_per_token() + sum(m.kv_bytes_per_token() for m in drafts)) \
         * block_size
     return (weights + act + (blocks + 0.5) * per_block) / hw.memory_bytes
@@ -50,7 +50,8 @@ def cases(draw):
 def test_invariants(case):
     (arr, prompt, output, policy, alpha, bs, blocks, seqs, batched, chunked, replicas,
      router, seed) = case
-    util = _utilisation_for_blocks(blocks, bs, batched, policy != "none")
+    gamma = int(policy.rsplit("=", 1)[1]) if "=" in policy else 0
+    util = _utilisation_for_blocks(blocks, bs, batched, policy != "none", seqs * (1 + gamma))
     sc = scenario(policy, alpha=alpha, hardware="a10", target="opt-1.3b", draft="opt-125m",
                   replicas=replicas, router=router, seed=seed,
                   batching={"block_size": bs, "max_num_seqs": seqs,
@@ -94,7 +95,7 @@ def test_invariants(case):
 def test_preemption_recomputes_and_still_finishes():
     # a KV cache of ~12 blocks of 16 tokens for 6 requests of 100 + 60 tokens forces
     # preemption; every request must still finish with its exact length.
-    util = _utilisation_for_blocks(12, 16, 256, with_draft=False)
+    util = _utilisation_for_blocks(12, 16, 256, with_draft=False, logits=64)
     sc = scenario("none", hardware="a10", target="opt-1.3b", draft="opt-125m",
                   batching={"max_num_batched_tokens": 256, "gpu_memory_utilization": util})
     wl = workload(np.zeros(6), [100] * 6, [60] * 6)

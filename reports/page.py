@@ -1,0 +1,253 @@
+"""``render_report``: Results (and optional sweep, plan, validation, calibration) -> one HTML file."""
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from reports import charts, frames
+from reports.html import Page, format_number
+from reports.model_frames import (default_grid_axes, gamma_grid_frame, operating_point,
+                                  roofline_frames, scenario_alpha, scenario_pricing)
+from simulator.errors import SpecsimError
+
+
+def _ms(value) -> str:
+    return format_number(float(value) * 1e3)
+
+
+def _pct(value) -> str:
+    v = float(value)
+    return "-" if not np.isfinite(v) else f"{100 * v:.1f}%"
+
+
+def _times(value) -> str:
+    v = float(value)
+    return "-" if not np.isfinite(v) else f"{v:.2f}x"
+
+
+SUMMARY_TABLE = {
+    "policy": ("policy", str),
+    "finished": ("finished", format_number),
+    "p50_ttft_s": ("p50 TTFT (ms)", _ms), "p99_ttft_s": ("p99 TTFT (ms)", _ms),
+    "p50_tpot_s": ("p50 TPOT (ms)", _ms), "p99_tpot_s": ("p99 TPOT (ms)", _ms),
+    "p50_e2e_s": ("p50 E2E (ms)", _ms), "p99_e2e_s": ("p99 E2E (ms)", _ms),
+    "output_tokens_per_s": ("throughput (tok/s)", format_number),
+    "goodput_requests_per_s": ("goodput (req/s)", format_number),
+    "slo_attainment": ("SLO met", _pct),
+    "mean_acceptance_length": ("tau", format_number),
+    "acceptance_rate": ("acceptance rate", _pct),
+    "speedup_vs_none": ("speedup vs none (TPOT)", _times),
+}
+
+
+def as_frame(obj: Any) -> pd.DataFrame:
+    """A DataFrame from a DataFrame, a list of records, a mapping, or an object with to_frame()."""
+    if obj is None:
+        return pd.DataFrame()
+    if isinstance(obj, pd.DataFrame):
+        return obj
+    for attr in ("to_frame", "frame", "table"):
+        value = getattr(obj, attr, None)
+        if callable(value):
+            value = value()
+        if isinstance(value, pd.DataFrame):
+            return value
+    if isinstance(obj, Mapping):
+        if all(np.isscalar(v) or v is None for v in obj.values()):
+            return pd.DataFrame({"field": list(obj), "value": list(obj.values())})
+        return pd.DataFrame(obj)
+    if isinstance(obj, Sequence) and not isinstance(obj, str):
+        return pd.DataFrame(list(obj))
+    raise SpecsimError(f"cannot show a {type(obj).__name__} as a table", field="report",
+                       fix="pass a DataFrame, a list of dicts or a dict")
+
+
+def report_versions() -> dict:
+    """Software versions behind a report: the run's packages plus the charting stack."""
+    from importlib import metadata
+
+    import vl_convert
+
+    from simulator.cli_run import software_versions
+    out = software_versions()
+    for pkg in ("altair", "vl-convert-python"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    out["vega"] = vl_convert.get_vega_version()
+    out["vega-embed"] = vl_convert.get_vega_embed_version()
+    return out
+
+
+def _latency_section(page: Page, results: Sequence, policies: list[str]) -> None:
+    page.section("Latency")
+    page.text("Empirical CDFs over finished requests (ITL: over every emitted step). "
+              "Click a legend entry to pick out one policy; hover for values.")
+    named = []
+    for metric, title in frames.LATENCY_METRICS.items():
+        cdf = frames.cdf_frame(results, metric)
+        if len(cdf):
+            named.append((f"cdf-{metric}", charts.latency_cdf_chart(cdf, title, policies)))
+    page.charts(named)
+
+
+def _sweep_section(page: Page, sweep: Any, policies: list[str]) -> None:
+    long = frames.sweep_frame(as_frame(sweep))
+    page.section("Load sweep")
+    if not len(long):
+        page.text("The sweep has no request-rate column or no known metric; its table:")
+        page.table(as_frame(sweep))
+        return
+    names = list(pd.unique(long["policy"]))
+    domain = policies + [p for p in names if p not in policies]
+    page.charts([(f"sweep-{i}", charts.sweep_chart(long, m, domain))
+                 for i, m in enumerate(pd.unique(long["metric"]))])
+
+
+def _gamma_section(page: Page, scenario, results: Sequence, pricing) -> None:
+    page.section("When to speculate")
+    if pricing is None or pricing.draft_cost is None:
+        page.text("No draft model in the scenario: nothing to tune.")
+        return
+    alpha, source = scenario_alpha(scenario, results)
+    batches, contexts = default_grid_axes(scenario.batching.max_num_seqs,
+                                          pricing.target.max_context)
+    grid = gamma_grid_frame(pricing.target_cost, pricing.draft_cost, alpha=alpha,
+                            batches=batches, contexts=contexts)
+    page.text(f"Chain speculation priced by the cost model with alpha = {alpha:.3f} (from "
+              f"{source}): the gamma in 0..8 that maximises E(alpha, gamma) x decode time / "
+              "(draft time + verification time), and that speedup.")
+    page.charts([("gamma-heatmap", charts.gamma_heatmap_chart(grid)),
+                 ("speedup-surface", charts.speedup_surface_chart(grid))])
+
+
+def _acceptance_section(page: Page, results: Sequence, policies: list[str]) -> None:
+    hist = frames.acceptance_length_frame(results)
+    if not len(hist):
+        return
+    page.section("Acceptance")
+    page.text("tau (mean acceptance length) = 1 + accepted / drafts; per-position "
+              "acceptance is P(first i draft tokens accepted | at least i drafted).")
+    page.charts([("acceptance-length", charts.acceptance_length_chart(hist, policies)),
+                 ("position-rate", charts.position_rate_chart(
+                     frames.position_rate_frame(results), policies))])
+
+
+def _roofline_section(page: Page, results: Sequence, pricing, error: str | None) -> None:
+    page.section("Roofline")
+    if pricing is None:
+        page.text(f"No roofline: {error}")
+        return
+    point = operating_point(results, pricing.target.max_context)
+    ops, roofs = roofline_frames(pricing, point)
+    hw = pricing.hardware
+    page.text(f"{pricing.target.name} on one {hw.name} device: a decode step and a "
+              f"verification step of gamma + 1 = {point.gamma + 1} tokens per request, "
+              f"batch {point.batch}, context {point.context} (the run's medians). Roofs: "
+              f"{hw.peak_flops(pricing.target.dtype) / 1e12:.0f} TFLOP/s "
+              f"{pricing.target.dtype}, {hw.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s.")
+    page.charts([("roofline", charts.roofline_chart(ops, roofs))])
+
+
+def _timeline_section(page: Page, results: Sequence, policies: list[str]) -> None:
+    page.section("Timelines")
+    page.text("Per engine step, binned over simulated time (duration-weighted mean per bin).")
+    points = max(60, min(300, 2400 // max(1, len(results))))
+    page.charts([(f"timeline-{col}", charts.timeline_chart(
+        frames.timeline_frame(results, col, points), title, policies))
+        for col, title in frames.TIMELINE_METRICS.items()])
+
+
+def _extra_sections(page: Page, plan, calibration, validation) -> None:
+    if plan is not None:
+        page.section("Capacity plan")
+        page.table(as_frame(plan))
+    if calibration is not None:
+        page.section("Calibration")
+        fit = as_frame(calibration)
+        if {"measured_s", "predicted_s"} <= set(fit.columns) and len(fit):
+            sample = fit if len(fit) <= 2000 else fit.sample(2000, random_state=0)
+            page.charts([("calibration", charts.calibration_chart(sample))])
+        page.table(fit, max_rows=50)
+    if validation is not None:
+        page.section("Validation")
+        page.table(as_frame(validation))
+
+
+def _reproduce_section(page: Page, scenario, results: Sequence, versions: Mapping) -> None:
+    page.section("Reproduce")
+    labels = ",".join(r.label for r in results)
+    page.text(f"Seed {scenario.seed}. Save the scenario below as scenario.yaml and run:")
+    page.pre(f"specsim run scenario.yaml --compare {shlex.quote(labels)} --report report.html")
+    page.table(pd.DataFrame({"package": list(versions), "version": list(versions.values())}))
+    raw = dict(getattr(scenario, "raw", {}) or {})
+    page.pre(yaml.safe_dump(raw, sort_keys=False) if raw else "(built from Python objects)")
+
+
+def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
+                      validation=None, calibration=None, versions: Mapping | None = None) -> str:
+    """The whole report as one HTML string."""
+    results = list(results or [])
+    if not results:
+        raise SpecsimError("no results to report", field="results",
+                           fix="pass the list simulate() returned, one per policy")
+    scenario = scenario if scenario is not None else results[0].scenario
+    policies = [r.label for r in results]
+    page = Page(f"specsim report: {scenario.name}")
+    summary = frames.summary_frame(results)
+    n = int(summary["requests"].iloc[0])
+    draft = f" with draft {scenario.draft}" if scenario.draft else ""
+    subtitle = (f"{scenario.target}{draft} on {scenario.hardware} x"
+                f"{scenario.parallelism.devices}, {scenario.replicas} replica(s), {n} requests, "
+                f"seed {scenario.seed}; policies: {', '.join(policies)}.")
+    page.section("Summary")
+    page.table(summary, SUMMARY_TABLE)
+    _latency_section(page, results, policies)
+    if sweep is not None:
+        _sweep_section(page, sweep, policies)
+    try:
+        pricing, error = scenario_pricing(scenario), None
+    except SpecsimError as exc:  # e.g. a custom hardware_dir that moved: skip, say why
+        pricing, error = None, str(exc)
+    _gamma_section(page, scenario, results, pricing)
+    _acceptance_section(page, results, policies)
+    _roofline_section(page, results, pricing, error)
+    _timeline_section(page, results, policies)
+    _extra_sections(page, plan, calibration, validation)
+    _reproduce_section(page, scenario, results, versions or report_versions())
+    return page.to_html(subtitle)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder, then rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def render_report(results: Sequence, path, scenario=None, sweep=None, plan=None,
+                  validation=None, calibration=None, *, versions: Mapping | None = None) -> Path:
+    """Write the self-contained HTML report of ``results`` (one Results per policy) to ``path``."""
+    out = Path(path).expanduser()
+    if out.is_dir():
+        raise SpecsimError(f"{out} is a folder", field="--report",
+                           fix="give a file name such as report.html")
+    text = build_report_html(results, scenario, sweep, plan, validation, calibration, versions)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, text)
+    return out.resolve()
+

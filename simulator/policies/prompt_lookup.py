@@ -1,0 +1,194 @@
+"""``prompt_lookup``: n-gram matching over the prompt and the text generated so far (vLLM ``ngram``).
+
+Each iteration, for every decoding request, the proposer takes the longest suffix of the
+request's tokens (between ``prompt_lookup_min`` and ``prompt_lookup_max`` tokens) that also
+occurs earlier in them, and proposes the up to ``num_speculative_tokens`` tokens that followed
+its earliest occurrence -- the rule of vLLM's ``_find_longest_matched_ngram_and_propose_tokens``
+(longest n first, earliest position on ties).  No match: no draft this iteration.
+
+It runs on the workload's real token ids (``workload: {tokens: ...}``): request ``rid`` has
+emitted the first ``generated`` ids of ``output_ids[rid]``, and the target's next tokens are the
+following ones.  A draft token is accepted iff it equals the target's token at its position
+(greedy verification), so acceptance is measured on the text, not assumed.  A workload without
+token ids is an error: the scenario's acceptance model cannot say when an n-gram matches.
+
+The proposer is CPU work, serial before the verification forward: ``cpu_time_per_request_s``
+per request per iteration.  The default, 2 us, is vLLM's own figure: its Numba n-gram matcher
+took 1.9 s cumulative over a 5,000-request ShareGPT run (vllm-project/vllm PR #13365), about
+10^6 request-iterations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.errors import SpecsimError
+from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+
+PROMPT_LOOKUP_S_PER_REQUEST = 2e-6  # vLLM PR #13365: 1.9 s over ~1e6 request-iterations
+
+
+def require_token_ids(workload, policy: str) -> tuple[tuple, tuple]:
+    """Return the workload's (prompt_ids, output_ids), or raise: the policy needs real tokens."""
+    if workload is None or workload.prompt_ids is None or workload.output_ids is None:
+        name = getattr(workload, "name", None)
+        raise SpecsimError(
+            f"the {policy} policy matches real token ids, and workload {name!r} has none",
+            field="workload",
+            fix="use a token-level workload, e.g. workload: {tokens: {kind: code_edit, "
+                "num_requests: 50, arrival: {process: poisson, rate_per_s: 1}}}")
+    return workload.prompt_ids, workload.output_ids
+
+
+class TokenText:
+    """Each request's prompt + output ids: what it has emitted so far and what comes next."""
+
+    def __init__(self, prompt_ids: tuple, output_ids: tuple) -> None:
+        self.prompt_ids = prompt_ids
+        self.output_ids = output_ids
+        self._full: dict[int, np.ndarray] = {}
+
+    def full(self, rid: int) -> np.ndarray:
+        """Prompt followed by the whole output of request ``rid`` (cached while it runs)."""
+        text = self._full.get(rid)
+        if text is None:
+            text = np.concatenate((self.prompt_ids[rid], self.output_ids[rid]))
+            self._full[rid] = text
+        return text
+
+    def known(self, rid: int, generated: int) -> np.ndarray:
+        """The tokens the request's context holds: prompt + the first ``generated`` outputs."""
+        return self.full(rid)[:self.prompt_ids[rid].size + int(generated)]
+
+    def upcoming(self, rid: int, generated: int, n: int) -> np.ndarray:
+        """The target's next ``n`` tokens (fewer near the end of the output)."""
+        g = int(generated)
+        return self.output_ids[rid][g:g + int(n)]
+
+    def forget(self, rid: int) -> None:
+        """Drop the cached text of a finished request."""
+        self._full.pop(rid, None)
+
+
+def matched_prefix(draft: np.ndarray, truth: np.ndarray) -> int:
+    """Leading tokens of ``draft`` equal to ``truth`` (greedy verification of a chain)."""
+    n = min(draft.size, truth.size)
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(draft[:n] != truth[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def ngram_lookup(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarray:
+    """Tokens after the earliest occurrence of the longest suffix n-gram (min_n <= n <= max_n).
+
+    The occurrence must end before the last token, so at least one token follows it; up to
+    ``k`` of those are returned (empty: no n-gram of ``min_n`` or more recurs).
+    """
+    size = tokens.size
+    if k <= 0 or size < min_n + 1:
+        return tokens[:0]
+    ends = np.flatnonzero(tokens[:size - 1] == tokens[size - 1])  # candidate match ends
+    if not ends.size:
+        return tokens[:0]
+    length = np.ones(ends.size, np.int64)
+    alive = np.ones(ends.size, bool)
+    for j in range(1, max_n):
+        idx = ends - j
+        alive &= idx >= 0
+        alive[alive] = tokens[idx[alive]] == tokens[size - 1 - j]
+        if not alive.any():
+            break
+        length += alive
+    best = int(length.max())
+    if best < min_n:
+        return tokens[:0]
+    start = int(ends[np.argmax(length == best)]) + 1  # earliest among the longest
+    return tokens[start:start + k]
+
+
+def check_ngram_sizes(out: dict, source: str, prefix: str) -> None:
+    """``prompt_lookup_min <= prompt_lookup_max`` (both >= 1 by their Param bounds)."""
+    if out["prompt_lookup_min"] > out["prompt_lookup_max"]:
+        raise SpecsimError(
+            f"prompt_lookup_min ({out['prompt_lookup_min']}) exceeds prompt_lookup_max "
+            f"({out['prompt_lookup_max']})", source=source, field=prefix + "prompt_lookup_min",
+            fix="make prompt_lookup_min <= prompt_lookup_max")
+
+
+def chain_plan(drafts: dict[int, np.ndarray], batch: BatchView, cpu_time_s: float) -> DraftPlan:
+    """A plan verifying each request's draft chain (``drafts`` keyed by request id)."""
+    k = np.fromiter((drafts[int(r)].size for r in batch.request_ids), np.int64, len(batch))
+    return DraftPlan(num_draft=k, verify_tokens=k + 1, cpu_time_s=cpu_time_s, payload=drafts)
+
+
+def accept_chains(text: TokenText, plan: DraftPlan, batch: BatchView) -> np.ndarray:
+    """Greedy verification of each request's chain against the target's next tokens."""
+    out = np.zeros(len(batch), np.int64)
+    for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+        k = int(plan.num_draft[i])
+        if k:
+            draft = plan.payload[rid][:k]
+            out[i] = matched_prefix(draft, text.upcoming(rid, g, k))
+    return out
+
+
+class PromptLookup(NoDraftMixin):
+    """Propose the continuation of the longest recurring suffix n-gram of each request."""
+
+    name = "prompt_lookup"
+    needs_draft_model = False
+    PARAMS = {
+        "num_speculative_tokens": Param("int", default=4, minimum=1, maximum=64,
+                                        aliases=("gamma",), help="most draft tokens proposed"),
+        "prompt_lookup_max": Param("int", default=4, minimum=1, maximum=64,
+                                   help="longest n-gram matched"),
+        "prompt_lookup_min": Param("int", default=2, minimum=1, maximum=64,
+                                   help="shortest n-gram matched"),
+        "cpu_time_per_request_s": Param("float", default=PROMPT_LOOKUP_S_PER_REQUEST,
+                                        minimum=0.0, maximum=1.0,
+                                        help="CPU proposer time per request per iteration"),
+    }
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix,
+                            check=check_ngram_sizes)
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        self.text = TokenText(*require_token_ids(ctx.workload, self.name))
+        self.k = int(params["num_speculative_tokens"])
+        self.min_n = int(params["prompt_lookup_min"])
+        self.max_n = int(params["prompt_lookup_max"])
+        self.cpu_s = float(params["cpu_time_per_request_s"])
+        self.max_verify_tokens = self.k + 1
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.k
+
+    def propose_limited(self, batch: BatchView, rng: np.random.Generator,
+                        max_draft: np.ndarray) -> DraftPlan:
+        """Propose at most ``max_draft[i]`` tokens for request i (adaptive controllers' hook)."""
+        drafts = {}
+        looked = 0
+        for rid, g, cap in zip(batch.request_ids.tolist(), batch.generated.tolist(),
+                               np.minimum(max_draft, self.k).tolist()):
+            if cap > 0:
+                looked += 1
+                drafts[rid] = ngram_lookup(self.text.known(rid, g), self.min_n, self.max_n, cap)
+            else:
+                drafts[rid] = self.text.full(rid)[:0]
+        return chain_plan(drafts, batch, looked * self.cpu_s)
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        return self.propose_limited(batch, rng, np.full(len(batch), self.k, np.int64))
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        return accept_chains(self.text, plan, batch)
+
+    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
+                step_time_s: float) -> None:
+        done = batch.generated + np.minimum(accepted + 1, batch.output_len - batch.generated) \
+            >= batch.output_len
+        for rid in batch.request_ids[done].tolist():
+            self.text.forget(rid)

@@ -1,0 +1,417 @@
+"""Sweeps: a grid (or list) of points, analytic or simulated, streamed to CSV/Parquet, resumable.
+
+A sweep file::
+
+    mode: simulated                 # or analytic (closed forms + cost model, no event loop)
+    scenario: default               # simulated only: built-in, a path, or an inline mapping
+    fixed: {workload.max_requests: 200}
+    grid: {gamma: [1, 2, 4], workload.rate_per_s: [1, 2, 4]}
+    points: [{policy: none}, {policy: chain}]      # optional; crossed with the grid
+
+Simulated points are scenario overrides (dotted paths or the short names in ``SIM_ALIASES``)
+applied with ``apply_overrides`` and validated by ``scenario_from_dict``, all before anything
+runs.  Analytic points take the fields of ``simulator.gamma_map.FIELDS``.  Every point has a
+key, a stable hash of what it evaluates (the merged analytic fields, or the final scenario
+mapping), so a rerun on the same output skips the points already there.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from simulator import gamma_map
+from simulator.errors import SpecsimError
+from simulator.executors import Failure, make_executor, run_items
+from simulator.yaml_io import as_str, check_keys, load_yaml_file, require_mapping
+
+MODES = ("analytic", "simulated")
+TOP_KEYS = ("name", "mode", "scenario", "fixed", "grid", "points")
+SIM_ALIASES = {"gamma": "policy.num_speculative_tokens",
+               "num_speculative_tokens": "policy.num_speculative_tokens",
+               "rate_per_s": "workload.rate_per_s", "rate": "workload.rate_per_s",
+               "tensor_parallel": "parallelism.tensor_parallel", "alpha": "acceptance.alpha",
+               "max_num_seqs": "batching.max_num_seqs"}
+SIM_SWEEPABLE = ("seed", "hardware", "target", "draft", "parallelism", "policy", "acceptance",
+                 "batching", "workload", "slo", "replicas", "router", "overheads")
+NOT_SWEEPABLE = {"name": "it labels the scenario, not a configuration",
+                 "hardware_dir": "it is a search path; set it under fixed"}
+ANALYTIC_ONLY = ("batch", "context", "tree_width", "c", "c_target_over_draft")
+
+
+def _not_sweepable(name: str, why: str, fix: str, source: str) -> SpecsimError:
+    return SpecsimError(f"{name!r} is not sweepable: {why}", source=source, field=name, fix=fix)
+
+
+def canonical_field(mode: str, name: str, *, source: str = "sweep", fixed: bool = False) -> str:
+    """The field a sweep name sets: an analytic field, or a scenario path in simulated mode."""
+    if not isinstance(name, str) or not name:
+        raise SpecsimError(f"field names are non-empty strings, got {name!r}", source=source)
+    top = name.split(".")[0]
+    if top in NOT_SWEEPABLE and not fixed:
+        raise _not_sweepable(name, NOT_SWEEPABLE[top], "set it in the base scenario or under "
+                             "fixed", source)
+    if mode == "analytic":
+        alias = {a: f for f, p in gamma_map.FIELDS.items() for a in p.aliases}
+        canon = alias.get(name, name)
+        if canon in gamma_map.FIELDS and (fixed or canon != "hardware_dir"):
+            return canon
+        if name in SIM_ALIASES or top in SIM_SWEEPABLE:
+            raise _not_sweepable(name, "analytic mode has no event loop, trace or scheduler",
+                                 "use mode: simulated, or one of: "
+                                 + ", ".join(gamma_map.FIELDS), source)
+        raise SpecsimError(f"unknown field {name!r}", source=source, field=name,
+                           fix="analytic fields are: " + ", ".join(gamma_map.FIELDS))
+    if name in SIM_ALIASES:
+        return SIM_ALIASES[name]
+    if name in ANALYTIC_ONLY:
+        raise _not_sweepable(name, "in simulated mode batches and contexts come from the trace "
+                             "and the scheduler", "sweep batching.max_num_seqs or workload.*, "
+                             "or use mode: analytic", source)
+    if top in SIM_SWEEPABLE or (fixed and top in NOT_SWEEPABLE):
+        return name
+    raise SpecsimError(f"unknown field {name!r}", source=source, field=name,
+                       fix="sweep a scenario path under one of: " + ", ".join(SIM_SWEEPABLE)
+                       + ", or a short name: " + ", ".join(SIM_ALIASES))
+
+
+def expand_grid(grid: Mapping[str, Sequence] | None, points: Sequence[Mapping] | None = None,
+                *, source: str = "sweep") -> list[dict]:
+    """Cartesian product of ``grid`` (last field fastest), crossed with each of ``points``."""
+    grid = dict(require_mapping(grid or {}, source=source, field="grid"))
+    for name, values in grid.items():
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+            raise SpecsimError(f"expected a list of values, got {values!r}", source=source,
+                               field=f"grid.{name}", fix=f"write {name}: [1, 2, 4]")
+        if not values:
+            raise SpecsimError("has no values: the grid is empty", source=source,
+                               field=f"grid.{name}", fix="give at least one value")
+    if points is not None and (not isinstance(points, Sequence) or isinstance(points, str)
+                               or not points):
+        raise SpecsimError("expected a non-empty list of points", source=source, field="points")
+    base = [dict(require_mapping(p, source=source, field=f"points[{i}]"))
+            for i, p in enumerate(points or [{}])]
+    combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    out = []
+    for p in base:
+        for combo in combos:
+            clash = set(p) & set(combo)
+            if clash:
+                raise SpecsimError(f"{sorted(clash)[0]!r} is in both points and grid",
+                                   source=source, field="points", fix="set it in one place")
+            out.append({**p, **combo})
+    if not out or out == [{}]:
+        raise SpecsimError("the grid is empty", source=source, field="grid",
+                           fix="give grid: {gamma: [1, 2, 4]} or a points: list")
+    return out
+
+
+def point_key(payload: Mapping[str, Any]) -> str:
+    """A stable 16-hex-digit hash of what a point evaluates."""
+    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cell(value: Any) -> Any:
+    """A DataFrame cell for a parameter: scalars as they are, a policy as its label."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping) and "name" in value:
+        rest = {k: v for k, v in value.items() if k != "name"}
+        return str(value["name"]) + (":" + ",".join(f"{k}={v}" for k, v in sorted(rest.items()))
+                                     if rest else "")
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@lru_cache(maxsize=128)
+def _check_names(hardware, hardware_dir, target, draft) -> None:
+    from hardware.profile import load_profile
+    from simulator.model_spec import load_model
+    load_profile(hardware, hardware_dir)
+    load_model(target)
+    if draft:
+        load_model(draft)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Validated points: their display columns, what each evaluates, and its key."""
+
+    mode: str
+    columns: tuple[dict, ...]      # per point: field as written -> cell value
+    payloads: tuple[dict, ...]     # per point: merged analytic fields or final scenario mapping
+    base_dir: str = "."
+    name: str = "sweep"
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def keys(self) -> list[str]:
+        return [point_key({"mode": self.mode, "point": p}) for p in self.payloads]
+
+    def task(self, i: int) -> tuple:
+        return (self.mode, self.payloads[i], self.base_dir)
+
+    @classmethod
+    def analytic(cls, points: Sequence[Mapping], *, fixed: Mapping | None = None,
+                 source: str = "sweep", name: str = "sweep") -> "SweepSpec":
+        """An analytic sweep: each point (plus ``fixed``) is checked by gamma_map.check_point."""
+        fixed = {canonical_field("analytic", k, source=source, fixed=True): v
+                 for k, v in dict(fixed or {}).items()}
+        columns, payloads = [], []
+        for i, point in enumerate(points):
+            merged = dict(fixed)
+            for k, v in point.items():
+                merged[canonical_field("analytic", k, source=source)] = v
+            checked = gamma_map.check_point(merged, source=f"{source}: point {i}")
+            if checked["c"] is None and checked["c_target_over_draft"] is None:
+                try:
+                    _check_names(checked["hardware"], checked["hardware_dir"], checked["target"],
+                                 checked["draft"] if checked["policy"] != "none" else None)
+                except SpecsimError as exc:
+                    raise SpecsimError(exc.message, source=f"{source}: point {i}",
+                                       field=exc.field, fix=exc.fix) from None
+            columns.append({k: _cell(v) for k, v in {**fixed, **point}.items()})
+            payloads.append(merged)
+        if not payloads:
+            raise SpecsimError("the grid is empty", source=source, field="grid")
+        return cls("analytic", tuple(columns), tuple(payloads), ".", name)
+
+    @classmethod
+    def simulated(cls, points: Sequence[Mapping], *, scenario: Any = None,
+                  fixed: Mapping | None = None, source: str = "sweep",
+                  base_dir: str | Path = ".", name: str = "sweep") -> "SweepSpec":
+        """A simulated sweep over overrides of ``scenario`` (None: the built-in one)."""
+        from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
+        base_raw, base_dir = _base_scenario(scenario, Path(base_dir), source)
+        if isinstance(scenario, Scenario):
+            base_dir = Path(scenario.base_dir)
+
+        def override(raw: dict, items: Mapping, is_fixed: bool) -> dict:
+            sets = [f"{canonical_field('simulated', k, source=source, fixed=is_fixed)}="
+                    f"{json.dumps(v)}" for k, v in items.items()]
+            return apply_overrides(raw, sets)
+
+        base_raw = override(base_raw, dict(fixed or {}), True)
+        columns, payloads, workloads = [], [], {}
+        for i, point in enumerate(points):
+            where = f"{source}: point {i} ({', '.join(f'{k}={v}' for k, v in point.items())})"
+            try:
+                raw = override(base_raw, point, False)
+                sc = scenario_from_dict(raw, source=where, base_dir=base_dir)
+                _check_names(sc.hardware, sc.hardware_dir, sc.target, sc.draft)
+            except SpecsimError as exc:
+                raise SpecsimError(exc.message, source=where, field=exc.field,
+                                   fix=exc.fix) from None
+            workloads.setdefault(point_key(dict(sc.workload)), (dict(sc.workload), where))
+            columns.append({k: _cell(v) for k, v in {**dict(fixed or {}), **point}.items()})
+            payloads.append(raw)
+        if not payloads:
+            raise SpecsimError("the grid is empty", source=source, field="grid")
+        from workloads.workload import workload_from_config
+        for cfg, where in workloads.values():  # a bad workload fails here, not in every worker
+            workload_from_config(cfg, rng=np.random.default_rng(0), base_dir=base_dir,
+                                 source=where)
+        return cls("simulated", tuple(columns), tuple(payloads), str(base_dir), name)
+
+
+def _base_scenario(scenario: Any, base_dir: Path, source: str) -> tuple[dict, Path]:
+    from simulator.scenario import DEFAULT_SCENARIO, Scenario
+    if isinstance(scenario, Scenario):
+        return dict(scenario.raw), Path(scenario.base_dir)
+    if scenario is None or scenario == "default":
+        path = DEFAULT_SCENARIO
+    elif isinstance(scenario, (str, Path)):
+        path = Path(scenario) if Path(scenario).is_absolute() else base_dir / scenario
+    else:
+        return dict(require_mapping(scenario, source=source, field="scenario")), base_dir
+    return dict(require_mapping(load_yaml_file(path), source=str(path))), path.resolve().parent
+
+
+def sweep_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> SweepSpec:
+    """Validate a parsed sweep mapping (see the module docstring)."""
+    data = require_mapping(data, source=source)
+    check_keys(data, allowed=TOP_KEYS, required=("mode",), source=source)
+    mode = as_str(data["mode"], source=source, field="mode", choices=MODES)
+    name = as_str(data.get("name", "sweep"), source=source, field="name")
+    fixed = require_mapping(data.get("fixed") or {}, source=source, field="fixed")
+    points = expand_grid(data.get("grid"), data.get("points"), source=source)
+    if mode == "analytic":
+        if "scenario" in data:
+            raise SpecsimError("only simulated sweeps take a scenario", source=source,
+                               field="scenario", fix="remove it, or use mode: simulated")
+        return SweepSpec.analytic(points, fixed=fixed, source=source, name=name)
+    return SweepSpec.simulated(points, scenario=data.get("scenario"), fixed=fixed,
+                               source=source, base_dir=base_dir, name=name)
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep YAML file."""
+    path = Path(path)
+    return sweep_from_dict(load_yaml_file(path), source=str(path),
+                           base_dir=path.resolve().parent)
+
+
+def evaluate(task: tuple) -> dict[str, Any]:
+    """Evaluate one point (runs in a worker): analytic results or a simulation summary."""
+    mode, payload, base_dir = task
+    if mode == "analytic":
+        return gamma_map.analytic_point(payload)
+    from simulator.scenario import scenario_from_dict
+    from simulator.simulate import simulate
+    summary = simulate(scenario_from_dict(payload, source="sweep point",
+                                          base_dir=base_dir)).summary()
+    summary["policy_label"] = summary.pop("policy")
+    return summary
+
+
+class ResultSink:
+    """Rows streamed to ``path``: a CSV appended in place, or Parquet part files in a folder."""
+
+    FLUSH_ROWS, FLUSH_S = 500, 2.0
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        suffix = self.path.suffix.lower()
+        if suffix not in (".csv", ".parquet", ".pq"):
+            raise SpecsimError(f"cannot tell the format of {str(path)!r}", field="--out",
+                               fix="end the name in .csv or .parquet")
+        self.fmt = "csv" if suffix == ".csv" else "parquet"
+        if self.fmt == "parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise SpecsimError("parquet needs pyarrow", field="--out",
+                                   fix="pip install pyarrow, or write .csv") from None
+        self._buffer: list[dict] = []
+        self._last = time.monotonic()
+        self._repair_csv()
+
+    def _repair_csv(self) -> None:
+        """Drop a half-written last line left by an interrupted run."""
+        if self.fmt != "csv" or not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            self.path.write_bytes(data[:data.rfind(b"\n") + 1])
+
+    def read(self) -> pd.DataFrame:
+        """Every row written so far (the last row per key wins)."""
+        if self.fmt == "csv":
+            if not self.path.exists() or self.path.stat().st_size == 0:
+                return pd.DataFrame()
+            df = pd.read_csv(self.path)
+        else:
+            parts = sorted(self.path.glob("part-*.parquet")) if self.path.is_dir() else []
+            if not parts:
+                return pd.DataFrame()
+            df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        return df.drop_duplicates("key", keep="last") if "key" in df else df
+
+    def done_keys(self) -> set[str]:
+        """Keys already evaluated without error."""
+        df = self.read()
+        if df.empty:
+            return set()
+        ok = df["error"].isna() if "error" in df else np.ones(len(df), bool)
+        return set(df.loc[ok, "key"].astype(str))
+
+    def add(self, row: dict) -> None:
+        self._buffer.append(row)
+        if len(self._buffer) >= self.FLUSH_ROWS or time.monotonic() - self._last >= self.FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self._last = time.monotonic()
+        if not self._buffer:
+            return
+        new = pd.DataFrame(self._buffer)
+        self._buffer = []
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.fmt == "parquet":
+            self.path.mkdir(exist_ok=True)
+            n = len(list(self.path.glob("part-*.parquet")))
+            tmp = self.path / f".part-{n:05d}.tmp"
+            new.to_parquet(tmp, index=False)
+            os.replace(tmp, self.path / f"part-{n:05d}.parquet")
+            return
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            new.to_csv(self.path, index=False)
+            return
+        columns = list(pd.read_csv(self.path, nrows=0).columns)
+        if set(new.columns) <= set(columns):
+            new.reindex(columns=columns).to_csv(self.path, mode="a", header=False, index=False)
+            return
+        merged = pd.concat([pd.read_csv(self.path), new], ignore_index=True)  # new columns
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        merged.to_csv(tmp, index=False)
+        os.replace(tmp, self.path)
+
+
+def _assemble(df: pd.DataFrame, spec: SweepSpec, keys: list[str]) -> pd.DataFrame:
+    """One row per point of ``spec``, in point order; columns: point, key, fields, results, error."""
+    df = df.drop_duplicates("key", keep="last").set_index("key")
+    df = df.drop(columns=[c for c in ("point",) if c in df]).reindex(keys)
+    df.insert(0, "point", np.arange(len(keys)))
+    df = df.reset_index().rename(columns={"index": "key"})
+    fields = list(dict.fromkeys(k for cols in spec.columns for k in cols))
+    rest = [c for c in df.columns if c not in ("point", "key", "error", *fields)]
+    if "error" not in df:
+        df["error"] = None
+    return df[["point", "key", *fields, *rest, "error"]]
+
+
+def run_sweep(spec: SweepSpec, *, executor: Any = "local", workers: int | None = None,
+              address: str | None = None, out: str | Path | None = None,
+              progress: bool = False, chunk_size: int | None = None) -> pd.DataFrame:
+    """Evaluate every point not already in ``out``; return one tidy row per point."""
+    keys = spec.keys()
+    sink = ResultSink(out) if out is not None else None
+    done = sink.done_keys() if sink is not None else set()
+    todo = list({k: i for i, k in reversed(list(enumerate(keys))) if k not in done}.values())
+    todo.sort()
+    rows: list[dict] = []
+
+    def settle(j: int, value: Any) -> None:
+        i = todo[j]
+        row = {"point": i, "key": keys[i], **spec.columns[i]}
+        if isinstance(value, Failure):
+            row["error"] = value.error
+        else:
+            row.update(value)
+            row["error"] = None
+        rows.append(row)
+        if sink is not None:
+            sink.add(row)
+
+    bar = None
+    if progress and todo:
+        from tqdm import tqdm
+        bar = tqdm(total=len(todo), desc=spec.name, unit="pt", file=sys.stderr, leave=False)
+    ex = make_executor(executor, workers=workers, address=address) \
+        if isinstance(executor, str) else executor
+    try:
+        if todo:
+            run_items(evaluate, [spec.task(i) for i in todo], ex, chunk_size=chunk_size,
+                      on_result=settle, progress=bar.update if bar is not None else None)
+    finally:
+        if isinstance(executor, str):
+            ex.close()
+        if bar is not None:
+            bar.close()
+        if sink is not None:
+            sink.flush()
+    df = sink.read() if sink is not None else pd.DataFrame(rows)
+    if df.empty:
+        df = pd.DataFrame({"key": pd.Series(dtype=str)})
+    return _assemble(df, spec, keys)

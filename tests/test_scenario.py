@@ -1,0 +1,82 @@
+"""Scenario loading: defaults, vLLM names, --set overrides, and bad input naming the field."""
+import math
+
+import pytest
+
+from simulator.errors import SpecsimError
+from simulator.scenario import (apply_overrides, load_scenario, parse_compare,
+                                scenario_from_dict)
+
+
+def test_builtin_default_scenario():
+    sc = load_scenario()
+    assert (sc.hardware, sc.target, sc.draft) == ("a100-40gb", "opt-13b", "opt-125m")
+    assert sc.policy.name == "chain" and sc.policy.params["num_speculative_tokens"] == 4
+    assert sc.slo.ttft_s == pytest.approx(1.0) and sc.slo.tpot_s == pytest.approx(0.06)
+
+
+def test_set_overrides_nested_fields_and_parses_yaml_values():
+    sc = load_scenario(None, ["batching.max_num_seqs=8", "seed=7", "policy.num_speculative_tokens=2",
+                              "slo.ttft_ms=250", "parallelism.offload_fraction=0.5"])
+    assert sc.batching.max_num_seqs == 8 and sc.seed == 7
+    assert sc.policy.params["num_speculative_tokens"] == 2
+    assert sc.slo.ttft_s == pytest.approx(0.25)
+    assert sc.parallelism.offload_fraction == 0.5
+
+
+def test_compare_parses_several_policies_with_params():
+    pols = parse_compare("none,chain:gamma=4,chain:num_speculative_tokens=2")
+    assert [p.name for p in pols] == ["none", "chain", "chain"]
+    assert pols[1].params == {"gamma": 4}
+    with pytest.raises(SpecsimError, match="--compare"):
+        parse_compare("")
+    with pytest.raises(SpecsimError, match="policy.name"):
+        parse_compare("nonesuch")
+
+
+@pytest.mark.parametrize("data,field", [
+    ({"nonsense": 1}, "nonsense"),
+    ({"seed": -1}, "seed"),
+    ({"seed": "abc"}, "seed"),
+    ({"replicas": 0}, "replicas"),
+    ({"batching": {"max_num_seqs": 0}}, "batching.max_num_seqs"),
+    ({"batching": {"gpu_memory_utilization": 1.5}}, "batching.gpu_memory_utilization"),
+    ({"batching": {"gpu_memory_utilization": math.nan}}, "batching.gpu_memory_utilization"),
+    ({"batching": {"max_num_seq": 4}}, "batching.max_num_seq"),
+    ({"slo": {"ttft_ms": -5}}, "slo.ttft_ms"),
+    ({"policy": {"name": "chain", "num_speculative_tokens": -1}},
+     "policy.num_speculative_tokens"),
+    ({"policy": {"name": "chain", "gamma": 2, "num_speculative_tokens": 3}}, "policy."),
+    ({"policy": {"name": "warp-drive"}}, "policy.name"),
+    ({"router": "random"}, "router"),
+    ({"parallelism": {"tensor_parallel": 1.5}}, "parallelism.tensor_parallel"),
+    ({"overheads": "yes"}, "overheads"),
+])
+def test_bad_scenarios_name_the_field(data, field):
+    with pytest.raises(SpecsimError) as exc:
+        scenario_from_dict(data, source="bad.yaml")
+    assert field in str(exc.value) and "bad.yaml" in str(exc.value)
+
+
+def test_unknown_key_lists_valid_ones():
+    with pytest.raises(SpecsimError) as exc:
+        scenario_from_dict({"targte": "opt-13b"}, source="s.yaml")
+    assert "target" in str(exc.value) and "valid keys" in str(exc.value)
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SpecsimError, match="malformed YAML"):
+        load_scenario(bad)
+    with pytest.raises(SpecsimError, match="file not found"):
+        load_scenario(tmp_path / "missing.yaml")
+    with pytest.raises(SpecsimError, match="--set"):
+        apply_overrides({}, ["no_equals_sign"])
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(SpecsimError, match="malformed YAML"):
+        load_scenario(evil)
