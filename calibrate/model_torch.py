@@ -56,6 +56,30 @@ def footprint_bytes(spec: ModelSpec, *, batch: int, max_len: int, new_tokens: in
     return float(weights + kv + activations + scores)
 
 
+def step_mask(n: int, start, tree_mask: torch.Tensor | None, device: torch.device):
+    """Boolean attention mask over [prefix | new tokens]; None for a plain decode step.
+
+    New tokens see the whole prefix and, among themselves, the causal triangle or the tree
+    mask.  ``start`` is an int (shared context: mask [n, start + n]) or a LongTensor [batch]
+    of per-request contexts (mask [batch, 1, n, max(start) + n]).
+    """
+    local = tree_mask if tree_mask is not None else \
+        torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    if isinstance(start, int):
+        if n == 1:
+            return None
+        prefix = torch.ones(n, start, dtype=torch.bool, device=device)
+        return torch.cat([prefix, local], dim=1)
+    # per-request contexts: key j of request b is visible if j < start_b, or it is a new
+    # token the query may see
+    length = int(start.max()) + n
+    rel = torch.arange(length, device=device)[None, :] - start[:, None]   # [B, L]
+    inside = (rel >= 0) & (rel < n)
+    allowed = local[:, rel.clamp(0, n - 1)].permute(1, 0, 2)               # [B, n, L]
+    mask = (rel < 0)[:, None, :] | (inside[:, None, :] & allowed)
+    return mask[:, None]                                                   # [B, 1, n, L]
+
+
 @dataclass
 class KVCache:
     """Per-layer K and V tensors of shape [batch, kv_heads, max_len, head_dim]."""
@@ -127,23 +151,7 @@ class TorchDecoder:
         return F.rms_norm(x, (x.shape[-1],), w)
 
     def _mask(self, batch: int, n: int, start, tree_mask: torch.Tensor | None):
-        """Boolean attention mask over [prefix | new tokens], or None for plain decode."""
-        local = tree_mask if tree_mask is not None else \
-            torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
-        if isinstance(start, int):
-            if n == 1:
-                return None
-            prefix = torch.ones(n, start, dtype=torch.bool, device=self.device)
-            return torch.cat([prefix, local], dim=1)
-        # per-request contexts: key j of request b is visible if j < start_b, or it is a
-        # new token the query may see
-        length = int(start.max()) + n
-        cols = torch.arange(length, device=self.device)
-        rel = cols[None, :] - start[:, None]                         # [B, L]
-        inside = (rel >= 0) & (rel < n)
-        allowed = local[:, rel.clamp(0, n - 1)].permute(1, 0, 2)      # [B, n, L]
-        mask = (rel < 0)[:, None, :] | (inside[:, None, :] & allowed)
-        return mask[:, None]                                          # [B, 1, n, L]
+        return step_mask(n, start, tree_mask, self.device)
 
     # ------------------------------------------------------------------ forward
     def forward(self, tokens: torch.Tensor, cache: KVCache, start, *,

@@ -26,7 +26,9 @@ def _policy_color(df: pd.DataFrame, policies: Sequence[str] | None):
 
 def _legend_selection():
     # A point selection bound to the legend is the policy selector: click to highlight.
-    return alt.selection_point(fields=["policy"], bind="legend")
+    # Named, not numbered: Altair's automatic names come from a global counter, which would
+    # make the same report differ from one call to the next.
+    return alt.selection_point(name="pick_policy", fields=["policy"], bind="legend")
 
 
 def latency_cdf_chart(cdf: pd.DataFrame, title: str,

@@ -9,9 +9,8 @@ import pandas as pd
 
 from hardware.profile import HardwareProfile, load_profile
 from simulator.cost_model import CostModel, Parallelism
-from simulator.estimate import draft_chain_time
+from simulator.estimate import estimate_table
 from simulator.model_spec import ModelSpec, load_model
-from simulator.spec_math import expected_tokens
 
 DEFAULT_ALPHA = 0.8
 DEFAULT_GAMMA = 4
@@ -89,23 +88,21 @@ def _doublings(lo: int, hi: int) -> list[int]:
 def gamma_grid_frame(target: CostModel, draft: CostModel, *, alpha: float,
                      batches: Sequence[int], contexts: Sequence[int],
                      gammas: Sequence[int] = tuple(range(9))) -> pd.DataFrame:
-    """Best gamma and its speedup per batch x context (Leviathan's E over step times).
+    """Best gamma and its speedup per batch x context, from ``estimate_table`` per cell.
 
-    speedup(gamma) = E(alpha, gamma) * t_decode / (t_draft(gamma) + t_verify(gamma + 1)),
-    which is exactly 1 at gamma = 0, so the best speedup is never below 1.
+    speedup(gamma) = E(alpha, gamma) x t_decode / (t_draft(gamma) + t_verify(gamma + 1)) is
+    exactly 1 at gamma = 0, so with 0 among the gammas the best speedup is never below 1.
     """
     rows = []
     for b in batches:
         for ctx in contexts:
-            decode = target.decode_time(b, ctx)
-            speeds = [expected_tokens(alpha, g) * decode
-                      / (draft_chain_time(draft, b, ctx, g) + target.verify_time(b, ctx, g + 1))
-                      for g in gammas]
-            i = int(np.argmax(speeds))
-            rows.append({"batch": int(b), "context": int(ctx), "best_gamma": int(gammas[i]),
-                         "speedup": float(speeds[i]),
-                         "c": draft.decode_time(b, ctx) / decode})
-    return pd.DataFrame(rows)
+            table = estimate_table(target, draft, batch=int(b), context=float(ctx),
+                                   gammas=list(gammas), alpha=alpha)
+            best = table.loc[table["is_best"]].iloc[0]
+            rows.append({"batch": int(b), "context": int(ctx),
+                         "best_gamma": int(best["gamma"]), "speedup": float(best["speedup"]),
+                         "c": float(best["c"])})
+    return pd.DataFrame(rows, columns=["batch", "context", "best_gamma", "speedup", "c"])
 
 
 def default_grid_axes(max_num_seqs: int, max_context: int) -> tuple[list[int], list[int]]:

@@ -15,6 +15,7 @@ COMMANDS = {
     "gamma": ("simulator.cli_estimate", "optimal gamma and speedup curve from alpha and c"),
     "hardware": ("simulator.cli_catalog", "list or show hardware profiles"),
     "models": ("simulator.cli_catalog", "list or show catalogued models"),
+    "report": ("simulator.cli_report", "write the self-contained HTML report of a results folder"),
 }
 
 

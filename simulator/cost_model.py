@@ -214,13 +214,37 @@ class CostModel:
         return (flops * layers, hbm * layers, host * layers, compute_s * layers,
                 memory_s * layers, host_s * layers)
 
+    def _token_terms(self, tokens: float, logits_tokens: float, layers: int,
+                     with_head: bool) -> list[tuple]:
+        """Operators whose cost depends on the batch's token totals only (not attention).
+
+        Each is ``(name, flops, hbm_bytes, host_bytes, compute_s, memory_s, host_s,
+        overhead_s)`` summed over ``layers``; plain floats, so the hot path stays cheap.
+        """
+        k = self._kernel_s
+        terms = [(name,) + self._linear(tokens, weight, out_t, in_t, layers) + (k * layers,)
+                 for name, weight, out_t, in_t in self._linears]
+        e_bytes = tokens * self._elementwise_bytes_per_token
+        e_s = e_bytes / self._memory_rate(e_bytes) if e_bytes else 0.0
+        terms.append(("elementwise", 10.0 * tokens * self._h * layers, e_bytes * layers, 0.0,
+                      0.0, e_s * layers, 0.0, 4 * k * layers))
+        if self._ar_factor:
+            ar_s = 2 * layers * (self._ar_latency + tokens * self._h * self._b * self._ar_factor)
+            terms.append(("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0, 2 * k * layers))
+        if with_head:
+            terms.append(("lm_head",) + self._linear(logits_tokens, self._lm_head_weight,
+                                                     self._vocab_per_device, self._h, 1)
+                         + (2 * k,))
+            g_bytes = tokens * self._h * self._b
+            terms.append(("embedding", 0.0, g_bytes, 0.0, 0.0,
+                          g_bytes / self._memory_rate(g_bytes) if g_bytes else 0.0, 0.0, k))
+        return terms
+
     def _layer_ops(self, new: np.ndarray, ctx: np.ndarray, logits_tokens: float,
                    layers: int, with_head: bool) -> list[OpCost]:
         tokens = float(new.sum())
-        ops = []
-        for name, weight, out_t, in_t in self._linears:
-            f, hb, hs, cs, ms, hsec = self._linear(tokens, weight, out_t, in_t, layers)
-            ops.append(OpCost(name, f, hb, hs, cs, ms, hsec, self._kernel_s * layers))
+        terms = self._token_terms(tokens, logits_tokens, layers, with_head)
+        ops = [OpCost(*term) for term in terms[:len(self._linears)]]
         # attention: per request, KV read once (prefix shared by all query tokens), causal
         # half of the new tokens on average
         attended = ctx + 0.5 * (new + 1.0)
@@ -234,23 +258,7 @@ class CostModel:
                           float(a_bytes[active].sum()) * layers, 0.0,
                           float(a_c.sum()) * layers, float(a_m.sum()) * layers, 0.0,
                           self._kernel_s * layers, roofline_s=a_time))
-        e_bytes = tokens * self._elementwise_bytes_per_token
-        e_s = e_bytes / self._memory_rate(e_bytes) if e_bytes else 0.0
-        ops.append(OpCost("elementwise", 10.0 * tokens * self._h * layers, e_bytes * layers,
-                          0.0, 0.0, e_s * layers, 0.0, 4 * self._kernel_s * layers))
-        if self._ar_factor:
-            ar_bytes = tokens * self._h * self._b
-            ar_s = 2 * layers * (self._ar_latency + ar_bytes * self._ar_factor)
-            ops.append(OpCost("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0,
-                              2 * self._kernel_s * layers))
-        if with_head:
-            f, hb, hs, cs, ms, hsec = self._linear(logits_tokens, self._lm_head_weight,
-                                                   self._vocab_per_device, self._h / 1.0, 1)
-            ops.append(OpCost("lm_head", f, hb, hs, cs, ms, hsec, 2 * self._kernel_s))
-            g_bytes = tokens * self._h * self._b
-            ops.append(OpCost("embedding", 0.0, g_bytes, 0.0, 0.0,
-                              g_bytes / self._memory_rate(g_bytes) if g_bytes else 0.0,
-                              0.0, self._kernel_s))
+        ops.extend(OpCost(*term) for term in terms[len(self._linears):])
         return ops
 
     def _check(self, new_tokens, context, logits_tokens):
@@ -335,8 +343,8 @@ class CostModel:
         if fixed is None:
             # everything but attention depends on the token totals alone; attention's
             # kernel overhead is per layer, its roofline time per request (below)
-            ops = self._layer_ops(np.array([tokens]), np.zeros(1), logits, self._layers, True)
-            fixed = sum(op.time_s for op in ops if op.name != "attention") \
+            terms = self._token_terms(tokens, logits, self._layers, True)
+            fixed = sum(max(t[4], t[5], t[6]) + t[7] for t in terms) \
                 + self._pipeline_transfer(tokens, self.parallel.pipeline_parallel) \
                 + self._step_overhead_s + self._kernel_s * self._layers
             if len(self._token_cache) > 4096:

@@ -220,16 +220,15 @@ class Replica:
         # ---- 2. unfinished prefills of running requests, then admissions
         pf_ids: list[int] = []
         pf_chunks: list[int] = []
-        for rid in self.running:
+        for rid in (ids[~is_dec].tolist() if ids.size else ()):  # running, mid-prefill
             if budget <= 0:
                 break
-            if t.in_prefill[rid]:
-                chunk = self._fit_chunk(rid, budget)
-                if chunk > 0:
-                    self._allocate(rid, chunk)
-                    pf_ids.append(rid)
-                    pf_chunks.append(chunk)
-                    budget -= chunk
+            chunk = self._fit_chunk(rid, budget)
+            if chunk > 0:
+                self._allocate(rid, chunk)
+                pf_ids.append(rid)
+                pf_chunks.append(chunk)
+                budget -= chunk
         while self.waiting and budget > 0 and len(self.running) < lim.max_num_seqs:
             rid = self.waiting[0]
             remaining = int(t.prefill_target[rid] - t.computed[rid]) if t.in_prefill[rid] \
@@ -354,8 +353,8 @@ class Replica:
         if done.size:
             t.finish_s[done] = now
             t.status[done] = FINISHED
-            for rid in done.tolist():
-                self._free(rid)
+            self.used_blocks -= int(t.blocks[done].sum())
+            t.blocks[done] = 0
             if self.rec.record_events:
                 self.rec.events.extend((now, "finish", int(r), 0) for r in sorted(done.tolist()))
             gone = set(done.tolist())

@@ -1,10 +1,10 @@
 """A depth-bounded suffix trie with occurrence counts: SuffixDecoding's index (Oliaro et al. 2024).
 
 Every substring of at most ``max_depth`` tokens of the indexed sequences is a path from the
-root; a node's ``count`` is how many times its substring occurs, and ``out`` how many of those
-occurrences are followed by another token inside the depth bound, so that
-``count(child) / out(node)`` is the empirical probability of the child's token after the
-node's substring.  Sequences are indexed online: a ``Cursor`` holds the nodes of the suffixes
+root; a node's ``count`` is how many times its substring occurs, and ``out(node)`` (the sum
+of its children's counts) how many of those occurrences a token follows inside the depth
+bound, so that ``count(child) / out(node)`` is the empirical probability of the child's token
+after the node's substring.  Sequences are indexed online: a ``Cursor`` holds the nodes of the suffixes
 that end at the sequence's last token (one per length), and appending a token moves each of
 them to its child -- ``max_depth`` dictionary steps per token.  Removing a sequence replays
 its insertion with negative counts (FIFO eviction of the global tree); nodes whose count
@@ -68,13 +68,9 @@ class SuffixIndex:
         self.max_depth = int(max_depth)
         self._edges: dict[int, int] = {}
         self.count = [0]
-        self.out = [0]
         self.token = [-1]
         self.parent = [-1]
-        self.depth = [0]
-        self.first_child = [-1]
-        self.next_sibling = [-1]
-        self.prev_sibling = [-1]
+        self.kids: list[list[int] | None] = [None]
         self._free: list[int] = []
 
     # ------------------------------------------------------------------ building
@@ -82,59 +78,48 @@ class SuffixIndex:
         """Live nodes, the root included."""
         return len(self.count) - len(self._free)
 
-    def _new_node(self, parent: int, token: int) -> int:
+    def _new_node(self, parent: int, token: int, key: int) -> int:
         if self._free:
             node = self._free.pop()
-            self.count[node] = self.out[node] = 0
-            self.token[node], self.parent[node] = token, parent
-            self.depth[node] = self.depth[parent] + 1
-            self.first_child[node] = -1
+            self.count[node], self.token[node], self.parent[node] = 0, token, parent
+            self.kids[node] = None
         else:
             node = len(self.count)
             self.count.append(0)
-            self.out.append(0)
             self.token.append(token)
             self.parent.append(parent)
-            self.depth.append(self.depth[parent] + 1)
-            self.first_child.append(-1)
-            self.next_sibling.append(-1)
-            self.prev_sibling.append(-1)
-        head = self.first_child[parent]
-        self.next_sibling[node], self.prev_sibling[node] = head, -1
-        if head != -1:
-            self.prev_sibling[head] = node
-        self.first_child[parent] = node
-        self._edges[parent * _STRIDE + token] = node
+            self.kids.append(None)
+        siblings = self.kids[parent]
+        if siblings is None:
+            self.kids[parent] = [node]
+        else:
+            siblings.append(node)
+        self._edges[key] = node
         return node
 
     def _unlink(self, node: int) -> None:
         parent = self.parent[node]
         del self._edges[parent * _STRIDE + self.token[node]]
-        prev, nxt = self.prev_sibling[node], self.next_sibling[node]
-        if prev != -1:
-            self.next_sibling[prev] = nxt
-        else:
-            self.first_child[parent] = nxt
-        if nxt != -1:
-            self.prev_sibling[nxt] = prev
+        siblings = self.kids[parent]
+        siblings.remove(node)
+        if not siblings:
+            self.kids[parent] = None
         self._free.append(node)
 
     def extend(self, cursor: Cursor, tokens) -> None:
         """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
-        edges, count, out, limit = self._edges, self.count, self.out, self.max_depth
+        edges, count, keep = self._edges, self.count, self.max_depth - 1
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
             moved = []
-            for node in [0] + nodes:
-                child = edges.get(node * _STRIDE + t)
+            for node in [0, *nodes]:
+                key = node * _STRIDE + t
+                child = edges.get(key)
                 if child is None:
-                    child = self._new_node(node, t)
+                    child = self._new_node(node, t, key)
                 count[child] += 1
-                out[node] += 1
-                if len(moved) < limit - 1:  # the deepest suffix cannot grow further
-                    moved.append(child)
-            nodes = moved
-        count[0] = out[0]
+                moved.append(child)
+            nodes = moved[:keep]  # the deepest suffix cannot grow further
         cursor.nodes = nodes
 
     def add(self, tokens) -> None:
@@ -142,31 +127,32 @@ class SuffixIndex:
         self.extend(Cursor(), tokens)
 
     def remove(self, tokens) -> None:
-        """Undo ``add(tokens)``: the same walk with the counts taken back."""
-        edges, count, out, limit = self._edges, self.count, self.out, self.max_depth
+        """Undo ``add(tokens)``: the same walk with the counts taken back.
+
+        A node whose count reaches zero is unlinked at once; the walk still passes through
+        it, because its descendants occurred only there and are emptied by the next steps.
+        """
+        edges, count, keep = self._edges, self.count, self.max_depth - 1
         nodes: list[int] = []
         for t in np.asarray(tokens).tolist():
             moved = []
-            for node in [0] + nodes:
+            for node in [0, *nodes]:
                 child = edges.get(node * _STRIDE + t)
                 if child is None:
                     raise SpecsimError("removing a sequence that was never added",
                                        field="tokens")
                 count[child] -= 1
-                out[node] -= 1
-                if len(moved) < limit - 1:
-                    moved.append(child)
-            for child in moved + [c for c in () if c]:
-                pass
-            # unlink emptied nodes deepest first, so a parent is never freed before its child
-            for node in [0] + nodes:
-                child = edges.get(node * _STRIDE + t)
-                if child is not None and count[child] == 0:
+                if count[child] == 0:
                     self._unlink(child)
-            nodes = [c for c in moved if count[c] > 0]
-        count[0] = out[0]
+                moved.append(child)
+            nodes = moved[:keep]
 
     # ------------------------------------------------------------------ queries
+    def out(self, node: int) -> int:
+        """Occurrences of ``node``'s substring that a token follows (its children's counts)."""
+        kids = self.kids[node]
+        return sum(self.count[c] for c in kids) if kids else 0
+
     def find(self, pattern) -> int:
         """The node of ``pattern`` (-1 when it does not occur)."""
         node = 0
@@ -176,13 +162,6 @@ class SuffixIndex:
             if node == -1:
                 return -1
         return node
-
-    def children(self, node: int):
-        """Iterate over the child nodes of ``node``."""
-        c = self.first_child[node]
-        while c != -1:
-            yield c
-            c = self.next_sibling[c]
 
     def longest_match(self, context: np.ndarray, max_len: int) -> tuple[int, int]:
         """(node, length) of the longest suffix of ``context`` (<= max_len) with a continuation.
@@ -196,7 +175,7 @@ class SuffixIndex:
         while lo < hi:
             mid = (lo + hi + 1) // 2
             node = self.find(tail[hi - mid:])
-            if node != -1 and self.out[node] > 0:
+            if node != -1 and self.kids[node]:
                 lo, best = mid, (node, mid)
             else:
                 hi = mid - 1
@@ -207,51 +186,47 @@ class SuffixIndex:
         nodes = cursor.nodes
         for length in range(min(int(max_len), len(nodes)), 0, -1):
             node = nodes[length - 1]
-            if self.out[node] > 0:
+            if self.kids[node]:
                 return node, length
         return -1, 0
 
     def speculate(self, node: int, budget: int, min_prob: float, tree: bool = True,
                   match_len: int = 0) -> Speculation:
         """Best-first speculation below ``node``: at most ``budget`` tokens, each >= min_prob."""
-        if node < 0 or budget <= 0 or self.out[node] == 0:
+        if node < 0 or budget <= 0 or not self.kids[node]:
             return Speculation([], [], [], match_len)
         if not tree:
             return self._speculate_path(node, budget, min_prob, match_len)
-        count, out, token = self.count, self.out, self.token
+        count, token, kids = self.count, self.token, self.kids
         parents: list[int] = []
         tokens: list[int] = []
         probs: list[float] = []
-        heap: list[tuple[float, int, int, int]] = []
-        order = 0
-        for c in self.children(node):
-            p = count[c] / out[node]
-            if p >= min_prob:
-                heap.append((-p, order, c, -1))
-                order += 1
+        total = self.out(node)
+        heap = [(-count[c] / total, c, -1) for c in kids[node] if count[c] >= min_prob * total]
         heapq.heapify(heap)
         while heap and len(tokens) < budget:
-            neg, _, c, par = heapq.heappop(heap)
+            neg, c, par = heapq.heappop(heap)
             idx = len(tokens)
             parents.append(par)
             tokens.append(token[c])
             probs.append(-neg)
-            if out[c]:
-                for d in self.children(c):
-                    p = -neg * count[d] / out[c]
-                    if p >= min_prob:
-                        heapq.heappush(heap, (-p, order, d, idx))
-                        order += 1
+            below = kids[c]
+            if below:
+                scale = neg / sum(count[d] for d in below)
+                for d in below:
+                    p = scale * count[d]  # negative path probability
+                    if -p >= min_prob:
+                        heapq.heappush(heap, (p, d, idx))
         return Speculation(parents, tokens, probs, match_len)
 
     def _speculate_path(self, node: int, budget: int, min_prob: float,
                         match_len: int) -> Speculation:
-        count, out = self.count, self.out
+        count, kids = self.count, self.kids
         parents, tokens, probs = [], [], []
         p = 1.0
-        while len(tokens) < budget and out[node]:
-            best = max(self.children(node), key=lambda c: (count[c], -c))
-            p *= count[best] / out[node]
+        while len(tokens) < budget and kids[node]:
+            best = max(kids[node], key=lambda c: (count[c], -c))
+            p *= count[best] / self.out(node)
             if p < min_prob:
                 break
             parents.append(len(tokens) - 1)

@@ -17,7 +17,8 @@ VOCAB, N_TOKENS = 5, 4
 
 @pytest.fixture(scope="module")
 def pair():
-    # Lecture 000, section 0.4: 5 tokens, order 2, p a fixed random table, q = softmax(log p + noise).
+    # Lecture 000, section 0.4: 5 tokens, order 2, p a fixed random table,
+    # q = softmax(log p + noise).
     rng = np.random.default_rng(20240)
     target = ToyLM.random_target(VOCAB, rng, sharpness=1.5)
     return target, target.noisy_draft(rng, noise=1.0)

@@ -65,7 +65,8 @@ ACCEPTANCE_MODELS: dict[str, type] = {
 }
 
 
-def acceptance_from_config(cfg: Mapping[str, Any], *, source: str = "acceptance") -> AcceptanceModel:
+def acceptance_from_config(cfg: Mapping[str, Any], *,
+                           source: str = "acceptance") -> AcceptanceModel:
     """Build the acceptance model named by ``cfg['model']`` from the rest of ``cfg``."""
     cfg = require_mapping(cfg, source=source)
     if "model" not in cfg:

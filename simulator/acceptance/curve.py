@@ -83,7 +83,8 @@ def _resolve(path_text: str, source: str) -> Path:
 
 
 def _leaf_paths(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    if isinstance(node, Mapping) and node and all(not isinstance(v, Mapping) for v in node.values()):
+    if isinstance(node, Mapping) and node and \
+            all(not isinstance(v, Mapping) for v in node.values()):
         return [prefix]
     if isinstance(node, Mapping):
         out = []

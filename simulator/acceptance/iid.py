@@ -1,4 +1,4 @@
-"""i.i.d. acceptance: every draft accepted with the same alpha, independently (the formula's world)."""
+"""i.i.d. acceptance: every draft accepted with one alpha, independently (the formula's world)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

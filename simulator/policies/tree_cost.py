@@ -72,6 +72,14 @@ def sharded_time(devices: int, size: int, price) -> float:
     return max(price(s) for s in shards)
 
 
+def policy_hardware(ctx):
+    """The (overhead-adjusted) profile the scenario's cost models were built on."""
+    for cost in (ctx.draft_cost, ctx.target_cost):
+        if getattr(cost, "hardware", None) is not None:
+            return cost.hardware
+    return ctx.hardware
+
+
 class OperatorPrices:
     """Per-layer seconds of a model's linear operators, from ``cost.breakdown`` (cached)."""
 

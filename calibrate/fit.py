@@ -1,0 +1,208 @@
+"""Fit the cost model's efficiencies and overheads to micro-benchmark measurements.
+
+Overheads: a tiny model's step time grows linearly with its layer count; the slope over the
+cost model's kernels per layer is the per-kernel overhead, and the intercept less the
+per-step kernels is the fixed per-step overhead.
+
+Efficiencies: the cost model prices an operator as
+``count * max(F / (peak * eta_c(F)), B / (bandwidth * eta_m(B))) + kernel overhead`` with
+``eta_c`` and ``eta_m`` piecewise linear in log10 of the operator's FLOPs and bytes.  The
+knot values (every half decade over the measured range) are fitted by least squares on
+log time over every GEMM, read, copy and attention measurement at once, with a small
+second-difference penalty so that knots without data follow their neighbours.  Fitting the
+model's own formula, max and all, means the curves are whatever makes the cost model
+reproduce the micro-benchmarks; no validation case is ever seen here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from simulator.cost_model import KERNELS_PER_LAYER, KERNELS_PER_STEP
+from simulator.errors import SpecsimError
+
+STATISTICS = ("median", "min")
+CURVE_KINDS = ("gemm", "read", "copy", "attention")
+KNOTS_PER_DECADE = 2
+SMOOTHING = 1e-3
+MIN_EFFICIENCY = 1e-6
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Fitted roofline parameters of one device for one dtype (SI units)."""
+
+    dtype: str
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    compute_curve: tuple[tuple[float, float], ...]
+    memory_curve: tuple[tuple[float, float], ...]
+    kernel_overhead_s: float
+    step_overhead_s: float
+    launch_overhead_s: float
+    measured_peak_flops_per_s: dict[str, float] = field(default_factory=dict)
+    measured_bandwidth_bytes_per_s: float = 0.0
+    rms_log_error: float = 0.0   # of the fitted formula over the curve measurements
+    statistic: str = "median"
+
+
+def _times(frame: pd.DataFrame, statistic: str) -> np.ndarray:
+    if statistic not in STATISTICS:
+        raise SpecsimError(f"unknown statistic {statistic!r}", field="statistic",
+                           fix="use one of: " + ", ".join(STATISTICS))
+    return frame[f"{statistic}_s"].to_numpy(dtype=float)
+
+
+def fit_overheads(frame: pd.DataFrame, statistic: str = "median") -> tuple[float, float]:
+    """(kernel overhead, step overhead) in seconds from the tiny-model forwards."""
+    tiny = frame[(frame["kind"] == "tiny_forward") & (frame["status"] == "ok")]
+    if tiny["layers"].nunique() < 2:
+        raise SpecsimError("need tiny-model timings at two or more layer counts",
+                           field="tiny_layers", fix="keep at least two tiny_layers")
+    layers = tiny["layers"].to_numpy(dtype=float)
+    slope, intercept = np.polyfit(layers, _times(tiny, statistic), 1)
+    kernel = max(float(slope), 0.0) / KERNELS_PER_LAYER
+    step = max(float(intercept) - KERNELS_PER_STEP * kernel, 0.0)
+    return kernel, step
+
+
+def _knots(values: np.ndarray) -> np.ndarray:
+    lo = np.floor(np.log10(values.min()) * KNOTS_PER_DECADE)
+    hi = np.ceil(np.log10(values.max()) * KNOTS_PER_DECADE)
+    return np.arange(lo, max(hi, lo + 1) + 1) / KNOTS_PER_DECADE
+
+
+def _interp_matrix(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """Rows of weights so that ``W @ y`` is ``np.interp(x, knots, y)`` (clamped at the ends)."""
+    x = np.clip(x, knots[0], knots[-1])
+    hi = np.clip(np.searchsorted(knots, x, side="right"), 1, len(knots) - 1)
+    lo = hi - 1
+    frac = (x - knots[lo]) / (knots[hi] - knots[lo])
+    w = np.zeros((x.size, knots.size))
+    w[np.arange(x.size), lo] = 1.0 - frac
+    w[np.arange(x.size), hi] += frac
+    return w
+
+
+def predict(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+            compute_curve, memory_curve, kernel_overhead_s: float) -> np.ndarray:
+    """Seconds the cost model's operator formula gives for each GEMM/read/copy/attention row."""
+    flops = frame["flops"].to_numpy(dtype=float)
+    nbytes = frame["bytes"].to_numpy(dtype=float)
+    count = frame["count"].to_numpy(dtype=float)
+    cx, cy = np.log10([p[0] for p in compute_curve]), np.array([p[1] for p in compute_curve])
+    mx, my = np.log10([p[0] for p in memory_curve]), np.array([p[1] for p in memory_curve])
+    ceff = np.interp(np.log10(np.maximum(flops, 1.0)), cx, cy)
+    meff = np.interp(np.log10(np.maximum(nbytes, 1.0)), mx, my)
+    compute = np.where(flops > 0, flops / (peak_flops_per_s * ceff), 0.0)
+    memory = nbytes / (bandwidth_bytes_per_s * meff)
+    return count * np.maximum(compute, memory) + kernel_overhead_s
+
+
+def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """Per-knot median of direct efficiency estimates; empty knots copy the nearest one."""
+    init = np.full(knots.size, np.nan)
+    nearest = np.abs(x[:, None] - knots[None, :]).argmin(axis=1)
+    for j in range(knots.size):
+        if np.any(nearest == j):
+            init[j] = np.median(eff[nearest == j])
+    filled = np.flatnonzero(np.isfinite(init))
+    for j in np.flatnonzero(~np.isfinite(init)):
+        init[j] = init[filled[np.abs(filled - j).argmin()]]
+    return np.clip(init, 1e-4, 0.95)
+
+
+def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+               kernel_overhead_s: float, statistic: str = "median", steps: int = 3000):
+    """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
+    rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
+    if not (rows["kind"] == "gemm").any() or not rows["kind"].isin(("read", "copy")).any():
+        raise SpecsimError("need at least one GEMM and one memory measurement",
+                           field="measurements", fix="re-run specsim calibrate")
+    flops = rows["flops"].to_numpy(dtype=float)
+    nbytes = rows["bytes"].to_numpy(dtype=float)
+    count = rows["count"].to_numpy(dtype=float)
+    times = _times(rows, statistic)
+    # the part of a measurement the roofline must explain, per counted operator
+    net = np.maximum(times - kernel_overhead_s, 0.05 * times) / count
+    has_flops = flops > 0
+    cknots = _knots(flops[has_flops])
+    mknots = _knots(nbytes)
+    cx = np.log10(np.maximum(flops, 1.0))
+    mx = np.log10(nbytes)
+    c0 = _initial(flops[has_flops] / (peak_flops_per_s * net[has_flops]), cx[has_flops], cknots)
+    mem_rows = ~has_flops
+    m0 = _initial(nbytes[mem_rows] / (bandwidth_bytes_per_s * net[mem_rows]), mx[mem_rows],
+                  mknots)
+
+    t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+    wc, wm = t(_interp_matrix(cx, cknots)), t(_interp_matrix(mx, mknots))
+    f_t, b_t, n_t, log_t = t(flops), t(nbytes), t(count), t(np.log(times))
+    uc = torch.logit(t(c0)).requires_grad_(True)
+    um = torch.logit(t(m0)).requires_grad_(True)
+    opt = torch.optim.Adam([uc, um], lr=0.05)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+
+    def loss_fn():
+        ceff = wc @ torch.sigmoid(uc)
+        meff = wm @ torch.sigmoid(um)
+        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * ceff), torch.zeros_like(f_t))
+        memory = b_t / (bandwidth_bytes_per_s * meff)
+        pred = n_t * torch.maximum(compute, memory) + kernel_overhead_s
+        resid = torch.log(pred) - log_t
+        smooth = sum((u[2:] - 2 * u[1:-1] + u[:-2]).pow(2).sum() for u in (uc, um)
+                     if u.numel() > 2)
+        return resid.pow(2).mean(), SMOOTHING * smooth
+
+    for _ in range(steps):
+        opt.zero_grad()
+        data, smooth = loss_fn()
+        (data + smooth).backward()
+        opt.step()
+        sched.step()
+    with torch.no_grad():
+        data, _ = loss_fn()
+        ceff = np.clip(torch.sigmoid(uc).numpy(), MIN_EFFICIENCY, 1.0)
+        meff = np.clip(torch.sigmoid(um).numpy(), MIN_EFFICIENCY, 1.0)
+    compute_curve = tuple((float(10 ** x), float(e)) for x, e in zip(cknots, ceff))
+    memory_curve = tuple((float(10 ** x), float(e)) for x, e in zip(mknots, meff))
+    return compute_curve, memory_curve, float(np.sqrt(data.item()))
+
+
+def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | None = None,
+        datasheet_bandwidth_bytes_per_s: float | None = None,
+        statistic: str = "median") -> Fit:
+    """Fit everything: peaks (datasheet, or the measured maximum), curves and overheads.
+
+    A datasheet peak below what was measured is raised to the measurement, so that every
+    efficiency stays at most 1.
+    """
+    ok = frame[frame["status"] == "ok"]
+    gemm = ok[ok["kind"] == "gemm"]
+    rates = gemm["flops"] / _times(gemm, statistic)
+    measured_peaks = {str(dt): float(r.max()) for dt, r in rates.groupby(gemm["dtype"])}
+    if dtype not in measured_peaks:
+        raise SpecsimError(f"no GEMM of dtype {dtype} was measured", field="dtype",
+                           fix="re-run specsim calibrate with room for the GEMM grid")
+    mem = ok[ok["kind"].isin(("read", "copy"))]
+    if mem.empty:
+        raise SpecsimError("no memory-bandwidth measurement", field="measurements",
+                           fix="re-run specsim calibrate")
+    measured_bw = float((mem["bytes"] / _times(mem, statistic)).max())
+    peak = max(datasheet_peak_flops_per_s or 0.0, measured_peaks[dtype])
+    bw = max(datasheet_bandwidth_bytes_per_s or 0.0, measured_bw)
+    kernel, step = fit_overheads(ok, statistic)
+    own = ok[(ok["dtype"] == dtype) | ok["kind"].isin(("read", "copy"))]
+    ccurve, mcurve, rms = fit_curves(own, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
+                                     kernel_overhead_s=kernel, statistic=statistic)
+    launch = ok[ok["kind"] == "launch"]
+    return Fit(dtype=dtype, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
+               compute_curve=ccurve, memory_curve=mcurve, kernel_overhead_s=kernel,
+               step_overhead_s=step,
+               launch_overhead_s=float(_times(launch, statistic)[0]) if len(launch) else 0.0,
+               measured_peak_flops_per_s=measured_peaks,
+               measured_bandwidth_bytes_per_s=measured_bw, rms_log_error=rms,
+               statistic=statistic)

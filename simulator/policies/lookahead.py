@@ -1,0 +1,230 @@
+"""``lookahead`` (Fu et al., ICML 2024) and its baseline ``jacobi`` (Santilli et al., ACL 2023).
+
+Both run on the workload's real token ids and need the target's prediction after a *guessed*
+context.  On the true path it is the workload's next token.  Off it the workload says nothing,
+so we extend the rule the way a language model behaves in context (an induction head): after
+a guessed context the target predicts the token that followed the most recent occurrence of
+the context's last ``OFF_PATH_ORDER`` tokens (backing off to fewer) in the text it can see --
+the prompt and the tokens generated so far; an unseen token is repeated.
+
+``jacobi``: a window of ``window_size`` guesses is verified and refined in one forward of
+W + 1 tokens: the accepted guesses are those equal to the target's tokens, and the new window
+is the forward's predictions beyond them.  Such a window follows copied text one position
+behind where the generation is (lecture 000, code 05 demo 3), so it barely beats one token
+per step.
+
+``lookahead``: a 2-D window of W lanes keeps each lane's last N - 1 Jacobi guesses; each step
+every lane gets one new token and hands its N-gram to a pool keyed by the first token.  The
+verification branch checks up to G pooled (N - 1)-token continuations of the last generated
+token.  Both branches share one forward of 1 + W (N - 1) + G (N - 1) tokens per request
+(fewer while the lanes fill and when the pool has fewer candidates).  The pool bookkeeping
+is CPU work: ``cpu_time_per_request_s`` per request per step, 5 us by default -- an
+assumption (a handful of Python dict updates, as in the reference implementation), not a
+measurement.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.errors import SpecsimError
+from simulator.policies.prompt_lookup import TokenText, matched_prefix, require_token_ids
+from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+
+OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
+LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step
+
+
+class InContextTarget:
+    """The target's next token after a guessed context: copy what followed it last time."""
+
+    def __init__(self, text: TokenText, order: int = OFF_PATH_ORDER) -> None:
+        self.text = text
+        self.order = order
+        self._follow: dict[int, list[dict]] = {}
+        self._seen: dict[int, int] = {}
+
+    def see(self, rid: int, generated: int) -> None:
+        """Index the request's visible text (prompt + generated) up to now."""
+        follow = self._follow.get(rid)
+        if follow is None:
+            follow = self._follow[rid] = [dict() for _ in range(self.order + 1)]
+        known = self.text.known(rid, generated).tolist()
+        start = max(self._seen.get(rid, 0), 1)
+        for i in range(start, len(known)):
+            for k in range(1, min(self.order, i) + 1):
+                follow[k][tuple(known[i - k:i])] = known[i]  # the latest occurrence wins
+        self._seen[rid] = len(known)
+
+    def predict(self, rid: int, tail: list[int]) -> int:
+        """Next token after ``tail`` (the end of a guessed context)."""
+        follow = self._follow[rid]
+        for k in range(min(self.order, len(tail)), 0, -1):
+            tok = follow[k].get(tuple(tail[-k:]))
+            if tok is not None:
+                return tok
+        return tail[-1]
+
+    def forget(self, rid: int) -> None:
+        self._follow.pop(rid, None)
+        self._seen.pop(rid, None)
+
+
+def _finished(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
+    emitted = np.minimum(accepted + 1, batch.output_len - batch.generated)
+    return batch.generated + emitted >= batch.output_len
+
+
+class JacobiDecoding(NoDraftMixin):
+    """Plain Jacobi decoding: refine a window of guesses, accept its verified prefix."""
+
+    name = "jacobi"
+    needs_draft_model = False
+    PARAMS = {
+        "window_size": Param("int", default=8, minimum=1, maximum=256, aliases=("W",),
+                             help="guesses per request per step"),
+        "init": Param("str", default="random", choices=("random", "repeat"),
+                      help="first window: random prompt tokens, or the last token repeated"),
+    }
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        self.text = TokenText(*require_token_ids(ctx.workload, self.name))
+        self.target = InContextTarget(self.text)
+        self.w = int(params["window_size"])
+        self.init = params["init"]
+        self.max_verify_tokens = self.w + 1
+        self._window: dict[int, list[int]] = {}
+
+    def _initial(self, rid: int, generated: int, rng: np.random.Generator) -> list[int]:
+        known = self.text.known(rid, generated)
+        if self.init == "repeat":
+            return [int(known[-1])] * self.w
+        return known[rng.integers(0, self.text.prompt_ids[rid].size, self.w)].tolist()
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        drafts = {}
+        for rid, g in zip(batch.request_ids.tolist(), batch.generated.tolist()):
+            window = self._window.get(rid)
+            if window is None:
+                window = self._window[rid] = self._initial(rid, g, rng)
+            drafts[rid] = np.asarray(window, np.int64)
+        k = np.full(len(batch), self.w, np.int64)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1, payload=drafts)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        out = np.zeros(len(batch), np.int64)
+        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+            if plan.num_draft[i]:
+                out[i] = matched_prefix(plan.payload[rid], self.text.upcoming(rid, g, self.w))
+        return out
+
+    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
+                step_time_s: float) -> None:
+        done = _finished(batch, accepted)
+        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+            if done[i]:
+                self._window.pop(rid, None)
+                self.target.forget(rid)
+                self.text.forget(rid)
+                continue
+            window = self._window[rid]
+            m = int(accepted[i])
+            self.target.see(rid, g)
+            if plan.num_draft[i]:
+                # the forward predicted output position g + j from the prefix and guesses
+                # 0..j-1; past the accepted m those contexts were off the true path
+                ctx = self.text.known(rid, g)[-OFF_PATH_ORDER:].tolist() + window
+                base = len(ctx) - self.w
+                new = [self.target.predict(rid, ctx[:base + j]) for j in range(m + 1, self.w + 1)]
+            else:  # verification was dropped this step: the window only shifts
+                new = window[1:]
+            while len(new) < self.w:  # fill the freed slots by continuing the guesses
+                new.append(self.target.predict(rid, new[-OFF_PATH_ORDER:] or window[-1:]))
+            self._window[rid] = new
+
+
+class LookaheadDecoding(NoDraftMixin):
+    """Lookahead decoding: Jacobi lanes feed an n-gram pool whose hits are verified."""
+
+    name = "lookahead"
+    needs_draft_model = False
+    PARAMS = {
+        "window_size": Param("int", default=5, minimum=1, maximum=256, aliases=("W",),
+                             help="lookahead lanes W"),
+        "ngram_size": Param("int", default=4, minimum=2, maximum=64, aliases=("N",),
+                            help="n-gram size N (lanes keep N - 1 guesses)"),
+        "guess_set_size": Param("int", default=5, minimum=1, maximum=256, aliases=("G",),
+                                help="pooled n-grams verified per step G"),
+        "cpu_time_per_request_s": Param("float", default=LOOKAHEAD_S_PER_REQUEST, minimum=0.0,
+                                        maximum=1.0, help="CPU pool time per request"),
+    }
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        self.text = TokenText(*require_token_ids(ctx.workload, self.name))
+        self.target = InContextTarget(self.text)
+        self.w = int(params["window_size"])
+        self.n = int(params["ngram_size"])
+        self.g = int(params["guess_set_size"])
+        self.cpu_s = float(params["cpu_time_per_request_s"])
+        self.max_verify_tokens = 1 + (self.w + self.g) * (self.n - 1)
+        self._lanes: dict[int, list[list[int]]] = {}
+        self._pool: dict[int, dict[int, list[tuple]]] = {}
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        drafts: dict[int, list[np.ndarray]] = {}
+        num_draft = np.zeros(len(batch), np.int64)
+        verify = np.ones(len(batch), np.int64)
+        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+            lanes = self._lanes.get(rid)
+            if lanes is None:
+                picks = rng.integers(0, self.text.prompt_ids[rid].size, self.w)
+                lanes = self._lanes[rid] = [[int(self.text.prompt_ids[rid][j])] for j in picks]
+                self._pool[rid] = {}
+            last = int(self.text.known(rid, g)[-1])
+            cands = self._pool[rid].get(last, [])[:self.g]
+            drafts[rid] = [np.asarray(c, np.int64) for c in cands]
+            num_draft[i] = len(cands) * (self.n - 1)
+            verify[i] = 1 + sum(len(lane) for lane in lanes) + num_draft[i]
+        return DraftPlan(num_draft=num_draft, verify_tokens=verify,
+                         cpu_time_s=self.cpu_s * len(batch), payload=drafts)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        out = np.zeros(len(batch), np.int64)
+        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+            if plan.num_draft[i]:
+                truth = self.text.upcoming(rid, g, self.n - 1)
+                out[i] = max(matched_prefix(c, truth) for c in plan.payload[rid])
+        return out
+
+    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
+                step_time_s: float) -> None:
+        done = _finished(batch, accepted)
+        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+            if done[i]:
+                for store in (self._lanes, self._pool):
+                    store.pop(rid, None)
+                self.target.forget(rid)
+                self.text.forget(rid)
+                continue
+            if plan.verify_tokens[i] <= 1:  # the step was trimmed: no lookahead branch ran
+                continue
+            self.target.see(rid, g)
+            pool = self._pool[rid]
+            for lane in self._lanes[rid]:
+                token = self.target.predict(rid, lane)
+                if len(lane) == self.n - 1:
+                    entries = pool.setdefault(lane[0], [])
+                    gram = tuple(lane[1:]) + (token,)
+                    if gram in entries:
+                        entries.remove(gram)
+                    entries.insert(0, gram)      # most recent first
+                    del entries[self.g:]
+                    del lane[0]
+                lane.append(token)

@@ -1,0 +1,203 @@
+"""``medusa``: decoding heads on the target's last hidden state (Cai et al., Medusa, 2024).
+
+Head i predicts the token i+1 positions ahead from the hidden state of the last verified
+token; each head's top-k are combined into a candidate tree verified in one tree-attention
+forward.  The tree is the Cartesian product of the heads' top-k cut to the ``node_budget``
+nodes of highest path probability (how Medusa builds its sparse tree from its heads' top-k
+accuracies; default 63 nodes, the size of Medusa's ``mc_sim_7b_63``), or an explicit
+``choices`` list in Medusa's format.  Acceptance defaults to Medusa's published per-head
+top-k accuracies for the Vicuna size (the ``medusa`` acceptance model); a scenario model with
+per-node acceptance, or the policy's ``acceptance:``, replaces it.
+
+Cost: the heads (ModelSpec kind medusa, ``simulator/models/medusa-*.yaml``; the scenario's
+``draft`` if it is one, else ``medusa-<target>``) run on one token per request -- the last
+accepted one, as vLLM's Medusa worker does -- each reading its ResBlock (h x h) and its own LM
+head (h x vocab) once per step, priced with the cost model's operators of the same shapes;
+the memory plan holds the head weights.
+
+``typical_acceptance`` (Medusa section 2.3.1) is lossy: it accepts candidates the target
+finds plausible, not only the tokens it would emit, so acceptance rises and the output no
+longer follows the target's distribution.  Simplified here to a documented knob: each
+node's conditional acceptance c becomes c + (1 - c) * ``typical_lift``, the share of
+rejected candidates the typical test would pass (not a published number: calibrate it).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
+from simulator.acceptance.sampling import tree_node_probs, walk_tree
+from simulator.cost_model import CostModel, Parallelism
+from simulator.errors import SpecsimError
+from simulator.model_spec import ModelSpec, list_models, load_model
+from simulator.policies.tree_cost import (OperatorPrices, best_tree, check_acceptance_param,
+                                          exclusive_table, model_width, policy_hardware,
+                                          resolve_acceptance, tree_from_choices)
+from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.spec_math import tree_expected_accepted
+
+MEDUSA_DEFAULT_NODES = 63  # Medusa's default sparse tree, mc_sim_7b_63
+
+
+def attached_model(kind: str, name: str | None, draft: ModelSpec | None, target: ModelSpec,
+                   *, field: str) -> ModelSpec:
+    """Heads or an EAGLE layer for ``target``: ``name``, else the scenario's draft if it is
+    one, else ``<kind>-<target>`` from the catalog."""
+    if name:
+        spec = load_model(name)
+    elif draft is not None and draft.kind == kind:
+        spec = draft
+    else:
+        known = [m for m in list_models() if m.startswith(kind + "-")]
+        if f"{kind}-{target.name}" not in known:
+            raise SpecsimError(f"no {kind} model in the catalog for target {target.name}",
+                               field=field, fix=f"name one ({', '.join(known)}) or use the "
+                                                f"target it was trained for")
+        spec = load_model(f"{kind}-{target.name}")
+    if spec.kind != kind:
+        raise SpecsimError(f"{spec.name} is a {spec.kind} model, not {kind}", field=field,
+                           fix=f"name a {kind}-* model")
+    if spec.base_model != target.name:
+        raise SpecsimError(f"{spec.name} was trained on {spec.base_model}, not on the target "
+                           f"{target.name}", field=field,
+                           fix=f"use target: {spec.base_model}, or a {kind} model for "
+                               f"{target.name}")
+    return spec
+
+
+def _check(out: dict, source: str, prefix: str) -> None:
+    if out["choices"] is not None:
+        tree_from_choices(out["choices"], field=prefix + "choices")
+    if out["typical_lift"] is not None and not out["typical_acceptance"]:
+        raise SpecsimError("only used with typical_acceptance: true", source=source,
+                           field=prefix + "typical_lift")
+    check_acceptance_param(out, source, prefix)
+
+
+def _heads(params: dict, draft, target) -> tuple[ModelSpec, int]:
+    """The heads file and how many of its heads draft; the node budget must reach them all."""
+    spec = attached_model("medusa", params["model"], draft, target, field="policy.model")
+    heads = params["num_heads"] or spec.medusa_num_heads
+    if heads > spec.medusa_num_heads:
+        raise SpecsimError(f"{spec.name} has {spec.medusa_num_heads} heads, not {heads}",
+                           field="policy.num_heads",
+                           fix=f"use num_heads <= {spec.medusa_num_heads}")
+    if params["choices"] is None and params["node_budget"] < heads:
+        raise SpecsimError(f"a budget of {params['node_budget']} nodes cannot reach depth "
+                           f"{heads}", field="policy.node_budget",
+                           fix=f"raise node_budget to >= {heads} or lower num_heads")
+    return spec, heads
+
+
+class MedusaSpeculation:
+    """Medusa heads draft a Cartesian-product candidate tree; one tree-attention verification."""
+
+    name = "medusa"
+    needs_draft_model = False
+    PARAMS = {
+        "model": Param("str", default=None, help="medusa heads file (default medusa-<target>)"),
+        "num_heads": Param("int", default=None, minimum=1, maximum=64,
+                           help="heads that draft (default: all in the file)"),
+        "node_budget": Param("int", default=MEDUSA_DEFAULT_NODES, minimum=1, maximum=256,
+                             aliases=("num_candidates",), help="tree nodes verified per step"),
+        "top_k": Param("int", default=None, minimum=1, maximum=64,
+                       help="candidates per head (default: the ranks the acceptance lists)"),
+        "choices": Param("any", default=None, aliases=("medusa_choices",),
+                         help="explicit tree: paths of child ranks, e.g. [[0], [0, 0], [1]]"),
+        "typical_acceptance": Param("bool", default=False, help="lossy typical acceptance"),
+        "typical_lift": Param("float", default=None, minimum=0.0, maximum=1.0,
+                              help="share of rejections typical acceptance passes (0.2)"),
+        "acceptance": Param("any", default=None,
+                            help="this policy's own acceptance model (a mapping)"),
+    }
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+
+    @classmethod
+    def memory_models(cls, params: dict, draft, target):
+        """The head weights; heads keep no KV cache."""
+        return [_heads(params, draft, target)[0]], []
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        self.spec, self.num_heads = _heads(params, ctx.draft_model, ctx.target_model)
+        parallel = getattr(ctx.target_cost, "parallel", None)
+        tp = parallel.tensor_parallel if parallel is not None else 1
+        self.prices = OperatorPrices(CostModel(policy_hardware(ctx), self.spec,
+                                               Parallelism(tensor_parallel=tp)))
+        ranked = params["choices"] is None or params["typical_acceptance"]
+        if params["choices"] is not None:
+            self.tree = tree_from_choices(params["choices"], field="policy.choices")
+            if self.tree.max_depth > self.num_heads:
+                raise SpecsimError(f"choices reach depth {self.tree.max_depth} but only "
+                                   f"{self.num_heads} heads draft", field="policy.choices",
+                                   fix="shorten the paths or raise num_heads")
+        self.acceptance = resolve_acceptance(params, ctx, _probe(self.num_heads),
+                                             policy=self.name, conditionals=ranked,
+                                             default=lambda: _published(self.spec))
+        model = self.acceptance.model
+        if params["choices"] is None:
+            width = params["top_k"] or min(model_width(model, 10), 10)
+            table = exclusive_table(model, self.num_heads, width, field="policy.top_k")
+            self.tree = best_tree(table, params["node_budget"])
+        self.typical = bool(params["typical_acceptance"])
+        self._cond = None
+        if self.typical:
+            lift = 0.2 if params["typical_lift"] is None else params["typical_lift"]
+            cond = np.asarray(model.node_conditionals(self.tree), float)
+            self._cond = 1.0 - (1.0 - cond) * (1.0 - lift)
+        self.max_verify_tokens = self.tree.num_nodes + 1
+
+    def heads_time(self, num_requests: int) -> float:
+        """Every head's ResBlock and LM head over one token per request."""
+        if num_requests == 0:
+            return 0.0
+        return self.num_heads * (self.prices.square_linear_s(num_requests)
+                                 + self.prices.lm_head_s(num_requests))
+
+    def expected_accepted(self) -> float | None:
+        """Expected accepted tokens per iteration (bonus excluded)."""
+        if self._cond is not None:
+            return tree_expected_accepted(self.tree.parents,
+                                          tree_node_probs(self.tree, self._cond))
+        return self.acceptance.expected(self.tree)
+
+    # ---------------------------------------------------------------- policy interface
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        k = np.full(len(batch), self.tree.num_nodes, dtype=np.int64)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1,
+                         draft_time_s=self.heads_time(len(batch)), payload=self.tree)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        if self._cond is None:
+            return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
+        out = np.zeros(len(batch), np.int64)
+        on = plan.num_draft > 0
+        if on.any():
+            out[on] = walk_tree(self.tree, self._cond, rng, int(on.sum()))
+        return out
+
+    def observe(self, plan, batch, accepted, step_time_s) -> None:
+        return None
+
+    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        return 0.0
+
+
+def _probe(depth: int):
+    """A branching tree ``depth`` deep: what the acceptance model must be able to score."""
+    from simulator.token_tree import TokenTree
+    return TokenTree.from_config([2] + [1] * (depth - 1))
+
+
+def _published(spec: ModelSpec):
+    """Medusa's published head accuracies for the heads' Vicuna size, if there are some."""
+    size = re.search(r"(\d+b)$", spec.base_model)
+    if size is None or size.group(1) not in MEDUSA_TOP_K:
+        raise SpecsimError(f"no published head accuracies for {spec.name}",
+                           field="acceptance.model",
+                           fix="give the policy 'acceptance: {model: medusa, top_k: [...]}'")
+    return MedusaAcceptance.published(size.group(1)), f"default: Medusa {size.group(1)} heads"

@@ -1,0 +1,198 @@
+"""``specinfer``: token-tree speculative inference (Miao et al., SpecInfer, ASPLOS 2024).
+
+Expansion-based (the default): the scenario's draft model (SpecInfer's SSM) expands a tree
+from a configuration <k1, ..., kd> (default SpecInfer's <1,1,3,1,1,1,1,1>), one forward per
+level over the nodes that get children.  Merge-based (``draft_models: [a, b, ...]``): several
+small drafts each propose a chain of ``num_speculative_tokens`` and the chains are merged into
+one tree; the drafts sit data-parallel on the replica's devices (tensor x pipeline), so
+drafting takes the slowest device's time, not the sum.  The target verifies the tree in one
+tree-attention forward of n + 1 tokens per request (the cost model reads each request's
+prefix KV once); tensor/pipeline parallelism and offloading come from the scenario's
+``parallelism``, where SpecInfer's gains are largest (fewer steps, fewer weight transfers).
+
+Acceptance comes from the scenario's acceptance model when it has tree semantics (tree_topk,
+sequoia, medusa, token_level), else from the policy's own ``acceptance:``.  ``verification``
+(greedy, mss, naive) switches the algorithm where the model runs it (token_level:
+``tree_method``; greedy needs temperature 0); parametric models carry their verification in
+their numbers, so setting it there is an error.
+
+Simplified: merged chains are assumed to share no prefix (the most nodes a merge can give;
+sharing only shrinks the tree, never changes the accepted path), and draft i's chain takes
+rank i at the root -- with tree_topk or sequoia acceptance, rank i reads as "draft i is right
+where drafts 0..i-1 were wrong", which is what SpecInfer's collective boost-tuning trains
+for.  Expansion drafting splits the batch over the devices (one SSM copy on each); memory
+counts every draft on every device (the memory hook does not see the parallelism).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from simulator.cost_model import CostModel, Parallelism
+from simulator.errors import SpecsimError
+from simulator.model_spec import load_model
+from simulator.policies.chain import chain_draft_time
+from simulator.policies.tree_cost import (MAX_TREE_NODES, check_acceptance_param, check_tree_size,
+                                          forward_tokens, level_draft_time, parallel_chains,
+                                          policy_hardware, resolve_acceptance,
+                                          sharded_time)
+from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.token_tree import TokenTree
+
+SPECINFER_EXPANSION = (1, 1, 3, 1, 1, 1, 1, 1)  # SpecInfer section 6 (seed 000, section 4.2)
+VERIFICATIONS = ("greedy", "mss", "naive")
+
+
+def _check(out: dict, source: str, prefix: str) -> None:
+    drafts = out["draft_models"]
+    if drafts is not None:
+        if out["expansion"] is not None:
+            raise SpecsimError("give 'expansion' (one draft expands a tree) or 'draft_models' "
+                               "(several drafts' chains are merged), not both", source=source,
+                               field=prefix + "draft_models")
+        if isinstance(drafts, str) or not isinstance(drafts, (list, tuple)) or not drafts \
+                or not all(isinstance(d, str) and d for d in drafts):
+            raise SpecsimError("expected a non-empty list of model names", source=source,
+                               field=prefix + "draft_models", fix="e.g. [llama-68m, llama-160m]")
+    elif out["num_speculative_tokens"] is not None:
+        raise SpecsimError("only used with draft_models (merge-based trees)", source=source,
+                           field=prefix + "num_speculative_tokens",
+                           fix="set the tree with 'expansion: [k1, k2, ...]' instead")
+    if out["expansion"] is not None:
+        nodes = int(np.cumprod(out["expansion"], dtype=float).sum())
+        if nodes > MAX_TREE_NODES:
+            raise SpecsimError(f"the tree has {nodes} nodes; at most {MAX_TREE_NODES}",
+                               source=source, field=prefix + "expansion",
+                               fix="use fewer or narrower levels")
+    check_acceptance_param(out, source, prefix)
+
+
+class SpecInferSpeculation:
+    """Expansion- or merge-based token trees verified in one tree-attention forward."""
+
+    name = "specinfer"
+    needs_draft_model = False  # merge-based trees name their own drafts
+    PARAMS = {
+        "expansion": Param("int_list", default=None, minimum=1, maximum=64,
+                           aliases=("expansion_config",),
+                           help="children per node at each depth <k1, ..., kd>"),
+        "draft_models": Param("any", default=None,
+                              help="merge-based: small drafts whose chains are merged"),
+        "num_speculative_tokens": Param("int", default=None, minimum=1, maximum=64,
+                                        aliases=("gamma",),
+                                        help="merge-based: tokens each draft proposes"),
+        "verification": Param("str", default=None, choices=VERIFICATIONS,
+                              help="greedy, mss or naive (token_level acceptance only)"),
+        "acceptance": Param("any", default=None,
+                            help="this policy's own acceptance model (a mapping)"),
+    }
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+
+    @classmethod
+    def memory_models(cls, params: dict, draft, target):
+        """The drafts and their KV caches (all on every device: the conservative count)."""
+        if params["draft_models"] is not None:
+            specs = [_decoder(name) for name in params["draft_models"]]
+            return specs, specs
+        return ([draft], [draft]) if draft is not None else ([], [])
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        parallel = getattr(ctx.target_cost, "parallel", None)
+        self.devices = parallel.devices if parallel is not None else 1
+        if params["draft_models"] is not None:
+            hw = policy_hardware(ctx)
+            self.draft_costs = [CostModel(hw, _decoder(name), Parallelism())
+                                for name in params["draft_models"]]
+            gamma = params["num_speculative_tokens"] or 4
+            self.tree = check_tree_size(parallel_chains(len(self.draft_costs), gamma),
+                                        "policy.draft_models")
+            self.mode = "merge"
+        else:
+            if ctx.draft_cost is None:
+                raise SpecsimError("expansion-based specinfer needs a draft model", field="draft",
+                                   fix="set 'draft: llama-68m' (or another small decoder), or "
+                                       "give the policy draft_models: [...]")
+            self.draft_costs = [ctx.draft_cost]
+            self.tree = TokenTree.from_config(params["expansion"] or SPECINFER_EXPANSION)
+            self.mode = "expansion"
+        self.acceptance = resolve_acceptance(params, ctx, self.tree, policy=self.name)
+        if params["verification"] is not None:
+            self.acceptance.model = _with_verification(self.acceptance.model,
+                                                       params["verification"])
+        self.verification = params["verification"] or getattr(
+            self.acceptance.model, "tree_method", "as measured")
+        self._levels = forward_tokens(self.tree)
+        self.max_verify_tokens = self.tree.num_nodes + 1
+
+    # ---------------------------------------------------------------- pricing
+    def _device_drafts(self) -> list[list[int]]:
+        """Merge-based drafts placed round-robin on the replica's devices."""
+        return [list(range(d, len(self.draft_costs), self.devices))
+                for d in range(min(self.devices, len(self.draft_costs)))]
+
+    def draft_time(self, context: np.ndarray) -> float:
+        """GPU time to draft the tree for requests at ``context``."""
+        if self.mode == "expansion":
+            cost = self.draft_costs[0]
+            return sharded_time(self.devices, context.size,
+                                lambda s: level_draft_time(cost, context[s], self._levels))
+        gamma = self.tree.max_depth
+        k = np.full(context.size, gamma, np.int64)
+        return max(sum(chain_draft_time(self.draft_costs[i], context, k) for i in group)
+                   for group in self._device_drafts())
+
+    def expected_accepted(self) -> float | None:
+        """Expected accepted tokens per iteration (bonus excluded), where a closed form exists."""
+        return self.acceptance.expected(self.tree)
+
+    # ---------------------------------------------------------------- policy interface
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        k = np.full(len(batch), self.tree.num_nodes, dtype=np.int64)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1,
+                         draft_time_s=self.draft_time(batch.context.astype(np.float64)),
+                         payload=self.tree)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
+
+    def observe(self, plan, batch, accepted, step_time_s) -> None:
+        return None
+
+    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        if not new_tokens.size:
+            return 0.0
+        no_logits = np.zeros(new_tokens.size)
+        if self.mode == "expansion":
+            cost = self.draft_costs[0]
+            return sharded_time(self.devices, new_tokens.size, lambda s: cost.step_time(
+                new_tokens[s], context[s], no_logits[s]))
+        return max(sum(self.draft_costs[i].step_time(new_tokens, context, no_logits)
+                       for i in group) for group in self._device_drafts())
+
+
+def _decoder(name: str):
+    spec = load_model(name)
+    if spec.kind != "decoder":
+        raise SpecsimError(f"{name} is a {spec.kind} model, not a draft decoder",
+                           field="policy.draft_models", fix="name small decoder models")
+    return spec
+
+
+def _with_verification(model, method: str):
+    """The acceptance model running ``method``; only models that run the algorithm can."""
+    if not hasattr(model, "tree_method"):
+        raise SpecsimError(f"acceptance model {model.name!r} fixes acceptance by its numbers, "
+                           "so the verification method cannot change it",
+                           field="policy.verification",
+                           fix="remove it, or use acceptance model token_level")
+    greedy = getattr(model, "temperature", 1.0) == 0.0
+    if (method == "greedy") != greedy:
+        raise SpecsimError(f"{method} verification with acceptance temperature "
+                           f"{model.temperature}", field="policy.verification",
+                           fix="greedy verification goes with temperature 0, mss and naive "
+                               "with temperature > 0")
+    return model if greedy else dataclasses.replace(model, tree_method=method)

@@ -1,0 +1,144 @@
+"""``staged``: staged speculative decoding (Spector & Re, arXiv:2308.04623, 2023).
+
+The draft model's own gamma tokens are themselves speculated: a smaller second-stage draft
+(``draft2``: a decoder from the catalog, or ``ngram`` for an n-gram table, as Spector & Re's
+Katz backoff trigram) proposes ``inner_speculative_tokens`` tokens, the draft model verifies
+them in one forward and keeps the accepted ones plus its own next token, and this repeats
+until the draft has its gamma tokens; then the target verifies gamma + 1 as in ``chain``.
+Both levels are priced: draft2 forwards (or CPU lookups) and draft forwards from the cost
+model, per round, over the requests still drafting.  Inner speculation is lossless, so what
+the target sees is exactly the draft's distribution: the outer acceptance is the
+scenario's, unchanged; staging only makes drafting cheaper.
+
+Inner acceptance is i.i.d. with ``inner_alpha`` (default: the scenario model's acceptance
+of the first draft token, i.e. draft2 assumed to match the draft as well as the draft
+matches the target -- an assumption; set it from a measurement, and lower it for ``ngram``).
+Each round drafts min(inner_speculative_tokens, still-needed - 1) tokens so that no round
+overshoots gamma.  The n-gram lookup costs ``ngram_lookup_s`` of CPU per proposed token (a
+hash-table probe; an assumption, small next to any forward).
+
+Simplified: Spector & Re also restructure the batch as a tree (that part is ``specinfer``).
+(Lecture 003 section 12 credits staging to Chen et al., arXiv:2302.01318; that paper is
+DeepMind's speculative sampling, the staged variant is Spector & Re's.)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.acceptance.iid import IIDAcceptance
+from simulator.cost_model import CostModel, Parallelism
+from simulator.errors import SpecsimError
+from simulator.model_spec import load_model
+from simulator.policies.chain import chain_draft_time
+from simulator.policies.tree_cost import policy_hardware
+from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
+
+NGRAM = "ngram"
+
+
+def _draft2(name: str):
+    spec = load_model(name)
+    if spec.kind != "decoder":
+        raise SpecsimError(f"{name} is a {spec.kind} model", field="policy.draft2",
+                           fix="name a small decoder model or 'ngram'")
+    return spec
+
+
+class StagedSpeculation:
+    """A draft model whose own decoding is sped up by a smaller draft (two stages)."""
+
+    name = "staged"
+    needs_draft_model = True
+    PARAMS = {
+        "num_speculative_tokens": Param("int", default=4, minimum=1, maximum=64,
+                                        aliases=("gamma",), help="draft tokens per iteration"),
+        "draft2": Param("str", default=NGRAM, help="second-stage draft: a model or 'ngram'"),
+        "inner_speculative_tokens": Param("int", default=3, minimum=1, maximum=64,
+                                          aliases=("gamma2",),
+                                          help="draft2 tokens per inner round"),
+        "inner_alpha": Param("float", default=None, minimum=0.0, maximum=1.0,
+                             help="draft2 -> draft acceptance (default: the scenario's)"),
+        "ngram_lookup_s": Param("float", default=2e-6, minimum=0.0, maximum=1.0,
+                                help="CPU seconds per n-gram proposed token"),
+    }
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+
+    @classmethod
+    def memory_models(cls, params: dict, draft, target):
+        """Both drafts and their KV caches (an n-gram table lives in host memory)."""
+        models = [draft] if draft is not None else []
+        if params["draft2"] != NGRAM:
+            models.append(_draft2(params["draft2"]))
+        return models, list(models)
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        if ctx.draft_cost is None:
+            raise SpecsimError("the staged policy needs a draft model", field="draft",
+                               fix="set 'draft: opt-1.3b' (or another decoder)")
+        self.gamma = int(params["num_speculative_tokens"])
+        self.gamma2 = int(params["inner_speculative_tokens"])
+        self.draft_cost = ctx.draft_cost
+        self.draft2_cost = None if params["draft2"] == NGRAM else CostModel(
+            policy_hardware(ctx), _draft2(params["draft2"]), Parallelism())
+        self.lookup_s = float(params["ngram_lookup_s"])
+        self.acceptance = ctx.acceptance
+        alpha = params["inner_alpha"]
+        if alpha is None:
+            alpha = float(np.asarray(ctx.acceptance.position_rates(1))[0])
+        self.inner = IIDAcceptance(alpha)
+        self.max_verify_tokens = self.gamma + 1
+
+    def draft_time(self, context: np.ndarray, request_ids: np.ndarray,
+                   rng: np.random.Generator) -> tuple[float, float, int]:
+        """(GPU s, CPU s, inner rounds) for the draft to produce gamma tokens per request."""
+        n = context.size
+        produced = np.zeros(n, np.int64)
+        gpu = cpu = 0.0
+        rounds = 0
+        while True:
+            active = np.flatnonzero(produced < self.gamma)
+            if not active.size:
+                return gpu, cpu, rounds
+            rounds += 1
+            need = self.gamma - produced[active]
+            k = np.minimum(self.gamma2, need - 1)
+            ctx = context[active] + produced[active]
+            if self.draft2_cost is not None:
+                gpu += chain_draft_time(self.draft2_cost, ctx, k)
+            else:
+                cpu += self.lookup_s * float(k.sum())
+            gpu += self.draft_cost.step_time((k + 1).astype(np.float64), ctx,
+                                             (k + 1).astype(np.float64))
+            accepted = self.inner.sample_chain(k, ctx, request_ids[active], rng)
+            produced[active] += accepted + 1
+
+    def expected_accepted(self) -> float | None:
+        """Expected accepted tokens per iteration (bonus excluded): the chain's."""
+        return self.acceptance.expected_accepted(self.gamma)
+
+    # ---------------------------------------------------------------- policy interface
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        k = np.full(len(batch), self.gamma, dtype=np.int64)
+        gpu, cpu, _ = self.draft_time(batch.context.astype(np.float64), batch.request_ids, rng)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu, cpu_time_s=cpu)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        if not plan.num_draft.any():
+            return np.zeros(len(batch), dtype=np.int64)
+        return self.acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids,
+                                            rng)
+
+    def observe(self, plan, batch, accepted, step_time_s) -> None:
+        return None
+
+    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        if not new_tokens.size:
+            return 0.0
+        no_logits = np.zeros(new_tokens.size)
+        t = self.draft_cost.step_time(new_tokens, context, no_logits)
+        if self.draft2_cost is not None:
+            t += self.draft2_cost.step_time(new_tokens, context, no_logits)
+        return t

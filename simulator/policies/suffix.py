@@ -1,0 +1,189 @@
+"""``suffix``: SuffixDecoding (Oliaro et al., NeurIPS 2025): speculation trees from suffix tries.
+
+Two indexes, as in the paper and ArcticInference: a per-request trie over the request's prompt
+and the tokens it has generated (the prompt-lookup part), and a global trie over the outputs
+of finished requests (FIFO-evicted beyond ``suffix_decoding_max_cached_requests``; one per
+replica, as each serving instance keeps its own).  Each iteration, per request, each trie
+matches the longest suffix of the context that it has seen followed by something (at most
+``suffix_decoding_max_tree_depth - num_speculative_tokens`` tokens, so that a full-length
+speculation fits under the depth bound), and expands a speculation tree best-first by
+frequency-estimated path probability: at most ``min(num_speculative_tokens,
+max_spec_factor * match_length + max_spec_offset)`` nodes, each with probability >=
+``suffix_decoding_min_token_prob``.  The tree with the higher score (sum of node
+probabilities) is verified: n nodes cost n + 1 tokens in the verification forward, and the
+request accepts the deepest node on the target's true path (greedy tree verification).
+
+Like ``prompt_lookup`` it runs on the workload's real token ids.  CPU time per request per
+iteration is ``cpu_time_per_request_s`` for the speculation plus ``cpu_time_per_token_s`` per
+token added to its trie; the defaults are ArcticInference's measured 6.3-28 us of speculation
+and 4.1-5.5 us of update per output token (snowflakedb/ArcticInference PRs #211, #212).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from simulator.errors import SpecsimError
+from simulator.policies.prompt_lookup import TokenText, require_token_ids
+from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
+
+SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
+SUFFIX_UPDATE_S = 5e-6      # ibid.: 4.1-5.5 us per token added
+
+
+def _check(out: dict, source: str, prefix: str) -> None:
+    if out["suffix_decoding_max_tree_depth"] <= out["num_speculative_tokens"]:
+        raise SpecsimError(
+            f"suffix_decoding_max_tree_depth ({out['suffix_decoding_max_tree_depth']}) must "
+            f"exceed num_speculative_tokens ({out['num_speculative_tokens']})", source=source,
+            field=prefix + "suffix_decoding_max_tree_depth",
+            fix="raise the depth (the paper's default is 24) or lower num_speculative_tokens")
+    if not (out["use_request_tree"] or out["use_global_tree"]):
+        raise SpecsimError("both suffix trees are switched off", source=source,
+                           field=prefix + "use_global_tree", fix="enable at least one")
+
+
+class _RequestState:
+    __slots__ = ("index", "cursor", "indexed")
+
+    def __init__(self, depth: int) -> None:
+        self.index = SuffixIndex(depth)
+        self.cursor = Cursor()
+        self.indexed = 0
+
+
+class SuffixDecoding(NoDraftMixin):
+    """Speculation trees from a per-request and a global suffix trie, frequency-scored."""
+
+    name = "suffix"
+    needs_draft_model = False
+    PARAMS = {
+        "num_speculative_tokens": Param("int", default=16, minimum=1, maximum=256,
+                                        aliases=("gamma",),
+                                        help="most tree nodes per request (verify n + 1)"),
+        "suffix_decoding_max_tree_depth": Param("int", default=24, minimum=2, maximum=512,
+                                                help="longest substring the tries hold"),
+        "suffix_decoding_max_spec_factor": Param("float", default=1.0, minimum=0.0,
+                                                 maximum=1e6,
+                                                 help="speculate up to factor x match length"),
+        "suffix_decoding_max_spec_offset": Param("float", default=0.0, minimum=-1e6,
+                                                 maximum=1e6, help="... plus this offset"),
+        "suffix_decoding_min_token_prob": Param("float", default=0.1, minimum=0.0, maximum=1.0,
+                                                help="drop nodes less likely than this"),
+        "suffix_decoding_max_cached_requests": Param("int", default=10000, minimum=0,
+                                                     maximum=10**9,
+                                                     help="outputs kept in the global trie"),
+        "speculate_tree": Param("bool", default=True,
+                                help="a tree (true) or the single most likely path (false)"),
+        "use_request_tree": Param("bool", default=True, help="match the request's own text"),
+        "use_global_tree": Param("bool", default=True, help="match earlier outputs"),
+        "cpu_time_per_request_s": Param("float", default=SUFFIX_SPECULATE_S, minimum=0.0,
+                                        maximum=1.0, help="CPU speculation time per request"),
+        "cpu_time_per_token_s": Param("float", default=SUFFIX_UPDATE_S, minimum=0.0,
+                                      maximum=1.0, help="CPU time per token indexed"),
+    }
+
+    @classmethod
+    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+
+    def __init__(self, params: dict, ctx: PolicyContext) -> None:
+        self.text = TokenText(*require_token_ids(ctx.workload, self.name))
+        p = params
+        self.k = int(p["num_speculative_tokens"])
+        self.depth = int(p["suffix_decoding_max_tree_depth"])
+        self.factor = float(p["suffix_decoding_max_spec_factor"])
+        self.offset = float(p["suffix_decoding_max_spec_offset"])
+        self.min_prob = float(p["suffix_decoding_min_token_prob"])
+        self.max_cached = int(p["suffix_decoding_max_cached_requests"])
+        self.tree = bool(p["speculate_tree"])
+        self.use_request = bool(p["use_request_tree"])
+        self.use_global = bool(p["use_global_tree"])
+        self.cpu_request_s = float(p["cpu_time_per_request_s"])
+        self.cpu_token_s = float(p["cpu_time_per_token_s"])
+        self.max_verify_tokens = self.k + 1
+        self.global_index = SuffixIndex(self.depth)
+        self._cached: deque[int] = deque()
+        self._requests: dict[int, _RequestState] = {}
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.k
+
+    # ------------------------------------------------------------------ speculation
+    def _budget(self, match_len: int, cap: int) -> int:
+        return max(0, min(cap, int(self.factor * match_len + self.offset + 1e-9)))
+
+    def _request_state(self, rid: int, generated: int) -> tuple[_RequestState, int]:
+        """The request's trie, brought up to its current context; also the tokens added."""
+        state = self._requests.get(rid)
+        if state is None:
+            state = self._requests[rid] = _RequestState(self.depth)
+        known = self.text.known(rid, generated)
+        added = known.size - state.indexed
+        if added > 0:
+            state.index.extend(state.cursor, known[state.indexed:])
+            state.indexed = known.size
+        return state, max(added, 0)
+
+    def speculate(self, rid: int, generated: int, cap: int) -> tuple[Speculation, int]:
+        """The better-scoring speculation of the two tries, and the tokens indexed on the way."""
+        max_match = self.depth - self.k
+        best, added = Speculation([], [], []), 0
+        if self.use_request:
+            state, added = self._request_state(rid, generated)
+            node, m = state.index.cursor_match(state.cursor, max_match)
+            best = state.index.speculate(node, self._budget(m, cap), self.min_prob,
+                                         self.tree, m)
+        if self.use_global and len(self.global_index) > 1:
+            node, m = self.global_index.longest_match(self.text.known(rid, generated),
+                                                      max_match)
+            spec = self.global_index.speculate(node, self._budget(m, cap), self.min_prob,
+                                               self.tree, m)
+            if spec.score > best.score:
+                best = spec
+        return best, added
+
+    def propose_limited(self, batch: BatchView, rng: np.random.Generator,
+                        max_draft: np.ndarray) -> DraftPlan:
+        """Propose at most ``max_draft[i]`` nodes for request i (adaptive controllers' hook)."""
+        specs: dict[int, Speculation] = {}
+        cpu = 0.0
+        for rid, g, cap in zip(batch.request_ids.tolist(), batch.generated.tolist(),
+                               np.minimum(max_draft, self.k).tolist()):
+            if cap > 0:
+                specs[rid], added = self.speculate(rid, g, cap)
+                cpu += self.cpu_request_s + added * self.cpu_token_s
+            else:
+                specs[rid] = Speculation([], [], [])
+        n = np.fromiter((len(specs[r]) for r in batch.request_ids.tolist()), np.int64, len(batch))
+        return DraftPlan(num_draft=n, verify_tokens=n + 1, cpu_time_s=cpu, payload=specs)
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        return self.propose_limited(batch, rng, np.full(len(batch), self.k, np.int64))
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        out = np.zeros(len(batch), np.int64)
+        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+            n = int(plan.num_draft[i])
+            if n:
+                spec = plan.payload[rid]
+                out[i] = tree_accepted(spec, self.text.upcoming(rid, g, len(spec)))
+        return out
+
+    # ------------------------------------------------------------------ bookkeeping
+    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
+                step_time_s: float) -> None:
+        """Move finished requests' outputs into the global trie (FIFO beyond the cap)."""
+        done = batch.generated + np.minimum(accepted + 1, batch.output_len - batch.generated) \
+            >= batch.output_len
+        for rid in batch.request_ids[done].tolist():
+            self._requests.pop(rid, None)
+            self.text.forget(rid)
+            if self.use_global and self.max_cached > 0:
+                self.global_index.add(self.text.output_ids[rid])
+                self._cached.append(rid)
+                if len(self._cached) > self.max_cached:
+                    self.global_index.remove(self.text.output_ids[self._cached.popleft()])
