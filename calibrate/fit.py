@@ -116,7 +116,7 @@ def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
 
 
 def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
-               kernel_overhead_s: float, statistic: str = "median", steps: int = 3000):
+               kernel_overhead_s: float, statistic: str = "median", max_iter: int = 500):
     """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
     rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
     if not (rows["kind"] == "gemm").any() or not rows["kind"].isin(("read", "copy")).any():
@@ -138,14 +138,11 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
     m0 = _initial(nbytes[mem_rows] / (bandwidth_bytes_per_s * net[mem_rows]), mx[mem_rows],
                   mknots)
 
-    t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=float), dtype=torch.float64)  # noqa: E731
     wc, wm = t(_interp_matrix(cx, cknots)), t(_interp_matrix(mx, mknots))
     f_t, b_t, n_t, log_t = t(flops), t(nbytes), t(count), t(np.log(times))
     uc = torch.logit(t(c0)).requires_grad_(True)
     um = torch.logit(t(m0)).requires_grad_(True)
-    opt = torch.optim.Adam([uc, um], lr=0.05)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-
     def loss_fn():
         ceff = wc @ torch.sigmoid(uc)
         meff = wm @ torch.sigmoid(um)
@@ -157,12 +154,17 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
                      if u.numel() > 2)
         return resid.pow(2).mean(), SMOOTHING * smooth
 
-    for _ in range(steps):
+    opt = torch.optim.LBFGS([uc, um], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-10, tolerance_change=1e-12)
+
+    def closure():
         opt.zero_grad()
         data, smooth = loss_fn()
-        (data + smooth).backward()
-        opt.step()
-        sched.step()
+        total = data + smooth
+        total.backward()
+        return total
+
+    opt.step(closure)
     with torch.no_grad():
         data, _ = loss_fn()
         ceff = np.clip(torch.sigmoid(uc).numpy(), MIN_EFFICIENCY, 1.0)

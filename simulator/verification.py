@@ -95,7 +95,9 @@ def ratio_acceptance(p_x, q_x) -> np.ndarray:
     """Return ``min(1, p(x)/q(x))``, taking 1 where ``q(x) = 0``."""
     p_x = np.asarray(p_x, dtype=float)
     q_x = np.asarray(q_x, dtype=float)
-    return np.where(p_x >= q_x, 1.0, p_x / np.where(q_x > 0, q_x, 1.0))
+    p_x, q_x = np.broadcast_arrays(p_x, q_x)
+    # Divide only where p < q (so q > 0 and the ratio is below 1): no overflow, no 0/0.
+    return np.divide(p_x, q_x, out=np.ones(p_x.shape), where=p_x < q_x)
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from simulator.errors import SpecsimError
 from simulator.policies.medusa import attached_model
 from simulator.policies.tree_cost import (OperatorPrices, chain_tree, check_acceptance_param,
                                           check_tree_size, dynamic_tree, exclusive_table,
-                                          forward_tokens, level_draft_time, model_width,
-                                          policy_hardware, resolve_acceptance,
+                                          forward_tokens, given, level_draft_time,
+                                          model_width, policy_hardware, resolve_acceptance,
                                           tree_from_choices)
 from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
 from simulator.token_tree import TokenTree
@@ -109,11 +109,6 @@ class _EagleDraft:
 
 
 def _check_eagle(out: dict, source: str, prefix: str) -> None:
-    given = [k for k in ("num_speculative_tokens", "tree", "choices") if out[k] is not None]
-    if len(given) > 1:
-        raise SpecsimError(f"give one tree shape, not {' and '.join(given)}", source=source,
-                           field=prefix + given[1],
-                           fix="num_speculative_tokens (a chain), tree: [k1, ...] or choices")
     if out["tree"] is not None:
         nodes = int(np.cumprod(out["tree"], dtype=float).sum())
         if nodes > 256:
@@ -130,9 +125,9 @@ class EagleSpeculation(_EagleDraft):
     name = "eagle"
     PARAMS = {
         "model": _MODEL,
-        "num_speculative_tokens": Param("int", default=None, minimum=1, maximum=64,
+        "num_speculative_tokens": Param("int", default=5, minimum=1, maximum=64,
                                         aliases=("gamma", "speculative_num_steps"),
-                                        help="chain length (default 5)"),
+                                        help="chain length"),
         "tree": Param("int_list", default=None, minimum=1, maximum=64,
                       help="static tree: children per node at each depth"),
         "choices": Param("any", default=None, help="static tree as paths of child ranks"),
@@ -141,8 +136,15 @@ class EagleSpeculation(_EagleDraft):
 
     @classmethod
     def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix,
-                            check=_check_eagle)
+        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix,
+                           check=_check_eagle)
+        shapes = [g for g in (given(params, cls.PARAMS, k)
+                              for k in ("num_speculative_tokens", "tree", "choices")) if g]
+        if len(shapes) > 1:
+            raise SpecsimError(f"give one tree shape, not {' and '.join(shapes)}",
+                               source=source, field=prefix + shapes[1],
+                               fix="num_speculative_tokens (a chain), tree: [k1, ...] or choices")
+        return out
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self._setup(params, ctx)
@@ -151,7 +153,7 @@ class EagleSpeculation(_EagleDraft):
         elif params["tree"] is not None:
             self.tree = TokenTree.from_config(params["tree"])
         else:
-            self.tree = chain_tree(params["num_speculative_tokens"] or 5)
+            self.tree = chain_tree(params["num_speculative_tokens"])
         self.levels = forward_tokens(self.tree)
         self.logits = self.levels
         self.acceptance = resolve_acceptance(params, ctx, self.tree, policy=self.name)

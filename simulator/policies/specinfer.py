@@ -33,10 +33,10 @@ from simulator.cost_model import CostModel, Parallelism
 from simulator.errors import SpecsimError
 from simulator.model_spec import load_model
 from simulator.policies.chain import chain_draft_time
-from simulator.policies.tree_cost import (MAX_TREE_NODES, check_acceptance_param, check_tree_size,
-                                          forward_tokens, level_draft_time, parallel_chains,
-                                          policy_hardware, resolve_acceptance,
-                                          sharded_time)
+from simulator.policies.tree_cost import (MAX_TREE_NODES, check_acceptance_param,
+                                          check_tree_size, forward_tokens, given,
+                                          level_draft_time, parallel_chains, policy_hardware,
+                                          resolve_acceptance, sharded_time)
 from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
 from simulator.token_tree import TokenTree
 
@@ -55,10 +55,6 @@ def _check(out: dict, source: str, prefix: str) -> None:
                 or not all(isinstance(d, str) and d for d in drafts):
             raise SpecsimError("expected a non-empty list of model names", source=source,
                                field=prefix + "draft_models", fix="e.g. [llama-68m, llama-160m]")
-    elif out["num_speculative_tokens"] is not None:
-        raise SpecsimError("only used with draft_models (merge-based trees)", source=source,
-                           field=prefix + "num_speculative_tokens",
-                           fix="set the tree with 'expansion: [k1, k2, ...]' instead")
     if out["expansion"] is not None:
         nodes = int(np.cumprod(out["expansion"], dtype=float).sum())
         if nodes > MAX_TREE_NODES:
@@ -79,7 +75,7 @@ class SpecInferSpeculation:
                            help="children per node at each depth <k1, ..., kd>"),
         "draft_models": Param("any", default=None,
                               help="merge-based: small drafts whose chains are merged"),
-        "num_speculative_tokens": Param("int", default=None, minimum=1, maximum=64,
+        "num_speculative_tokens": Param("int", default=4, minimum=1, maximum=64,
                                         aliases=("gamma",),
                                         help="merge-based: tokens each draft proposes"),
         "verification": Param("str", default=None, choices=VERIFICATIONS,
@@ -90,7 +86,13 @@ class SpecInferSpeculation:
 
     @classmethod
     def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+        gamma = given(params, cls.PARAMS, "num_speculative_tokens")
+        if gamma and out["draft_models"] is None:
+            raise SpecsimError("only used with draft_models (merge-based trees)", source=source,
+                               field=prefix + gamma,
+                               fix="set the tree with 'expansion: [k1, k2, ...]' instead")
+        return out
 
     @classmethod
     def memory_models(cls, params: dict, draft, target):
@@ -107,7 +109,7 @@ class SpecInferSpeculation:
             hw = policy_hardware(ctx)
             self.draft_costs = [CostModel(hw, _decoder(name), Parallelism())
                                 for name in params["draft_models"]]
-            gamma = params["num_speculative_tokens"] or 4
+            gamma = params["num_speculative_tokens"]
             self.tree = check_tree_size(parallel_chains(len(self.draft_costs), gamma),
                                         "policy.draft_models")
             self.mode = "merge"

@@ -4,9 +4,9 @@ Two indexes, as in the paper and ArcticInference: a per-request trie over the re
 and the tokens it has generated (the prompt-lookup part), and a global trie over the outputs
 of finished requests (FIFO-evicted beyond ``suffix_decoding_max_cached_requests``; one per
 replica, as each serving instance keeps its own).  Each iteration, per request, each trie
-matches the longest suffix of the context that it has seen followed by something (at most
-``suffix_decoding_max_tree_depth - num_speculative_tokens`` tokens, so that a full-length
-speculation fits under the depth bound), and expands a speculation tree best-first by
+matches the longest suffix of the context that it has seen followed by something -- and, when
+that match leaves fewer than the budget's tokens below it in the depth-bounded trie, also the
+longest match that leaves room -- and expands a speculation tree best-first by
 frequency-estimated path probability: at most ``min(num_speculative_tokens,
 max_spec_factor * match_length + max_spec_offset)`` nodes, each with probability >=
 ``suffix_decoding_min_token_prob``.  The tree with the higher score (sum of node
@@ -34,12 +34,6 @@ SUFFIX_UPDATE_S = 5e-6      # ibid.: 4.1-5.5 us per token added
 
 
 def _check(out: dict, source: str, prefix: str) -> None:
-    if out["suffix_decoding_max_tree_depth"] <= out["num_speculative_tokens"]:
-        raise SpecsimError(
-            f"suffix_decoding_max_tree_depth ({out['suffix_decoding_max_tree_depth']}) must "
-            f"exceed num_speculative_tokens ({out['num_speculative_tokens']})", source=source,
-            field=prefix + "suffix_decoding_max_tree_depth",
-            fix="raise the depth (the paper's default is 24) or lower num_speculative_tokens")
     if not (out["use_request_tree"] or out["use_global_tree"]):
         raise SpecsimError("both suffix trees are switched off", source=source,
                            field=prefix + "use_global_tree", fix="enable at least one")
@@ -128,20 +122,31 @@ class SuffixDecoding(NoDraftMixin):
             state.indexed = known.size
         return state, max(added, 0)
 
+    def _best(self, index: SuffixIndex, matches, cap: int) -> Speculation:
+        best = Speculation([], [], [])
+        for node, m in dict.fromkeys(matches):
+            spec = index.speculate(node, self._budget(m, cap), self.min_prob, self.tree, m)
+            if spec.score > best.score:
+                best = spec
+        return best
+
     def speculate(self, rid: int, generated: int, cap: int) -> tuple[Speculation, int]:
-        """The better-scoring speculation of the two tries, and the tokens indexed on the way."""
-        max_match = self.depth - self.k
+        """The best-scoring speculation of the two tries, and the tokens indexed on the way.
+
+        Each trie tries its longest match and the longest one that leaves room below it for
+        ``cap`` tokens within the depth bound.
+        """
+        roomy = max(1, self.depth - cap)
         best, added = Speculation([], [], []), 0
         if self.use_request:
             state, added = self._request_state(rid, generated)
-            node, m = state.index.cursor_match(state.cursor, max_match)
-            best = state.index.speculate(node, self._budget(m, cap), self.min_prob,
-                                         self.tree, m)
+            index, cursor = state.index, state.cursor
+            best = self._best(index, (index.cursor_match(cursor, self.depth),
+                                      index.cursor_match(cursor, roomy)), cap)
         if self.use_global and len(self.global_index) > 1:
-            node, m = self.global_index.longest_match(self.text.known(rid, generated),
-                                                      max_match)
-            spec = self.global_index.speculate(node, self._budget(m, cap), self.min_prob,
-                                               self.tree, m)
+            index, known = self.global_index, self.text.known(rid, generated)
+            spec = self._best(index, (index.longest_match(known, self.depth),
+                                      index.longest_match(known, roomy)), cap)
             if spec.score > best.score:
                 best = spec
         return best, added

@@ -326,6 +326,14 @@ class PolicyAcceptance:
         return None
 
 
+def given(raw: dict, spec: dict, name: str) -> str | None:
+    """The key under which ``name`` (or one of its aliases) was given in ``raw``, if any."""
+    for key in (name,) + spec[name].aliases:
+        if key in raw:
+            return key
+    return None
+
+
 def check_acceptance_param(out: dict, source: str, prefix: str) -> None:
     """Validate a policy's own ``acceptance`` mapping at parse time."""
     from simulator.acceptance import acceptance_from_config
