@@ -39,9 +39,10 @@ def _requests(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     df["status"] = pd.Categorical(df["status"].astype(str),
                                   categories=list(STATUS_NAMES.values()))
-    df["reject_reason"] = df["reject_reason"].fillna("").astype(str)
-    if "task" in df.columns:
-        df["task"] = df["task"].fillna("").astype(str)
+    # an all-empty text column reads back as float NaN: make it text again
+    for col in ("reject_reason", "task"):
+        if col in df.columns:
+            df[col] = df[col].astype("string").fillna("").astype(str)
     return df
 
 

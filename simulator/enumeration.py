@@ -153,7 +153,7 @@ def chain_step(target: ToyLM, draft: ToyLM, gamma: int, rule: str = "speculative
     return step
 
 
-def _children_tuples(q: np.ndarray, k: int, children: str):
+def children_tuples(q: np.ndarray, k: int, children: str):
     """All children tuples the drafter can propose at a node, with their probabilities."""
     if children == "top_k":
         order = np.argsort(-q, kind="stable")[:k]
@@ -195,7 +195,7 @@ def tree_step(target: ToyLM, draft: ToyLM, config: Sequence[int], method: str = 
         p, q = target.table[a, b], draft.table[a, b]
         emission: Emission = [np.zeros(1), np.zeros(v)]
         tuples = [(np.zeros(0, dtype=np.intp), 1.0)] if depth == len(config) else \
-            _children_tuples(q, config[depth], children)
+            children_tuples(q, config[depth], children)
         for kids, weight in tuples:
             accept, stop = schedule(p, q, kids)
             survive = weight
@@ -227,7 +227,7 @@ def root_acceptance(p, q, k: int, method: str = "mss", children: str = "sampled"
     q = np.asarray(q, dtype=float)
     k = check_expansion_config([k], name="k")[0]
     schedule = tree_method(method)
-    tuples = _children_tuples(q, k, children)
+    tuples = children_tuples(q, k, children)
     kids = np.stack([t for t, _ in tuples])
     weights = np.array([w for _, w in tuples])
     accept, _ = schedule(np.broadcast_to(p, (len(tuples),) + p.shape),

@@ -167,7 +167,7 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "acceptance" in data:
         from simulator.acceptance import acceptance_from_config
         acc = require_mapping(data["acceptance"], source=source, field="acceptance")
-        acceptance_from_config(acc, source=source)  # validate now, build later
+        acceptance_from_config(acc, source=source, base_dir=Path(base_dir))  # validate now
         kw["acceptance"] = dict(acc)
     if "batching" in data:
         b = require_mapping(data["batching"], source=source, field="batching")

@@ -114,8 +114,9 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     wl_seed, acc_seed, eng_seed = np.random.SeedSequence(scenario.seed).spawn(3)
     if workload is None:
         workload = workload_from_config(scenario.workload, rng=np.random.default_rng(wl_seed),
-                                        base_dir=Path(scenario.base_dir))
-    acceptance = acceptance_from_config(scenario.acceptance, source="acceptance").bind(
+                                        base_dir=Path(scenario.base_dir), source=scenario.name)
+    acceptance = acceptance_from_config(scenario.acceptance, source="acceptance",
+                                        base_dir=Path(scenario.base_dir)).bind(
         len(workload), np.random.default_rng(acc_seed), tasks=workload.task)
     tcost = target_cost or dep.target_cost
     dcost = draft_cost or dep.draft_cost

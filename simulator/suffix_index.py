@@ -108,16 +108,32 @@ class SuffixIndex:
 
     def extend(self, cursor: Cursor, tokens) -> None:
         """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
-        edges, count, keep = self._edges, self.count, self.max_depth - 1
+        edges, count, token, parent, kids = self._edges, self.count, self.token, self.parent, \
+            self.kids
+        get, keep, free = edges.get, self.max_depth - 1, self._free
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
             moved = []
-            for node in [0, *nodes]:
+            for node in (0, *nodes):
                 key = node * _STRIDE + t
-                child = edges.get(key)
-                if child is None:
+                child = get(key)
+                if child is not None:
+                    count[child] += 1
+                elif free:
                     child = self._new_node(node, t, key)
-                count[child] += 1
+                    count[child] = 1
+                else:  # the hot path of a growing trie, inlined
+                    child = len(count)
+                    count.append(1)
+                    token.append(t)
+                    parent.append(node)
+                    kids.append(None)
+                    siblings = kids[node]
+                    if siblings is None:
+                        kids[node] = [child]
+                    else:
+                        siblings.append(child)
+                    edges[key] = child
                 moved.append(child)
             nodes = moved[:keep]  # the deepest suffix cannot grow further
         cursor.nodes = nodes

@@ -46,7 +46,7 @@ class TokenTree:
 
     parents: np.ndarray
     tokens: np.ndarray | None = None
-    _hash: int = field(default=0, repr=False, compare=False)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parents = np.asarray(self.parents)

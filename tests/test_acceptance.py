@@ -196,6 +196,14 @@ def test_curve_from_a_trace_file_by_key_path():
                                     "key": "deepseek-v4-pro/thinking_off"})
     assert model.lengths[:2] == (1.92, 2.61)             # the file's first two points
     assert 1 + model.expected_accepted(1) == pytest.approx(1.92)
+    # Relative paths: under the scenario's folder (base_dir), else the project root.
+    by_base = acceptance_from_config({"model": "curve", "path": "acceptance/dsv4_mtp.yaml",
+                                      "key": "deepseek-v4-pro/thinking_off"},
+                                     base_dir=path.parent.parent)
+    by_root = acceptance_from_config({"model": "curve",
+                                      "path": "../shared/traces/acceptance/dsv4_mtp.yaml",
+                                      "key": "deepseek-v4-pro/thinking_off"})
+    assert by_base.lengths == by_root.lengths == model.lengths
     with pytest.raises(SpecsimError, match="thinking_on"):
         acceptance_from_config({"model": "curve", "path": str(path)})
     with pytest.raises(SpecsimError, match="thinking_maybe"):

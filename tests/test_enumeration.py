@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.enumeration import (_children_tuples, chain_step, expected_length,
+from simulator.enumeration import (children_tuples, chain_step, expected_length,
                                    output_distribution, root_acceptance,
                                    target_distribution, total_variation, tree_step)
 from simulator.errors import SpecsimError
@@ -72,7 +72,7 @@ def test_mss_never_rejects_more_than_naive_sampling_on_average(pair):
                 mss = root_acceptance(p, q, k, "mss")
                 naive = root_acceptance(p, q, k, "naive")
                 assert mss >= naive - 1e-12
-                kids = np.stack([t for t, _ in _children_tuples(q, k, "sampled")])
+                kids = np.stack([t for t, _ in children_tuples(q, k, "sampled")])
                 pb, qb = np.tile(p, (len(kids), 1)), np.tile(q, (len(kids), 1))
                 m = 1 - np.prod(1 - tree_method("mss")(pb, qb, kids)[0], axis=-1)
                 n = 1 - np.prod(1 - tree_method("naive")(pb, qb, kids)[0], axis=-1)

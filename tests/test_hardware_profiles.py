@@ -94,8 +94,12 @@ def test_nvidia_peaks_are_dense_not_sparse(name):
 
 def test_tpus_list_no_fp16_and_a10_l40s_have_no_nvlink():
     for name in ("tpu-v4", "tpu-v5e"):
-        with pytest.raises(SpecsimError):
-            load_profile(name).peak_flops("fp16")
+        p = load_profile(name)
+        assert "fp16" not in p.peak_flops_per_s
+        # fp16 checkpoints run in bf16 on a TPU: priced at the bf16 rate
+        assert p.peak_flops("fp16") == p.peak_flops("bf16")
+        with pytest.raises(SpecsimError, match="fp32"):
+            p.peak_flops("fp32")
     for name in ("a10", "l40s"):
         assert load_profile(name).interconnect.name.startswith("pcie")
 

@@ -7,6 +7,7 @@ YAML (``{"model": "iid", "alpha": 0.8}``); ``bind`` returns a copy holding per-r
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
@@ -65,14 +66,22 @@ ACCEPTANCE_MODELS: dict[str, type] = {
 }
 
 
-def acceptance_from_config(cfg: Mapping[str, Any], *,
-                           source: str = "acceptance") -> AcceptanceModel:
-    """Build the acceptance model named by ``cfg['model']`` from the rest of ``cfg``."""
+def acceptance_from_config(cfg: Mapping[str, Any], *, source: str = "acceptance",
+                           base_dir: str | Path | None = None) -> AcceptanceModel:
+    """Build the acceptance model named by ``cfg['model']`` from the rest of ``cfg``.
+
+    A relative ``path`` (the ``curve`` model's file) is looked up under ``base_dir`` first
+    (the scenario's folder), then the working directory, then the project root.
+    """
     cfg = require_mapping(cfg, source=source)
     if "model" not in cfg:
         raise SpecsimError("missing required key", source=source, field="model",
                            fix="add 'model: ...', one of: " + ", ".join(ACCEPTANCE_MODELS))
     name = as_str(cfg["model"], source=source, field="model", choices=list(ACCEPTANCE_MODELS))
+    path = cfg.get("path")
+    if base_dir is not None and isinstance(path, str) and not Path(path).is_absolute() \
+            and (Path(base_dir) / path).exists():
+        cfg = {**cfg, "path": str(Path(base_dir) / path)}
     return ACCEPTANCE_MODELS[name].from_config(cfg, source=source)
 
 

@@ -5,9 +5,9 @@ token; each head's top-k are combined into a candidate tree verified in one tree
 forward.  The tree is the Cartesian product of the heads' top-k cut to the ``node_budget``
 nodes of highest path probability (how Medusa builds its sparse tree from its heads' top-k
 accuracies; default 63 nodes, the size of Medusa's ``mc_sim_7b_63``), or an explicit
-``choices`` list in Medusa's format.  Acceptance defaults to Medusa's published per-head
-top-k accuracies for the Vicuna size (the ``medusa`` acceptance model); a scenario model with
-per-node acceptance, or the policy's ``acceptance:``, replaces it.
+``choices`` list in Medusa's format.  Acceptance: the policy's ``acceptance:`` if set, else
+the scenario's if it is a ``medusa`` model (other scenario models describe some other
+draft), else Medusa's published per-head top-k accuracies for the heads' Vicuna size.
 
 Cost: the heads (ModelSpec kind medusa, ``simulator/models/medusa-*.yaml``; the scenario's
 ``draft`` if it is one, else ``medusa-<target>``) run on one token per request -- the last
@@ -137,7 +137,8 @@ class MedusaSpeculation:
                                    fix="shorten the paths or raise num_heads")
         self.acceptance = resolve_acceptance(params, ctx, _probe(self.num_heads),
                                              policy=self.name, conditionals=ranked,
-                                             default=lambda: _published(self.spec))
+                                             default=lambda: _published(self.spec),
+                                             only="medusa")
         model = self.acceptance.model
         if params["choices"] is None:
             width = params["top_k"] or min(model_width(model, 10), 10)

@@ -348,9 +348,10 @@ def check_acceptance_param(out: dict, source: str, prefix: str) -> None:
 
 
 def resolve_acceptance(params: dict, ctx, tree: TokenTree, *, policy: str,
-                       conditionals: bool = False, default=None) -> PolicyAcceptance:
-    """The policy's ``acceptance`` if set; else the scenario's if it can score ``tree``;
-    else ``default()``; else an error saying which models can.
+                       conditionals: bool = False, default=None,
+                       only: str | None = None) -> PolicyAcceptance:
+    """The policy's ``acceptance`` if set; else the scenario's if it can score ``tree``
+    (and is the ``only`` model named, when given); else ``default()``; else an error.
 
     ``conditionals``: the policy ranks nodes itself, so it needs per-node probabilities.
     """
@@ -365,6 +366,7 @@ def resolve_acceptance(params: dict, ctx, tree: TokenTree, *, policy: str,
     if scen is not None:
         fits = hasattr(scen, "node_conditionals") if conditionals else \
             (tree.is_chain or has_tree_semantics(scen))
+        fits = fits and (only is None or getattr(scen, "name", None) == only)
         if fits:
             return PolicyAcceptance(scen, "scenario", bound=True)
     if default is not None:

@@ -1,0 +1,233 @@
+"""The gamma controllers behind the ``adaptive`` policy: small, pure and separately testable.
+
+- ``BatchSizeSchedule``: gamma by batch size, written as vLLM's
+  ``num_speculative_tokens_per_batch_size`` ([[min_batch, max_batch, gamma], ...]) or as
+  TensorRT-LLM's ``draft_len_schedule`` ([[max_batch, gamma], ...] or {max_batch: gamma});
+  batch sizes above the last range do not speculate (TensorRT-LLM's rule, PR #10860).
+- ``AcceptanceEMA``: SGLang's adaptive ``speculative_num_steps`` (PR #21599): an EMA of the
+  accepted drafts per request picks a step count among ``candidate_steps`` with hysteresis.
+- ``KillSwitch``: TensorRT-LLM's ``acceptance_rate_window_size`` / ``_threshold``: speculation
+  is disabled for good once the acceptance rate over the last N speculating iterations falls
+  below the threshold.
+- ``AcceptanceEstimate`` and ``goodput_gammas``: SmartSpec/TurboSpec goodput maximisation
+  (Liu et al. 2024, arXiv:2406.14066): per request, the gamma maximising expected emitted
+  tokens per second of predicted step time, from a running acceptance estimate.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from simulator.errors import SpecsimError
+from simulator.yaml_io import as_number
+
+
+@dataclass(frozen=True)
+class BatchSizeSchedule:
+    """Contiguous batch-size ranges from 1, each with its gamma; beyond the last, gamma 0."""
+
+    ranges: tuple[tuple[int, int, int], ...]
+
+    def gamma(self, batch_size: int) -> int:
+        """The gamma of the range holding ``batch_size`` (0 above every range)."""
+        for lo, hi, g in self.ranges:
+            if lo <= batch_size <= hi:
+                return g
+        return 0
+
+    @classmethod
+    def parse(cls, value: Any, *, source: str, field: str) -> "BatchSizeSchedule":
+        """Read either schedule form; gaps, overlaps and bad numbers name ``field``."""
+        if isinstance(value, Mapping):  # TensorRT-LLM's {max_batch: gamma}
+            value = [[k, v] for k, v in value.items()]
+        if not isinstance(value, (list, tuple)) or not value:
+            raise SpecsimError("expected a non-empty list of [min_batch, max_batch, gamma] "
+                               "(vLLM) or [max_batch, gamma] (TensorRT-LLM) entries",
+                               source=source, field=field, fix="e.g. [[1, 8, 4], [9, 32, 2]]")
+        widths = {len(e) if isinstance(e, (list, tuple)) else 0 for e in value}
+        if widths not in ({2}, {3}):
+            raise SpecsimError("entries must all be [min_batch, max_batch, gamma] or all "
+                               "[max_batch, gamma]", source=source, field=field,
+                               fix="e.g. [[1, 8, 4], [9, 32, 2]] or [[8, 4], [32, 2]]")
+        rows = [[as_number(x, source=source, field=f"{field}[{i}]", integer=True, minimum=0,
+                           maximum=10**9) for x in entry] for i, entry in enumerate(value)]
+        if widths == {2}:
+            bounds = [r[0] for r in rows]
+            for i in range(1, len(rows)):
+                if bounds[i] <= bounds[i - 1]:
+                    raise SpecsimError(
+                        f"entry {i} (max_batch {bounds[i]}) overlaps entry {i - 1} (max_batch "
+                        f"{bounds[i - 1]}): max_batch must increase", source=source,
+                        field=f"{field}[{i}]", fix="list the ranges in increasing max_batch")
+            rows = [[(bounds[i - 1] + 1 if i else 1), r[0], r[1]] for i, r in enumerate(rows)]
+        expected = 1
+        for i, (lo, hi, g) in enumerate(rows):
+            if lo > hi:
+                raise SpecsimError(f"entry {i} has min_batch {lo} > max_batch {hi}",
+                                   source=source, field=f"{field}[{i}]")
+            if lo < 1:
+                raise SpecsimError(f"entry {i} starts at batch size {lo}; sizes start at 1",
+                                   source=source, field=f"{field}[{i}]")
+            if lo > expected:
+                raise SpecsimError(f"gap: batch sizes {expected}..{lo - 1} are in no range",
+                                   source=source, field=f"{field}[{i}]",
+                                   fix=f"start entry {i} at {expected}")
+            if lo < expected:
+                raise SpecsimError(f"overlap: entry {i} starts at {lo}, inside the previous "
+                                   f"range (which ends at {expected - 1})", source=source,
+                                   field=f"{field}[{i}]", fix=f"start entry {i} at {expected}")
+            expected = hi + 1
+        return cls(tuple((int(lo), int(hi), int(g)) for lo, hi, g in rows))
+
+
+class AcceptanceEMA:
+    """SGLang's EMA step controller: probe one step past the smoothed acceptance length."""
+
+    def __init__(self, candidate_steps, initial: int, *, ema_alpha: float = 0.2,
+                 update_interval: int = 5, warmup_batches: int = 10,
+                 down_hysteresis: float = -0.25, up_hysteresis: float = 0.0) -> None:
+        self.candidates = sorted(set(int(s) for s in candidate_steps))
+        self.steps = initial if initial in self.candidates else \
+            self.candidates[len(self.candidates) // 2]
+        self.ema = float(self.steps - 1)
+        self.alpha = ema_alpha
+        self.interval = update_interval
+        self.warmup = warmup_batches
+        self.down = down_hysteresis
+        self.up = up_hysteresis
+        self._batches = 0
+
+    def update(self, accepted: np.ndarray) -> None:
+        """Feed one verification's accepted drafts per request."""
+        if not accepted.size:
+            return
+        if self.steps > 0:
+            self.ema = (1 - self.alpha) * self.ema + self.alpha * float(accepted.mean())
+        self._batches += 1
+        if self._batches <= self.warmup or (self._batches - self.warmup) % self.interval:
+            return
+        idx = self.candidates.index(self.steps)
+        if self.steps == 0:  # after a no-speculation spell, probe the next step up
+            idx = min(idx + 1, len(self.candidates) - 1)
+            if self.candidates[idx] > 0 and self.ema < 0:
+                self.ema = float(self.candidates[idx] - 1)
+            self.steps = self.candidates[idx]
+            return
+        start = idx
+        while idx > 0:
+            lower = self.candidates[idx - 1]
+            drop = (0.5 if lower == 0 else lower - 0.5) + self.down
+            if self.ema > drop:
+                break
+            idx -= 1
+        if idx == start:
+            while idx < len(self.candidates) - 1 and \
+                    self.ema > self.candidates[idx] - 0.5 + self.up:
+                idx += 1
+        self.steps = self.candidates[idx]
+
+
+class KillSwitch:
+    """Disable speculation for good when the windowed acceptance rate drops below a threshold."""
+
+    def __init__(self, window: int, threshold: float) -> None:
+        self.threshold = threshold
+        self._window: deque[tuple[int, int]] = deque(maxlen=window)
+        self.tripped = False
+
+    def update(self, accepted: int, drafted: int) -> None:
+        """Record one iteration's accepted and drafted tokens (iterations without drafts skip)."""
+        if self.tripped or drafted <= 0:
+            return
+        self._window.append((accepted, drafted))
+        if len(self._window) == self._window.maxlen:
+            acc = sum(a for a, _ in self._window)
+            drafted_total = sum(d for _, d in self._window)
+            self.tripped = acc < self.threshold * drafted_total
+
+
+class AcceptanceEstimate:
+    """Per-token acceptance per request, shrunk towards a decaying global estimate.
+
+    A verified chain of k drafts with j accepted is j successes and, if j < k, one failure
+    (the maximum-likelihood view of truncated geometric acceptance).
+    """
+
+    def __init__(self, prior_alpha: float = 0.5, prior_weight: float = 4.0,
+                 decay: float = 0.99) -> None:
+        self.prior_weight = prior_weight
+        self.decay = decay
+        self._succ = prior_alpha * prior_weight
+        self._fail = (1.0 - prior_alpha) * prior_weight
+        self._req: dict[int, list[float]] = {}
+
+    @property
+    def global_alpha(self) -> float:
+        return self._succ / (self._succ + self._fail)
+
+    def alpha(self, request_ids: np.ndarray) -> np.ndarray:
+        """Current estimate for each request."""
+        g, w = self.global_alpha, self.prior_weight
+        out = np.empty(request_ids.size)
+        for i, rid in enumerate(request_ids.tolist()):
+            s, f = self._req.get(rid, (0.0, 0.0))
+            out[i] = (s + w * g) / (s + f + w)
+        return out
+
+    def update(self, request_ids: np.ndarray, drafted: np.ndarray,
+               accepted: np.ndarray) -> None:
+        """Fold in one iteration's outcomes."""
+        mask = drafted > 0
+        if not mask.any():
+            return
+        succ = accepted[mask].astype(float)
+        fail = (accepted[mask] < drafted[mask]).astype(float)
+        self._succ = self.decay * self._succ + float(succ.sum())
+        self._fail = self.decay * self._fail + float(fail.sum())
+        for rid, s, f in zip(request_ids[mask].tolist(), succ.tolist(), fail.tolist()):
+            rec = self._req.setdefault(rid, [0.0, 0.0])
+            rec[0] += s
+            rec[1] += f
+
+    def forget(self, request_ids) -> None:
+        for rid in request_ids:
+            self._req.pop(int(rid), None)
+
+
+def expected_emitted(alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """(1 - alpha^(gamma+1)) / (1 - alpha): expected tokens per chain iteration (Leviathan)."""
+    a = np.clip(alpha, 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = (1.0 - a ** (gamma + 1)) / (1.0 - a)
+    return np.where(a >= 1.0, gamma + 1.0, e)
+
+
+def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
+                   step_time: Callable[[np.ndarray], float],
+                   max_candidates: int = 12) -> np.ndarray:
+    """Per-request gammas maximising sum of expected emitted tokens / predicted step time.
+
+    At the optimum every request drafts while its next token's acceptance probability
+    alpha_i^(k+1) exceeds a common threshold (the marginal token is worth its marginal time),
+    so the search runs over thresholds: k_i(theta) = #{1 <= j <= cap_i : alpha_i^j >= theta}.
+    """
+    cap = np.maximum(cap.astype(np.int64), 0)
+    k_max = int(cap.max(initial=0))
+    zero = np.zeros(cap.size, np.int64)
+    if k_max == 0:
+        return zero
+    powers = np.clip(alpha, 0.0, 1.0)[:, None] ** np.arange(1, k_max + 1)[None, :]
+    allowed = np.arange(1, k_max + 1)[None, :] <= cap[:, None]
+    levels = np.unique(powers[allowed])[::-1]
+    if levels.size > max_candidates:
+        levels = levels[np.linspace(0, levels.size - 1, max_candidates).round().astype(int)]
+    best_k, best = zero, float(cap.size) / step_time(zero)
+    for theta in levels:
+        k = ((powers >= theta) & allowed).sum(axis=1)
+        value = float(expected_emitted(alpha, k).sum()) / step_time(k)
+        if value > best * (1 + 1e-12):
+            best_k, best = k, value
+    return best_k
