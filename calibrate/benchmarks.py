@@ -84,7 +84,7 @@ def make_plan(device: str, *, quick: bool = False, dtype: str | None = None,
         plan = Plan(
             device=device, dtype=dtype,
             gemm_m=(1, 4, 16, 64, 256) if quick else (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-            gemm_kn=((512, 2048), (2048, 512), (1024, 1024), (1024, 8192)) if quick else
+            gemm_kn=((512, 2048), (2048, 512), (1024, 1024), (1024, 32768)) if quick else
             ((512, 512), (1024, 1024), (1024, 4096), (4096, 1024), (2048, 2048),
              (2048, 8192), (8192, 2048), (1024, 32768)),
             extra_dtypes=tuple(d for d in ("bf16", "fp32") if d != dtype),

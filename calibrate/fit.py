@@ -1,17 +1,19 @@
 """Fit the cost model's efficiencies and overheads to micro-benchmark measurements.
 
-Overheads: a tiny model's step time grows linearly with its layer count; the slope over the
-cost model's kernels per layer is the per-kernel overhead, and the intercept less the
-per-step kernels is the fixed per-step overhead.
+Overheads: a tiny model's step time grows linearly with its layer count.  The cost model is
+asked how many kernel overheads it charges per layer and per step (a probe with a free
+roofline), so the slope over the first is the per-kernel overhead and the intercept, less
+the second times it, is the fixed per-step overhead, whatever the cost model's accounting.
 
 Efficiencies: the cost model prices an operator as
-``count * max(F / (peak * eta_c(F)), B / (bandwidth * eta_m(B))) + kernel overhead`` with
-``eta_c`` and ``eta_m`` piecewise linear in log10 of the operator's FLOPs and bytes.  The
-knot values (every half decade over the measured range) are fitted by least squares on
+``count * max(F / (peak * eta_c), B / (bandwidth * eta_m)) + kernel overhead`` with ``eta_m``
+piecewise linear in log10 of the bytes and ``eta_c`` in log10 of the FLOPs (``axis="flops"``,
+what the cost model reads today) or of the arithmetic intensity F/B (``axis="intensity"``).
+The knot values, every half decade over the measured range, are fitted by least squares on
 log time over every GEMM, read, copy and attention measurement at once, with a small
 second-difference penalty so that knots without data follow their neighbours.  Fitting the
-model's own formula, max and all, means the curves are whatever makes the cost model
-reproduce the micro-benchmarks; no validation case is ever seen here.
+model's own formula, max and all, makes the curves whatever lets the cost model reproduce the
+micro-benchmarks; no validation case is ever seen here.
 """
 from __future__ import annotations
 
@@ -21,10 +23,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from simulator.cost_model import KERNELS_PER_LAYER, KERNELS_PER_STEP
+from calibrate.bench_overhead import TINY_CONTEXT, tiny_spec
+from hardware.profile import HardwareProfile, Link
+from simulator.cost_model import CostModel
 from simulator.errors import SpecsimError
 
 STATISTICS = ("median", "min")
+AXES = ("flops", "intensity")
 CURVE_KINDS = ("gemm", "read", "copy", "attention")
 KNOTS_PER_DECADE = 2
 SMOOTHING = 1e-3
@@ -47,6 +52,7 @@ class Fit:
     measured_bandwidth_bytes_per_s: float = 0.0
     rms_log_error: float = 0.0   # of the fitted formula over the curve measurements
     statistic: str = "median"
+    axis: str = "flops"
 
 
 def _times(frame: pd.DataFrame, statistic: str) -> np.ndarray:
@@ -56,17 +62,31 @@ def _times(frame: pd.DataFrame, statistic: str) -> np.ndarray:
     return frame[f"{statistic}_s"].to_numpy(dtype=float)
 
 
-def fit_overheads(frame: pd.DataFrame, statistic: str = "median") -> tuple[float, float]:
+def charged_kernels(dtype: str) -> tuple[float, float]:
+    """Kernel overheads the cost model charges (per layer, per step) for a tiny model."""
+    free = HardwareProfile(
+        name="probe", description="free roofline, 1 s per kernel", memory_bytes=1e15,
+        memory_bandwidth_bytes_per_s=1e30, peak_flops_per_s={dtype: 1e30},
+        interconnect=Link("probe", 1e30, 0.0), host_link=Link("probe", 1e30, 0.0),
+        compute_efficiency=1.0, memory_efficiency=1.0, kernel_overhead_s=1.0,
+        step_overhead_s=0.0)
+    one, two = (CostModel(free, tiny_spec("opt", n, dtype)).decode_time(1, TINY_CONTEXT)
+                for n in (1, 2))
+    return two - one, 2 * one - two
+
+
+def fit_overheads(frame: pd.DataFrame, statistic: str = "median",
+                  dtype: str = "fp32") -> tuple[float, float]:
     """(kernel overhead, step overhead) in seconds from the tiny-model forwards."""
     tiny = frame[(frame["kind"] == "tiny_forward") & (frame["status"] == "ok")]
     if tiny["layers"].nunique() < 2:
         raise SpecsimError("need tiny-model timings at two or more layer counts",
                            field="tiny_layers", fix="keep at least two tiny_layers")
-    layers = tiny["layers"].to_numpy(dtype=float)
-    slope, intercept = np.polyfit(layers, _times(tiny, statistic), 1)
-    kernel = max(float(slope), 0.0) / KERNELS_PER_LAYER
-    step = max(float(intercept) - KERNELS_PER_STEP * kernel, 0.0)
-    return kernel, step
+    slope, intercept = np.polyfit(tiny["layers"].to_numpy(dtype=float),
+                                  _times(tiny, statistic), 1)
+    per_layer, per_step = charged_kernels(dtype)
+    kernel = max(float(slope), 0.0) / per_layer
+    return kernel, max(float(intercept) - per_step * kernel, 0.0)
 
 
 def _knots(values: np.ndarray) -> np.ndarray:
@@ -87,15 +107,25 @@ def _interp_matrix(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
     return w
 
 
+def _compute_x(flops: np.ndarray, nbytes: np.ndarray, axis: str) -> np.ndarray:
+    if axis not in AXES:
+        raise SpecsimError(f"unknown curve axis {axis!r}", field="axis",
+                           fix="use one of: " + ", ".join(AXES))
+    if axis == "flops":
+        return np.log10(np.maximum(flops, 1.0))
+    return np.log10(np.maximum(flops, 1e-12) / np.maximum(nbytes, 1.0))
+
+
 def predict(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
-            compute_curve, memory_curve, kernel_overhead_s: float) -> np.ndarray:
+            compute_curve, memory_curve, kernel_overhead_s: float,
+            axis: str = "flops") -> np.ndarray:
     """Seconds the cost model's operator formula gives for each GEMM/read/copy/attention row."""
     flops = frame["flops"].to_numpy(dtype=float)
     nbytes = frame["bytes"].to_numpy(dtype=float)
     count = frame["count"].to_numpy(dtype=float)
     cx, cy = np.log10([p[0] for p in compute_curve]), np.array([p[1] for p in compute_curve])
     mx, my = np.log10([p[0] for p in memory_curve]), np.array([p[1] for p in memory_curve])
-    ceff = np.interp(np.log10(np.maximum(flops, 1.0)), cx, cy)
+    ceff = np.interp(_compute_x(flops, nbytes, axis), cx, cy)
     meff = np.interp(np.log10(np.maximum(nbytes, 1.0)), mx, my)
     compute = np.where(flops > 0, flops / (peak_flops_per_s * ceff), 0.0)
     memory = nbytes / (bandwidth_bytes_per_s * meff)
@@ -116,7 +146,8 @@ def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
 
 
 def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
-               kernel_overhead_s: float, statistic: str = "median", max_iter: int = 500):
+               kernel_overhead_s: float, statistic: str = "median", axis: str = "flops",
+               max_iter: int = 500):
     """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
     rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
     if not (rows["kind"] == "gemm").any() or not rows["kind"].isin(("read", "copy")).any():
@@ -129,44 +160,43 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
     # the part of a measurement the roofline must explain, per counted operator
     net = np.maximum(times - kernel_overhead_s, 0.05 * times) / count
     has_flops = flops > 0
-    cknots = _knots(flops[has_flops])
-    mknots = _knots(nbytes)
-    cx = np.log10(np.maximum(flops, 1.0))
+    cx = _compute_x(flops, nbytes, axis)
     mx = np.log10(nbytes)
+    cknots = _knots(10.0 ** cx[has_flops])
+    mknots = _knots(nbytes)
     c0 = _initial(flops[has_flops] / (peak_flops_per_s * net[has_flops]), cx[has_flops], cknots)
-    mem_rows = ~has_flops
-    m0 = _initial(nbytes[mem_rows] / (bandwidth_bytes_per_s * net[mem_rows]), mx[mem_rows],
-                  mknots)
+    m0 = _initial(nbytes[~has_flops] / (bandwidth_bytes_per_s * net[~has_flops]),
+                  mx[~has_flops], mknots)
 
-    t = lambda a: torch.tensor(np.asarray(a, dtype=float), dtype=torch.float64)  # noqa: E731
+    def t(a) -> torch.Tensor:
+        return torch.tensor(np.asarray(a, dtype=float), dtype=torch.float64)
+
     wc, wm = t(_interp_matrix(cx, cknots)), t(_interp_matrix(mx, mknots))
     f_t, b_t, n_t, log_t = t(flops), t(nbytes), t(count), t(np.log(times))
     uc = torch.logit(t(c0)).requires_grad_(True)
     um = torch.logit(t(m0)).requires_grad_(True)
-    def loss_fn():
-        ceff = wc @ torch.sigmoid(uc)
-        meff = wm @ torch.sigmoid(um)
-        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * ceff), torch.zeros_like(f_t))
-        memory = b_t / (bandwidth_bytes_per_s * meff)
+
+    def losses():
+        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (wc @ torch.sigmoid(uc))),
+                              torch.zeros_like(f_t))
+        memory = b_t / (bandwidth_bytes_per_s * (wm @ torch.sigmoid(um)))
         pred = n_t * torch.maximum(compute, memory) + kernel_overhead_s
-        resid = torch.log(pred) - log_t
         smooth = sum((u[2:] - 2 * u[1:-1] + u[:-2]).pow(2).sum() for u in (uc, um)
                      if u.numel() > 2)
-        return resid.pow(2).mean(), SMOOTHING * smooth
+        return (torch.log(pred) - log_t).pow(2).mean(), SMOOTHING * smooth
 
     opt = torch.optim.LBFGS([uc, um], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-10, tolerance_change=1e-12)
 
     def closure():
         opt.zero_grad()
-        data, smooth = loss_fn()
-        total = data + smooth
+        total = sum(losses())
         total.backward()
         return total
 
     opt.step(closure)
     with torch.no_grad():
-        data, _ = loss_fn()
+        data, _ = losses()
         ceff = np.clip(torch.sigmoid(uc).numpy(), MIN_EFFICIENCY, 1.0)
         meff = np.clip(torch.sigmoid(um).numpy(), MIN_EFFICIENCY, 1.0)
     compute_curve = tuple((float(10 ** x), float(e)) for x, e in zip(cknots, ceff))
@@ -175,8 +205,8 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
 
 
 def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | None = None,
-        datasheet_bandwidth_bytes_per_s: float | None = None,
-        statistic: str = "median") -> Fit:
+        datasheet_bandwidth_bytes_per_s: float | None = None, statistic: str = "median",
+        axis: str = "flops") -> Fit:
     """Fit everything: peaks (datasheet, or the measured maximum), curves and overheads.
 
     A datasheet peak below what was measured is raised to the measurement, so that every
@@ -196,10 +226,10 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
     measured_bw = float((mem["bytes"] / _times(mem, statistic)).max())
     peak = max(datasheet_peak_flops_per_s or 0.0, measured_peaks[dtype])
     bw = max(datasheet_bandwidth_bytes_per_s or 0.0, measured_bw)
-    kernel, step = fit_overheads(ok, statistic)
+    kernel, step = fit_overheads(ok, statistic, dtype)
     own = ok[(ok["dtype"] == dtype) | ok["kind"].isin(("read", "copy"))]
     ccurve, mcurve, rms = fit_curves(own, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
-                                     kernel_overhead_s=kernel, statistic=statistic)
+                                     kernel_overhead_s=kernel, statistic=statistic, axis=axis)
     launch = ok[ok["kind"] == "launch"]
     return Fit(dtype=dtype, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
                compute_curve=ccurve, memory_curve=mcurve, kernel_overhead_s=kernel,
@@ -207,4 +237,4 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
                launch_overhead_s=float(_times(launch, statistic)[0]) if len(launch) else 0.0,
                measured_peak_flops_per_s=measured_peaks,
                measured_bandwidth_bytes_per_s=measured_bw, rms_log_error=rms,
-               statistic=statistic)
+               statistic=statistic, axis=axis)

@@ -135,16 +135,12 @@ def run_validation(plan: ValidationPlan, *, rng: np.random.Generator,
                              device=dev, dtype=dtype, rng=rng)
         cache = model.new_cache(batch_max, max_len)
         for step, batch, ctx, new in shapes:
+            tokens = torch.randint(0, spec.vocab_size, (batch, new), device=dev)
+            sub = type(cache)([k[:batch] for k in cache.k], [v[:batch] for v in cache.v])
+            extra = dict(tree_mask=tree_mask, tree_depth=tree_depth) if step == "tree" else {}
             if step == "prefill":
-                tokens = torch.randint(0, spec.vocab_size, (1, new), device=dev)
-                fn = lambda _i, t=tokens: greedy(model.forward(t, cache, 0, last_only=True))
-            else:
-                tokens = torch.randint(0, spec.vocab_size, (batch, new), device=dev)
-                sub = type(cache)([k[:batch] for k in cache.k], [v[:batch] for v in cache.v])
-                extra = dict(tree_mask=tree_mask, tree_depth=tree_depth) if step == "tree" \
-                    else {}
-                fn = lambda _i, t=tokens, c=sub, x=ctx, e=extra: greedy(
-                    model.forward(t, c, x, **e))
+                extra = dict(last_only=True)
+            fn = lambda _i, t=tokens, c=sub, x=ctx, e=extra: greedy(model.forward(t, c, x, **e))
             t = measure(fn, dev, warmup=plan.warmup, reps=plan.reps)
             rows.append(dict(base, step=step, batch=batch, context=ctx, new_tokens=new,
                              measured_s=t.median_s, measured_min_s=t.min_s, status="ok",

@@ -182,6 +182,8 @@ def write_calibration(data: Mapping[str, Any], measurements: pd.DataFrame,
                            source=str(out), fix="name it e.g. my-gpu.yaml")
     out.parent.mkdir(parents=True, exist_ok=True)
     csv_path = out.with_name(out.stem + ".measurements.csv")
+    data = {**data, "calibration": {**data["calibration"], "provenance": {
+        **data["calibration"]["provenance"], "measurements_csv": csv_path.name}}}
     out.write_text(dump_profile(data), encoding="utf-8")
     measurements.to_csv(csv_path, index=False)
     load_calibrated(out)  # what we write must load back, checksum and all

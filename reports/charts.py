@@ -178,3 +178,29 @@ def calibration_chart(fit: pd.DataFrame, title: str = "calibration fit") -> alt.
         color=alt.Color("kind:N", title="kind") if has_kind else alt.value("#1f77b4"),
         tooltip=([alt.Tooltip("kind:N")] if has_kind else []) + tips)
     return alt.layer(diag, points).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
+def efficiency_curve_chart(curves: pd.DataFrame,
+                           title: str = "fitted efficiency curves") -> alt.Chart:
+    """Calibrated efficiency against operator size (columns curve, size, efficiency)."""
+    return alt.Chart(curves, title=title, width=WIDTH, height=HEIGHT).mark_line(
+        point=True).encode(
+        x=alt.X("size:Q", title="operator size (FLOPs or bytes)", scale=alt.Scale(type="log"),
+                axis=alt.Axis(format="~s")),
+        y=alt.Y("efficiency:Q", title="fraction of peak", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("curve:N", title="curve", legend=alt.Legend(orient="bottom")),
+        tooltip=[alt.Tooltip("curve:N"), alt.Tooltip("size:Q", format=".3s"),
+                 alt.Tooltip("efficiency:Q", format=".3f")])
+
+
+def plan_chart(plan: pd.DataFrame, title: str = "highest sustainable request rate") -> alt.Chart:
+    """Max sustainable rate per candidate deployment (columns candidate, max_rate_per_s)."""
+    tips = [alt.Tooltip("candidate:N"), alt.Tooltip("max_rate_per_s:Q", format=".3g")]
+    tips += [alt.Tooltip(f"{c}:Q", format=".4g") for c in
+             ("devices", "cost_per_million_tokens", "min_replicas_for_target")
+             if c in plan.columns]
+    data = plan[["candidate", "max_rate_per_s"] + [t.shorthand.split(":")[0] for t in tips[2:]]]
+    return alt.Chart(data, title=title, width=WIDTH, height=HEIGHT).mark_bar().encode(
+        x=alt.X("max_rate_per_s:Q", title="requests/s within the SLO"),
+        y=alt.Y("candidate:N", title=None, sort="-x", axis=alt.Axis(labelLimit=260)),
+        tooltip=tips)

@@ -20,7 +20,8 @@ SUMMARY_COLUMNS = ("policy", "requests", "finished", "p50_ttft_s", "p99_ttft_s",
                    "p99_tpot_s", "p50_e2e_s", "p99_e2e_s", "output_tokens_per_s",
                    "goodput_requests_per_s", "slo_attainment", "mean_acceptance_length",
                    "acceptance_rate", "speedup_vs_none")
-SWEEP_RATE_COLUMNS = ("request_rate", "rate_per_s", "rate", "qps")
+SWEEP_RATE_COLUMNS = ("request_rate", "workload.rate_per_s", "rate_per_s", "rate", "qps")
+SWEEP_POLICY_COLUMNS = ("policy_label", "policy", "label")  # policy_label: specsim sweep
 SWEEP_METRICS = {"p50_tpot_s": "p50 TPOT (ms)", "p99_tpot_s": "p99 TPOT (ms)",
                  "output_tokens_per_s": "output tokens/s",
                  "goodput_requests_per_s": "goodput (requests/s)"}
@@ -45,6 +46,15 @@ def latency_values_s(result, metric: str) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
+def sorted_quantiles(values: np.ndarray, quantiles: np.ndarray) -> np.ndarray:
+    """numpy's default (linear) quantiles, from one sort instead of a many-kth partition."""
+    s = np.sort(values)
+    pos = np.asarray(quantiles, dtype=np.float64) * (s.size - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, s.size - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
 def cdf_frame(results: Sequence, metric: str,
               quantiles: np.ndarray = CDF_QUANTILES) -> pd.DataFrame:
     """Empirical CDF of one latency per policy at fixed quantiles: policy, value_ms, quantile."""
@@ -54,7 +64,7 @@ def cdf_frame(results: Sequence, metric: str,
         if not values.size:
             continue
         parts.append(pd.DataFrame({"policy": r.label,
-                                   "value_ms": np.quantile(values, quantiles) * 1e3,
+                                   "value_ms": sorted_quantiles(values, quantiles) * 1e3,
                                    "quantile": quantiles}))
     if not parts:
         return pd.DataFrame(columns=["policy", "value_ms", "quantile"])
@@ -127,12 +137,11 @@ def position_rate_frame(results: Sequence) -> pd.DataFrame:
 def sweep_frame(sweep: pd.DataFrame) -> pd.DataFrame:
     """A sweep (one row per policy x request rate) as policy, request_rate, metric, value.
 
-    The rate column may be named request_rate, rate_per_s, rate or qps; the policy column
-    policy or label; latencies ending in ``_s`` are shown in milliseconds.
+    The rate column is the first of SWEEP_RATE_COLUMNS present, the policy column the first
+    of SWEEP_POLICY_COLUMNS; latencies ending in ``_s`` are shown in milliseconds.
     """
     rate = next((c for c in SWEEP_RATE_COLUMNS if c in sweep.columns), None)
-    pol = "policy" if "policy" in sweep.columns else ("label" if "label" in sweep.columns
-                                                      else None)
+    pol = next((c for c in SWEEP_POLICY_COLUMNS if c in sweep.columns), None)
     if rate is None:
         return pd.DataFrame(columns=["policy", "request_rate", "metric", "value"])
     parts = []

@@ -30,7 +30,8 @@ p.note { color: #555; margin: 0.3em 0 0.8em; max-width: 70em; }
 table { border-collapse: collapse; background: #fff; font-size: 0.9em; margin: 0.4em 0; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; white-space: nowrap; }
 th { background: #f0f0f3; white-space: normal; max-width: 9em; vertical-align: bottom; }
-.table-wrap { overflow-x: auto; max-width: 100%; } td:first-child, th:first-child { text-align: left; }
+.table-wrap { overflow-x: auto; max-width: 100%; }
+td:first-child, th:first-child { text-align: left; }
 pre { background: #fff; border: 1px solid #ddd; padding: 10px; overflow-x: auto;
       font-size: 0.85em; max-width: 100%; }
 nav a { margin-right: 12px; font-size: 0.9em; }

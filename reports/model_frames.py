@@ -72,9 +72,10 @@ def scenario_alpha(scenario, results: Sequence) -> tuple[float, str]:
     if acc.get("model") == "iid" and isinstance(acc.get("alpha"), (int, float)):
         return float(acc["alpha"]), "the scenario's iid acceptance"
     for r in results:
-        rate = r.summary().get("acceptance_rate")
-        if rate is not None and np.isfinite(rate):
-            return float(rate), f"the measured acceptance rate of {r.label}"
+        drafted = int(r.requests["num_draft_tokens"].sum())
+        if drafted:
+            rate = int(r.requests["num_accepted_tokens"].sum()) / drafted
+            return rate, f"the measured acceptance rate of {r.label}"
     return DEFAULT_ALPHA, "the default"
 
 

@@ -1,4 +1,4 @@
-"""``render_report``: Results (and optional sweep, plan, validation, calibration) -> one HTML file."""
+"""``render_report``: Results, and optionally a sweep, plan, validation or calibration -> HTML."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from reports import charts, frames
+from reports import charts, extras, frames
 from reports.html import Page, format_number
 from reports.model_frames import (default_grid_axes, gamma_grid_frame, operating_point,
                                   roofline_frames, scenario_alpha, scenario_pricing)
@@ -73,6 +73,7 @@ def report_versions() -> dict:
     """Software versions behind a report: the run's packages plus the charting stack."""
     from importlib import metadata
 
+    import altair as alt
     import vl_convert
 
     from simulator.cli_run import software_versions
@@ -82,6 +83,7 @@ def report_versions() -> dict:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             out[pkg] = "not installed"
+    out["vega-lite"] = alt.SCHEMA_VERSION.lstrip("v")
     out["vega"] = vl_convert.get_vega_version()
     out["vega-embed"] = vl_convert.get_vega_embed_version()
     return out
@@ -101,9 +103,9 @@ def _latency_section(page: Page, results: Sequence, policies: list[str]) -> None
 
 def _sweep_section(page: Page, sweep: Any, policies: list[str]) -> None:
     long = frames.sweep_frame(as_frame(sweep))
-    page.section("Load sweep")
+    page.section("Sweep")
     if not len(long):
-        page.text("The sweep has no request-rate column or no known metric; its table:")
+        page.text("No request-rate column or no known metric to chart; the table:")
         page.table(as_frame(sweep))
         return
     names = list(pd.unique(long["policy"]))
@@ -166,64 +168,122 @@ def _timeline_section(page: Page, results: Sequence, policies: list[str]) -> Non
         for col, title in frames.TIMELINE_METRICS.items()])
 
 
-def _extra_sections(page: Page, plan, calibration, validation) -> None:
-    if plan is not None:
-        page.section("Capacity plan")
-        page.table(as_frame(plan))
-    if calibration is not None:
-        page.section("Calibration")
-        fit = as_frame(calibration)
-        if {"measured_s", "predicted_s"} <= set(fit.columns) and len(fit):
-            sample = fit if len(fit) <= 2000 else fit.sample(2000, random_state=0)
-            page.charts([("calibration", charts.calibration_chart(sample))])
-        page.table(fit, max_rows=50)
-    if validation is not None:
-        page.section("Validation")
-        page.table(as_frame(validation))
+def _plan_section(page: Page, plan) -> None:
+    page.section("Capacity plan")
+    table = as_frame(plan)
+    if {"candidate", "max_rate_per_s"} <= set(table.columns) and len(table):
+        page.charts([("plan", charts.plan_chart(table))])
+    page.table(table)
+
+
+def _calibration_section(page: Page, calibration, pricing) -> None:
+    source = calibration
+    if source is None and pricing is not None and pricing.hardware.compute_efficiency_curve:
+        source = pricing.hardware  # the scenario runs on a calibrated profile: show its fit
+    if source is None:
+        return
+    page.section("Calibration")
+    curves, params, points = extras.calibration_frames(source)
+    named = []
+    if len(curves):
+        named.append(("efficiency-curves", charts.efficiency_curve_chart(curves)))
+    if len(points):
+        sample = points if len(points) <= 2000 else points.sample(2000, random_state=0)
+        named.append(("calibration", charts.calibration_chart(sample)))
+    page.charts(named)
+    if len(params):
+        page.table(params)
+    elif isinstance(source, pd.DataFrame):
+        page.table(source, max_rows=50)
+
+
+VALIDATION_TABLE = {"profile": ("profile", str), "step": ("step", str),
+                    "cases": ("cases", format_number), "mape": ("MAPE", _pct),
+                    "median_error": ("median error", _pct),
+                    "worst_error": ("worst error", _pct)}
+
+
+def _validation_section(page: Page, validation) -> None:
+    page.section("Validation")
+    table = as_frame(validation)
+    points = extras.validation_points(table)
+    errors = extras.validation_errors(table)
+    if len(points):
+        page.text("Predicted against measured step times; errors are (predicted - "
+                  "measured) / measured.")
+        page.charts([("validation", charts.calibration_chart(
+            points, "predicted vs measured step time"))])
+    if len(errors):
+        page.table(errors, VALIDATION_TABLE)
+    else:
+        page.table(table)
 
 
 def _reproduce_section(page: Page, scenario, results: Sequence, versions: Mapping) -> None:
     page.section("Reproduce")
-    labels = ",".join(r.label for r in results)
-    page.text(f"Seed {scenario.seed}. Save the scenario below as scenario.yaml and run:")
-    page.pre(f"specsim run scenario.yaml --compare {shlex.quote(labels)} --report report.html")
+    if scenario is not None:
+        compare = f" --compare {shlex.quote(','.join(r.label for r in results))}" \
+            if results else ""
+        page.text(f"Seed {scenario.seed}. Save the scenario below as scenario.yaml and run:")
+        page.pre(f"specsim run scenario.yaml{compare} --report report.html")
     page.table(pd.DataFrame({"package": list(versions), "version": list(versions.values())}))
-    raw = dict(getattr(scenario, "raw", {}) or {})
-    page.pre(yaml.safe_dump(raw, sort_keys=False) if raw else "(built from Python objects)")
+    if scenario is not None:
+        raw = dict(getattr(scenario, "raw", {}) or {})
+        page.pre(yaml.safe_dump(raw, sort_keys=False) if raw else "(built from Python objects)")
+
+
+def _subtitle(scenario, results: Sequence) -> str:
+    if scenario is None:
+        return ""
+    draft = f" with draft {scenario.draft}" if scenario.draft else ""
+    runs = ""
+    if results:
+        runs = (f", {len(results[0].requests)} requests; policies: "
+                + ", ".join(r.label for r in results))
+    return (f"{scenario.target}{draft} on {scenario.hardware} x{scenario.parallelism.devices}, "
+            f"{scenario.replicas} replica(s), seed {scenario.seed}{runs}.")
 
 
 def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
                       validation=None, calibration=None, versions: Mapping | None = None) -> str:
-    """The whole report as one HTML string."""
+    """The whole report as one HTML string.
+
+    ``results`` may be empty when a sweep, plan, validation or calibration is given (the
+    sections about simulated runs are then left out).
+    """
     results = list(results or [])
-    if not results:
-        raise SpecsimError("no results to report", field="results",
-                           fix="pass the list simulate() returned, one per policy")
-    scenario = scenario if scenario is not None else results[0].scenario
+    if not results and all(x is None for x in (sweep, plan, validation, calibration)):
+        raise SpecsimError("nothing to report", field="results",
+                           fix="pass the list simulate() returned (one Results per policy), "
+                               "or a sweep, plan, validation or calibration")
+    if scenario is None and results:
+        scenario = results[0].scenario
     policies = [r.label for r in results]
-    page = Page(f"specsim report: {scenario.name}")
-    summary = frames.summary_frame(results)
-    n = int(summary["requests"].iloc[0])
-    draft = f" with draft {scenario.draft}" if scenario.draft else ""
-    subtitle = (f"{scenario.target}{draft} on {scenario.hardware} x"
-                f"{scenario.parallelism.devices}, {scenario.replicas} replica(s), {n} requests, "
-                f"seed {scenario.seed}; policies: {', '.join(policies)}.")
-    page.section("Summary")
-    page.table(summary, SUMMARY_TABLE)
-    _latency_section(page, results, policies)
+    page = Page("specsim report" + (f": {scenario.name}" if scenario is not None else ""))
+    if results:
+        page.section("Summary")
+        page.table(frames.summary_frame(results), SUMMARY_TABLE)
+        _latency_section(page, results, policies)
     if sweep is not None:
         _sweep_section(page, sweep, policies)
-    try:
-        pricing, error = scenario_pricing(scenario), None
-    except SpecsimError as exc:  # e.g. a custom hardware_dir that moved: skip, say why
-        pricing, error = None, str(exc)
-    _gamma_section(page, scenario, results, pricing)
-    _acceptance_section(page, results, policies)
-    _roofline_section(page, results, pricing, error)
-    _timeline_section(page, results, policies)
-    _extra_sections(page, plan, calibration, validation)
+    pricing, error = None, "no scenario"
+    if scenario is not None:
+        try:
+            pricing, error = scenario_pricing(scenario), None
+        except SpecsimError as exc:  # e.g. a custom hardware_dir that moved: skip, say why
+            error = str(exc)
+        _gamma_section(page, scenario, results, pricing)
+    if results:
+        _acceptance_section(page, results, policies)
+        _roofline_section(page, results, pricing, error)
+        _timeline_section(page, results, policies)
+    if plan is not None:
+        _plan_section(page, plan)
+    _calibration_section(page, calibration, pricing)
+    if validation is not None:
+        _validation_section(page, validation)
     _reproduce_section(page, scenario, results, versions or report_versions())
-    return page.to_html(subtitle)
+    return page.to_html(_subtitle(scenario, results))
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -114,23 +114,28 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
            "output_tokens_per_s": s["output_tokens_per_s"]}
     last = float(req["arrival_s"].max())
     row["in_flight_fraction"] = float(np.mean(~(req["finish_s"].to_numpy() <= last)))
-    ratios = [row["in_flight_fraction"] / max_in_flight_fraction]
+    ratios = {"in_flight": row["in_flight_fraction"] / max_in_flight_fraction}
     if slo.p99_ttft_s is not None:
-        ratios.append(row["p99_ttft_s"] / slo.p99_ttft_s)
+        ratios["p99_ttft"] = row["p99_ttft_s"] / slo.p99_ttft_s
     if slo.p99_tpot_s is not None:
-        ratios.append(row["p99_tpot_s"] / slo.p99_tpot_s)
+        ratios["p99_tpot"] = row["p99_tpot_s"] / slo.p99_tpot_s
     if slo.goodput_fraction is not None:
-        ratios.append(slo.goodput_fraction / row["goodput_fraction"]
-                      if row["goodput_fraction"] > 0 else math.inf)
-    ratios = [r if math.isfinite(r) else math.inf for r in ratios]  # NaN p99: nothing finished
-    row["violation"] = max(ratios)
-    row["feasible"] = bool(row["violation"] <= 1.0 and row["rejected"] == 0)
+        ratios["goodput"] = slo.goodput_fraction / row["goodput_fraction"] \
+            if row["goodput_fraction"] > 0 else math.inf
+    ratios = {k: r if math.isfinite(r) else math.inf for k, r in ratios.items()}  # NaN p99
+    row["violation"] = max(ratios.values())
+    row["violated"] = ",".join([k for k, r in ratios.items() if r > 1.0]
+                               + (["rejected"] if row["rejected"] else []))
+    row["feasible"] = not row["violated"]
     return row
 
 
 def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSearch(), *,
                          workload=None) -> dict[str, Any]:
-    """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does."""
+    """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does.
+
+    ``evaluated`` lists every simulated rate; ``best_*`` is the least violating of them.
+    """
     workload = workload if workload is not None else search_workload(scenario)
     seen: dict[int, dict] = {}
 
@@ -169,11 +174,18 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
     best = min(evaluations, key=lambda r: (not r["feasible"], r["violation"], -r["rate_per_s"]))
     out = {"feasible": lo is not None, "evaluations": len(evaluations),
            "max_rate_per_s": search.rate(lo) if lo is not None else float("nan"),
-           "at_search_limit": lo == search.top}
+           "limited_by": seen[hi]["violated"] if hi is not None else "max_rate_per_s"}
     if lo is not None:
         out.update({k: seen[lo][k] for k in ("p99_ttft_s", "p99_tpot_s", "goodput_fraction",
                                              "output_tokens_per_s")})
-        out["note"] = "feasible up to max_rate_per_s; raise it" if lo == search.top else ""
+        out["note"] = ""
+        if hi is None:
+            out["note"] = "meets the SLO up to max_rate_per_s: raise it"
+        elif out["limited_by"] == "in_flight":
+            out["note"] = (f"latencies still meet the SLO at {search.rate(hi):.4g}/s, but "
+                           f"{seen[hi]['in_flight_fraction']:.0%} of the requests are in flight "
+                           "at the last arrival: overloaded, or the trace is too short for "
+                           "this rate (more requests would tell)")
     else:
         out.update(p99_ttft_s=float("nan"), p99_tpot_s=float("nan"),
                    goodput_fraction=float("nan"), output_tokens_per_s=float("nan"))
@@ -184,7 +196,8 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
                        f"p99 TPOT {best['p99_tpot_s'] * 1e3:.1f} ms, goodput "
                        f"{best['goodput_fraction']:.1%}, {best['in_flight_fraction']:.0%} still "
                        f"in flight at the last arrival ({best['violation']:.2f}x the limits)")
-    out.update(best_rate_per_s=best["rate_per_s"], best_violation=best["violation"])
+    out.update(best_rate_per_s=best["rate_per_s"], best_violation=best["violation"],
+               evaluated=evaluations)
     return out
 
 
@@ -329,6 +342,7 @@ def plan_candidate(task: tuple) -> dict[str, Any]:
            sc.parallelism.tensor_parallel, "replicas": sc.replicas, "policy": sc.policy.label,
            "devices": devices}
     row.update(max_sustainable_rate(sc, slo, search, workload=wl))
+    row.pop("evaluated")
     mean_out = float(np.mean(wl.output_tokens))
     price = device_price(prices, sc.hardware) if prices is not None else float("nan")
     row["price_per_device_hour"] = price
@@ -368,13 +382,11 @@ def plan(spec: PlanSpec, *, executor: Any = "serial", workers: int | None = None
     rows = [{"candidate": t[0], "feasible": False, "error": r.error} if isinstance(r, Failure)
             else {**r, "error": None} for t, r in zip(tasks, results)]
     df = pd.DataFrame(rows)
-    if spec.target_rate_per_s is not None and spec.prices is not None:
-        key = ["cost_per_million_tokens_at_target"]
-    elif spec.prices is not None:
-        key = ["cost_per_million_tokens"]
-    else:
-        df["_neg_rate"] = -df.get("max_rate_per_s", pd.Series(np.nan, index=df.index))
-        key = ["_neg_rate"]
+    df["_neg_rate"] = -df.get("max_rate_per_s", pd.Series(np.nan, index=df.index))
+    key = ["_neg_rate"]  # ties in cost go to the deployment with the most headroom
+    if spec.prices is not None:
+        key.insert(0, "cost_per_million_tokens_at_target" if spec.target_rate_per_s
+                   is not None else "cost_per_million_tokens")
     df = df.sort_values(key, na_position="last", kind="stable").drop(
         columns=["_neg_rate"], errors="ignore").reset_index(drop=True)
     df.insert(0, "rank", np.arange(1, len(df) + 1))

@@ -15,6 +15,9 @@ COMMANDS = {
     "gamma": ("simulator.cli_estimate", "optimal gamma and speedup curve from alpha and c"),
     "hardware": ("simulator.cli_catalog", "list or show hardware profiles"),
     "models": ("simulator.cli_catalog", "list or show catalogued models"),
+    "sweep": ("simulator.cli_sweep", "run a grid of analytic or simulated points (resumable)"),
+    "gamma-map": ("simulator.cli_sweep", "best gamma per batch and context, and the crossover batch"),
+    "plan": ("simulator.cli_plan", "max sustainable rate, replicas and cost per deployment"),
     "report": ("simulator.cli_report", "write the self-contained HTML report of a results folder"),
 }
 

@@ -217,6 +217,10 @@ def gamma_map(*, hardware: str = "a100-40gb", target: str = "opt-13b",
                                        "tree_width": int(w), "gamma": int(g)})
     spec = SweepSpec.analytic(points, fixed=fixed, source="gamma-map")
     df = run_sweep(spec, executor=executor, workers=workers)
+    failed = df[df["error"].notna()]
+    if len(failed):  # a map with holes would silently pick its best among the survivors
+        raise SpecsimError(f"{len(failed)} of {len(df)} points failed, e.g. "
+                           f"{failed['error'].iloc[0]}", field="gamma-map")
     best = best_rows(df, ["policy", "batch", "context"])
     best = best.rename(columns={"gamma": "best_gamma", "tree_width": "best_tree_width"})
     keep = ["policy", "batch", "context", "best_gamma", "best_tree_width", "speedup",
@@ -225,39 +229,44 @@ def gamma_map(*, hardware: str = "a100-40gb", target: str = "opt-13b",
     return best[keep]
 
 
-def _pays(params: dict, batch: int, gammas: Sequence[int]) -> bool:
-    return any(analytic_point({**params, "batch": batch, "gamma": g})["speedup"] > 1.0
-               for g in gammas if g > 0)
+def _pays(params: dict, batch: int, gammas: Sequence[int], widths: Sequence[int]) -> bool:
+    return any(analytic_point({**params, "batch": batch, "gamma": g, "tree_width": w})
+               ["speedup"] > 1.0 for g in gammas if g > 0 for w in widths)
 
 
 def crossover_batch(params: Mapping[str, Any], *, gammas: Sequence[int] = range(1, 17),
-                    max_batch: int = 4096) -> dict[str, Any]:
-    """Smallest batch at which no gamma in ``gammas`` beats plain decoding, by bisection.
+                    tree_widths: Sequence[int] = (1,), max_batch: int = 4096) -> dict[str, Any]:
+    """Smallest batch at which no gamma (and tree width) beats plain decoding, by bisection.
 
     Doubles the batch until speculation stops paying, then bisects between the last batch
     that paid and the first that did not (one crossing assumed).  ``crossover_batch`` is
     NaN when speculation still pays at ``max_batch`` (long contexts: KV reads dominate).
     """
-    params = {k: v for k, v in params.items() if k not in ("batch", "gamma")}
-    if not _pays(params, 1, gammas):
+    params = {k: v for k, v in params.items() if k not in ("batch", "gamma", "tree_width")}
+
+    def pays(batch: int) -> bool:
+        return _pays(params, batch, gammas, tree_widths)
+
+    if not pays(1):
         return {"crossover_batch": 1, "last_paying_batch": float("nan")}
     lo, hi = 1, 2
-    while hi <= max_batch and _pays(params, hi, gammas):
+    while hi <= max_batch and pays(hi):
         lo, hi = hi, hi * 2
     if hi > max_batch:
         hi = max_batch
-        if _pays(params, hi, gammas):
+        if pays(hi):
             return {"crossover_batch": float("nan"), "last_paying_batch": hi}
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _pays(params, mid, gammas) else (lo, mid)
+        lo, hi = (mid, hi) if pays(mid) else (lo, mid)
     return {"crossover_batch": hi, "last_paying_batch": lo}
 
 
 def crossover_table(params: Mapping[str, Any], contexts: Sequence[float], *,
-                    gammas: Sequence[int] = range(1, 17), max_batch: int = 4096) -> pd.DataFrame:
+                    gammas: Sequence[int] = range(1, 17), tree_widths: Sequence[int] = (1,),
+                    max_batch: int = 4096) -> pd.DataFrame:
     """The crossover batch for each context length."""
-    rows = [{"context": float(ctx), **crossover_batch({**params, "context": float(ctx)},
-                                                      gammas=gammas, max_batch=max_batch)}
-            for ctx in contexts]
+    rows = [{"context": float(ctx), **crossover_batch(
+        {**params, "context": float(ctx)}, gammas=gammas, tree_widths=tree_widths,
+        max_batch=max_batch)} for ctx in contexts]
     return pd.DataFrame(rows)

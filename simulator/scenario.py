@@ -116,23 +116,39 @@ def parse_policy(data: Any, source: str, field_name: str = "policy") -> PolicyCo
     return PolicyConfig(name=name, params=params)
 
 
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas outside brackets, so ``expansion=[2,2,1]`` stays one value."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        depth += ch in "[{("
+        depth -= ch in "]})"
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
 def parse_compare(text: str) -> list[PolicyConfig]:
-    """``none,chain:gamma=4,eagle2:speculative_eagle_topk=8`` -> one PolicyConfig each."""
-    configs = []
-    # split on commas that start a new policy: a token without '=' after a ':' block
+    """``none,chain:gamma=4,specinfer:expansion=[2,2,1]`` -> one PolicyConfig each.
+
+    A comma starts a new policy unless the next item is another ``key=value`` of the
+    current one; values are YAML (lists in brackets).
+    """
     parts: list[str] = []
-    for token in (text or "").split(","):
-        token = token.strip()
-        if not token:
-            continue
-        if parts and "=" in token and ":" not in token.split("=", 1)[0]:
+    for token in _split_top_level(text or ""):
+        head = token.split("=", 1)[0]
+        if parts and "=" in token and ":" not in head:
             parts[-1] += "," + token  # another key=value of the previous policy
         else:
             parts.append(token)
+    configs = []
     for part in parts:
         name, _, rest = part.partition(":")
         data: dict[str, Any] = {"name": name.strip()}
-        for kv in filter(None, rest.split(",")):
+        for kv in _split_top_level(rest):
             if "=" not in kv:
                 raise SpecsimError(f"cannot read {kv!r} in {part!r}", field="--compare",
                                    fix="write policies as name:key=value,key=value")

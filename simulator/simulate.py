@@ -127,8 +127,10 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     policies = [cls(dep.policy_params, ctx) for _ in range(scenario.replicas)]
     policy = policies[0]
     b = scenario.batching
-    max_verify = int(getattr(policy, "max_verify_tokens", 1 + dep.policy_params.get(
-        "num_speculative_tokens", 0) or 1))
+    max_verify = getattr(policy, "max_verify_tokens", None)
+    if max_verify is None:
+        max_verify = 1 + int(dep.policy_params.get("num_speculative_tokens") or 0)
+    max_verify = int(max_verify)
     if b.max_num_batched_tokens < max_verify:
         raise SpecsimError(
             f"max_num_batched_tokens={b.max_num_batched_tokens} cannot hold one request's "

@@ -138,3 +138,12 @@ def test_calibration_chart_with_and_without_kind():
 def test_specs_carry_no_schema_url():
     spec = chart_spec(charts.latency_cdf_chart(cdf_frame(), "E2E"))
     assert "$schema" not in spec
+
+
+def test_plan_chart_bars_per_candidate():
+    plan = pd.DataFrame({"candidate": ["a", "b"], "max_rate_per_s": [2.0, 5.0],
+                         "devices": [1, 2], "note": ["", "x"]})
+    spec = chart_spec(charts.plan_chart(plan))
+    assert spec["mark"]["type"] == "bar" and spec["encoding"]["y"]["field"] == "candidate"
+    assert set(rows_of(spec)[0][0]) == {"candidate", "max_rate_per_s", "devices"}
+    render_svg(charts.plan_chart(plan))

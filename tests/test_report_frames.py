@@ -223,3 +223,12 @@ def test_alpha_comes_from_the_scenario_or_the_run():
     assert scenario_alpha(iid, [r])[0] == 0.6
     other = Scenario(acceptance={"model": "positional", "rates": [0.9, 0.5]})
     assert scenario_alpha(other, [r])[0] == pytest.approx(0.7)
+
+
+def test_sorted_quantiles_match_numpy_linear_quantiles():
+    rng = np.random.default_rng(3)
+    values = rng.lognormal(0, 2, 1001)
+    q = frames.CDF_QUANTILES
+    np.testing.assert_allclose(frames.sorted_quantiles(values, q), np.quantile(values, q),
+                               rtol=1e-12)
+    assert frames.sorted_quantiles(np.array([5.0]), q).tolist() == [5.0] * q.size

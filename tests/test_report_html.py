@@ -1,6 +1,7 @@
 """The assembled report: one offline HTML file, escaped, small, reproducible; and its CLI."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hardware.profile import load_profile
 from reports import build_report_html, load_results_dir, render_report, render_report_from_dir
 from reports.frames import summary_frame
 from simulator.cli import main as cli_main
@@ -23,7 +25,8 @@ VERSIONS = {"specsim": "test"}  # fixed, so that two builds can be compared byte
 # editor link of the disabled actions menu, vega's own schema id and a comment).
 INERT_URLS = {"http://www.w3.org/1999/xlink", "http://www.w3.org/2000/svg",
               "http://www.w3.org/2000/xmlns/", "https://vega.github.io/editor/",
-              "https://vega.github.io/schema/vega/v6.json", "https://vega.github.io/schema/vega/v5.json",
+              "https://vega.github.io/schema/vega/v6.json",
+              "https://vega.github.io/schema/vega/v5.json",
               "https://github.com/vega/vega-lite/issues/2415"}
 EVIL = '<script>alert("x")</script>'
 
@@ -151,26 +154,61 @@ def test_reproduce_section_has_seed_yaml_and_versions(small_html):
 # ------------------------------------------------------------------ optional sections
 def test_sweep_plan_validation_calibration_sections(tmp_path):
     sc = make_scenario()
-    sweep = pd.DataFrame({"policy": ["none", "none", "chain", "chain"],
-                          "request_rate": [1.0, 2.0, 1.0, 2.0],
+    sweep = pd.DataFrame({"policy_label": ["none", "none", "chain", "chain"],
+                          "workload.rate_per_s": [1.0, 2.0, 1.0, 2.0],
                           "p99_tpot_s": [0.03, 0.05, 0.01, 0.02],
                           "output_tokens_per_s": [100, 190, 120, 230]})
     calib = pd.DataFrame({"kind": ["decode", "prefill"], "measured_s": [0.01, 0.2],
                           "predicted_s": [0.011, 0.19]})
+    validation = pd.DataFrame({"step": ["decode", "decode"], "measured_s": [0.01, 0.02],
+                               "predicted_base_s": [0.011, 0.018],
+                               "error_base": [0.1, -0.1]})
+    plan = pd.DataFrame({"rank": [1, 2], "candidate": ["a100-40gb x1", "h100-sxm x1"],
+                         "devices": [1, 1], "max_rate_per_s": [2.5, 6.0],
+                         "cost_per_million_tokens": [1.2, 0.9]})
     path = render_report(pair(50, sc), tmp_path / "sub" / "r.html", scenario=sc, sweep=sweep,
-                         plan={"replicas": 3, "hardware": "a100-40gb"},
-                         validation=[{"metric": "p50_tpot_s", "error": 0.04}],
-                         calibration=calib, versions=VERSIONS)
+                         plan=plan,
+                         validation=validation, calibration=calib, versions=VERSIONS)
     html = path.read_text()
-    for title in ("Load sweep", "Capacity plan", "Calibration", "Validation"):
+    for title in ("Sweep", "Capacity plan", "Calibration", "Validation"):
         assert f">{title}</h2>" in html
     names = re.findall(r'data-chart="([^"]+)"', html)
-    assert names.count("sweep-0") == 1 and "calibration" in names
-    assert "<td>replicas</td><td>3</td>" in html and "<td>p50_tpot_s</td>" in html
+    assert {"sweep-0", "sweep-1", "plan", "calibration", "validation"} <= set(names)
+    assert "<td>h100-sxm x1</td>" in html
+    assert "<td>base</td><td>decode</td><td>2</td><td>10.0%</td>" in html  # MAPE of +-10%
+    # without those arguments and on an uncalibrated profile, none of the sections appear
+    plain = build_report_html(pair(50, sc), sc, versions=VERSIONS)
+    for title in ("Sweep", "Capacity plan", "Calibration", "Validation"):
+        assert f">{title}</h2>" not in plain
+
+
+def test_a_sweep_alone_makes_a_report():
+    sweep = pd.DataFrame({"policy_label": ["none", "none"], "rate": [1.0, 2.0],
+                          "p50_tpot_s": [0.03, 0.05]})
+    html = build_report_html([], None, sweep=sweep, plan={"replicas": 3},
+                             versions=VERSIONS)
+    assert ">Sweep</h2>" in html and ">Summary</h2>" not in html
+    assert "<td>replicas</td><td>3</td>" in html
+    assert re.findall(r'data-chart="([^"]+)"', html) == ["sweep-0"]
+
+
+def test_a_calibrated_profile_shows_its_efficiency_curves(tmp_path):
+    hw_dir = tmp_path / "hw"
+    hw_dir.mkdir()
+    text = (Path(load_profile("a100-40gb").path).read_text()
+            .replace("name: a100-40gb", "name: my-a100"))
+    text += ("calibration:\n  provenance: {device: test}\n"
+             "  compute_efficiency_curve: [[1.0e+9, 0.3], [1.0e+12, 0.75]]\n"
+             "  memory_efficiency_curve: [[1.0e+6, 0.4], [1.0e+9, 0.9]]\n")
+    (hw_dir / "my-a100.yaml").write_text(text)
+    sc = dataclasses.replace(make_scenario(), hardware="my-a100", hardware_dir=str(hw_dir))
+    html = build_report_html(pair(50, sc), sc, versions=VERSIONS)
+    assert ">Calibration</h2>" in html
+    assert "efficiency-curves" in re.findall(r'data-chart="([^"]+)"', html)
 
 
 def test_bad_arguments_raise_specsim_error(tmp_path):
-    with pytest.raises(SpecsimError, match="no results"):
+    with pytest.raises(SpecsimError, match="nothing to report"):
         render_report([], tmp_path / "r.html")
     sc = make_scenario()
     with pytest.raises(SpecsimError, match="folder"):

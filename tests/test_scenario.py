@@ -28,6 +28,9 @@ def test_compare_parses_several_policies_with_params():
     pols = parse_compare("none,chain:gamma=4,chain:num_speculative_tokens=2")
     assert [p.name for p in pols] == ["none", "chain", "chain"]
     assert pols[1].params == {"gamma": 4}
+    trees = parse_compare("specinfer:expansion=[2,2,1],verification=mss,chain")
+    assert trees[0].params == {"expansion": [2, 2, 1], "verification": "mss"}
+    assert trees[1].name == "chain"
     with pytest.raises(SpecsimError, match="--compare"):
         parse_compare("")
     with pytest.raises(SpecsimError, match="policy.name"):

@@ -1,6 +1,7 @@
 """The serving policies by name: the one registry the scenario and the engine use."""
 from __future__ import annotations
 
+from simulator.policies.adaptive import AdaptiveSpeculation
 from simulator.policies.chain import ChainSpeculation
 from simulator.policies.eagle import Eagle2Speculation, EagleSpeculation
 from simulator.policies.lookahead import JacobiDecoding, LookaheadDecoding
@@ -23,4 +24,5 @@ POLICIES: dict[str, type] = {
     "suffix": SuffixDecoding,
     "jacobi": JacobiDecoding,
     "lookahead": LookaheadDecoding,
+    "adaptive": AdaptiveSpeculation,
 }

@@ -210,9 +210,11 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
                    max_candidates: int = 12) -> np.ndarray:
     """Per-request gammas maximising sum of expected emitted tokens / predicted step time.
 
-    At the optimum every request drafts while its next token's acceptance probability
-    alpha_i^(k+1) exceeds a common threshold (the marginal token is worth its marginal time),
-    so the search runs over thresholds: k_i(theta) = #{1 <= j <= cap_i : alpha_i^j >= theta}.
+    If step time grew with each request's own tokens only, every request would draft while
+    its next token's acceptance probability alpha_i^(k+1) beats a common threshold, so the
+    search runs over thresholds: k_i(theta) = #{1 <= j <= cap_i : alpha_i^j >= theta}.  A
+    draft model's chain, though, costs max(k) sequential forwards whoever needs them, so the
+    uniform choices k_i = min(cap_i, u) are candidates too; the best predicted one wins.
     """
     cap = np.maximum(cap.astype(np.int64), 0)
     k_max = int(cap.max(initial=0))
@@ -224,9 +226,15 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     levels = np.unique(powers[allowed])[::-1]
     if levels.size > max_candidates:
         levels = levels[np.linspace(0, levels.size - 1, max_candidates).round().astype(int)]
+    candidates = [np.minimum(cap, u) for u in range(1, k_max + 1)]
+    candidates += [((powers >= theta) & allowed).sum(axis=1) for theta in levels]
     best_k, best = zero, float(cap.size) / step_time(zero)
-    for theta in levels:
-        k = ((powers >= theta) & allowed).sum(axis=1)
+    seen = {zero.tobytes()}
+    for k in candidates:
+        key = k.tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
         value = float(expected_emitted(alpha, k).sum()) / step_time(k)
         if value > best * (1 + 1e-12):
             best_k, best = k, value

@@ -142,7 +142,7 @@ class EagleSpeculation(_EagleDraft):
                               for k in ("num_speculative_tokens", "tree", "choices")) if g]
         if len(shapes) > 1:
             raise SpecsimError(f"give one tree shape, not {' and '.join(shapes)}",
-                               source=source, field=prefix + shapes[1],
+                               source=source, field=prefix + shapes[0],
                                fix="num_speculative_tokens (a chain), tree: [k1, ...] or choices")
         return out
 

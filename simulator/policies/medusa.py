@@ -141,7 +141,12 @@ class MedusaSpeculation:
                                              only="medusa")
         model = self.acceptance.model
         if params["choices"] is None:
-            width = params["top_k"] or min(model_width(model, 10), 10)
+            listed = model_width(model, 10)
+            width = params["top_k"] or min(listed, 10)
+            if width > listed:
+                raise SpecsimError(f"the acceptance model lists {listed} ranks per head, not "
+                                   f"{width}", field="policy.top_k",
+                                   fix=f"use top_k <= {listed}, or list more ranks")
             table = exclusive_table(model, self.num_heads, width, field="policy.top_k")
             self.tree = best_tree(table, params["node_budget"])
         self.typical = bool(params["typical_acceptance"])

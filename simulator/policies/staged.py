@@ -37,7 +37,10 @@ NGRAM = "ngram"
 
 
 def _draft2(name: str):
-    spec = load_model(name)
+    try:
+        spec = load_model(name)
+    except SpecsimError as exc:
+        raise SpecsimError(exc.message, field="policy.draft2", fix=exc.fix) from None
     if spec.kind != "decoder":
         raise SpecsimError(f"{name} is a {spec.kind} model", field="policy.draft2",
                            fix="name a small decoder model or 'ngram'")

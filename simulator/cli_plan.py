@@ -1,0 +1,51 @@
+"""``specsim plan plan.yaml``: the highest sustainable rate, replicas and cost per deployment."""
+from __future__ import annotations
+
+import argparse
+
+from simulator.cli_sweep import add_executor_arguments
+from simulator.output import FORMATS, render
+
+SHOWN = ("rank", "candidate", "devices", "max_rate_per_s", "p99_ttft_s", "p99_tpot_s",
+         "goodput_fraction", "cost_per_million_tokens", "min_replicas_for_target",
+         "cost_per_million_tokens_at_target", "evaluations")
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    """Arguments of ``plan``."""
+    p.add_argument("plan", help="plan YAML (see workloads/scenarios/plan_*.yaml)")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--out", default=None, help="also write the full table to this CSV")
+    add_executor_arguments(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Search every candidate deployment and print the ranked table."""
+    from simulator.capacity import load_plan, plan
+    spec = load_plan(args.plan)
+    df = plan(spec, executor=args.executor, workers=args.workers, address=args.address,
+              progress=not args.no_progress)
+    if args.out:
+        df.to_csv(args.out, index=False)
+    if args.format != "table":
+        print(render(df, args.format))
+        return 0
+    shown = df[[c for c in SHOWN if c in df]].copy()
+    for c in ("p99_ttft_s", "p99_tpot_s"):
+        if c in shown:
+            shown[c] = shown[c] * 1e3
+    shown = shown.rename(columns={"p99_ttft_s": "p99_ttft_ms", "p99_tpot_s": "p99_tpot_ms"})
+    slo = spec.slo
+    parts = [f"p99 TTFT <= {slo.p99_ttft_s * 1e3:g} ms" if slo.p99_ttft_s else "",
+             f"p99 TPOT <= {slo.p99_tpot_s * 1e3:g} ms" if slo.p99_tpot_s else "",
+             f"goodput >= {slo.goodput_fraction:.0%}" if slo.goodput_fraction else ""]
+    target = f"; replicas for {spec.target_rate_per_s:g} req/s" \
+        if spec.target_rate_per_s else ""
+    print(f"plan {spec.name}: SLO {', '.join(p for p in parts if p)}{target}")
+    print(render(shown, "table"))
+    for _, row in df.iterrows():
+        if isinstance(row.get("error"), str):
+            print(f"  {row['candidate']}: failed: {row['error']}")
+        elif isinstance(row.get("note"), str) and row["note"]:
+            print(f"  {row['candidate']}: {row['note']}")
+    return 0

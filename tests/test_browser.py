@@ -1,0 +1,73 @@
+"""The default report in headless Chromium: every chart drawn, no console error, no request.
+
+Skipped where Chromium, its driver or selenium are missing (.ci/run installs the Debian
+packages chromium and chromium-driver).  Two control pages prove that the checks can fail.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from reports.browser import check_report, find_chromium
+from simulator.cli import main as cli_main
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(find_chromium() is None,
+                                 reason="needs chromium, chromium-driver and selenium")]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def default_report(tmp_path_factory):
+    """``specsim run --report`` on the built-in scenario, as the README runs it."""
+    d = tmp_path_factory.mktemp("browser")
+    rc = cli_main(["run", "--no-progress", "--out", str(d / "out"),
+                   "--report", str(d / "report.html")])
+    assert rc == 0
+    return d / "report.html"
+
+
+def test_default_report_renders_offline(default_report, tmp_path):
+    shot = tmp_path / "report.png"
+    check = check_report(default_report, shot)
+    html = default_report.read_text()
+    containers = re.findall(r'<div class="chart" id="([^"]+)"', html)
+    assert len(containers) == 12
+    assert [c["id"] for c in check.charts] == containers
+    assert check.undrawn == [], check.charts
+    assert all(c["state"] == "true" for c in check.charts)
+    assert check.console_errors == ()
+    # the report's own file is the only thing fetched
+    assert check.requests == (default_report.resolve().as_uri(),)
+    assert check.ok and check.title == "specsim report: default"
+    data = shot.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 50_000
+
+
+def test_escaped_labels_run_nothing(default_report, tmp_path):
+    from reports import load_results_dir, render_report
+    results, scenario, _ = load_results_dir(default_report.parent / "out")
+    # Unescaped, either label would fetch a URL and log an error in the console.
+    evil = '<img src="http://127.0.0.1:9/x.png" onerror="console.error(\'xss\')">'
+    results = [dataclasses.replace(results[0], label=evil), *results[1:]]
+    scenario = dataclasses.replace(scenario, name="<script>console.error('xss')</script>")
+    path = render_report(results, tmp_path / "evil.html", scenario=scenario)
+    check = check_report(path)
+    assert check.ok, (check.console_errors, check.external_requests, check.undrawn)
+    assert check.title == "specsim report: <script>console.error('xss')</script>"
+
+
+def test_checks_catch_requests_errors_and_blank_charts(tmp_path):
+    page = tmp_path / "bad.html"
+    page.write_text('<!DOCTYPE html><html><head><title>bad</title></head><body>'
+                    '<div class="chart" id="c1" data-rendered="true"></div>'
+                    '<img src="http://127.0.0.1:9/nothing.png">'
+                    '<script>console.error("boom")</script></body></html>')
+    check = check_report(page, timeout_s=10)
+    assert check.undrawn == ["c1"]
+    assert any("boom" in e for e in check.console_errors)
+    assert "http://127.0.0.1:9/nothing.png" in check.external_requests
+    assert not check.ok
