@@ -148,7 +148,11 @@ def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
 def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
                kernel_overhead_s: float, statistic: str = "median", axis: str = "flops",
                max_iter: int = 500):
-    """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
+    """(compute curve, memory curve, rms log error) fitted to the curve measurements.
+
+    Efficiencies are relative to the given peak and bandwidth and may exceed 1 where the
+    measurements beat them; :func:`fit` rescales.
+    """
     rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
     if not (rows["kind"] == "gemm").any() or not rows["kind"].isin(("read", "copy")).any():
         raise SpecsimError("need at least one GEMM and one memory measurement",
@@ -173,13 +177,14 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
 
     wc, wm = t(_interp_matrix(cx, cknots)), t(_interp_matrix(mx, mknots))
     f_t, b_t, n_t, log_t = t(flops), t(nbytes), t(count), t(np.log(times))
-    uc = torch.logit(t(c0)).requires_grad_(True)
-    um = torch.logit(t(m0)).requires_grad_(True)
+    # log-efficiencies, unbounded: fit() rescales the peak if a curve needs more than 1
+    uc = torch.log(t(c0)).requires_grad_(True)
+    um = torch.log(t(m0)).requires_grad_(True)
 
     def losses():
-        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (wc @ torch.sigmoid(uc))),
+        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (wc @ torch.exp(uc))),
                               torch.zeros_like(f_t))
-        memory = b_t / (bandwidth_bytes_per_s * (wm @ torch.sigmoid(um)))
+        memory = b_t / (bandwidth_bytes_per_s * (wm @ torch.exp(um)))
         pred = n_t * torch.maximum(compute, memory) + kernel_overhead_s
         smooth = sum((u[2:] - 2 * u[1:-1] + u[:-2]).pow(2).sum() for u in (uc, um)
                      if u.numel() > 2)
@@ -197,11 +202,18 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
     opt.step(closure)
     with torch.no_grad():
         data, _ = losses()
-        ceff = np.clip(torch.sigmoid(uc).numpy(), MIN_EFFICIENCY, 1.0)
-        meff = np.clip(torch.sigmoid(um).numpy(), MIN_EFFICIENCY, 1.0)
+        ceff = np.maximum(torch.exp(uc).numpy(), MIN_EFFICIENCY)
+        meff = np.maximum(torch.exp(um).numpy(), MIN_EFFICIENCY)
     compute_curve = tuple((float(10 ** x), float(e)) for x, e in zip(cknots, ceff))
     memory_curve = tuple((float(10 ** x), float(e)) for x, e in zip(mknots, meff))
     return compute_curve, memory_curve, float(np.sqrt(data.item()))
+
+
+def _normalised(rate: float, curve):
+    top = max(e for _, e in curve)
+    if top <= 1.0:
+        return rate, curve
+    return rate * top, tuple((s, e / top) for s, e in curve)
 
 
 def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | None = None,
@@ -209,8 +221,8 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
         axis: str = "flops") -> Fit:
     """Fit everything: peaks (datasheet, or the measured maximum), curves and overheads.
 
-    A datasheet peak below what was measured is raised to the measurement, so that every
-    efficiency stays at most 1.
+    A datasheet peak below what was measured (or below what the fitted curves need) is
+    raised, so that every efficiency stays at most 1.
     """
     ok = frame[frame["status"] == "ok"]
     gemm = ok[ok["kind"] == "gemm"]
@@ -230,6 +242,10 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
     own = ok[(ok["dtype"] == dtype) | ok["kind"].isin(("read", "copy"))]
     ccurve, mcurve, rms = fit_curves(own, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
                                      kernel_overhead_s=kernel, statistic=statistic, axis=axis)
+    # a curve above 1 means the device beat the peak somewhere: raise the peak to match,
+    # which leaves every predicted time unchanged
+    peak, ccurve = _normalised(peak, ccurve)
+    bw, mcurve = _normalised(bw, mcurve)
     launch = ok[ok["kind"] == "launch"]
     return Fit(dtype=dtype, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
                compute_curve=ccurve, memory_curve=mcurve, kernel_overhead_s=kernel,

@@ -109,7 +109,7 @@ def run_validation(plan: ValidationPlan, *, rng: np.random.Generator,
     local[:, 0] = True          # the root (last verified token) is every node's ancestor
     local[1:, 1:] = torch.from_numpy(tree.attention_mask())
     tree_mask = local.to(dev)
-    tree_depth = torch.from_numpy(np.concatenate([[0], tree.depth + 1])).to(dev)
+    tree_depth = torch.from_numpy(np.concatenate([[0], tree.depth])).to(dev)
     shapes = _step_shapes(plan)
     total = len(plan.models) * len(shapes)
     rows, done = [], 0

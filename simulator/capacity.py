@@ -6,7 +6,8 @@ rescaled with ``Workload.rescale_rate``, at rates on a fixed geometric lattice
 ``min_rate * (1 + rel_tol)^k``: bracket by doubling or halving, then bisect on k.  Same seed,
 same lattice, same trace shape for every candidate, so a faster or larger deployment can
 never be reported slower by the search itself.  An SLO sets any of p99 TTFT, p99 TPOT and a
-goodput fraction (the share of all requests meeting the per-request TTFT/TPOT targets).
+goodput fraction (the share of all requests meeting the per-request TTFT/TPOT targets); a
+rate also needs the backlog to stay small (``max_in_flight_fraction``, see evaluate_rate).
 Also: the fewest replicas that sustain a target rate, and the cost per million output tokens
 from a user price table (``{device: $/hour}``).
 """
@@ -55,6 +56,7 @@ class RateSearch:
     min_rate_per_s: float = 0.05
     max_rate_per_s: float = 500.0
     rel_tol: float = 0.05
+    # steady-state check: share of the trace still in the system at the last arrival
     max_in_flight_fraction: float = 0.25
 
     def __post_init__(self) -> None:

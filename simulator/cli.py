@@ -15,6 +15,8 @@ COMMANDS = {
     "gamma": ("simulator.cli_estimate", "optimal gamma and speedup curve from alpha and c"),
     "hardware": ("simulator.cli_catalog", "list or show hardware profiles"),
     "models": ("simulator.cli_catalog", "list or show catalogued models"),
+    "calibrate": ("simulator.cli_calibrate", "measure a device with torch micro-benchmarks; write a calibrated profile"),
+    "validate": ("simulator.cli_calibrate", "compare predicted step times with real torch model steps"),
     "sweep": ("simulator.cli_sweep", "run a grid of analytic or simulated points (resumable)"),
     "gamma-map": ("simulator.cli_sweep", "best gamma per batch and context, and the crossover batch"),
     "plan": ("simulator.cli_plan", "max sustainable rate, replicas and cost per deployment"),

@@ -20,9 +20,12 @@ SHOWN_ANALYTIC = ("draft_s", "verify_s", "decode_s", "c", "expected_tokens", "sp
 
 def add_executor_arguments(p: argparse.ArgumentParser, default: str = "local") -> None:
     """--executor, --workers, --address and --no-progress (shared with ``plan``)."""
-    p.add_argument("--executor", choices=tuple(EXECUTORS), default=default,
-                   help=f"where points run (default {default}; ray needs "
-                        "pip install 'specsim[ray]')")
+    choices = tuple(EXECUTORS) + (("auto",) if default == "auto" else ())
+    p.add_argument("--executor", choices=choices, default=default,
+                   help=f"where points run (default {default}"
+                        + (": one process for analytic sweeps under 20,000 points, else the "
+                           "local pool" if default == "auto" else "")
+                        + "; ray needs pip install 'specsim[ray]')")
     p.add_argument("--workers", type=_positive_int, default=None,
                    help="processes for the local pool (default: every core)")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
@@ -75,7 +78,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                             "skips the points already in it (default sweep-<name>.csv)")
         p.add_argument("--restart", action="store_true",
                        help="discard the points already in --out and run every point")
-        add_executor_arguments(p)
+        add_executor_arguments(p, default="auto")
         return
     p.add_argument("--hardware", default="a100-40gb")
     p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")

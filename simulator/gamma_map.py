@@ -53,8 +53,20 @@ RESULT_COLUMNS = ("draft_tokens", "draft_s", "verify_s", "decode_s", "iteration_
                   "kv_tokens", "kv_fits")
 
 
-def check_point(params: Mapping[str, Any], *, source: str = "sweep") -> dict[str, Any]:
-    """Validate an analytic point (canonical names, defaults filled in)."""
+@lru_cache(maxsize=128)
+def check_names(hardware: str, hardware_dir, target: str, draft) -> None:
+    """Raise unless the hardware profile and the models exist."""
+    from hardware.profile import load_profile
+    from simulator.model_spec import load_model
+    load_profile(hardware, hardware_dir)
+    load_model(target)
+    if draft:
+        load_model(draft)
+
+
+def check_point(params: Mapping[str, Any], *, source: str = "sweep",
+                names: bool = False) -> dict[str, Any]:
+    """Validate an analytic point (canonical names, defaults filled in); ``names``: they exist."""
     p = parse_params(params, FIELDS, source=source, prefix="")
     for name in ("draft", "hardware_dir"):
         if p[name] is not None and (not isinstance(p[name], str) or not p[name]):
@@ -83,6 +95,13 @@ def check_point(params: Mapping[str, Any], *, source: str = "sweep") -> dict[str
     if p["policy"] != "none" and p["draft"] is None and not closed:
         raise SpecsimError(f"policy {p['policy']!r} needs a draft model (or c)", source=source,
                            field="draft", fix="set draft: opt-125m, or give c")
+    if names and not closed:
+        try:
+            check_names(p["hardware"], p["hardware_dir"], p["target"],
+                        p["draft"] if p["policy"] != "none" else None)
+        except SpecsimError as exc:
+            raise SpecsimError(exc.message, source=source, field=exc.field,
+                               fix=exc.fix) from None
     return p
 
 

@@ -23,7 +23,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -133,16 +132,6 @@ def _cell(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-@lru_cache(maxsize=128)
-def _check_names(hardware, hardware_dir, target, draft) -> None:
-    from hardware.profile import load_profile
-    from simulator.model_spec import load_model
-    load_profile(hardware, hardware_dir)
-    load_model(target)
-    if draft:
-        load_model(draft)
-
-
 @dataclass(frozen=True)
 class SweepSpec:
     """Validated points: their display columns, what each evaluates, and its key."""
@@ -152,6 +141,10 @@ class SweepSpec:
     payloads: tuple[dict, ...]     # per point: merged analytic fields or final scenario mapping
     base_dir: str = "."
     name: str = "sweep"
+
+    def __post_init__(self) -> None:
+        if not self.payloads:
+            raise SpecsimError("the grid is empty", field="grid", fix="give at least one point")
 
     def __len__(self) -> int:
         return len(self.payloads)
@@ -173,18 +166,9 @@ class SweepSpec:
             merged = dict(fixed)
             for k, v in point.items():
                 merged[canonical_field("analytic", k, source=source)] = v
-            checked = gamma_map.check_point(merged, source=f"{source}: point {i}")
-            if checked["c"] is None and checked["c_target_over_draft"] is None:
-                try:
-                    _check_names(checked["hardware"], checked["hardware_dir"], checked["target"],
-                                 checked["draft"] if checked["policy"] != "none" else None)
-                except SpecsimError as exc:
-                    raise SpecsimError(exc.message, source=f"{source}: point {i}",
-                                       field=exc.field, fix=exc.fix) from None
+            gamma_map.check_point(merged, source=f"{source}: point {i}", names=True)
             columns.append({k: _cell(v) for k, v in {**fixed, **point}.items()})
             payloads.append(merged)
-        if not payloads:
-            raise SpecsimError("the grid is empty", source=source, field="grid")
         return cls("analytic", tuple(columns), tuple(payloads), ".", name)
 
     @classmethod
@@ -192,10 +176,8 @@ class SweepSpec:
                   fixed: Mapping | None = None, source: str = "sweep",
                   base_dir: str | Path = ".", name: str = "sweep") -> "SweepSpec":
         """A simulated sweep over overrides of ``scenario`` (None: the built-in one)."""
-        from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
+        from simulator.scenario import apply_overrides, scenario_from_dict
         base_raw, base_dir = _base_scenario(scenario, Path(base_dir), source)
-        if isinstance(scenario, Scenario):
-            base_dir = Path(scenario.base_dir)
 
         def override(raw: dict, items: Mapping, is_fixed: bool) -> dict:
             sets = [f"{canonical_field('simulated', k, source=source, fixed=is_fixed)}="
@@ -209,15 +191,13 @@ class SweepSpec:
             try:
                 raw = override(base_raw, point, False)
                 sc = scenario_from_dict(raw, source=where, base_dir=base_dir)
-                _check_names(sc.hardware, sc.hardware_dir, sc.target, sc.draft)
+                gamma_map.check_names(sc.hardware, sc.hardware_dir, sc.target, sc.draft)
             except SpecsimError as exc:
                 raise SpecsimError(exc.message, source=where, field=exc.field,
                                    fix=exc.fix) from None
             workloads.setdefault(point_key(dict(sc.workload)), (dict(sc.workload), where))
             columns.append({k: _cell(v) for k, v in {**dict(fixed or {}), **point}.items()})
             payloads.append(raw)
-        if not payloads:
-            raise SpecsimError("the grid is empty", source=source, field="grid")
         from workloads.workload import workload_from_config
         for cfg, where in workloads.values():  # a bad workload fails here, not in every worker
             workload_from_config(cfg, rng=np.random.default_rng(0), base_dir=base_dir,
@@ -295,15 +275,10 @@ class ResultSink:
                                    fix="pip install pyarrow, or write .csv") from None
         self._buffer: list[dict] = []
         self._last = time.monotonic()
-        self._repair_csv()
-
-    def _repair_csv(self) -> None:
-        """Drop a half-written last line left by an interrupted run."""
-        if self.fmt != "csv" or not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            self.path.write_bytes(data[:data.rfind(b"\n") + 1])
+        if self.fmt == "csv" and self.path.is_file():  # drop a half-written last line
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                self.path.write_bytes(data[:data.rfind(b"\n") + 1])
 
     def read(self) -> pd.DataFrame:
         """Every row written so far (the last row per key wins)."""
@@ -340,7 +315,7 @@ class ResultSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.fmt == "parquet":
             self.path.mkdir(exist_ok=True)
-            n = len(list(self.path.glob("part-*.parquet")))
+            n = 1 + max((int(p.stem[5:]) for p in self.path.glob("part-*.parquet")), default=-1)
             tmp = self.path / f".part-{n:05d}.tmp"
             new.to_parquet(tmp, index=False)
             os.replace(tmp, self.path / f"part-{n:05d}.parquet")
@@ -371,10 +346,22 @@ def _assemble(df: pd.DataFrame, spec: SweepSpec, keys: list[str]) -> pd.DataFram
     return df[["point", "key", *fields, *rest, "error"]]
 
 
-def run_sweep(spec: SweepSpec, *, executor: Any = "local", workers: int | None = None,
+# below this many analytic points (about 150 us each) starting a process pool costs more
+# than it saves
+AUTO_SERIAL_POINTS = 20_000
+
+
+def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = None,
               address: str | None = None, out: str | Path | None = None,
               progress: bool = False, chunk_size: int | None = None) -> pd.DataFrame:
-    """Evaluate every point not already in ``out``; return one tidy row per point."""
+    """Evaluate every point not already in ``out``; return one tidy row per point.
+
+    ``executor`` is a name (``local``, ``serial``, ``ray``; ``auto``: the local pool, or one
+    process for an analytic sweep under AUTO_SERIAL_POINTS points) or an executor object.
+    """
+    if executor == "auto":
+        executor = "serial" if spec.mode == "analytic" and len(spec) < AUTO_SERIAL_POINTS \
+            else "local"
     keys = spec.keys()
     sink = ResultSink(out) if out is not None else None
     done = sink.done_keys() if sink is not None else set()
@@ -398,14 +385,14 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "local", workers: int | None =
     if progress and todo:
         from tqdm import tqdm
         bar = tqdm(total=len(todo), desc=spec.name, unit="pt", file=sys.stderr, leave=False)
-    ex = make_executor(executor, workers=workers, address=address) \
-        if isinstance(executor, str) else executor
+    own = isinstance(executor, str) and bool(todo)  # nothing to do: start no pool or Ray
+    ex = make_executor(executor, workers=workers, address=address) if own else executor
     try:
         if todo:
             run_items(evaluate, [spec.task(i) for i in todo], ex, chunk_size=chunk_size,
                       on_result=settle, progress=bar.update if bar is not None else None)
     finally:
-        if isinstance(executor, str):
+        if own:
             ex.close()
         if bar is not None:
             bar.close()

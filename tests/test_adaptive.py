@@ -1,0 +1,228 @@
+"""The adaptive policy: parameters, equivalences, and the controllers on a rising/falling load."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.errors import SpecsimError
+from simulator.policies.adaptive import AdaptiveSpeculation
+from simulator.policy import BatchView, PolicyContext
+from simulator.scenario import PolicyConfig, load_scenario, scenario_from_dict
+from simulator.simulate import build_deployment, simulate
+from workloads.arrivals import PoissonArrivals
+from workloads.config import synthetic_workload
+from workloads.lengths import UniformLength
+from workloads.workload import Workload
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
+CHAIN4 = {"name": "chain", "num_speculative_tokens": 4}
+
+
+def parse(**params):
+    return AdaptiveSpeculation.parse_params(params, source="test")
+
+
+@pytest.mark.parametrize("params, field", [
+    ({}, "policy.base"),
+    ({"base": {"num_speculative_tokens": 4}}, "policy.base.name"),
+    ({"base": "none"}, "policy.base.name"),
+    ({"base": "adaptive"}, "policy.base.name"),
+    ({"base": {"name": "chain", "gamma": -1}}, "policy.base.gamma"),
+    ({"base": CHAIN4, "controller": "pid"}, "policy.controller.kind"),
+    ({"base": CHAIN4, "controller": {"kind": "goodput", "alpha": 0.5}},
+     "policy.controller.alpha"),
+    ({"base": CHAIN4, "controller": {"kind": "acceptance_ema", "ema_alpha": 2}},
+     "policy.controller.ema_alpha"),
+    ({"base": CHAIN4, "num_speculative_tokens_per_batch_size": [[1, 4, 4], [6, 9, 1]]},
+     "policy.num_speculative_tokens_per_batch_size[1]"),
+    ({"base": CHAIN4, "draft_len_schedule": [[8, 4], [8, 1]]}, "policy.draft_len_schedule[1]"),
+    ({"base": CHAIN4, "draft_len_schedule": [[8, 4]],
+      "num_speculative_tokens_per_batch_size": [[1, 8, 4]]}, "policy.draft_len_schedule"),
+    ({"base": CHAIN4, "acceptance_rate_window_size": 8}, "policy.acceptance_rate_threshold"),
+    ({"base": CHAIN4, "acceptance_rate_threshold": 0.3}, "policy.acceptance_rate_window_size"),
+    ({"base": CHAIN4, "speculative_disable_by_batch_size": 0},
+     "policy.speculative_disable_by_batch_size"),
+    ({"base": CHAIN4, "disable_by_batch_size": 8}, "policy.disable_by_batch_size"),
+])
+def test_bad_parameters_name_the_field(params, field):
+    with pytest.raises(SpecsimError) as err:
+        parse(**params)
+    assert err.value.field == field
+
+
+def _default(policy: dict, **overrides):
+    sc = load_scenario(None, ["workload.max_requests=30"])
+    sc = dataclasses.replace(sc, policy=PolicyConfig(policy["name"], {
+        k: v for k, v in policy.items() if k != "name"}))
+    return dataclasses.replace(sc, **overrides)
+
+
+def test_a_fixed_controller_is_the_base_policy():
+    chain = simulate(_default(CHAIN4))
+    wrapped = simulate(_default({"name": "adaptive", "base": CHAIN4}))
+    assert chain.requests.equals(wrapped.requests) and chain.steps.equals(wrapped.steps)
+
+
+def test_the_wrapped_draft_model_takes_its_memory():
+    chain = build_deployment(_default(CHAIN4))
+    wrapped = build_deployment(_default({"name": "adaptive", "base": CHAIN4}))
+    assert wrapped.memory.kv_blocks == chain.memory.kv_blocks
+    assert wrapped.memory.kv_blocks < build_deployment(_default({"name": "none"})).memory.kv_blocks
+
+
+def test_caps_follow_the_schedule_and_the_switches():
+    sc = _default({"name": "adaptive", "base": {"name": "chain", "num_speculative_tokens": 5},
+                   "draft_len_schedule": [[4, 6], [16, 3], [64, 1]],
+                   "speculative_disable_by_batch_size": 48,
+                   "acceptance_rate_window_size": 2, "acceptance_rate_threshold": 0.5})
+    dep = build_deployment(sc)
+    pol = AdaptiveSpeculation(dep.policy_params, PolicyContext(
+        target_cost=dep.target_cost, draft_cost=dep.draft_cost))
+
+    def caps(batch_size):
+        view = BatchView(np.arange(2), np.full(2, 100), np.full(2, 5), np.full(2, 50),
+                         np.full(2, 95), batch_size, 0.0)
+        return int(pol.caps(view)[0])
+
+    # the schedule's 6 is capped at the base's 5; >= 48 running: off; above 64: off
+    assert [caps(b) for b in (1, 4, 5, 16, 17, 47, 48, 64, 65)] == [5, 5, 3, 3, 1, 1, 0, 0, 0]
+    pol.kill.update(0, 5)
+    pol.kill.update(1, 5)  # 1 of 10 accepted over the window: off for good
+    assert caps(1) == 0
+
+
+def test_goodput_refuses_a_base_without_per_request_lengths():
+    sc = _default({"name": "adaptive", "base": {"name": "jacobi"}, "controller": "goodput"},
+                  workload={"tokens": {"kind": "code_edit", "num_requests": 2,
+                                       "arrival": {"process": "poisson", "rate_per_s": 1}}})
+    with pytest.raises(SpecsimError) as err:
+        simulate(sc)
+    assert err.value.field == "policy.base"
+
+
+def test_a_gated_base_switched_off_sends_no_drafts():
+    sc = _default({"name": "adaptive", "base": {"name": "jacobi"},
+                   "speculative_disable_by_batch_size": 1},
+                  draft=None,
+                  workload={"tokens": {"kind": "code_edit", "num_requests": 4,
+                                       "arrival": {"process": "poisson", "rate_per_s": 1}}})
+    steps = simulate(sc).steps
+    assert steps.draft_tokens.sum() == 0 and (steps.decode_tokens == steps.num_decode).all()
+
+
+def test_goodput_around_a_model_free_base():
+    sc = _default({"name": "adaptive", "base": {"name": "prompt_lookup",
+                                                "num_speculative_tokens": 8},
+                   "controller": "goodput"}, draft=None,
+                  workload={"tokens": {"kind": "code_edit", "num_requests": 6,
+                                       "arrival": {"process": "poisson", "rate_per_s": 0.5},
+                                       "code": {"dist": "uniform", "min_tokens": 100,
+                                                "max_tokens": 200}}})
+    res = simulate(sc)
+    assert (res.requests.status == "finished").all()
+    assert res.summary()["mean_acceptance_length"] > 2.0
+    assert (res.steps.draft_tokens <= 8 * res.steps.num_decode).all()
+
+
+def _alpha_run(policy, alpha):
+    sc = dataclasses.replace(_default(policy), acceptance={"model": "iid", "alpha": alpha})
+    return simulate(sc).steps
+
+
+def test_kill_switch_stops_drafting_when_acceptance_is_low():
+    policy = {"name": "adaptive", "base": CHAIN4, "acceptance_rate_window_size": 20,
+              "acceptance_rate_threshold": 0.3}
+    steps = _alpha_run(policy, 0.1)
+    drafting = np.flatnonzero(steps.draft_tokens.to_numpy() > 0)
+    assert drafting.size == 20  # the window fills, the rate is ~0.1 < 0.3, then never again
+    assert steps.draft_tokens.iloc[drafting[-1] + 1:].sum() == 0
+    high = _alpha_run(policy, 0.9)
+    assert high.draft_tokens.iloc[-20:].sum() > 0
+
+
+def test_ema_controller_moves_gamma_with_acceptance():
+    policy = {"name": "adaptive", "base": {"name": "chain", "num_speculative_tokens": 6},
+              "controller": "acceptance_ema"}
+
+    def late_gamma(alpha):
+        steps = _alpha_run(policy, alpha)
+        late = steps.iloc[len(steps) // 2:]
+        return late.draft_tokens.sum() / late.num_decode.sum()
+
+    assert late_gamma(0.95) > 5.0
+    assert late_gamma(0.2) < 1.0
+
+
+# ---------------------------------------------------------------- a load that rises and falls
+RATES = (2.0, 15.0, 40.0, 15.0, 2.0)        # requests per second, per phase
+COUNTS = (40, 100, 250, 100, 40)
+
+
+def phased_workload(seed=0):
+    """Poisson phases at rising then falling rates, from the workloads' generators."""
+    rng = np.random.default_rng(seed)
+    parts, start = [], 0.0
+    for rate, n in zip(RATES, COUNTS):
+        w = synthetic_workload(n, PoissonArrivals(rate), UniformLength(50, 150),
+                               UniformLength(40, 80), rng)
+        parts.append(w.arrival_s + start)
+        start = parts[-1][-1] + 1.0 / rate
+        parts[-1] = (parts[-1], w.prompt_tokens, w.output_tokens)
+    return Workload(name="phased", arrival_s=np.concatenate([p[0] for p in parts]),
+                    prompt_tokens=np.concatenate([p[1] for p in parts]),
+                    output_tokens=np.concatenate([p[2] for p in parts]))
+
+
+@pytest.fixture(scope="module")
+def load_runs():
+    """Mean TPOT per phase (and overall) of fixed gammas 0..4 and the controllers."""
+    wl = phased_workload()
+    phase = np.repeat(np.arange(len(COUNTS)), COUNTS)
+    # an A100-80GB holds batches where verifying several drafts costs more than it returns
+    base = {"name": "phased", "seed": 0, "hardware": "a100-80gb", "target": "opt-13b",
+            "draft": "opt-125m", "acceptance": {"model": "iid", "alpha": 0.7},
+            "batching": {"max_num_seqs": 256, "max_num_batched_tokens": 4096}}
+    policies = {f"gamma{g}": {"name": "chain", "num_speculative_tokens": g} for g in range(5)}
+    policies["goodput"] = {"name": "adaptive", "base": CHAIN4, "controller": "goodput"}
+    policies["disable64"] = {"name": "adaptive", "base": CHAIN4,
+                             "speculative_disable_by_batch_size": 64}
+    out = {}
+    for label, policy in policies.items():
+        res = simulate(scenario_from_dict({**base, "policy": policy}, source="test"),
+                       workload=wl)
+        tpot = res.requests.tpot_s.to_numpy()
+        assert (res.requests.status == "finished").all()
+        out[label] = np.array([tpot[phase == i].mean() for i in range(len(COUNTS))]
+                              + [tpot.mean()])
+    return out
+
+
+def test_the_best_fixed_gamma_changes_with_load(load_runs):
+    fixed = np.array([load_runs[f"gamma{g}"] for g in range(5)])
+    best = fixed[:, :len(COUNTS)].argmin(axis=0)
+    assert best[0] >= 3 and best[2] <= 1  # deep drafts at low load, shallow at high load
+
+
+def test_goodput_tracks_the_best_fixed_gamma_at_every_load(load_runs):
+    fixed = np.array([load_runs[f"gamma{g}"] for g in range(5)])
+    goodput = load_runs["goodput"]
+    assert (goodput[:len(COUNTS)] <= 1.05 * fixed[:, :len(COUNTS)].min(axis=0)).all()
+    assert goodput[-1] < fixed[:, -1].min()  # over the whole trace: better than any
+
+
+def test_disable_by_batch_size_removes_the_high_load_slowdown(load_runs):
+    none, gamma4, gated = load_runs["gamma0"], load_runs["gamma4"], load_runs["disable64"]
+    assert gamma4[2] > 1.15 * none[2]           # the slowdown: verifying 4 drafts at ~100+
+    assert gated[2] < 1.05 * none[2]            # gone with speculation off from 64
+    assert gated[:2] == pytest.approx(gamma4[:2], rel=0.01)  # low load keeps gamma 4
+
+
+@pytest.mark.parametrize("name", ["adaptive", "adaptive_schedule"])
+def test_shipped_scenarios_run(name):
+    res = simulate(load_scenario(SCENARIOS / f"{name}.yaml",
+                                 ["workload.synthetic.num_requests=30"]))
+    assert (res.requests.status == "finished").all()
+    assert res.summary()["num_drafts"] > 0
