@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from simulator.cli_sweep import add_executor_arguments
 from simulator.output import FORMATS, render
@@ -16,6 +17,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", help="plan YAML (see workloads/scenarios/plan_*.yaml)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--out", default=None, help="also write the full table to this CSV")
+    p.add_argument("--report", default=None, help="also write an HTML report to this path")
     add_executor_arguments(p)
 
 
@@ -27,6 +29,9 @@ def main(args: argparse.Namespace) -> int:
               progress=not args.no_progress)
     if args.out:
         df.to_csv(args.out, index=False)
+    if args.report:
+        from reports import render_report  # only reports/ imports altair
+        print(f"report: {render_report([], args.report, plan=df)}", file=sys.stderr)
     if args.format != "table":
         print(render(df, args.format))
         return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                             "skips the points already in it (default sweep-<name>.csv)")
         p.add_argument("--restart", action="store_true",
                        help="discard the points already in --out and run every point")
+        p.add_argument("--report", default=None, help="also write an HTML report to this path")
         add_executor_arguments(p, default="auto")
         return
     p.add_argument("--hardware", default="a100-40gb")
@@ -113,6 +115,9 @@ def main(args: argparse.Namespace) -> int:
     df = run_sweep(spec, executor=args.executor, workers=args.workers, address=args.address,
                    out=out, progress=not args.no_progress)
     failed = int(df["error"].notna().sum())
+    if args.report:
+        from reports import render_report  # only reports/ imports altair
+        print(f"report: {render_report([], args.report, sweep=df)}", file=sys.stderr)
     if args.format != "table":
         print(render(df, args.format))
         return 1 if failed else 0
