@@ -44,12 +44,13 @@ def detect_base(device: str, name: str) -> str | None:
 
 def calibrate_device(plan: Plan, *, rng: np.random.Generator, name: str,
                      base: str | None = None, statistic: str = "median", command: str = "",
-                     progress: Progress | None = None) -> Calibration:
+                     axis: str = "flops", progress: Progress | None = None) -> Calibration:
     """Run ``plan``'s micro-benchmarks, fit them and build the calibrated profile ``name``.
 
     ``base`` names the shipped profile that supplies the links (and, for a recognised GPU or
     when named explicitly, the datasheet peaks the curves are relative to); by default it
-    is detected from the device's name.  A CPU's peaks are always the measured maxima
+    is detected from the device's name.  ``axis`` is what the compute curve is indexed by;
+    the cost model reads ``flops`` curves today.  A CPU's peaks are always the measured maxima
     unless ``base`` is given, since no datasheet can be matched to a CPU reliably.
     """
     dev = resolve_device(plan.device)
@@ -62,7 +63,7 @@ def calibrate_device(plan: Plan, *, rng: np.random.Generator, name: str,
     base_profile: HardwareProfile = load_profile(chosen)
     datasheet = base is not None or plan.device == "cuda"
     frame = run_suite(plan, rng=rng, progress=progress)
-    result = fit(frame, dtype=plan.dtype, statistic=statistic,
+    result = fit(frame, dtype=plan.dtype, statistic=statistic, axis=axis,
                  datasheet_peak_flops_per_s=base_profile.peak_flops_per_s.get(plan.dtype)
                  if datasheet else None,
                  datasheet_bandwidth_bytes_per_s=base_profile.memory_bandwidth_bytes_per_s

@@ -32,7 +32,7 @@ STATISTICS = ("median", "min")
 AXES = ("flops", "intensity")
 CURVE_KINDS = ("gemm", "read", "copy", "attention")
 KNOTS_PER_DECADE = 2
-SMOOTHING = 1e-3
+SMOOTHING = 1e-4
 MIN_EFFICIENCY = 1e-6
 
 
@@ -90,9 +90,12 @@ def fit_overheads(frame: pd.DataFrame, statistic: str = "median",
 
 
 def _knots(values: np.ndarray) -> np.ndarray:
-    lo = np.floor(np.log10(values.min()) * KNOTS_PER_DECADE)
-    hi = np.ceil(np.log10(values.max()) * KNOTS_PER_DECADE)
-    return np.arange(lo, max(hi, lo + 1) + 1) / KNOTS_PER_DECADE
+    """log10 knots: the smallest and largest value and every half decade between them."""
+    lo, hi = np.log10(values.min()), np.log10(values.max())
+    inner = np.arange(np.floor(lo * KNOTS_PER_DECADE) + 1, np.ceil(hi * KNOTS_PER_DECADE)) \
+        / KNOTS_PER_DECADE
+    inner = inner[(inner > lo + 0.05) & (inner < hi - 0.05)]
+    return np.concatenate([[lo], inner, [max(hi, lo + 1.0 / KNOTS_PER_DECADE)]])
 
 
 def _interp_matrix(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
@@ -148,11 +151,7 @@ def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
 def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
                kernel_overhead_s: float, statistic: str = "median", axis: str = "flops",
                max_iter: int = 500):
-    """(compute curve, memory curve, rms log error) fitted to the curve measurements.
-
-    Efficiencies are relative to the given peak and bandwidth and may exceed 1 where the
-    measurements beat them; :func:`fit` rescales.
-    """
+    """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
     rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
     if not (rows["kind"] == "gemm").any() or not rows["kind"].isin(("read", "copy")).any():
         raise SpecsimError("need at least one GEMM and one memory measurement",
@@ -177,20 +176,26 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
 
     wc, wm = t(_interp_matrix(cx, cknots)), t(_interp_matrix(mx, mknots))
     f_t, b_t, n_t, log_t = t(flops), t(nbytes), t(count), t(np.log(times))
-    # log-efficiencies, unbounded: fit() rescales the peak if a curve needs more than 1
-    uc = torch.log(t(c0)).requires_grad_(True)
-    um = torch.log(t(m0)).requires_grad_(True)
+    # log efficiency = -softplus(-v): smooth, at most 0, and equal to v well below it
+    vc = (t(np.log(c0)) + torch.log(-torch.expm1(t(np.log(c0))))).requires_grad_(True)
+    vm = (t(np.log(m0)) + torch.log(-torch.expm1(t(np.log(m0))))).requires_grad_(True)
+
+    def log_eff(v):
+        return -torch.nn.functional.softplus(-v)
 
     def losses():
-        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (wc @ torch.exp(uc))),
+        lc, lm = log_eff(vc), log_eff(vm)
+        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (wc @ torch.exp(lc))),
                               torch.zeros_like(f_t))
-        memory = b_t / (bandwidth_bytes_per_s * (wm @ torch.exp(um)))
+        memory = b_t / (bandwidth_bytes_per_s * (wm @ torch.exp(lm)))
         pred = n_t * torch.maximum(compute, memory) + kernel_overhead_s
-        smooth = sum((u[2:] - 2 * u[1:-1] + u[:-2]).pow(2).sum() for u in (uc, um)
+        # curvature of log efficiency per half decade: knots without data follow their
+        # neighbours, and a lone noisy point cannot pull a spike
+        smooth = sum((u[2:] - 2 * u[1:-1] + u[:-2]).pow(2).sum() for u in (lc, lm)
                      if u.numel() > 2)
         return (torch.log(pred) - log_t).pow(2).mean(), SMOOTHING * smooth
 
-    opt = torch.optim.LBFGS([uc, um], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
+    opt = torch.optim.LBFGS([vc, vm], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-10, tolerance_change=1e-12)
 
     def closure():
@@ -202,18 +207,11 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
     opt.step(closure)
     with torch.no_grad():
         data, _ = losses()
-        ceff = np.maximum(torch.exp(uc).numpy(), MIN_EFFICIENCY)
-        meff = np.maximum(torch.exp(um).numpy(), MIN_EFFICIENCY)
+        ceff = np.clip(torch.exp(log_eff(vc)).numpy(), MIN_EFFICIENCY, 1.0)
+        meff = np.clip(torch.exp(log_eff(vm)).numpy(), MIN_EFFICIENCY, 1.0)
     compute_curve = tuple((float(10 ** x), float(e)) for x, e in zip(cknots, ceff))
     memory_curve = tuple((float(10 ** x), float(e)) for x, e in zip(mknots, meff))
     return compute_curve, memory_curve, float(np.sqrt(data.item()))
-
-
-def _normalised(rate: float, curve):
-    top = max(e for _, e in curve)
-    if top <= 1.0:
-        return rate, curve
-    return rate * top, tuple((s, e / top) for s, e in curve)
 
 
 def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | None = None,
@@ -221,8 +219,8 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
         axis: str = "flops") -> Fit:
     """Fit everything: peaks (datasheet, or the measured maximum), curves and overheads.
 
-    A datasheet peak below what was measured (or below what the fitted curves need) is
-    raised, so that every efficiency stays at most 1.
+    A datasheet peak below what was measured is raised to the measurement, so that every
+    efficiency stays at most 1.
     """
     ok = frame[frame["status"] == "ok"]
     gemm = ok[ok["kind"] == "gemm"]
@@ -242,10 +240,6 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
     own = ok[(ok["dtype"] == dtype) | ok["kind"].isin(("read", "copy"))]
     ccurve, mcurve, rms = fit_curves(own, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
                                      kernel_overhead_s=kernel, statistic=statistic, axis=axis)
-    # a curve above 1 means the device beat the peak somewhere: raise the peak to match,
-    # which leaves every predicted time unchanged
-    peak, ccurve = _normalised(peak, ccurve)
-    bw, mcurve = _normalised(bw, mcurve)
     launch = ok[ok["kind"] == "launch"]
     return Fit(dtype=dtype, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
                compute_curve=ccurve, memory_curve=mcurve, kernel_overhead_s=kernel,

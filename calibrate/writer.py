@@ -88,10 +88,32 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
     return data
 
 
+class _Dumper(yaml.SafeDumper):
+    """Shipped-profile layout: ``{value, source}`` mappings and number pairs on one line."""
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool)) or v is None
+
+
+def _represent_dict(dumper: yaml.SafeDumper, data: dict):
+    flow = "source" in data and all(_scalar(v) for v in data.values())
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=flow)
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list):
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data,
+                                     flow_style=all(_scalar(v) for v in data))
+
+
+_Dumper.add_representer(dict, _represent_dict)
+_Dumper.add_representer(list, _represent_list)
+
+
 def dump_profile(data: Mapping[str, Any]) -> str:
-    """YAML text of a profile dict (block style, keys in the given order)."""
-    return yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=None, width=100,
-                          allow_unicode=True)
+    """YAML text of a profile dict, laid out like the shipped profiles."""
+    return yaml.dump(dict(data), Dumper=_Dumper, sort_keys=False, width=100,
+                     allow_unicode=True)
 
 
 def save_profile(profile: HardwareProfile, path: str | Path) -> Path:
@@ -115,8 +137,7 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
                 f"dtype {fit.dtype}, {provenance.get('threads', '?')} threads)")
 
     def peak_source(dt: str, value: float) -> str:
-        sheet = base.peak_flops_per_s.get(dt, 0.0)
-        if datasheet_peaks and value <= sheet:
+        if datasheet_peaks and value == base.peak_flops_per_s.get(dt):
             return base.sources.get(f"peak_tflops.{dt}", f"datasheet, profile {base.name}")
         return f"best GEMM FLOP/s {measured}"
 
@@ -129,7 +150,7 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
             max(v, base.peak_flops_per_s.get(dt, 0.0) if datasheet_peaks else 0.0)
         peaks[dt] = {"value": _r(value / 1e12), "source": peak_source(dt, value)}
     bw_source = base.sources.get("memory_bandwidth_gb_per_s", "datasheet") \
-        if datasheet_peaks and fit.bandwidth_bytes_per_s <= base.memory_bandwidth_bytes_per_s \
+        if datasheet_peaks and fit.bandwidth_bytes_per_s == base.memory_bandwidth_bytes_per_s \
         else f"best read/copy bandwidth {measured}"
     borrowed = f"from profile {base.name}, not measured: "
     curve_note = (f"{measured}; used only where a calibration curve is absent")
@@ -169,6 +190,8 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
             "memory_efficiency_curve": _curve(fit.memory_curve),
         },
     }
+    if fit.axis != "flops":  # only a cost model that knows the key may load this
+        data["calibration"]["compute_efficiency_axis"] = fit.axis
     data["calibration"]["provenance"]["checksum"] = checksum(data)
     return data
 

@@ -102,8 +102,8 @@ def write_results(results: list, summary: pd.DataFrame, scenario: Scenario, out:
         manifest = {"format": fmt, "scenario_name": scenario.name, "seed": scenario.seed,
                     "versions": software_versions(), "policies": []}
         for i, r in enumerate(results):
-            stem = f"{i:02d}-" + "".join(ch if ch.isalnum() or ch in "-_." else "_"
-                                        for ch in r.label)
+            safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in r.label)
+            stem = f"{i:02d}-{safe[:60]}"  # the manifest keeps the full label
             manifest["policies"].append({"label": r.label, "stem": stem, "info": r.info})
             tables = (("requests", r.requests), ("steps", r.steps),
                       ("acceptance", r.acceptance_frame()))

@@ -3,15 +3,15 @@
 Every substring of at most ``max_depth`` tokens of the indexed sequences is a path from the
 root; a node's ``count`` is how many times its substring occurs, and ``out(node)`` (the sum
 of its children's counts) how many of those occurrences a token follows inside the depth
-bound, so that ``count(child) / out(node)`` is the empirical probability of the child's token
-after the node's substring.  Sequences are indexed online: a ``Cursor`` holds the nodes of the suffixes
-that end at the sequence's last token (one per length), and appending a token moves each of
-them to its child -- ``max_depth`` dictionary steps per token.  Removing a sequence replays
-its insertion with negative counts (FIFO eviction of the global tree); nodes whose count
-reaches zero are unlinked and their ids reused.
+bound, so that ``count(child) / out(node)`` is the empirical probability of the child's
+token after the node's substring.  Sequences are indexed online: a ``Cursor`` holds the
+nodes of the suffixes that end at the sequence's last token (one per length), and appending
+a token moves each of them to its child -- ``max_depth`` dictionary steps per token.
+Removing a sequence replays its insertion with the counts taken back (FIFO eviction of the
+global tree); nodes whose count reaches zero are unlinked and their ids reused.
 
-Speculation follows the paper (section 3): match the longest suffix of the request's context,
-then expand a speculation tree best-first by path probability (the product of child
+Speculation follows the paper: match the longest suffix of the request's context, then
+expand a speculation tree best-first by path probability (the product of child
 probabilities), keeping nodes whose probability is at least ``min_token_prob``, within a
 token budget; the tree's score is the sum of its node probabilities (its expected number of
 accepted tokens if the frequencies were the truth).

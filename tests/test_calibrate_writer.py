@@ -41,7 +41,7 @@ def test_written_profile_loads_like_any_other(tmp_path):
     assert hw.peak_flops("fp32") == pytest.approx(9.0e10)
     assert hw.peak_flops("bf16") == pytest.approx(1.8e11)     # measured, beyond fp32
     assert hw.memory_bandwidth_bytes_per_s == pytest.approx(2.0e10)
-    assert hw.compute_efficiency_curve == pytest.approx(FIT.compute_curve)
+    assert hw.compute_efficiency_curve == FIT.compute_curve
     assert hw.kernel_overhead_s == pytest.approx(5e-6) and hw.step_overhead_s == pytest.approx(4e-5)
     assert hw.memory_bytes == 16 * 2**30
     assert hw.provenance["device"] == "test cpu"
@@ -58,9 +58,19 @@ def test_datasheet_peaks_kept_when_the_device_is_recognised(tmp_path):
     hw, base = load_profile_file(yaml_path), load_profile("cpu")
     assert hw.peak_flops("fp16") == base.peak_flops("fp16")    # datasheet, not measured
     assert hw.sources["peak_tflops.fp16"] == base.sources["peak_tflops.fp16"]
-    # this fake fp32 measurement is below the Xeon datasheet: the datasheet peak stays
+    # the fitted dtype's peak is what its curves are relative to: written as fitted
     assert hw.peak_flops("fp32") == pytest.approx(9.0e10)
     assert "measured" in hw.sources["peak_tflops.fp32"]
+
+
+def test_datasheet_source_kept_for_a_datasheet_fit(tmp_path):
+    base = load_profile("cpu")
+    fit = dataclasses.replace(FIT, peak_flops_per_s=base.peak_flops("fp32"),
+                              bandwidth_bytes_per_s=base.memory_bandwidth_bytes_per_s)
+    hw = load_profile_file(_write(tmp_path, fit=fit, datasheet=True)[0])
+    assert hw.sources["peak_tflops.fp32"] == base.sources["peak_tflops.fp32"]
+    assert hw.sources["memory_bandwidth_gb_per_s"] == base.sources["memory_bandwidth_gb_per_s"]
+    assert hw.peak_flops("bf16") == base.peak_flops("bf16")  # 0.18 measured < 114.7 datasheet
 
 
 def test_round_trip_through_load_and_save(tmp_path):

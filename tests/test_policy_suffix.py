@@ -1,4 +1,4 @@
-"""suffix: the suffix trie's counts, tree speculation and verification, SuffixDecoding on agents."""
+"""suffix: the trie's counts, tree speculation and verification, SuffixDecoding on agents."""
 from __future__ import annotations
 
 from collections import Counter

@@ -97,6 +97,8 @@ def _parse_controller(value: Any, source: str, prefix: str) -> dict:
 
 def _check(out: dict, source: str, prefix: str) -> None:
     out["base"] = _parse_base(out["base"], source, prefix)
+    # the verification width the memory plan reserves logits for is the base's
+    out["num_speculative_tokens"] = out["base"]["params"].get("num_speculative_tokens")
     out["controller"] = _parse_controller(out["controller"], source, prefix)
     vllm, trt = out["num_speculative_tokens_per_batch_size"], out["draft_len_schedule"]
     if vllm is not None and trt is not None:

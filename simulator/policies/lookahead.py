@@ -13,8 +13,10 @@ is the forward's predictions beyond them.  Such a window follows copied text one
 behind where the generation is (lecture 000, code 05 demo 3), so it barely beats one token
 per step.
 
-``lookahead``: a 2-D window of W lanes keeps each lane's last N - 1 Jacobi guesses; each step
-every lane gets one new token and hands its N-gram to a pool keyed by the first token.  The
+``lookahead``: a 2-D window of W lanes keeps each lane's last N - 1 Jacobi guesses (a lane
+starts from a random prompt token); each step every lane gets one new token -- the off-path
+rule applied to the lane's own guesses, the diagonal its lookahead token attends to -- and
+hands its N-gram to a pool keyed by the first token.  The
 verification branch checks up to G pooled (N - 1)-token continuations of the last generated
 token.  Both branches share one forward of 1 + W (N - 1) + G (N - 1) tokens per request
 (fewer while the lanes fill and when the pool has fewer candidates).  The pool bookkeeping
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.errors import SpecsimError
 from simulator.policies.prompt_lookup import TokenText, matched_prefix, require_token_ids
 from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
 
@@ -88,7 +89,10 @@ class JacobiDecoding(NoDraftMixin):
 
     @classmethod
     def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+        # the memory plan reserves logits for 1 + num_speculative_tokens tokens per request
+        out["num_speculative_tokens"] = out["window_size"]
+        return out
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
@@ -130,7 +134,9 @@ class JacobiDecoding(NoDraftMixin):
                 self.target.forget(rid)
                 self.text.forget(rid)
                 continue
-            window = self._window[rid]
+            window = self._window.get(rid)
+            if window is None:  # never proposed for (a controller kept it off)
+                continue
             m = int(accepted[i])
             self.target.see(rid, g)
             if plan.num_draft[i]:
@@ -164,7 +170,11 @@ class LookaheadDecoding(NoDraftMixin):
 
     @classmethod
     def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+        # the memory plan reserves logits for 1 + num_speculative_tokens tokens per request
+        out["num_speculative_tokens"] = (out["window_size"] + out["guess_set_size"]) \
+            * (out["ngram_size"] - 1)
+        return out
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
@@ -213,8 +223,8 @@ class LookaheadDecoding(NoDraftMixin):
                 self.target.forget(rid)
                 self.text.forget(rid)
                 continue
-            if plan.verify_tokens[i] <= 1:  # the step was trimmed: no lookahead branch ran
-                continue
+            if plan.verify_tokens[i] <= 1 or rid not in self._lanes:
+                continue  # trimmed or switched off: no lookahead branch ran
             self.target.see(rid, g)
             pool = self._pool[rid]
             for lane in self._lanes[rid]:

@@ -1,4 +1,4 @@
-"""``prompt_lookup``: n-gram matching over the prompt and the text generated so far (vLLM ``ngram``).
+"""``prompt_lookup``: n-gram matching over the prompt and the generated text (vLLM ``ngram``).
 
 Each iteration, for every decoding request, the proposer takes the longest suffix of the
 request's tokens (between ``prompt_lookup_min`` and ``prompt_lookup_max`` tokens) that also

@@ -14,9 +14,10 @@ probabilities) is verified: n nodes cost n + 1 tokens in the verification forwar
 request accepts the deepest node on the target's true path (greedy tree verification).
 
 Like ``prompt_lookup`` it runs on the workload's real token ids.  CPU time per request per
-iteration is ``cpu_time_per_request_s`` for the speculation plus ``cpu_time_per_token_s`` per
-token added to its trie; the defaults are ArcticInference's measured 6.3-28 us of speculation
-and 4.1-5.5 us of update per output token (snowflakedb/ArcticInference PRs #211, #212).
+iteration is ``cpu_time_per_request_s`` (10 us) for the speculation plus
+``cpu_time_per_token_s`` (5 us) per token added to its trie (the prompt on its first
+iteration), inside ArcticInference's measured 6.3-28 us of speculation and 4.1-5.5 us of
+update per output token (snowflakedb/ArcticInference PRs #211, #212).
 """
 from __future__ import annotations
 

@@ -1,0 +1,198 @@
+"""``specsim validate``: real torch steps against predictions, before and after calibration.
+
+Calibration sees only micro-benchmarks, so the errors here are out of sample.  The issue's
+target is a calibrated CPU MAPE under 25%; with today's cost model (compute efficiency
+indexed by an operator's FLOPs) this machine measures 24-33%, because a CPU GEMM with a
+handful of tokens runs far below the rate of a square GEMM of equal FLOPs.  The same data
+fitted with efficiency indexed by arithmetic intensity gives 8-9% (see the issue report);
+until the cost model offers that axis this file guards a looser bound.
+"""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibrate.model_torch import footprint_bytes, scaled_spec  # noqa: E402
+from calibrate.spec_loop import (SpecLoopConfig, pinned_accepts, predict_speedup,  # noqa: E402
+                                 run_spec_loop)
+from calibrate.validate import (ValidationPlan, compare, mape, predict_steps,  # noqa: E402
+                                run_validation)
+from hardware.profile import load_profile  # noqa: E402
+from simulator.cli import main  # noqa: E402
+from simulator.errors import SpecsimError  # noqa: E402
+from simulator.model_spec import load_model  # noqa: E402
+from simulator.spec_math import expected_tokens  # noqa: E402
+
+NO_CUDA = not torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    """A quick CPU calibration, then a quick validation with a small speculative loop."""
+    root = tmp_path_factory.mktemp("val")
+    profile = root / "this-cpu.yaml"
+    threads = torch.get_num_threads()
+    try:
+        assert main(["calibrate", "--device", "cpu", "--quick", "--threads", "1", "--reps", "3",
+                     "--no-progress", "--out", str(profile)]) == 0
+        assert main(["validate", "--device", "cpu", "--profile", str(profile), "--quick",
+                     "--no-progress", "--spec-target", "opt-125m:4", "--spec-draft",
+                     "opt-125m:1", "--gammas", "0,2", "--out", str(root / "out")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    table = pd.read_csv(root / "out" / "validation.csv", keep_default_na=False,
+                        na_values=[""])
+    loop = pd.read_csv(root / "out" / "spec_loop.csv")
+    summary = json.loads((root / "out" / "summary.json").read_text())
+    return profile, table, loop, summary
+
+
+def test_every_step_kind_is_measured_and_predicted(validated):
+    _, table, _, summary = validated
+    assert set(table["step"]) == {"prefill", "decode", "chain", "tree"}
+    assert (table["status"] == "ok").all()
+    for col in ("measured_s", "predicted_before_s", "predicted_after_s"):
+        assert (table[col] > 0).all() and np.isfinite(table[col]).all()
+    assert summary["threads"] == 1 and summary["before_profile"] == "cpu"
+    err = table["error_after"].abs().mean()
+    assert summary["mape_after"] == pytest.approx(err)
+
+
+def test_calibration_lowers_the_prediction_error(validated):
+    _, _, _, summary = validated
+    # The shipped cpu profile describes a 56-core Xeon; this is a small VM slice.
+    assert summary["mape_after"] < summary["mape_before"] / 2
+    # Guard, not the issue's 25% target (see the module docstring).
+    assert summary["mape_after"] < 0.5
+
+
+def test_predictions_are_recomputable_from_the_profile(validated):
+    profile, table, _, _ = validated
+    from calibrate.writer import load_calibrated
+    again = predict_steps(table, load_calibrated(profile))
+    np.testing.assert_allclose(again, table["predicted_after_s"], rtol=1e-12)
+
+
+def test_speculative_loop_reports_measured_and_predicted_speedups(validated):
+    _, _, loop, summary = validated
+    assert list(loop["gamma"]) == [0, 2]
+    assert loop.loc[0, "measured_speedup"] == 1.0 and loop.loc[0, "predicted_after"] == 1.0
+    assert (loop["measured_speedup"] > 0).all() and (loop["predicted_after"] > 0).all()
+    row = loop.loc[1]
+    assert 1.0 <= row["tokens_per_iteration"] <= 3.0
+    assert summary["spec_loop"]["alpha"] == 0.8
+
+
+def test_pinned_acceptance_follows_the_geometric_law():
+    # P(k accepted) = alpha^k (1 - alpha) for k < gamma and alpha^gamma for k = gamma,
+    # so E[k + 1] = (1 - alpha^(gamma+1)) / (1 - alpha) (Leviathan et al., Eq. 1).
+    rng = np.random.default_rng(7)
+    alpha, gamma, n = 0.7, 4, 200_000
+    k = pinned_accepts(rng, n, gamma, alpha)
+    want = np.array([alpha ** j * (1 - alpha) for j in range(gamma)] + [alpha ** gamma])
+    got = np.bincount(k, minlength=gamma + 1) / n
+    assert np.all(np.abs(got - want) < 4 * np.sqrt(want * (1 - want) / n))
+    assert (k + 1).mean() == pytest.approx(expected_tokens(alpha, gamma), abs=0.02)
+
+
+@pytest.mark.parametrize("alpha, per_iteration", [(1.0, 3), (0.0, 1)])
+def test_loop_mechanics_at_certain_acceptance(alpha, per_iteration):
+    cfg = SpecLoopConfig(device="cpu", dtype="fp32", target=("opt-125m", 1),
+                         draft=("opt-125m", 1), gammas=(0, 2), alpha=alpha, batch=2,
+                         prompt_tokens=8, new_tokens=6)
+    loop = run_spec_loop(cfg, rng=np.random.default_rng(0))
+    spec = loop[loop["gamma"] == 2].iloc[0]
+    assert spec["tokens_per_iteration"] == per_iteration
+    assert spec["iterations"] == -(-6 // per_iteration)
+    base = loop[loop["gamma"] == 0].iloc[0]
+    assert base["iterations"] == 6 and base["tokens"] == 12
+    # the same closed form with the cost model's step times: E(1, 2) = 3 tokens
+    pred = predict_speedup(cfg, load_profile("cpu"))
+    assert pred[0] == 1.0 and pred[1] > 0
+
+
+def test_spec_loop_bad_input():
+    with pytest.raises(SpecsimError, match="gamma 0"):
+        SpecLoopConfig(device="cpu", dtype="fp32", target=("opt-125m", 1),
+                       draft=("opt-125m", 1), gammas=(2,))
+    with pytest.raises(SpecsimError, match="alpha"):
+        SpecLoopConfig(device="cpu", dtype="fp32", target=("opt-125m", 1),
+                       draft=("opt-125m", 1), alpha=1.5)
+
+
+def _small_plan(**kw):
+    base = dict(device="cpu", dtype="fp32", models=(("opt-125m", 2),), batches=(1,),
+                contexts=(16,), prefill_tokens=(8,), warmup=0, reps=1)
+    return ValidationPlan(**{**base, **kw})
+
+
+def test_model_too_large_for_memory_is_skipped_or_scaled_with_a_note():
+    spec = load_model("opt-125m")
+    one = footprint_bytes(scaled_spec(spec, num_layers=1, dtype="fp32"), batch=1,
+                          max_len=16 + 11, new_tokens=11, dtype_bytes=4)
+    none = run_validation(_small_plan(memory_limit_bytes=one / 2), rng=np.random.default_rng(0))
+    assert (none["status"] == "skipped").all()
+    assert none["note"].str.contains("does not fit").all()
+    scaled = run_validation(_small_plan(memory_limit_bytes=one * 1.01),
+                            rng=np.random.default_rng(0))
+    assert (scaled["status"] == "ok").all() and (scaled["layers"] == 1).all()
+    assert scaled["note"].str.contains("scaled to 1 of 2 layers").all()
+    table = compare(pd.concat([none, scaled]), {"cpu": load_profile("cpu")})
+    assert np.isnan(table.loc[table["status"] == "skipped", "predicted_cpu_s"]).all()
+    assert np.isfinite(mape(table, "cpu"))
+
+
+def test_nothing_measured_has_no_mape():
+    table = compare(run_validation(_small_plan(memory_limit_bytes=1.0),
+                                   rng=np.random.default_rng(0)), {"cpu": load_profile("cpu")})
+    with pytest.raises(SpecsimError, match="no validation case"):
+        mape(table, "cpu")
+
+
+def _edit(path, old, new, tmp_path, name):
+    out = tmp_path / f"{name}.yaml"
+    text = path.read_text()
+    assert old in text
+    out.write_text(text.replace(old, new, 1))
+    return out
+
+
+def test_bad_profiles_and_devices_exit_2(validated, tmp_path, capsys):
+    profile, _, _, _ = validated
+    cases = [
+        (["--profile", load_profile("cpu").path], "not calibrated"),
+        (["--profile", str(tmp_path / "missing.yaml")], "file not found"),
+        (["--profile", str(_edit(profile, "device_type: cpu", "device_type: cuda", tmp_path, "a"))],
+         "calibrated on 'cuda'"),
+        (["--profile", str(_edit(profile, "step_overhead_us: {value: ",
+                                 "step_overhead_us: {value: 1", tmp_path, "b"))],
+         "edited after calibration"),
+        (["--profile", str(profile), "--models", "opt-125m:two"], "layers must be"),
+        (["--profile", str(profile), "--models", "gpt-9"], "unknown model 'gpt-9'"),
+    ]
+    for extra, message in cases:
+        assert main(["validate", "--device", "cpu", "--no-progress", *extra]) == 2, message
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
+def test_validate_on_cuda_without_cuda_exits_2(validated, capsys):
+    profile, _, _, _ = validated
+    assert main(["validate", "--device", "cuda", "--profile", str(profile)]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NO_CUDA, reason="needs a CUDA device")
+def test_gpu_calibration_lowers_the_error(tmp_path):
+    profile = tmp_path / "gpu.yaml"
+    assert main(["calibrate", "--device", "cuda", "--quick", "--no-progress",
+                 "--out", str(profile)]) == 0
+    assert main(["validate", "--device", "cuda", "--profile", str(profile), "--quick",
+                 "--no-progress", "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["mape_after"] < summary["mape_before"]
