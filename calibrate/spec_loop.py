@@ -83,8 +83,8 @@ def _generate(target: TorchDecoder, draft: TorchDecoder | None, gamma: int,
     max_len = p + (cfg.new_tokens + 1) * (gamma + 1) + 1
     tcache = target.new_cache(b, max_len)
     dcache = draft.new_cache(b, max_len) if draft is not None else None
-    prompt = torch.randint(0, draft.spec.vocab_size if draft else target.spec.vocab_size,
-                           (b, p), device=dev)
+    vocab = draft.spec.vocab_size if draft else target.spec.vocab_size
+    prompt = torch.from_numpy(rng.integers(0, vocab, (b, p))).to(dev)
     last = greedy(target.forward(prompt, tcache, 0, last_only=True))[:, -1:]
     if draft is not None:
         draft.forward(prompt, dcache, 0, last_only=True)

@@ -135,7 +135,7 @@ def run_validation(plan: ValidationPlan, *, rng: np.random.Generator,
                              device=dev, dtype=dtype, rng=rng)
         cache = model.new_cache(batch_max, max_len)
         for step, batch, ctx, new in shapes:
-            tokens = torch.randint(0, spec.vocab_size, (batch, new), device=dev)
+            tokens = torch.from_numpy(rng.integers(0, spec.vocab_size, (batch, new))).to(dev)
             sub = type(cache)([k[:batch] for k in cache.k], [v[:batch] for v in cache.v])
             extra = dict(tree_mask=tree_mask, tree_depth=tree_depth) if step == "tree" else {}
             if step == "prefill":

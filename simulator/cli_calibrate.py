@@ -80,7 +80,7 @@ def _command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run."""
     parts = ["specsim", args.command]
     for key, value in sorted(vars(args).items()):
-        if key in ("command", "_module") or value in (None, False):
+        if key in ("command", "_module") or value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
         parts += [flag] if value is True else [flag, str(value)]

@@ -85,16 +85,26 @@ class Recorder:
         self.events: list[tuple[float, str, int, int]] = []  # (time, kind, request, tokens)
         self.steps: list[tuple] = []
         self.itl: list[np.ndarray] = []
-        self.accepted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
-        self.drafted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
+        self._drafted: list[np.ndarray] = []
+        self._accepted: list[np.ndarray] = []
 
     def record_acceptance(self, num_draft: np.ndarray, accepted: np.ndarray) -> None:
-        mask = num_draft > 0
-        if mask.any():
-            k = np.minimum(num_draft[mask], MAX_POSITIONS)
-            a = np.minimum(accepted[mask], MAX_POSITIONS)
-            self.accepted_hist += np.bincount(a, minlength=MAX_POSITIONS + 1)
-            self.drafted_hist += np.bincount(k, minlength=MAX_POSITIONS + 1)
+        """Keep this step's draft and accepted lengths; histograms are built once, at the end."""
+        self._drafted.append(num_draft.astype(np.uint16))
+        self._accepted.append(accepted.astype(np.uint16))
+
+    def histograms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(accepted-length, draft-length) histograms over every drafting request-step."""
+        if not self._drafted:
+            zero = np.zeros(MAX_POSITIONS + 1, np.int64)
+            return zero, zero.copy()
+        k = np.concatenate(self._drafted).astype(np.int64)
+        a = np.concatenate(self._accepted).astype(np.int64)
+        mask = k > 0
+        k = np.minimum(k[mask], MAX_POSITIONS)
+        a = np.minimum(a[mask], MAX_POSITIONS)
+        return (np.bincount(a, minlength=MAX_POSITIONS + 1),
+                np.bincount(k, minlength=MAX_POSITIONS + 1))
 
 
 class Replica:

@@ -92,8 +92,9 @@ class Results:
                 "replicas": scenario.replicas}
         events = pd.DataFrame(rec.events, columns=["time_s", "event", "request_id", "tokens"]) \
             if rec.record_events else None
+        accepted_hist, drafted_hist = rec.histograms()
         return cls(label=scenario.policy.label, requests=req, steps=steps, itl_s=itl,
-                   accepted_hist=rec.accepted_hist.copy(), drafted_hist=rec.drafted_hist.copy(),
+                   accepted_hist=accepted_hist, drafted_hist=drafted_hist,
                    scenario=scenario, info=info, events=events)
 
     # ------------------------------------------------------------------ metrics

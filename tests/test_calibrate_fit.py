@@ -94,21 +94,20 @@ def test_fit_reproduces_noise_free_measurements(axis):
                    bandwidth_bytes_per_s=f.bandwidth_bytes_per_s, compute_curve=f.compute_curve,
                    memory_curve=f.memory_curve, kernel_overhead_s=f.kernel_overhead_s, axis=axis)
     err = np.abs(pred / rows["median_s"].to_numpy() - 1)
-    # the knots sit on the generating curves' bends; only the smoothing penalty is left
+    # the knots sit on the generating curves' bends; the smoothing penalty rounds the
+    # sharpest bend by a few percent
     assert np.median(err) < 0.01 and err.max() < 0.05
     assert f.rms_log_error < 0.02
     assert all(0 < e <= 1 for _, e in f.compute_curve + f.memory_curve)
-    assert max(e for _, e in f.compute_curve) == 1.0 or f.peak_flops_per_s == pytest.approx(
-        max(rows["flops"] / rows["median_s"]), rel=1e-12)
+    assert f.peak_flops_per_s == pytest.approx(max(rows["flops"] / rows["median_s"]),
+                                               rel=1e-12)
 
 
 def test_datasheet_peak_is_kept_unless_beaten():
     frame = _synthetic()
     assert fit(frame, dtype="fp32", datasheet_peak_flops_per_s=1e12).peak_flops_per_s == 1e12
     low = fit(frame, dtype="fp32", datasheet_peak_flops_per_s=1e9)
-    # raised to where the generating curve plateaus: 100 GFLOP/s x 0.9
-    assert low.peak_flops_per_s >= low.measured_peak_flops_per_s["fp32"]
-    assert low.peak_flops_per_s == pytest.approx(PEAK * 0.9, rel=0.01)
+    assert low.peak_flops_per_s == low.measured_peak_flops_per_s["fp32"]
 
 
 def test_fit_formula_is_the_cost_models_for_a_linear_layer():

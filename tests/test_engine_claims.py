@@ -16,7 +16,8 @@ def _decode_rate(policy: str, batch: int, context: int) -> float:
     """Tokens per second over the pure-decode steps that carry the whole batch."""
     sc = scenario(policy, target="llama-3.1-8b", draft="llama-68m",
                   batching={"max_num_seqs": 256, "max_num_batched_tokens": 8192})
-    wl = workload(np.zeros(batch), np.full(batch, context), np.full(batch, 64))
+    # long outputs: the batch must still be whole once the last prompt is prefilled
+    wl = workload(np.zeros(batch), np.full(batch, context), np.full(batch, 160))
     s = simulate(sc, workload=wl).steps
     full = s[(s["num_prefill"] == 0) & (s["num_decode"] == batch)]
     assert len(full) >= 3
@@ -41,7 +42,9 @@ def long():
 
 def test_short_context_speedup_falls_with_batch_and_vanishes(short):
     assert short[1] > 1.8
-    assert short[1] >= short[16] >= short[64] >= short[256]
+    # flat while memory-bound (sampling noise of a few percent), then falling
+    assert short[1] >= 0.95 * short[16]
+    assert short[16] > short[64] > short[256]
     assert short[256] < 1.15
 
 

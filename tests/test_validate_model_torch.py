@@ -116,4 +116,7 @@ def test_footprint_counts_weights_kv_and_logits():
     weights = spec.param_count() * 4
     kv = 2 * 2 * 3 * 100 * 768 * 4
     got = footprint_bytes(spec, batch=3, max_len=100, new_tokens=5, dtype_bytes=4)
-    assert weights + kv < got < weights + kv + 4 * 3 * 5 * 50272 * 4 * 2 + 4 * 12 * 5 * 100 * 4 * 3 * 2
+    # weights and cache, plus a margin for the step's activations (logits dominate)
+    assert weights + kv + 3 * 5 * 50272 * 4 <= got < 1.1 * (weights + kv)
+    more = footprint_bytes(spec, batch=6, max_len=100, new_tokens=5, dtype_bytes=4)
+    assert more - got >= kv

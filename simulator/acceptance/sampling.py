@@ -57,13 +57,16 @@ def sample_geometric(alpha: np.ndarray, gammas: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:
     """Leading successes of i.i.d. Bernoulli(alpha_i) draws, capped at gamma_i.
 
-    P(n >= k) = alpha^k, drawn as floor(log u / log alpha) from one uniform per request.
+    P(n >= k) = alpha^k, drawn as floor(log u / log alpha) from one uniform u in (0, 1] per
+    request (alpha = 0 gives 0; alpha = 1 gives gamma).  Few numpy calls: this is the
+    engine's per-iteration hot path.
     """
-    u = rng.random(gammas.shape)
+    u = 1.0 - rng.random(gammas.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
-        n = np.floor(np.log(u) / np.log(alpha))
-    n = np.where(alpha >= 1.0, gammas, np.where(alpha <= 0.0, 0, n))
-    return np.minimum(np.nan_to_num(n, posinf=gammas.max(initial=0)), gammas).astype(np.int64)
+        log_alpha = np.log(alpha)
+        n = np.log(u) / log_alpha
+    n = np.where(log_alpha == 0.0, gammas, n)
+    return np.minimum(n, gammas).astype(np.int64)
 
 
 def sample_leading(success_prob: np.ndarray, gammas: np.ndarray,
