@@ -88,3 +88,10 @@ def test_catalog_commands():
     names = {row["name"] for row in json.loads(out.stdout)}
     assert {"opt-13b", "llama-2-70b", "llama-68m"} <= names
     assert cli("hardware", "show", "a100-40gb").returncode == 0
+
+
+def test_bad_profile_in_hardware_dir_exits_2(tmp_path):
+    (tmp_path / "mygpu.yaml").write_text("name: mygpu\ndescription: x\nmemory_gib: 40\n")
+    out = cli("hardware", "list", "--hardware-dir", str(tmp_path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "mygpu.yaml" in out.stderr and "missing required key" in out.stderr
