@@ -190,9 +190,10 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
     before = load_profile(args.before or str(prov.get("base_profile", args.device)))
     dtype = str(prov["dtype"])
     statistic = str(prov.get("statistic", "median"))
-    models = _model_list(args.models, "--models") if args.models else None
+    models = _model_list(args.models, "--models") if args.models is not None else None
     plan = make_validation_plan(args.device, quick=args.quick, dtype=dtype, models=models,
                                 reps=args.reps, memory_limit_bytes=limit)
+    cfg = None if args.no_spec_loop else _loop_config(args, dtype)  # bad input fails early
     rng = np.random.default_rng(args.seed)
     update, bar = _progress(args, "validate")
     try:
@@ -208,8 +209,7 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
                "command": _command(args),
                "mape_before": mape(table, "before"), "mape_after": mape(table, "after")}
     loop = None
-    if not args.no_spec_loop:
-        cfg = _loop_config(args, dtype)
+    if cfg is not None:
         loop = run_spec_loop(cfg, rng=rng)
         for label, profile in profiles.items():
             loop[f"predicted_{label}"] = predict_speedup(cfg, profile)

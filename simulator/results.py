@@ -45,13 +45,14 @@ class Results:
     @classmethod
     def from_run(cls, scenario, table: RequestTable, rec: Recorder, dep, workload) -> "Results":
         """Assemble DataFrames from the engine's arrays."""
-        status = pd.Categorical([STATUS_NAMES[s] for s in table.status],
-                                categories=list(STATUS_NAMES.values()))
+        status = pd.Categorical.from_codes(table.status.astype(np.int8),
+                                           categories=[STATUS_NAMES[i]
+                                                       for i in range(len(STATUS_NAMES))])
         req = pd.DataFrame({
             "request_id": np.arange(table.arrival_s.size),
             "replica": table.replica,
             "status": status,
-            "reject_reason": table.reject_reason.astype(str),
+            "reject_reason": table.reject_reason,  # object array sharing one "" string
             "arrival_s": table.arrival_s,
             "first_scheduled_s": table.first_scheduled_s,
             "first_token_s": table.first_token_s,
@@ -71,8 +72,8 @@ class Results:
         req["e2e_s"] = req["finish_s"] - req["arrival_s"]
         denom = (req["output_tokens"] - 1).where(req["output_tokens"] > 1)
         req["tpot_s"] = (req["e2e_s"] - req["ttft_s"]) / denom
-        steps = pd.DataFrame.from_records(rec.steps, columns=Recorder.STEP_FIELDS)
-        itl = np.concatenate(rec.itl) if rec.itl else np.zeros(0, np.float32)
+        steps = rec.steps_frame()
+        itl = rec.itl.values().copy()
         info = {"kv_blocks": dep.memory.kv_blocks, "block_size": dep.memory.block_size,
                 "kv_tokens": dep.memory.kv_tokens,
                 "weight_bytes": dep.memory.weight_bytes,

@@ -172,6 +172,8 @@ def test_bad_profiles_and_devices_exit_2(validated, tmp_path, capsys):
          "edited after calibration"),
         (["--profile", str(profile), "--models", "opt-125m:two"], "layers must be"),
         (["--profile", str(profile), "--models", "gpt-9"], "unknown model 'gpt-9'"),
+        (["--profile", str(profile), "--alpha", "1.5"], "alpha"),
+        (["--profile", str(profile), "--gammas", "0,x"], "--gammas"),
     ]
     for extra, message in cases:
         assert main(["validate", "--device", "cpu", "--no-progress", *extra]) == 2, message
