@@ -10,8 +10,10 @@ Efficiencies: the cost model prices an operator as
 piecewise linear in log10 of the bytes and ``eta_c`` in log10 of the FLOPs (``axis="flops"``,
 what the cost model reads today) or of the arithmetic intensity F/B (``axis="intensity"``).
 The knot values, every half decade over the measured range, are fitted by least squares on
-log time over every GEMM, read, copy and attention measurement at once, with a small
-second-difference penalty so that knots without data follow their neighbours.  Fitting the
+log time over every GEMM, read, copy and attention measurement at once, with a penalty on
+the curves' curvature whose weight is chosen by k-fold cross-validation over those same
+micro-benchmarks (knots without data follow their neighbours; conflicting points cannot
+carve spikes).  Fitting the
 model's own formula, max and all, makes the curves whatever lets the cost model reproduce the
 micro-benchmarks; no validation case is ever seen here.
 """
@@ -32,7 +34,8 @@ STATISTICS = ("median", "min")
 AXES = ("flops", "intensity")
 CURVE_KINDS = ("gemm", "read", "copy", "attention")
 KNOTS_PER_DECADE = 2
-SMOOTHING = 1e-4
+SMOOTHINGS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)   # candidates, chosen by cross-validation
+FOLDS = 4
 MIN_EFFICIENCY = 1e-6
 
 
@@ -53,6 +56,7 @@ class Fit:
     rms_log_error: float = 0.0   # of the fitted formula over the curve measurements
     statistic: str = "median"
     axis: str = "flops"
+    smoothing: float = 0.0       # curvature weight chosen by cross-validation
 
 
 def _times(frame: pd.DataFrame, statistic: str) -> np.ndarray:
@@ -150,7 +154,7 @@ def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
 
 def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
                kernel_overhead_s: float, statistic: str = "median", axis: str = "flops",
-               max_iter: int = 500):
+               smoothing: float = 1e-3, max_iter: int = 500):
     """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
     rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
     if not (rows["kind"] == "gemm").any() or not rows["kind"].isin(("read", "copy")).any():
@@ -193,7 +197,7 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
         # neighbours, and a lone noisy point cannot pull a spike
         smooth = sum((u[2:] - 2 * u[1:-1] + u[:-2]).pow(2).sum() for u in (lc, lm)
                      if u.numel() > 2)
-        return (torch.log(pred) - log_t).pow(2).mean(), SMOOTHING * smooth
+        return (torch.log(pred) - log_t).pow(2).mean(), smoothing * smooth
 
     opt = torch.optim.LBFGS([vc, vm], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-10, tolerance_change=1e-12)
@@ -212,6 +216,40 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
     compute_curve = tuple((float(10 ** x), float(e)) for x, e in zip(cknots, ceff))
     memory_curve = tuple((float(10 ** x), float(e)) for x, e in zip(mknots, meff))
     return compute_curve, memory_curve, float(np.sqrt(data.item()))
+
+
+def choose_smoothing(frame: pd.DataFrame, *, peak_flops_per_s: float,
+                     bandwidth_bytes_per_s: float, kernel_overhead_s: float,
+                     statistic: str = "median", axis: str = "flops") -> float:
+    """The smoothing weight whose fits best predict held-out micro-benchmarks (k-fold).
+
+    Noise-free data earns little smoothing, noisy or conflicting data more; the smoother
+    weight wins a tie.  Only micro-benchmarks are involved.
+    """
+    rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
+    rows = rows.reset_index(drop=True)
+    fold = np.arange(len(rows)) % FOLDS
+    times = np.log(_times(rows, statistic))
+    scores = []
+    for lam in SMOOTHINGS:
+        err = []
+        for k in range(FOLDS):
+            train, test = rows[fold != k], rows[fold == k]
+            if not (train["kind"] == "gemm").any() or \
+                    not train["kind"].isin(("read", "copy")).any():
+                continue
+            cc, mc, _ = fit_curves(train, peak_flops_per_s=peak_flops_per_s,
+                                   bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                                   kernel_overhead_s=kernel_overhead_s, statistic=statistic,
+                                   axis=axis, smoothing=lam, max_iter=150)
+            pred = predict(test, peak_flops_per_s=peak_flops_per_s,
+                           bandwidth_bytes_per_s=bandwidth_bytes_per_s, compute_curve=cc,
+                           memory_curve=mc, kernel_overhead_s=kernel_overhead_s, axis=axis)
+            err.append((np.log(pred) - times[fold == k]) ** 2)
+        scores.append(np.concatenate(err).mean() if err else np.inf)
+    scores = np.array(scores)
+    # within 1% of the best counts as a tie; the smoothest such weight wins
+    return float(max(lam for lam, sc in zip(SMOOTHINGS, scores) if sc <= scores.min() * 1.01))
 
 
 def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | None = None,
@@ -238,8 +276,10 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
     bw = max(datasheet_bandwidth_bytes_per_s or 0.0, measured_bw)
     kernel, step = fit_overheads(ok, statistic, dtype)
     own = ok[(ok["dtype"] == dtype) | ok["kind"].isin(("read", "copy"))]
-    ccurve, mcurve, rms = fit_curves(own, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
-                                     kernel_overhead_s=kernel, statistic=statistic, axis=axis)
+    common = dict(peak_flops_per_s=peak, bandwidth_bytes_per_s=bw, kernel_overhead_s=kernel,
+                  statistic=statistic, axis=axis)
+    smoothing = choose_smoothing(own, **common)
+    ccurve, mcurve, rms = fit_curves(own, smoothing=smoothing, **common)
     launch = ok[ok["kind"] == "launch"]
     return Fit(dtype=dtype, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw,
                compute_curve=ccurve, memory_curve=mcurve, kernel_overhead_s=kernel,
@@ -247,4 +287,4 @@ def fit(frame: pd.DataFrame, *, dtype: str, datasheet_peak_flops_per_s: float | 
                launch_overhead_s=float(_times(launch, statistic)[0]) if len(launch) else 0.0,
                measured_peak_flops_per_s=measured_peaks,
                measured_bandwidth_bytes_per_s=measured_bw, rms_log_error=rms,
-               statistic=statistic, axis=axis)
+               statistic=statistic, axis=axis, smoothing=smoothing)

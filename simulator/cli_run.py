@@ -146,8 +146,9 @@ def main(args: argparse.Namespace) -> int:
     write_results(results, summary, scenario, out, args.results_format)
     if args.format == "table":
         shown = summary[[c for c in TABLE_COLUMNS if c in summary.columns]].copy()
-        for c in [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]:
-            shown[c[:-2] + "_ms"] = shown.pop(c) * 1e3
+        times = [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]
+        shown[times] = shown[times] * 1e3
+        shown = shown.rename(columns={c: c[:-2] + "_ms" for c in times})
         print(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
               f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
               f"seed {scenario.seed}")
