@@ -34,7 +34,7 @@ STATISTICS = ("median", "min")
 AXES = ("flops", "intensity")
 CURVE_KINDS = ("gemm", "read", "copy", "attention")
 KNOTS_PER_DECADE = 2
-SMOOTHINGS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)   # candidates, chosen by cross-validation
+SMOOTHINGS = (1e-4, 1e-3, 1e-2, 1e-1)   # candidates, chosen by cross-validation
 FOLDS = 4
 MIN_EFFICIENCY = 1e-6
 
@@ -152,14 +152,24 @@ def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
     return np.clip(init, 1e-4, 0.95)
 
 
-def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
-               kernel_overhead_s: float, statistic: str = "median", axis: str = "flops",
-               smoothing: float = 1e-3, max_iter: int = 500):
-    """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
+def _curve_rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
     if not (rows["kind"] == "gemm").any() or not rows["kind"].isin(("read", "copy")).any():
         raise SpecsimError("need at least one GEMM and one memory measurement",
                            field="measurements", fix="re-run specsim calibrate")
+    return rows.reset_index(drop=True)
+
+
+def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *,
+               peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+               kernel_overhead_s: float, statistic: str, axis: str, max_iter: int):
+    """Fit one pair of curves per row of ``weights`` (which measurements count) at once.
+
+    The variants share nothing but the knots, so one L-BFGS run over their summed
+    objectives fits them all (cross-validation folds and smoothing weights in one go).
+    Returns (compute knots, memory knots, compute eff [V, kc], memory eff [V, km],
+    weighted mean squared log error per variant).
+    """
     flops = rows["flops"].to_numpy(dtype=float)
     nbytes = rows["bytes"].to_numpy(dtype=float)
     count = rows["count"].to_numpy(dtype=float)
@@ -178,33 +188,40 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
     def t(a) -> torch.Tensor:
         return torch.tensor(np.asarray(a, dtype=float), dtype=torch.float64)
 
+    variants = weights.shape[0]
     wc, wm = t(_interp_matrix(cx, cknots)), t(_interp_matrix(mx, mknots))
     f_t, b_t, n_t, log_t = t(flops), t(nbytes), t(count), t(np.log(times))
-    # log efficiency = -softplus(-v): smooth, at most 0, and equal to v well below it
-    vc = (t(np.log(c0)) + torch.log(-torch.expm1(t(np.log(c0))))).requires_grad_(True)
-    vm = (t(np.log(m0)) + torch.log(-torch.expm1(t(np.log(m0))))).requires_grad_(True)
+    w_t = t(weights / weights.sum(axis=1, keepdims=True))
+    lam = t(smoothing)
 
-    def log_eff(v):
+    def start(e0):  # log_eff(v) = log(e0): v = log(e0 / (1 - e0)), one row per variant
+        return t(np.tile(np.log(e0 / (1.0 - e0)), (variants, 1))).requires_grad_(True)
+
+    vc, vm = start(c0), start(m0)
+
+    def log_eff(v):  # smooth, at most 0, and equal to v well below it
         return -torch.nn.functional.softplus(-v)
 
     def losses():
         lc, lm = log_eff(vc), log_eff(vm)
-        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (wc @ torch.exp(lc))),
+        compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (torch.exp(lc) @ wc.T)),
                               torch.zeros_like(f_t))
-        memory = b_t / (bandwidth_bytes_per_s * (wm @ torch.exp(lm)))
+        memory = b_t / (bandwidth_bytes_per_s * (torch.exp(lm) @ wm.T))
         pred = n_t * torch.maximum(compute, memory) + kernel_overhead_s
+        data = (w_t * (torch.log(pred) - log_t).pow(2)).sum(dim=1)
         # curvature of log efficiency per half decade: knots without data follow their
-        # neighbours, and a lone noisy point cannot pull a spike
-        smooth = sum((u[2:] - 2 * u[1:-1] + u[:-2]).pow(2).sum() for u in (lc, lm)
-                     if u.numel() > 2)
-        return (torch.log(pred) - log_t).pow(2).mean(), smoothing * smooth
+        # neighbours, and conflicting points cannot carve spikes
+        smooth = sum((u[:, 2:] - 2 * u[:, 1:-1] + u[:, :-2]).pow(2).sum(dim=1)
+                     for u in (lc, lm) if u.shape[1] > 2)
+        return data, lam * smooth
 
     opt = torch.optim.LBFGS([vc, vm], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-10, tolerance_change=1e-12)
 
     def closure():
         opt.zero_grad()
-        total = sum(losses())
+        data, smooth = losses()
+        total = (data + smooth).sum()
         total.backward()
         return total
 
@@ -213,9 +230,21 @@ def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_
         data, _ = losses()
         ceff = np.clip(torch.exp(log_eff(vc)).numpy(), MIN_EFFICIENCY, 1.0)
         meff = np.clip(torch.exp(log_eff(vm)).numpy(), MIN_EFFICIENCY, 1.0)
-    compute_curve = tuple((float(10 ** x), float(e)) for x, e in zip(cknots, ceff))
-    memory_curve = tuple((float(10 ** x), float(e)) for x, e in zip(mknots, meff))
-    return compute_curve, memory_curve, float(np.sqrt(data.item()))
+    return cknots, mknots, ceff, meff, data.numpy()
+
+
+def fit_curves(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+               kernel_overhead_s: float, statistic: str = "median", axis: str = "flops",
+               smoothing: float = 1e-3, max_iter: int = 500):
+    """(compute curve, memory curve, rms log error) fitted to the curve measurements."""
+    rows = _curve_rows(frame)
+    cknots, mknots, ceff, meff, data = _fit_batch(
+        rows, np.ones((1, len(rows))), np.array([smoothing]), peak_flops_per_s=peak_flops_per_s,
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s, kernel_overhead_s=kernel_overhead_s,
+        statistic=statistic, axis=axis, max_iter=max_iter)
+    compute_curve = tuple((float(10 ** x), float(e)) for x, e in zip(cknots, ceff[0]))
+    memory_curve = tuple((float(10 ** x), float(e)) for x, e in zip(mknots, meff[0]))
+    return compute_curve, memory_curve, float(np.sqrt(data[0]))
 
 
 def choose_smoothing(frame: pd.DataFrame, *, peak_flops_per_s: float,
@@ -224,30 +253,25 @@ def choose_smoothing(frame: pd.DataFrame, *, peak_flops_per_s: float,
     """The smoothing weight whose fits best predict held-out micro-benchmarks (k-fold).
 
     Noise-free data earns little smoothing, noisy or conflicting data more; the smoother
-    weight wins a tie.  Only micro-benchmarks are involved.
+    weight wins a near tie.  Only micro-benchmarks are involved; the knots are those of
+    the whole set.
     """
-    rows = frame[frame["kind"].isin(CURVE_KINDS) & (frame["status"] == "ok")]
-    rows = rows.reset_index(drop=True)
+    rows = _curve_rows(frame)
     fold = np.arange(len(rows)) % FOLDS
-    times = np.log(_times(rows, statistic))
-    scores = []
-    for lam in SMOOTHINGS:
-        err = []
-        for k in range(FOLDS):
-            train, test = rows[fold != k], rows[fold == k]
-            if not (train["kind"] == "gemm").any() or \
-                    not train["kind"].isin(("read", "copy")).any():
-                continue
-            cc, mc, _ = fit_curves(train, peak_flops_per_s=peak_flops_per_s,
-                                   bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                                   kernel_overhead_s=kernel_overhead_s, statistic=statistic,
-                                   axis=axis, smoothing=lam, max_iter=150)
-            pred = predict(test, peak_flops_per_s=peak_flops_per_s,
-                           bandwidth_bytes_per_s=bandwidth_bytes_per_s, compute_curve=cc,
-                           memory_curve=mc, kernel_overhead_s=kernel_overhead_s, axis=axis)
-            err.append((np.log(pred) - times[fold == k]) ** 2)
-        scores.append(np.concatenate(err).mean() if err else np.inf)
-    scores = np.array(scores)
+    lams = np.repeat(SMOOTHINGS, FOLDS)
+    held = np.tile(np.arange(FOLDS), len(SMOOTHINGS))
+    weights = (fold[None, :] != held[:, None]).astype(float)
+    common = dict(peak_flops_per_s=peak_flops_per_s, bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                  kernel_overhead_s=kernel_overhead_s, axis=axis)
+    cknots, mknots, ceff, meff, _ = _fit_batch(rows, weights, lams, statistic=statistic,
+                                               max_iter=300, **common)
+    log_t = np.log(_times(rows, statistic))
+    scores = np.zeros(len(SMOOTHINGS))
+    for v in range(len(lams)):
+        test = rows[fold == held[v]]
+        pred = predict(test, compute_curve=tuple(zip(10 ** cknots, ceff[v])),
+                       memory_curve=tuple(zip(10 ** mknots, meff[v])), **common)
+        scores[v // FOLDS] += ((np.log(pred) - log_t[fold == held[v]]) ** 2).sum()
     # within 1% of the best counts as a tie; the smoothest such weight wins
     return float(max(lam for lam, sc in zip(SMOOTHINGS, scores) if sc <= scores.min() * 1.01))
 

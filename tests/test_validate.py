@@ -2,10 +2,11 @@
 
 Calibration sees only micro-benchmarks, so the errors here are out of sample.  The issue's
 target is a calibrated CPU MAPE under 25%; with today's cost model (compute efficiency
-indexed by an operator's FLOPs) this machine measures 24-33%, because a CPU GEMM with a
-handful of tokens runs far below the rate of a square GEMM of equal FLOPs.  The same data
-fitted with efficiency indexed by arithmetic intensity gives 8-9% (see the issue report);
-until the cost model offers that axis this file guards a looser bound.
+indexed by an operator's FLOPs) the 2-vCPU EPYC this was written on measures 29-35%, because
+a CPU GEMM over a handful of tokens runs far below the rate of a square GEMM of equal FLOPs.
+The same measurements fitted with efficiency indexed by arithmetic intensity (FLOPs/byte)
+give 7-11% (issue 7's report); until the cost model offers that axis this file guards a
+looser bound.
 """
 import json
 
