@@ -44,13 +44,14 @@ def detect_base(device: str, name: str) -> str | None:
 
 def calibrate_device(plan: Plan, *, rng: np.random.Generator, name: str,
                      base: str | None = None, statistic: str = "median", command: str = "",
-                     axis: str = "flops", progress: Progress | None = None) -> Calibration:
+                     axis: str = "intensity", progress: Progress | None = None) -> Calibration:
     """Run ``plan``'s micro-benchmarks, fit them and build the calibrated profile ``name``.
 
     ``base`` names the shipped profile that supplies the links (and, for a recognised GPU or
     when named explicitly, the datasheet peaks the curves are relative to); by default it
-    is detected from the device's name.  ``axis`` is what the compute curve is indexed by;
-    the cost model reads ``flops`` curves today.  A CPU's peaks are always the measured maxima
+    is detected from the device's name.  ``axis`` is what the compute curve is indexed by:
+    ``intensity`` (FLOPs per byte, the default: a skinny GEMM over a few tokens and a square
+    one of the same FLOPs run at very different rates) or ``flops``.  A CPU's peaks are always the measured maxima
     unless ``base`` is given, since no datasheet can be matched to a CPU reliably.
     """
     dev = resolve_device(plan.device)

@@ -54,6 +54,9 @@ class HardwareProfile:
     # ((operator bytes, efficiency), ...), interpolated in log10 of the size.
     compute_efficiency_curve: tuple[tuple[float, float], ...] = ()
     memory_efficiency_curve: tuple[tuple[float, float], ...] = ()
+    # what the compute curve is indexed by: the operator's FLOPs, or its arithmetic
+    # intensity (FLOPs per byte: a skinny GEMM and a square one of equal FLOPs differ)
+    compute_efficiency_axis: str = "flops"
     sources: Mapping[str, str] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -95,7 +98,9 @@ _REQUIRED = ("name", "description", "memory_gib", "memory_bandwidth_gb_per_s", "
 _LINK_KEYS = ("name", "bandwidth_gb_per_s", "latency_us", "source")
 _DEFAULT_KEYS = ("compute_efficiency", "memory_efficiency", "kernel_overhead_us",
                  "step_overhead_us")
-_CALIBRATION_KEYS = ("provenance", "compute_efficiency_curve", "memory_efficiency_curve")
+_CALIBRATION_KEYS = ("provenance", "compute_efficiency_curve", "memory_efficiency_curve",
+                     "compute_efficiency_axis")
+CURVE_AXES = ("flops", "intensity")
 
 
 def _sourced(data: Any, *, source: str, field: str, sources: dict, **bounds) -> float:
@@ -166,6 +171,7 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
     compute_curve: tuple = ()
     memory_curve: tuple = ()
     provenance: dict = {}
+    axis = "flops"
     if "calibration" in data:
         cal = require_mapping(data["calibration"], source=source, field="calibration")
         check_keys(cal, allowed=_CALIBRATION_KEYS, source=source, prefix="calibration.")
@@ -177,6 +183,9 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
                                   field="calibration.memory_efficiency_curve")
         provenance = dict(require_mapping(cal.get("provenance", {}), source=source,
                                           field="calibration.provenance"))
+        if "compute_efficiency_axis" in cal:
+            axis = as_str(cal["compute_efficiency_axis"], source=source,
+                          field="calibration.compute_efficiency_axis", choices=CURVE_AXES)
     if calibrated and not (compute_curve or memory_curve):
         raise SpecsimError("calibrated: true but no calibration curves", source=source,
                            field="calibration",
@@ -200,6 +209,7 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
         calibrated=calibrated,
         compute_efficiency_curve=compute_curve,
         memory_efficiency_curve=memory_curve,
+        compute_efficiency_axis=axis,
         sources=sources,
         provenance=provenance,
         path=source,

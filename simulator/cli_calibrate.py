@@ -159,7 +159,8 @@ def _calibrate(args: argparse.Namespace, limit: float | None) -> int:
           f"(best measured {f.measured_bandwidth_bytes_per_s / 1e9:.4g})")
     print(f"  kernel overhead {f.kernel_overhead_s * 1e6:.3g} us, step overhead "
           f"{f.step_overhead_s * 1e6:.4g} us, launch {f.launch_overhead_s * 1e6:.3g} us")
-    print("  compute efficiency by FLOPs: " + ", ".join(
+    axis = "FLOPs per byte" if f.axis == "intensity" else "FLOPs"
+    print(f"  compute efficiency by {axis}: " + ", ".join(
         f"{s:.3g}:{e:.2f}" for s, e in f.compute_curve))
     print("  memory efficiency by bytes:  " + ", ".join(
         f"{s:.3g}:{e:.2f}" for s, e in f.memory_curve))

@@ -169,11 +169,14 @@ class CostModel:
         self._vocab_per_device = v / tp
         self._offload = parallel.offload_fraction
         self._kernel_s = hw.kernel_overhead_s
-        kernels = m.num_layers * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) + KERNELS_PER_STEP
-        self._kernels = kernels
-        self._step_overhead_s = hw.step_overhead_s + kernels * hw.kernel_overhead_s
+        # kernel launches are charged per operator (OpCost.overhead_s); the step overhead is
+        # the fixed rest (scheduling, sampling, Python)
+        self._kernels = m.num_layers * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) \
+            + KERNELS_PER_STEP
+        self._step_overhead_s = hw.step_overhead_s
         self._ceff = hw.compute_efficiency
         self._meff = hw.memory_efficiency
+        self._by_intensity = hw.compute_efficiency_axis == "intensity"
         self._ccurve = (np.log10([p[0] for p in hw.compute_efficiency_curve]),
                         np.array([p[1] for p in hw.compute_efficiency_curve])) \
             if hw.compute_efficiency_curve else None
@@ -189,10 +192,13 @@ class CostModel:
         self._token_cache: dict[tuple[float, float], float] = {}
 
     # ---------------------------------------------------------------- efficiencies
-    def _compute_rate(self, flops):
+    def _compute_rate(self, flops, nbytes):
         if self._ccurve is None:
             return self._peak * self._ceff
-        x = np.log10(np.maximum(flops, 1.0))
+        if self._by_intensity:
+            x = np.log10(np.maximum(flops, 1e-12) / np.maximum(nbytes, 1.0))
+        else:
+            x = np.log10(np.maximum(flops, 1.0))
         return self._peak * np.interp(x, *self._ccurve)
 
     def _memory_rate(self, nbytes):
@@ -208,7 +214,7 @@ class CostModel:
         wbytes = weight * self._b
         hbm = wbytes + tokens * (in_per_tok + out_per_tok) * self._b
         host = wbytes * self._offload
-        compute_s = flops / self._compute_rate(flops) if flops else 0.0
+        compute_s = flops / self._compute_rate(flops, hbm) if flops else 0.0
         memory_s = hbm / self._memory_rate(hbm)
         host_s = host / self._host_bw if host else 0.0
         return (flops * layers, hbm * layers, host * layers, compute_s * layers,
@@ -227,14 +233,14 @@ class CostModel:
         e_bytes = tokens * self._elementwise_bytes_per_token
         e_s = e_bytes / self._memory_rate(e_bytes) if e_bytes else 0.0
         terms.append(("elementwise", 10.0 * tokens * self._h * layers, e_bytes * layers, 0.0,
-                      0.0, e_s * layers, 0.0, 4 * k * layers))
+                      0.0, e_s * layers, 0.0, 5 * k * layers))
         if self._ar_factor:
             ar_s = 2 * layers * (self._ar_latency + tokens * self._h * self._b * self._ar_factor)
             terms.append(("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0, 2 * k * layers))
         if with_head:
             terms.append(("lm_head",) + self._linear(logits_tokens, self._lm_head_weight,
                                                      self._vocab_per_device, self._h, 1)
-                         + (2 * k,))
+                         + (3 * k,))  # final norm, LM head, sampling
             g_bytes = tokens * self._h * self._b
             terms.append(("embedding", 0.0, g_bytes, 0.0, 0.0,
                           g_bytes / self._memory_rate(g_bytes) if g_bytes else 0.0, 0.0, k))
@@ -251,7 +257,7 @@ class CostModel:
         a_flops = self._attn_flops_per_pair * new * attended
         a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
         active = new > 0
-        a_c = np.where(active, np.divide(a_flops, self._compute_rate(a_flops)), 0.0)
+        a_c = np.where(active, np.divide(a_flops, self._compute_rate(a_flops, a_bytes)), 0.0)
         a_m = np.where(active, np.divide(a_bytes, self._memory_rate(a_bytes)), 0.0)
         a_time = float(np.maximum(a_c, a_m).sum()) * layers
         ops.append(OpCost("attention", float(a_flops.sum()) * layers,
@@ -356,7 +362,7 @@ class CostModel:
         if self._ccurve is None and self._mcurve is None:
             a_time = np.maximum(a_flops * self._inv_crate, a_bytes * self._inv_mrate)
         else:
-            a_time = np.maximum(a_flops / self._compute_rate(a_flops),
+            a_time = np.maximum(a_flops / self._compute_rate(a_flops, a_bytes),
                                 a_bytes / self._memory_rate(a_bytes))
         return fixed + float(a_time[active].sum()) * self._layers
 
@@ -407,7 +413,7 @@ class CostModel:
     @property
     def fixed_overhead_s(self) -> float:
         """Step overhead plus kernel launches of one forward."""
-        return self._step_overhead_s
+        return self._step_overhead_s + self._kernels * self._kernel_s
 
 
 def draft_cost_ratio(target: CostModel, draft: CostModel, batch: int, context: float) -> float:

@@ -77,7 +77,8 @@ def test_calibrated_profile_loads_with_provenance_and_round_trips(calibrated, tm
     assert all(0 < e <= 1 for _, e in hw.compute_efficiency_curve + hw.memory_efficiency_curve)
     assert 0 < hw.kernel_overhead_s < 1e-3 and 0 <= hw.step_overhead_s < 1e-2
     # measured peaks: the fitted fp32 peak is at least the best GEMM measured
-    assert hw.peak_flops("fp32") >= prov["measured_peak_tflops"]["fp32"] * 1e12 * (1 - 1e-9)
+    # (provenance rounds TFLOP/s to 9 decimals: a few parts in 1e8 at a CPU's ~0.1 TFLOP/s)
+    assert hw.peak_flops("fp32") >= prov["measured_peak_tflops"]["fp32"] * 1e12 * (1 - 1e-6)
     back = load_profile_file(save_profile(hw, tmp_path / "again.yaml"))
     assert back.compute_efficiency_curve == hw.compute_efficiency_curve
     assert back.provenance == hw.provenance
