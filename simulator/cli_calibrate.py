@@ -14,39 +14,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.cli_types import positive_float, positive_int
 from simulator.errors import SpecsimError
 from simulator.output import FORMATS, render
-
-
-def _pos_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
-
-
-def _pos_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     """Arguments of ``calibrate`` or ``validate``."""
     p.add_argument("--device", required=True, help="cpu or cuda")
     p.add_argument("--quick", action="store_true", help="small grids (under a minute)")
-    p.add_argument("--threads", type=_pos_int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: torch's; validate: the profile's)")
-    p.add_argument("--reps", type=_pos_int, default=None, help="timed repetitions per case")
+    p.add_argument("--reps", type=positive_int, default=None, help="timed repetitions per case")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and draws")
-    p.add_argument("--memory-limit-gib", type=_pos_float, default=None,
+    p.add_argument("--memory-limit-gib", type=positive_float, default=None,
                    help="skip cases needing more than this (default: the device's free memory)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     if name == "calibrate":
@@ -73,6 +54,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-spec-loop", action="store_true", help="skip the speculative loop")
     p.add_argument("--out", default=None, help="folder for validation.csv, spec_loop.csv "
                    "and summary.json")
+    p.add_argument("--report", default=None, help="also write an HTML report to this path")
     p.add_argument("--format", choices=FORMATS, default="table")
 
 
@@ -175,7 +157,7 @@ def _calibrate(args: argparse.Namespace, limit: float | None) -> int:
 def _validate(args: argparse.Namespace, limit: float | None) -> int:
     import torch
 
-    from calibrate.spec_loop import SpecLoopConfig, predict_speedup, run_spec_loop
+    from calibrate.spec_loop import predict_speedup, run_spec_loop
     from calibrate.validate import compare, make_validation_plan, mape, run_validation
     from calibrate.writer import load_calibrated
     from hardware.profile import load_profile
@@ -218,6 +200,10 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
         summary["spec_loop"] = {"target": "%s:%s" % cfg.target, "draft": "%s:%s" % cfg.draft,
                                 "alpha": cfg.alpha, "batch": cfg.batch}
     _report(args, table, loop, summary)
+    if args.report:
+        from reports import render_report  # only reports/ imports altair
+        path = render_report([], args.report, validation=table, calibration=after)
+        print(f"report: {path}")
     return 0
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from hardware.profile import load_profile
+from simulator.cli_types import nonneg_float, positive_int, unit_float
 from simulator.cost_model import CostModel, Parallelism
 from simulator.errors import SpecsimError
 from simulator.estimate import estimate_table, parse_gamma_range
@@ -17,54 +18,24 @@ from simulator.output import FORMATS, render
 from simulator.spec_math import optimal_gamma, speedup_curve, stationary_gamma
 
 
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text!r}")
-    return value
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _pos_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
-
-
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     """Arguments of ``estimate`` or ``gamma``."""
-    p.add_argument("--alpha", type=_unit_float, default=0.8,
+    p.add_argument("--alpha", type=unit_float, default=0.8,
                    help="i.i.d. acceptance rate per draft token (default 0.8)")
     p.add_argument("--format", choices=FORMATS, default="table")
     if name == "gamma":
-        p.add_argument("--c", type=_nonneg_float, required=True,
+        p.add_argument("--c", type=nonneg_float, required=True,
                        help="draft/target step-time ratio (Leviathan's c)")
-        p.add_argument("--max-gamma", type=_pos_int, default=16)
+        p.add_argument("--max-gamma", type=positive_int, default=16)
         return
     p.add_argument("--hardware", default="a100-40gb")
     p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")
     p.add_argument("--target", default="opt-13b")
     p.add_argument("--draft", default="opt-125m")
-    p.add_argument("--batch", type=_pos_int, default=1)
-    p.add_argument("--context", type=_nonneg_float, default=512)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--context", type=nonneg_float, default=512)
     p.add_argument("--gamma", default="0-8", help="range 0-8, list 1,2,4, or one value")
-    p.add_argument("--tensor-parallel", type=_pos_int, default=1)
+    p.add_argument("--tensor-parallel", type=positive_int, default=1)
     p.add_argument("--no-overheads", action="store_true",
                    help="plain roofline: no per-kernel or per-step overheads")
 

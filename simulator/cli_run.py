@@ -15,7 +15,7 @@ import yaml
 
 from simulator.errors import SpecsimError
 from simulator.output import FORMATS, render
-from simulator.scenario import Scenario, load_scenario, parse_compare, parse_policy
+from simulator.scenario import Scenario, load_scenario, parse_compare
 from simulator.simulate import simulate
 
 DEFAULT_COMPARE = "none,chain"

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.cli_types import positive_int
 from simulator.errors import SpecsimError
 from simulator.executors import EXECUTORS
 from simulator.output import FORMATS, render
@@ -27,20 +28,10 @@ def add_executor_arguments(p: argparse.ArgumentParser, default: str = "local") -
                         + (": one process for analytic sweeps under 20,000 points, else the "
                            "local pool" if default == "auto" else "")
                         + "; ray needs pip install 'specsim[ray]')")
-    p.add_argument("--workers", type=_positive_int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="processes for the local pool (default: every core)")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
     p.add_argument("--no-progress", action="store_true")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
 
 
 def parse_number_list(text: str, *, field: str, integer: bool = True,
@@ -86,7 +77,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")
     p.add_argument("--target", default="opt-13b")
     p.add_argument("--draft", default="opt-125m")
-    p.add_argument("--tensor-parallel", type=_positive_int, default=1)
+    p.add_argument("--tensor-parallel", type=positive_int, default=1)
     p.add_argument("--alpha", type=float, default=0.8, help="i.i.d. acceptance rate")
     p.add_argument("--batch", default="1,2,4,8,16,32,64,128,256")
     p.add_argument("--context", default="128,512,2048,8192")
@@ -96,7 +87,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--tree-rates", default=None,
                    help="Sequoia per-rank acceptance, e.g. 0.8,0.3,0.15 (needed for tree; "
                         "then used for chain too, alpha = the first rate)")
-    p.add_argument("--max-batch", type=_positive_int, default=4096,
+    p.add_argument("--max-batch", type=positive_int, default=4096,
                    help="largest batch the crossover search tries")
     p.add_argument("--no-overheads", action="store_true",
                    help="plain roofline: no per-kernel or per-step overheads")

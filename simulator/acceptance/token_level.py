@@ -25,7 +25,7 @@ import numpy as np
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, check_tree
 from simulator.errors import SpecsimError
-from simulator.token_tree import TokenTree, sample_children, top_k_children
+from simulator.token_tree import sample_children, top_k_children
 from simulator.toy_lm import ToyLM
 from simulator.tree_verification import verify_tree
 from simulator.verification import (greedy_verdict, sample_categorical, sample_verdict,
@@ -153,7 +153,7 @@ class TokenLevelAcceptance:
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         tree, c, r = check_tree(tree, contexts, request_ids)
-        batch, n, v = c.size, tree.num_nodes, self.vocab_size
+        batch, n = c.size, tree.num_nodes
         if batch == 0:
             return np.zeros(0, dtype=np.int64)
         states = self._states(r, rng)
