@@ -185,7 +185,7 @@ def efficiency_curve_chart(curves: pd.DataFrame,
     """Calibrated efficiency against operator size (columns curve, size, efficiency)."""
     return alt.Chart(curves, title=title, width=WIDTH, height=HEIGHT).mark_line(
         point=True).encode(
-        x=alt.X("size:Q", title="operator size (FLOPs or bytes)", scale=alt.Scale(type="log"),
+        x=alt.X("size:Q", title="operator FLOPs, FLOPs per byte, or bytes (see legend)", scale=alt.Scale(type="log"),
                 axis=alt.Axis(format="~s")),
         y=alt.Y("efficiency:Q", title="fraction of peak", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("curve:N", title="curve", legend=alt.Legend(orient="bottom")),

@@ -19,10 +19,14 @@ FIT_SCALARS = ("dtype", "peak_flops_per_s", "bandwidth_bytes_per_s", "kernel_ove
                "rms_log_error", "statistic")
 
 
-def efficiency_curve_frame(compute_curve, memory_curve) -> pd.DataFrame:
-    """Fitted efficiency against operator size: curve, size, efficiency."""
+def efficiency_curve_frame(compute_curve, memory_curve, axis: str = "flops") -> pd.DataFrame:
+    """Fitted efficiency against operator size (or intensity): curve, size, efficiency.
+
+    ``axis`` is what the compute curve is indexed by: ``flops`` or ``intensity``.
+    """
     parts = []
-    for name, unit, curve in (("compute", "FLOPs", compute_curve),
+    compute_unit = "FLOPs per byte" if axis == "intensity" else "FLOPs"
+    for name, unit, curve in (("compute", compute_unit, compute_curve),
                               ("memory", "bytes", memory_curve)):
         pts = np.asarray(curve or (), dtype=np.float64).reshape(-1, 2)
         if len(pts):
@@ -42,13 +46,15 @@ def calibration_frames(calibration) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
         return efficiency_curve_frame((), ()), empty, points
     fit = getattr(calibration, "fit", None)
     if fit is not None and hasattr(fit, "compute_curve"):
-        curves = efficiency_curve_frame(fit.compute_curve, fit.memory_curve)
+        curves = efficiency_curve_frame(fit.compute_curve, fit.memory_curve,
+                                        getattr(fit, "axis", "flops"))
         params = {k: getattr(fit, k) for k in FIT_SCALARS if hasattr(fit, k)}
         return curves, pd.DataFrame({"field": list(params), "value": list(params.values())}), \
             empty
     if hasattr(calibration, "compute_efficiency_curve"):  # a HardwareProfile
         curves = efficiency_curve_frame(calibration.compute_efficiency_curve,
-                                        calibration.memory_efficiency_curve)
+                                        calibration.memory_efficiency_curve,
+                                        calibration.compute_efficiency_axis)
         prov = dict(getattr(calibration, "provenance", {}) or {})
         params = {"hardware": calibration.name, **{k: v for k, v in prov.items()
                                                    if np.isscalar(v)}}
