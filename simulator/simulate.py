@@ -14,7 +14,8 @@ import simpy
 
 from hardware.profile import HardwareProfile, load_profile
 from simulator.cost_model import CostModel, Parallelism
-from simulator.engine import REJECTED, EngineLimits, Recorder, Replica, RequestTable, arrivals
+from simulator.engine import REJECTED, EngineLimits, Replica, RequestTable, arrivals
+from simulator.recorder import Recorder
 from simulator.errors import SpecsimError
 from simulator.memory_plan import MemoryPlan, plan_memory
 from simulator.model_spec import ModelSpec, load_model
