@@ -70,7 +70,8 @@ def test_calibrated_profile_loads_with_provenance_and_round_trips(calibrated, tm
     hw = load_calibrated(path)
     prov = hw.provenance
     assert prov["device_type"] == "cpu" and prov["threads"] == 1 and prov["dtype"] == "fp32"
-    assert prov["torch"] == str(torch.__version__) and prov["cuda"] == "none"
+    assert prov["torch"] == str(torch.__version__)
+    assert prov["cuda"] == (torch.version.cuda or "none")  # the build, not the device
     assert prov["command"].startswith("specsim calibrate") and "--quick" in prov["command"]
     assert prov["measurements_csv"] == "this-cpu.measurements.csv"
     assert len(hw.compute_efficiency_curve) >= 3 and len(hw.memory_efficiency_curve) >= 3
