@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from hardware.profile import HardwareProfile, load_profile
+from hardware.profile import HardwareProfile
 from simulator.cost_model import CostModel, Parallelism
 from simulator.estimate import estimate_table
 from simulator.model_spec import ModelSpec, load_model
@@ -37,7 +37,8 @@ class OperatingPoint:
 
 def scenario_pricing(scenario) -> Pricing:
     """Load the scenario's hardware and models and build their cost models."""
-    hw = load_profile(scenario.hardware, scenario.hardware_dir)
+    from simulator.scenario import resolve_hardware
+    hw = resolve_hardware(scenario)
     target = load_model(scenario.target)
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
     dcost = None

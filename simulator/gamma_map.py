@@ -55,10 +55,11 @@ RESULT_COLUMNS = ("draft_tokens", "draft_s", "verify_s", "decode_s", "iteration_
 
 @lru_cache(maxsize=128)
 def check_names(hardware: str, hardware_dir, target: str, draft) -> None:
-    """Raise unless the hardware profile and the models exist."""
+    """Raise unless the hardware profile (None: given inline) and the models exist."""
     from hardware.profile import load_profile
     from simulator.model_spec import load_model
-    load_profile(hardware, hardware_dir)
+    if hardware is not None:
+        load_profile(hardware, hardware_dir)
     load_model(target)
     if draft:
         load_model(draft)

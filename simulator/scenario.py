@@ -62,8 +62,9 @@ class Scenario:
 
     name: str = "scenario"
     seed: int = 0
-    hardware: str = "a100-40gb"
+    hardware: str = "a100-40gb"         # a profile name or a profile YAML path
     hardware_dir: str | None = None
+    hardware_inline: Mapping[str, Any] | None = None  # a whole profile written in the scenario
     target: str = "opt-13b"
     draft: str | None = None
     parallelism: Parallelism = Parallelism()
@@ -165,9 +166,20 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     data = require_mapping(data, source=source)
     check_keys(data, allowed=_TOP, source=source)
     kw: dict[str, Any] = {"raw": copy.deepcopy(dict(data)), "base_dir": str(base_dir)}
-    for key in ("name", "hardware", "target"):
+    for key in ("name", "target"):
         if key in data:
             kw[key] = as_str(data[key], source=source, field=key)
+    if "hardware" in data:
+        hw = data["hardware"]
+        if isinstance(hw, Mapping):  # inline: validated now like any profile file
+            from hardware.profile import profile_from_dict
+            kw["hardware"] = profile_from_dict(hw, source=f"{source}: hardware").name
+            kw["hardware_inline"] = copy.deepcopy(dict(hw))
+        else:
+            hw = as_str(hw, source=source, field="hardware")
+            if hw.endswith((".yaml", ".yml")):  # a profile file, relative to the scenario
+                hw = str(Path(base_dir) / hw)
+            kw["hardware"] = hw
     if "hardware_dir" in data and data["hardware_dir"] is not None:
         kw["hardware_dir"] = str(Path(base_dir) / as_str(data["hardware_dir"], source=source,
                                                          field="hardware_dir"))
@@ -218,6 +230,14 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "overheads" in data:
         kw["overheads"] = as_bool(data["overheads"], source=source, field="overheads")
     return Scenario(**kw)
+
+
+def resolve_hardware(scenario: Scenario):
+    """The scenario's HardwareProfile: inline, a profile file, or a name (+ hardware_dir)."""
+    from hardware.profile import load_profile, profile_from_dict
+    if scenario.hardware_inline is not None:
+        return profile_from_dict(scenario.hardware_inline, source=f"{scenario.name}: hardware")
+    return load_profile(scenario.hardware, scenario.hardware_dir)
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from hardware.profile import HardwareProfile, load_profile
+from hardware.profile import HardwareProfile
 from simulator.cost_model import CostModel, Parallelism
 from simulator.engine import REJECTED, EngineLimits, Replica, RequestTable, arrivals
 from simulator.recorder import Recorder
@@ -22,7 +22,7 @@ from simulator.model_spec import ModelSpec, load_model
 from simulator.policies import POLICIES
 from simulator.policy import PolicyContext
 from simulator.results import Results
-from simulator.scenario import Scenario
+from simulator.scenario import Scenario, resolve_hardware
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Deployment:
 
 def build_deployment(scenario: Scenario) -> Deployment:
     """Load the scenario's hardware and models and plan one replica's memory."""
-    hw = load_profile(scenario.hardware, scenario.hardware_dir)
+    hw = resolve_hardware(scenario)
     target = load_model(scenario.target)
     if target.kind != "decoder":
         raise SpecsimError(f"{target.name} is a {target.kind} model", field="target",

@@ -191,7 +191,8 @@ class SweepSpec:
             try:
                 raw = override(base_raw, point, False)
                 sc = scenario_from_dict(raw, source=where, base_dir=base_dir)
-                gamma_map.check_names(sc.hardware, sc.hardware_dir, sc.target, sc.draft)
+                gamma_map.check_names(sc.hardware if sc.hardware_inline is None else None,
+                                      sc.hardware_dir, sc.target, sc.draft)
             except SpecsimError as exc:
                 raise SpecsimError(exc.message, source=where, field=exc.field,
                                    fix=exc.fix) from None

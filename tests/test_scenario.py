@@ -83,3 +83,23 @@ def test_yaml_is_loaded_safely(tmp_path):
     evil.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(SpecsimError, match="malformed YAML"):
         load_scenario(evil)
+
+
+def test_hardware_inline_or_as_a_file_beside_the_scenario(tmp_path):
+    import yaml
+
+    from hardware.profile import PROFILE_DIR
+    from simulator.scenario import resolve_hardware
+
+    profile = yaml.safe_load((PROFILE_DIR / "a100-40gb.yaml").read_text())
+    profile["name"] = "my-a100"
+    profile["memory_gib"]["value"] = 80
+    inline = scenario_from_dict({"hardware": profile}, source="s.yaml", base_dir=tmp_path)
+    hw = resolve_hardware(inline)
+    assert hw.name == "my-a100" and hw.memory_bytes == 80 * 2**30
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(profile))
+    by_file = scenario_from_dict({"hardware": "mine.yaml"}, source="s.yaml", base_dir=tmp_path)
+    assert resolve_hardware(by_file).memory_bytes == 80 * 2**30
+    del profile["memory_bandwidth_gb_per_s"]
+    with pytest.raises(SpecsimError, match="hardware.*memory_bandwidth_gb_per_s"):
+        scenario_from_dict({"hardware": profile}, source="s.yaml")
