@@ -179,6 +179,9 @@ def compare(measured: pd.DataFrame, profiles: Mapping[str, HardwareProfile],
 
     The error is signed and relative, (predicted - measured) / measured.
     """
+    if statistic not in ("median", "min"):
+        raise SpecsimError(f"unknown statistic {statistic!r}", field="statistic",
+                           fix="use median or min")
     col = "measured_s" if statistic == "median" else "measured_min_s"
     table = measured.copy()
     table["measured_s"] = measured[col]

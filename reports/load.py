@@ -46,7 +46,11 @@ def _requests(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _histograms(acc: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _histograms(acc: pd.DataFrame, source: str) -> tuple[np.ndarray, np.ndarray]:
+    missing = [c for c in ("length", "accepted_count", "drafted_count") if c not in acc]
+    if missing:
+        raise SpecsimError(f"the acceptance table lacks column(s) {', '.join(missing)}",
+                           source=source, field=FIELD, fix=FIX)
     size = int(acc["length"].max()) + 1 if len(acc) else 1
     accepted = np.zeros(size, np.int64)
     drafted = np.zeros(size, np.int64)
@@ -79,6 +83,11 @@ def read_manifest(results_dir: str | Path) -> dict:
     if not isinstance(manifest, dict) or not manifest.get("policies"):
         raise SpecsimError("manifest.json lists no policies", source=str(path), field=FIELD,
                            fix=FIX)
+    entries = manifest["policies"]
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and "stem" in e and "label" in e for e in entries):
+        raise SpecsimError("every entry of 'policies' needs a 'stem' and a 'label'",
+                           source=str(path), field="policies", fix=FIX)
     if manifest.get("format", "csv") not in ("csv", "parquet"):
         raise SpecsimError(f"unknown results format {manifest.get('format')!r}",
                            source=str(path), field="format", fix="expected csv or parquet")
@@ -96,7 +105,8 @@ def load_results_dir(results_dir: str | Path) -> tuple[list[Results], Scenario, 
     results = []
     for entry in manifest["policies"]:
         stem, label = str(entry["stem"]), str(entry["label"])
-        accepted, drafted = _histograms(_read_table(d / f"{stem}.acceptance.{fmt}", fmt))
+        acc_path = d / f"{stem}.acceptance.{fmt}"
+        accepted, drafted = _histograms(_read_table(acc_path, fmt), str(acc_path))
         itl_path = d / f"{stem}.itl.npy"
         itl = np.load(itl_path, allow_pickle=False) if itl_path.exists() else np.zeros(0)
         results.append(Results(
@@ -113,7 +123,7 @@ def render_report_from_dir(results_dir: str | Path, path: str | Path) -> Path:
     from reports.page import render_report, report_versions
     results, scenario, manifest = load_results_dir(results_dir)
     d = Path(results_dir).expanduser()
-    extra = {name: pd.read_csv(d / f"{name}.csv") for name in OPTIONAL_TABLES
+    extra = {name: _read_table(d / f"{name}.csv", "csv") for name in OPTIONAL_TABLES
              if (d / f"{name}.csv").exists()}
     versions = {**report_versions(), **(manifest.get("versions") or {})}
     return render_report(results, path, scenario=scenario, versions=versions, **extra)

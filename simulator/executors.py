@@ -195,6 +195,10 @@ def run_items(fn: Callable[[Any], Any], items: Sequence[Any], executor, *,
     order, for streaming); the returned list is in item order.  ``progress(n)`` ticks by the
     number of items settled.
     """
+    if chunk_size is not None and (isinstance(chunk_size, bool)
+                                   or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise SpecsimError(f"must be a whole number >= 1, got {chunk_size!r}",
+                           field="chunk_size")
     if chunk_size is None:
         # a few chunks per worker keeps the pool busy without paying per-item overhead
         chunk_size = max(1, min(64, len(items) // (4 * max(1, executor.workers)) or 1))

@@ -191,9 +191,9 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
         from simulator.policies.chain import chain_draft_time
         if p["policy"] == "chain":  # exactly what the engine's chain policy charges
             draft_s = chain_draft_time(dcm, np.full(b, ctx), np.full(b, len(config)))
-        else:  # one draft forward per level, over the nodes of that level
-            draft_s = sum(dcm.step_time(np.full(b, float(n)), np.full(b, ctx + j))
-                          for j, n in enumerate(levels[:-1]))
+        else:  # one draft forward per level, as the engine's specinfer policy charges
+            from simulator.policies.tree_cost import level_draft_time
+            draft_s = level_draft_time(dcm, np.full(b, ctx), levels[:-1].tolist())
     iteration_s = draft_s + verify_s
     out.update(draft_s=draft_s, verify_s=verify_s, decode_s=decode_s, iteration_s=iteration_s,
                c=dcm.decode_time(b, ctx) / decode_s if dcm is not None else nan,

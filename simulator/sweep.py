@@ -286,7 +286,7 @@ class ResultSink:
         if self.fmt == "csv":
             if not self.path.exists() or self.path.stat().st_size == 0:
                 return pd.DataFrame()
-            df = pd.read_csv(self.path)
+            df = pd.read_csv(self.path, dtype={"key": str})  # an all-digit hash is no number
         else:
             parts = sorted(self.path.glob("part-*.parquet")) if self.path.is_dir() else []
             if not parts:
@@ -328,7 +328,8 @@ class ResultSink:
         if set(new.columns) <= set(columns):
             new.reindex(columns=columns).to_csv(self.path, mode="a", header=False, index=False)
             return
-        merged = pd.concat([pd.read_csv(self.path), new], ignore_index=True)  # new columns
+        old = pd.read_csv(self.path, dtype={"key": str})
+        merged = pd.concat([old, new], ignore_index=True)  # new columns
         tmp = self.path.with_name(self.path.name + ".tmp")
         merged.to_csv(tmp, index=False)
         os.replace(tmp, self.path)

@@ -184,6 +184,9 @@ def verify_tree(tree: TokenTree, target_probs, rng: np.random.Generator | None,
                 method: str, draft_probs=None, tokens=None) -> TreeVerdict:
     """Walk the tree from the root with ``method``'s node schedule, batched over requests."""
     schedule, p, q, tok, single = _prepare(tree, target_probs, draft_probs, tokens, method)
+    if rng is None and method != "greedy":  # a 0.5 threshold would silently bias the walk
+        raise SpecsimError(f"method {method!r} samples, so it needs a random generator",
+                           field="rng", fix="pass a numpy Generator (only greedy takes None)")
     batch = p.shape[0]
     rows = np.zeros(batch, dtype=np.intp)                # row 0 = root, row i+1 = node i
     accepted = np.zeros(batch, dtype=np.intp)

@@ -115,7 +115,7 @@ class ChainVerdict:
     emits: np.ndarray
 
 
-def _inputs(draft_tokens, draft_probs, target_probs, num_drafts):
+def _inputs(draft_tokens, draft_probs, target_probs, num_drafts, *, needs_q: bool = True):
     p = check_probabilities(target_probs, name="target_probs")
     if p.ndim < 2:
         raise SpecsimError("needs shape (..., gamma + 1, vocab_size)", field="target_probs")
@@ -125,6 +125,9 @@ def _inputs(draft_tokens, draft_probs, target_probs, num_drafts):
     x = _check_tokens(draft_tokens, name="draft_tokens", shape=batch + (gamma,),
                       vocab_size=vocab)
     q = None
+    if draft_probs is None and needs_q:
+        raise SpecsimError("this rule tests each draft against the draft's own distribution",
+                           field="draft_probs", fix="pass the draft probabilities q")
     if draft_probs is not None:
         q = check_probabilities(draft_probs, name="draft_probs")
         if q.shape != batch + (gamma, vocab):
@@ -171,7 +174,8 @@ def speculative_sampling_verdict(draft_tokens, draft_probs, target_probs,
 
 def greedy_verdict(draft_tokens, draft_probs, target_probs, num_drafts=None) -> ChainVerdict:
     """Greedy verification: accept iff the draft is argmax p; emit argmax p otherwise."""
-    x, _, p, nd = _inputs(draft_tokens, draft_probs, target_probs, num_drafts)
+    x, _, p, nd = _inputs(draft_tokens, draft_probs, target_probs, num_drafts,
+                          needs_q=False)
     gamma = x.shape[-1]
     best = _one_hot_argmax(p)
     acc = (x == p[..., :gamma, :].argmax(axis=-1)).astype(float)
@@ -181,7 +185,8 @@ def greedy_verdict(draft_tokens, draft_probs, target_probs, num_drafts=None) -> 
 def greedy_rule_under_sampling_verdict(draft_tokens, draft_probs, target_probs,
                                        num_drafts=None) -> ChainVerdict:
     """WRONG: the greedy argmax test used while sampling; rejections sample p."""
-    x, _, p, nd = _inputs(draft_tokens, draft_probs, target_probs, num_drafts)
+    x, _, p, nd = _inputs(draft_tokens, draft_probs, target_probs, num_drafts,
+                          needs_q=False)
     gamma = x.shape[-1]
     acc = (x == p[..., :gamma, :].argmax(axis=-1)).astype(float)
     return _finish(acc, p[..., :gamma, :], p, nd, True)

@@ -72,6 +72,9 @@ def _as_count_array(values: Any, *, field: str, source: str) -> np.ndarray:
 
 def _as_token_ids(seqs: Sequence[Any], counts: np.ndarray, *, field: str,
                   source: str) -> tuple[np.ndarray, ...]:
+    if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__len__"):
+        raise SpecsimError(f"expected one token-id sequence per request, got "
+                           f"{type(seqs).__name__}", field=field, source=source)
     if len(seqs) != len(counts):
         raise SpecsimError(f"has {len(seqs)} sequences for {len(counts)} requests", field=field,
                            source=source)

@@ -39,3 +39,13 @@ def probability_list(value: Any, *, source: str, field: str,
                            field=field, fix="cumulative top-k coverage grows with k: list "
                            "P(true token in top-1), P(in top-2), ... in that order")
     return arr
+
+
+def freeze_rates(model: Any) -> None:
+    """Validate a frozen model's ``rates`` (non-empty, in [0, 1]); store them as tuple and array."""
+    arr = np.asarray(model.rates, dtype=float)
+    if arr.ndim != 1 or arr.size == 0 or np.any(~np.isfinite(arr)) \
+            or np.any((arr < 0) | (arr > 1)):
+        raise SpecsimError("must be a non-empty list of numbers in [0, 1]", field="rates")
+    object.__setattr__(model, "rates", tuple(float(r) for r in arr))
+    object.__setattr__(model, "_rates", arr)

@@ -21,8 +21,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
-from simulator.acceptance.sampling import (chain_depth, check_batch, check_tree,
-                                           sample_leading)
+from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_leading
 from simulator.errors import SpecsimError
 
 KEYS = ("alpha_easy", "alpha_hard", "p_easy_to_hard", "p_hard_to_hard")
@@ -113,9 +112,7 @@ class HardTokenAcceptance:
         return accepted
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
-        tree, c, r = check_tree(tree, contexts, request_ids)
-        depth = chain_depth(tree, self.name)
-        return self.sample_chain(np.full(c.shape, depth), c, r, rng)
+        return sample_chain_tree(self, tree, contexts, request_ids, rng)
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         """P(first k accepted) = mu (P D)^k 1 from the iteration's start distribution mu."""

@@ -7,8 +7,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
-from simulator.acceptance.sampling import (chain_depth, check_batch, check_tree,
-                                           sample_geometric)
+from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
 from simulator.spec_math import expected_tokens
 
 
@@ -33,9 +32,7 @@ class IIDAcceptance:
         return sample_geometric(np.full(g.shape, self.alpha), g, rng)
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
-        tree, c, r = check_tree(tree, contexts, request_ids)
-        depth = chain_depth(tree, self.name)
-        return self.sample_chain(np.full(c.shape, depth), c, r, rng)
+        return sample_chain_tree(self, tree, contexts, request_ids, rng)
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         return self.alpha ** np.arange(1, int(gamma) + 1)

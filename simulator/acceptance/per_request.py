@@ -13,8 +13,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
-from simulator.acceptance.sampling import (chain_depth, check_batch, check_tree,
-                                           sample_geometric)
+from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
 from simulator.errors import SpecsimError
 from simulator.yaml_io import as_number, require_mapping
 
@@ -108,9 +107,7 @@ class PerRequestAcceptance:
         return sample_geometric(self._alphas(r), g, rng)
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
-        tree, c, r = check_tree(tree, contexts, request_ids)
-        depth = chain_depth(tree, self.name)
-        return self.sample_chain(np.full(c.shape, depth), c, r, rng)
+        return sample_chain_tree(self, tree, contexts, request_ids, rng)
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         """Population average of alpha^(i+1): over the bound requests, else over the prior."""

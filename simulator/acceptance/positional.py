@@ -10,10 +10,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from simulator.acceptance.fields import model_config, probability_list
-from simulator.acceptance.sampling import (chain_depth, check_batch, check_tree,
-                                           sample_from_survival)
-from simulator.errors import SpecsimError
+from simulator.acceptance.fields import freeze_rates, model_config, probability_list
+from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_from_survival
 from simulator.spec_math import expected_tokens_per_position
 
 
@@ -32,12 +30,7 @@ class PositionalAcceptance:
     name: ClassVar[str] = "positional"
 
     def __post_init__(self) -> None:
-        arr = np.asarray(self.rates, dtype=float)
-        if arr.ndim != 1 or arr.size == 0 or np.any(~np.isfinite(arr)) \
-                or np.any((arr < 0) | (arr > 1)):
-            raise SpecsimError("must be a non-empty list of numbers in [0, 1]", field="rates")
-        object.__setattr__(self, "rates", tuple(float(r) for r in arr))
-        object.__setattr__(self, "_rates", arr)
+        freeze_rates(self)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], *, source: str) -> "PositionalAcceptance":
@@ -52,9 +45,7 @@ class PositionalAcceptance:
         return sample_from_survival(self.position_rates(int(g.max(initial=0))), g, rng)
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
-        tree, c, r = check_tree(tree, contexts, request_ids)
-        depth = chain_depth(tree, self.name)
-        return self.sample_chain(np.full(c.shape, depth), c, r, rng)
+        return sample_chain_tree(self, tree, contexts, request_ids, rng)
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         return np.cumprod(extend_rates(self._rates, int(gamma)))

@@ -126,3 +126,11 @@ def chain_depth(tree, model: str) -> int:
             "position, not siblings)", field="acceptance.model",
             fix="use 'tree_topk', 'medusa', 'sequoia' or 'token_level' for branching trees")
     return tree.num_nodes
+
+
+def sample_chain_tree(model, tree, contexts, request_ids,
+                      rng: np.random.Generator) -> np.ndarray:
+    """``model.sample_chain`` over a chain-shaped ``tree`` (models with no tree semantics)."""
+    tree, c, r = check_tree(tree, contexts, request_ids)
+    depth = chain_depth(tree, model.name)
+    return model.sample_chain(np.full(c.shape, depth), c, r, rng)

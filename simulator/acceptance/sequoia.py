@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from simulator.acceptance.fields import model_config, probability_list
+from simulator.acceptance.fields import freeze_rates, model_config, probability_list
 from simulator.acceptance.sampling import (check_batch, check_tree, sample_geometric,
                                            tree_node_probs, walk_tree)
 from simulator.errors import SpecsimError
@@ -28,12 +28,7 @@ class SequoiaAcceptance:
     name: ClassVar[str] = "sequoia"
 
     def __post_init__(self) -> None:
-        arr = np.asarray(self.rates, dtype=float)
-        if arr.ndim != 1 or arr.size == 0 or np.any(~np.isfinite(arr)) \
-                or np.any((arr < 0) | (arr > 1)):
-            raise SpecsimError("must be a non-empty list of numbers in [0, 1]", field="rates")
-        object.__setattr__(self, "rates", tuple(float(r) for r in arr))
-        object.__setattr__(self, "_rates", arr)
+        freeze_rates(self)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], *, source: str) -> "SequoiaAcceptance":

@@ -29,10 +29,10 @@ from simulator.cost_model import CostModel, Parallelism
 from simulator.errors import SpecsimError
 from simulator.policies.medusa import attached_model
 from simulator.policies.tree_cost import (OperatorPrices, chain_tree, check_acceptance_param,
-                                          check_tree_size, dynamic_tree, exclusive_table,
-                                          forward_tokens, given, level_draft_time,
-                                          model_width, policy_hardware, resolve_acceptance,
-                                          tree_from_choices)
+                                          check_expansion_size, check_tree_size, dynamic_tree,
+                                          exclusive_table, forward_tokens, given,
+                                          level_draft_time, model_width, policy_hardware,
+                                          resolve_acceptance, tree_from_choices)
 from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
 from simulator.token_tree import TokenTree
 
@@ -110,10 +110,7 @@ class _EagleDraft:
 
 def _check_eagle(out: dict, source: str, prefix: str) -> None:
     if out["tree"] is not None:
-        nodes = int(np.cumprod(out["tree"], dtype=float).sum())
-        if nodes > 256:
-            raise SpecsimError(f"the tree has {nodes} nodes; at most 256", source=source,
-                               field=prefix + "tree", fix="use fewer or narrower levels")
+        check_expansion_size(out["tree"], source=source, field=prefix + "tree")
     if out["choices"] is not None:
         tree_from_choices(out["choices"], field=prefix + "choices")
     check_acceptance_param(out, source, prefix)

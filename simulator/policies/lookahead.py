@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.policies.prompt_lookup import TokenText, matched_prefix, require_token_ids
+from simulator.policies.prompt_lookup import (TokenText, finished_mask, matched_prefix,
+                                              require_token_ids)
 from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
 
 OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
@@ -68,11 +69,6 @@ class InContextTarget:
     def forget(self, rid: int) -> None:
         self._follow.pop(rid, None)
         self._seen.pop(rid, None)
-
-
-def _finished(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
-    emitted = np.minimum(accepted + 1, batch.output_len - batch.generated)
-    return batch.generated + emitted >= batch.output_len
 
 
 class JacobiDecoding(NoDraftMixin):
@@ -127,7 +123,7 @@ class JacobiDecoding(NoDraftMixin):
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        done = _finished(batch, accepted)
+        done = finished_mask(batch, accepted)
         for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
             if done[i]:
                 self._window.pop(rid, None)
@@ -215,7 +211,7 @@ class LookaheadDecoding(NoDraftMixin):
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        done = _finished(batch, accepted)
+        done = finished_mask(batch, accepted)
         for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
             if done[i]:
                 for store in (self._lanes, self._pool):

@@ -69,6 +69,12 @@ class TokenText:
         self._full.pop(rid, None)
 
 
+def finished_mask(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
+    """Requests whose last output token this iteration emits (accepted drafts + 1, capped)."""
+    emitted = np.minimum(accepted + 1, batch.output_len - batch.generated)
+    return batch.generated + emitted >= batch.output_len
+
+
 def matched_prefix(draft: np.ndarray, truth: np.ndarray) -> int:
     """Leading tokens of ``draft`` equal to ``truth`` (greedy verification of a chain)."""
     n = min(draft.size, truth.size)
@@ -188,7 +194,5 @@ class PromptLookup(NoDraftMixin):
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        done = batch.generated + np.minimum(accepted + 1, batch.output_len - batch.generated) \
-            >= batch.output_len
-        for rid in batch.request_ids[done].tolist():
+        for rid in batch.request_ids[finished_mask(batch, accepted)].tolist():
             self.text.forget(rid)

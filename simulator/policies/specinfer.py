@@ -33,7 +33,7 @@ from simulator.cost_model import CostModel, Parallelism
 from simulator.errors import SpecsimError
 from simulator.model_spec import load_model
 from simulator.policies.chain import chain_draft_time
-from simulator.policies.tree_cost import (MAX_TREE_NODES, check_acceptance_param,
+from simulator.policies.tree_cost import (check_acceptance_param, check_expansion_size,
                                           check_tree_size, forward_tokens, given,
                                           level_draft_time, parallel_chains, policy_hardware,
                                           resolve_acceptance, sharded_time)
@@ -56,11 +56,7 @@ def _check(out: dict, source: str, prefix: str) -> None:
             raise SpecsimError("expected a non-empty list of model names", source=source,
                                field=prefix + "draft_models", fix="e.g. [llama-68m, llama-160m]")
     if out["expansion"] is not None:
-        nodes = int(np.cumprod(out["expansion"], dtype=float).sum())
-        if nodes > MAX_TREE_NODES:
-            raise SpecsimError(f"the tree has {nodes} nodes; at most {MAX_TREE_NODES}",
-                               source=source, field=prefix + "expansion",
-                               fix="use fewer or narrower levels")
+        check_expansion_size(out["expansion"], source=source, field=prefix + "expansion")
     check_acceptance_param(out, source, prefix)
 
 

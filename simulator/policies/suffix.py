@@ -26,7 +26,7 @@ from collections import deque
 import numpy as np
 
 from simulator.errors import SpecsimError
-from simulator.policies.prompt_lookup import TokenText, require_token_ids
+from simulator.policies.prompt_lookup import TokenText, finished_mask, require_token_ids
 from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
 from simulator.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
 
@@ -183,9 +183,7 @@ class SuffixDecoding(NoDraftMixin):
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
         """Move finished requests' outputs into the global trie (FIFO beyond the cap)."""
-        done = batch.generated + np.minimum(accepted + 1, batch.output_len - batch.generated) \
-            >= batch.output_len
-        for rid in batch.request_ids[done].tolist():
+        for rid in batch.request_ids[finished_mask(batch, accepted)].tolist():
             self._requests.pop(rid, None)
             self.text.forget(rid)
             if self.use_global and self.max_cached > 0:

@@ -234,6 +234,14 @@ def dynamic_tree(exclusive: np.ndarray, steps: int, topk: int, budget: int) -> T
                              [rank[i] for i in chosen])
 
 
+def check_expansion_size(config, *, source: str, field: str) -> None:
+    """Reject an expansion <k1, k2, ...> whose tree is larger than MAX_TREE_NODES."""
+    nodes = int(np.cumprod(config, dtype=float).sum())
+    if nodes > MAX_TREE_NODES:
+        raise SpecsimError(f"the tree has {nodes} nodes; at most {MAX_TREE_NODES}",
+                           source=source, field=field, fix="use fewer or narrower levels")
+
+
 def check_tree_size(tree: TokenTree, field: str) -> TokenTree:
     """Reject trees larger than the engine's per-position counters."""
     if tree.num_nodes > MAX_TREE_NODES:
