@@ -107,7 +107,7 @@ gap_lists = st.lists(st.floats(0.0, 100.0), min_size=1, max_size=40).filter(
     lambda g: sum(g) > 1e-3)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)  # same examples every run
 @given(gaps=gap_lists, start=st.floats(0.0, 50.0), rate=st.floats(1e-3, 1e3),
        window=st.floats(1e-3, 500.0))
 def test_shaping_invariants(gaps, start, rate, window):
