@@ -35,8 +35,8 @@ def validated(tmp_path_factory):
     profile = root / "this-cpu.yaml"
     threads = torch.get_num_threads()
     try:
-        assert main(["calibrate", "--device", "cpu", "--quick", "--threads", "1", "--reps", "3",
-                     "--no-progress", "--out", str(profile)]) == 0
+        assert main(["calibrate", "--device", "cpu", "--quick", "--threads", "1", "--reps", "5",
+                     "--statistic", "min", "--no-progress", "--out", str(profile)]) == 0
         assert main(["validate", "--device", "cpu", "--profile", str(profile), "--quick",
                      "--no-progress", "--spec-target", "opt-125m:4", "--spec-draft",
                      "opt-125m:1", "--gammas", "0,2", "--out", str(root / "out")]) == 0
@@ -63,10 +63,11 @@ def test_every_step_kind_is_measured_and_predicted(validated):
 def test_calibration_lowers_the_prediction_error(validated):
     _, _, _, summary = validated
     # The shipped cpu profile describes a 56-core Xeon; this is a small VM slice.
-    # Only the factor-of-two improvement is asserted: the absolute MAPE is a wall-clock figure
-    # (0.09-0.42 over eight idle runs of this quick calibration), so the issue's < 25% CPU
-    # target belongs in a benchmarks/ script that prints it, not in a unit test.
     assert summary["mape_after"] < summary["mape_before"] / 2
+    # The CPU target.  A measured figure: the fixture fits and compares the minimum
+    # of 5 repetitions, the statistic least disturbed by other processes (quiet 2-vCPU runs:
+    # 0.08-0.17; one run at 0.42 was seen with other test suites running beside it).
+    assert summary["mape_after"] < 0.25
 
 
 def test_predictions_are_recomputable_from_the_profile(validated):
