@@ -195,7 +195,8 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "acceptance" in data:
         from simulator.acceptance import acceptance_from_config
         acc = require_mapping(data["acceptance"], source=source, field="acceptance")
-        acceptance_from_config(acc, source=source, base_dir=Path(base_dir))  # validate now
+        acceptance_from_config(acc, source=f"{source}: acceptance",  # validate now
+                               base_dir=Path(base_dir))
         kw["acceptance"] = dict(acc)
     if "batching" in data:
         b = require_mapping(data["batching"], source=source, field="batching")
