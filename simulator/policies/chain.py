@@ -28,7 +28,27 @@ def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> 
     return total
 
 
-class ChainSpeculation:
+def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray) -> float:
+    """A draft model prefilling its own KV over the step's prompt chunks (no logits)."""
+    if draft_cost is None or not new_tokens.size:
+        return 0.0
+    return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))
+
+
+class ChainAcceptance:
+    """Accept a chain of drafts per request with ``self.acceptance``; no adaptive state."""
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        if not plan.num_draft.any():
+            return np.zeros(len(batch), dtype=np.int64)
+        return self.acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids,
+                                            rng)
+
+    def observe(self, plan, batch, accepted, step_time_s) -> None:
+        return None
+
+
+class ChainSpeculation(ChainAcceptance):
     """A draft model proposes a chain of ``num_speculative_tokens`` tokens per request."""
 
     name = "chain"
@@ -54,17 +74,5 @@ class ChainSpeculation:
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
                          draft_time_s=chain_draft_time(self.draft_cost, batch.context, k))
 
-    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        if not plan.num_draft.any():
-            return np.zeros(len(batch), dtype=np.int64)
-        return self.acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids,
-                                            rng)
-
-    def observe(self, plan, batch, accepted, step_time_s) -> None:
-        return None
-
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        if not new_tokens.size:
-            return 0.0
-        return self.draft_cost.step_time(new_tokens, context,
-                                          logits_tokens=np.zeros(new_tokens.size))
+        return draft_prefill_time(self.draft_cost, new_tokens, context)

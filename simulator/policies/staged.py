@@ -29,7 +29,7 @@ from simulator.acceptance.iid import IIDAcceptance
 from simulator.cost_model import CostModel, Parallelism
 from simulator.errors import SpecsimError
 from simulator.model_spec import load_model
-from simulator.policies.chain import chain_draft_time
+from simulator.policies.chain import ChainAcceptance, chain_draft_time, draft_prefill_time
 from simulator.policies.tree_cost import policy_hardware
 from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
 
@@ -47,7 +47,7 @@ def _draft2(name: str):
     return spec
 
 
-class StagedSpeculation:
+class StagedSpeculation(ChainAcceptance):
     """A draft model whose own decoding is sped up by a smaller draft (two stages)."""
 
     name = "staged"
@@ -128,20 +128,6 @@ class StagedSpeculation:
         gpu, cpu, _ = self.draft_time(batch.context.astype(np.float64), batch.request_ids, rng)
         return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu, cpu_time_s=cpu)
 
-    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        if not plan.num_draft.any():
-            return np.zeros(len(batch), dtype=np.int64)
-        return self.acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids,
-                                            rng)
-
-    def observe(self, plan, batch, accepted, step_time_s) -> None:
-        return None
-
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        if not new_tokens.size:
-            return 0.0
-        no_logits = np.zeros(new_tokens.size)
-        t = self.draft_cost.step_time(new_tokens, context, no_logits)
-        if self.draft2_cost is not None:
-            t += self.draft2_cost.step_time(new_tokens, context, no_logits)
-        return t
+        return (draft_prefill_time(self.draft_cost, new_tokens, context)
+                + draft_prefill_time(self.draft2_cost, new_tokens, context))
