@@ -6,6 +6,7 @@ policy compared on a scenario sees the same trace and the same per-request param
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,6 +37,7 @@ class Deployment:
     draft_cost: CostModel | None
     memory: MemoryPlan
     policy_params: dict
+    verify_width: int  # most tokens one request carries in a verification forward
 
 
 def build_deployment(scenario: Scenario) -> Deployment:
@@ -51,17 +53,26 @@ def build_deployment(scenario: Scenario) -> Deployment:
     if getattr(cls, "needs_draft_model", False) and draft is None:
         raise SpecsimError(f"policy {scenario.policy.name!r} needs a draft model",
                            field="draft", fix="set 'draft: opt-125m' or another small model")
-    extra, kv_models = memory_models(cls, params, draft, target)
-    b = scenario.batching
-    memory = plan_memory(hw, target, scenario.parallelism, extra_models=extra,
-                         kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
-                         block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
-                         logits_tokens=b.max_num_seqs * (1 + int(params.get(
-                             "num_speculative_tokens", 0) or 0)))
+    # a first estimate of the verification width (chain policies: exact); simulate() re-plans
+    # with the width the built policy reports (trees, lookahead branches)
+    width = 1 + int(params.get("num_speculative_tokens") or 0)
+    memory = plan_deployment_memory(scenario, hw, target, draft, cls, params, width)
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
     dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads) \
         if draft is not None and draft.kind == "decoder" else None
-    return Deployment(hw, target, draft, tcost, dcost, memory, params)
+    return Deployment(hw, target, draft, tcost, dcost, memory, params, width)
+
+
+def plan_deployment_memory(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
+                           draft: ModelSpec | None, cls, params: dict,
+                           verify_width: int) -> MemoryPlan:
+    """One replica's memory plan, with logits held for ``verify_width`` tokens per sequence."""
+    extra, kv_models = memory_models(cls, params, draft, target)
+    b = scenario.batching
+    return plan_memory(hw, target, scenario.parallelism, extra_models=extra,
+                       kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
+                       block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
+                       logits_tokens=b.max_num_seqs * verify_width)
 
 
 def memory_models(cls, params: dict, draft: ModelSpec | None, target: ModelSpec):
@@ -132,6 +143,9 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     if max_verify is None:
         max_verify = 1 + int(dep.policy_params.get("num_speculative_tokens") or 0)
     max_verify = int(max_verify)
+    if max_verify != dep.verify_width:
+        dep = dataclasses.replace(dep, verify_width=max_verify, memory=plan_deployment_memory(
+            scenario, dep.hardware, dep.target, dep.draft, cls, dep.policy_params, max_verify))
     if b.max_num_batched_tokens < max_verify:
         raise SpecsimError(
             f"max_num_batched_tokens={b.max_num_batched_tokens} cannot hold one request's "

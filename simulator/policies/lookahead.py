@@ -85,10 +85,7 @@ class JacobiDecoding(NoDraftMixin):
 
     @classmethod
     def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix)
-        # the memory plan reserves logits for 1 + num_speculative_tokens tokens per request
-        out["num_speculative_tokens"] = out["window_size"]
-        return out
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
@@ -166,11 +163,7 @@ class LookaheadDecoding(NoDraftMixin):
 
     @classmethod
     def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix)
-        # the memory plan reserves logits for 1 + num_speculative_tokens tokens per request
-        out["num_speculative_tokens"] = (out["window_size"] + out["guess_set_size"]) \
-            * (out["ngram_size"] - 1)
-        return out
+        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
