@@ -57,6 +57,9 @@ EMBED_JS = """
 """
 
 
+REPORT_GENERATOR = "specsim"  # a report is replaced only if it carries this mark
+
+
 @functools.lru_cache(maxsize=1)
 def vega_bundle() -> str:
     """Vega, Vega-Lite (the version Altair writes) and Vega-Embed as one script (cached)."""
@@ -175,6 +178,7 @@ class Page:
                        f'<script id="specsim-specs" type="application/json">'
                        f"{script_json(self._specs)}</script>\n<script>{EMBED_JS}</script>")
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                f"<meta name=\"generator\" content=\"{REPORT_GENERATOR}\">"
                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
                 f"<title>{esc(self.title)}</title><style>{CSS}</style></head>\n<body><main>"
                 f"<h1>{esc(self.title)}</h1><p class=\"note\">{esc(subtitle)}</p>"

@@ -118,12 +118,37 @@ def load_results_dir(results_dir: str | Path) -> tuple[list[Results], Scenario, 
     return results, scenario, manifest
 
 
-def render_report_from_dir(results_dir: str | Path, path: str | Path) -> Path:
-    """Write the HTML report of a ``specsim run --out`` folder to ``path``."""
-    from reports.page import render_report, report_versions
+def render_report_from_dir(results_dir: str | Path, path: str | Path, *,
+                           field: str = "--output", overwrite: bool = False) -> Path:
+    """Write the HTML report of a ``specsim run --out`` folder to ``path``.
+
+    A report written into the results folder itself is added to its manifest, so that a
+    later ``specsim run --out`` on that folder still knows every file in it is specsim's.
+    """
+    from reports.page import check_report_target, render_report, report_versions
+    check_report_target(path, field=field, overwrite=overwrite)
     results, scenario, manifest = load_results_dir(results_dir)
     d = Path(results_dir).expanduser()
     extra = {name: _read_table(d / f"{name}.csv", "csv") for name in OPTIONAL_TABLES
              if (d / f"{name}.csv").exists()}
     versions = {**report_versions(), **(manifest.get("versions") or {})}
-    return render_report(results, path, scenario=scenario, versions=versions, **extra)
+    out = render_report(results, path, scenario=scenario, versions=versions, field=field,
+                        overwrite=overwrite, **extra)
+    add_to_manifest(d, out)
+    return out
+
+
+def add_to_manifest(folder: Path, path: Path) -> None:
+    """List ``path`` in ``folder``'s specsim manifest when it sits directly in that folder."""
+    from simulator.output_paths import MANIFEST, read_results_manifest, write_file_atomic
+    try:
+        inside = path.resolve().parent == folder.resolve()
+    except OSError:
+        return
+    manifest = read_results_manifest(folder) if inside else None
+    if manifest is None or path.name in manifest["files"]:
+        return
+    manifest["files"] = sorted([*manifest["files"], path.name])
+    text = json.dumps(manifest, indent=2, default=str)
+    write_file_atomic(folder / MANIFEST, lambda p: p.write_text(text, encoding="utf-8"),
+                      "--output")

@@ -1,9 +1,7 @@
 """``render_report``: Results, and optionally a sweep, plan, validation or calibration -> HTML."""
 from __future__ import annotations
 
-import os
 import shlex
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -12,10 +10,11 @@ import pandas as pd
 import yaml
 
 from reports import charts, extras, frames
-from reports.html import Page, format_number
+from reports.html import REPORT_GENERATOR, Page, format_number
 from reports.model_frames import (default_grid_axes, gamma_grid_frame, operating_point,
                                   roofline_frames, scenario_alpha, scenario_pricing)
 from simulator.errors import SpecsimError
+from simulator.output_paths import check_file_target, write_text_file
 
 
 def _ms(value) -> str:
@@ -76,7 +75,7 @@ def report_versions() -> dict:
     import altair as alt
     import vl_convert
 
-    from simulator.cli_run import software_versions
+    from simulator.results_dir import software_versions
     out = software_versions()
     for pkg in ("altair", "vl-convert-python"):
         try:
@@ -286,28 +285,24 @@ def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
     return page.to_html(_subtitle(scenario, results))
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, then rename over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+REPORT_MARKS = (f'<meta name="generator" content="{REPORT_GENERATOR}">'.encode(),)
 
 
 def render_report(results: Sequence, path, scenario=None, sweep=None, plan=None,
-                  validation=None, calibration=None, *, versions: Mapping | None = None) -> Path:
-    """Write the self-contained HTML report of ``results`` (one Results per policy) to ``path``."""
-    out = Path(path).expanduser()
-    if out.is_dir():
-        raise SpecsimError(f"{out} is a folder", field="--report",
-                           fix="give a file name such as report.html")
+                  validation=None, calibration=None, *, versions: Mapping | None = None,
+                  field: str = "--report", overwrite: bool = False) -> Path:
+    """Write the self-contained HTML report of ``results`` (one Results per policy) to ``path``.
+
+    The path is checked before the page is built: an existing file is replaced only if it is
+    a specsim report (or with ``overwrite``); see :mod:`simulator.output_paths`.
+    """
+    out = check_report_target(path, field=field, overwrite=overwrite)
     text = build_report_html(results, scenario, sweep, plan, validation, calibration, versions)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, text)
+    write_text_file(out, text, field, marks=REPORT_MARKS, overwrite=overwrite, what="report")
     return out.resolve()
+
+
+def check_report_target(path, field: str = "--report", overwrite: bool = False) -> Path:
+    """Check a report path before any work (commands call it first, then render_report)."""
+    return check_file_target(path, field, marks=REPORT_MARKS, overwrite=overwrite, what="report")
 

@@ -365,22 +365,16 @@ def plan(spec: PlanSpec, *, executor: Any = "serial", workers: int | None = None
     from simulator.executors import Failure, make_executor, run_items
     tasks = [(label, raw, spec.base_dir, spec.slo, spec.search, spec.target_rate_per_s,
               spec.max_replicas, spec.prices) for label, raw in spec.candidates]
-    bar = None
-    if progress:
-        import sys
-        from tqdm import tqdm
-        bar = tqdm(total=len(tasks), desc=spec.name, unit="deployment", file=sys.stderr,
-                   leave=False)
+    from simulator.progress import Progress
+    bar = Progress(spec.name, len(tasks), unit="deployments", enabled=progress)
     ex = make_executor(executor, workers=workers, address=address) \
         if isinstance(executor, str) else executor
     try:
-        results = run_items(plan_candidate, tasks, ex, chunk_size=1,
-                            progress=bar.update if bar is not None else None)
+        results = run_items(plan_candidate, tasks, ex, chunk_size=1, progress=bar.update)
     finally:
         if isinstance(executor, str):
             ex.close()
-        if bar is not None:
-            bar.close()
+        bar.close()
     rows = [{"candidate": t[0], "feasible": False, "error": r.error} if isinstance(r, Failure)
             else {**r, "error": None} for t, r in zip(tasks, results)]
     df = pd.DataFrame(rows)

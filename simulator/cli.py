@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from simulator.errors import SpecsimError
@@ -43,23 +45,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) as an exception, so that every ``finally`` and cleanup runs."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
-        parser.print_help()
-        return 2
+    """Entry point of the console script.
+
+    Exit codes: 0 done, 1 some points failed or a check did not pass, 2 bad input (one line
+    on stderr), 130 interrupted (Ctrl-C), 128 + N stopped by signal N (143 for SIGTERM).
+    Every temporary file is removed on the way out.
+    """
+    old = {}
     try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, _raise_terminated)
+    except ValueError:  # not the main thread (main() called from a library): leave them
+        old = {}
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 2
         return int(importlib.import_module(args._module).main(args) or 0)
     except SpecsimError as exc:
-        sys.stderr.write(f"specsim: error: {exc}\n")
+        _say(f"specsim: error: {exc}")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("specsim: interrupted\n")
+        _say("specsim: interrupted; nothing was left half-written")
         return 130
+    except Terminated as exc:
+        signum = int(exc.args[0]) if exc.args else int(signal.SIGTERM)
+        _say(f"specsim: stopped by {signal.Signals(signum).name}; nothing was left "
+             "half-written")
+        return 128 + signum
     except BrokenPipeError:
+        _quiet_stdout()
         return 0
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe (``specsim ... | head``), keep Python's exit flush from failing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

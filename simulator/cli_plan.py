@@ -11,6 +11,9 @@ SHOWN = ("rank", "candidate", "devices", "max_rate_per_s", "p99_ttft_s", "p99_tp
          "goodput_fraction", "cost_per_million_tokens", "min_replicas_for_target",
          "cost_per_million_tokens_at_target", "evaluations")
 
+# a plan table starts with these columns (plan() inserts rank first, then candidate)
+PLAN_MARKS = (b"rank,candidate,",)
+
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     """Arguments of ``plan``."""
@@ -18,20 +21,31 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--out", default=None, help="also write the full table to this CSV")
     p.add_argument("--report", default=None, help="also write an HTML report to this path")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an --out or --report file that specsim did not write")
     add_executor_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     """Search every candidate deployment and print the ranked table."""
     from simulator.capacity import load_plan, plan
+    from simulator.output_paths import check_file_target, write_text_file
     spec = load_plan(args.plan)
+    if args.out:  # every path is checked before the search starts
+        check_file_target(args.out, "--out", marks=PLAN_MARKS, overwrite=args.overwrite,
+                          what="plan table")
+    if args.report:
+        from reports.page import check_report_target
+        check_report_target(args.report, overwrite=args.overwrite)
     df = plan(spec, executor=args.executor, workers=args.workers, address=args.address,
               progress=not args.no_progress)
     if args.out:
-        df.to_csv(args.out, index=False)
+        write_text_file(args.out, df.to_csv(index=False), "--out", marks=PLAN_MARKS,
+                        overwrite=args.overwrite, what="plan table")
     if args.report:
         from reports import render_report  # only reports/ imports altair
-        print(f"report: {render_report([], args.report, plan=df)}", file=sys.stderr)
+        path = render_report([], args.report, plan=df, overwrite=args.overwrite)
+        print(f"report: {path}", file=sys.stderr)
     if args.format != "table":
         print(render(df, args.format))
         return 0

@@ -2,19 +2,15 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import yaml
 
 from simulator.errors import SpecsimError
 from simulator.output import FORMATS, render
+from simulator.output_paths import ResultsFolderWriter
+from simulator.progress import PLAIN_INTERVAL_S, Progress
+from simulator.results_dir import require_format, write_results_tables
 from simulator.scenario import Scenario, load_scenario, parse_compare
 from simulator.simulate import simulate
 
@@ -37,21 +33,13 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-format", choices=("csv", "parquet"), default="csv")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--report", default=None, help="also write an HTML report to this path")
-    p.add_argument("--no-progress", action="store_true")
-
-
-def _progress_bar(enabled: bool, label: str):
-    if not enabled:
-        return None, None
-    from tqdm import tqdm
-    bar = tqdm(total=0, desc=label, unit="req", leave=False, file=sys.stderr,
-               mininterval=0.5, disable=None)
-
-    def update(done: int, total: int) -> None:
-        bar.total = total
-        bar.n = done
-        bar.refresh()
-    return update, bar
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out folder that is not a specsim results folder "
+                        "(only specsim's own file names are replaced; nothing else is "
+                        "touched), and replace a --report file specsim did not write")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress display (a bar on a terminal, a line every "
+                        f"{PLAIN_INTERVAL_S:g} s elsewhere)")
 
 
 def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
@@ -59,12 +47,8 @@ def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
     out = []
     for pol in policies:
         sc = scenario.with_policy(pol)
-        update, bar = _progress_bar(progress, pol.label)
-        try:
-            out.append(simulate(sc, progress=update))
-        finally:
-            if bar is not None:
-                bar.close()
+        with Progress(pol.label, unit="requests", enabled=progress) as bar:
+            out.append(simulate(sc, progress=bar.set))
     return out
 
 
@@ -79,52 +63,6 @@ def summary_table(results: list) -> pd.DataFrame:
     return df
 
 
-def software_versions() -> dict:
-    """Versions of the packages a result depends on (for reproducibility)."""
-    import platform
-    from importlib import metadata
-    out = {"python": platform.python_version()}
-    for pkg in ("specsim", "numpy", "pandas", "simpy"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
-
-
-def write_results(results: list, summary: pd.DataFrame, scenario: Scenario, out: Path,
-                  fmt: str) -> None:
-    """Write every table into ``out`` atomically: a temp folder renamed into place."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".specsim-", dir=out.parent))
-    try:
-        manifest = {"format": fmt, "scenario_name": scenario.name, "seed": scenario.seed,
-                    "versions": software_versions(), "policies": []}
-        for i, r in enumerate(results):
-            safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in r.label)
-            stem = f"{i:02d}-{safe[:60]}"  # the manifest keeps the full label
-            manifest["policies"].append({"label": r.label, "stem": stem, "info": r.info})
-            tables = (("requests", r.requests), ("steps", r.steps),
-                      ("acceptance", r.acceptance_frame()))
-            for name, df in tables:
-                path = tmp / f"{stem}.{name}.{fmt}"
-                if fmt == "parquet":
-                    df.to_parquet(path, index=False)
-                else:
-                    df.to_csv(path, index=False)
-            np.save(tmp / f"{stem}.itl.npy", r.itl_s)
-        summary.to_csv(tmp / "summary.csv", index=False)
-        (tmp / "scenario.yaml").write_text(yaml.safe_dump(dict(scenario.raw), sort_keys=False))
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except Exception:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def main(args: argparse.Namespace) -> int:
     """Run the scenario for each policy and print the summary table."""
     scenario = load_scenario(args.scenario, args.overrides)
@@ -134,16 +72,23 @@ def main(args: argparse.Namespace) -> int:
         policies = parse_compare(DEFAULT_COMPARE)
     else:
         policies = [scenario.policy]
-    if args.results_format == "parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise SpecsimError("parquet needs pyarrow", field="--results-format",
-                               fix="pip install pyarrow, or use --results-format csv") from None
-    results = run_policies(scenario, policies, progress=not args.no_progress)
-    summary = summary_table(results)
-    out = Path(args.out)
-    write_results(results, summary, scenario, out, args.results_format)
+    require_format(args.results_format)
+    out = Path(args.out).expanduser()
+    report = Path(args.report).expanduser() if args.report else None
+    # every path is checked before the first request is simulated
+    report_inside = report is not None and _inside(report, out)
+    if report is not None and not report_inside:
+        from reports.page import check_report_target
+        check_report_target(report, overwrite=args.overwrite)
+    with ResultsFolderWriter(out, "--out", overwrite=args.overwrite) as writer:
+        results = run_policies(scenario, policies, progress=not args.no_progress)
+        summary = summary_table(results)
+        manifest = write_results_tables(writer.path, results, summary, scenario,
+                                        args.results_format)
+        if report_inside:
+            from reports import render_report  # only reports/ imports altair
+            render_report(results, writer.path / report.name, scenario=scenario)
+        writer.commit(manifest)
     if args.format == "table":
         shown = summary[[c for c in TABLE_COLUMNS if c in summary.columns]].copy()
         times = [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]
@@ -152,12 +97,70 @@ def main(args: argparse.Namespace) -> int:
         print(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
               f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
               f"seed {scenario.seed}")
+        sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
+        if sat.any():
+            shown["policy"] = [f"{p} (saturated)" if flag else p
+                               for p, flag in zip(shown["policy"], sat)]
         print(render(shown, "table"))
+        for _, row in summary[sat].iterrows():
+            print(saturation_note(row))
         print(f"results: {out}/")
     else:
         print(render(summary, args.format))
-    if args.report:
+    if report_inside:
+        print(f"report: {(out / report.name).resolve()}")
+    elif report is not None:
         from reports import render_report  # only reports/ imports altair
-        path = render_report(results, args.report, scenario=scenario)
+        path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def saturation_note(row) -> str:
+    """What a saturated row's numbers mean, in one line."""
+    ttft = float(row.get("p50_ttft_s", float("nan")))
+    return (f"  {row['policy']}: saturated: arrivals outpace service (requests in the system "
+            f"grew from {int(row['backlog_mid'])} at mid-trace to {int(row['backlog_last'])} "
+            f"at the last arrival, {float(row['in_flight_at_last_arrival']):.0%} of the "
+            f"trace); its latencies (p50 TTFT {_human_s(ttft)}) are mostly queueing, and grow "
+            f"with the trace's length. Lower the rate, add replicas, or use 'specsim plan' "
+            f"for the sustainable rate.")
+
+
+def _human_s(x: float) -> str:
+    if x != x:
+        return "n/a"
+    if x >= 3600:
+        return f"{x / 3600:.1f} h"
+    if x >= 60:
+        return f"{x / 60:.1f} min"
+    return f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.3g} ms"
+
+
+def _inside(report: Path, out: Path) -> bool:
+    """Whether the report goes directly into the results folder (written with it, atomically).
+
+    A report deeper inside ``out`` is refused: the results folder holds no sub-folders.
+    """
+    rp, op = report.absolute().parent, out.absolute()
+    if _same(rp, op):
+        return True
+    if op in rp.parents or _same_or_below(rp, op):
+        raise SpecsimError(f"{str(report)!r} is inside a sub-folder of the results folder",
+                           field="--report", fix=f"write it as {out / report.name}, or outside "
+                           f"{out}")
+    return False
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _same_or_below(a: Path, b: Path) -> bool:
+    try:
+        return b.resolve() in a.resolve().parents
+    except OSError:
+        return False

@@ -71,6 +71,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--restart", action="store_true",
                        help="discard the points already in --out and run every point")
         p.add_argument("--report", default=None, help="also write an HTML report to this path")
+        p.add_argument("--overwrite", action="store_true",
+                       help="replace a --report file that specsim did not write")
         add_executor_arguments(p, default="auto")
         return
     p.add_argument("--hardware", default="a100-40gb")
@@ -99,16 +101,20 @@ def main(args: argparse.Namespace) -> int:
         return _gamma_map(args)
     from simulator.sweep import load_sweep, run_sweep
     spec = load_sweep(args.sweep)
-    out = Path(args.out) if args.out else Path(f"sweep-{spec.name}.csv")
-    if args.restart and out.exists():
-        import shutil
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
-    df = run_sweep(spec, executor=args.executor, workers=args.workers, address=args.address,
-                   out=out, progress=not args.no_progress)
+    from simulator.output_paths import OutputLock
+    out = Path(args.out).expanduser() if args.out else Path(f"sweep-{spec.name}.csv")
+    if args.report:
+        from reports.page import check_report_target
+        check_report_target(args.report, overwrite=args.overwrite)
+    with OutputLock(out.absolute(), "--out"):  # one sweep at a time appends to a file
+        df = run_sweep(spec, executor=args.executor, workers=args.workers,
+                       address=args.address, out=out, progress=not args.no_progress,
+                       restart=args.restart)
     failed = int(df["error"].notna().sum())
     if args.report:
         from reports import render_report  # only reports/ imports altair
-        print(f"report: {render_report([], args.report, sweep=df)}", file=sys.stderr)
+        path = render_report([], args.report, sweep=df, overwrite=args.overwrite)
+        print(f"report: {path}", file=sys.stderr)
     if args.format != "table":
         print(render(df, args.format))
         return 1 if failed else 0

@@ -76,8 +76,9 @@ class Replica:
 
     def __init__(self, env: simpy.Environment, index: int, table: RequestTable,
                  limits: EngineLimits, target_cost, policy, rng: np.random.Generator,
-                 recorder: Recorder) -> None:
+                 recorder: Recorder, on_finish=None) -> None:
         self.env = env
+        self.on_finish = on_finish  # on_finish(n): n requests just finished (progress)
         self.index = index
         self.t = table
         self.limits = limits
@@ -333,6 +334,8 @@ class Replica:
                 self.rec.events.extend((now, "finish", int(r), 0) for r in sorted(done.tolist()))
             gone = set(done.tolist())
             self.running = [r for r in self.running if r not in gone]
+            if self.on_finish is not None:
+                self.on_finish(int(done.size))
         n_dec = int(dec.size) if plan is not None else 0
         self.rec.steps.append((
             self.index, step["start"], step["duration"], step["draft_s"], step["verify_s"],

@@ -40,6 +40,12 @@ def eval_chunk(fn: Callable[[Any], Any], chunk: Sequence[tuple[int, Any]]) -> li
     return out
 
 
+def _worker_init() -> None:
+    """Pool workers leave Ctrl-C to the driver, which stops them (no traceback per worker)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class SerialExecutor:
     """Every chunk in this process, in order (debugging, tiny sweeps, reproducibility checks)."""
 
@@ -59,6 +65,10 @@ class SerialExecutor:
 
     def close(self) -> None:
         return None
+
+    def abort(self) -> None:
+        """Stop at once (Ctrl-C, SIGTERM): outstanding work is dropped, workers stopped."""
+        self.close()
 
     def __enter__(self):
         return self
@@ -91,7 +101,8 @@ class LocalExecutor(SerialExecutor):
 
     def _get_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx)
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx,
+                                                initializer=_worker_init)
         return self._pool
 
     def map_chunks(self, fn, chunks: list) -> Iterator[tuple[int, Any]]:
@@ -109,6 +120,18 @@ class LocalExecutor(SerialExecutor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:  # a running point would otherwise finish first
+            if proc.is_alive():
+                proc.terminate()
+        for proc in processes:
+            proc.join(timeout=5)
 
 
 class RayExecutor(SerialExecutor):
@@ -148,8 +171,10 @@ class RayExecutor(SerialExecutor):
         fn_ref = ray.put(fn)
         refs = {self._remote.remote(fn_ref, chunk): i for i, chunk in enumerate(chunks)}
         pending = list(refs)
+        self._pending = pending
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
+            self._pending = pending
             for ref in done:
                 try:
                     yield refs[ref], ray.get(ref)
@@ -160,6 +185,15 @@ class RayExecutor(SerialExecutor):
         if self._started and self._ray.is_initialized():
             self._ray.shutdown()
         self._started = False
+
+    def abort(self) -> None:
+        for ref in getattr(self, "_pending", []):  # tasks on a cluster outlive a local shutdown
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:
+                pass
+        self._pending = []
+        self.close()
 
 
 EXECUTORS: dict[str, type] = {
@@ -202,6 +236,15 @@ def run_items(fn: Callable[[Any], Any], items: Sequence[Any], executor, *,
     if chunk_size is None:
         # a few chunks per worker keeps the pool busy without paying per-item overhead
         chunk_size = max(1, min(64, len(items) // (4 * max(1, executor.workers)) or 1))
+    try:
+        return _run_items(fn, items, executor, chunk_size, retries, on_result, progress)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM: stop the workers now
+            executor.abort()
+        raise
+
+
+def _run_items(fn, items, executor, chunk_size, retries, on_result, progress) -> list:
     results: list = [None] * len(items)
     todo = list(enumerate(items))
     for attempt in range(retries + 1):

@@ -160,6 +160,7 @@ class Results:
         else:
             out.update(mean_kv_occupancy=0.0, mfu=0.0, mbu=0.0, draft_overhead_fraction=0.0)
         out["preemptions"] = int(req["preemptions"].sum())
+        out.update(backlog_summary(req))
         drafts = int(req["num_drafts"].sum())
         draft_tokens = int(req["num_draft_tokens"].sum())
         accepted = int(req["num_accepted_tokens"].sum())
@@ -173,3 +174,35 @@ class Results:
     def summary_frame(self) -> pd.DataFrame:
         """The summary as a one-row DataFrame."""
         return pd.DataFrame([self.summary()])
+
+
+# A run is *saturated* when requests pile up through the trace: at the last arrival more than
+# SATURATED_IN_FLIGHT of the served requests are still in the system, and that backlog is at
+# least SATURATED_GROWTH times the backlog at the middle of the arrival span.  The first
+# condition is the in-flight rule of ``specsim plan`` (capacity.py); the second tells a
+# backlog that grows with time (arrivals outpace service: latencies then measure the queue,
+# and grow with the trace's length) from a single burst that a large batch absorbs.
+SATURATED_IN_FLIGHT = 0.25
+SATURATED_GROWTH = 1.5
+
+
+def backlog_summary(req: pd.DataFrame) -> dict:
+    """``in_flight_at_last_arrival`` (fraction), ``backlog_mid``/``backlog_last`` (requests
+    in the system at the middle and at the end of the arrival span) and ``saturated``."""
+    served = req[req["status"] != "rejected"]
+    if not len(served):
+        return {"in_flight_at_last_arrival": float("nan"), "backlog_mid": 0,
+                "backlog_last": 0, "saturated": False}
+    arrival = served["arrival_s"].to_numpy(float)
+    finish = served["finish_s"].to_numpy(float)  # NaN: never finished
+    first, last = float(arrival.min()), float(arrival.max())
+    mid = first + 0.5 * (last - first)
+
+    def backlog(t: float) -> int:
+        return int(np.count_nonzero((arrival <= t) & ~(finish <= t)))
+    b_mid, b_last = backlog(mid), backlog(last)
+    frac = b_last / len(served)
+    saturated = bool(last > first and frac > SATURATED_IN_FLIGHT
+                     and b_last >= SATURATED_GROWTH * max(b_mid, 1))
+    return {"in_flight_at_last_arrival": frac, "backlog_mid": b_mid, "backlog_last": b_last,
+            "saturated": saturated}

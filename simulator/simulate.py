@@ -19,7 +19,7 @@ from simulator.engine import REJECTED, EngineLimits, Replica, RequestTable, arri
 from simulator.recorder import Recorder
 from simulator.errors import SpecsimError
 from simulator.memory_plan import MemoryPlan, plan_memory
-from simulator.model_spec import ModelSpec, load_model
+from simulator.model_spec import ModelSpec, check_shared_vocabulary, load_model
 from simulator.policies import POLICIES
 from simulator.policy import PolicyContext
 from simulator.results import Results
@@ -57,6 +57,7 @@ def build_deployment(scenario: Scenario) -> Deployment:
     # with the width the built policy reports (trees, lookahead branches)
     width = 1 + int(params.get("num_speculative_tokens") or 0)
     memory = plan_deployment_memory(scenario, hw, target, draft, cls, params, width)
+    check_shared_vocabulary(draft, target)  # after the memory plan: that error comes first
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
     dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads) \
         if draft is not None and draft.kind == "decoder" else None
@@ -164,20 +165,23 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     env = simpy.Environment()
     recorder = Recorder(record_events)
     rng = np.random.default_rng(eng_seed)
-    replicas = [Replica(env, i, table, limits, tcost, pol, rng, recorder)
+    on_finish = None if progress is None else _finish_counter(progress, table.arrival_s.size,
+                                                               int(np.count_nonzero(~ok)))
+    replicas = [Replica(env, i, table, limits, tcost, pol, rng, recorder, on_finish=on_finish)
                 for i, pol in enumerate(policies)]
     env.process(arrivals(env, table, replicas, scenario.router, ok))
-    _run(env, table, progress)
+    env.run()  # no until: returns when no event is left (idle replicas wait on untriggered ones)
     return Results.from_run(scenario, table, recorder, dep, workload)
 
 
-def _run(env: simpy.Environment, table: RequestTable, progress) -> None:
-    if progress is None:
-        env.run()
-        return
-    total = table.arrival_s.size
-    horizon = max(float(table.arrival_s[-1]) / 200.0, 1.0)
-    while env.peek() != float("inf"):
-        env.run(until=env.now + horizon)
-        progress(int(np.count_nonzero(table.status >= 3)), total)
-    progress(total, total)
+def _finish_counter(progress: Callable[[int, int], None], total: int, settled: int):
+    """``on_finish(n)`` for the replicas: progress is driven by the engine's events (requests
+    finishing), never by stepping SimPy's clock, so the run ends exactly when SimPy's queue
+    empties, on any SimPy 4.x.  Rejected requests count as settled from the start."""
+    done = [settled]
+    progress(settled, int(total))
+
+    def on_finish(n: int) -> None:
+        done[0] += n
+        progress(done[0], int(total))
+    return on_finish

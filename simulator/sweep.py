@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,8 +261,8 @@ class ResultSink:
 
     FLUSH_ROWS, FLUSH_S = 500, 2.0
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path, *, restart: bool = False) -> None:
+        self.path = Path(path).expanduser()
         suffix = self.path.suffix.lower()
         if suffix not in (".csv", ".parquet", ".pq"):
             raise SpecsimError(f"cannot tell the format of {str(path)!r}", field="--out",
@@ -272,14 +272,67 @@ class ResultSink:
             try:
                 import pyarrow  # noqa: F401
             except ImportError:
-                raise SpecsimError("parquet needs pyarrow", field="--out",
-                                   fix="pip install pyarrow, or write .csv") from None
+                raise SpecsimError("parquet output needs pyarrow, which is not installed",
+                                   field="--out", fix="pip install 'specsim[parquet]', or "
+                                   "write .csv") from None
+        self._check_target()  # before anything is read, truncated or removed
+        if restart:
+            self._discard()
         self._buffer: list[dict] = []
         self._last = time.monotonic()
         if self.fmt == "csv" and self.path.is_file():  # drop a half-written last line
             data = self.path.read_bytes()
             if data and not data.endswith(b"\n"):
                 self.path.write_bytes(data[:data.rfind(b"\n") + 1])
+
+    def _check_target(self) -> None:
+        """An existing ``--out`` must be a sweep output specsim wrote: a CSV whose header
+        starts ``point,key`` and has an ``error`` column, or a folder of Parquet parts."""
+        from simulator.output_paths import check_parent, os_error
+        p, shown = self.path, repr(str(self.path))
+        fix = "choose another --out (a sweep writes and resumes its own file)"
+        try:
+            if p.is_symlink():
+                raise SpecsimError(f"{shown} is a symbolic link", field="--out",
+                                   fix="give the real path, or " + fix)
+            if not p.exists():
+                check_parent(p.absolute(), "--out")
+                return
+            if self.fmt == "csv":
+                if not p.is_file():
+                    raise SpecsimError(f"{shown} is not a file", field="--out", fix=fix)
+                with open(p, "rb") as fh:
+                    head = fh.read(65536)
+                if not head:
+                    return
+                header = head.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+                cols = [c.strip().strip('"') for c in header.split(",")]
+                if cols[:2] != ["point", "key"] or "error" not in cols:
+                    raise SpecsimError(f"{shown} exists and is not a specsim sweep file (its "
+                                       "header does not start with point,key)",
+                                       field="--out", fix=fix)
+                return
+            if not p.is_dir():
+                raise SpecsimError(f"{shown} exists and is not a folder of Parquet parts",
+                                   field="--out", fix=fix)
+            foreign = [e.name for e in p.iterdir()
+                       if not re.fullmatch(r"part-\d{5,}\.parquet|\.part-\d{5,}\.tmp", e.name)
+                       or not e.is_file() or e.is_symlink()]
+            if foreign:
+                raise SpecsimError(f"{shown} holds files a sweep did not write "
+                                   f"({', '.join(sorted(foreign)[:3])})", field="--out", fix=fix)
+        except OSError as exc:
+            raise os_error(exc, p, "--out", "use") from None
+
+    def _discard(self) -> None:
+        """``--restart``: remove the earlier points (only what ``_check_target`` accepted)."""
+        if self.fmt == "csv":
+            self.path.unlink(missing_ok=True)
+            return
+        if self.path.is_dir():
+            for part in self.path.iterdir():
+                part.unlink()
+            self.path.rmdir()
 
     def read(self) -> pd.DataFrame:
         """Every row written so far (the last row per key wins)."""
@@ -318,8 +371,12 @@ class ResultSink:
             self.path.mkdir(exist_ok=True)
             n = 1 + max((int(p.stem[5:]) for p in self.path.glob("part-*.parquet")), default=-1)
             tmp = self.path / f".part-{n:05d}.tmp"
-            new.to_parquet(tmp, index=False)
-            os.replace(tmp, self.path / f"part-{n:05d}.parquet")
+            try:
+                new.to_parquet(tmp, index=False)
+                os.replace(tmp, self.path / f"part-{n:05d}.parquet")
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             return
         if not self.path.exists() or self.path.stat().st_size == 0:
             new.to_csv(self.path, index=False)
@@ -330,9 +387,13 @@ class ResultSink:
             return
         old = pd.read_csv(self.path, dtype={"key": str})
         merged = pd.concat([old, new], ignore_index=True)  # new columns
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        merged.to_csv(tmp, index=False)
-        os.replace(tmp, self.path)
+        tmp = self.path.with_name(f".specsim-{self.path.name}.tmp")
+        try:
+            merged.to_csv(tmp, index=False)
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def _assemble(df: pd.DataFrame, spec: SweepSpec, keys: list[str]) -> pd.DataFrame:
@@ -355,7 +416,8 @@ AUTO_SERIAL_POINTS = 20_000
 
 def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = None,
               address: str | None = None, out: str | Path | None = None,
-              progress: bool = False, chunk_size: int | None = None) -> pd.DataFrame:
+              progress: bool = False, chunk_size: int | None = None,
+              restart: bool = False) -> pd.DataFrame:
     """Evaluate every point not already in ``out``; return one tidy row per point.
 
     ``executor`` is a name (``local``, ``serial``, ``ray``; ``auto``: the local pool, or one
@@ -365,7 +427,7 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
         executor = "serial" if spec.mode == "analytic" and len(spec) < AUTO_SERIAL_POINTS \
             else "local"
     keys = spec.keys()
-    sink = ResultSink(out) if out is not None else None
+    sink = ResultSink(out, restart=restart) if out is not None else None
     done = sink.done_keys() if sink is not None else set()
     todo = list({k: i for i, k in reversed(list(enumerate(keys))) if k not in done}.values())
     todo.sort()
@@ -383,21 +445,18 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
         if sink is not None:
             sink.add(row)
 
-    bar = None
-    if progress and todo:
-        from tqdm import tqdm
-        bar = tqdm(total=len(todo), desc=spec.name, unit="pt", file=sys.stderr, leave=False)
+    from simulator.progress import Progress
+    bar = Progress(spec.name, len(todo), unit="points", enabled=progress and bool(todo))
     own = isinstance(executor, str) and bool(todo)  # nothing to do: start no pool or Ray
     ex = make_executor(executor, workers=workers, address=address) if own else executor
     try:
         if todo:
             run_items(evaluate, [spec.task(i) for i in todo], ex, chunk_size=chunk_size,
-                      on_result=settle, progress=bar.update if bar is not None else None)
+                      on_result=settle, progress=bar.update)
     finally:
         if own:
             ex.close()
-        if bar is not None:
-            bar.close()
+        bar.close()
         if sink is not None:
             sink.flush()
     df = sink.read() if sink is not None else pd.DataFrame(rows)

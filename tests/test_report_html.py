@@ -166,6 +166,7 @@ def test_sweep_plan_validation_calibration_sections(tmp_path):
     plan = pd.DataFrame({"rank": [1, 2], "candidate": ["a100-40gb x1", "h100-sxm x1"],
                          "devices": [1, 1], "max_rate_per_s": [2.5, 6.0],
                          "cost_per_million_tokens": [1.2, 0.9]})
+    (tmp_path / "sub").mkdir()  # a missing parent is an error (test_output_safety)
     path = render_report(pair(50, sc), tmp_path / "sub" / "r.html", scenario=sc, sweep=sweep,
                          plan=plan,
                          validation=validation, calibration=calib, versions=VERSIONS)
