@@ -199,18 +199,26 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
 def write_calibration(data: Mapping[str, Any], measurements: pd.DataFrame,
                       out: str | Path) -> tuple[Path, Path]:
     """Write the profile YAML and, beside it, the raw measurements as CSV; check it loads."""
+    from simulator.output_paths import write_file_atomic
     out = Path(out)
     if out.suffix not in (".yaml", ".yml"):
         raise SpecsimError("a profile file must end in .yaml", field="--out",
                            source=str(out), fix="name it e.g. my-gpu.yaml")
     out.parent.mkdir(parents=True, exist_ok=True)
-    csv_path = out.with_name(out.stem + ".measurements.csv")
+    csv_path = measurements_path(out)
     data = {**data, "calibration": {**data["calibration"], "provenance": {
         **data["calibration"]["provenance"], "measurements_csv": csv_path.name}}}
-    out.write_text(dump_profile(data), encoding="utf-8")
-    measurements.to_csv(csv_path, index=False)
+    text = dump_profile(data)
+    write_file_atomic(csv_path, lambda p: measurements.to_csv(p, index=False), "--out")
+    write_file_atomic(out, lambda p: p.write_text(text, encoding="utf-8"), "--out")
     load_calibrated(out)  # what we write must load back, checksum and all
     return out, csv_path
+
+
+def measurements_path(profile_path: str | Path) -> Path:
+    """The raw measurements CSV written beside a calibrated profile."""
+    p = Path(profile_path)
+    return p.with_name(p.stem + ".measurements.csv")
 
 
 def load_calibrated(path: str | Path) -> HardwareProfile:

@@ -30,6 +30,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-limit-gib", type=positive_float, default=None,
                    help="skip cases needing more than this (default: the device's free memory)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace output files (or write into an --out folder) that specsim "
+                        "did not write")
     if name == "calibrate":
         p.add_argument("--out", default=None,
                        help="profile YAML to write (default: <base>-calibrated.yaml); the raw "
@@ -122,6 +125,7 @@ def _calibrate(args: argparse.Namespace, limit: float | None) -> int:
                      memory_limit_bytes=limit)
     base = args.base or detect_base(args.device, device_name(resolve_device(args.device)))
     out = Path(args.out or f"{base or 'gpu'}-calibrated.yaml")
+    check_calibration_targets(out, overwrite=args.overwrite)  # before minutes of benchmarks
     update, bar = _progress(args, "calibrate")
     try:
         cal = calibrate_device(plan, rng=np.random.default_rng(args.seed), name=out.stem,
@@ -177,6 +181,12 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
     plan = make_validation_plan(args.device, quick=args.quick, dtype=dtype, models=models,
                                 reps=args.reps, memory_limit_bytes=limit)
     cfg = None if args.no_spec_loop else _loop_config(args, dtype)  # bad input fails early
+    if args.out:  # output paths too, before minutes of measurements
+        from simulator.output_paths import check_results_target
+        check_results_target(args.out, "--out", overwrite=args.overwrite)
+    if args.report:
+        from reports.page import check_report_target
+        check_report_target(args.report, overwrite=args.overwrite)
     rng = np.random.default_rng(args.seed)
     update, bar = _progress(args, "validate")
     try:
@@ -202,7 +212,8 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
     _report(args, table, loop, summary)
     if args.report:
         from reports import render_report  # only reports/ imports altair
-        path = render_report([], args.report, validation=table, calibration=after)
+        path = render_report([], args.report, validation=table, calibration=after,
+                             overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
 
@@ -226,6 +237,19 @@ def _loop_config(args: argparse.Namespace, dtype: str):
                           gammas=tuple(sorted(set(gammas) | {0})), alpha=args.alpha)
 
 
+def check_calibration_targets(out: Path, overwrite: bool = False) -> None:
+    """The profile YAML and its measurements CSV may be (re)written: checked before work."""
+    from calibrate.writer import measurements_path
+    from simulator.output_paths import check_file_target
+    if out.suffix not in (".yaml", ".yml"):
+        raise SpecsimError("a profile file must end in .yaml", field="--out",
+                           source=str(out), fix="name it e.g. my-gpu.yaml")
+    check_file_target(out, "--out", marks=(b"measurements_csv:",), overwrite=overwrite,
+                      what="calibrated profile")
+    check_file_target(measurements_path(out), "--out", marks=(b"kind,dtype,",),
+                      overwrite=overwrite, what="measurements table")
+
+
 def _report(args, table: pd.DataFrame, loop: pd.DataFrame | None, summary: dict) -> None:
     shown = table[["model", "layers", "step", "batch", "context", "new_tokens", "status"]].copy()
     shown["measured_ms"] = table["measured_s"] * 1e3
@@ -233,13 +257,14 @@ def _report(args, table: pd.DataFrame, loop: pd.DataFrame | None, summary: dict)
         shown[f"{label}_ms"] = table[f"predicted_{label}_s"] * 1e3
         shown[f"{label}_err_%"] = table[f"error_{label}"] * 100
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "validation.csv", index=False)
-        if loop is not None:
-            loop.to_csv(out / "spec_loop.csv", index=False)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n",
-                                          encoding="utf-8")
+        from simulator.output_paths import ResultsFolderWriter
+        with ResultsFolderWriter(args.out, "--out", overwrite=args.overwrite) as w:
+            table.to_csv(w.path / "validation.csv", index=False)
+            if loop is not None:
+                loop.to_csv(w.path / "spec_loop.csv", index=False)
+            (w.path / "summary.json").write_text(
+                json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+            w.commit({"command": "validate"})
     if args.format != "table":
         print(render(shown, args.format))
         if loop is not None:

@@ -10,6 +10,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="a folder written by 'specsim run --out'")
     p.add_argument("-o", "--output", default="report.html",
                    help="HTML file to write (default report.html)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an --output file that specsim did not write")
     p.add_argument("--screenshot", default=None, metavar="PNG",
                    help="also open the report in headless Chromium, check that every chart "
                         "rendered offline, and save a full-page screenshot")
@@ -18,7 +20,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Write the report; with --screenshot, check it in a browser. 1 if the check fails."""
     from reports import render_report_from_dir  # only reports/ imports altair
-    path = render_report_from_dir(args.results_dir, args.output)
+    path = render_report_from_dir(args.results_dir, args.output, overwrite=args.overwrite)
     print(f"report: {path}")
     if args.screenshot:
         from reports.browser import check_report
