@@ -38,7 +38,7 @@ def run_one(kind: str, n: int) -> dict:
         overrides = ["workload={synthetic: {num_requests: %d, arrival: {process: poisson, "
                      "rate_per_s: 24}, prompt: {dist: uniform, min_tokens: 32, max_tokens: 512}, "
                      "output: {dist: uniform, min_tokens: 8, max_tokens: 64}}}" % n]
-    overrides += ["target=llama-3.1-8b", "draft=llama-68m", "hardware=a100-80gb",
+    overrides += ["target=llama-3.1-8b", "draft=llama-3.2-1b", "hardware=a100-80gb",
                   "batching.max_num_seqs=256", "batching.max_num_batched_tokens=8192",
                   "policy={name: chain, num_speculative_tokens: 4}"]
     sc = load_scenario(None, overrides)

@@ -210,3 +210,23 @@ def load_model(name: str, model_dir: str | Path | None = None) -> ModelSpec:
         raise SpecsimError(f"file name {name!r} and name {spec.name!r} differ",
                            source=str(paths[name]), field="name", fix=f"set name: {name}")
     return spec
+
+
+def check_shared_vocabulary(draft: ModelSpec | None, target: ModelSpec, *,
+                            field: str = "draft") -> ModelSpec | None:
+    """Return ``draft`` if it shares ``target``'s vocabulary (or is None), else raise.
+
+    Speculative sampling compares p(x) and q(x) token by token and splices draft tokens
+    into the target's sequence, so both must be over one vocabulary (seed 003 section 3;
+    vLLM asserts the same in its spec-decode worker).  The files' ``vocab_size`` fields are
+    compared as they are: a padded embedding (OPT's 50272) must be padded alike.  Medusa
+    heads and EAGLE layers reuse their base's LM head, so theirs match by construction.
+    """
+    if draft is not None and draft.vocab_size != target.vocab_size:
+        raise SpecsimError(
+            f"draft {draft.name} has vocab_size {draft.vocab_size} but target {target.name} "
+            f"has vocab_size {target.vocab_size}; speculative decoding needs one shared "
+            f"vocabulary (p(x)/q(x) is undefined otherwise)", field=field,
+            fix=f"use a draft with the target's tokenizer (vocab_size {target.vocab_size})"
+                + (", or remove 'draft:' if the policy needs none" if field == "draft" else ""))
+    return draft

@@ -134,6 +134,43 @@ class PolicyContext:
     extra: dict = field(default_factory=dict)
 
 
+def draft_max_context(*models) -> int | None:
+    """The shortest ``max_context`` of the draft models given (None where there are none)."""
+    limits = [int(m.max_context) for m in models if getattr(m, "max_context", None)]
+    return min(limits) if limits else None
+
+
+def fits_draft_context(seq_len: np.ndarray, num_draft: int,
+                       max_context: int | None) -> np.ndarray:
+    """Which sequences a draft model of ``max_context`` may speculate ``num_draft`` tokens on.
+
+    vLLM's rule (``Top1Proposer._split_by_proposal_len``, vllm/spec_decode/top1_proposer.py):
+    a sequence is speculated only while ``seq_len + k < max_proposal_len``, the draft's
+    max_model_len; the others skip the draft and decode normally (proposal length 0).
+    ``seq_len`` counts prompt and generated tokens (the last one not yet in the KV).  For a
+    tree, ``num_draft`` is its depth: the draft forwards one level at a time.
+    """
+    seq_len = np.asarray(seq_len)
+    if max_context is None:
+        return np.ones(seq_len.shape, bool)
+    return seq_len + int(num_draft) < int(max_context)
+
+
+def batch_fits_draft(batch: BatchView, num_draft: int, max_context: int | None) -> np.ndarray:
+    """:func:`fits_draft_context` for the requests of ``batch``."""
+    return fits_draft_context(batch.prompt_len + batch.generated, num_draft, max_context)
+
+
+def draft_prefill_mask(new_tokens: np.ndarray, context: np.ndarray, num_draft: int,
+                       max_context: int | None) -> np.ndarray:
+    """Prefill chunks a draft model computes: not one after which the request can never be
+    speculated (its first decode has ``seq_len >= context + new + 1``), so a draft is never
+    priced at positions past its context.  (With chunked prefill, the earlier chunks of a
+    prompt that turns out too long are still drafted: the chunk does not tell the total.)"""
+    ends = np.asarray(context, dtype=np.float64) + np.asarray(new_tokens, np.float64) + 1.0
+    return fits_draft_context(ends, num_draft, max_context)
+
+
 class NoDraftMixin:
     """Defaults for policies without a draft model of their own."""
 

@@ -161,14 +161,24 @@ def parse_compare(text: str) -> list[PolicyConfig]:
     return configs
 
 
+def _model_ref(name: str, base_dir: str | Path) -> str:
+    """A catalog name as given; a model file (``.yaml``) relative to the scenario's folder,
+    as hardware profile paths are (an absolute path stays as it is)."""
+    if name.endswith((".yaml", ".yml")):
+        return str(Path(base_dir) / name)
+    return name
+
+
 def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Scenario:
     """Validate a parsed scenario mapping."""
     data = require_mapping(data, source=source)
     check_keys(data, allowed=_TOP, source=source)
     kw: dict[str, Any] = {"raw": copy.deepcopy(dict(data)), "base_dir": str(base_dir)}
-    for key in ("name", "target"):
-        if key in data:
-            kw[key] = as_str(data[key], source=source, field=key)
+    if "name" in data:
+        kw["name"] = as_str(data["name"], source=source, field="name")
+    if "target" in data:
+        kw["target"] = _model_ref(as_str(data["target"], source=source, field="target"),
+                                  base_dir)
     if "hardware" in data:
         hw = data["hardware"]
         if isinstance(hw, Mapping):  # inline: validated now like any profile file
@@ -184,7 +194,7 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["hardware_dir"] = str(Path(base_dir) / as_str(data["hardware_dir"], source=source,
                                                          field="hardware_dir"))
     if data.get("draft") is not None:
-        kw["draft"] = as_str(data["draft"], source=source, field="draft")
+        kw["draft"] = _model_ref(as_str(data["draft"], source=source, field="draft"), base_dir)
     if "seed" in data:
         kw["seed"] = as_number(data["seed"], source=source, field="seed", integer=True,
                                minimum=0, maximum=2**63 - 1)

@@ -40,6 +40,38 @@ def check_expansion_config(config: Sequence[int], *, name: str = "config") -> tu
     return tuple(out)
 
 
+def check_distinct_siblings(parents: np.ndarray, tokens, *, field: str = "tokens") -> None:
+    """Raise unless no two children of one node carry the same token id.
+
+    ``tokens`` is ``(n,)`` or per request ``(B, n)``; -1 marks a slot the drafter left
+    empty and is ignored.  Two siblings with one token are one candidate counted twice:
+    multi-step speculative sampling would test it again against a draft distribution it
+    was already removed from, and naive sampling would count its target mass twice.
+    """
+    tok = np.asarray(tokens)
+    if tok.size == 0:
+        return
+    tok = tok.reshape(-1, tok.shape[-1]).astype(np.int64)
+    par = np.asarray(parents, dtype=np.int64)
+    if not np.any(np.bincount(par + 1) > 1):
+        return                                       # a chain: no node has two children
+    width = int(tok.max()) + 2
+    key = np.where(tok >= 0, (par + 1) * width + tok, -1 - np.arange(tok.shape[-1]))
+    key = np.sort(key, axis=-1)
+    twin = (key[:, 1:] == key[:, :-1]) & (key[:, 1:] >= 0)
+    if twin.any():
+        row, col = np.argwhere(twin)[0]
+        k = int(key[row, col + 1])
+        parent, token = k // width - 1, k % width
+        where = "the root" if parent < 0 else f"node {parent}"
+        batch = f" (request row {row})" if np.ndim(tokens) > 1 else ""
+        raise SpecsimError(f"two children of {where} carry token {token}{batch}; siblings "
+                           f"must be distinct tokens, or multi-step speculative sampling and "
+                           f"naive sampling count that token twice", field=field,
+                           fix="merge the duplicates into one node (TokenTree.from_sequences "
+                               "does), or draw children without replacement")
+
+
 @dataclass(frozen=True)
 class TokenTree:
     """A token tree in depth-first order; ``tokens`` is None for a shape-only tree."""
@@ -75,6 +107,7 @@ class TokenTree:
             if tokens.shape != parents.shape or not np.issubdtype(tokens.dtype, np.integer):
                 raise SpecsimError(f"tokens must be {parents.size} integers", field="tokens")
             tokens = tokens.astype(np.intp)
+            check_distinct_siblings(parents, tokens)
             tokens.setflags(write=False)
             object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "_hash", hash(parents.tobytes()))

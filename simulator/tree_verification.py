@@ -18,7 +18,14 @@ the bonus token).  One walk (:func:`verify_tree`) samples any schedule and one r
 - ``naive`` (naive sampling): sample from ``p``; descend if a child matches.
 
 Arrays may carry a batch axis: ``target_probs``/``draft_probs`` ``(B, n+1, V)`` with row 0
-for the root and row i+1 for node i, per-request ``tokens`` ``(B, n)``.
+for the root and row i+1 for node i, per-request ``tokens`` ``(B, n)``.  A token of -1 is
+a slot the drafter left empty (fewer than k tokens had q > 0): it is never accepted, so
+its subtree is never entered.  Siblings must carry distinct tokens
+(:func:`simulator.token_tree.check_distinct_siblings`).
+
+Zero probabilities: a child whose token has ``r(x) = 0`` (the target, or what is left of it,
+cannot emit it) is never accepted, also when ``q(x) = 0`` -- 0/0 rejects
+(:func:`simulator.verification.ratio_acceptance`).
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ from typing import Callable
 import numpy as np
 
 from simulator.errors import SpecsimError
-from simulator.token_tree import TokenTree
+from simulator.token_tree import TokenTree, check_distinct_siblings
 from simulator.verification import (check_probabilities, ratio_acceptance,
                                     residual_distribution, sample_categorical)
 
@@ -163,14 +170,23 @@ def _prepare(tree: TokenTree, target_probs, draft_probs, tokens, method: str):
             raise SpecsimError(f"has shape {q.shape}, expected {p.shape}", field="draft_probs")
     else:
         q = p
-    if tokens is None:
+    given = tokens is not None
+    if not given:
         if tree.tokens is None:
             raise SpecsimError("the tree carries no tokens", field="tokens",
                                fix="pass tokens or build the tree with tokens")
         tokens = tree.tokens
-    tok = np.broadcast_to(np.asarray(tokens), (p.shape[0], n))
-    if not np.issubdtype(tok.dtype, np.integer) or tok.min() < 0 or tok.max() >= p.shape[-1]:
-        raise SpecsimError(f"tokens must be integer ids in [0, {p.shape[-1]})", field="tokens")
+    raw = np.asarray(tokens)
+    try:
+        tok = np.broadcast_to(raw, (p.shape[0], n))
+    except ValueError:
+        raise SpecsimError(f"has shape {raw.shape}, expected ({n},) or ({p.shape[0]}, {n})",
+                           field="tokens") from None
+    if not np.issubdtype(tok.dtype, np.integer) or tok.min() < -1 or tok.max() >= p.shape[-1]:
+        raise SpecsimError(f"tokens must be integer ids in [0, {p.shape[-1]}) (or -1 for an "
+                           f"empty slot)", field="tokens")
+    if given:
+        check_distinct_siblings(tree.parents, raw)
     return schedule, p, q, tok, single
 
 

@@ -92,12 +92,20 @@ def residual_distribution(p, q) -> np.ndarray:
 
 
 def ratio_acceptance(p_x, q_x) -> np.ndarray:
-    """Return ``min(1, p(x)/q(x))``, taking 1 where ``q(x) = 0``."""
+    """Return ``min(1, p(x)/q(x))``: 0 wherever ``p(x) = 0``, 0/0 included; 1 where
+    ``q(x) = 0 < p(x)``.
+
+    A token the target gives no mass must never be emitted, so ``p(x) = q(x) = 0`` rejects
+    (min(1, 0/0) is undefined, and taking it as 1 would emit an impossible token).  A token
+    with ``q(x) = 0`` cannot have been drawn from q, so the value there changes no outcome
+    of a correct drafter; the limit q -> 0+ (accept) is kept for ``p(x) > 0``.
+    """
     p_x = np.asarray(p_x, dtype=float)
     q_x = np.asarray(q_x, dtype=float)
     p_x, q_x = np.broadcast_arrays(p_x, q_x)
     # Divide only where p < q (so q > 0 and the ratio is below 1): no overflow, no 0/0.
-    return np.divide(p_x, q_x, out=np.ones(p_x.shape), where=p_x < q_x)
+    out = np.array(p_x > 0, dtype=float)
+    return np.divide(p_x, q_x, out=out, where=p_x < q_x)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def _write(tmp_path, data, name="tiny.yaml"):
 def test_catalog_holds_the_assigned_models():
     expected = {"opt-125m", "opt-350m", "opt-1.3b", "opt-6.7b", "opt-13b", "opt-30b", "opt-66b",
                 "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-68m", "llama-160m",
-                "vicuna-7b", "vicuna-13b", "vicuna-33b", "llama-3.1-8b", "llama-3.1-70b",
+                "vicuna-7b", "vicuna-13b", "vicuna-33b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b",
                 "medusa-vicuna-7b", "medusa-vicuna-13b", "medusa-vicuna-33b",
                 "eagle-vicuna-7b", "eagle-vicuna-13b", "eagle-llama-2-7b-chat"}
     assert expected <= set(MODELS)

@@ -164,7 +164,7 @@ def test_greedy_tree_never_accepts_less_than_its_best_chain():
 def test_tree_walk_matches_the_exact_outcome(method):
     rng = np.random.default_rng(5)
     vocab = 4
-    tree = TokenTree.from_config([3, 2]).with_tokens([0, 1, 2, 3, 0, 1, 3, 2, 0])
+    tree = TokenTree.from_config([3, 2]).with_tokens([0, 1, 2, 3, 0, 1, 2, 3, 0])
     p = rng.dirichlet(np.ones(vocab), size=tree.num_nodes + 1)
     q = rng.dirichlet(np.ones(vocab), size=tree.num_nodes + 1)
     exact = tree_outcomes(tree, p, method, draft_probs=q)

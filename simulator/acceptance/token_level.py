@@ -151,8 +151,23 @@ class TokenLevelAcceptance:
         self._advance(r, states, drafts, n, token)
         return n.astype(np.int64)
 
+    def check_tree_width(self, tree, *, field: str = "vocab_size") -> None:
+        """Raise unless every node's children can be distinct tokens of the toy vocabulary.
+
+        Children are drawn without replacement (MSS needs it; greedy takes the top k), so a
+        node cannot have more children than the vocabulary has tokens.
+        """
+        width = int(tree.child_table.shape[1])
+        if width > self.vocab_size:
+            raise SpecsimError(
+                f"vocab_size {self.vocab_size} is narrower than the token tree, which has "
+                f"{width} children at one node: its children must be distinct tokens",
+                field=field, fix=f"raise vocab_size to at least {width}, or give the tree at "
+                                 f"most {self.vocab_size} children per node")
+
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         tree, c, r = check_tree(tree, contexts, request_ids)
+        self.check_tree_width(tree)
         batch, n = c.size, tree.num_nodes
         if batch == 0:
             return np.zeros(0, dtype=np.int64)

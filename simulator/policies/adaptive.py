@@ -299,7 +299,11 @@ class AdaptiveSpeculation:
             k = 0
         if self.ema is not None:
             k = min(k, self.ema.steps)
-        return np.full(len(batch), k, np.int64)
+        caps = np.full(len(batch), k, np.int64)
+        speculable = getattr(self.base, "speculable", None)  # the draft model's context
+        if speculable is not None and k:
+            caps[~speculable(batch)] = 0
+        return caps
 
     def step_predictor(self, batch: BatchView):
         """k -> predicted seconds of this iteration's drafting and verification."""

@@ -4,13 +4,19 @@ Each iteration the draft model runs gamma sequential forwards over the decoding 
 (its context grows by one each), then the target verifies gamma + 1 tokens per request in one
 forward; acceptance comes from the scenario's acceptance model.  The draft keeps its own KV
 in step with the target's, so it also prefills every prompt chunk.
+
+A request too long for the draft model is not speculated (vLLM's rule, see
+:func:`simulator.policy.fits_draft_context`: only while prompt + generated + gamma < the
+draft's max_context): it decodes one token per step, and the draft neither drafts for it
+nor prefills a chunk after which it could no longer be speculated.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from simulator.errors import SpecsimError
-from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.policy import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
+                              draft_max_context, draft_prefill_mask, parse_params)
 
 
 def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> float:
@@ -28,10 +34,21 @@ def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> 
     return total
 
 
-def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray) -> float:
-    """A draft model prefilling its own KV over the step's prompt chunks (no logits)."""
+def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
+                       num_draft: int = 1, max_context: int | None = None) -> float:
+    """A draft model prefilling its own KV over the step's prompt chunks (no logits).
+
+    Chunks after which a request could no longer be speculated ``num_draft`` tokens within
+    ``max_context`` are skipped (:func:`simulator.policy.draft_prefill_mask`).
+    """
     if draft_cost is None or not new_tokens.size:
         return 0.0
+    if max_context is not None:
+        keep = draft_prefill_mask(new_tokens, context, num_draft, max_context)
+        if not keep.all():
+            new_tokens, context = new_tokens[keep], context[keep]
+            if not new_tokens.size:
+                return 0.0
     return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))
 
 
@@ -68,11 +85,19 @@ class ChainSpeculation(ChainAcceptance):
         self.gamma = int(params["num_speculative_tokens"])
         self.draft_cost = ctx.draft_cost
         self.acceptance = ctx.acceptance
+        self.draft_max_context = draft_max_context(
+            ctx.draft_model if ctx.draft_model is not None
+            else getattr(ctx.draft_cost, "model", None))
+
+    def speculable(self, batch: BatchView) -> np.ndarray:
+        """Requests the draft model can speculate on (the others decode normally)."""
+        return batch_fits_draft(batch, self.gamma, self.draft_max_context)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
-        k = np.full(len(batch), self.gamma, dtype=np.int64)
+        k = np.where(self.speculable(batch), self.gamma, 0).astype(np.int64)
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
                          draft_time_s=chain_draft_time(self.draft_cost, batch.context, k))
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return draft_prefill_time(self.draft_cost, new_tokens, context)
+        return draft_prefill_time(self.draft_cost, new_tokens, context, self.gamma,
+                                  self.draft_max_context)

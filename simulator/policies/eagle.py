@@ -211,6 +211,7 @@ class Eagle2Speculation(_EagleDraft):
         self.tree = check_tree_size(
             dynamic_tree(table, steps, topk, params["speculative_num_draft_tokens"] - 1),
             "policy.speculative_num_draft_tokens")
+        self.acceptance.check_fits(self.tree)
         self.levels = np.array([1] + [topk] * (steps - 1), np.int64)
         self.logits = self.levels
         self.max_verify_tokens = self.tree.num_nodes + 1

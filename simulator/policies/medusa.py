@@ -149,6 +149,7 @@ class MedusaSpeculation:
                                    fix=f"use top_k <= {listed}, or list more ranks")
             table = exclusive_table(model, self.num_heads, width, field="policy.top_k")
             self.tree = best_tree(table, params["node_budget"])
+        self.acceptance.check_fits(self.tree)
         self.typical = bool(params["typical_acceptance"])
         self._cond = None
         if self.typical:

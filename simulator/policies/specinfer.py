@@ -16,6 +16,10 @@ sequoia, medusa, token_level), else from the policy's own ``acceptance:``.  ``ve
 ``tree_method``; greedy needs temperature 0); parametric models carry their verification in
 their numbers, so setting it there is an error.
 
+A request is speculated only while the drafts can hold the tree's depth past it (``chain``'s
+rule, vLLM's, with k = the tree depth: prompt + generated + depth < the shortest draft
+max_context); the others decode normally.  Merged drafts share the target's vocabulary.
+
 Simplified: merged chains are assumed to share no prefix (the most nodes a merge can give;
 sharing only shrinks the tree, never changes the accepted path), and draft i's chain takes
 rank i at the root -- with tree_topk or sequoia acceptance, rank i reads as "draft i is right
@@ -31,13 +35,14 @@ import numpy as np
 
 from simulator.cost_model import CostModel, Parallelism
 from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
+from simulator.model_spec import check_shared_vocabulary, load_model
 from simulator.policies.chain import chain_draft_time
 from simulator.policies.tree_cost import (check_acceptance_param, check_expansion_size,
                                           check_tree_size, forward_tokens, given,
                                           level_draft_time, parallel_chains, policy_hardware,
                                           resolve_acceptance, sharded_time)
-from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.policy import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
+                              draft_max_context, draft_prefill_mask, parse_params)
 from simulator.token_tree import TokenTree
 
 SPECINFER_EXPANSION = (1, 1, 3, 1, 1, 1, 1, 1)  # SpecInfer section 6 (seed 000, section 4.2)
@@ -94,7 +99,7 @@ class SpecInferSpeculation:
     def memory_models(cls, params: dict, draft, target):
         """The drafts and their KV caches (all on every device: the conservative count)."""
         if params["draft_models"] is not None:
-            specs = [_decoder(name) for name in params["draft_models"]]
+            specs = [_decoder(name, target) for name in params["draft_models"]]
             return specs, specs
         return ([draft], [draft]) if draft is not None else ([], [])
 
@@ -103,8 +108,8 @@ class SpecInferSpeculation:
         self.devices = parallel.devices if parallel is not None else 1
         if params["draft_models"] is not None:
             hw = policy_hardware(ctx)
-            self.draft_costs = [CostModel(hw, _decoder(name), Parallelism())
-                                for name in params["draft_models"]]
+            specs = [_decoder(name, ctx.target_model) for name in params["draft_models"]]
+            self.draft_costs = [CostModel(hw, spec, Parallelism()) for spec in specs]
             gamma = params["num_speculative_tokens"]
             self.tree = check_tree_size(parallel_chains(len(self.draft_costs), gamma),
                                         "policy.draft_models")
@@ -115,8 +120,11 @@ class SpecInferSpeculation:
                                    fix="set 'draft: llama-68m' (or another small decoder), or "
                                        "give the policy draft_models: [...]")
             self.draft_costs = [ctx.draft_cost]
+            specs = [ctx.draft_model if ctx.draft_model is not None
+                     else getattr(ctx.draft_cost, "model", None)]
             self.tree = TokenTree.from_config(params["expansion"] or SPECINFER_EXPANSION)
             self.mode = "expansion"
+        self.draft_max_context = draft_max_context(*specs)
         self.acceptance = resolve_acceptance(params, ctx, self.tree, policy=self.name)
         if params["verification"] is not None:
             self.acceptance.model = _with_verification(self.acceptance.model,
@@ -148,10 +156,15 @@ class SpecInferSpeculation:
         return self.acceptance.expected(self.tree)
 
     # ---------------------------------------------------------------- policy interface
+    def speculable(self, batch: BatchView) -> np.ndarray:
+        """Requests the drafts can grow the tree on (the others decode normally)."""
+        return batch_fits_draft(batch, self.tree.max_depth, self.draft_max_context)
+
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
-        k = np.full(len(batch), self.tree.num_nodes, dtype=np.int64)
+        on = self.speculable(batch)
+        k = np.where(on, self.tree.num_nodes, 0).astype(np.int64)
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
-                         draft_time_s=self.draft_time(batch.context.astype(np.float64)),
+                         draft_time_s=self.draft_time(batch.context[on].astype(np.float64)),
                          payload=self.tree)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
@@ -161,6 +174,10 @@ class SpecInferSpeculation:
         return None
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        if self.draft_max_context is not None and new_tokens.size:
+            keep = draft_prefill_mask(new_tokens, context, self.tree.max_depth,
+                                      self.draft_max_context)
+            new_tokens, context = new_tokens[keep], context[keep]
         if not new_tokens.size:
             return 0.0
         no_logits = np.zeros(new_tokens.size)
@@ -172,11 +189,13 @@ class SpecInferSpeculation:
                        for i in group) for group in self._device_drafts())
 
 
-def _decoder(name: str):
+def _decoder(name: str, target=None):
     spec = load_model(name)
     if spec.kind != "decoder":
         raise SpecsimError(f"{name} is a {spec.kind} model, not a draft decoder",
                            field="policy.draft_models", fix="name small decoder models")
+    if target is not None:
+        check_shared_vocabulary(spec, target, field="policy.draft_models")
     return spec
 
 

@@ -17,6 +17,10 @@ Each round drafts min(inner_speculative_tokens, still-needed - 1) tokens so that
 overshoots gamma.  The n-gram lookup costs ``ngram_lookup_s`` of CPU per proposed token (a
 hash-table probe; an assumption, small next to any forward).
 
+A request is speculated only while it fits both drafts' contexts (``chain``'s rule, vLLM's:
+prompt + generated + gamma < the shorter max_context); the others decode normally.  Both
+drafts share the target's vocabulary.
+
 Simplified: Spector & Re also restructure the batch as a tree (that part is ``specinfer``).
 (Lecture 003 section 12 credits staging to Chen et al., arXiv:2302.01318; that paper is
 DeepMind's speculative sampling, the staged variant is Spector & Re's.)
@@ -28,15 +32,16 @@ import numpy as np
 from simulator.acceptance.iid import IIDAcceptance
 from simulator.cost_model import CostModel, Parallelism
 from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
+from simulator.model_spec import check_shared_vocabulary, load_model
 from simulator.policies.chain import ChainAcceptance, chain_draft_time, draft_prefill_time
 from simulator.policies.tree_cost import policy_hardware
-from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.policy import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
+                              draft_max_context, parse_params)
 
 NGRAM = "ngram"
 
 
-def _draft2(name: str):
+def _draft2(name: str, target=None):
     try:
         spec = load_model(name)
     except SpecsimError as exc:
@@ -44,6 +49,8 @@ def _draft2(name: str):
     if spec.kind != "decoder":
         raise SpecsimError(f"{name} is a {spec.kind} model", field="policy.draft2",
                            fix="name a small decoder model or 'ngram'")
+    if target is not None:
+        check_shared_vocabulary(spec, target, field="policy.draft2")
     return spec
 
 
@@ -74,7 +81,7 @@ class StagedSpeculation(ChainAcceptance):
         """Both drafts and their KV caches (an n-gram table lives in host memory)."""
         models = [draft] if draft is not None else []
         if params["draft2"] != NGRAM:
-            models.append(_draft2(params["draft2"]))
+            models.append(_draft2(params["draft2"], target))
         return models, list(models)
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
@@ -84,8 +91,13 @@ class StagedSpeculation(ChainAcceptance):
         self.gamma = int(params["num_speculative_tokens"])
         self.gamma2 = int(params["inner_speculative_tokens"])
         self.draft_cost = ctx.draft_cost
-        self.draft2_cost = None if params["draft2"] == NGRAM else CostModel(
-            policy_hardware(ctx), _draft2(params["draft2"]), Parallelism())
+        draft2 = None if params["draft2"] == NGRAM else _draft2(params["draft2"],
+                                                                ctx.target_model)
+        self.draft2_cost = None if draft2 is None else CostModel(
+            policy_hardware(ctx), draft2, Parallelism())
+        self.draft_max_context = draft_max_context(
+            ctx.draft_model if ctx.draft_model is not None
+            else getattr(ctx.draft_cost, "model", None), draft2)
         self.lookup_s = float(params["ngram_lookup_s"])
         self.acceptance = ctx.acceptance
         alpha = params["inner_alpha"]
@@ -123,11 +135,18 @@ class StagedSpeculation(ChainAcceptance):
         return self.acceptance.expected_accepted(self.gamma)
 
     # ---------------------------------------------------------------- policy interface
+    def speculable(self, batch: BatchView) -> np.ndarray:
+        """Requests both drafts can speculate on (the others decode normally)."""
+        return batch_fits_draft(batch, self.gamma, self.draft_max_context)
+
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
-        k = np.full(len(batch), self.gamma, dtype=np.int64)
-        gpu, cpu, _ = self.draft_time(batch.context.astype(np.float64), batch.request_ids, rng)
+        on = self.speculable(batch)
+        k = np.where(on, self.gamma, 0).astype(np.int64)
+        gpu, cpu, _ = self.draft_time(batch.context[on].astype(np.float64),
+                                      batch.request_ids[on], rng)
         return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu, cpu_time_s=cpu)
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return (draft_prefill_time(self.draft_cost, new_tokens, context)
-                + draft_prefill_time(self.draft2_cost, new_tokens, context))
+        limit = (self.gamma, self.draft_max_context)
+        return (draft_prefill_time(self.draft_cost, new_tokens, context, *limit)
+                + draft_prefill_time(self.draft2_cost, new_tokens, context, *limit))

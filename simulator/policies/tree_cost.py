@@ -325,6 +325,15 @@ class PolicyAcceptance:
         out[on] = got
         return out
 
+    def check_fits(self, tree: TokenTree) -> "PolicyAcceptance":
+        """Raise now (not mid-run) if the model cannot draft ``tree`` (token_level: a node
+        with more children than the toy vocabulary has tokens)."""
+        check = getattr(self.model, "check_tree_width", None)
+        if check is not None:
+            where = "policy.acceptance" if self.source == "policy.acceptance" else "acceptance"
+            check(tree, field=f"{where}.vocab_size")
+        return self
+
     def expected(self, tree: TokenTree) -> float | None:
         """Closed-form expected accepted length of ``tree`` where the model has one."""
         if tree.is_chain:
@@ -369,17 +378,18 @@ def resolve_acceptance(params: dict, ctx, tree: TokenTree, *, policy: str,
     if params.get("acceptance") is not None:
         model = acceptance_from_config(params["acceptance"], source="policy.acceptance")
         return PolicyAcceptance(model, "policy.acceptance", bound=False, num_requests=n,
-                                tasks=tasks)
+                                tasks=tasks).check_fits(tree)
     scen = ctx.acceptance
     if scen is not None:
         fits = hasattr(scen, "node_conditionals") if conditionals else \
             (tree.is_chain or has_tree_semantics(scen))
         fits = fits and (only is None or getattr(scen, "name", None) == only)
         if fits:
-            return PolicyAcceptance(scen, "scenario", bound=True)
+            return PolicyAcceptance(scen, "scenario", bound=True).check_fits(tree)
     if default is not None:
         model, label = default()
-        return PolicyAcceptance(model, label, bound=False, num_requests=n, tasks=tasks)
+        return PolicyAcceptance(model, label, bound=False, num_requests=n,
+                                tasks=tasks).check_fits(tree)
     name = getattr(scen, "name", "none")
     need = "tree_topk, medusa or sequoia" if conditionals else \
         "tree_topk, medusa, sequoia or token_level"
