@@ -116,3 +116,40 @@ def test_progress_run_is_event_driven_and_identical(monkeypatch):
     assert all(c[1] == 40 for c in calls)
     assert np.all(np.diff(done) >= 0) and done[-1] == 40
     assert len(calls) >= 2  # ticked as requests finished, not only at the end
+
+
+def test_on_a_terminal_the_run_shows_a_bar_and_finishes(tmp_path):
+    """stderr on a pseudo-terminal: tqdm draws its bar, and the run still ends."""
+    import os
+    import pty
+    import select
+    import time
+    import fcntl
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    # a real terminal's size (a bare pty is 0 columns wide, and tqdm draws nothing there)
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    exe = [str(SPECSIM)] if SPECSIM.exists() else [sys.executable, "-m", "simulator.cli"]
+    proc = subprocess.Popen(exe + ["run"], cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    stdout = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 0, seen.decode(errors="replace")
+    assert "requests" in seen.decode(errors="replace")  # the bar's unit
+    assert "speedup_vs_none" in stdout
