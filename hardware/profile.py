@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.errors import SpecsimError
-from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
-                               require_mapping)
+from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, clip, load_yaml_file,
+                               require_mapping, short)
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
@@ -226,7 +226,8 @@ def _profile_paths(hardware_dir: str | Path | None) -> dict[str, Path]:
     if hardware_dir is not None:
         extra = Path(hardware_dir)
         if not extra.is_dir():
-            raise SpecsimError("not a directory", field="--hardware-dir", source=str(extra),
+            raise SpecsimError("not a directory", field="--hardware-dir",
+                               source=clip(extra, 200),
                                fix="name a folder that holds profile YAML files")
         dirs.append(extra)
     paths: dict[str, Path] = {}
@@ -247,11 +248,11 @@ def load_profile(name: str, hardware_dir: str | Path | None = None) -> HardwareP
         return load_profile_file(name)
     paths = _profile_paths(hardware_dir)
     if name not in paths:
-        raise SpecsimError(f"unknown hardware {name!r}", field="hardware",
+        raise SpecsimError(f"unknown hardware {short(name)}", field="hardware",
                            fix="valid names are: " + ", ".join(sorted(paths)))
     profile = load_profile_file(paths[name])
     if profile.name != name:
-        raise SpecsimError(f"file name {name!r} and name {profile.name!r} differ",
+        raise SpecsimError(f"file name {short(name)} and name {short(profile.name)} differ",
                            source=str(paths[name]), field="name",
                            fix=f"set name: {name}")
     return profile

@@ -28,6 +28,12 @@ from simulator.yaml_io import as_number, as_str, check_keys, load_yaml_file, req
 PLAN_KEYS = ("name", "scenario", "fixed", "slo", "search", "target_rate_per_s", "max_replicas",
              "prices", "candidates")
 SLO_KEYS = ("p99_ttft_ms", "p99_tpot_ms", "goodput_fraction", "ttft_ms", "tpot_ms")
+# Plan limits (README.md, "Limits"): each candidate is a capacity search of many
+# simulations, and rates outside [MIN_RATE_PER_S, MAX_RATE_PER_S] put arrival times beyond
+# what the engine's clock resolves or every request at one instant.
+MAX_PLAN_CANDIDATES = 1_000
+MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e6
+MAX_PRICE_PER_HOUR = 1e6
 
 
 @dataclass(frozen=True)
@@ -235,7 +241,8 @@ def load_price_table(prices: Any, *, base_dir: str | Path = ".",
         source = str(path)
         prices = load_yaml_file(path)
     prices = require_mapping(prices, source=source)
-    return {name: float(as_number(v, source=source, field=name, strictly_positive=True))
+    return {name: float(as_number(v, source=source, field=name, strictly_positive=True,
+                                  maximum=MAX_PRICE_PER_HOUR))
             for name, v in prices.items()}
 
 
@@ -283,6 +290,10 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
     if not isinstance(cands, list) or not cands:
         raise SpecsimError("expected a non-empty list of deployments", source=source,
                            field="candidates", fix="e.g. - {hardware: a100-40gb, policy: none}")
+    if len(cands) > MAX_PLAN_CANDIDATES:
+        raise SpecsimError(f"{len(cands):,} deployments; the limit is {MAX_PLAN_CANDIDATES:,}",
+                           source=source, field="candidates",
+                           fix="split the plan, or sweep the fields with 'specsim sweep'")
     named = []
     for i, c in enumerate(cands):
         c = dict(require_mapping(c, source=source, field=f"candidates[{i}]"))
@@ -303,14 +314,19 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
         srch = require_mapping(data.get("search") or {}, source=source, field="search")
         check_keys(srch, allowed=[f.name for f in dataclasses.fields(RateSearch)],
                    source=source, prefix="search.")
-        search = RateSearch(**{k: float(as_number(v, source=source, field=f"search.{k}",
-                                                  strictly_positive=True))
-                               for k, v in srch.items()})
+        rate = {"min_rate_per_s", "max_rate_per_s"}
+        search = RateSearch(**{k: float(as_number(
+            v, source=source, field=f"search.{k}", strictly_positive=True,
+            minimum=MIN_RATE_PER_S if k in rate else None,
+            maximum=MAX_RATE_PER_S if k in rate else None,
+            fix=f"rates go from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests/s"
+            if k in rate else None)) for k, v in srch.items()})
     except SpecsimError as exc:
         raise SpecsimError(exc.message, source=source, field=exc.field, fix=exc.fix) from None
     target = data.get("target_rate_per_s")
     target = float(as_number(target, source=source, field="target_rate_per_s",
-                             strictly_positive=True)) if target is not None else None
+                             strictly_positive=True, maximum=MAX_RATE_PER_S)) \
+        if target is not None else None
     max_rep = as_number(data.get("max_replicas", 64), source=source, field="max_replicas",
                         integer=True, minimum=1, maximum=4096)
     prices = load_price_table(data["prices"], base_dir=base_dir, source=f"{source}: prices") \

@@ -27,9 +27,9 @@ COMMANDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own errors: usage + one line, exit 2
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"specsim: error: {message}\n")
+    def error(self, message: str):  # argparse's own errors: one line (usage via --help), exit 2
+        from simulator.yaml_io import clip
+        sys.stderr.write(f"specsim: error: {clip(message, 400)} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specsim", description="LLM serving simulator with speculative "
                      "decoding: latency, throughput, goodput and the best gamma.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True  # no command: one error line, like any other argument error
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         importlib.import_module(module).add_arguments(name, p)
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(importlib.import_module(args._module).main(args) or 0)
     except SpecsimError as exc:
-        _say(f"specsim: error: {exc}")
+        _say("specsim: error: " + " ".join(str(exc).split()))  # always one line
         return 2
     except KeyboardInterrupt:
         _say("specsim: interrupted; nothing was left half-written")

@@ -14,7 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.cli_types import positive_float, positive_int
+from simulator.cli_types import MAX_GAMMA, bounded_int, positive_float, unit_float
+
+MAX_THREADS = 1024   # torch CPU threads
+MAX_REPS = 10_000    # timed repetitions of one micro-benchmark
 from simulator.errors import SpecsimError
 from simulator.output import FORMATS, render
 
@@ -23,10 +26,12 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     """Arguments of ``calibrate`` or ``validate``."""
     p.add_argument("--device", required=True, help="cpu or cuda")
     p.add_argument("--quick", action="store_true", help="small grids (under a minute)")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--threads", type=bounded_int(MAX_THREADS), default=None,
                    help="torch CPU threads (default: torch's; validate: the profile's)")
-    p.add_argument("--reps", type=positive_int, default=None, help="timed repetitions per case")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and draws")
+    p.add_argument("--reps", type=bounded_int(MAX_REPS), default=None,
+                   help=f"timed repetitions per case (at most {MAX_REPS:,})")
+    p.add_argument("--seed", type=bounded_int(2**63 - 1, minimum=0), default=0,
+                   help="seed of the random weights and draws (a whole number >= 0)")
     p.add_argument("--memory-limit-gib", type=positive_float, default=None,
                    help="skip cases needing more than this (default: the device's free memory)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -50,7 +55,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=None,
                    help="models as name[:layers], comma-separated (default: opt-125m and a "
                         "2-layer opt-1.3b on CPU)")
-    p.add_argument("--alpha", type=float, default=0.8, help="pinned acceptance rate")
+    p.add_argument("--alpha", type=unit_float, default=0.8, help="pinned acceptance rate")
     p.add_argument("--gammas", default="0,1,2,4", help="gammas of the speculative loop")
     p.add_argument("--spec-target", default=None, help="target name[:layers] of the loop")
     p.add_argument("--spec-draft", default=None, help="draft name[:layers] of the loop")
@@ -220,11 +225,8 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
 
 def _loop_config(args: argparse.Namespace, dtype: str):
     from calibrate.spec_loop import SpecLoopConfig
-    try:
-        gammas = tuple(int(g) for g in args.gammas.split(","))
-    except ValueError:
-        raise SpecsimError(f"{args.gammas!r} is not a list of whole numbers", field="--gammas",
-                           fix="write e.g. 0,1,2,4") from None
+    from simulator.cli_sweep import parse_number_list
+    gammas = tuple(parse_number_list(args.gammas, field="--gammas", maximum=MAX_GAMMA))
     if args.device == "cuda":
         target, draft = ("llama-2-7b", None), ("llama-68m", None)
     else:

@@ -9,27 +9,6 @@ from simulator.errors import SpecsimError
 from simulator.spec_math import expected_tokens
 
 
-def parse_gamma_range(text: str, *, field: str = "--gamma") -> list[int]:
-    """Parse ``0-8``, ``1,2,4`` or ``4`` into a sorted list of gammas."""
-    values: set[int] = set()
-    try:
-        for part in str(text).split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                values.update(range(lo, hi + 1))
-            else:
-                values.add(int(part))
-    except ValueError:
-        raise SpecsimError(f"cannot read {text!r}", field=field,
-                           fix="write a range like 0-8, a list like 1,2,4, or one number") from None
-    if not values or min(values) < 0 or max(values) > 64:
-        raise SpecsimError(f"gammas must be between 0 and 64, got {text!r}", field=field)
-    return sorted(values)
-
-
 def draft_chain_time(draft: CostModel, batch: int, context: float, gamma: int) -> float:
     """Time of ``gamma`` sequential draft forwards; the draft's context grows by one each."""
     ones = np.ones(batch)

@@ -36,7 +36,7 @@ FIELDS: dict[str, Param] = {
     "tensor_parallel": Param("int", default=1, minimum=1, maximum=1024,
                              aliases=("parallelism.tensor_parallel",)),
     "batch": Param("int", default=1, minimum=1, maximum=1_000_000),
-    "context": Param("float", default=512.0, minimum=0.0, maximum=1e9),
+    "context": Param("float", default=512.0, minimum=0.0, maximum=1e7),  # = cli_types
     "policy": Param("str", default="chain", choices=POLICIES),
     "gamma": Param("int", default=4, minimum=0, maximum=64,
                    aliases=("num_speculative_tokens",)),
@@ -57,12 +57,12 @@ RESULT_COLUMNS = ("draft_tokens", "draft_s", "verify_s", "decode_s", "iteration_
 def check_names(hardware: str, hardware_dir, target: str, draft) -> None:
     """Raise unless the hardware profile (None: given inline) and the models exist."""
     from hardware.profile import load_profile
-    from simulator.model_spec import load_model
+    from simulator.model_spec import check_shared_vocabulary, load_model
     if hardware is not None:
         load_profile(hardware, hardware_dir)
-    load_model(target)
+    tmodel = load_model(target)
     if draft:
-        load_model(draft)
+        check_shared_vocabulary(load_model(draft), tmodel)
 
 
 def check_point(params: Mapping[str, Any], *, source: str = "sweep",

@@ -13,8 +13,8 @@ from typing import Any
 
 from hardware.profile import DTYPE_BYTES
 from simulator.errors import SpecsimError
-from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
-                               require_mapping)
+from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, clip, load_yaml_file,
+                               require_mapping, short)
 
 MODEL_DIR = Path(__file__).resolve().parent / "models"
 KINDS = ("decoder", "medusa", "eagle")
@@ -186,7 +186,7 @@ def _model_paths(model_dir: str | Path | None = None) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     for d in dirs:
         if not d.is_dir():
-            raise SpecsimError("not a directory", field="--model-dir", source=str(d))
+            raise SpecsimError("not a directory", field="--model-dir", source=clip(d, 200))
         for p in sorted(d.glob("*.yaml")):
             paths[p.stem] = p
     return paths
@@ -203,11 +203,11 @@ def load_model(name: str, model_dir: str | Path | None = None) -> ModelSpec:
         return load_model_file(name)
     paths = _model_paths(model_dir)
     if name not in paths:
-        raise SpecsimError(f"unknown model {name!r}", field="model",
+        raise SpecsimError(f"unknown model {short(name)}", field="model",
                            fix="valid names are: " + ", ".join(sorted(paths)))
     spec = load_model_file(paths[name])
     if spec.name != name:
-        raise SpecsimError(f"file name {name!r} and name {spec.name!r} differ",
+        raise SpecsimError(f"file name {short(name)} and name {short(spec.name)} differ",
                            source=str(paths[name]), field="name", fix=f"set name: {name}")
     return spec
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from simulator.cost_model import Parallelism
 from simulator.errors import SpecsimError
 from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
-                               parse_yaml_text, require_mapping)
+                               parse_yaml_text, require_mapping, short)
 
 ROUTERS = ("round_robin", "least_outstanding_tokens")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.yaml"
@@ -151,7 +151,7 @@ def parse_compare(text: str) -> list[PolicyConfig]:
         data: dict[str, Any] = {"name": name.strip()}
         for kv in _split_top_level(rest):
             if "=" not in kv:
-                raise SpecsimError(f"cannot read {kv!r} in {part!r}", field="--compare",
+                raise SpecsimError(f"cannot read {short(kv)} in {short(part)}", field="--compare",
                                    fix="write policies as name:key=value,key=value")
             key, value = kv.split("=", 1)
             data[key.strip()] = parse_yaml_text(value, source="--compare")
@@ -256,19 +256,22 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     data = copy.deepcopy(data)
     for item in overrides or []:
         if "=" not in item:
-            raise SpecsimError(f"cannot read {item!r}", field="--set",
+            raise SpecsimError(f"cannot read {short(item)}", field="--set",
                                fix="write --set key.subkey=value, e.g. --set batching.max_num_seqs=64")
         path, value = item.split("=", 1)
         keys = [k for k in path.strip().split(".") if k]
         if not keys:
-            raise SpecsimError(f"empty key in {item!r}", field="--set")
+            raise SpecsimError(f"empty key in {short(item)}", field="--set",
+                               fix="write --set key.subkey=value")
         node = data
         for k in keys[:-1]:
             if isinstance(node.get(k), str) and k == "policy":
                 node[k] = {"name": node[k]}
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
-                raise SpecsimError(f"{k!r} is not a mapping in {item!r}", field="--set")
+                raise SpecsimError(f"{short(k)} is not a mapping in {short(item)}",
+                                   field="--set", fix=f"set {short(k)} itself, or a key of "
+                                                      "a mapping field")
         node[keys[-1]] = parse_yaml_text(value, source="--set")
     return data
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import re
 import json
 import os
@@ -32,7 +33,7 @@ import pandas as pd
 from simulator import gamma_map
 from simulator.errors import SpecsimError
 from simulator.executors import Failure, make_executor, run_items
-from simulator.yaml_io import as_str, check_keys, load_yaml_file, require_mapping
+from simulator.yaml_io import as_str, check_keys, clip, load_yaml_file, require_mapping, short
 
 MODES = ("analytic", "simulated")
 TOP_KEYS = ("name", "mode", "scenario", "fixed", "grid", "points")
@@ -47,15 +48,39 @@ NOT_SWEEPABLE = {"name": "it labels the scenario, not a configuration",
                  "hardware_dir": "it is a search path; set it under fixed"}
 ANALYTIC_ONLY = ("batch", "context", "tree_width", "c", "c_target_over_draft")
 
+# Sweep sizes (README.md, "Limits"), checked on the product of the axis lengths before any
+# point is built.  Above CONFIRM_POINTS a sweep needs --allow-large (allow_large=True);
+# MAX_POINTS is refused even then (about 1 KB of memory per point, and an analytic point
+# costs about 150 us, a simulated one seconds).
+CONFIRM_POINTS = {"analytic": 100_000, "simulated": 1_000}
+MAX_POINTS = {"analytic": 2_000_000, "simulated": 100_000}
+
+
+def check_sweep_size(count: int, *, mode: str, allow_large: bool = False,
+                     source: str = "sweep") -> None:
+    """Refuse a sweep of ``count`` points above the limits of ``mode`` (before expanding it)."""
+    hard, confirm = MAX_POINTS[mode], CONFIRM_POINTS[mode]
+    if count > hard:
+        raise SpecsimError(f"the grid has {count:,} {mode} points; the limit is {hard:,} "
+                           f"{mode} points, even with --allow-large", source=source,
+                           field="grid", fix="use coarser axes or split it into several "
+                                             "sweeps")
+    if count > confirm and not allow_large:
+        raise SpecsimError(f"the grid has {count:,} {mode} points, above {confirm:,}",
+                           source=source, field="grid",
+                           fix="confirm with --allow-large, or use coarser axes")
+
 
 def _not_sweepable(name: str, why: str, fix: str, source: str) -> SpecsimError:
-    return SpecsimError(f"{name!r} is not sweepable: {why}", source=source, field=name, fix=fix)
+    return SpecsimError(f"{short(name)} is not sweepable: {why}", source=source,
+                        field=clip(name), fix=fix)
 
 
 def canonical_field(mode: str, name: str, *, source: str = "sweep", fixed: bool = False) -> str:
     """The field a sweep name sets: an analytic field, or a scenario path in simulated mode."""
     if not isinstance(name, str) or not name:
-        raise SpecsimError(f"field names are non-empty strings, got {name!r}", source=source)
+        raise SpecsimError(f"field names are non-empty strings, got {short(name)}",
+                           source=source)
     top = name.split(".")[0]
     if top in NOT_SWEEPABLE and not fixed:
         raise _not_sweepable(name, NOT_SWEEPABLE[top], "set it in the base scenario or under "
@@ -69,7 +94,7 @@ def canonical_field(mode: str, name: str, *, source: str = "sweep", fixed: bool 
             raise _not_sweepable(name, "analytic mode has no event loop, trace or scheduler",
                                  "use mode: simulated, or one of: "
                                  + ", ".join(gamma_map.FIELDS), source)
-        raise SpecsimError(f"unknown field {name!r}", source=source, field=name,
+        raise SpecsimError(f"unknown field {short(name)}", source=source, field=clip(name),
                            fix="analytic fields are: " + ", ".join(gamma_map.FIELDS))
     if name in SIM_ALIASES:
         return SIM_ALIASES[name]
@@ -79,25 +104,32 @@ def canonical_field(mode: str, name: str, *, source: str = "sweep", fixed: bool 
                              "or use mode: analytic", source)
     if top in SIM_SWEEPABLE or (fixed and top in NOT_SWEEPABLE):
         return name
-    raise SpecsimError(f"unknown field {name!r}", source=source, field=name,
+    raise SpecsimError(f"unknown field {short(name)}", source=source, field=clip(name),
                        fix="sweep a scenario path under one of: " + ", ".join(SIM_SWEEPABLE)
                        + ", or a short name: " + ", ".join(SIM_ALIASES))
 
 
 def expand_grid(grid: Mapping[str, Sequence] | None, points: Sequence[Mapping] | None = None,
-                *, source: str = "sweep") -> list[dict]:
-    """Cartesian product of ``grid`` (last field fastest), crossed with each of ``points``."""
+                *, source: str = "sweep", mode: str = "analytic",
+                allow_large: bool = False) -> list[dict]:
+    """Cartesian product of ``grid`` (last field fastest), crossed with each of ``points``.
+
+    The number of points is checked (``check_sweep_size``) before the product is built.
+    """
     grid = dict(require_mapping(grid or {}, source=source, field="grid"))
     for name, values in grid.items():
         if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
-            raise SpecsimError(f"expected a list of values, got {values!r}", source=source,
-                               field=f"grid.{name}", fix=f"write {name}: [1, 2, 4]")
+            raise SpecsimError(f"expected a list of values, got {short(values)}",
+                               source=source, field=f"grid.{clip(name)}",
+                               fix=f"write {clip(name)}: [1, 2, 4]")
         if not values:
             raise SpecsimError("has no values: the grid is empty", source=source,
                                field=f"grid.{name}", fix="give at least one value")
     if points is not None and (not isinstance(points, Sequence) or isinstance(points, str)
                                or not points):
         raise SpecsimError("expected a non-empty list of points", source=source, field="points")
+    check_sweep_size(math.prod(len(v) for v in grid.values()) * len(points or [{}]),
+                     mode=mode, allow_large=allow_large, source=source)
     base = [dict(require_mapping(p, source=source, field=f"points[{i}]"))
             for i, p in enumerate(points or [{}])]
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
@@ -187,7 +219,8 @@ class SweepSpec:
         base_raw = override(base_raw, dict(fixed or {}), True)
         columns, payloads, workloads = [], [], {}
         for i, point in enumerate(points):
-            where = f"{source}: point {i} ({', '.join(f'{k}={v}' for k, v in point.items())})"
+            where = f"{source}: point {i} " \
+                f"({clip(', '.join(f'{k}={v}' for k, v in point.items()), 120)})"
             try:
                 raw = override(base_raw, point, False)
                 sc = scenario_from_dict(raw, source=where, base_dir=base_dir)
@@ -219,14 +252,19 @@ def _base_scenario(scenario: Any, base_dir: Path, source: str) -> tuple[dict, Pa
     return dict(require_mapping(load_yaml_file(path), source=str(path))), path.resolve().parent
 
 
-def sweep_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> SweepSpec:
-    """Validate a parsed sweep mapping (see the module docstring)."""
+def sweep_from_dict(data: Any, *, source: str, base_dir: str | Path = ".",
+                    allow_large: bool = False) -> SweepSpec:
+    """Validate a parsed sweep mapping (see the module docstring).
+
+    ``allow_large`` confirms a grid above ``CONFIRM_POINTS`` (the CLI's --allow-large).
+    """
     data = require_mapping(data, source=source)
     check_keys(data, allowed=TOP_KEYS, required=("mode",), source=source)
     mode = as_str(data["mode"], source=source, field="mode", choices=MODES)
     name = as_str(data.get("name", "sweep"), source=source, field="name")
     fixed = require_mapping(data.get("fixed") or {}, source=source, field="fixed")
-    points = expand_grid(data.get("grid"), data.get("points"), source=source)
+    points = expand_grid(data.get("grid"), data.get("points"), source=source, mode=mode,
+                         allow_large=allow_large)
     if mode == "analytic":
         if "scenario" in data:
             raise SpecsimError("only simulated sweeps take a scenario", source=source,
@@ -236,11 +274,11 @@ def sweep_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Sw
                                source=source, base_dir=base_dir, name=name)
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Read and validate a sweep YAML file."""
+def load_sweep(path: str | Path, *, allow_large: bool = False) -> SweepSpec:
+    """Read and validate a sweep YAML file (``allow_large``: see ``sweep_from_dict``)."""
     path = Path(path)
     return sweep_from_dict(load_yaml_file(path), source=str(path),
-                           base_dir=path.resolve().parent)
+                           base_dir=path.resolve().parent, allow_large=allow_large)
 
 
 def evaluate(task: tuple) -> dict[str, Any]:

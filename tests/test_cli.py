@@ -95,3 +95,13 @@ def test_bad_profile_in_hardware_dir_exits_2(tmp_path):
     out = cli("hardware", "list", "--hardware-dir", str(tmp_path))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "mygpu.yaml" in out.stderr and "missing required key" in out.stderr
+
+
+def test_gamma_says_no_speculation_when_no_draft_length_pays():
+    # with c = 1000, E(g) <= 1 / (1 - 0.8) = 5 < 1000 g + 1 for every g >= 1 (Theorem 3.8)
+    out = cli("gamma", "--alpha", "0.8", "--c", "1000", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    import json
+    data = json.loads(out.stdout)
+    assert data["best_gamma"] == 0 and data["best_speedup"] == 1.0
+    assert max(s["speedup"] for s in data["speedup"] if s["gamma"] > 0) < 1.0

@@ -14,8 +14,9 @@ def test_resume_keeps_all_digit_keys_as_strings(tmp_path):
     # point would be run again on resume
     path = tmp_path / "sweep.csv"
     keys = ["0123456789012345", "12345e6789012345"]
-    pd.DataFrame({"key": keys, "speedup": [1.5, 2.0], "error": [None, None]}).to_csv(
-        path, index=False)
+    # laid out as the sink writes it (point, key first: a sweep resumes only its own file)
+    pd.DataFrame({"point": [0, 1], "key": keys, "speedup": [1.5, 2.0],
+                  "error": [None, None]}).to_csv(path, index=False)
     store = ResultSink(path)
     assert store.done_keys() == set(keys)
 

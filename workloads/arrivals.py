@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.errors import SpecsimError
 from workloads.lengths import check_positive
+
+# Burstiness accepted by the Gamma process (README "Limits"): outside it the Gamma's shape
+# 1 / cv^2 overflows or underflows and the gaps turn NaN.
+MIN_CV, MAX_CV = 1e-3, 1e3
 
 
 def _times(gaps: np.ndarray) -> np.ndarray:
@@ -46,7 +51,11 @@ class GammaArrivals:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate_per_s", check_positive(self.rate_per_s, "rate_per_s"))
-        object.__setattr__(self, "cv", check_positive(self.cv, "cv"))
+        cv = check_positive(self.cv, "cv", maximum=MAX_CV)
+        if cv < MIN_CV:
+            raise SpecsimError(f"must be at least {MIN_CV:g}, got {cv!r}", field="cv",
+                               fix="use process: constant for evenly spaced arrivals")
+        object.__setattr__(self, "cv", cv)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Draw ``n`` arrival times."""

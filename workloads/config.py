@@ -35,7 +35,7 @@ from workloads.arrivals import ARRIVAL_PROCESSES
 from workloads.lengths import LENGTH_DISTRIBUTIONS, EmpiricalLength, check_count
 from workloads.token_streams import TOKEN_WORKLOADS, token_workload
 from workloads.traces import DEFAULT_TRACE_PATH, TRACE_READERS, read_trace
-from workloads.workload import Workload
+from workloads.workload import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, Workload
 
 SOURCES = ("trace", "synthetic", "tokens")
 SHAPING = ("rate_per_s", "max_requests", "max_duration_s")
@@ -47,7 +47,7 @@ EMPIRICAL_COLUMNS = ("prompt_tokens", "output_tokens")
 def synthetic_workload(num_requests: int, arrivals, prompt, output,
                        rng: np.random.Generator, name: str = "synthetic") -> Workload:
     """Draw arrivals, then prompt lengths, then output lengths, in that order, from ``rng``."""
-    n = check_count(num_requests, "num_requests")
+    n = check_count(num_requests, "num_requests", maximum=MAX_REQUESTS)
     return Workload(name=name, arrival_s=arrivals.sample(n, rng),
                     prompt_tokens=prompt.sample(n, rng), output_tokens=output.sample(n, rng))
 
@@ -102,7 +102,8 @@ def _length(data: Any, *, which: str, base_dir: Path, source: str, prefix: str):
             raise SpecsimError("expected a list of token counts", source=source,
                                field=prefix + "values")
         values = [as_number(v, source=source, field=f"{prefix}values[{i}]", minimum=1,
-                            integer=True) for i, v in enumerate(values)]
+                            maximum=MAX_TOKENS_PER_REQUEST, integer=True)
+                  for i, v in enumerate(values)]
     else:
         path = resolve_trace_path(data["trace"], base_dir=base_dir, source=source,
                                   field=prefix + "trace")
@@ -126,7 +127,8 @@ def _arrivals(data: Any, *, source: str, prefix: str):
 
 def _num_requests(data: Mapping[str, Any], *, source: str, prefix: str) -> int:
     return as_number(data["num_requests"], source=source, field=prefix + "num_requests",
-                     minimum=1, integer=True)
+                     minimum=1, maximum=MAX_REQUESTS, integer=True,
+                     fix=f"give 1 to {MAX_REQUESTS:,} requests (README 'Limits')")
 
 
 def _synthetic(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
@@ -139,8 +141,12 @@ def _synthetic(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
                      prefix=prefix + "prompt.")
     output = _length(data["output"], which="output_tokens", base_dir=base_dir, source=source,
                      prefix=prefix + "output.")
-    return synthetic_workload(_num_requests(data, source=source, prefix=prefix), arrivals,
-                              prompt, output, rng)
+    n = _num_requests(data, source=source, prefix=prefix)
+    try:
+        return synthetic_workload(n, arrivals, prompt, output, rng)
+    except SpecsimError as exc:  # e.g. arrival times past MAX_ARRIVAL_S: name the block
+        raise SpecsimError(exc.message, source=source, field=prefix + (exc.field or ""),
+                           fix=exc.fix) from None
 
 
 def _tokens(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
@@ -160,7 +166,12 @@ def _tokens(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
                             base_dir=base_dir, source=source, prefix=f"{prefix}{key}.")
         kwargs[key] = value
     spec = _construct(cls, kwargs, source=source, prefix=prefix)
-    return token_workload(spec, _num_requests(data, source=source, prefix=prefix), arrivals, rng)
+    n = _num_requests(data, source=source, prefix=prefix)
+    try:
+        return token_workload(spec, n, arrivals, rng)
+    except SpecsimError as exc:  # the token budget: name the field from workload.
+        raise SpecsimError(exc.message, source=source, field=prefix + (exc.field or ""),
+                           fix=exc.fix) from None
 
 
 def build_workload(cfg: Mapping, *, rng: np.random.Generator, base_dir: Path,

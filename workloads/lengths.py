@@ -13,26 +13,43 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import SpecsimError
+from simulator.yaml_io import short
+from workloads.workload import MAX_TOKENS_PER_REQUEST
 
 
-def check_count(value: Any, field: str, *, minimum: int = 1) -> int:
-    """Return ``value`` as an int if it is a whole number >= ``minimum``, else raise."""
+def check_count(value: Any, field: str, *, minimum: int = 1,
+                maximum: int | None = MAX_TOKENS_PER_REQUEST) -> int:
+    """Return ``value`` as an int if it is a whole number in ``[minimum, maximum]``, else raise.
+
+    ``maximum`` defaults to MAX_TOKENS_PER_REQUEST (every count here is a token count or
+    smaller); None: no upper limit.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not math.isfinite(value) or value != int(value) or value < minimum:
-        raise SpecsimError(f"expected a whole number >= {minimum}, got {value!r}", field=field)
+        raise SpecsimError(f"expected a whole number >= {minimum}, got {short(value)}",
+                           field=field)
+    if maximum is not None and value > maximum:
+        raise SpecsimError(f"must be at most {maximum:,}, got {short(value)}", field=field,
+                           fix="the limit keeps memory bounded (README 'Limits')")
     return int(value)
 
 
-def check_positive(value: Any, field: str) -> float:
-    """Return ``value`` as a float if it is finite and > 0, else raise."""
+def check_positive(value: Any, field: str, *, maximum: float | None = None) -> float:
+    """Return ``value`` as a float if it is finite, > 0 and at most ``maximum``, else raise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not math.isfinite(value) or value <= 0:
-        raise SpecsimError(f"expected a finite number > 0, got {value!r}", field=field)
+        raise SpecsimError(f"expected a finite number > 0, got {short(value)}", field=field)
+    if maximum is not None and value > maximum:
+        raise SpecsimError(f"must be at most {maximum:,.0f}, got {short(value)}", field=field,
+                           fix="the limit keeps the draws meaningful (README 'Limits')")
     return float(value)
 
 
 def _clip(values: np.ndarray, max_tokens: int | None) -> np.ndarray:
-    upper = np.iinfo(np.int64).max if max_tokens is None else max_tokens
+    """Clip draws to ``[1, max_tokens]``, and never above MAX_TOKENS_PER_REQUEST (so a
+    lognormal tail cannot overflow int64)."""
+    upper = MAX_TOKENS_PER_REQUEST if max_tokens is None else min(max_tokens,
+                                                                  MAX_TOKENS_PER_REQUEST)
     return np.clip(values, 1, upper).astype(np.int64)
 
 
@@ -87,8 +104,9 @@ class LognormalLength:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        mean = check_positive(self.mean_tokens, "mean_tokens")
-        median = check_positive(self.median_tokens, "median_tokens")
+        mean = check_positive(self.mean_tokens, "mean_tokens", maximum=MAX_TOKENS_PER_REQUEST)
+        median = check_positive(self.median_tokens, "median_tokens",
+                                maximum=MAX_TOKENS_PER_REQUEST)
         if mean <= median:
             raise SpecsimError(f"mean_tokens ({mean:g}) must exceed median_tokens ({median:g}) "
                                "for a lognormal", field="mean_tokens",
@@ -125,6 +143,9 @@ class EmpiricalLength:
         if values.dtype.kind not in "iuf" or not np.all(np.isfinite(values)) \
                 or np.any(values < 1) or np.any(values != np.round(values)):
             raise SpecsimError("lengths must be whole numbers >= 1", field="values")
+        if np.any(values > MAX_TOKENS_PER_REQUEST):
+            raise SpecsimError(f"lengths must be at most {MAX_TOKENS_PER_REQUEST:,}",
+                               field="values", fix="check the units of the lengths")
         values = values.astype(np.int64)
         values.flags.writeable = False
         object.__setattr__(self, "values", values)

@@ -29,10 +29,11 @@ import numpy as np
 from simulator.errors import SpecsimError
 from workloads.lengths import LengthDistribution, LognormalLength, UniformLength, check_count, \
     check_positive
-from workloads.workload import Workload
+from workloads.workload import MAX_REQUESTS, MAX_TOKEN_IDS, MAX_TOKENS_PER_REQUEST, Workload
 
 WORD_BASE = 256
 MIN_VOCAB = 1024
+MAX_VOCAB = 1_000_000  # README "Limits": the Zipf tables hold one float per word
 
 _NL, _INDENT, _ID = 1, 2, -1
 _KW = {name: 3 + i for i, name in enumerate(
@@ -55,12 +56,26 @@ CODE_HEADER = np.arange(64, 72, dtype=np.int64)
 
 
 def _check_vocab(vocab_size: int, needed_words: int) -> int:
-    vocab = check_count(vocab_size, "vocab_size", minimum=MIN_VOCAB)
+    vocab = check_count(vocab_size, "vocab_size", minimum=MIN_VOCAB, maximum=MAX_VOCAB)
     if vocab - WORD_BASE < needed_words:
         raise SpecsimError(f"vocab_size {vocab} leaves {vocab - WORD_BASE} word ids, fewer than "
                            f"the {needed_words} this workload needs", field="vocab_size",
                            fix="raise vocab_size")
     return vocab
+
+
+class _TokenBudget:
+    """Counts the token ids a workload generates; refuses to pass MAX_TOKEN_IDS."""
+
+    def __init__(self) -> None:
+        self.used = 0
+
+    def take(self, count: int, done: int, total: int) -> None:
+        self.used += count
+        if self.used > MAX_TOKEN_IDS:
+            raise SpecsimError(f"the token ids of {done + 1:,} of {total:,} requests already "
+                               f"pass the limit of {MAX_TOKEN_IDS:,}", field="num_requests",
+                               fix="generate fewer or shorter requests (README 'Limits')")
 
 
 def _zipf_cdf(size: int, exponent: float) -> np.ndarray:
@@ -111,7 +126,9 @@ class CodeEdit:
         # A few identifiers dominate real code (self, i, x): rank-1/r weights over the pool.
         pool_cdf = _zipf_cdf(self.identifiers_per_request, 1.0)
         prompts, outputs = [], []
+        budget = _TokenBudget()
         for length in self.code.sample(n, rng):
+            budget.take(2 * int(length) + len(CODE_HEADER), len(prompts), n)
             pool = rng.choice(words, size=self.identifiers_per_request, replace=False)
             lines = rng.integers(len(CODE_LINES), size=length // _SHORTEST_LINE + 1)
             code = np.concatenate([CODE_LINES[j] for j in lines])[:length]
@@ -159,6 +176,16 @@ class AgentLoop:
         object.__setattr__(self, "slots_per_template",
                            check_count(self.slots_per_template, "slots_per_template", minimum=0))
         object.__setattr__(self, "vocab_size", _check_vocab(self.vocab_size, 1))
+        longest = self.max_steps * (self.template_tokens + self.template_tokens // 2
+                                    + self.slots_per_template * self.slot_tokens)
+        if longest > MAX_TOKENS_PER_REQUEST or \
+                self.num_templates * (2 * self.template_tokens + self.slots_per_template) \
+                > MAX_TOKEN_IDS:
+            raise SpecsimError(f"an output could hold {longest:,} tokens (max_steps x template "
+                               f"and slot tokens); the limit is {MAX_TOKENS_PER_REQUEST:,} per "
+                               f"request and {MAX_TOKEN_IDS:,} in all templates",
+                               field="max_steps", fix="lower max_steps, template_tokens, "
+                               "slots_per_template or num_templates")
 
     def _templates(self, rng: np.random.Generator) -> list[np.ndarray]:
         """Return the shared templates: fixed word tokens with ``-1`` marking each slot."""
@@ -175,7 +202,9 @@ class AgentLoop:
         system = rng.integers(WORD_BASE, self.vocab_size, size=self.system_tokens)
         templates = self._templates(rng)
         prompts, outputs = [], []
+        budget = _TokenBudget()
         for length in np.maximum(self.context.sample(n, rng), self.slot_tokens):
+            budget.take(self.system_tokens + int(length), len(prompts), n)
             context = rng.integers(WORD_BASE, self.vocab_size, size=length)
             steps = rng.integers(1, self.max_steps, endpoint=True)
             pieces = []
@@ -193,6 +222,7 @@ class AgentLoop:
                 pieces.append(np.concatenate(step))
             prompts.append(np.concatenate([system, context]).astype(np.int64))
             outputs.append(np.concatenate(pieces).astype(np.int64))
+            budget.take(len(outputs[-1]), len(prompts), n)
         return prompts, outputs
 
 
@@ -219,6 +249,7 @@ class FreeChat:
         output_lengths = self.output.sample(n, rng)
         cdf = _zipf_cdf(self.vocab_size - WORD_BASE, self.zipf_exponent)
         lengths = np.concatenate([prompt_lengths, output_lengths])
+        _TokenBudget().take(int(lengths.sum()), n, n)
         tokens = WORD_BASE + _draw(cdf, int(lengths.sum()), rng).astype(np.int64)
         pieces = np.split(tokens, np.cumsum(lengths)[:-1])
         return pieces[:n], pieces[n:]
@@ -236,7 +267,7 @@ TOKEN_WORKLOADS: dict[str, type] = {
 def token_workload(spec: TokenWorkloadSpec, num_requests: int, arrivals,
                    rng: np.random.Generator) -> Workload:
     """Draw arrival times, then token sequences; label every request with the spec's kind."""
-    n = check_count(num_requests, "num_requests")
+    n = check_count(num_requests, "num_requests", maximum=MAX_REQUESTS)
     arrival_s = arrivals.sample(n, rng)
     prompts, outputs = spec.generate(n, rng)
     return Workload(

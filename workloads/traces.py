@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import SpecsimError
-from workloads.workload import Workload
+from simulator.yaml_io import clip, short
+from workloads.workload import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST, Workload
 
 DEFAULT_TRACE_PATH = Path(__file__).resolve().parent / "data" / "default_trace.csv"
 
@@ -45,12 +46,13 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise SpecsimError("the file is empty", source=str(path),
                            fix="a trace needs a header line and at least one request") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
-        raise SpecsimError(f"cannot read as CSV: {str(exc).strip()}", source=str(path)) from None
+    except (ValueError, UnicodeDecodeError, OSError, csv.Error) as exc:  # ParserError too
+        raise SpecsimError(f"cannot read as CSV: {clip(str(exc).strip(), 200)}",
+                           source=str(path)) from None
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise SpecsimError(f"missing column(s) {', '.join(missing)}; the header has "
-                           f"{', '.join(map(str, frame.columns))}", source=str(path),
+                           f"{clip(', '.join(map(str, frame.columns)), 200)}", source=str(path),
                            field=missing[0], fix="the header must name: " + ", ".join(required))
     blank = (frame[list(required)] == "").all(axis=1).to_numpy()
     end = len(frame)
@@ -63,7 +65,7 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _bad_row(path: Path, column: str, line: int, raw: object, why: str, fix: str) -> SpecsimError:
-    return SpecsimError(f"line {line} has {raw!r}: {why}", source=str(path), field=column,
+    return SpecsimError(f"line {line} has {short(raw)}: {why}", source=str(path), field=column,
                         fix=fix)
 
 
@@ -71,11 +73,17 @@ def _counts(values: np.ndarray, raw, lines: np.ndarray, path: Path, column: str)
     """Validate token counts (float array, NaN where unparsable): whole numbers >= 1."""
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 1)
+        big = values > MAX_TOKENS_PER_REQUEST
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _bad_row(path, column, int(lines[i]), raw[i],
                        "token counts must be whole numbers >= 1 (zero-length outputs are not "
                        "allowed)", "fix or drop that row")
+    if big.any():
+        i = int(np.flatnonzero(big)[0])
+        raise _bad_row(path, column, int(lines[i]), raw[i],
+                       f"token counts must be at most {MAX_TOKENS_PER_REQUEST:,}",
+                       "fix or drop that row")
     return values.astype(np.int64)
 
 
@@ -84,9 +92,16 @@ def _check_order(times: np.ndarray, raw, lines: np.ndarray, path: Path, column: 
     if back.any():
         i = int(np.flatnonzero(back)[0]) + 1
         raise _bad_row(path, column, int(lines[i]), raw[i],
-                       f"earlier than the previous line's {raw[i - 1]!r}; the trace must be in "
-                       "arrival order", f"sort the file by {column}; specsim rejects "
+                       f"earlier than the previous line's {short(raw[i - 1])}; the trace must "
+                       "be in arrival order", f"sort the file by {column}; specsim rejects "
                        "out-of-order traces rather than reorder them silently")
+
+
+def _late(path: Path, column: str, line: int, raw: object, unit: str = "s") -> SpecsimError:
+    in_ms = " (this column is in milliseconds)" if unit == "ms" else ""
+    return _bad_row(path, column, line, raw, f"arrival times must be at most {MAX_ARRIVAL_S:g} s "
+                    f"(31.7 years), where float64 still resolves an engine step{in_ms}",
+                    "give times relative to the first request")
 
 
 def _seconds(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path,
@@ -95,10 +110,14 @@ def _seconds(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path,
     values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(np.float64)
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(values) | (values < 0)
+        late = values * scale > MAX_ARRIVAL_S
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _bad_row(path, column, int(lines[i]), raw[i],
                        "arrival times must be finite numbers >= 0", "fix or drop that row")
+    if late.any():
+        i = int(np.flatnonzero(late)[0])
+        raise _late(path, column, int(lines[i]), raw[i])
     _check_order(values, raw, lines, path, column)
     return values * scale
 
@@ -157,7 +176,8 @@ def read_specsim(path: str | Path) -> Workload:
     allowed = SPECSIM_COLUMNS + SPECSIM_OPTIONAL
     extra = [c for c in frame.columns if c not in allowed]
     if extra:
-        raise SpecsimError(f"unknown column {extra[0]!r}", source=str(path), field=str(extra[0]),
+        raise SpecsimError(f"unknown column {short(extra[0])}", source=str(path),
+                           field=clip(extra[0]),
                            fix="valid columns are: " + ", ".join(allowed))
     lines = np.arange(len(frame)) + 2
     task = None
@@ -198,7 +218,8 @@ def read_mooncake(path: str | Path) -> Workload:
                 for key in MOONCAKE_KEYS:
                     value = record.get(key)
                     if type(value) not in (int, float):
-                        why = "is missing" if key not in record else f"is {value!r}, not a number"
+                        why = "is missing" if key not in record else \
+                            f"is {short(value)}, not a number"
                         raise SpecsimError(f"line {number}: {key} {why}", source=str(path),
                                            field=key, fix="every line needs numeric "
                                            + ", ".join(MOONCAKE_KEYS))
@@ -219,6 +240,10 @@ def read_mooncake(path: str | Path) -> Workload:
         raise _bad_row(path, "timestamp", int(line_numbers[i]), rows["timestamp"][i],
                        "timestamps must be finite numbers >= 0 (milliseconds)",
                        "fix or drop that line")
+    late = stamps_ms / 1e3 > MAX_ARRIVAL_S
+    if late.any():
+        i = int(np.flatnonzero(late)[0])
+        raise _late(path, "timestamp", int(line_numbers[i]), rows["timestamp"][i], "ms")
     _check_order(stamps_ms, rows["timestamp"], line_numbers, path, "timestamp")
     counts = {key: _counts(np.asarray(rows[key], dtype=np.float64), rows[key], line_numbers,
                            path, key) for key in MOONCAKE_KEYS[1:]}
@@ -250,7 +275,10 @@ def detect_format(path: str | Path) -> str:
                            fix="a trace needs a header line and at least one request")
     if first.lstrip().startswith("{"):
         return "mooncake"
-    header = {name.strip() for name in next(csv.reader([first]))}
+    try:
+        header = {name.strip() for name in next(csv.reader([first]))}
+    except csv.Error:  # e.g. a field above csv's size limit: no known header
+        header = set()
     for name, columns in _CSV_SIGNATURES.items():
         if set(columns) <= header:
             return name

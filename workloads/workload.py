@@ -18,6 +18,20 @@ import pandas as pd
 
 from simulator.errors import SpecsimError
 
+# Limits on a workload (README.md, "Limits"), checked before anything is allocated from them.
+# Arrival times: at 1e9 s (31.7 years) float64 still resolves 1.2e-7 s, far below one
+# engine step; much later (1e17 s) a step no longer moves the clock and every latency
+# silently reads 0.
+MAX_ARRIVAL_S = 1e9
+# Requests a generator draws (synthetic and token workloads): the engine's benchmark runs
+# 1,000,000 synthetic requests in about 4 minutes and 1.2 GiB.
+MAX_REQUESTS = 1_000_000
+# Tokens of one request's prompt or output (lengths, traces): ten million, far above any
+# model's context.
+MAX_TOKENS_PER_REQUEST = 10_000_000
+# Token ids a token-level workload may hold in total (prompts and outputs): 400 MB as int64.
+MAX_TOKEN_IDS = 50_000_000
+
 
 def _frozen(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
@@ -67,6 +81,12 @@ def _as_count_array(values: Any, *, field: str, source: str) -> np.ndarray:
         i = _first(small)
         raise SpecsimError(f"request {i} has {array[i]} tokens; every request needs at least 1",
                            field=field, source=source)
+    big = array > MAX_TOKENS_PER_REQUEST
+    if big.any():
+        i = _first(big)
+        raise SpecsimError(f"request {i} has {array[i]:,} tokens, above the limit of "
+                           f"{MAX_TOKENS_PER_REQUEST:,}", field=field, source=source,
+                           fix="check the units; no model has a context that long")
     return array.copy()
 
 
@@ -121,6 +141,14 @@ class Workload:
             i = _first(negative)
             raise SpecsimError(f"request {i} arrives at {arrival[i]!r} s; times must be >= 0",
                                field="arrival_s", source=src)
+        late = arrival > MAX_ARRIVAL_S
+        if late.any():
+            i = _first(late)
+            raise SpecsimError(f"request {i} arrives at {arrival[i]:.6g} s, after the limit of "
+                               f"{MAX_ARRIVAL_S:g} s (31.7 years): the float64 clock would "
+                               "lose the engine's step times", field="arrival_s", source=src,
+                               fix="give arrival times relative to the first request (in "
+                                   "seconds), or raise the request rate")
         backwards = np.diff(arrival) < 0
         if backwards.any():
             i = _first(backwards) + 1
