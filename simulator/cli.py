@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         old = {}
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help (0) or an argument error (2): a code, as below
+            return exc.code if isinstance(exc.code, int) else 2
         if not getattr(args, "command", None):
             parser.print_help()
             return 2
@@ -88,6 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return 0
+    except OSError as exc:  # a full disk, a quota, a file too large: one line, no traceback
+        from simulator.output_paths import describe_os_error
+        from simulator.yaml_io import clip
+        where = f" {clip(repr(str(exc.filename)), 200)}" if exc.filename else ""
+        _say(f"specsim: error: cannot read or write{where}: {describe_os_error(exc)} (fix: "
+             "free space or choose another path; nothing was left half-written)")
+        return 2
+    except MemoryError:
+        _say("specsim: error: out of memory (fix: a smaller trace, grid or batch; see README "
+             "'Limits')")
+        return 2
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pandas as pd
 
 from simulator.errors import SpecsimError
+from simulator.yaml_io import clip
 from simulator.output import FORMATS, render
 from simulator.output_paths import ResultsFolderWriter
 from simulator.progress import PLAIN_INTERVAL_S, Progress
@@ -35,8 +37,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", default=None, help="also write an HTML report to this path")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an --out folder that is not a specsim results folder "
-                        "(only specsim's own file names are replaced; nothing else is "
-                        "touched), and replace a --report file specsim did not write")
+                        "(specsim's files are added; a file of one of their names that "
+                        "specsim did not write is refused; nothing else is touched), and "
+                        "replace a --report file specsim did not write")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress display (a bar on a terminal, a line every "
                         f"{PLAIN_INTERVAL_S:g} s elsewhere)")
@@ -74,6 +77,9 @@ def main(args: argparse.Namespace) -> int:
         policies = [scenario.policy]
     require_format(args.results_format)
     out = Path(args.out).expanduser()
+    if args.report and args.report.endswith(("/", os.sep)):
+        raise SpecsimError(f"{clip(repr(args.report))} names a folder, not a file",
+                           field="--report", fix="give a file name such as report.html")
     report = Path(args.report).expanduser() if args.report else None
     # every path is checked before the first request is simulated
     report_inside = report is not None and _inside(report, out)
@@ -119,12 +125,12 @@ def main(args: argparse.Namespace) -> int:
 def saturation_note(row) -> str:
     """What a saturated row's numbers mean, in one line."""
     ttft = float(row.get("p50_ttft_s", float("nan")))
-    return (f"  {row['policy']}: saturated: arrivals outpace service (requests in the system "
-            f"grew from {int(row['backlog_mid'])} at mid-trace to {int(row['backlog_last'])} "
-            f"at the last arrival, {float(row['in_flight_at_last_arrival']):.0%} of the "
-            f"trace); its latencies (p50 TTFT {_human_s(ttft)}) are mostly queueing, and grow "
-            f"with the trace's length. Lower the rate, add replicas, or use 'specsim plan' "
-            f"for the sustainable rate.")
+    return (f"  {row['policy']}: saturated: arrivals outpace service (requests waiting to be "
+            f"admitted grew from {int(row['waiting_mid'])} at mid-trace to "
+            f"{int(row['waiting_last'])} at the last arrival, "
+            f"{float(row['waiting_at_last_arrival']):.0%} of the trace); its latencies (p50 "
+            f"TTFT {_human_s(ttft)}) are mostly queueing, and grow with the trace's length. "
+            f"Lower the rate, add replicas, or use 'specsim plan' for the sustainable rate.")
 
 
 def _human_s(x: float) -> str:
@@ -143,7 +149,14 @@ def _inside(report: Path, out: Path) -> bool:
     A report deeper inside ``out`` is refused: the results folder holds no sub-folders.
     """
     rp, op = report.absolute().parent, out.absolute()
+    if report.absolute() == op or _same(report.absolute(), op):
+        raise SpecsimError(f"--report and --out name the same path {clip(repr(str(out)))}",
+                           field="--report", fix=f"write e.g. {out / 'report.html'}")
     if _same(rp, op):
+        if report.suffix.lower() not in (".html", ".htm"):  # never one of the results' names
+            raise SpecsimError(f"a report inside the results folder must end in .html, got "
+                               f"{clip(repr(report.name))}", field="--report",
+                               fix=f"write e.g. {out / 'report.html'}")
         return True
     if op in rp.parents or _same_or_below(rp, op):
         raise SpecsimError(f"{str(report)!r} is inside a sub-folder of the results folder",

@@ -46,6 +46,23 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class _sigint_blocked:
+    """Block SIGINT in this thread for the ``with`` block (no-op where unsupported)."""
+
+    def __enter__(self):
+        import signal
+        self._sig = signal
+        try:
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        except (AttributeError, OSError, ValueError):
+            self._old = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            self._sig.pthread_sigmask(self._sig.SIG_SETMASK, self._old)
+
+
 class SerialExecutor:
     """Every chunk in this process, in order (debugging, tiny sweeps, reproducibility checks)."""
 
@@ -107,7 +124,11 @@ class LocalExecutor(SerialExecutor):
 
     def map_chunks(self, fn, chunks: list) -> Iterator[tuple[int, Any]]:
         pool = self._get_pool()
-        futures = {pool.submit(eval_chunk, fn, chunk): i for i, chunk in enumerate(chunks)}
+        # workers are spawned inside submit(): with SIGINT blocked meanwhile they start with
+        # it blocked (a mask survives exec), so a Ctrl-C while they boot cannot print a
+        # worker traceback; the driver's own Ctrl-C is delivered when the mask is lifted
+        with _sigint_blocked():
+            futures = {pool.submit(eval_chunk, fn, chunk): i for i, chunk in enumerate(chunks)}
         for fut in cf.as_completed(futures):
             try:
                 yield futures[fut], fut.result()
@@ -203,15 +224,30 @@ EXECUTORS: dict[str, type] = {
 }
 
 
-def make_executor(name: str = "local", *, workers: int | None = None,
-                  address: str | None = None):
-    """An executor by name (``local``, ``serial``, ``ray``)."""
+def check_executor_args(name: str, *, workers: int | None = None,
+                        address: str | None = None) -> None:
+    """Validate an executor's arguments without starting anything (no pool, no Ray)."""
     if name not in EXECUTORS:
         raise SpecsimError(f"unknown executor {name!r}", field="--executor",
                            fix="choose one of: " + ", ".join(EXECUTORS))
     if address is not None and name != "ray":
         raise SpecsimError("only the ray executor takes an address", field="--address",
                            fix="add --executor ray")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise SpecsimError(f"must be a whole number >= 1, got {workers!r}", field="--workers")
+    if name == "ray":
+        import importlib.util
+        if importlib.util.find_spec("ray") is None:
+            raise SpecsimError("the ray executor needs Ray, which is not installed",
+                               field="--executor",
+                               fix="pip install 'specsim[ray]', or use --executor local")
+
+
+def make_executor(name: str = "local", *, workers: int | None = None,
+                  address: str | None = None):
+    """An executor by name (``local``, ``serial``, ``ray``)."""
+    check_executor_args(name, workers=workers, address=address)
     return EXECUTORS[name](workers=workers, address=address)
 
 

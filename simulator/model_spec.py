@@ -48,7 +48,16 @@ class ModelSpec:
     base_model: str = ""
     medusa_num_heads: int = 0
     medusa_num_layers: int = 0
+    # the tokenizer's vocabulary, when vocab_size is an effective width for the cost model
+    # (opt-350m); 0: the same as vocab_size.  Drafts are matched on this (``tokenizer_vocab``)
+    tokenizer_vocab_size: int = 0
     path: str = ""
+
+    @property
+    def tokenizer_vocab(self) -> int:
+        """The vocabulary a draft must share: the tokenizer's, which vocab_size is unless
+        the file says otherwise."""
+        return self.tokenizer_vocab_size or self.vocab_size
 
     # ---- derived sizes (elements unless the name says bytes) ----
     @property
@@ -120,7 +129,8 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_d
                "vocab_size", "max_context")
 _KEYS = set(_INT_FIELDS) | {"name", "family", "kind", "gated_mlp", "tied_embeddings", "dtype",
                             "norm", "bias", "learned_position_embeddings", "published_params",
-                            "source", "base_model", "medusa_num_heads", "medusa_num_layers"}
+                            "source", "base_model", "medusa_num_heads", "medusa_num_layers",
+                            "tokenizer_vocab_size"}
 _REQUIRED = ("name", "family", "source", "published_params", *_INT_FIELDS, "gated_mlp",
              "tied_embeddings", "dtype")
 
@@ -161,6 +171,9 @@ def model_from_dict(data: Any, *, source: str) -> ModelSpec:
         medusa_num_layers=as_number(data.get("medusa_num_layers", 0), source=source,
                                     field="medusa_num_layers", integer=True, minimum=0,
                                     maximum=64),
+        tokenizer_vocab_size=as_number(data.get("tokenizer_vocab_size", 0), source=source,
+                                       field="tokenizer_vocab_size", integer=True, minimum=0,
+                                       maximum=10_000_000),
         path=source,
         **ints,
     )
@@ -218,15 +231,17 @@ def check_shared_vocabulary(draft: ModelSpec | None, target: ModelSpec, *,
 
     Speculative sampling compares p(x) and q(x) token by token and splices draft tokens
     into the target's sequence, so both must be over one vocabulary (seed 003 section 3;
-    vLLM asserts the same in its spec-decode worker).  The files' ``vocab_size`` fields are
-    compared as they are: a padded embedding (OPT's 50272) must be padded alike.  Medusa
-    heads and EAGLE layers reuse their base's LM head, so theirs match by construction.
+    vLLM asserts the same in its spec-decode worker).  The tokenizer's vocabulary is
+    compared (``tokenizer_vocab_size`` where a file gives one because its ``vocab_size`` is
+    an effective width, as opt-350m's; else ``vocab_size`` as written, so a padded embedding
+    such as OPT's 50272 must be padded alike).  Medusa heads and EAGLE layers reuse their
+    base's LM head, so theirs match by construction.
     """
-    if draft is not None and draft.vocab_size != target.vocab_size:
+    if draft is not None and draft.tokenizer_vocab != target.tokenizer_vocab:
         raise SpecsimError(
-            f"draft {draft.name} has vocab_size {draft.vocab_size} but target {target.name} "
-            f"has vocab_size {target.vocab_size}; speculative decoding needs one shared "
-            f"vocabulary (p(x)/q(x) is undefined otherwise)", field=field,
-            fix=f"use a draft with the target's tokenizer (vocab_size {target.vocab_size})"
+            f"draft {draft.name} has vocab_size {draft.tokenizer_vocab} but target "
+            f"{target.name} has vocab_size {target.tokenizer_vocab}; speculative decoding "
+            f"needs one shared vocabulary (p(x)/q(x) is undefined otherwise)", field=field,
+            fix=f"use a draft with the target's tokenizer (vocab_size {target.tokenizer_vocab})"
                 + (", or remove 'draft:' if the policy needs none" if field == "draft" else ""))
     return draft

@@ -10,7 +10,8 @@ The rules every command follows for the paths a user gives (``--out``, ``--repor
 * A results folder is written into a fresh temporary sibling and renamed into place.  An
   existing folder is replaced only when it is a specsim results folder whose manifest lists
   every entry it holds; anything else is refused (``--overwrite`` writes specsim's files into
-  it instead, touching nothing else).  Nothing is ever deleted through a symbolic link.
+  it instead, and refuses if a file there already has one of their names without an earlier
+  specsim manifest listing it: nothing else is touched).  Nothing is ever deleted through a symbolic link.
 * One writer per target at a time: a lock beside the target (``.specsim-<name>.lock``,
   ``flock``-based, so a killed writer never leaves it held) makes a second concurrent writer
   exit with one line instead of mixing its files with the first.
@@ -26,6 +27,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -38,6 +40,9 @@ RESULTS_MARK = "specsim-results"   # manifest.json: {"kind": RESULTS_MARK, "file
 MANIFEST = "manifest.json"
 
 
+MAX_PATH_ECHO = 200  # characters of a path echoed in an error
+
+
 def describe_os_error(exc: OSError) -> str:
     """``[Errno 13] Permission denied: 'x'`` -> ``permission denied``."""
     text = exc.strerror or (errno.errorcode.get(exc.errno or 0) or type(exc).__name__)
@@ -46,12 +51,22 @@ def describe_os_error(exc: OSError) -> str:
 
 def os_error(exc: OSError, path: Path | str, field: str, action: str = "write") -> SpecsimError:
     """An OS error on a user's path as one SpecsimError line."""
-    return SpecsimError(f"cannot {action} {str(path)!r}: {describe_os_error(exc)}", field=field,
-                        fix="choose a path in a folder you can write to")
+    fix = "choose a shorter path" if exc.errno == errno.ENAMETOOLONG else \
+        "choose a path in a folder you can write to"
+    return SpecsimError(f"cannot {action} {_display(path)}: {describe_os_error(exc)}",
+                        field=field, fix=fix)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _display(path: Path | str) -> str:
-    return repr(str(path))
+    from simulator.yaml_io import clip
+    return clip(repr(str(path)), MAX_PATH_ECHO)
 
 
 def check_parent(path: Path, field: str) -> Path:
@@ -60,7 +75,7 @@ def check_parent(path: Path, field: str) -> Path:
     try:
         if not parent.exists():
             raise SpecsimError(f"the folder {_display(parent)} does not exist", field=field,
-                               fix=f"create it first (mkdir -p {parent}) or choose another path")
+                               fix="create it first (mkdir -p) or choose another path")
         if not parent.is_dir():
             raise SpecsimError(f"{_display(parent)} is not a folder", field=field,
                                fix="choose a path inside a folder")
@@ -143,6 +158,9 @@ def check_file_target(path: str | Path, field: str, *, marks: Iterable[bytes] = 
     it) or ``overwrite`` is set.  A folder, a missing parent or anything not a regular file
     is refused.
     """
+    if isinstance(path, str) and path.endswith(("/", os.sep)):
+        raise SpecsimError(f"{_display(path)} names a folder, not a file", field=field,
+                           fix="give a file name such as report.html")
     path = Path(path).expanduser()
     if str(path) in ("", ".") or path.name in ("", ".", ".."):
         raise SpecsimError(f"{_display(path)} names a folder, not a file", field=field,
@@ -187,7 +205,7 @@ def write_file_atomic(path: Path, write: Callable[[Path], None], field: str) -> 
     tmp = Path(tmp_name)
     try:
         write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are meant to be shared
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private: as open() would
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -237,6 +255,35 @@ def _foreign_entries(folder: Path) -> list[str]:
     return foreign
 
 
+# the names a results folder's files take (results_dir.py); a report is any *.html
+RESULTS_NAMES = re.compile(r"manifest\.json|summary\.csv|scenario\.yaml|"
+                           r"\d\d-.*\.(requests|steps|acceptance)\.(csv|parquet)|"
+                           r"\d\d-.*\.itl\.npy|validation\.csv|spec_loop\.csv|summary\.json")
+
+
+def merge_clashes(folder: Path, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` exist in ``folder`` without being files an earlier specsim run
+    listed there: ``--overwrite`` must not replace them."""
+    manifest = read_results_manifest(folder)
+    ours = set(manifest["files"]) | {MANIFEST} if manifest else set()
+    out = []
+    for name in names:
+        entry = folder / name
+        if not (entry.exists() or entry.is_symlink()):
+            continue
+        if name not in ours or entry.is_symlink() or not entry.is_file():
+            out.append(name)
+    return sorted(out)
+
+
+def _clash_error(folder: Path, clashes: list[str], field: str) -> SpecsimError:
+    shown = ", ".join(clashes[:3]) + (f" and {len(clashes) - 3} more" if len(clashes) > 3
+                                      else "")
+    return SpecsimError(f"{_display(folder)} holds {shown}, which specsim did not write and "
+                        f"would replace", field=field,
+                        fix="choose another folder, or move those files away first")
+
+
 def check_results_target(out: str | Path, field: str = "--out", *,
                          overwrite: bool = False) -> Path:
     """Check that a results folder may be written at ``out``; return the path.
@@ -263,6 +310,10 @@ def check_results_target(out: str | Path, field: str = "--out", *,
                 raise SpecsimError(f"{_display(out)} exists and is not a folder", field=field,
                                    fix="choose another folder")
             if overwrite:
+                clashes = merge_clashes(out, [e for e in os.listdir(out)
+                                              if RESULTS_NAMES.fullmatch(e)])
+                if clashes:
+                    raise _clash_error(out, clashes, field)
                 return out
             foreign = _foreign_entries(out)
             if foreign:
@@ -326,7 +377,7 @@ class ResultsFolderWriter:
         try:
             (self.path / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str),
                                               encoding="utf-8")
-            os.chmod(self.path, 0o755)  # mkdtemp makes it private
+            os.chmod(self.path, 0o777 & ~_umask())  # mkdtemp makes it private
             check_results_target(self.out, self.field, overwrite=self.overwrite)
             if self.overwrite and self.out.is_dir():
                 self._merge_into(self.out, files)
@@ -354,12 +405,11 @@ class ResultsFolderWriter:
 
     def _merge_into(self, out: Path, files: list[str]) -> None:
         previous = read_results_manifest(out)
+        clashes = merge_clashes(out, files + [MANIFEST])  # every check before any replace
+        if clashes:
+            raise _clash_error(out, clashes, self.field)
         for name in files + [MANIFEST]:
-            target = out / name
-            if target.is_symlink() or target.is_dir():
-                raise SpecsimError(f"{_display(target)} is a link or a folder", field=self.field,
-                                   fix="choose another folder")
-            os.replace(self.path / name, target)
+            os.replace(self.path / name, out / name)
         # files an earlier specsim run listed and this one did not write are stale results
         for name in (previous or {}).get("files", []):
             stale = out / name

@@ -176,33 +176,38 @@ class Results:
         return pd.DataFrame([self.summary()])
 
 
-# A run is *saturated* when requests pile up through the trace: at the last arrival more than
-# SATURATED_IN_FLIGHT of the served requests are still in the system, and that backlog is at
-# least SATURATED_GROWTH times the backlog at the middle of the arrival span.  The first
-# condition is the in-flight rule of ``specsim plan`` (capacity.py); the second tells a
-# backlog that grows with time (arrivals outpace service: latencies then measure the queue,
-# and grow with the trace's length) from a single burst that a large batch absorbs.
-SATURATED_IN_FLIGHT = 0.25
+# A run is *saturated* when requests pile up in the waiting queue through the trace: at the
+# last arrival more than SATURATED_WAITING of the served requests are still waiting to be
+# admitted, and that queue is at least SATURATED_GROWTH times as long as at the middle of the
+# arrival span.  The first condition is the in-flight rule of ``specsim plan``
+# (capacity.py) applied to the queue alone (requests in the running batch are being served,
+# not queued); the second tells a queue that grows with time (arrivals outpace service:
+# latencies then measure the queue, and grow with the trace's length) from one burst that the
+# server works off.  Below SATURATED_MIN_REQUESTS requests no trend can be told.
+SATURATED_WAITING = 0.25
 SATURATED_GROWTH = 1.5
+SATURATED_MIN_REQUESTS = 20
 
 
 def backlog_summary(req: pd.DataFrame) -> dict:
-    """``in_flight_at_last_arrival`` (fraction), ``backlog_mid``/``backlog_last`` (requests
-    in the system at the middle and at the end of the arrival span) and ``saturated``."""
+    """``waiting_at_last_arrival`` (fraction of the served requests), ``waiting_mid`` and
+    ``waiting_last`` (requests arrived but not yet admitted at the middle and at the end of
+    the arrival span) and ``saturated``."""
     served = req[req["status"] != "rejected"]
     if not len(served):
-        return {"in_flight_at_last_arrival": float("nan"), "backlog_mid": 0,
-                "backlog_last": 0, "saturated": False}
+        return {"waiting_at_last_arrival": float("nan"), "waiting_mid": 0,
+                "waiting_last": 0, "saturated": False}
     arrival = served["arrival_s"].to_numpy(float)
-    finish = served["finish_s"].to_numpy(float)  # NaN: never finished
+    admitted = served["first_scheduled_s"].to_numpy(float)  # NaN: never admitted
     first, last = float(arrival.min()), float(arrival.max())
     mid = first + 0.5 * (last - first)
 
-    def backlog(t: float) -> int:
-        return int(np.count_nonzero((arrival <= t) & ~(finish <= t)))
-    b_mid, b_last = backlog(mid), backlog(last)
-    frac = b_last / len(served)
-    saturated = bool(last > first and frac > SATURATED_IN_FLIGHT
-                     and b_last >= SATURATED_GROWTH * max(b_mid, 1))
-    return {"in_flight_at_last_arrival": frac, "backlog_mid": b_mid, "backlog_last": b_last,
+    def waiting(t: float) -> int:
+        return int(np.count_nonzero((arrival <= t) & ~(admitted <= t)))
+    w_mid, w_last = waiting(mid), waiting(last)
+    frac = w_last / len(served)
+    saturated = bool(len(served) >= SATURATED_MIN_REQUESTS and last > first
+                     and frac > SATURATED_WAITING
+                     and w_last >= SATURATED_GROWTH * max(w_mid, 1))
+    return {"waiting_at_last_arrival": frac, "waiting_mid": w_mid, "waiting_last": w_last,
             "saturated": saturated}

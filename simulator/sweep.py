@@ -32,7 +32,7 @@ import pandas as pd
 
 from simulator import gamma_map
 from simulator.errors import SpecsimError
-from simulator.executors import Failure, make_executor, run_items
+from simulator.executors import Failure, check_executor_args, make_executor, run_items
 from simulator.yaml_io import as_str, check_keys, clip, load_yaml_file, require_mapping, short
 
 MODES = ("analytic", "simulated")
@@ -464,6 +464,8 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
     if executor == "auto":
         executor = "serial" if spec.mode == "analytic" and len(spec) < AUTO_SERIAL_POINTS \
             else "local"
+    if isinstance(executor, str):  # every argument is checked before --restart removes
+        check_executor_args(executor, workers=workers, address=address)
     keys = spec.keys()
     sink = ResultSink(out, restart=restart) if out is not None else None
     done = sink.done_keys() if sink is not None else set()

@@ -86,11 +86,19 @@ def test_foreign_out_is_refused_with_every_file_intact(user_files, out, needle):
     assert snapshot(user_files) == before
 
 
-def test_refusals_happen_before_any_simulation(user_files):
-    """The check runs before the work: a refused --out costs well under a run's time."""
-    t0 = time.monotonic()
-    one_error_line(cli("run", "--no-progress", "--out", "data", cwd=user_files), "a.csv")
-    assert time.monotonic() - t0 < 60
+def test_refusals_happen_before_any_simulation(user_files, monkeypatch, capsys):
+    """Every output path is checked before the first request is simulated."""
+    import simulator.cli_run as cli_run
+    from simulator.cli import main
+
+    def no_simulation(*a, **k):
+        raise AssertionError("simulated before checking the output paths")
+    monkeypatch.setattr(cli_run, "simulate", no_simulation)
+    monkeypatch.chdir(user_files)
+    for argv in (["--out", "data"], ["--out", "res", "--report", "notes.txt"],
+                 ["--out", "res", "--report", "res"], ["--report", "specsim-out/a.csv"]):
+        assert main(["run", "--no-progress", *argv]) == 2, argv
+        assert "specsim: error:" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("report, needle", [
@@ -108,12 +116,16 @@ def test_foreign_report_path_is_refused(user_files, report, needle):
     assert snapshot(user_files) == before
 
 
-def test_results_folder_is_replaced_whole_and_its_report_kept(tmp_path):
+def test_results_folder_is_replaced_whole_with_its_old_report(tmp_path):
+    """A folder of old results goes whole, its report (of those results) with it;
+    rerunning the README's command rewrites the report (test_readme_commands)."""
     first = cli("run", *FAST, "--compare", "none,chain,chain:gamma=2", "--report",
                 "specsim-out/report.html", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     old = set(os.listdir(tmp_path / "specsim-out"))
     assert "02-chain_gamma_2.requests.csv" in old and "report.html" in old
+    assert "report.html" in json.loads((tmp_path / "specsim-out" / "manifest.json")
+                                       .read_text())["files"]
     second = cli("run", *FAST, "--compare", "none", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     new = set(os.listdir(tmp_path / "specsim-out"))
@@ -212,7 +224,7 @@ def _wait_for_temp(folder: Path, proc, timeout_s: float = 120.0) -> bool:
 
 
 @pytest.mark.parametrize("sig, code, delay_s", [
-    (signal.SIGINT, 130, 0.0),     # while importing and loading
+    (signal.SIGINT, 130, 0.0),     # while importing and loading (1 s after the start)
     (signal.SIGINT, 130, None),    # while simulating (the temporary folder exists)
     (signal.SIGINT, 130, 2.0),     # later in the simulation
     (signal.SIGTERM, 143, None),
@@ -227,8 +239,8 @@ def test_signal_leaves_no_temporaries_and_no_traceback(long_run, sig, code, dela
         if delay_s is None or delay_s > 0:
             assert _wait_for_temp(work, proc), proc.communicate(timeout=10)
             time.sleep(delay_s or 0.2)
-        else:
-            time.sleep(0.3)
+        else:  # past the interpreter's start-up, where any Python program prints a traceback
+            time.sleep(1.0)
         os.killpg(proc.pid, sig)  # as a terminal does: the whole process group
         _, err = proc.communicate(timeout=60)
     finally:
@@ -292,13 +304,24 @@ def test_local_pool_sweep_interrupted_leaves_no_traceback(tmp_path):
                                    "--no-progress", "--out", "pool.csv"], cwd=tmp_path,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(6.0)  # the pool has started and is evaluating points
+    t0 = time.monotonic()  # wait until the pool's workers exist, then a little longer
+    while not _children(proc.pid) and time.monotonic() - t0 < 120 and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.2)  # workers may be booting: a Ctrl-C then must not print their tracebacks
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode in (0, 130), err
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".specsim-")]
     assert leftovers == []
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
 
 
 # --------------------------------------------------------------------------- sweep and plan files
@@ -379,3 +402,20 @@ def test_file_target_rules(tmp_path):
     with pytest.raises(SpecsimError, match="add --overwrite"):
         check_file_target(tmp_path / "x.html", "--report", marks=(b'content="specsim"',))
     assert check_file_target(tmp_path / "x.html", "--report", overwrite=True)
+
+
+def test_sweep_restart_with_a_bad_executor_argument_keeps_the_file(tmp_path):
+    (tmp_path / "k.yaml").write_text((ROOT / "workloads/scenarios/sweep_kstar.yaml").read_text())
+    assert cli("sweep", "k.yaml", "--out", "k.csv", "--no-progress", cwd=tmp_path).returncode == 0
+    before = snapshot(tmp_path)
+    one_error_line(cli("sweep", "k.yaml", "--out", "k.csv", "--restart", "--executor", "local",
+                       "--address", "127.0.0.1:6379", cwd=tmp_path), "--address")
+    assert snapshot(tmp_path) == before
+
+
+def test_overwrite_never_replaces_a_foreign_file_of_a_specsim_name(user_files):
+    (user_files / "data" / "scenario.yaml").write_text("my scenario\n")
+    before = snapshot(user_files)
+    one_error_line(cli("run", *FAST, "--out", "data", "--overwrite", cwd=user_files),
+                   "scenario.yaml, which specsim did not write")
+    assert snapshot(user_files) == before

@@ -55,6 +55,16 @@ def test_padded_vocabularies_compare_as_written():
     assert check_shared_vocabulary(None, big) is None
 
 
+def test_an_effective_vocab_size_is_matched_on_the_tokenizer():
+    # opt-350m's vocab_size (25648) is an effective width for the cost model of its
+    # 512-wide embedding; its tokenizer is OPT's 50272 (facebook/opt-350m config.json)
+    small = load_model("opt-350m")
+    assert small.vocab_size == 25648 and small.tokenizer_vocab == 50272
+    assert check_shared_vocabulary(small, load_model("opt-13b")) is small
+    with pytest.raises(SpecsimError, match="vocab_size 50272"):
+        check_shared_vocabulary(small, load_model("llama-2-7b"))
+
+
 def test_attached_heads_share_their_base_models_vocabulary():
     # Medusa heads and EAGLE layers reuse the base's LM head: a stated invariant of the catalog
     attached = [load_model(n) for n in list_models() if load_model(n).kind != "decoder"]
