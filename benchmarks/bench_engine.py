@@ -5,7 +5,7 @@ Run: python benchmarks/bench_engine.py            (Azure replay + 10k/100k/1M sc
 
 1. Replays the full Azure LLM inference conversation trace (19,366 requests, read in place
    from ../shared/traces/; skipped when absent) with the chain policy on one core
-   (Llama-3.1-8B with a Llama-68M draft on an A100-80GB; OPT-13B's 2k context cannot hold the
+   (Llama-3.1-8B with a Llama-3.2-1B draft, same tokenizer, on an A100-80GB; OPT-13B's 2k context cannot hold the
    trace's long prompts). Target: under 20 s.
 2. Synthetic Poisson traces of growing size, each in a fresh process: wall time per request
    should stay flat (linear growth) and the peak resident memory under 2 GB at 1,000,000.
