@@ -39,7 +39,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="write into an --out folder that is not a specsim results folder "
                         "(specsim's files are added; a file of one of their names that "
                         "specsim did not write is refused; nothing else is touched), and "
-                        "replace a --report file specsim did not write")
+                        "replace a --report file outside --out that specsim did not write")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress display (a bar on a terminal, a line every "
                         f"{PLAIN_INTERVAL_S:g} s elsewhere)")
@@ -86,6 +86,12 @@ def main(args: argparse.Namespace) -> int:
     if report is not None and not report_inside:
         from reports.page import check_report_target
         check_report_target(report, overwrite=args.overwrite)
+    if report_inside and args.overwrite and out.is_dir():  # merging: never over a foreign file
+        from simulator.output_paths import merge_clashes
+        if merge_clashes(out, [report.name]):
+            raise SpecsimError(f"{clip(repr(str(report)))} exists and specsim did not write "
+                               f"it; inside --out, --overwrite adds files and replaces none of "
+                               f"another's", field="--report", fix="choose another report name")
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite) as writer:
         results = run_policies(scenario, policies, progress=not args.no_progress)
         summary = summary_table(results)

@@ -419,3 +419,11 @@ def test_overwrite_never_replaces_a_foreign_file_of_a_specsim_name(user_files):
     one_error_line(cli("run", *FAST, "--out", "data", "--overwrite", cwd=user_files),
                    "scenario.yaml, which specsim did not write")
     assert snapshot(user_files) == before
+
+
+def test_overwrite_into_a_folder_never_replaces_a_foreign_report_there(user_files):
+    (user_files / "data" / "report.html").write_text("<html>my page</html>")
+    before = snapshot(user_files)
+    one_error_line(cli("run", *FAST, "--out", "data", "--overwrite", "--report",
+                       "data/report.html", cwd=user_files), "specsim did not write it")
+    assert snapshot(user_files) == before
