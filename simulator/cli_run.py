@@ -12,7 +12,7 @@ from simulator.yaml_io import clip
 from simulator.output import FORMATS, render
 from simulator.output_paths import ResultsFolderWriter
 from simulator.progress import PLAIN_INTERVAL_S, Progress
-from simulator.results_dir import require_format, write_results_tables
+from simulator.results_dir import require_format, result_names, write_results_tables
 from simulator.scenario import Scenario, load_scenario, parse_compare
 from simulator.simulate import simulate
 
@@ -86,13 +86,9 @@ def main(args: argparse.Namespace) -> int:
     if report is not None and not report_inside:
         from reports.page import check_report_target
         check_report_target(report, overwrite=args.overwrite)
-    if report_inside and args.overwrite and out.is_dir():  # merging: never over a foreign file
-        from simulator.output_paths import merge_clashes
-        if merge_clashes(out, [report.name]):
-            raise SpecsimError(f"{clip(repr(str(report)))} exists and specsim did not write "
-                               f"it; inside --out, --overwrite adds files and replaces none of "
-                               f"another's", field="--report", fix="choose another report name")
-    with ResultsFolderWriter(out, "--out", overwrite=args.overwrite) as writer:
+    names = result_names([p.label for p in policies], args.results_format) + \
+        ([report.name] if report_inside else [])
+    with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
         results = run_policies(scenario, policies, progress=not args.no_progress)
         summary = summary_table(results)
         manifest = write_results_tables(writer.path, results, summary, scenario,
@@ -165,7 +161,8 @@ def _inside(report: Path, out: Path) -> bool:
                                fix=f"write e.g. {out / 'report.html'}")
         return True
     if op in rp.parents or _same_or_below(rp, op):
-        raise SpecsimError(f"{str(report)!r} is inside a sub-folder of the results folder",
+        raise SpecsimError(f"{clip(repr(str(report)))} is inside a sub-folder of the results "
+                           "folder",
                            field="--report", fix=f"write it as {out / report.name}, or outside "
                            f"{out}")
     return False
@@ -174,12 +171,12 @@ def _inside(report: Path, out: Path) -> bool:
 def _same(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         return False
 
 
 def _same_or_below(a: Path, b: Path) -> bool:
     try:
         return b.resolve() in a.resolve().parents
-    except OSError:
+    except (OSError, RuntimeError):
         return False

@@ -58,7 +58,13 @@ def os_error(exc: OSError, path: Path | str, field: str, action: str = "write") 
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it, then restoring it)."""
+    """The process's umask: read from /proc on Linux; elsewhere by setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -285,7 +291,7 @@ def _clash_error(folder: Path, clashes: list[str], field: str) -> SpecsimError:
 
 
 def check_results_target(out: str | Path, field: str = "--out", *,
-                         overwrite: bool = False) -> Path:
+                         overwrite: bool = False, names: Iterable[str] | None = None) -> Path:
     """Check that a results folder may be written at ``out``; return the path.
 
     ``out`` may be missing (its parent must exist), an empty folder, or a specsim results
@@ -309,9 +315,10 @@ def check_results_target(out: str | Path, field: str = "--out", *,
             if not out.is_dir():
                 raise SpecsimError(f"{_display(out)} exists and is not a folder", field=field,
                                    fix="choose another folder")
-            if overwrite:
-                clashes = merge_clashes(out, [e for e in os.listdir(out)
-                                              if RESULTS_NAMES.fullmatch(e)])
+            if overwrite:  # the names this command will write, else any results-like name
+                wanted = list(names) + [MANIFEST] if names is not None else \
+                    [e for e in os.listdir(out) if RESULTS_NAMES.fullmatch(e)]
+                clashes = merge_clashes(out, wanted)
                 if clashes:
                     raise _clash_error(out, clashes, field)
                 return out
@@ -327,6 +334,9 @@ def check_results_target(out: str | Path, field: str = "--out", *,
         check_parent(out.absolute(), field)
     except OSError as exc:
         raise os_error(exc, out, field, "use") from None
+    except RuntimeError:  # Path.resolve() on a symlink loop (Python < 3.13)
+        raise SpecsimError(f"{_display(out)} is a loop of symbolic links", field=field,
+                           fix="choose another folder") from None
     return out
 
 
@@ -338,19 +348,22 @@ class ResultsFolderWriter:
     folder in place; leaving the block without a commit removes the temporary.
     """
 
-    def __init__(self, out: str | Path, field: str = "--out", *, overwrite: bool = False) -> None:
+    def __init__(self, out: str | Path, field: str = "--out", *, overwrite: bool = False,
+                 names: Iterable[str] | None = None) -> None:
         self.out = Path(out).expanduser()
         self.field = field
         self.overwrite = overwrite
+        self.names = list(names) if names is not None else None  # what it expects to write
         self.path: Path | None = None
         self._lock: OutputLock | None = None
 
     def __enter__(self) -> "ResultsFolderWriter":
-        check_results_target(self.out, self.field, overwrite=self.overwrite)
+        check_results_target(self.out, self.field, overwrite=self.overwrite, names=self.names)
         parent = self.out.absolute().parent
         self._lock = OutputLock(self.out.absolute(), self.field)
         try:
-            check_results_target(self.out, self.field, overwrite=self.overwrite)
+            check_results_target(self.out, self.field, overwrite=self.overwrite,
+                                 names=self.names)
             self.path = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{self.out.name}-",
                                               dir=parent))
         except OSError as exc:
@@ -378,7 +391,7 @@ class ResultsFolderWriter:
             (self.path / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str),
                                               encoding="utf-8")
             os.chmod(self.path, 0o777 & ~_umask())  # mkdtemp makes it private
-            check_results_target(self.out, self.field, overwrite=self.overwrite)
+            check_results_target(self.out, self.field, overwrite=self.overwrite, names=files)
             if self.overwrite and self.out.is_dir():
                 self._merge_into(self.out, files)
             else:

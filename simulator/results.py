@@ -176,23 +176,24 @@ class Results:
         return pd.DataFrame([self.summary()])
 
 
-# A run is *saturated* when requests pile up in the waiting queue through the trace: at the
-# last arrival more than SATURATED_WAITING of the served requests are still waiting to be
-# admitted, and that queue is at least SATURATED_GROWTH times as long as at the middle of the
-# arrival span.  The first condition is the in-flight rule of ``specsim plan``
-# (capacity.py) applied to the queue alone (requests in the running batch are being served,
-# not queued); the second tells a queue that grows with time (arrivals outpace service:
-# latencies then measure the queue, and grow with the trace's length) from one burst that the
-# server works off.  Below SATURATED_MIN_REQUESTS requests no trend can be told.
-SATURATED_WAITING = 0.25
+# A run is *saturated* when the queue of requests waiting to be admitted grows through the
+# trace (arrivals outpace service): sampled at the middle, three quarters and the end of the
+# arrival span, it does not shrink, it ends at least SATURATED_GROWTH times as long as at the
+# middle, and at least max(SATURATED_MIN_WAITING, SATURATED_MIN_FRACTION of the requests)
+# long.  A queue that grows linearly with time (any overload, 1.2x as much as 3x) doubles from
+# mid-trace to the end; one burst that the server works off (every arrival at once), or a
+# stable queue that fluctuates around a few requests, does not.  Requests in the running
+# batch are being served, not queued.  Below SATURATED_MIN_REQUESTS no trend can be told.
 SATURATED_GROWTH = 1.5
+SATURATED_MIN_WAITING = 5
+SATURATED_MIN_FRACTION = 0.02
 SATURATED_MIN_REQUESTS = 20
 
 
 def backlog_summary(req: pd.DataFrame) -> dict:
-    """``waiting_at_last_arrival`` (fraction of the served requests), ``waiting_mid`` and
-    ``waiting_last`` (requests arrived but not yet admitted at the middle and at the end of
-    the arrival span) and ``saturated``."""
+    """``waiting_mid`` and ``waiting_last`` (requests arrived but not yet admitted at the
+    middle and at the end of the arrival span), ``waiting_at_last_arrival`` (the latter as a
+    fraction of the served requests) and ``saturated``."""
     served = req[req["status"] != "rejected"]
     if not len(served):
         return {"waiting_at_last_arrival": float("nan"), "waiting_mid": 0,
@@ -200,14 +201,14 @@ def backlog_summary(req: pd.DataFrame) -> dict:
     arrival = served["arrival_s"].to_numpy(float)
     admitted = served["first_scheduled_s"].to_numpy(float)  # NaN: never admitted
     first, last = float(arrival.min()), float(arrival.max())
-    mid = first + 0.5 * (last - first)
 
-    def waiting(t: float) -> int:
+    def waiting(fraction: float) -> int:
+        t = first + fraction * (last - first)
         return int(np.count_nonzero((arrival <= t) & ~(admitted <= t)))
-    w_mid, w_last = waiting(mid), waiting(last)
-    frac = w_last / len(served)
-    saturated = bool(len(served) >= SATURATED_MIN_REQUESTS and last > first
-                     and frac > SATURATED_WAITING
-                     and w_last >= SATURATED_GROWTH * max(w_mid, 1))
-    return {"waiting_at_last_arrival": frac, "waiting_mid": w_mid, "waiting_last": w_last,
-            "saturated": saturated}
+    w_mid, w_3q, w_last = waiting(0.5), waiting(0.75), waiting(1.0)
+    n = len(served)
+    saturated = bool(n >= SATURATED_MIN_REQUESTS and last > first
+                     and w_last >= max(SATURATED_MIN_WAITING, SATURATED_MIN_FRACTION * n)
+                     and w_last >= SATURATED_GROWTH * w_mid and w_3q >= w_mid)
+    return {"waiting_at_last_arrival": w_last / n, "waiting_mid": w_mid,
+            "waiting_last": w_last, "saturated": saturated}

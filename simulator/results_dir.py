@@ -54,6 +54,16 @@ def policy_stem(index: int, label: str) -> str:
     return f"{index:02d}-{safe[:60]}"
 
 
+def result_names(labels: list[str], fmt: str) -> list[str]:
+    """The file names ``write_results_tables`` gives the results of these policy labels."""
+    names = ["summary.csv", "scenario.yaml"]
+    for i, label in enumerate(labels):
+        stem = policy_stem(i, label)
+        names += [f"{stem}.{t}.{fmt}" for t in ("requests", "steps", "acceptance")]
+        names.append(f"{stem}.itl.npy")
+    return names
+
+
 def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, scenario,
                          fmt: str) -> dict:
     """Write every table of ``results`` into ``folder``; return the manifest's content."""

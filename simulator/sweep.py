@@ -464,10 +464,18 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
     if executor == "auto":
         executor = "serial" if spec.mode == "analytic" and len(spec) < AUTO_SERIAL_POINTS \
             else "local"
+    early = None
     if isinstance(executor, str):  # every argument is checked before --restart removes
         check_executor_args(executor, workers=workers, address=address)
+        if restart and out is not None and len(spec):  # and a cluster must be reachable
+            early = make_executor(executor, workers=workers, address=address)
+    try:
+        sink = ResultSink(out, restart=restart) if out is not None else None
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
     keys = spec.keys()
-    sink = ResultSink(out, restart=restart) if out is not None else None
     done = sink.done_keys() if sink is not None else set()
     todo = list({k: i for i, k in reversed(list(enumerate(keys))) if k not in done}.values())
     todo.sort()
@@ -487,8 +495,11 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
 
     from simulator.progress import Progress
     bar = Progress(spec.name, len(todo), unit="points", enabled=progress and bool(todo))
-    own = isinstance(executor, str) and bool(todo)  # nothing to do: start no pool or Ray
-    ex = make_executor(executor, workers=workers, address=address) if own else executor
+    own = isinstance(executor, str) and (bool(todo) or early is not None)
+    if early is not None:
+        ex = early
+    else:  # nothing to do: start no pool or Ray
+        ex = make_executor(executor, workers=workers, address=address) if own else executor
     try:
         if todo:
             run_items(evaluate, [spec.task(i) for i in todo], ex, chunk_size=chunk_size,

@@ -16,8 +16,7 @@ import pandas as pd
 import pytest
 
 from engine_helpers import ConstantCost, scenario, workload
-from simulator.results import (SATURATED_GROWTH, SATURATED_MIN_REQUESTS, SATURATED_WAITING,
-                               backlog_summary)
+from simulator.results import SATURATED_GROWTH, SATURATED_MIN_REQUESTS, backlog_summary
 from simulator.simulate import simulate
 
 N = 200
@@ -48,8 +47,17 @@ def test_arrivals_twice_the_service_rate_are_saturated():
     assert abs(s["waiting_last"] - waiting_closed_form(last, gap)) <= 1
     assert abs(s["waiting_mid"] - waiting_closed_form(last / 2, gap)) <= 1
     assert s["waiting_at_last_arrival"] == pytest.approx(0.5, abs=0.01)
-    assert s["waiting_at_last_arrival"] > SATURATED_WAITING
     assert s["waiting_last"] >= SATURATED_GROWTH * s["waiting_mid"]
+    assert s["saturated"] is True
+
+
+def test_a_moderate_overload_is_saturated_too():
+    """1.2x the service rate: the queue grows by 1/6 request per arrival, linearly."""
+    gap, n = SERVICE_S / 1.2, 600
+    s = run(gap, n).summary()
+    last = (n - 1) * gap
+    assert abs(s["waiting_last"] - waiting_closed_form(last, gap, n)) <= 1
+    assert s["waiting_last"] == pytest.approx(n / 6, abs=2)
     assert s["saturated"] is True
 
 
@@ -67,7 +75,7 @@ def test_a_single_burst_is_not_saturation():
 
 def test_too_few_requests_tell_no_trend():
     s = run(SERVICE_S / 2, n=SATURATED_MIN_REQUESTS - 1).summary()
-    assert s["waiting_at_last_arrival"] > SATURATED_WAITING  # the queue grows ...
+    assert s["waiting_last"] >= SATURATED_GROWTH * s["waiting_mid"]  # the queue grows ...
     assert s["saturated"] is False                           # ... but 19 requests are no trend
 
 
