@@ -425,5 +425,6 @@ def test_overwrite_into_a_folder_never_replaces_a_foreign_report_there(user_file
     (user_files / "data" / "report.html").write_text("<html>my page</html>")
     before = snapshot(user_files)
     one_error_line(cli("run", *FAST, "--out", "data", "--overwrite", "--report",
-                       "data/report.html", cwd=user_files), "specsim did not write it")
+                       "data/report.html", cwd=user_files),
+                   "holds report.html, which specsim did not write")
     assert snapshot(user_files) == before
