@@ -417,17 +417,20 @@ class ResultSink:
                 raise
             return
         if not self.path.exists() or self.path.stat().st_size == 0:
-            new.to_csv(self.path, index=False)
+            self._write_whole(new)  # the file appears complete, header and rows
             return
         columns = list(pd.read_csv(self.path, nrows=0).columns)
         if set(new.columns) <= set(columns):
             new.reindex(columns=columns).to_csv(self.path, mode="a", header=False, index=False)
             return
         old = pd.read_csv(self.path, dtype={"key": str})
-        merged = pd.concat([old, new], ignore_index=True)  # new columns
+        self._write_whole(pd.concat([old, new], ignore_index=True))  # new columns
+
+    def _write_whole(self, df: pd.DataFrame) -> None:
+        """Write ``df`` as the whole CSV: a temporary sibling renamed over the file."""
         tmp = self.path.with_name(f".specsim-{self.path.name}.tmp")
         try:
-            merged.to_csv(tmp, index=False)
+            df.to_csv(tmp, index=False)
             os.replace(tmp, self.path)
         except BaseException:
             tmp.unlink(missing_ok=True)
