@@ -18,6 +18,7 @@ from simulator.cli_types import MAX_GAMMA, bounded_int, positive_float, unit_flo
 
 MAX_THREADS = 1024   # torch CPU threads
 MAX_REPS = 10_000    # timed repetitions of one micro-benchmark
+VALIDATION_FILES = ("validation.csv", "spec_loop.csv", "summary.json")  # validate --out
 from simulator.errors import SpecsimError
 from simulator.output import FORMATS, render
 
@@ -188,7 +189,8 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
     cfg = None if args.no_spec_loop else _loop_config(args, dtype)  # bad input fails early
     if args.out:  # output paths too, before minutes of measurements
         from simulator.output_paths import check_results_target
-        check_results_target(args.out, "--out", overwrite=args.overwrite)
+        check_results_target(args.out, "--out", overwrite=args.overwrite,
+                             names=VALIDATION_FILES)
     if args.report:
         from reports.page import check_report_target
         check_report_target(args.report, overwrite=args.overwrite)
@@ -260,7 +262,8 @@ def _report(args, table: pd.DataFrame, loop: pd.DataFrame | None, summary: dict)
         shown[f"{label}_err_%"] = table[f"error_{label}"] * 100
     if args.out:
         from simulator.output_paths import ResultsFolderWriter
-        with ResultsFolderWriter(args.out, "--out", overwrite=args.overwrite) as w:
+        with ResultsFolderWriter(args.out, "--out", overwrite=args.overwrite,
+                                 names=VALIDATION_FILES) as w:
             table.to_csv(w.path / "validation.csv", index=False)
             if loop is not None:
                 loop.to_csv(w.path / "spec_loop.csv", index=False)

@@ -27,7 +27,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -261,12 +260,6 @@ def _foreign_entries(folder: Path) -> list[str]:
     return foreign
 
 
-# the names a results folder's files take (results_dir.py); a report is any *.html
-RESULTS_NAMES = re.compile(r"manifest\.json|summary\.csv|scenario\.yaml|"
-                           r"\d\d-.*\.(requests|steps|acceptance)\.(csv|parquet)|"
-                           r"\d\d-.*\.itl\.npy|validation\.csv|spec_loop\.csv|summary\.json")
-
-
 def merge_clashes(folder: Path, names: Iterable[str]) -> list[str]:
     """Which of ``names`` exist in ``folder`` without being files an earlier specsim run
     listed there: ``--overwrite`` must not replace them."""
@@ -315,10 +308,8 @@ def check_results_target(out: str | Path, field: str = "--out", *,
             if not out.is_dir():
                 raise SpecsimError(f"{_display(out)} exists and is not a folder", field=field,
                                    fix="choose another folder")
-            if overwrite:  # the names this command will write, else any results-like name
-                wanted = list(names) + [MANIFEST] if names is not None else \
-                    [e for e in os.listdir(out) if RESULTS_NAMES.fullmatch(e)]
-                clashes = merge_clashes(out, wanted)
+            if overwrite:  # the names this command will write (the manifest at least)
+                clashes = merge_clashes(out, [*(names or ()), MANIFEST])
                 if clashes:
                     raise _clash_error(out, clashes, field)
                 return out
