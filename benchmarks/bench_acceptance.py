@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from simulator.acceptance import ACCEPTANCE_MODELS, acceptance_from_config
-from simulator.errors import SpecsimError
-from simulator.token_tree import TokenTree
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.token_tree import TokenTree
 
 CONFIGS = {
     "iid": {"alpha": 0.8},

@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 from hardware.profile import load_profile
-from simulator.cost_model import CostModel
-from simulator.model_spec import load_model
+from simulator.cost.cost_model import CostModel
+from simulator.models.spec import load_model
 
 
 def bench(cm: CostModel, batches: list, repeat: int) -> float:

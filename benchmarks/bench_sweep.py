@@ -12,7 +12,7 @@ import argparse
 import os
 import time
 
-from simulator.sweep import SweepSpec, expand_grid, run_sweep
+from simulator.planning.sweep import SweepSpec, expand_grid, run_sweep
 
 
 def analytic_spec() -> SweepSpec:

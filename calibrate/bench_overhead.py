@@ -13,7 +13,7 @@ import torch
 
 from calibrate.model_torch import TorchDecoder, greedy
 from calibrate.timing import Timing, measure
-from simulator.model_spec import ModelSpec
+from simulator.models.spec import ModelSpec
 
 LAUNCHES_PER_REP = 100
 TINY_ARCHES = ("opt", "llama")

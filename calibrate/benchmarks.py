@@ -20,7 +20,7 @@ from calibrate import bench_attention, bench_gemm, bench_memory, bench_overhead
 from calibrate.model_torch import torch_dtype
 from calibrate.timing import free_memory_bytes, last_level_cache_bytes, resolve_device
 from hardware.profile import DTYPE_BYTES
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 COLUMNS = ("kind", "dtype", "m", "n", "k", "batch", "heads", "kv_heads", "head_dim",
            "context", "query_tokens", "arch", "layers", "vocab", "flops", "bytes", "count",

@@ -14,7 +14,7 @@ from calibrate.fit import Fit, fit
 from calibrate.timing import device_name, resolve_device, total_memory_bytes
 from calibrate.writer import calibrated_profile_dict
 from hardware.profile import HardwareProfile, list_profiles, load_profile
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 # GPU marketing-name fragments -> shipped profile whose datasheet numbers apply
 GPU_PROFILES = {"H200": "h200", "H100": "h100-sxm", "A100-SXM4-80GB": "a100-80gb",

@@ -27,8 +27,8 @@ import torch
 
 from calibrate.bench_overhead import TINY_CONTEXT, tiny_spec
 from hardware.profile import HardwareProfile, Link
-from simulator.cost_model import CostModel
-from simulator.errors import SpecsimError
+from simulator.cost.cost_model import CostModel
+from simulator.inputs.errors import SpecsimError
 
 STATISTICS = ("median", "min")
 AXES = ("flops", "intensity")

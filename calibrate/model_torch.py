@@ -1,6 +1,6 @@
 """A decoder-only transformer with random weights in a catalogued model's shapes.
 
-The shapes come from :class:`~simulator.model_spec.ModelSpec` (optionally with fewer layers,
+The shapes come from :class:`~simulator.models.spec.ModelSpec` (optionally with fewer layers,
 so that a model fits a small device), the weights are random, and the KV cache is static
 (gpt-fast style: preallocated, written in place at each request's position).  A forward takes
 the tokens each request brings (a prefill chunk, 1 for decode, gamma+1 for chain
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from simulator.errors import SpecsimError
-from simulator.model_spec import ModelSpec
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import ModelSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -28,10 +28,10 @@ import torch
 from calibrate.model_torch import TorchDecoder, greedy, scaled_spec, torch_dtype
 from calibrate.timing import resolve_device, synchronize
 from hardware.profile import HardwareProfile
-from simulator.cost_model import CostModel
-from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
-from simulator.spec_math import expected_tokens
+from simulator.cost.cost_model import CostModel
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
+from simulator.speculation.closed_forms import expected_tokens
 
 
 @dataclass(frozen=True)

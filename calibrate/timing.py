@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 DEVICES = ("cpu", "cuda")
 

@@ -21,10 +21,10 @@ from calibrate.model_torch import (TorchDecoder, footprint_bytes, greedy, scaled
                                    torch_dtype)
 from calibrate.timing import free_memory_bytes, measure, resolve_device
 from hardware.profile import DTYPE_BYTES, HardwareProfile
-from simulator.cost_model import CostModel
-from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
-from simulator.token_tree import TokenTree
+from simulator.cost.cost_model import CostModel
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
+from simulator.speculation.token_tree import TokenTree
 
 STEPS = ("prefill", "decode", "chain", "tree")
 Progress = Callable[[int, int, str], None]

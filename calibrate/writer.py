@@ -17,8 +17,8 @@ import yaml
 
 from calibrate.fit import Fit
 from hardware.profile import GB, GIB, HardwareProfile, Link, load_profile_file
-from simulator.errors import SpecsimError
-from simulator.yaml_io import load_yaml_file
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import load_yaml_file
 
 REQUIRED_PROVENANCE = ("device", "device_type", "dtype", "statistic", "threads", "torch",
                        "date", "command", "checksum")

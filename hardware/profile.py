@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from simulator.errors import SpecsimError
-from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, clip, load_yaml_file,
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import (as_bool, as_number, as_str, check_keys, clip, load_yaml_file,
                                require_mapping, short)
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"

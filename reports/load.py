@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.engine import STATUS_NAMES
-from simulator.errors import SpecsimError
+from simulator.engine.replica import STATUS_NAMES
+from simulator.inputs.errors import SpecsimError
 from simulator.results import Results
 from simulator.scenario import Scenario, parse_compare, scenario_from_dict
-from simulator.yaml_io import load_yaml_file, require_mapping
+from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 
 FIELD = "RESULTS_DIR"
 FIX = "give the folder that 'specsim run --out' wrote"

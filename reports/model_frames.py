@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 
 from hardware.profile import HardwareProfile
-from simulator.cost_model import CostModel, Parallelism
-from simulator.estimate import estimate_table
-from simulator.model_spec import ModelSpec, load_model
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.planning.analytic import estimate_table
+from simulator.models.spec import ModelSpec, load_model
 
 DEFAULT_ALPHA = 0.8
 DEFAULT_GAMMA = 4

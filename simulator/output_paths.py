@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 TEMP_PREFIX = ".specsim-"
 RESULTS_MARK = "specsim-results"   # manifest.json: {"kind": RESULTS_MARK, "files": [...]}
@@ -70,7 +70,7 @@ def _umask() -> int:
 
 
 def _display(path: Path | str) -> str:
-    from simulator.yaml_io import clip
+    from simulator.inputs.yaml_io import clip
     return clip(repr(str(path)), MAX_PATH_ECHO)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 RESULTS_FORMATS = ("csv", "parquet")
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from simulator.cost_model import Parallelism
-from simulator.errors import SpecsimError
-from simulator.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
+from simulator.cost.cost_model import Parallelism
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
                                parse_yaml_text, require_mapping, short)
 
 ROUTERS = ("round_robin", "least_outstanding_tokens")

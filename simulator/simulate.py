@@ -14,14 +14,14 @@ import numpy as np
 import simpy
 
 from hardware.profile import HardwareProfile
-from simulator.cost_model import CostModel, Parallelism
-from simulator.engine import REJECTED, EngineLimits, Replica, RequestTable, arrivals
-from simulator.recorder import Recorder
-from simulator.errors import SpecsimError
-from simulator.memory_plan import MemoryPlan, plan_memory
-from simulator.model_spec import ModelSpec, check_shared_vocabulary, load_model
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.engine.replica import REJECTED, EngineLimits, Replica, RequestTable, arrivals
+from simulator.engine.recorder import Recorder
+from simulator.inputs.errors import SpecsimError
+from simulator.cost.memory_plan import MemoryPlan, plan_memory
+from simulator.models.spec import ModelSpec, check_shared_vocabulary, load_model
 from simulator.policies import POLICIES
-from simulator.policy import PolicyContext
+from simulator.policies.base import PolicyContext
 from simulator.results import Results
 from simulator.scenario import Scenario, resolve_hardware
 

@@ -9,8 +9,8 @@ import pytest
 from simulator.acceptance import (ACCEPTANCE_MODELS, AcceptanceModel, acceptance_from_config,
                                   expected_metrics, summarise_acceptance)
 from simulator.acceptance.curve import CurveAcceptance, _leaf_paths, load_curve
-from simulator.errors import SpecsimError
-from simulator.yaml_io import load_yaml_file
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import load_yaml_file
 
 TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "acceptance"
 

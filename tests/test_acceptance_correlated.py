@@ -7,7 +7,7 @@ import pytest
 from simulator.acceptance import acceptance_from_config, summarise_acceptance
 from simulator.acceptance.hard_token import HardTokenAcceptance
 from simulator.acceptance.token_level import TokenLevelAcceptance
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 
 def _within(draws, expected, k=5.0):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
-from simulator.temperature import (acceptance_vs_temperature, greedy_acceptance,
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.temperature import (acceptance_vs_temperature, greedy_acceptance,
                                    tempered_probs)
 
 

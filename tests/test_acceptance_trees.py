@@ -9,8 +9,8 @@ import pytest
 from simulator.acceptance import acceptance_from_config
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.token_level import TokenLevelAcceptance
-from simulator.errors import SpecsimError
-from simulator.token_tree import TokenTree
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.token_tree import TokenTree
 
 MEDUSA_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "acceptance" \
     / "medusa_acc.csv"

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.policies.adaptive import AdaptiveSpeculation
-from simulator.policy import BatchView, PolicyContext
+from simulator.policies.base import BatchView, PolicyContext
 from simulator.scenario import PolicyConfig, load_scenario
 from simulator.simulate import build_deployment, simulate
 

@@ -6,11 +6,11 @@ import itertools
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.policies.adaptive_controllers import (AcceptanceEMA, AcceptanceEstimate,
                                                      BatchSizeSchedule, KillSwitch,
                                                      expected_emitted, goodput_gammas)
-from simulator.spec_math import expected_tokens
+from simulator.speculation.closed_forms import expected_tokens
 
 
 def parse(value):

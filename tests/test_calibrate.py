@@ -12,9 +12,9 @@ from calibrate.timing import measure, resolve_device  # noqa: E402
 from calibrate.writer import load_calibrated, save_profile  # noqa: E402
 from hardware.profile import load_profile, load_profile_file  # noqa: E402
 from simulator.cli import main  # noqa: E402
-from simulator.cost_model import CostModel  # noqa: E402
-from simulator.errors import SpecsimError  # noqa: E402
-from simulator.model_spec import load_model  # noqa: E402
+from simulator.cost.cost_model import CostModel  # noqa: E402
+from simulator.inputs.errors import SpecsimError  # noqa: E402
+from simulator.models.spec import load_model  # noqa: E402
 
 NO_CUDA = not torch.cuda.is_available()
 

@@ -13,9 +13,9 @@ from calibrate.benchmarks import COLUMNS  # noqa: E402
 from calibrate.fit import (SMOOTHINGS, charged_kernels, fit, fit_curves,  # noqa: E402
                            fit_overheads, predict)
 from hardware.profile import Link, HardwareProfile, load_profile  # noqa: E402
-from simulator.cost_model import CostModel  # noqa: E402
-from simulator.errors import SpecsimError  # noqa: E402
-from simulator.model_spec import load_model  # noqa: E402
+from simulator.cost.cost_model import CostModel  # noqa: E402
+from simulator.inputs.errors import SpecsimError  # noqa: E402
+from simulator.models.spec import load_model  # noqa: E402
 
 PEAK, BW, KO, STEP = 100e9, 20e9, 5e-6, 40e-6
 # The generating curves: efficiency rises with size (log-linear between these points).

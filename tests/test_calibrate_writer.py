@@ -10,9 +10,9 @@ from calibrate.fit import Fit  # noqa: E402
 from calibrate.writer import (calibrated_profile_dict, checksum, load_calibrated,  # noqa: E402
                               profile_to_dict, save_profile, write_calibration)
 from hardware.profile import list_profiles, load_profile, load_profile_file  # noqa: E402
-from simulator.cost_model import CostModel  # noqa: E402
-from simulator.errors import SpecsimError  # noqa: E402
-from simulator.model_spec import load_model  # noqa: E402
+from simulator.cost.cost_model import CostModel  # noqa: E402
+from simulator.inputs.errors import SpecsimError  # noqa: E402
+from simulator.models.spec import load_model  # noqa: E402
 
 FIT = Fit(dtype="fp32", peak_flops_per_s=9.0e10, bandwidth_bytes_per_s=2.0e10,
           compute_curve=((1e6, 0.05), (1e8, 0.7), (1e10, 1.0)),

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from hardware.profile import load_profile
-from simulator.cost_model import CostModel, Parallelism, draft_cost_ratio
-from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
+from simulator.cost.cost_model import CostModel, Parallelism, draft_cost_ratio
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,7 @@ def test_vl_convert_is_core_because_the_main_command_writes_a_report():
 def test_parquet_without_pyarrow_names_the_extra(monkeypatch):
     import builtins
 
-    from simulator.errors import SpecsimError
+    from simulator.inputs.errors import SpecsimError
     from simulator.results_dir import require_format
     real = builtins.__import__
 

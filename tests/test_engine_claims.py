@@ -14,10 +14,10 @@ import pytest
 
 from engine_helpers import scenario, workload
 from hardware.profile import load_profile
-from simulator.cost_model import CostModel, Parallelism
-from simulator.model_spec import load_model
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.models.spec import load_model
 from simulator.simulate import simulate
-from simulator.spec_math import expected_tokens
+from simulator.speculation.closed_forms import expected_tokens
 
 GAMMAS = (1, 2, 4, 6)
 OUTPUT = 160

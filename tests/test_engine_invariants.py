@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from engine_helpers import scenario, workload
 from hardware.profile import load_profile
-from simulator.memory_plan import activation_bytes
-from simulator.cost_model import Parallelism
-from simulator.model_spec import load_model
+from simulator.cost.memory_plan import activation_bytes
+from simulator.cost.cost_model import Parallelism
+from simulator.models.spec import load_model
 from simulator.simulate import simulate
 
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from engine_helpers import scenario, workload
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.simulate import simulate
 
 

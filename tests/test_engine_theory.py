@@ -4,8 +4,8 @@ import pytest
 
 from engine_helpers import ConstantCost, scenario, workload
 from hardware.profile import load_profile
-from simulator.cost_model import CostModel
-from simulator.model_spec import load_model
+from simulator.cost.cost_model import CostModel
+from simulator.models.spec import load_model
 from simulator.simulate import simulate
 
 

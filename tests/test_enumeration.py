@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.enumeration import (children_tuples, chain_step, expected_length,
+from simulator.speculation.enumeration import (children_tuples, chain_step, expected_length,
                                    output_distribution, root_acceptance,
                                    target_distribution, total_variation, tree_step)
-from simulator.errors import SpecsimError
-from simulator.toy_lm import ToyLM
-from simulator.tree_verification import tree_method
-from simulator.verification import WRONG_CHAIN_RULES
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.toy_lm import ToyLM
+from simulator.speculation.tree_verification import tree_method
+from simulator.speculation.verification import WRONG_CHAIN_RULES
 
 VOCAB, N_TOKENS = 5, 4
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simulator.errors import SpecsimError
-from simulator.executors import (Failure, LocalExecutor, SerialExecutor, make_executor,
+from simulator.inputs.errors import SpecsimError
+from simulator.planning.executors import (Failure, LocalExecutor, SerialExecutor, make_executor,
                                  run_items)
-from simulator.sweep import SweepSpec, expand_grid, run_sweep
+from simulator.planning.sweep import SweepSpec, expand_grid, run_sweep
 
 
 def flaky(marker_dir: str, item: int) -> int:

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.errors import SpecsimError
-from simulator.gamma_map import (analytic_point, best_rows, check_point, crossover_batch,
+from simulator.inputs.errors import SpecsimError
+from simulator.planning.gamma_map import (analytic_point, best_rows, check_point, crossover_batch,
                                  crossover_table, gamma_map)
-from simulator.sweep import SweepSpec, expand_grid, run_sweep
+from simulator.planning.sweep import SweepSpec, expand_grid, run_sweep
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SEQUOIA = {"model": "sequoia", "rates": [0.8, 0.3, 0.15]}

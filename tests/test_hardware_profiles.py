@@ -8,7 +8,7 @@ import yaml
 
 from hardware.profile import (DTYPES, PROFILE_DIR, list_profiles, load_profile,
                               load_profile_file)
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 PROFILES = list_profiles()
 ACCELERATORS = [n for n in PROFILES if n != "cpu"]

@@ -177,7 +177,7 @@ def test_hostile_input(case: Case, outcomes: dict[str, Outcome]):
 
 def test_guards_keep_safe_load_semantics():
     """Valid documents (anchors, merge keys, timestamps, big lists) load as safe_load does."""
-    from simulator.yaml_io import parse_yaml_text
+    from simulator.inputs.yaml_io import parse_yaml_text
     docs = ["base: &b {x: 1, y: [1, 2]}\nm:\n  <<: *b\n  x: 3\nl: [*b, *b]\n",
             "t: 2001-12-14\nf: 1.5e+3\ns: '1e9'\nn: null\nb: yes\n",
             "v: [" + ", ".join(str(i) for i in range(50_000)) + "]\n",
@@ -188,8 +188,8 @@ def test_guards_keep_safe_load_semantics():
 
 
 def test_allow_large_confirms_but_the_hard_limit_holds():
-    from simulator.errors import SpecsimError
-    from simulator.sweep import CONFIRM_POINTS, MAX_POINTS, check_sweep_size
+    from simulator.inputs.errors import SpecsimError
+    from simulator.planning.sweep import CONFIRM_POINTS, MAX_POINTS, check_sweep_size
     for mode in ("analytic", "simulated"):
         check_sweep_size(CONFIRM_POINTS[mode], mode=mode)
         with pytest.raises(SpecsimError, match="--allow-large"):
@@ -200,8 +200,8 @@ def test_allow_large_confirms_but_the_hard_limit_holds():
 
 
 def test_number_lists_check_a_range_before_expanding_it():
-    from simulator.cli_sweep import MAX_LIST_VALUES, parse_number_list
-    from simulator.errors import SpecsimError
+    from simulator.cli.sweep import MAX_LIST_VALUES, parse_number_list
+    from simulator.inputs.errors import SpecsimError
     assert parse_number_list("0-3,8", field="--gamma", maximum=64) == [0, 1, 2, 3, 8]
     assert len(parse_number_list(f"1-{MAX_LIST_VALUES}", field="--batch")) == MAX_LIST_VALUES
     with pytest.raises(SpecsimError, match="limit is 10,000"):

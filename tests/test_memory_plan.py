@@ -4,10 +4,10 @@ import math
 import pytest
 
 from hardware.profile import GIB, load_profile
-from simulator.cost_model import Parallelism
-from simulator.errors import SpecsimError
-from simulator.memory_plan import activation_bytes, plan_memory
-from simulator.model_spec import load_model
+from simulator.cost.cost_model import Parallelism
+from simulator.inputs.errors import SpecsimError
+from simulator.cost.memory_plan import activation_bytes, plan_memory
+from simulator.models.spec import load_model
 
 
 def test_opt13b_on_a100_by_hand():

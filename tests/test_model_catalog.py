@@ -6,8 +6,8 @@ import copy
 import pytest
 import yaml
 
-from simulator.errors import SpecsimError
-from simulator.model_spec import KINDS, list_models, load_model, load_model_file
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import KINDS, list_models, load_model, load_model_file
 
 MODELS = list_models()
 

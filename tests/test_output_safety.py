@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.output_paths import (OutputLock, ResultsFolderWriter, check_file_target,
                                     check_results_target)
 
@@ -88,7 +88,7 @@ def test_foreign_out_is_refused_with_every_file_intact(user_files, out, needle):
 
 def test_refusals_happen_before_any_simulation(user_files, monkeypatch, capsys):
     """Every output path is checked before the first request is simulated."""
-    import simulator.cli_run as cli_run
+    import simulator.cli.run as cli_run
     from simulator.cli import main
 
     def no_simulation(*a, **k):

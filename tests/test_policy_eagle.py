@@ -6,11 +6,11 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
-from simulator.cost_model import CostModel
-from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
+from simulator.cost.cost_model import CostModel
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
 from simulator.policies.eagle import Eagle2Speculation, EagleSpeculation
-from simulator.policy import BatchView, PolicyContext
+from simulator.policies.base import BatchView, PolicyContext
 from simulator.scenario import load_scenario, parse_policy
 from simulator.simulate import build_deployment, simulate
 

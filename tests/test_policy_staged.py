@@ -4,15 +4,15 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
-from simulator.cost_model import CostModel
-from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
+from simulator.cost.cost_model import CostModel
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
 from simulator.policies.chain import chain_draft_time
 from simulator.policies.staged import StagedSpeculation
-from simulator.policy import BatchView, PolicyContext
+from simulator.policies.base import BatchView, PolicyContext
 from simulator.scenario import load_scenario, parse_policy
 from simulator.simulate import build_deployment, simulate
-from simulator.spec_math import expected_tokens
+from simulator.speculation.closed_forms import expected_tokens
 
 HW = load_profile("a100-40gb")
 TARGET = CostModel(HW, load_model("opt-13b"))

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.policies.suffix import SuffixDecoding
-from simulator.policy import BatchView, PolicyContext
+from simulator.policies.base import BatchView, PolicyContext
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
-from simulator.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
+from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
 from workloads.workload import Workload
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"

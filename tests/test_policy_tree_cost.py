@@ -7,14 +7,14 @@ import pytest
 from hardware.profile import load_profile
 from simulator.acceptance.sequoia import SequoiaAcceptance
 from simulator.acceptance.tree_topk import TopKCoverageAcceptance
-from simulator.cost_model import CostModel
-from simulator.errors import SpecsimError
-from simulator.model_spec import load_model
-from simulator.policies.tree_cost import (OperatorPrices, best_tree, dynamic_tree,
+from simulator.cost.cost_model import CostModel
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
+from simulator.policies.tree_acceptance import (OperatorPrices, best_tree, dynamic_tree,
                                           exclusive_table, expected_from_table, forward_tokens,
                                           level_draft_time, parallel_chains, tree_from_choices)
-from simulator.spec_math import tree_expected_accepted
-from simulator.token_tree import TokenTree
+from simulator.speculation.closed_forms import tree_expected_accepted
+from simulator.speculation.token_tree import TokenTree
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from reports import frames
 from reports.model_frames import (OperatingPoint, default_grid_axes, gamma_grid_frame,
                                   operating_point, roofline_frames, scenario_alpha,
                                   scenario_pricing)
-from simulator.recorder import Recorder
+from simulator.engine.recorder import Recorder
 from simulator.results import Results
 from simulator.scenario import SLO, PolicyConfig, Scenario
 

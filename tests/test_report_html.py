@@ -14,8 +14,8 @@ from hardware.profile import load_profile
 from reports import build_report_html, load_results_dir, render_report, render_report_from_dir
 from reports.frames import summary_frame
 from simulator.cli import main as cli_main
-from simulator.recorder import MAX_POSITIONS, Recorder
-from simulator.errors import SpecsimError
+from simulator.engine.recorder import MAX_POSITIONS, Recorder
+from simulator.inputs.errors import SpecsimError
 from simulator.results import Results
 from simulator.scenario import SLO, PolicyConfig, Scenario
 

@@ -3,10 +3,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.errors import SpecsimError
-from simulator.sweep import ResultSink
-from simulator.token_tree import TokenTree
-from simulator.tree_verification import verify_tree
+from simulator.inputs.errors import SpecsimError
+from simulator.planning.sweep import ResultSink
+from simulator.speculation.token_tree import TokenTree
+from simulator.speculation.tree_verification import verify_tree
 
 
 def test_resume_keeps_all_digit_keys_as_strings(tmp_path):

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.scenario import (apply_overrides, load_scenario, parse_compare,
                                 scenario_from_dict)
 

@@ -5,7 +5,7 @@ import pytest
 
 from simulator.scenario import _TOP, load_scenario
 from simulator.simulate import simulate
-from simulator.yaml_io import load_yaml_file
+from simulator.inputs.yaml_io import load_yaml_file
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
 

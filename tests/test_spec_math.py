@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
-from simulator.spec_math import (compute_cost_factor, expected_tokens,
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.closed_forms import (compute_cost_factor, expected_tokens,
                                  expected_tokens_per_position, optimal_gamma,
                                  optimal_gamma_target_over_draft, speedup, speedup_curve,
                                  speedup_target_over_draft, stationary_gamma,

@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import simulator.sweep as sweep_mod
+import simulator.planning.sweep as sweep_mod
 from hardware.profile import load_profile
-from simulator.cost_model import CostModel
-from simulator.errors import SpecsimError
-from simulator.estimate import estimate_table
-from simulator.gamma_map import best_rows
-from simulator.model_spec import load_model
-from simulator.sweep import (ResultSink, SweepSpec, expand_grid, load_sweep, run_sweep,
+from simulator.cost.cost_model import CostModel
+from simulator.inputs.errors import SpecsimError
+from simulator.planning.analytic import estimate_table
+from simulator.planning.gamma_map import best_rows
+from simulator.models.spec import load_model
+from simulator.planning.sweep import (ResultSink, SweepSpec, expand_grid, load_sweep, run_sweep,
                              sweep_from_dict)
 
 ROOT = Path(__file__).resolve().parent.parent

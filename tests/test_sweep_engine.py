@@ -9,8 +9,8 @@ import pytest
 
 from simulator.scenario import PolicyConfig, load_scenario
 from simulator.simulate import build_deployment, simulate
-from simulator.sweep import SweepSpec, expand_grid, run_sweep, sweep_from_dict
-from simulator.yaml_io import load_yaml_file
+from simulator.planning.sweep import SweepSpec, expand_grid, run_sweep, sweep_from_dict
+from simulator.inputs.yaml_io import load_yaml_file
 from workloads.workload import Workload
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from workloads.arrivals import ConstantArrivals
 from workloads.lengths import FixedLength
 from workloads.token_streams import (CODE_HEADER, WORD_BASE, AgentLoop, CodeEdit, FreeChat,

@@ -6,12 +6,12 @@ import itertools
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
-from simulator.token_tree import TokenTree, sample_children, top_k_children
-from simulator.toy_lm import ToyLM
-from simulator.tree_verification import (greedy_schedule, mss_schedule, naive_schedule,
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.token_tree import TokenTree, sample_children, top_k_children
+from simulator.speculation.toy_lm import ToyLM
+from simulator.speculation.tree_verification import (greedy_schedule, mss_schedule, naive_schedule,
                                          tree_outcomes, verify_greedy, verify_tree)
-from simulator.verification import greedy_verification
+from simulator.speculation.verification import greedy_verification
 
 
 def test_exercise_5_of_lecture_000_merge_order_and_positions():

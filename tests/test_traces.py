@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from workloads.traces import (detect_format, read_azure, read_mooncake, read_specsim, read_trace,
                               read_vidur, write_specsim_csv)
 from workloads.workload import Workload

@@ -21,9 +21,9 @@ from calibrate.validate import (ValidationPlan, compare, mape, predict_steps,  #
                                 run_validation)
 from hardware.profile import load_profile  # noqa: E402
 from simulator.cli import main  # noqa: E402
-from simulator.errors import SpecsimError  # noqa: E402
-from simulator.model_spec import load_model  # noqa: E402
-from simulator.spec_math import expected_tokens  # noqa: E402
+from simulator.inputs.errors import SpecsimError  # noqa: E402
+from simulator.models.spec import load_model  # noqa: E402
+from simulator.speculation.closed_forms import expected_tokens  # noqa: E402
 
 NO_CUDA = not torch.cuda.is_available()
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import SpecsimError
-from simulator.toy_lm import ToyLM
-from simulator.verification import (CHAIN_RULES, acceptance_rate, first_token_distribution,
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.toy_lm import ToyLM
+from simulator.speculation.verification import (CHAIN_RULES, acceptance_rate, first_token_distribution,
                                     greedy_verdict, greedy_verification,
                                     residual_distribution, sample_verdict,
                                     speculative_sampling, speculative_sampling_verdict,

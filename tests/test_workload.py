@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from workloads.workload import Workload, workload_from_config
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
-from simulator.yaml_io import parse_yaml_text
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import parse_yaml_text
 from workloads.arrivals import GammaArrivals
 from workloads.config import synthetic_workload
 from workloads.lengths import LognormalLength, UniformLength

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from simulator.model_spec import load_model
+from simulator.models.spec import load_model
 from workloads import make_default_trace
 from workloads.traces import DEFAULT_TRACE_PATH, read_specsim
 

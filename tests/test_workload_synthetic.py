@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 from workloads.config import synthetic_workload
 from workloads.lengths import EmpiricalLength, FixedLength, LognormalLength, UniformLength

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from workloads.lengths import check_positive
 
 # Burstiness accepted by the Gamma process (README "Limits"): outside it the Gamma's shape

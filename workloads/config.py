@@ -29,8 +29,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.errors import SpecsimError
-from simulator.yaml_io import as_number, as_str, check_keys, require_mapping
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
 from workloads.arrivals import ARRIVAL_PROCESSES
 from workloads.lengths import LENGTH_DISTRIBUTIONS, EmpiricalLength, check_count
 from workloads.token_streams import TOKEN_WORKLOADS, token_workload

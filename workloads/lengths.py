@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.errors import SpecsimError
-from simulator.yaml_io import short
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import short
 from workloads.workload import MAX_TOKENS_PER_REQUEST
 
 

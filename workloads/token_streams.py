@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from workloads.lengths import LengthDistribution, LognormalLength, UniformLength, check_count, \
     check_positive
 from workloads.workload import MAX_REQUESTS, MAX_TOKEN_IDS, MAX_TOKENS_PER_REQUEST, Workload

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SpecsimError
-from simulator.yaml_io import clip, short
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import clip, short
 from workloads.workload import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST, Workload
 
 DEFAULT_TRACE_PATH = Path(__file__).resolve().parent / "data" / "default_trace.csv"

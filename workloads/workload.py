@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 # Limits on a workload (README.md, "Limits"), checked before anything is allocated from them.
 # Arrival times: at 1e9 s (31.7 years) float64 still resolves 1.2e-7 s, far below one

@@ -22,9 +22,9 @@ from simulator.acceptance.positional import PositionalAcceptance
 from simulator.acceptance.sequoia import SequoiaAcceptance
 from simulator.acceptance.token_level import TokenLevelAcceptance
 from simulator.acceptance.tree_topk import TopKCoverageAcceptance
-from simulator.errors import SpecsimError
-from simulator.token_tree import TokenTree
-from simulator.yaml_io import as_str, require_mapping
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.token_tree import TokenTree
+from simulator.inputs.yaml_io import as_str, require_mapping
 
 
 @runtime_checkable

@@ -14,9 +14,9 @@ import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
-from simulator.errors import SpecsimError
-from simulator.spec_math import expected_tokens
-from simulator.yaml_io import as_number
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.closed_forms import expected_tokens
+from simulator.inputs.yaml_io import as_number
 
 
 @dataclass(frozen=True)

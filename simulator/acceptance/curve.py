@@ -25,8 +25,8 @@ import numpy as np
 
 from simulator.acceptance.fields import model_config
 from simulator.acceptance.positional import PositionalAcceptance
-from simulator.errors import SpecsimError
-from simulator.yaml_io import as_number, as_str, load_yaml_file
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, as_str, load_yaml_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,12 +1,12 @@
-"""Config parsing shared by the acceptance models (all through simulator.yaml_io)."""
+"""Config parsing shared by the acceptance models (all through simulator.inputs.yaml_io)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.errors import SpecsimError
-from simulator.yaml_io import as_number, check_keys, require_mapping
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, check_keys, require_mapping
 
 
 def model_config(cfg: Any, *, allowed: tuple[str, ...], required: tuple[str, ...] = (),

@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_leading
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 
 KEYS = ("alpha_easy", "alpha_hard", "p_easy_to_hard", "p_hard_to_hard")
 

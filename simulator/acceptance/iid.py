@@ -8,7 +8,7 @@ import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
-from simulator.spec_math import expected_tokens
+from simulator.speculation.closed_forms import expected_tokens
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Mapping
 
 from simulator.acceptance.fields import model_config
 from simulator.acceptance.tree_topk import TopKCoverageAcceptance, parse_coverage
-from simulator.errors import SpecsimError
-from simulator.yaml_io import as_str
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_str
 
 MEDUSA_TOP_K: dict[str, tuple[tuple[float, ...], ...]] = {
     "7b": ((0.5604, 0.6717, 0.7271, 0.7599, 0.7799),

@@ -14,8 +14,8 @@ import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
-from simulator.errors import SpecsimError
-from simulator.yaml_io import as_number, require_mapping
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, require_mapping
 
 
 def beta_moments(mean: float, concentration: float | None, k_max: int) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from simulator.acceptance.fields import freeze_rates, model_config, probability_list
 from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_from_survival
-from simulator.spec_math import expected_tokens_per_position
+from simulator.speculation.closed_forms import expected_tokens_per_position
 
 
 def extend_rates(rates: np.ndarray, gamma: int) -> np.ndarray:

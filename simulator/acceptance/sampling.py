@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.errors import SpecsimError
-from simulator.token_tree import TokenTree
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.token_tree import TokenTree
 
 
 def check_batch(gammas, contexts, request_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -15,9 +15,9 @@ import numpy as np
 from simulator.acceptance.fields import freeze_rates, model_config, probability_list
 from simulator.acceptance.sampling import (check_batch, check_tree, sample_geometric,
                                            tree_node_probs, walk_tree)
-from simulator.errors import SpecsimError
-from simulator.spec_math import expected_tokens, tree_expected_accepted
-from simulator.token_tree import TokenTree
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.closed_forms import expected_tokens, tree_expected_accepted
+from simulator.speculation.token_tree import TokenTree
 
 
 @dataclass(frozen=True)

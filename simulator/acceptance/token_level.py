@@ -1,7 +1,7 @@
 """Acceptance that emerges from running the real verification on toy draft/target LMs.
 
 Each request carries the last two tokens of its (toy) text.  An iteration drafts from the
-draft LM, verifies with :func:`simulator.verification.speculative_sampling_verdict` (or
+draft LM, verifies with :func:`simulator.speculation.verification.speculative_sampling_verdict` (or
 greedy verification at temperature 0) or, for a tree, drafts children without replacement
 and runs multi-step speculative sampling (or naive sampling / VerifyGreedy), then appends
 the emitted tokens to the request's text.  Contexts where the draft is far off
@@ -24,13 +24,13 @@ import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, check_tree
-from simulator.errors import SpecsimError
-from simulator.token_tree import sample_children, top_k_children
-from simulator.toy_lm import ToyLM
-from simulator.tree_verification import verify_tree
-from simulator.verification import (greedy_verdict, sample_categorical, sample_verdict,
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.token_tree import sample_children, top_k_children
+from simulator.speculation.toy_lm import ToyLM
+from simulator.speculation.tree_verification import verify_tree
+from simulator.speculation.verification import (greedy_verdict, sample_categorical, sample_verdict,
                                     speculative_sampling_verdict)
-from simulator.yaml_io import as_number, as_str
+from simulator.inputs.yaml_io import as_number, as_str
 
 TREE_METHODS = ("mss", "naive")
 

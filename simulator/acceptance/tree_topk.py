@@ -18,9 +18,9 @@ import numpy as np
 from simulator.acceptance.fields import model_config, probability_list
 from simulator.acceptance.sampling import (check_batch, check_tree, sample_from_survival,
                                            tree_node_probs, walk_tree)
-from simulator.errors import SpecsimError
-from simulator.spec_math import tree_expected_accepted
-from simulator.token_tree import TokenTree
+from simulator.inputs.errors import SpecsimError
+from simulator.speculation.closed_forms import tree_expected_accepted
+from simulator.speculation.token_tree import TokenTree
 
 
 def parse_coverage(value: Any, *, source: str, field: str) -> np.ndarray:

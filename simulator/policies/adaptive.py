@@ -32,13 +32,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.policies.adaptive_controllers import (AcceptanceEMA, AcceptanceEstimate,
                                                      BatchSizeSchedule, KillSwitch,
                                                      goodput_gammas)
 from simulator.policies.chain import ChainSpeculation, chain_draft_time
-from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
-from simulator.yaml_io import as_str, require_mapping
+from simulator.policies.base import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.inputs.yaml_io import as_str, require_mapping
 
 CONTROLLERS: dict[str, dict[str, Param]] = {
     "fixed": {},

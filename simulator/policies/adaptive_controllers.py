@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from simulator.errors import SpecsimError
-from simulator.yaml_io import as_number
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ forward; acceptance comes from the scenario's acceptance model.  The draft keeps
 in step with the target's, so it also prefills every prompt chunk.
 
 A request too long for the draft model is not speculated (vLLM's rule, see
-:func:`simulator.policy.fits_draft_context`: only while prompt + generated + gamma < the
+:func:`simulator.policies.base.fits_draft_context`: only while prompt + generated + gamma < the
 draft's max_context): it decodes one token per step, and the draft neither drafts for it
 nor prefills a chunk after which it could no longer be speculated.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.errors import SpecsimError
-from simulator.policy import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
+from simulator.inputs.errors import SpecsimError
+from simulator.policies.base import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
                               draft_max_context, draft_prefill_mask, parse_params)
 
 
@@ -39,7 +39,7 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
     """A draft model prefilling its own KV over the step's prompt chunks (no logits).
 
     Chunks after which a request could no longer be speculated ``num_draft`` tokens within
-    ``max_context`` are skipped (:func:`simulator.policy.draft_prefill_mask`).
+    ``max_context`` are skipped (:func:`simulator.policies.base.draft_prefill_mask`).
     """
     if draft_cost is None or not new_tokens.size:
         return 0.0

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost_model import CostModel, Parallelism
-from simulator.errors import SpecsimError
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.inputs.errors import SpecsimError
 from simulator.policies.medusa import attached_model
-from simulator.policies.tree_cost import (OperatorPrices, chain_tree, check_acceptance_param,
+from simulator.policies.tree_acceptance import (OperatorPrices, chain_tree, check_acceptance_param,
                                           check_expansion_size, check_tree_size, dynamic_tree,
                                           exclusive_table, forward_tokens, given,
                                           level_draft_time, model_width, policy_hardware,
                                           resolve_acceptance, tree_from_choices)
-from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
-from simulator.token_tree import TokenTree
+from simulator.policies.base import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.speculation.token_tree import TokenTree
 
 _MODEL = Param("str", default=None, help="EAGLE draft layer file (default eagle-<target>)")
 _ACCEPTANCE = Param("any", default=None, help="this policy's own acceptance model (a mapping)")

@@ -30,7 +30,7 @@ import numpy as np
 
 from simulator.policies.prompt_lookup import (TokenText, finished_mask, matched_prefix,
                                               require_token_ids)
-from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.policies.base import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
 
 OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
 LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step

@@ -29,14 +29,14 @@ import numpy as np
 
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
-from simulator.cost_model import CostModel, Parallelism
-from simulator.errors import SpecsimError
-from simulator.model_spec import ModelSpec, list_models, load_model
-from simulator.policies.tree_cost import (OperatorPrices, best_tree, check_acceptance_param,
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import ModelSpec, list_models, load_model
+from simulator.policies.tree_acceptance import (OperatorPrices, best_tree, check_acceptance_param,
                                           exclusive_table, model_width, policy_hardware,
                                           resolve_acceptance, tree_from_choices)
-from simulator.policy import BatchView, DraftPlan, Param, PolicyContext, parse_params
-from simulator.spec_math import tree_expected_accepted
+from simulator.policies.base import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.speculation.closed_forms import tree_expected_accepted
 
 MEDUSA_DEFAULT_NODES = 63  # Medusa's default sparse tree, mc_sim_7b_63
 
@@ -196,7 +196,7 @@ class MedusaSpeculation:
 
 def _probe(depth: int):
     """A branching tree ``depth`` deep: what the acceptance model must be able to score."""
-    from simulator.token_tree import TokenTree
+    from simulator.speculation.token_tree import TokenTree
     return TokenTree.from_config([2] + [1] * (depth - 1))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.policies.base import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
 
 
 class NoSpeculation(NoDraftMixin):

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.errors import SpecsimError
-from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.inputs.errors import SpecsimError
+from simulator.policies.base import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
 
 PROMPT_LOOKUP_S_PER_REQUEST = 2e-6  # vLLM PR #13365: 1.9 s over ~1e6 request-iterations
 

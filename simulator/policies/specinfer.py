@@ -33,17 +33,17 @@ import dataclasses
 
 import numpy as np
 
-from simulator.cost_model import CostModel, Parallelism
-from simulator.errors import SpecsimError
-from simulator.model_spec import check_shared_vocabulary, load_model
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import check_shared_vocabulary, load_model
 from simulator.policies.chain import chain_draft_time
-from simulator.policies.tree_cost import (check_acceptance_param, check_expansion_size,
+from simulator.policies.tree_acceptance import (check_acceptance_param, check_expansion_size,
                                           check_tree_size, forward_tokens, given,
                                           level_draft_time, parallel_chains, policy_hardware,
                                           resolve_acceptance, sharded_time)
-from simulator.policy import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
+from simulator.policies.base import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
                               draft_max_context, draft_prefill_mask, parse_params)
-from simulator.token_tree import TokenTree
+from simulator.speculation.token_tree import TokenTree
 
 SPECINFER_EXPANSION = (1, 1, 3, 1, 1, 1, 1, 1)  # SpecInfer section 6 (seed 000, section 4.2)
 VERIFICATIONS = ("greedy", "mss", "naive")

@@ -30,12 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.acceptance.iid import IIDAcceptance
-from simulator.cost_model import CostModel, Parallelism
-from simulator.errors import SpecsimError
-from simulator.model_spec import check_shared_vocabulary, load_model
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import check_shared_vocabulary, load_model
 from simulator.policies.chain import ChainAcceptance, chain_draft_time, draft_prefill_time
-from simulator.policies.tree_cost import policy_hardware
-from simulator.policy import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
+from simulator.policies.tree_acceptance import policy_hardware
+from simulator.policies.base import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
                               draft_max_context, parse_params)
 
 NGRAM = "ngram"

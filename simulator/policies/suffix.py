@@ -25,10 +25,10 @@ from collections import deque
 
 import numpy as np
 
-from simulator.errors import SpecsimError
+from simulator.inputs.errors import SpecsimError
 from simulator.policies.prompt_lookup import TokenText, finished_mask, require_token_ids
-from simulator.policy import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
-from simulator.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
+from simulator.policies.base import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
 SUFFIX_UPDATE_S = 5e-6      # ibid.: 4.1-5.5 us per token added

@@ -1,0 +1,109 @@
+"""``specsim estimate`` and ``specsim gamma``: closed forms and the cost model, no event loop."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+
+from hardware.profile import load_profile
+from simulator.cli.sweep import parse_number_list
+from simulator.cli.args import (MAX_BATCH, MAX_C, MAX_CONTEXT_TOKENS, MAX_CURVE_GAMMA, MAX_GAMMA,
+                                 MAX_TENSOR_PARALLEL, bounded_float, bounded_int, unit_float)
+from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.inputs.errors import SpecsimError
+from simulator.planning.analytic import estimate_table
+from simulator.models.spec import check_shared_vocabulary, load_model
+from simulator.cli.output import FORMATS, render
+from simulator.speculation.closed_forms import optimal_gamma, speedup_curve, stationary_gamma
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    """Arguments of ``estimate`` or ``gamma``."""
+    p.add_argument("--alpha", type=unit_float, default=0.8,
+                   help="i.i.d. acceptance rate per draft token (default 0.8)")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    if name == "gamma":
+        p.add_argument("--c", type=bounded_float(MAX_C), required=True,
+                       help=f"draft/target step-time ratio (Leviathan's c), 0 to {MAX_C:g}")
+        p.add_argument("--max-gamma", type=bounded_int(MAX_CURVE_GAMMA), default=16,
+                       help=f"largest gamma of the curve (default 16, at most "
+                            f"{MAX_CURVE_GAMMA})")
+        return
+    p.add_argument("--hardware", default="a100-40gb")
+    p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")
+    p.add_argument("--target", default="opt-13b")
+    p.add_argument("--draft", default="opt-125m")
+    p.add_argument("--batch", type=bounded_int(MAX_BATCH), default=1,
+                   help=f"requests per step (default 1, at most {MAX_BATCH:,})")
+    p.add_argument("--context", type=bounded_float(MAX_CONTEXT_TOKENS), default=512,
+                   help=f"context tokens per request (default 512, at most "
+                        f"{MAX_CONTEXT_TOKENS:,})")
+    p.add_argument("--gamma", default="0-8",
+                   help=f"range 0-8, list 1,2,4, or one value (0 to {MAX_GAMMA})")
+    p.add_argument("--tensor-parallel", type=bounded_int(MAX_TENSOR_PARALLEL), default=1)
+    p.add_argument("--no-overheads", action="store_true",
+                   help="plain roofline: no per-kernel or per-step overheads")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``estimate`` or ``gamma``."""
+    if args.command == "gamma":
+        return _gamma(args)
+    hw = load_profile(args.hardware, args.hardware_dir)
+    target = load_model(args.target)
+    draft = load_model(args.draft)
+    if draft.kind != "decoder":
+        raise SpecsimError(f"{draft.name} is a {draft.kind} model, not a draft decoder",
+                           field="--draft", fix="name a small decoder model such as opt-125m")
+    check_shared_vocabulary(draft, target, field="--draft")
+    gammas = parse_number_list(args.gamma, field="--gamma", maximum=MAX_GAMMA)
+    par = Parallelism(tensor_parallel=args.tensor_parallel)
+    overheads = not args.no_overheads
+    tcm = CostModel(hw, target, par, overheads=overheads)
+    dcm = CostModel(hw, draft, Parallelism(), overheads=overheads)
+    df = estimate_table(tcm, dcm, batch=args.batch, context=args.context, gammas=gammas,
+                        alpha=args.alpha)
+    if args.format == "table":
+        shown = df.drop(columns=["best_gamma", "is_best"]).copy()
+        for col in ("draft_s", "verify_s", "decode_s"):
+            shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
+        shown[""] = np.where(df["is_best"], "<- best", "")
+        print(f"{target.name} (draft {draft.name}) on {hw.name}, batch {args.batch}, "
+              f"context {args.context:g}, alpha {args.alpha}")
+        print(render(shown, "table"))
+        print(f"best gamma: {int(df['best_gamma'].iloc[0])}")
+    else:
+        print(render(df, args.format))
+    return 0
+
+
+def _gamma(args: argparse.Namespace) -> int:
+    gammas = np.arange(0, args.max_gamma + 1)
+    curve = speedup_curve(args.alpha, args.c, gammas)
+    best, best_speedup = optimal_gamma(args.alpha, args.c, args.max_gamma)
+    if best_speedup <= 1.0:  # no draft length beats plain decoding (speedup 1 at gamma 0)
+        best, best_speedup = 0, 1.0
+    if args.format == "json":
+        print(json.dumps({"alpha": args.alpha, "c": args.c, "best_gamma": best,
+                          "best_speedup": best_speedup,
+                          "stationary_gamma": stationary_gamma(args.alpha, args.c),
+                          "speedup": [{"gamma": int(g), "speedup": float(s)}
+                                      for g, s in zip(gammas, curve)]}, indent=2))
+        return 0
+    df = pd.DataFrame({"gamma": gammas, "speedup": curve})
+    if args.format == "csv":
+        print(render(df, "csv"))
+        return 0
+    df[""] = np.where(df["gamma"] == best, "<- best", "")
+    print(render(df, "table"))
+    if best == 0:
+        print(f"best gamma: 0 (no speculation): with c = {args.c:g} no draft length pays at "
+              f"alpha {args.alpha:g}")
+    else:
+        print(f"best gamma: {best} (speedup {best_speedup:.3f}); continuous K* = "
+              f"{stationary_gamma(args.alpha, args.c):.2f}")
+    sys.stdout.flush()
+    return 0

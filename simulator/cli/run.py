@@ -1,0 +1,182 @@
+"""``specsim run [scenario.yaml]``: simulate, print a summary table per policy, write results."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import clip
+from simulator.cli.output import FORMATS, render
+from simulator.output_paths import ResultsFolderWriter
+from simulator.cli.progress import PLAIN_INTERVAL_S, Progress
+from simulator.results_dir import require_format, result_names, write_results_tables
+from simulator.scenario import Scenario, load_scenario, parse_compare
+from simulator.simulate import simulate
+
+DEFAULT_COMPARE = "none,chain"
+TABLE_COLUMNS = ("policy", "finished", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
+                 "p50_e2e_s", "p99_e2e_s", "output_tokens_per_s", "goodput_requests_per_s",
+                 "mean_acceptance_length", "acceptance_rate", "speedup_vs_none")
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    """Arguments of ``run``."""
+    p.add_argument("scenario", nargs="?", default=None,
+                   help="scenario YAML (default: the built-in OPT-13B/OPT-125M on A100-40GB)")
+    p.add_argument("--compare", default=None,
+                   help="policies to run on the same trace and seed, e.g. "
+                        "none,chain:gamma=4 (default for the built-in scenario: none,chain)")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="override a scenario field, e.g. --set seed=3")
+    p.add_argument("--out", default="specsim-out", help="output folder (default specsim-out)")
+    p.add_argument("--results-format", choices=("csv", "parquet"), default="csv")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--report", default=None, help="also write an HTML report to this path")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out folder that is not a specsim results folder "
+                        "(specsim's files are added; a file of one of their names that "
+                        "specsim did not write is refused; nothing else is touched), and "
+                        "replace a --report file outside --out that specsim did not write")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress display (a bar on a terminal, a line every "
+                        f"{PLAIN_INTERVAL_S:g} s elsewhere)")
+
+
+def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
+    """Simulate ``scenario`` once per policy; same trace, same seed."""
+    out = []
+    for pol in policies:
+        sc = scenario.with_policy(pol)
+        with Progress(pol.label, unit="requests", enabled=progress) as bar:
+            out.append(simulate(sc, progress=bar.set))
+    return out
+
+
+def summary_table(results: list) -> pd.DataFrame:
+    """One summary row per policy, with the speedup of mean TPOT over ``none`` if present."""
+    df = pd.DataFrame([r.summary() for r in results])
+    base = df[df["policy"] == "none"]
+    if len(base):
+        df["speedup_vs_none"] = float(base["mean_tpot_s"].iloc[0]) / df["mean_tpot_s"]
+    else:
+        df["speedup_vs_none"] = float("nan")
+    return df
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the scenario for each policy and print the summary table."""
+    scenario = load_scenario(args.scenario, args.overrides)
+    if args.compare:
+        policies = parse_compare(args.compare)
+    elif args.scenario is None:
+        policies = parse_compare(DEFAULT_COMPARE)
+    else:
+        policies = [scenario.policy]
+    require_format(args.results_format)
+    out = Path(args.out).expanduser()
+    if args.report and args.report.endswith(("/", os.sep)):
+        raise SpecsimError(f"{clip(repr(args.report))} names a folder, not a file",
+                           field="--report", fix="give a file name such as report.html")
+    report = Path(args.report).expanduser() if args.report else None
+    # every path is checked before the first request is simulated
+    report_inside = report is not None and _inside(report, out)
+    if report is not None and not report_inside:
+        from reports.page import check_report_target
+        check_report_target(report, overwrite=args.overwrite)
+    names = result_names([p.label for p in policies], args.results_format) + \
+        ([report.name] if report_inside else [])
+    with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
+        results = run_policies(scenario, policies, progress=not args.no_progress)
+        summary = summary_table(results)
+        manifest = write_results_tables(writer.path, results, summary, scenario,
+                                        args.results_format)
+        if report_inside:
+            from reports import render_report  # only reports/ imports altair
+            render_report(results, writer.path / report.name, scenario=scenario)
+        writer.commit(manifest)
+    if args.format == "table":
+        shown = summary[[c for c in TABLE_COLUMNS if c in summary.columns]].copy()
+        times = [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]
+        shown[times] = shown[times] * 1e3
+        shown = shown.rename(columns={c: c[:-2] + "_ms" for c in times})
+        print(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
+              f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
+              f"seed {scenario.seed}")
+        sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
+        if sat.any():
+            shown["policy"] = [f"{p} (saturated)" if flag else p
+                               for p, flag in zip(shown["policy"], sat)]
+        print(render(shown, "table"))
+        for _, row in summary[sat].iterrows():
+            print(saturation_note(row))
+        print(f"results: {out}/")
+    else:
+        print(render(summary, args.format))
+    if report_inside:
+        print(f"report: {(out / report.name).resolve()}")
+    elif report is not None:
+        from reports import render_report  # only reports/ imports altair
+        path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
+        print(f"report: {path}")
+    return 0
+
+
+def saturation_note(row) -> str:
+    """What a saturated row's numbers mean, in one line."""
+    ttft = float(row.get("p50_ttft_s", float("nan")))
+    return (f"  {row['policy']}: saturated: arrivals outpace service (requests waiting to be "
+            f"admitted grew from {int(row['waiting_mid'])} at mid-trace to "
+            f"{int(row['waiting_last'])} at the last arrival, "
+            f"{float(row['waiting_at_last_arrival']):.0%} of the trace); its latencies (p50 "
+            f"TTFT {_human_s(ttft)}) are mostly queueing, and grow with the trace's length. "
+            f"Lower the rate, add replicas, or use 'specsim plan' for the sustainable rate.")
+
+
+def _human_s(x: float) -> str:
+    if x != x:
+        return "n/a"
+    if x >= 3600:
+        return f"{x / 3600:.1f} h"
+    if x >= 60:
+        return f"{x / 60:.1f} min"
+    return f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.3g} ms"
+
+
+def _inside(report: Path, out: Path) -> bool:
+    """Whether the report goes directly into the results folder (written with it, atomically).
+
+    A report deeper inside ``out`` is refused: the results folder holds no sub-folders.
+    """
+    rp, op = report.absolute().parent, out.absolute()
+    if report.absolute() == op or _same(report.absolute(), op):
+        raise SpecsimError(f"--report and --out name the same path {clip(repr(str(out)))}",
+                           field="--report", fix=f"write e.g. {out / 'report.html'}")
+    if _same(rp, op):
+        if report.suffix.lower() not in (".html", ".htm"):  # never one of the results' names
+            raise SpecsimError(f"a report inside the results folder must end in .html, got "
+                               f"{clip(repr(report.name))}", field="--report",
+                               fix=f"write e.g. {out / 'report.html'}")
+        return True
+    if op in rp.parents or _same_or_below(rp, op):
+        raise SpecsimError(f"{clip(repr(str(report)))} is inside a sub-folder of the results "
+                           "folder",
+                           field="--report", fix=f"write it as {out / report.name}, or outside "
+                           f"{out}")
+    return False
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
+        return False
+
+
+def _same_or_below(a: Path, b: Path) -> bool:
+    try:
+        return b.resolve() in a.resolve().parents
+    except (OSError, RuntimeError):
+        return False

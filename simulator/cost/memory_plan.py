@@ -1,0 +1,97 @@
+"""Memory plan: weights + activation headroom + KV cache against device capacity.
+
+As vLLM does it: ``usable = capacity * gpu_memory_utilization``; the weights of every model
+on the device (target shard, draft, heads) and an activation headroom are subtracted; what is
+left is the KV cache, cut into blocks of ``block_size`` tokens.  A deployment that does not
+fit is an error that says by how much it misses and what would fix it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from hardware.profile import GIB, HardwareProfile
+from simulator.cost.cost_model import Parallelism
+from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Where one device's memory goes (bytes), and the KV tokens and blocks that fit."""
+
+    capacity_bytes: float
+    usable_bytes: float
+    weight_bytes: float
+    activation_bytes: float
+    kv_budget_bytes: float
+    kv_bytes_per_token: float  # per device, all models whose KV grows with the request
+    block_size: int
+    kv_blocks: int
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.kv_blocks * self.block_size
+
+
+def activation_bytes(model: ModelSpec, parallel: Parallelism, max_batched_tokens: int,
+                     logits_tokens: int | None = None) -> float:
+    """Peak activation headroom of one forward of ``max_batched_tokens`` tokens.
+
+    Hidden states and MLP intermediates of the widest layer (bf16/fp16) for every token, plus
+    fp32 logits of the tokens that are sampled (``logits_tokens``; vLLM computes logits only
+    for the last token of each prefill and the decode/verify tokens), per device.  A
+    conservative stand-in for vLLM's profiling run.
+    """
+    tp = parallel.tensor_parallel
+    hidden = (4 * model.hidden_size + 2 * (2 if model.gated_mlp else 1) * model.ffn_size / tp) \
+        * model.dtype_bytes
+    logits = max_batched_tokens if logits_tokens is None else min(logits_tokens,
+                                                                   max_batched_tokens)
+    return float(max_batched_tokens) * hidden + float(logits) * 4.0 * model.vocab_size / tp
+
+
+def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallelism,
+                *, extra_models: Sequence[ModelSpec] = (), kv_models: Sequence[ModelSpec] = (),
+                gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                max_batched_tokens: int = 2048, logits_tokens: int | None = None) -> MemoryPlan:
+    """Plan one device's memory for ``target`` sharded by ``parallel`` plus co-located drafts.
+
+    ``extra_models`` are replicated on every device (a draft model, Medusa heads, an EAGLE
+    layer); ``kv_models`` are the extra models that keep their own KV cache (a draft model).
+    """
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise SpecsimError(f"must be in (0, 1], got {gpu_memory_utilization!r}",
+                           field="gpu_memory_utilization")
+    if block_size < 1:
+        raise SpecsimError("must be >= 1", field="block_size")
+    devices = parallel.devices
+    capacity = hardware.memory_bytes
+    usable = capacity * gpu_memory_utilization
+    target_w = target.weight_bytes() / devices * (1.0 - parallel.offload_fraction)
+    weights = target_w + sum(m.weight_bytes() for m in extra_models)
+    act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens)
+    kv_per_token = target.kv_bytes_per_token() / devices + \
+        sum(m.kv_bytes_per_token() for m in kv_models)
+    budget = usable - weights - act
+    min_kv = kv_per_token * block_size
+    if budget < min_kv:
+        missing = min_kv - budget
+        need_tp = devices
+        while need_tp < 64 and (target.weight_bytes() / need_tp + weights - target_w + act
+                                + min_kv > usable):
+            need_tp *= 2
+        raise SpecsimError(
+            f"{target.name} on {hardware.name} x{devices} does not fit: weights "
+            f"{weights / GIB:.2f} GiB + activations {act / GIB:.2f} GiB + one KV block "
+            f"{min_kv / GIB:.4f} GiB exceed the usable {usable / GIB:.2f} GiB "
+            f"({gpu_memory_utilization:.0%} of {capacity / GIB:.1f} GiB) by "
+            f"{missing / GIB:.2f} GiB",
+            field="parallelism",
+            fix=f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
+                f"(offload_fraction), or a smaller max_num_batched_tokens")
+    blocks = int(math.floor(budget / min_kv))
+    return MemoryPlan(capacity_bytes=capacity, usable_bytes=usable, weight_bytes=weights,
+                      activation_bytes=act, kv_budget_bytes=budget,
+                      kv_bytes_per_token=kv_per_token, block_size=block_size, kv_blocks=blocks)

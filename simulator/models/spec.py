@@ -1,0 +1,247 @@
+"""Model specifications: transformer shapes as YAML data, one file per model.
+
+The cost model needs only shapes, so a model is its shapes plus a published parameter
+count (with its source) that the tests check the shapes against.  Draft *heads* (Medusa)
+and feature-level draft layers (EAGLE) are models too, of kind ``medusa`` or ``eagle``,
+attached to a ``base_model`` whose embedding and LM head they may reuse.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hardware.profile import DTYPE_BYTES
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import (as_bool, as_number, as_str, check_keys, clip, load_yaml_file,
+                               require_mapping, short)
+
+MODEL_DIR = Path(__file__).resolve().parent
+KINDS = ("decoder", "medusa", "eagle")
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes of a decoder-only transformer (or of draft heads attached to one)."""
+
+    name: str
+    family: str
+    kind: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    gated_mlp: bool
+    vocab_size: int
+    tied_embeddings: bool
+    dtype: str
+    max_context: int
+    norm: str = "rmsnorm"
+    bias: bool = False
+    learned_position_embeddings: int = 0
+    published_params: float = 0.0
+    published_params_source: str = ""
+    source: str = ""
+    base_model: str = ""
+    medusa_num_heads: int = 0
+    medusa_num_layers: int = 0
+    # the tokenizer's vocabulary, when vocab_size is an effective width for the cost model
+    # (opt-350m); 0: the same as vocab_size.  Drafts are matched on this (``tokenizer_vocab``)
+    tokenizer_vocab_size: int = 0
+    path: str = ""
+
+    @property
+    def tokenizer_vocab(self) -> int:
+        """The vocabulary a draft must share: the tokenizer's, which vocab_size is unless
+        the file says otherwise."""
+        return self.tokenizer_vocab_size or self.vocab_size
+
+    # ---- derived sizes (elements unless the name says bytes) ----
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def attention_params_per_layer(self) -> int:
+        h = self.hidden_size
+        n = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        if self.bias:
+            n += self.q_size + 2 * self.kv_size + h
+        return n
+
+    def mlp_params_per_layer(self) -> int:
+        h, f = self.hidden_size, self.ffn_size
+        n = (3 if self.gated_mlp else 2) * h * f
+        if self.bias:
+            n += (2 if self.gated_mlp else 1) * f + h
+        return n
+
+    def norm_params(self) -> int:
+        return (2 if self.norm == "layernorm" else 1) * self.hidden_size
+
+    def layer_params(self) -> int:
+        return self.attention_params_per_layer() + self.mlp_params_per_layer() + 2 * self.norm_params()
+
+    def embedding_params(self) -> int:
+        return (self.vocab_size + self.learned_position_embeddings) * self.hidden_size
+
+    def lm_head_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    def param_count(self) -> int:
+        """Parameters this file adds (heads and EAGLE layers exclude what they reuse)."""
+        if self.kind == "medusa":
+            h = self.hidden_size
+            per_head = self.medusa_num_layers * (h * h + h) + self.lm_head_params()
+            return self.medusa_num_heads * per_head
+        if self.kind == "eagle":
+            # One decoder layer plus the fc that fuses [feature, embedding] (2h -> h, with
+            # bias); the embedding and the LM head are the target's.
+            h = self.hidden_size
+            return self.num_layers * self.layer_params() + 2 * h * h + h
+        n = self.num_layers * self.layer_params() + self.embedding_params() + self.norm_params()
+        if not self.tied_embeddings:
+            n += self.lm_head_params()
+        return n
+
+    def weight_bytes(self) -> float:
+        """Bytes of weights held in memory."""
+        return float(self.param_count() * self.dtype_bytes)
+
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes per token of context (K and V, every layer)."""
+        if self.kind == "medusa":  # heads are MLPs on the last hidden state: no attention
+            return 0.0
+        return float(2 * self.num_layers * self.kv_size * self.dtype_bytes)
+
+
+_INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size",
+               "vocab_size", "max_context")
+_KEYS = set(_INT_FIELDS) | {"name", "family", "kind", "gated_mlp", "tied_embeddings", "dtype",
+                            "norm", "bias", "learned_position_embeddings", "published_params",
+                            "source", "base_model", "medusa_num_heads", "medusa_num_layers",
+                            "tokenizer_vocab_size"}
+_REQUIRED = ("name", "family", "source", "published_params", *_INT_FIELDS, "gated_mlp",
+             "tied_embeddings", "dtype")
+
+
+def model_from_dict(data: Any, *, source: str) -> ModelSpec:
+    """Validate a parsed model file."""
+    data = require_mapping(data, source=source)
+    check_keys(data, allowed=_KEYS, required=_REQUIRED, source=source)
+    ints = {k: as_number(data[k], source=source, field=k, integer=True, strictly_positive=True,
+                         maximum=10_000_000) for k in _INT_FIELDS}
+    pub = require_mapping(data["published_params"], source=source, field="published_params")
+    check_keys(pub, allowed=("value", "source"), required=("value", "source"), source=source,
+               prefix="published_params.")
+    kind = as_str(data.get("kind", "decoder"), source=source, field="kind", choices=KINDS)
+    spec = ModelSpec(
+        name=as_str(data["name"], source=source, field="name"),
+        family=as_str(data["family"], source=source, field="family"),
+        kind=kind,
+        gated_mlp=as_bool(data["gated_mlp"], source=source, field="gated_mlp"),
+        tied_embeddings=as_bool(data["tied_embeddings"], source=source, field="tied_embeddings"),
+        dtype=as_str(data["dtype"], source=source, field="dtype", choices=DTYPE_BYTES),
+        norm=as_str(data.get("norm", "rmsnorm"), source=source, field="norm", choices=NORMS),
+        bias=as_bool(data.get("bias", False), source=source, field="bias"),
+        learned_position_embeddings=as_number(data.get("learned_position_embeddings", 0),
+                                              source=source, integer=True, minimum=0,
+                                              field="learned_position_embeddings"),
+        published_params=float(as_number(pub["value"], source=source,
+                                         field="published_params.value",
+                                         strictly_positive=True)),
+        published_params_source=as_str(pub["source"], source=source,
+                                       field="published_params.source"),
+        source=as_str(data["source"], source=source, field="source"),
+        base_model=as_str(data["base_model"], source=source, field="base_model")
+        if "base_model" in data else "",
+        medusa_num_heads=as_number(data.get("medusa_num_heads", 0), source=source,
+                                   field="medusa_num_heads", integer=True, minimum=0,
+                                   maximum=64),
+        medusa_num_layers=as_number(data.get("medusa_num_layers", 0), source=source,
+                                    field="medusa_num_layers", integer=True, minimum=0,
+                                    maximum=64),
+        tokenizer_vocab_size=as_number(data.get("tokenizer_vocab_size", 0), source=source,
+                                       field="tokenizer_vocab_size", integer=True, minimum=0,
+                                       maximum=10_000_000),
+        path=source,
+        **ints,
+    )
+    if spec.num_heads % spec.num_kv_heads:
+        raise SpecsimError(f"num_heads ({spec.num_heads}) is not a multiple of num_kv_heads "
+                           f"({spec.num_kv_heads})", source=source, field="num_kv_heads")
+    if kind != "decoder" and not spec.base_model:
+        raise SpecsimError(f"a {kind} model needs the model it attaches to", source=source,
+                           field="base_model", fix="add 'base_model: NAME'")
+    if kind == "medusa" and (spec.medusa_num_heads < 1 or spec.medusa_num_layers < 1):
+        raise SpecsimError("a medusa model needs medusa_num_heads and medusa_num_layers >= 1",
+                           source=source, field="medusa_num_heads")
+    return spec
+
+
+def load_model_file(path: str | Path) -> ModelSpec:
+    """Load one model YAML file."""
+    return model_from_dict(load_yaml_file(path), source=str(path))
+
+
+def _model_paths(model_dir: str | Path | None = None) -> dict[str, Path]:
+    dirs = [MODEL_DIR] + ([Path(model_dir)] if model_dir is not None else [])
+    paths: dict[str, Path] = {}
+    for d in dirs:
+        if not d.is_dir():
+            raise SpecsimError("not a directory", field="--model-dir", source=clip(d, 200))
+        for p in sorted(d.glob("*.yaml")):
+            paths[p.stem] = p
+    return paths
+
+
+def list_models(model_dir: str | Path | None = None) -> list[str]:
+    """Names of the catalogued models."""
+    return sorted(_model_paths(model_dir))
+
+
+def load_model(name: str, model_dir: str | Path | None = None) -> ModelSpec:
+    """Load a model by catalog name, or by path if ``name`` ends in .yaml."""
+    if name.endswith((".yaml", ".yml")):
+        return load_model_file(name)
+    paths = _model_paths(model_dir)
+    if name not in paths:
+        raise SpecsimError(f"unknown model {short(name)}", field="model",
+                           fix="valid names are: " + ", ".join(sorted(paths)))
+    spec = load_model_file(paths[name])
+    if spec.name != name:
+        raise SpecsimError(f"file name {short(name)} and name {short(spec.name)} differ",
+                           source=str(paths[name]), field="name", fix=f"set name: {name}")
+    return spec
+
+
+def check_shared_vocabulary(draft: ModelSpec | None, target: ModelSpec, *,
+                            field: str = "draft") -> ModelSpec | None:
+    """Return ``draft`` if it shares ``target``'s vocabulary (or is None), else raise.
+
+    Speculative sampling compares p(x) and q(x) token by token and splices draft tokens
+    into the target's sequence, so both must be over one vocabulary (seed 003 section 3;
+    vLLM asserts the same in its spec-decode worker).  The tokenizer's vocabulary is
+    compared (``tokenizer_vocab_size`` where a file gives one because its ``vocab_size`` is
+    an effective width, as opt-350m's; else ``vocab_size`` as written, so a padded embedding
+    such as OPT's 50272 must be padded alike).  Medusa heads and EAGLE layers reuse their
+    base's LM head, so theirs match by construction.
+    """
+    if draft is not None and draft.tokenizer_vocab != target.tokenizer_vocab:
+        raise SpecsimError(
+            f"draft {draft.name} has vocab_size {draft.tokenizer_vocab} but target "
+            f"{target.name} has vocab_size {target.tokenizer_vocab}; speculative decoding "
+            f"needs one shared vocabulary (p(x)/q(x) is undefined otherwise)", field=field,
+            fix=f"use a draft with the target's tokenizer (vocab_size {target.tokenizer_vocab})"
+                + (", or remove 'draft:' if the policy needs none" if field == "draft" else ""))
+    return draft

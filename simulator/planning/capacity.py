@@ -1,0 +1,405 @@
+"""Capacity planning: the highest request rate each deployment sustains within an SLO.
+
+For each candidate deployment (a set of scenario overrides: hardware, tensor parallelism,
+replicas, policy, ...) the engine replays one trace, built once from the scenario's seed and
+rescaled with ``Workload.rescale_rate``, at rates on a fixed geometric lattice
+``min_rate * (1 + rel_tol)^k``: bracket by doubling or halving, then bisect on k.  Same seed,
+same lattice, same trace shape for every candidate, so a faster or larger deployment can
+never be reported slower by the search itself.  An SLO sets any of p99 TTFT, p99 TPOT and a
+goodput fraction (the share of all requests meeting the per-request TTFT/TPOT targets); a
+rate also needs the backlog to stay small (``max_in_flight_fraction``, see evaluate_rate).
+Also: the fewest replicas that sustain a target rate, and the cost per million output tokens
+from a user price table (``{device: $/hour}``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, as_str, check_keys, load_yaml_file, require_mapping
+
+PLAN_KEYS = ("name", "scenario", "fixed", "slo", "search", "target_rate_per_s", "max_replicas",
+             "prices", "candidates")
+SLO_KEYS = ("p99_ttft_ms", "p99_tpot_ms", "goodput_fraction", "ttft_ms", "tpot_ms")
+# Plan limits (README.md, "Limits"): each candidate is a capacity search of many
+# simulations, and rates outside [MIN_RATE_PER_S, MAX_RATE_PER_S] put arrival times beyond
+# what the engine's clock resolves or every request at one instant.
+MAX_PLAN_CANDIDATES = 1_000
+MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e6
+MAX_PRICE_PER_HOUR = 1e6
+
+
+@dataclass(frozen=True)
+class CapacitySLO:
+    """What "sustained" means; per-request targets feed the goodput fraction."""
+
+    p99_ttft_s: float | None = None
+    p99_tpot_s: float | None = None
+    goodput_fraction: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.p99_ttft_s is None and self.p99_tpot_s is None and self.goodput_fraction is None:
+            raise SpecsimError("the SLO sets nothing", field="slo",
+                               fix="give p99_ttft_ms, p99_tpot_ms or goodput_fraction")
+        if self.goodput_fraction is not None and self.ttft_s is None and self.tpot_s is None:
+            raise SpecsimError("goodput_fraction needs per-request targets", field="slo",
+                               fix="add ttft_ms and/or tpot_ms (or set slo in the scenario)")
+
+
+@dataclass(frozen=True)
+class RateSearch:
+    """The rate lattice: min_rate * (1 + rel_tol)^k up to max_rate."""
+
+    min_rate_per_s: float = 0.05
+    max_rate_per_s: float = 500.0
+    rel_tol: float = 0.05
+    # steady-state check: share of the trace still in the system at the last arrival
+    max_in_flight_fraction: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_rate_per_s < self.max_rate_per_s:
+            raise SpecsimError(f"need 0 < min_rate_per_s < max_rate_per_s, got "
+                               f"{self.min_rate_per_s} and {self.max_rate_per_s}",
+                               field="search.min_rate_per_s")
+        if not 0.001 <= self.rel_tol <= 1.0:
+            raise SpecsimError(f"must be in [0.001, 1], got {self.rel_tol}",
+                               field="search.rel_tol")
+        if not 0 < self.max_in_flight_fraction <= 1.0:
+            raise SpecsimError(f"must be in (0, 1], got {self.max_in_flight_fraction}",
+                               field="search.max_in_flight_fraction")
+
+    @property
+    def top(self) -> int:
+        return int(math.floor(math.log(self.max_rate_per_s / self.min_rate_per_s)
+                              / math.log1p(self.rel_tol) + 1e-9))
+
+    def rate(self, k: int) -> float:
+        return self.min_rate_per_s * math.exp(k * math.log1p(self.rel_tol))
+
+    def index(self, rate: float) -> int:
+        k = round(math.log(rate / self.min_rate_per_s) / math.log1p(self.rel_tol))
+        return int(min(max(k, 0), self.top))
+
+
+def search_workload(scenario):
+    """The trace a scenario's simulate() would draw (same seed stream), for rescaling."""
+    from workloads.workload import workload_from_config
+    wl_seed = np.random.SeedSequence(scenario.seed).spawn(3)[0]
+    return workload_from_config(scenario.workload, rng=np.random.default_rng(wl_seed),
+                                base_dir=Path(scenario.base_dir))
+
+
+def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
+                  max_in_flight_fraction: float = 0.25) -> dict[str, Any]:
+    """Simulate at one rate; the SLO metrics, the worst ratio to its target, and feasibility.
+
+    Besides the SLO, a rate counts as sustained only if, when the last request arrives, at
+    most ``max_in_flight_fraction`` of the trace is still in the system: an overloaded
+    server's backlog grows, and a trace too short for the rate ends as one burst that a
+    large batch can absorb without ever reaching the steady state.
+    """
+    from simulator.simulate import simulate
+    res = simulate(scenario, workload=workload.rescale_rate(rate_per_s))
+    req = res.requests
+    done = req[req["status"] == "finished"]
+    good = np.ones(len(done), bool)
+    if slo.ttft_s is not None:
+        good &= done["ttft_s"].to_numpy() <= slo.ttft_s
+    if slo.tpot_s is not None:
+        good &= ~(done["tpot_s"].to_numpy() > slo.tpot_s)  # 1-token outputs have no TPOT
+    s = res.summary()
+    row = {"rate_per_s": rate_per_s, "p99_ttft_s": s["p99_ttft_s"], "p99_tpot_s": s["p99_tpot_s"],
+           "goodput_fraction": float(good.sum()) / len(req), "rejected": s["rejected"],
+           "output_tokens_per_s": s["output_tokens_per_s"]}
+    last = float(req["arrival_s"].max())
+    row["in_flight_fraction"] = float(np.mean(~(req["finish_s"].to_numpy() <= last)))
+    ratios = {"in_flight": row["in_flight_fraction"] / max_in_flight_fraction}
+    if slo.p99_ttft_s is not None:
+        ratios["p99_ttft"] = row["p99_ttft_s"] / slo.p99_ttft_s
+    if slo.p99_tpot_s is not None:
+        ratios["p99_tpot"] = row["p99_tpot_s"] / slo.p99_tpot_s
+    if slo.goodput_fraction is not None:
+        ratios["goodput"] = slo.goodput_fraction / row["goodput_fraction"] \
+            if row["goodput_fraction"] > 0 else math.inf
+    ratios = {k: r if math.isfinite(r) else math.inf for k, r in ratios.items()}  # NaN p99
+    row["violation"] = max(ratios.values())
+    row["violated"] = ",".join([k for k, r in ratios.items() if r > 1.0]
+                               + (["rejected"] if row["rejected"] else []))
+    row["feasible"] = not row["violated"]
+    return row
+
+
+def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSearch(), *,
+                         workload=None) -> dict[str, Any]:
+    """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does.
+
+    ``evaluated`` lists every simulated rate; ``best_*`` is the least violating of them.
+    """
+    workload = workload if workload is not None else search_workload(scenario)
+    seen: dict[int, dict] = {}
+
+    def ok(k: int) -> bool:
+        if k not in seen:
+            seen[k] = evaluate_rate(scenario, workload, search.rate(k), slo,
+                                    search.max_in_flight_fraction)
+        return seen[k]["feasible"]
+
+    step = max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # one doubling
+    start = search.index(min(max(workload.mean_rate_per_s, search.min_rate_per_s),
+                             search.max_rate_per_s)) if math.isfinite(
+        workload.mean_rate_per_s) else search.top // 2
+    lo = hi = None
+    if ok(start):
+        lo = start
+        while lo < search.top:
+            nxt = min(lo + step, search.top)
+            if not ok(nxt):
+                hi = nxt
+                break
+            lo = nxt
+    else:
+        hi = start
+        while hi > 0:
+            nxt = max(hi - step, 0)
+            if ok(nxt):
+                lo = nxt
+                break
+            hi = nxt
+    if lo is not None and hi is not None:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    evaluations = [seen[k] for k in sorted(seen)]
+    best = min(evaluations, key=lambda r: (not r["feasible"], r["violation"], -r["rate_per_s"]))
+    out = {"feasible": lo is not None, "evaluations": len(evaluations),
+           "max_rate_per_s": search.rate(lo) if lo is not None else float("nan"),
+           "limited_by": seen[hi]["violated"] if hi is not None else "max_rate_per_s"}
+    if lo is not None:
+        out.update({k: seen[lo][k] for k in ("p99_ttft_s", "p99_tpot_s", "goodput_fraction",
+                                             "output_tokens_per_s")})
+        out["note"] = ""
+        if hi is None:
+            out["note"] = "meets the SLO up to max_rate_per_s: raise it"
+        elif out["limited_by"] == "in_flight":
+            out["note"] = (f"latencies still meet the SLO at {search.rate(hi):.4g}/s, but "
+                           f"{seen[hi]['in_flight_fraction']:.0%} of the requests are in flight "
+                           "at the last arrival: overloaded, or the trace is too short for "
+                           "this rate (more requests would tell)")
+    else:
+        out.update(p99_ttft_s=float("nan"), p99_tpot_s=float("nan"),
+                   goodput_fraction=float("nan"), output_tokens_per_s=float("nan"))
+        why = f"{best['rejected']} requests can never be served; " if best["rejected"] else ""
+        out["note"] = (f"infeasible: no rate in [{search.min_rate_per_s:g}, "
+                       f"{search.max_rate_per_s:g}]/s meets the SLO; {why}best point seen: "
+                       f"{best['rate_per_s']:.4g}/s with p99 TTFT {best['p99_ttft_s'] * 1e3:.1f} ms, "
+                       f"p99 TPOT {best['p99_tpot_s'] * 1e3:.1f} ms, goodput "
+                       f"{best['goodput_fraction']:.1%}, {best['in_flight_fraction']:.0%} still "
+                       f"in flight at the last arrival ({best['violation']:.2f}x the limits)")
+    out.update(best_rate_per_s=best["rate_per_s"], best_violation=best["violation"],
+               evaluated=evaluations)
+    return out
+
+
+def min_replicas(scenario, slo: CapacitySLO, rate_per_s: float, *, max_replicas: int = 64,
+                 workload=None, max_in_flight_fraction: float = 0.25) -> dict[str, Any]:
+    """Fewest replicas sustaining ``rate_per_s`` (doubling, then bisection); NaN if none."""
+    workload = workload if workload is not None else search_workload(scenario)
+
+    def ok(n: int) -> bool:
+        return evaluate_rate(dataclasses.replace(scenario, replicas=n), workload, rate_per_s,
+                             slo, max_in_flight_fraction)["feasible"]
+
+    if ok(1):
+        return {"min_replicas": 1}
+    lo, hi = 1, 2
+    while hi <= max_replicas and not ok(hi):
+        lo, hi = hi, hi * 2
+    if hi > max_replicas:
+        if lo == max_replicas or not ok(max_replicas):
+            return {"min_replicas": float("nan")}
+        hi = max_replicas
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return {"min_replicas": hi}
+
+
+def load_price_table(prices: Any, *, base_dir: str | Path = ".",
+                     source: str = "prices") -> dict[str, float]:
+    """A ``{device: $/hour}`` mapping, inline or from a YAML file."""
+    if isinstance(prices, (str, Path)):
+        path = Path(prices) if Path(prices).is_absolute() else Path(base_dir) / prices
+        source = str(path)
+        prices = load_yaml_file(path)
+    prices = require_mapping(prices, source=source)
+    return {name: float(as_number(v, source=source, field=name, strictly_positive=True,
+                                  maximum=MAX_PRICE_PER_HOUR))
+            for name, v in prices.items()}
+
+
+def device_price(prices: Mapping[str, float], hardware: str) -> float:
+    """The $/hour of one device; a device missing from the table is an error naming it."""
+    if hardware not in prices:
+        raise SpecsimError(f"no price for device {hardware!r}", field="prices",
+                           fix=f"add '{hardware}: <dollars per hour>' to the price table "
+                               f"(it lists: {', '.join(sorted(prices)) or 'nothing'})")
+    return prices[hardware]
+
+
+def cost_per_million_tokens(price_per_device_hour: float, devices: int,
+                            output_tokens_per_s: float) -> float:
+    """Dollars per million output tokens for ``devices`` devices producing that throughput."""
+    if not output_tokens_per_s > 0:
+        return float("nan")
+    return price_per_device_hour * devices / 3600.0 / output_tokens_per_s * 1e6
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """A validated plan: base scenario, SLO, search, candidates (scenario mappings), prices."""
+
+    candidates: tuple[tuple[str, dict], ...]
+    slo: CapacitySLO
+    search: RateSearch = RateSearch()
+    target_rate_per_s: float | None = None
+    max_replicas: int = 64
+    prices: Mapping[str, float] | None = None
+    base_dir: str = "."
+    name: str = "plan"
+
+
+def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> PlanSpec:
+    """Validate a parsed plan mapping; every candidate's scenario is checked up front."""
+    from simulator.planning.sweep import SweepSpec
+    data = require_mapping(data, source=source)
+    check_keys(data, allowed=PLAN_KEYS, required=("slo", "candidates"), source=source)
+    s = require_mapping(data["slo"], source=source, field="slo")
+    check_keys(s, allowed=SLO_KEYS, source=source, prefix="slo.")
+    val = {k: as_number(v, source=source, field=f"slo.{k}", strictly_positive=True,
+                        maximum=1.0 if k == "goodput_fraction" else 1e9) for k, v in s.items()}
+    cands = data["candidates"]
+    if not isinstance(cands, list) or not cands:
+        raise SpecsimError("expected a non-empty list of deployments", source=source,
+                           field="candidates", fix="e.g. - {hardware: a100-40gb, policy: none}")
+    if len(cands) > MAX_PLAN_CANDIDATES:
+        raise SpecsimError(f"{len(cands):,} deployments; the limit is {MAX_PLAN_CANDIDATES:,}",
+                           source=source, field="candidates",
+                           fix="split the plan, or sweep the fields with 'specsim sweep'")
+    named = []
+    for i, c in enumerate(cands):
+        c = dict(require_mapping(c, source=source, field=f"candidates[{i}]"))
+        label = c.pop("name", None) or ", ".join(f"{k}={v}" for k, v in c.items()) or "base"
+        named.append((as_str(label, source=source, field=f"candidates[{i}].name"), c))
+    spec = SweepSpec.simulated([c for _, c in named], scenario=data.get("scenario"),
+                               fixed=require_mapping(data.get("fixed") or {}, source=source,
+                                                     field="fixed"),
+                               source=source, base_dir=base_dir)
+    from simulator.scenario import scenario_from_dict
+    first = scenario_from_dict(spec.payloads[0], source=source, base_dir=spec.base_dir)
+    per_request = {"ttft_s": val["ttft_ms"] / 1e3 if "ttft_ms" in val else first.slo.ttft_s,
+                   "tpot_s": val["tpot_ms"] / 1e3 if "tpot_ms" in val else first.slo.tpot_s}
+    try:
+        slo = CapacitySLO(p99_ttft_s=val["p99_ttft_ms"] / 1e3 if "p99_ttft_ms" in val else None,
+                          p99_tpot_s=val["p99_tpot_ms"] / 1e3 if "p99_tpot_ms" in val else None,
+                          goodput_fraction=val.get("goodput_fraction"), **per_request)
+        srch = require_mapping(data.get("search") or {}, source=source, field="search")
+        check_keys(srch, allowed=[f.name for f in dataclasses.fields(RateSearch)],
+                   source=source, prefix="search.")
+        rate = {"min_rate_per_s", "max_rate_per_s"}
+        search = RateSearch(**{k: float(as_number(
+            v, source=source, field=f"search.{k}", strictly_positive=True,
+            minimum=MIN_RATE_PER_S if k in rate else None,
+            maximum=MAX_RATE_PER_S if k in rate else None,
+            fix=f"rates go from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests/s"
+            if k in rate else None)) for k, v in srch.items()})
+    except SpecsimError as exc:
+        raise SpecsimError(exc.message, source=source, field=exc.field, fix=exc.fix) from None
+    target = data.get("target_rate_per_s")
+    target = float(as_number(target, source=source, field="target_rate_per_s",
+                             strictly_positive=True, maximum=MAX_RATE_PER_S)) \
+        if target is not None else None
+    max_rep = as_number(data.get("max_replicas", 64), source=source, field="max_replicas",
+                        integer=True, minimum=1, maximum=4096)
+    prices = load_price_table(data["prices"], base_dir=base_dir, source=f"{source}: prices") \
+        if data.get("prices") is not None else None
+    if prices is not None:
+        for raw in spec.payloads:
+            try:
+                device_price(prices, scenario_from_dict(raw, source=source).hardware)
+            except SpecsimError as exc:
+                raise SpecsimError(exc.message, source=source, field=exc.field,
+                                   fix=exc.fix) from None
+    return PlanSpec(tuple((label, raw) for (label, _), raw in zip(named, spec.payloads)), slo,
+                    search, target, max_rep, prices, spec.base_dir,
+                    as_str(data.get("name", "plan"), source=source, field="name"))
+
+
+def load_plan(path: str | Path) -> PlanSpec:
+    """Read and validate a plan YAML file."""
+    path = Path(path)
+    return plan_from_dict(load_yaml_file(path), source=str(path), base_dir=path.resolve().parent)
+
+
+def plan_candidate(task: tuple) -> dict[str, Any]:
+    """Search one candidate (runs in a worker): max rate, replicas for the target, costs."""
+    label, raw, base_dir, slo, search, target, max_rep, prices = task
+    from simulator.scenario import scenario_from_dict
+    sc = scenario_from_dict(raw, source=label, base_dir=base_dir)
+    wl = search_workload(sc)
+    devices = sc.parallelism.devices * sc.replicas
+    row = {"candidate": label, "hardware": sc.hardware, "tensor_parallel":
+           sc.parallelism.tensor_parallel, "replicas": sc.replicas, "policy": sc.policy.label,
+           "devices": devices}
+    row.update(max_sustainable_rate(sc, slo, search, workload=wl))
+    row.pop("evaluated")
+    mean_out = float(np.mean(wl.output_tokens))
+    price = device_price(prices, sc.hardware) if prices is not None else float("nan")
+    row["price_per_device_hour"] = price
+    row["cost_per_million_tokens"] = cost_per_million_tokens(
+        price, devices, row["max_rate_per_s"] * mean_out)
+    if target is not None:
+        n = min_replicas(sc, slo, target, max_replicas=max_rep, workload=wl,
+                         max_in_flight_fraction=search.max_in_flight_fraction)["min_replicas"]
+        row["min_replicas_for_target"] = n
+        row["cost_per_million_tokens_at_target"] = cost_per_million_tokens(
+            price, sc.parallelism.devices * n, target * mean_out) if n == n else float("nan")
+    return row
+
+
+def plan(spec: PlanSpec, *, executor: Any = "serial", workers: int | None = None,
+         address: str | None = None, progress: bool = False) -> pd.DataFrame:
+    """Search every candidate; a ranked DataFrame (cheapest, else fastest, first)."""
+    from simulator.planning.executors import Failure, make_executor, run_items
+    tasks = [(label, raw, spec.base_dir, spec.slo, spec.search, spec.target_rate_per_s,
+              spec.max_replicas, spec.prices) for label, raw in spec.candidates]
+    from simulator.cli.progress import Progress
+    bar = Progress(spec.name, len(tasks), unit="deployments", enabled=progress)
+    ex = make_executor(executor, workers=workers, address=address) \
+        if isinstance(executor, str) else executor
+    try:
+        results = run_items(plan_candidate, tasks, ex, chunk_size=1, progress=bar.update)
+    finally:
+        if isinstance(executor, str):
+            ex.close()
+        bar.close()
+    rows = [{"candidate": t[0], "feasible": False, "error": r.error} if isinstance(r, Failure)
+            else {**r, "error": None} for t, r in zip(tasks, results)]
+    df = pd.DataFrame(rows)
+    df["_neg_rate"] = -df.get("max_rate_per_s", pd.Series(np.nan, index=df.index))
+    key = ["_neg_rate"]  # ties in cost go to the deployment with the most headroom
+    if spec.prices is not None:
+        key.insert(0, "cost_per_million_tokens_at_target" if spec.target_rate_per_s
+                   is not None else "cost_per_million_tokens")
+    df = df.sort_values(key, na_position="last", kind="stable").drop(
+        columns=["_neg_rate"], errors="ignore").reset_index(drop=True)
+    df.insert(0, "rank", np.arange(1, len(df) + 1))
+    return df

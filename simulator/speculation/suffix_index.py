@@ -1,0 +1,267 @@
+"""A depth-bounded suffix trie with occurrence counts: SuffixDecoding's index (Oliaro et al. 2024).
+
+Every substring of at most ``max_depth`` tokens of the indexed sequences is a path from the
+root; a node's ``count`` is how many times its substring occurs, and ``out(node)`` (the sum
+of its children's counts) how many of those occurrences a token follows inside the depth
+bound, so that ``count(child) / out(node)`` is the empirical probability of the child's
+token after the node's substring.  Sequences are indexed online: a ``Cursor`` holds the
+nodes of the suffixes that end at the sequence's last token (one per length), and appending
+a token moves each of them to its child -- ``max_depth`` dictionary steps per token.
+Removing a sequence replays its insertion with the counts taken back (FIFO eviction of the
+global tree); nodes whose count reaches zero are unlinked and their ids reused.
+
+Speculation follows the paper: match the longest suffix of the request's context, then
+expand a speculation tree best-first by path probability (the product of child
+probabilities), keeping nodes whose probability is at least ``min_token_prob``, within a
+token budget; the tree's score is the sum of its node probabilities (its expected number of
+accepted tokens if the frequencies were the truth).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.inputs.errors import SpecsimError
+
+_STRIDE = 1 << 32  # edge key = node * _STRIDE + token; token ids are below 2^32
+
+
+@dataclass
+class Speculation:
+    """A speculation tree: parents (-1: child of the matched node), tokens, path probabilities."""
+
+    parents: list[int]
+    tokens: list[int]
+    probs: list[float]
+    match_len: int = 0
+
+    @property
+    def score(self) -> float:
+        return float(sum(self.probs))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY = Speculation([], [], [])
+
+
+class Cursor:
+    """Where an online sequence ends in an index: the nodes of its suffixes, shortest first."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self) -> None:
+        self.nodes: list[int] = []
+
+
+class SuffixIndex:
+    """Suffix trie over token sequences, bounded to ``max_depth`` tokens per path."""
+
+    def __init__(self, max_depth: int) -> None:
+        if isinstance(max_depth, bool) or not isinstance(max_depth, (int, np.integer)) \
+                or max_depth < 2:
+            raise SpecsimError(f"max_depth must be a whole number >= 2, got {max_depth!r}",
+                               field="max_depth")
+        self.max_depth = int(max_depth)
+        self._edges: dict[int, int] = {}
+        self.count = [0]
+        self.token = [-1]
+        self.parent = [-1]
+        self.kids: list[list[int] | None] = [None]
+        self._free: list[int] = []
+
+    # ------------------------------------------------------------------ building
+    def __len__(self) -> int:
+        """Live nodes, the root included."""
+        return len(self.count) - len(self._free)
+
+    def _new_node(self, parent: int, token: int, key: int) -> int:
+        if self._free:
+            node = self._free.pop()
+            self.count[node], self.token[node], self.parent[node] = 0, token, parent
+            self.kids[node] = None
+        else:
+            node = len(self.count)
+            self.count.append(0)
+            self.token.append(token)
+            self.parent.append(parent)
+            self.kids.append(None)
+        siblings = self.kids[parent]
+        if siblings is None:
+            self.kids[parent] = [node]
+        else:
+            siblings.append(node)
+        self._edges[key] = node
+        return node
+
+    def _unlink(self, node: int) -> None:
+        parent = self.parent[node]
+        del self._edges[parent * _STRIDE + self.token[node]]
+        siblings = self.kids[parent]
+        siblings.remove(node)
+        if not siblings:
+            self.kids[parent] = None
+        self._free.append(node)
+
+    def extend(self, cursor: Cursor, tokens) -> None:
+        """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
+        edges, count, token, parent, kids = self._edges, self.count, self.token, self.parent, \
+            self.kids
+        get, keep, free = edges.get, self.max_depth - 1, self._free
+        nodes = cursor.nodes
+        for t in np.asarray(tokens).tolist():
+            moved = []
+            for node in (0, *nodes):
+                key = node * _STRIDE + t
+                child = get(key)
+                if child is not None:
+                    count[child] += 1
+                elif free:
+                    child = self._new_node(node, t, key)
+                    count[child] = 1
+                else:  # the hot path of a growing trie, inlined
+                    child = len(count)
+                    count.append(1)
+                    token.append(t)
+                    parent.append(node)
+                    kids.append(None)
+                    siblings = kids[node]
+                    if siblings is None:
+                        kids[node] = [child]
+                    else:
+                        siblings.append(child)
+                    edges[key] = child
+                moved.append(child)
+            nodes = moved[:keep]  # the deepest suffix cannot grow further
+        cursor.nodes = nodes
+
+    def add(self, tokens) -> None:
+        """Index a whole sequence (a finished request's output)."""
+        self.extend(Cursor(), tokens)
+
+    def remove(self, tokens) -> None:
+        """Undo ``add(tokens)``: the same walk with the counts taken back.
+
+        A node whose count reaches zero is unlinked at once; the walk still passes through
+        it, because its descendants occurred only there and are emptied by the next steps.
+        """
+        edges, count, keep = self._edges, self.count, self.max_depth - 1
+        nodes: list[int] = []
+        for t in np.asarray(tokens).tolist():
+            moved = []
+            for node in [0, *nodes]:
+                child = edges.get(node * _STRIDE + t)
+                if child is None:
+                    raise SpecsimError("removing a sequence that was never added",
+                                       field="tokens")
+                count[child] -= 1
+                if count[child] == 0:
+                    self._unlink(child)
+                moved.append(child)
+            nodes = moved[:keep]
+
+    # ------------------------------------------------------------------ queries
+    def out(self, node: int) -> int:
+        """Occurrences of ``node``'s substring that a token follows (its children's counts)."""
+        kids = self.kids[node]
+        return sum(self.count[c] for c in kids) if kids else 0
+
+    def find(self, pattern) -> int:
+        """The node of ``pattern`` (-1 when it does not occur)."""
+        node = 0
+        edges = self._edges
+        for t in pattern:
+            node = edges.get(node * _STRIDE + int(t), -1)
+            if node == -1:
+                return -1
+        return node
+
+    def longest_match(self, context: np.ndarray, max_len: int) -> tuple[int, int]:
+        """(node, length) of the longest suffix of ``context`` (<= max_len) with a continuation.
+
+        Binary search works because a suffix that occurs with a following token implies
+        every shorter suffix does too.
+        """
+        hi = min(int(max_len), context.size, self.max_depth - 1)
+        lo, best = 0, (-1, 0)
+        tail = context[context.size - hi:].tolist() if hi > 0 else []
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            node = self.find(tail[hi - mid:])
+            if node != -1 and self.kids[node]:
+                lo, best = mid, (node, mid)
+            else:
+                hi = mid - 1
+        return best
+
+    def cursor_match(self, cursor: Cursor, max_len: int) -> tuple[int, int]:
+        """Like ``longest_match`` for a sequence indexed online through ``cursor``."""
+        nodes = cursor.nodes
+        for length in range(min(int(max_len), len(nodes)), 0, -1):
+            node = nodes[length - 1]
+            if self.kids[node]:
+                return node, length
+        return -1, 0
+
+    def speculate(self, node: int, budget: int, min_prob: float, tree: bool = True,
+                  match_len: int = 0) -> Speculation:
+        """Best-first speculation below ``node``: at most ``budget`` tokens, each >= min_prob."""
+        if node < 0 or budget <= 0 or not self.kids[node]:
+            return Speculation([], [], [], match_len)
+        if not tree:
+            return self._speculate_path(node, budget, min_prob, match_len)
+        count, token, kids = self.count, self.token, self.kids
+        parents: list[int] = []
+        tokens: list[int] = []
+        probs: list[float] = []
+        total = self.out(node)
+        heap = [(-count[c] / total, c, -1) for c in kids[node] if count[c] >= min_prob * total]
+        heapq.heapify(heap)
+        while heap and len(tokens) < budget:
+            neg, c, par = heapq.heappop(heap)
+            idx = len(tokens)
+            parents.append(par)
+            tokens.append(token[c])
+            probs.append(-neg)
+            below = kids[c]
+            if below:
+                scale = neg / sum(count[d] for d in below)
+                for d in below:
+                    p = scale * count[d]  # negative path probability
+                    if -p >= min_prob:
+                        heapq.heappush(heap, (p, d, idx))
+        return Speculation(parents, tokens, probs, match_len)
+
+    def _speculate_path(self, node: int, budget: int, min_prob: float,
+                        match_len: int) -> Speculation:
+        count, kids = self.count, self.kids
+        parents, tokens, probs = [], [], []
+        p = 1.0
+        while len(tokens) < budget and kids[node]:
+            best = max(kids[node], key=lambda c: (count[c], -c))
+            p *= count[best] / self.out(node)
+            if p < min_prob:
+                break
+            parents.append(len(tokens) - 1)
+            tokens.append(self.token[best])
+            probs.append(p)
+            node = best
+        return Speculation(parents, tokens, probs, match_len)
+
+
+def tree_accepted(spec: Speculation, truth: np.ndarray) -> int:
+    """Greedy verification of a speculation tree: depth of its deepest node on the true path."""
+    on_path = [False] * len(spec.tokens)
+    depth = [0] * len(spec.tokens)
+    best = 0
+    truth_list = truth.tolist()
+    for i, (par, tok) in enumerate(zip(spec.parents, spec.tokens)):
+        d = 1 if par < 0 else depth[par] + 1
+        depth[i] = d
+        if (par < 0 or on_path[par]) and d <= len(truth_list) and tok == truth_list[d - 1]:
+            on_path[i] = True
+            best = max(best, d)
+    return best
