@@ -17,8 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from calibrate.model_torch import (TorchDecoder, footprint_bytes, greedy, scaled_spec,
-                                   torch_dtype)
+from calibrate.model_torch import TorchDecoder, footprint_bytes, greedy, scaled_spec, torch_dtype
 from calibrate.timing import free_memory_bytes, measure, resolve_device
 from hardware.profile import DTYPE_BYTES, HardwareProfile
 from simulator.cost.cost_model import CostModel

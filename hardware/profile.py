@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.yaml_io import (as_bool, as_number, as_str, check_keys, clip, load_yaml_file,
-                               require_mapping, short)
+from simulator.inputs.yaml_io import (
+    as_bool,
+    as_number,
+    as_str,
+    check_keys,
+    clip,
+    load_yaml_file,
+    require_mapping,
+    short,
+)
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")

@@ -9,8 +9,8 @@ import pandas as pd
 
 from hardware.profile import HardwareProfile
 from simulator.cost.cost_model import CostModel, Parallelism
-from simulator.planning.analytic import estimate_table
 from simulator.models.spec import ModelSpec, load_model
+from simulator.planning.analytic import estimate_table
 
 DEFAULT_ALPHA = 0.8
 DEFAULT_GAMMA = 4

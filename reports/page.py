@@ -11,8 +11,14 @@ import yaml
 
 from reports import charts, extras, frames
 from reports.html import REPORT_GENERATOR, Page, format_number
-from reports.model_frames import (default_grid_axes, gamma_grid_frame, operating_point,
-                                  roofline_frames, scenario_alpha, scenario_pricing)
+from reports.model_frames import (
+    default_grid_axes,
+    gamma_grid_frame,
+    operating_point,
+    roofline_frames,
+    scenario_alpha,
+    scenario_pricing,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.output_paths import check_file_target, write_text_file
 

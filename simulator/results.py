@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.engine.replica import STATUS_NAMES, RequestTable
 from simulator.engine.recorder import Recorder
+from simulator.engine.requests import STATUS_NAMES, RequestTable
 
 PERCENTILES = (50, 90, 99)
 

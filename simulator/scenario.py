@@ -16,8 +16,16 @@ from typing import Any, Mapping
 
 from simulator.cost.cost_model import Parallelism
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.yaml_io import (as_bool, as_number, as_str, check_keys, load_yaml_file,
-                               parse_yaml_text, require_mapping, short)
+from simulator.inputs.yaml_io import (
+    as_bool,
+    as_number,
+    as_str,
+    check_keys,
+    load_yaml_file,
+    parse_yaml_text,
+    require_mapping,
+    short,
+)
 
 ROUTERS = ("round_robin", "least_outstanding_tokens")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.yaml"
@@ -104,7 +112,7 @@ def _parallelism(data: Any, source: str) -> Parallelism:
 
 def parse_policy(data: Any, source: str, field_name: str = "policy") -> PolicyConfig:
     """``chain`` or ``{name: chain, num_speculative_tokens: 4}`` -> PolicyConfig."""
-    from simulator.policies import POLICIES  # the registry validates names and params
+    from simulator.policies.registry import POLICIES  # the registry validates names and params
     if isinstance(data, str):
         data = {"name": data}
     data = require_mapping(data, source=source, field=field_name)

@@ -7,108 +7,21 @@ policy compared on a scenario sees the same trace and the same per-request param
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import simpy
 
-from hardware.profile import HardwareProfile
-from simulator.cost.cost_model import CostModel, Parallelism
-from simulator.engine.replica import REJECTED, EngineLimits, Replica, RequestTable, arrivals
+from simulator.deployment import _admissible, build_deployment, plan_deployment_memory
 from simulator.engine.recorder import Recorder
+from simulator.engine.replica import Replica
+from simulator.engine.requests import EngineLimits, RequestTable
+from simulator.engine.router import arrivals
 from simulator.inputs.errors import SpecsimError
-from simulator.cost.memory_plan import MemoryPlan, plan_memory
-from simulator.models.spec import ModelSpec, check_shared_vocabulary, load_model
-from simulator.policies import POLICIES
 from simulator.policies.base import PolicyContext
+from simulator.policies.registry import POLICIES
 from simulator.results import Results
-from simulator.scenario import Scenario, resolve_hardware
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """The resolved hardware, models, cost models and memory plan of a scenario."""
-
-    hardware: HardwareProfile
-    target: ModelSpec
-    draft: ModelSpec | None
-    target_cost: CostModel
-    draft_cost: CostModel | None
-    memory: MemoryPlan
-    policy_params: dict
-    verify_width: int  # most tokens one request carries in a verification forward
-
-
-def build_deployment(scenario: Scenario) -> Deployment:
-    """Load the scenario's hardware and models and plan one replica's memory."""
-    hw = resolve_hardware(scenario)
-    target = load_model(scenario.target)
-    if target.kind != "decoder":
-        raise SpecsimError(f"{target.name} is a {target.kind} model", field="target",
-                           fix="name a decoder model (see 'specsim models list')")
-    cls = POLICIES[scenario.policy.name]
-    params = cls.parse_params(scenario.policy.params, source="policy")
-    draft = load_model(scenario.draft) if scenario.draft else None
-    if getattr(cls, "needs_draft_model", False) and draft is None:
-        raise SpecsimError(f"policy {scenario.policy.name!r} needs a draft model",
-                           field="draft", fix="set 'draft: opt-125m' or another small model")
-    # a first estimate of the verification width (chain policies: exact); simulate() re-plans
-    # with the width the built policy reports (trees, lookahead branches)
-    width = 1 + int(params.get("num_speculative_tokens") or 0)
-    memory = plan_deployment_memory(scenario, hw, target, draft, cls, params, width)
-    check_shared_vocabulary(draft, target)  # after the memory plan: that error comes first
-    tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
-    dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads) \
-        if draft is not None and draft.kind == "decoder" else None
-    return Deployment(hw, target, draft, tcost, dcost, memory, params, width)
-
-
-def plan_deployment_memory(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
-                           draft: ModelSpec | None, cls, params: dict,
-                           verify_width: int) -> MemoryPlan:
-    """One replica's memory plan, with logits held for ``verify_width`` tokens per sequence."""
-    extra, kv_models = memory_models(cls, params, draft, target)
-    b = scenario.batching
-    return plan_memory(hw, target, scenario.parallelism, extra_models=extra,
-                       kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
-                       block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
-                       logits_tokens=b.max_num_seqs * verify_width)
-
-
-def memory_models(cls, params: dict, draft: ModelSpec | None, target: ModelSpec):
-    """Models a policy keeps beside the target: (weights held, models that keep a KV cache)."""
-    hook = getattr(cls, "memory_models", None)
-    if hook is not None:
-        return hook(params, draft, target)
-    if getattr(cls, "needs_draft_model", False) and draft is not None:
-        return [draft], ([draft] if draft.kind == "decoder" else [])
-    return [], []
-
-
-def _admissible(table: RequestTable, scenario: Scenario, dep: Deployment,
-                max_verify: int) -> np.ndarray:
-    """Mark requests that can never be served, with their reason; return the others."""
-    need = table.prompt_len + table.output_len
-    ok = np.ones(need.size, bool)
-    checks = [
-        (need > dep.target.max_context,
-         f"prompt + output tokens exceed {dep.target.name}'s max_context "
-         f"{dep.target.max_context}"),
-        (need + max_verify > dep.memory.kv_tokens,
-         f"prompt + output tokens do not fit the KV cache of one replica "
-         f"({dep.memory.kv_tokens} tokens)"),
-    ]
-    if not scenario.batching.enable_chunked_prefill:
-        checks.append((table.prompt_len + table.output_len > scenario.batching.max_num_batched_tokens,
-                       "prompt longer than max_num_batched_tokens with chunked prefill off "
-                       "(a recompute after preemption needs prompt + output)"))
-    for bad, reason in checks:
-        new = bad & ok
-        table.reject_reason[new] = reason
-        ok &= ~bad
-    table.status[~ok] = REJECTED
-    return ok
+from simulator.scenario import Scenario
 
 
 def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=None,
@@ -119,9 +32,10 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     ``target_cost``/``draft_cost`` replace the roofline cost models (tests use constant-time
     ones); ``progress(done, total)`` is called as requests finish.
     """
-    from simulator.acceptance import acceptance_from_config
-    from workloads.workload import workload_from_config
     from pathlib import Path
+
+    from simulator.acceptance import acceptance_from_config
+    from workloads.config import workload_from_config
 
     dep = build_deployment(scenario)
     wl_seed, acc_seed, eng_seed = np.random.SeedSequence(scenario.seed).spawn(3)

@@ -3,9 +3,24 @@ gamma-map, calibrate, validate, report), output paths and argparse; the YAML and
 cases are in hostile_cases.py, whose bases and helpers these use."""
 from __future__ import annotations
 
-from hostile_cases import (ANALYTIC, EST, GMAP, PLAN, PROFILE, REPO, SCRIPT, TEN_MB,
-                           TORCH_MEMORY_GIB, Case, analytic, billion_laughs, dump_yaml, plan,
-                           profile, run)
+from hostile_cases import (
+                           ANALYTIC,
+                           EST,
+                           GMAP,
+                           PLAN,
+                           PROFILE,
+                           REPO,
+                           SCRIPT,
+                           TEN_MB,
+                           TORCH_MEMORY_GIB,
+                           Case,
+                           analytic,
+                           billion_laughs,
+                           dump_yaml,
+                           plan,
+                           profile,
+                           run,
+)
 
 COMMAND_CASES: list[Case] = [
     # ---- run flags ----

@@ -6,8 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.acceptance import (ACCEPTANCE_MODELS, AcceptanceModel, acceptance_from_config,
-                                  expected_metrics, summarise_acceptance)
+from simulator.acceptance import (
+    ACCEPTANCE_MODELS,
+    AcceptanceModel,
+    acceptance_from_config,
+    expected_metrics,
+    summarise_acceptance,
+)
 from simulator.acceptance.curve import CurveAcceptance, _leaf_paths, load_curve
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file

@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from simulator.speculation.temperature import (acceptance_vs_temperature, greedy_acceptance,
-                                   tempered_probs)
+from simulator.speculation.temperature import (
+    acceptance_vs_temperature,
+    greedy_acceptance,
+    tempered_probs,
+)
 
 
 def test_greedy_is_the_zero_temperature_limit():

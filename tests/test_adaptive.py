@@ -7,11 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.deployment import build_deployment
+from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.adaptive import AdaptiveSpeculation
-from simulator.policies.base import BatchView, PolicyContext
+from simulator.policies.base import PolicyContext
 from simulator.scenario import PolicyConfig, load_scenario
-from simulator.simulate import build_deployment, simulate
+from simulator.simulate import simulate
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
 CHAIN4 = {"name": "chain", "num_speculative_tokens": 4}

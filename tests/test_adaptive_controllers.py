@@ -7,9 +7,14 @@ import numpy as np
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.adaptive_controllers import (AcceptanceEMA, AcceptanceEstimate,
-                                                     BatchSizeSchedule, KillSwitch,
-                                                     expected_emitted, goodput_gammas)
+from simulator.policies.adaptive_controllers import (
+    AcceptanceEMA,
+    AcceptanceEstimate,
+    BatchSizeSchedule,
+    KillSwitch,
+    expected_emitted,
+    goodput_gammas,
+)
 from simulator.speculation.closed_forms import expected_tokens
 
 

@@ -10,9 +10,8 @@ from calibrate.bench_attention import attention_counts  # noqa: E402
 from calibrate.bench_gemm import gemm_counts  # noqa: E402
 from calibrate.bench_overhead import TINY_CONTEXT, tiny_spec  # noqa: E402
 from calibrate.benchmarks import COLUMNS  # noqa: E402
-from calibrate.fit import (SMOOTHINGS, charged_kernels, fit, fit_curves,  # noqa: E402
-                           fit_overheads, predict)
-from hardware.profile import Link, HardwareProfile, load_profile  # noqa: E402
+from calibrate.fit import SMOOTHINGS, charged_kernels, fit, fit_curves, fit_overheads, predict  # noqa: E402
+from hardware.profile import HardwareProfile, Link, load_profile  # noqa: E402
 from simulator.cost.cost_model import CostModel  # noqa: E402
 from simulator.inputs.errors import SpecsimError  # noqa: E402
 from simulator.models.spec import load_model  # noqa: E402

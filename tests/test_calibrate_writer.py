@@ -7,8 +7,14 @@ import pytest
 pytest.importorskip("torch")
 
 from calibrate.fit import Fit  # noqa: E402
-from calibrate.writer import (calibrated_profile_dict, checksum, load_calibrated,  # noqa: E402
-                              profile_to_dict, save_profile, write_calibration)
+from calibrate.writer import (  # noqa: E402
+    calibrated_profile_dict,
+    checksum,
+    load_calibrated,
+    profile_to_dict,
+    save_profile,
+    write_calibration,
+)
 from hardware.profile import list_profiles, load_profile, load_profile_file  # noqa: E402
 from simulator.cost.cost_model import CostModel  # noqa: E402
 from simulator.inputs.errors import SpecsimError  # noqa: E402

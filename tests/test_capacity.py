@@ -7,12 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.planning.capacity import (CapacitySLO, RateSearch, cost_per_million_tokens,
-                                evaluate_rate, max_sustainable_rate, min_replicas, plan, plan_from_dict,
-                                search_workload)
 from simulator.inputs.errors import SpecsimError
-from simulator.scenario import scenario_from_dict
 from simulator.inputs.yaml_io import load_yaml_file
+from simulator.planning.capacity import (
+    CapacitySLO,
+    RateSearch,
+    evaluate_rate,
+    max_sustainable_rate,
+    min_replicas,
+    search_workload,
+)
+from simulator.planning.plan import cost_per_million_tokens, plan, plan_from_dict
+from simulator.scenario import scenario_from_dict
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
 # short requests keep each simulation to a fraction of a second

@@ -11,8 +11,8 @@ an iteration costing g draft steps plus one verification of g + 1 tokens.
 """
 import numpy as np
 import pytest
-
 from engine_helpers import scenario, workload
+
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel, Parallelism
 from simulator.models.spec import load_model

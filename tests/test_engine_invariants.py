@@ -1,13 +1,13 @@
 """Invariants on randomised scenarios: completion, exact lengths, KV budget, time, determinism."""
 import numpy as np
 import pandas as pd
+from engine_helpers import scenario, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_helpers import scenario, workload
 from hardware.profile import load_profile
-from simulator.cost.memory_plan import activation_bytes
 from simulator.cost.cost_model import Parallelism
+from simulator.cost.memory_plan import activation_bytes
 from simulator.models.spec import load_model
 from simulator.simulate import simulate
 

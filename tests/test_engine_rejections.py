@@ -1,8 +1,8 @@
 """Requests that can never be served are rejected with a reason; hopeless setups are errors."""
 import numpy as np
 import pytest
-
 from engine_helpers import scenario, workload
+
 from simulator.inputs.errors import SpecsimError
 from simulator.simulate import simulate
 

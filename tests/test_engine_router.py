@@ -1,7 +1,7 @@
 """Several replicas behind a router: round-robin against least-outstanding-tokens."""
 import numpy as np
-
 from engine_helpers import scenario, workload
+
 from simulator.simulate import simulate
 
 

@@ -1,8 +1,8 @@
 """The engine against theory: sums of step times, M/D/1 waiting, alpha = 0 and 1 costs."""
 import numpy as np
 import pytest
-
 from engine_helpers import ConstantCost, scenario, workload
+
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
 from simulator.models.spec import load_model

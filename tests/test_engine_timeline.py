@@ -1,8 +1,8 @@
 """Exact timelines with a constant-time cost model, asserted event by event (SimPy style)."""
 import numpy as np
 import pytest
-
 from engine_helpers import ConstantCost, scenario, workload
+
 from simulator.simulate import simulate
 
 

@@ -4,10 +4,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.speculation.enumeration import (children_tuples, chain_step, expected_length,
-                                   output_distribution, root_acceptance,
-                                   target_distribution, total_variation, tree_step)
 from simulator.inputs.errors import SpecsimError
+from simulator.speculation.enumeration import (
+    chain_step,
+    children_tuples,
+    expected_length,
+    output_distribution,
+    root_acceptance,
+    target_distribution,
+    total_variation,
+    tree_step,
+)
 from simulator.speculation.toy_lm import ToyLM
 from simulator.speculation.tree_verification import tree_method
 from simulator.speculation.verification import WRONG_CHAIN_RULES

@@ -10,8 +10,13 @@ import pandas as pd
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from simulator.planning.executors import (Failure, LocalExecutor, SerialExecutor, make_executor,
-                                 run_items)
+from simulator.planning.executors import (
+    Failure,
+    LocalExecutor,
+    SerialExecutor,
+    make_executor,
+    run_items,
+)
 from simulator.planning.sweep import SweepSpec, expand_grid, run_sweep
 
 
@@ -59,11 +64,12 @@ def test_a_transient_failure_is_retried_once_and_succeeds(tmp_path, kind, reques
 def test_a_persistent_failure_is_reported_not_dropped():
     ticks = []
     with SerialExecutor() as ex:
-        out = run_items(always_fails_on_three, list(range(6)), ex, progress=ticks.append)
+        out = run_items(always_fails_on_three, list(range(6)), ex,
+                        progress=lambda done, total: ticks.append((done, total)))
     assert out[:3] == [100, 101, 102] and out[4:] == [104, 105]
     assert isinstance(out[3], Failure) and "three is bad" in out[3].error
     assert "ValueError" in out[3].error
-    assert sum(ticks) == 6
+    assert ticks == [(i, 6) for i in range(1, 7)]  # every item settles once, failed or not
 
 
 def test_a_dead_worker_breaks_the_pool_and_its_items_are_retried(tmp_path, pool):

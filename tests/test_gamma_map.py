@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from simulator.planning.gamma_map import (analytic_point, best_rows, check_point, crossover_batch,
-                                 crossover_table, gamma_map)
+from simulator.planning.analytic import analytic_point, check_point
+from simulator.planning.gamma_map import best_rows, crossover_batch, crossover_table, gamma_map
 from simulator.planning.sweep import SweepSpec, expand_grid, run_sweep
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]

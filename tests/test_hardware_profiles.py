@@ -6,8 +6,7 @@ import copy
 import pytest
 import yaml
 
-from hardware.profile import (DTYPES, PROFILE_DIR, list_profiles, load_profile,
-                              load_profile_file)
+from hardware.profile import DTYPES, PROFILE_DIR, list_profiles, load_profile, load_profile_file
 from simulator.inputs.errors import SpecsimError
 
 PROFILES = list_profiles()

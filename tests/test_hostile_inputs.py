@@ -34,7 +34,6 @@ from typing import Mapping
 
 import pytest
 import yaml
-
 from hostile_cases import REPO, SCENARIO_CASES, Case
 from hostile_cases_commands import COMMAND_CASES
 
@@ -200,7 +199,7 @@ def test_allow_large_confirms_but_the_hard_limit_holds():
 
 
 def test_number_lists_check_a_range_before_expanding_it():
-    from simulator.cli.sweep import MAX_LIST_VALUES, parse_number_list
+    from simulator.cli.args import MAX_LIST_VALUES, parse_number_list
     from simulator.inputs.errors import SpecsimError
     assert parse_number_list("0-3,8", field="--gamma", maximum=64) == [0, 1, 2, 3, 8]
     assert len(parse_number_list(f"1-{MAX_LIST_VALUES}", field="--batch")) == MAX_LIST_VALUES

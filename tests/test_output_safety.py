@@ -18,8 +18,12 @@ import pandas as pd
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from simulator.output_paths import (OutputLock, ResultsFolderWriter, check_file_target,
-                                    check_results_target)
+from simulator.output_paths import (
+    OutputLock,
+    ResultsFolderWriter,
+    check_file_target,
+    check_results_target,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECSIM = Path(sys.executable).parent / "specsim"

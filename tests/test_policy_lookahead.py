@@ -6,10 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
+from simulator.policies.base import PolicyContext
 from simulator.policies.lookahead import InContextTarget, JacobiDecoding, LookaheadDecoding
-from simulator.policies.prompt_lookup import TokenText
-from simulator.policies.base import BatchView, PolicyContext
+from simulator.policies.token_text import TokenText
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
 from workloads.workload import Workload

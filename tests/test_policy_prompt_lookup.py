@@ -6,10 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.prompt_lookup import (PROMPT_LOOKUP_S_PER_REQUEST, PromptLookup,
-                                              matched_prefix, ngram_lookup)
-from simulator.policies.base import BatchView, PolicyContext
+from simulator.policies.base import PolicyContext
+from simulator.policies.prompt_lookup import PROMPT_LOOKUP_S_PER_REQUEST, PromptLookup, ngram_lookup
+from simulator.policies.token_text import matched_prefix
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
 from workloads.workload import Workload

@@ -7,12 +7,12 @@ import pytest
 from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
 from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.drafting import chain_draft_time, level_draft_time
+from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
-from simulator.policies.chain import chain_draft_time
+from simulator.policies.base import PolicyContext
 from simulator.policies.specinfer import SpecInferSpeculation
-from simulator.policies.tree_acceptance import level_draft_time
-from simulator.policies.base import BatchView, PolicyContext
 from simulator.scenario import PolicyConfig, load_scenario, parse_policy
 from simulator.simulate import simulate
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
+from simulator.policies.base import PolicyContext
 from simulator.policies.suffix import SuffixDecoding
-from simulator.policies.base import BatchView, PolicyContext
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
 from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted

@@ -8,13 +8,19 @@ from hardware.profile import load_profile
 from simulator.acceptance.sequoia import SequoiaAcceptance
 from simulator.acceptance.tree_topk import TopKCoverageAcceptance
 from simulator.cost.cost_model import CostModel
+from simulator.cost.drafting import OperatorPrices, forward_tokens, level_draft_time
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
-from simulator.policies.tree_acceptance import (OperatorPrices, best_tree, dynamic_tree,
-                                          exclusive_table, expected_from_table, forward_tokens,
-                                          level_draft_time, parallel_chains, tree_from_choices)
+from simulator.policies.tree_acceptance import exclusive_table
 from simulator.speculation.closed_forms import tree_expected_accepted
 from simulator.speculation.token_tree import TokenTree
+from simulator.speculation.tree_shapes import (
+    best_tree,
+    dynamic_tree,
+    expected_from_table,
+    parallel_chains,
+    tree_from_choices,
+)
 
 
 @pytest.fixture(scope="module")

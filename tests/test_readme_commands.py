@@ -120,13 +120,13 @@ def test_progress_run_is_event_driven_and_identical(monkeypatch):
 
 def test_on_a_terminal_the_run_shows_a_bar_and_finishes(tmp_path):
     """stderr on a pseudo-terminal: tqdm draws its bar, and the run still ends."""
+    import fcntl
     import os
     import pty
     import select
-    import time
-    import fcntl
     import struct
     import termios
+    import time
     master, slave = pty.openpty()
     # a real terminal's size (a bare pty is 0 columns wide, and tqdm draws nothing there)
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))

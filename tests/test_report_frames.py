@@ -6,9 +6,15 @@ import pandas as pd
 import pytest
 
 from reports import frames
-from reports.model_frames import (OperatingPoint, default_grid_axes, gamma_grid_frame,
-                                  operating_point, roofline_frames, scenario_alpha,
-                                  scenario_pricing)
+from reports.model_frames import (
+    OperatingPoint,
+    default_grid_axes,
+    gamma_grid_frame,
+    operating_point,
+    roofline_frames,
+    scenario_alpha,
+    scenario_pricing,
+)
 from simulator.engine.recorder import Recorder
 from simulator.results import Results
 from simulator.scenario import SLO, PolicyConfig, Scenario

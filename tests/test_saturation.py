@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
 from engine_helpers import ConstantCost, scenario, workload
+
 from simulator.results import SATURATED_GROWTH, SATURATED_MIN_REQUESTS, backlog_summary
 from simulator.simulate import simulate
 

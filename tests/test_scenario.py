@@ -4,8 +4,7 @@ import math
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from simulator.scenario import (apply_overrides, load_scenario, parse_compare,
-                                scenario_from_dict)
+from simulator.scenario import apply_overrides, load_scenario, parse_compare, scenario_from_dict
 
 
 def test_builtin_default_scenario():

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
+from simulator.inputs.yaml_io import load_yaml_file
 from simulator.scenario import _TOP, load_scenario
 from simulator.simulate import simulate
-from simulator.inputs.yaml_io import load_yaml_file
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
 

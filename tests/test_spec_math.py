@@ -5,11 +5,18 @@ import numpy as np
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from simulator.speculation.closed_forms import (compute_cost_factor, expected_tokens,
-                                 expected_tokens_per_position, optimal_gamma,
-                                 optimal_gamma_target_over_draft, speedup, speedup_curve,
-                                 speedup_target_over_draft, stationary_gamma,
-                                 tree_expected_accepted)
+from simulator.speculation.closed_forms import (
+    compute_cost_factor,
+    expected_tokens,
+    expected_tokens_per_position,
+    optimal_gamma,
+    optimal_gamma_target_over_draft,
+    speedup,
+    speedup_curve,
+    speedup_target_over_draft,
+    stationary_gamma,
+    tree_expected_accepted,
+)
 
 # Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding",
 # ICML 2023, Table 1 (c = c_hat = 0): alpha, gamma, operations factor, speed factor.

@@ -15,23 +15,39 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from engine_helpers import ConstantCost, scenario, workload
+
 from simulator.acceptance.token_level import TokenLevelAcceptance
-from simulator.speculation.enumeration import (chain_step, children_tuples, output_distribution,
-                                   target_distribution, total_variation, tree_step)
+from simulator.cost.drafting import fits_draft_context
+from simulator.deployment import build_deployment
 from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import load_yaml_file
 from simulator.models.spec import MODEL_DIR, check_shared_vocabulary, list_models, load_model
-from simulator.policies.base import fits_draft_context
 from simulator.scenario import _TOP, PolicyConfig, load_scenario
-from simulator.simulate import build_deployment, simulate
+from simulator.simulate import simulate
+from simulator.speculation.enumeration import (
+    chain_step,
+    children_tuples,
+    output_distribution,
+    target_distribution,
+    total_variation,
+    tree_step,
+)
 from simulator.speculation.token_tree import TokenTree, check_distinct_siblings
 from simulator.speculation.toy_lm import ToyLM
-from simulator.speculation.tree_verification import (mss_schedule, naive_schedule, tree_outcomes,
-                                         verify_tree, without_replacement_draft_probs)
-from simulator.speculation.verification import (first_token_distribution, ratio_acceptance,
-                                    speculative_sampling_verdict, verdict_outcomes)
-from simulator.inputs.yaml_io import load_yaml_file
+from simulator.speculation.tree_verification import (
+    mss_schedule,
+    naive_schedule,
+    tree_outcomes,
+    verify_tree,
+    without_replacement_draft_probs,
+)
+from simulator.speculation.verification import (
+    first_token_distribution,
+    ratio_acceptance,
+    speculative_sampling_verdict,
+    verdict_outcomes,
+)
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
 

@@ -11,11 +11,17 @@ import simulator.planning.sweep as sweep_mod
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
 from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
 from simulator.planning.analytic import estimate_table
 from simulator.planning.gamma_map import best_rows
-from simulator.models.spec import load_model
-from simulator.planning.sweep import (ResultSink, SweepSpec, expand_grid, load_sweep, run_sweep,
-                             sweep_from_dict)
+from simulator.planning.sweep import (
+    ResultSink,
+    SweepSpec,
+    expand_grid,
+    load_sweep,
+    run_sweep,
+    sweep_from_dict,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "workloads" / "scenarios"

@@ -9,8 +9,14 @@ import pytest
 from simulator.inputs.errors import SpecsimError
 from workloads.arrivals import ConstantArrivals
 from workloads.lengths import FixedLength
-from workloads.token_streams import (CODE_HEADER, WORD_BASE, AgentLoop, CodeEdit, FreeChat,
-                                     token_workload)
+from workloads.token_streams import (
+    CODE_HEADER,
+    WORD_BASE,
+    AgentLoop,
+    CodeEdit,
+    FreeChat,
+    token_workload,
+)
 
 ARRIVALS = ConstantArrivals(rate_per_s=1.0)
 

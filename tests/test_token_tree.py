@@ -9,8 +9,14 @@ import pytest
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.token_tree import TokenTree, sample_children, top_k_children
 from simulator.speculation.toy_lm import ToyLM
-from simulator.speculation.tree_verification import (greedy_schedule, mss_schedule, naive_schedule,
-                                         tree_outcomes, verify_greedy, verify_tree)
+from simulator.speculation.tree_verification import (
+    greedy_schedule,
+    mss_schedule,
+    naive_schedule,
+    tree_outcomes,
+    verify_greedy,
+    verify_tree,
+)
 from simulator.speculation.verification import greedy_verification
 
 

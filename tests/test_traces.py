@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 
 from simulator.inputs.errors import SpecsimError
-from workloads.traces import (detect_format, read_azure, read_mooncake, read_specsim, read_trace,
-                              read_vidur, write_specsim_csv)
+from workloads.traces import (
+    detect_format,
+    read_azure,
+    read_mooncake,
+    read_specsim,
+    read_trace,
+    read_vidur,
+    write_specsim_csv,
+)
 from workloads.workload import Workload
 
 TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"

@@ -15,10 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibrate.model_torch import footprint_bytes, scaled_spec  # noqa: E402
-from calibrate.spec_loop import (SpecLoopConfig, pinned_accepts, predict_speedup,  # noqa: E402
-                                 run_spec_loop)
-from calibrate.validate import (ValidationPlan, compare, mape, predict_steps,  # noqa: E402
-                                run_validation)
+from calibrate.spec_loop import SpecLoopConfig, pinned_accepts, predict_speedup, run_spec_loop  # noqa: E402
+from calibrate.validate import ValidationPlan, compare, mape, predict_steps, run_validation  # noqa: E402
 from hardware.profile import load_profile  # noqa: E402
 from simulator.cli import main  # noqa: E402
 from simulator.inputs.errors import SpecsimError  # noqa: E402

@@ -7,8 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibrate.bench_overhead import tiny_spec  # noqa: E402
-from calibrate.model_torch import (TorchDecoder, footprint_bytes, scaled_spec,  # noqa: E402
-                                   step_mask, torch_dtype)
+from calibrate.model_torch import TorchDecoder, footprint_bytes, scaled_spec, step_mask, torch_dtype  # noqa: E402
 from simulator.inputs.errors import SpecsimError  # noqa: E402
 from simulator.models.spec import load_model  # noqa: E402
 from simulator.speculation.token_tree import TokenTree  # noqa: E402

@@ -8,11 +8,19 @@ from hypothesis import strategies as st
 
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.toy_lm import ToyLM
-from simulator.speculation.verification import (CHAIN_RULES, acceptance_rate, first_token_distribution,
-                                    greedy_verdict, greedy_verification,
-                                    residual_distribution, sample_verdict,
-                                    speculative_sampling, speculative_sampling_verdict,
-                                    stop_probabilities, verdict_outcomes)
+from simulator.speculation.verification import (
+    CHAIN_RULES,
+    acceptance_rate,
+    first_token_distribution,
+    greedy_verdict,
+    greedy_verification,
+    residual_distribution,
+    sample_verdict,
+    speculative_sampling,
+    speculative_sampling_verdict,
+    stop_probabilities,
+    verdict_outcomes,
+)
 
 A, B, C, D, E = range(5)
 

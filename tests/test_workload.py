@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.inputs.errors import SpecsimError
-from workloads.workload import Workload, workload_from_config
+from workloads.config import workload_from_config
+from workloads.workload import Workload
 
 
 def make(arrival=(0.0, 1.0, 3.0, 6.0), prompt=(10, 20, 30, 40), output=(1, 2, 3, 4), **kw):

@@ -9,10 +9,9 @@ import pytest
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import parse_yaml_text
 from workloads.arrivals import GammaArrivals
-from workloads.config import synthetic_workload
+from workloads.config import synthetic_workload, workload_from_config
 from workloads.lengths import LognormalLength, UniformLength
 from workloads.traces import DEFAULT_TRACE_PATH, read_trace
-from workloads.workload import workload_from_config
 
 
 def build(cfg, tmp_path: Path, seed: int = 0, source: str = "scenario.yaml"):

@@ -174,9 +174,10 @@ def _tokens(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
                            fix=exc.fix) from None
 
 
-def build_workload(cfg: Mapping, *, rng: np.random.Generator, base_dir: Path,
-                   source: str = "workload") -> Workload:
+def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Path,
+                         source: str = "workload") -> Workload:
     """Build the Workload described by a ``workload:`` mapping (see the module docstring)."""
+    base_dir = Path(base_dir)
     data = require_mapping(cfg, source=source, field="workload")
     check_keys(data, allowed=SOURCES + ("format",) + SHAPING, source=source, prefix="workload.")
     given = [key for key in SOURCES if key in data]

@@ -27,8 +27,13 @@ from typing import ClassVar
 import numpy as np
 
 from simulator.inputs.errors import SpecsimError
-from workloads.lengths import LengthDistribution, LognormalLength, UniformLength, check_count, \
-    check_positive
+from workloads.lengths import (
+    LengthDistribution,
+    LognormalLength,
+    UniformLength,
+    check_count,
+    check_positive,
+)
 from workloads.workload import MAX_REQUESTS, MAX_TOKEN_IDS, MAX_TOKENS_PER_REQUEST, Workload
 
 WORD_BASE = 256

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -265,10 +264,3 @@ class Workload:
         return self._take(len(self), arrival_s=self.arrival_s - self.arrival_s[0])
 
 
-def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Path,
-                         source: str = "workload") -> Workload:
-    """Build the Workload a scenario's ``workload:`` mapping describes (see workloads.config)."""
-    # Imported here because workloads.config builds on this module.
-    from workloads.config import build_workload
-
-    return build_workload(cfg, rng=rng, base_dir=Path(base_dir), source=source)

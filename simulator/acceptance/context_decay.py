@@ -15,8 +15,8 @@ import numpy as np
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
 from simulator.inputs.errors import SpecsimError
-from simulator.speculation.closed_forms import expected_tokens
 from simulator.inputs.yaml_io import as_number
+from simulator.speculation.closed_forms import expected_tokens
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,13 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from simulator.acceptance.fields import freeze_rates, model_config, probability_list
-from simulator.acceptance.sampling import (check_batch, check_tree, sample_geometric,
-                                           tree_node_probs, walk_tree)
+from simulator.acceptance.sampling import (
+    check_batch,
+    check_tree,
+    sample_geometric,
+    tree_node_probs,
+    walk_tree,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.closed_forms import expected_tokens, tree_expected_accepted
 from simulator.speculation.token_tree import TokenTree

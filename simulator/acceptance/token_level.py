@@ -25,12 +25,16 @@ import numpy as np
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, check_tree
 from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, as_str
 from simulator.speculation.token_tree import sample_children, top_k_children
 from simulator.speculation.toy_lm import ToyLM
 from simulator.speculation.tree_verification import verify_tree
-from simulator.speculation.verification import (greedy_verdict, sample_categorical, sample_verdict,
-                                    speculative_sampling_verdict)
-from simulator.inputs.yaml_io import as_number, as_str
+from simulator.speculation.verification import (
+    greedy_verdict,
+    sample_categorical,
+    sample_verdict,
+    speculative_sampling_verdict,
+)
 
 TREE_METHODS = ("mss", "naive")
 

@@ -1,20 +1,23 @@
 """argparse value types shared by the subcommands: each rejects bad text with one line.
 
 The limits below bound every number a flag gives before anything is allocated from it
-(README.md, "Limits").  They match the analytic fields of ``simulator.planning.gamma_map.FIELDS``
+(README.md, "Limits").  They match the analytic fields of ``simulator.planning.analytic.FIELDS``
 where one exists.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import re
 
+from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import short
+from simulator.planning.executors import EXECUTORS
 
 # Largest values a flag accepts (each check is one clear error, before any work).
-MAX_BATCH = 1_000_000          # requests in one analytic step (gamma_map.FIELDS["batch"])
+MAX_BATCH = 1_000_000          # requests in one analytic step (analytic.FIELDS["batch"])
 MAX_CONTEXT_TOKENS = 10_000_000  # context length of an analytic point, in tokens
-MAX_GAMMA = 64                 # draft tokens per iteration (gamma_map.FIELDS["gamma"])
+MAX_GAMMA = 64                 # draft tokens per iteration (analytic.FIELDS["gamma"])
 MAX_CURVE_GAMMA = 1024         # `specsim gamma --max-gamma`: closed forms only, no cost model
 MAX_C = 1_000.0                # Leviathan's c = draft / target step time
 MAX_TENSOR_PARALLEL = 1024     # devices per replica (scenario parallelism.* limit)
@@ -111,3 +114,81 @@ def unit_float(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 1], got {short(text, MAX_ECHO)}")
     return value
+
+
+
+
+
+
+
+def add_executor_arguments(p: argparse.ArgumentParser, default: str = "local") -> None:
+    """--executor, --workers, --address and --no-progress (shared with ``plan``)."""
+    choices = tuple(EXECUTORS) + (("auto",) if default == "auto" else ())
+    p.add_argument("--executor", choices=choices, default=default,
+                   help=f"where points run (default {default}"
+                        + (": one process for analytic sweeps under 20,000 points, else the "
+                           "local pool" if default == "auto" else "")
+                        + "; ray needs pip install 'specsim[ray]')")
+    p.add_argument("--workers", type=bounded_int(MAX_WORKERS), default=None,
+                   help=f"processes for the local pool (default: every core; at most "
+                        f"{MAX_WORKERS})")
+    p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
+    p.add_argument("--no-progress", action="store_true")
+
+# Most values one list flag (--batch 1-5000, --gamma 0,1,2...) may expand to; a range's
+# size is checked before it is expanded.  README.md, "Limits".
+MAX_LIST_VALUES = 10_000
+
+def parse_number_list(text: str, *, field: str, integer: bool = True,
+                      minimum: float = 0, maximum: float | None = None,
+                      max_count: int = MAX_LIST_VALUES) -> list:
+    """``1,2,4``, a range ``0-8`` (integers) or both mixed, into a sorted list.
+
+    Every value must be finite and within ``[minimum, maximum]``; at most ``max_count``
+    distinct values, a range's size being checked before it is expanded.
+    """
+    from simulator.inputs.yaml_io import short
+    values: set = set()
+    shown = short(str(text), 60)
+    fix = "write a list like 1,2,4" + (" or a range like 0-8" if integer else "")
+
+    def over(value) -> SpecsimError:
+        return SpecsimError(f"{value:,} is above the limit of {maximum:,}, in {shown}",
+                            field=field, fix=f"keep the values at most {maximum:,}")
+
+    def too_many(count: int) -> SpecsimError:
+        return SpecsimError(f"{shown} gives {count:,} values; the limit is {max_count:,}",
+                            field=field, fix="give fewer values (a coarser list)")
+
+    try:
+        for part in filter(None, (s.strip() for s in str(text).split(","))):
+            m = re.fullmatch(r"(\d{1,18})-(\d{1,18})", part) if integer else None
+            if m:
+                lo, hi = int(m.group(1)), int(m.group(2))
+                if hi < lo:
+                    raise SpecsimError(f"the range {short(part, 40)} runs backwards",
+                                       field=field, fix=f"write it low-high, as {hi}-{lo}")
+                if maximum is not None and hi > maximum:
+                    raise over(hi)
+                if hi - lo + 1 > max_count:
+                    raise too_many(hi - lo + 1)
+                values.update(range(lo, hi + 1))
+            else:
+                value = float(part)
+                if not math.isfinite(value):
+                    raise SpecsimError(f"needs finite numbers, got {short(part, 40)}",
+                                       field=field, fix=fix)
+                if integer and not value.is_integer():
+                    raise ValueError
+                if maximum is not None and value > maximum:
+                    raise over(int(value) if integer else value)
+                values.add(int(value) if integer else value)
+            if len(values) > max_count:
+                raise too_many(len(values))
+    except SpecsimError:
+        raise
+    except ValueError:
+        raise SpecsimError(f"cannot read {shown}", field=field, fix=fix) from None
+    if not values or min(values) < minimum:
+        raise SpecsimError(f"needs numbers >= {minimum:g}, got {shown}", field=field, fix=fix)
+    return sorted(values)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +18,9 @@ from simulator.cli.args import MAX_GAMMA, bounded_int, positive_float, unit_floa
 MAX_THREADS = 1024   # torch CPU threads
 MAX_REPS = 10_000    # timed repetitions of one micro-benchmark
 VALIDATION_FILES = ("validation.csv", "spec_loop.csv", "summary.json")  # validate --out
-from simulator.inputs.errors import SpecsimError
 from simulator.cli.output import FORMATS, render
+from simulator.cli.progress import Progress
+from simulator.inputs.errors import SpecsimError
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -78,20 +78,6 @@ def _command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _progress(args: argparse.Namespace, desc: str):
-    if args.no_progress:
-        return None, None
-    from tqdm import tqdm
-    bar = tqdm(total=0, desc=desc, file=sys.stderr, leave=False)
-
-    def update(done: int, total: int, label: str) -> None:
-        bar.total = total
-        bar.set_postfix_str(label[:40])
-        bar.update(done - bar.n)
-
-    return update, bar
-
-
 def _model_list(text: str, field: str) -> tuple[tuple[str, int | None], ...]:
     out = []
     for item in (t.strip() for t in text.split(",")):
@@ -132,14 +118,10 @@ def _calibrate(args: argparse.Namespace, limit: float | None) -> int:
     base = args.base or detect_base(args.device, device_name(resolve_device(args.device)))
     out = Path(args.out or f"{base or 'gpu'}-calibrated.yaml")
     check_calibration_targets(out, overwrite=args.overwrite)  # before minutes of benchmarks
-    update, bar = _progress(args, "calibrate")
-    try:
+    with Progress("calibrate", unit="benchmarks", enabled=not args.no_progress) as bar:
         cal = calibrate_device(plan, rng=np.random.default_rng(args.seed), name=out.stem,
                                base=args.base, statistic=args.statistic,
-                               command=_command(args), progress=update)
-    finally:
-        if bar is not None:
-            bar.close()
+                               command=_command(args), progress=bar.set)
     yaml_path, csv_path = write_calibration(cal.profile, cal.measurements, out)
     f = cal.fit
     skipped = cal.measurements[cal.measurements["status"] != "ok"]
@@ -195,12 +177,8 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
         from reports.page import check_report_target
         check_report_target(args.report, overwrite=args.overwrite)
     rng = np.random.default_rng(args.seed)
-    update, bar = _progress(args, "validate")
-    try:
-        measured = run_validation(plan, rng=rng, progress=update)
-    finally:
-        if bar is not None:
-            bar.close()
+    with Progress("validate", unit="steps", enabled=not args.no_progress) as bar:
+        measured = run_validation(plan, rng=rng, progress=bar.set)
     profiles = {"before": before, "after": after}
     table = compare(measured, profiles, statistic=statistic)
     summary = {"device": prov.get("device"), "profile": str(args.profile),
@@ -227,7 +205,7 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
 
 def _loop_config(args: argparse.Namespace, dtype: str):
     from calibrate.spec_loop import SpecLoopConfig
-    from simulator.cli.sweep import parse_number_list
+    from simulator.cli.args import parse_number_list
     gammas = tuple(parse_number_list(args.gammas, field="--gammas", maximum=MAX_GAMMA))
     if args.device == "cuda":
         target, draft = ("llama-2-7b", None), ("llama-68m", None)

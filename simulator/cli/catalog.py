@@ -7,8 +7,8 @@ import dataclasses
 import pandas as pd
 
 from hardware.profile import list_profiles, load_profile
-from simulator.models.spec import list_models, load_model
 from simulator.cli.output import FORMATS, render
+from simulator.models.spec import list_models, load_model
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:

@@ -9,14 +9,23 @@ import numpy as np
 import pandas as pd
 
 from hardware.profile import load_profile
-from simulator.cli.sweep import parse_number_list
-from simulator.cli.args import (MAX_BATCH, MAX_C, MAX_CONTEXT_TOKENS, MAX_CURVE_GAMMA, MAX_GAMMA,
-                                 MAX_TENSOR_PARALLEL, bounded_float, bounded_int, unit_float)
+from simulator.cli.args import (
+    MAX_BATCH,
+    MAX_C,
+    MAX_CONTEXT_TOKENS,
+    MAX_CURVE_GAMMA,
+    MAX_GAMMA,
+    MAX_TENSOR_PARALLEL,
+    bounded_float,
+    bounded_int,
+    parse_number_list,
+    unit_float,
+)
+from simulator.cli.output import FORMATS, render
 from simulator.cost.cost_model import CostModel, Parallelism
 from simulator.inputs.errors import SpecsimError
-from simulator.planning.analytic import estimate_table
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.cli.output import FORMATS, render
+from simulator.planning.analytic import estimate_table
 from simulator.speculation.closed_forms import optimal_gamma, speedup_curve, stationary_gamma
 
 

@@ -20,7 +20,7 @@ COMMANDS = {
     "calibrate": ("simulator.cli.calibrate", "measure a device with torch micro-benchmarks; write a calibrated profile"),
     "validate": ("simulator.cli.calibrate", "compare predicted step times with real torch model steps"),
     "sweep": ("simulator.cli.sweep", "run a grid of analytic or simulated points (resumable)"),
-    "gamma-map": ("simulator.cli.sweep", "best gamma per batch and context, and the crossover batch"),
+    "gamma-map": ("simulator.cli.gamma_map", "best gamma per batch and context, and the crossover batch"),
     "plan": ("simulator.cli.plan", "max sustainable rate, replicas and cost per deployment"),
     "report": ("simulator.cli.report", "write the self-contained HTML report of a results folder"),
 }
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return 0
     except OSError as exc:  # a full disk, a quota, a file too large: one line, no traceback
-        from simulator.output_paths import describe_os_error
         from simulator.inputs.yaml_io import clip
+        from simulator.output_paths import describe_os_error
         where = f" {clip(repr(str(exc.filename)), 200)}" if exc.filename else ""
         _say(f"specsim: error: cannot read or write{where}: {describe_os_error(exc)} (fix: "
              "free space or choose another path; nothing was left half-written)")

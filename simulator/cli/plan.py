@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulator.cli.sweep import add_executor_arguments
+from simulator.cli.args import add_executor_arguments
 from simulator.cli.output import FORMATS, render
 
 SHOWN = ("rank", "candidate", "devices", "max_rate_per_s", "p99_ttft_s", "p99_tpot_s",
@@ -28,8 +28,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Search every candidate deployment and print the ranked table."""
-    from simulator.planning.capacity import load_plan, plan
     from simulator.output_paths import check_file_target, write_text_file
+    from simulator.planning.plan import load_plan, plan
     spec = load_plan(args.plan)
     if args.out:  # every path is checked before the search starts
         check_file_target(args.out, "--out", marks=PLAN_MARKS, overwrite=args.overwrite,
@@ -37,8 +37,11 @@ def main(args: argparse.Namespace) -> int:
     if args.report:
         from reports.page import check_report_target
         check_report_target(args.report, overwrite=args.overwrite)
-    df = plan(spec, executor=args.executor, workers=args.workers, address=args.address,
-              progress=not args.no_progress)
+    from simulator.cli.progress import Progress
+    with Progress(spec.name, len(spec.candidates), unit="deployments",
+                  enabled=not args.no_progress) as bar:
+        df = plan(spec, executor=args.executor, workers=args.workers, address=args.address,
+                  progress=bar.set)
     if args.out:
         write_text_file(args.out, df.to_csv(index=False), "--out", marks=PLAN_MARKS,
                         overwrite=args.overwrite, what="plan table")

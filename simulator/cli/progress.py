@@ -24,6 +24,7 @@ class Progress:
         self.total = int(total)
         self.unit = unit
         self.done = 0
+        self.label = ""
         self.stream = stream if stream is not None else sys.stderr
         self._bar = None
         self._plain = False
@@ -43,10 +44,15 @@ class Progress:
         else:
             self._plain = True
 
-    def set(self, done: int, total: int | None = None) -> None:
-        """Absolute progress: ``done`` of ``total`` units."""
+    def set(self, done: int, total: int | None = None, label: str | None = None) -> None:
+        """Absolute progress: ``done`` of ``total`` units (the one callback style of every
+        library function: ``progress(done, total)``, calibration adding a ``label``)."""
         if total is not None:
             self.total = int(total)
+        if label is not None:
+            self.label = str(label)[:40]
+            if self._bar is not None:
+                self._bar.set_postfix_str(self.label)
         self.update(int(done) - self.done)
 
     def update(self, n: int = 1) -> None:
@@ -66,8 +72,9 @@ class Progress:
         of = f"/{self.total:,}" if self.total else ""
         pct = f" ({100.0 * self.done / self.total:.0f}%)" if self.total else ""
         try:
+            label = f" [{self.label}]" if self.label else ""
             self.stream.write(f"specsim: {self.desc}: {self.done:,}{of} {self.unit}{pct}, "
-                              f"{now - self._start:.0f} s\n")
+                              f"{now - self._start:.0f} s{label}\n")
             self.stream.flush()
         except (OSError, ValueError):  # a closed pipe: progress is never worth a crash
             self._plain = False

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.cli.output import FORMATS, render
+from simulator.cli.progress import PLAIN_INTERVAL_S, Progress
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import clip
-from simulator.cli.output import FORMATS, render
 from simulator.output_paths import ResultsFolderWriter
-from simulator.cli.progress import PLAIN_INTERVAL_S, Progress
 from simulator.results_dir import require_format, result_names, write_results_tables
 from simulator.scenario import Scenario, load_scenario, parse_compare
 from simulator.simulate import simulate

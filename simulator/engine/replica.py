@@ -19,56 +19,13 @@ hot path is vectorised over the batch.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
-from simulator.policies.base import BatchView
+from simulator.engine.plan import BatchView
 from simulator.engine.recorder import Recorder
-
-# request status codes
-PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
-STATUS_NAMES = {PENDING: "pending", WAITING: "waiting", RUNNING: "running",
-                FINISHED: "finished", REJECTED: "rejected"}
-
-
-class RequestTable:
-    """Per-request state of a simulation as aligned numpy arrays."""
-
-    def __init__(self, arrival_s: np.ndarray, prompt_len: np.ndarray,
-                 output_len: np.ndarray) -> None:
-        n = arrival_s.size
-        self.arrival_s = arrival_s.astype(np.float64)
-        self.prompt_len = prompt_len.astype(np.int64)
-        self.output_len = output_len.astype(np.int64)
-        self.computed = np.zeros(n, np.int64)       # tokens in the target's KV
-        self.generated = np.zeros(n, np.int64)      # output tokens emitted
-        self.prefill_target = np.zeros(n, np.int64)
-        self.in_prefill = np.zeros(n, bool)
-        self.blocks = np.zeros(n, np.int64)
-        self.status = np.zeros(n, np.int8)
-        self.replica = np.full(n, -1, np.int64)
-        self.first_scheduled_s = np.full(n, np.nan)
-        self.first_token_s = np.full(n, np.nan)
-        self.finish_s = np.full(n, np.nan)
-        self.last_emit_s = np.full(n, np.nan)
-        self.preemptions = np.zeros(n, np.int64)
-        self.num_drafts = np.zeros(n, np.int64)
-        self.num_draft_tokens = np.zeros(n, np.int64)
-        self.num_accepted = np.zeros(n, np.int64)
-        self.reject_reason = np.full(n, "", dtype=object)
-
-
-@dataclass
-class EngineLimits:
-    """The scheduler limits and the KV budget of one replica."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    enable_chunked_prefill: bool
-    block_size: int
-    kv_blocks: int
+from simulator.engine.requests import FINISHED, RUNNING, WAITING, EngineLimits, RequestTable
 
 
 class Replica:
@@ -345,7 +302,6 @@ class Replica:
             self.used_blocks / self.limits.kv_blocks, len(self.waiting), step["kv_read"],
             step["attn_pairs"], step["preempted"]))
 
-
     def _log_emissions(self, step: dict, now: float) -> None:
         """Append first-token and token events of this step (tests assert exact timelines)."""
         t, ev = self.t, self.rec.events
@@ -359,25 +315,3 @@ class Replica:
                 ev.append((now, "token", int(rid), int(n)))
 
 
-def arrivals(env: simpy.Environment, table: RequestTable, replicas: list[Replica], router: str,
-             admissible: np.ndarray):
-    """Release requests at their arrival times and route each to a replica."""
-    arrival = table.arrival_s
-    n = arrival.size
-    i = 0
-    rr = 0
-    while i < n:
-        wait = arrival[i] - env.now
-        if wait > 0:
-            yield env.timeout(wait)
-        j = i
-        while j < n and arrival[j] <= env.now:
-            if admissible[j]:
-                if router == "round_robin" or len(replicas) == 1:
-                    target = replicas[rr % len(replicas)]
-                    rr += 1
-                else:
-                    target = min(replicas, key=lambda r: (r.outstanding_tokens, r.index))
-                target.submit(j)
-            j += 1
-        i = j

@@ -13,8 +13,16 @@ from typing import Any
 
 from hardware.profile import DTYPE_BYTES
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.yaml_io import (as_bool, as_number, as_str, check_keys, clip, load_yaml_file,
-                               require_mapping, short)
+from simulator.inputs.yaml_io import (
+    as_bool,
+    as_number,
+    as_str,
+    check_keys,
+    clip,
+    load_yaml_file,
+    require_mapping,
+    short,
+)
 
 MODEL_DIR = Path(__file__).resolve().parent
 KINDS = ("decoder", "medusa", "eagle")
@@ -245,3 +253,29 @@ def check_shared_vocabulary(draft: ModelSpec | None, target: ModelSpec, *,
             fix=f"use a draft with the target's tokenizer (vocab_size {target.tokenizer_vocab})"
                 + (", or remove 'draft:' if the policy needs none" if field == "draft" else ""))
     return draft
+
+
+def attached_model(kind: str, name: str | None, draft: ModelSpec | None, target: ModelSpec,
+                   *, field: str) -> ModelSpec:
+    """Heads or an EAGLE layer for ``target``: ``name``, else the scenario's draft if it is
+    one, else ``<kind>-<target>`` from the catalog."""
+    if name:
+        spec = load_model(name)
+    elif draft is not None and draft.kind == kind:
+        spec = draft
+    else:
+        known = [m for m in list_models() if m.startswith(kind + "-")]
+        if f"{kind}-{target.name}" not in known:
+            raise SpecsimError(f"no {kind} model in the catalog for target {target.name}",
+                               field=field, fix=f"name one ({', '.join(known)}) or use the "
+                                                f"target it was trained for")
+        spec = load_model(f"{kind}-{target.name}")
+    if spec.kind != kind:
+        raise SpecsimError(f"{spec.name} is a {spec.kind} model, not {kind}", field=field,
+                           fix=f"name a {kind}-* model")
+    if spec.base_model != target.name:
+        raise SpecsimError(f"{spec.name} was trained on {spec.base_model}, not on the target "
+                           f"{target.name}", field=field,
+                           fix=f"use target: {spec.base_model}, or a {kind} model for "
+                               f"{target.name}")
+    return spec

@@ -258,12 +258,12 @@ def _chunks(indexed: list, size: int) -> list:
 def run_items(fn: Callable[[Any], Any], items: Sequence[Any], executor, *,
               chunk_size: int | None = None, retries: int = 1,
               on_result: Callable[[int, Any], None] | None = None,
-              progress: Callable[[int], None] | None = None) -> list:
+              progress: Callable[[int, int], None] | None = None) -> list:
     """Run ``fn`` over ``items`` on ``executor``; a Failure for items that failed retries+1 times.
 
     ``on_result(index, value_or_failure)`` is called as each item is settled (completion
-    order, for streaming); the returned list is in item order.  ``progress(n)`` ticks by the
-    number of items settled.
+    order, for streaming); the returned list is in item order.  ``progress(done, total)`` is
+    called as items settle.
     """
     if chunk_size is not None and (isinstance(chunk_size, bool)
                                    or not isinstance(chunk_size, int) or chunk_size < 1):
@@ -283,6 +283,7 @@ def run_items(fn: Callable[[Any], Any], items: Sequence[Any], executor, *,
 def _run_items(fn, items, executor, chunk_size, retries, on_result, progress) -> list:
     results: list = [None] * len(items)
     todo = list(enumerate(items))
+    settled = 0
     for attempt in range(retries + 1):
         if not todo:
             break
@@ -297,8 +298,9 @@ def _run_items(fn, items, executor, chunk_size, retries, on_result, progress) ->
                     results[index] = value if ok else Failure(value)
                     if on_result is not None:
                         on_result(index, results[index])
+                    settled += 1
                     if progress is not None:
-                        progress(1)
+                        progress(settled, len(items))
                 else:
                     failed.append((index, items[index]))
         todo = sorted(failed, key=lambda t: t[0])

@@ -10,7 +10,7 @@ A sweep file::
 
 Simulated points are scenario overrides (dotted paths or the short names in ``SIM_ALIASES``)
 applied with ``apply_overrides`` and validated by ``scenario_from_dict``, all before anything
-runs.  Analytic points take the fields of ``simulator.planning.gamma_map.FIELDS``.  Every point has a
+runs.  Analytic points take the fields of ``simulator.planning.analytic.FIELDS``.  Every point has a
 key, a stable hash of what it evaluates (the merged analytic fields, or the final scenario
 mapping), so a rerun on the same output skips the points already there.
 """
@@ -18,20 +18,27 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import math
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from simulator.planning import gamma_map
 from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import (
+    as_str,
+    check_keys,
+    clip,
+    load_yaml_file,
+    require_mapping,
+    short,
+)
+from simulator.planning import analytic
 from simulator.planning.executors import Failure, check_executor_args, make_executor, run_items
 from simulator.planning.result_sink import ResultSink  # noqa: F401  (re-exported: sweep.ResultSink)
-from simulator.inputs.yaml_io import as_str, check_keys, clip, load_yaml_file, require_mapping, short
 
 MODES = ("analytic", "simulated")
 TOP_KEYS = ("name", "mode", "scenario", "fixed", "grid", "points")
@@ -84,16 +91,16 @@ def canonical_field(mode: str, name: str, *, source: str = "sweep", fixed: bool 
         raise _not_sweepable(name, NOT_SWEEPABLE[top], "set it in the base scenario or under "
                              "fixed", source)
     if mode == "analytic":
-        alias = {a: f for f, p in gamma_map.FIELDS.items() for a in p.aliases}
+        alias = {a: f for f, p in analytic.FIELDS.items() for a in p.aliases}
         canon = alias.get(name, name)
-        if canon in gamma_map.FIELDS and (fixed or canon != "hardware_dir"):
+        if canon in analytic.FIELDS and (fixed or canon != "hardware_dir"):
             return canon
         if name in SIM_ALIASES or top in SIM_SWEEPABLE:
             raise _not_sweepable(name, "analytic mode has no event loop, trace or scheduler",
                                  "use mode: simulated, or one of: "
-                                 + ", ".join(gamma_map.FIELDS), source)
+                                 + ", ".join(analytic.FIELDS), source)
         raise SpecsimError(f"unknown field {short(name)}", source=source, field=clip(name),
-                           fix="analytic fields are: " + ", ".join(gamma_map.FIELDS))
+                           fix="analytic fields are: " + ", ".join(analytic.FIELDS))
     if name in SIM_ALIASES:
         return SIM_ALIASES[name]
     if name in ANALYTIC_ONLY:
@@ -188,7 +195,7 @@ class SweepSpec:
     @classmethod
     def analytic(cls, points: Sequence[Mapping], *, fixed: Mapping | None = None,
                  source: str = "sweep", name: str = "sweep") -> "SweepSpec":
-        """An analytic sweep: each point (plus ``fixed``) is checked by gamma_map.check_point."""
+        """An analytic sweep: each point (plus ``fixed``) is checked by analytic.check_point."""
         fixed = {canonical_field("analytic", k, source=source, fixed=True): v
                  for k, v in dict(fixed or {}).items()}
         columns, payloads = [], []
@@ -196,7 +203,7 @@ class SweepSpec:
             merged = dict(fixed)
             for k, v in point.items():
                 merged[canonical_field("analytic", k, source=source)] = v
-            gamma_map.check_point(merged, source=f"{source}: point {i}", names=True)
+            analytic.check_point(merged, source=f"{source}: point {i}", names=True)
             columns.append({k: _cell(v) for k, v in {**fixed, **point}.items()})
             payloads.append(merged)
         return cls("analytic", tuple(columns), tuple(payloads), ".", name)
@@ -222,7 +229,7 @@ class SweepSpec:
             try:
                 raw = override(base_raw, point, False)
                 sc = scenario_from_dict(raw, source=where, base_dir=base_dir)
-                gamma_map.check_names(sc.hardware if sc.hardware_inline is None else None,
+                analytic.check_names(sc.hardware if sc.hardware_inline is None else None,
                                       sc.hardware_dir, sc.target, sc.draft)
             except SpecsimError as exc:
                 raise SpecsimError(exc.message, source=where, field=exc.field,
@@ -230,7 +237,7 @@ class SweepSpec:
             workloads.setdefault(point_key(dict(sc.workload)), (dict(sc.workload), where))
             columns.append({k: _cell(v) for k, v in {**dict(fixed or {}), **point}.items()})
             payloads.append(raw)
-        from workloads.workload import workload_from_config
+        from workloads.config import workload_from_config
         for cfg, where in workloads.values():  # a bad workload fails here, not in every worker
             workload_from_config(cfg, rng=np.random.default_rng(0), base_dir=base_dir,
                                  source=where)
@@ -283,7 +290,7 @@ def evaluate(task: tuple) -> dict[str, Any]:
     """Evaluate one point (runs in a worker): analytic results or a simulation summary."""
     mode, payload, base_dir = task
     if mode == "analytic":
-        return gamma_map.analytic_point(payload)
+        return analytic.analytic_point(payload)
     from simulator.scenario import scenario_from_dict
     from simulator.simulate import simulate
     summary = simulate(scenario_from_dict(payload, source="sweep point",
@@ -312,12 +319,13 @@ AUTO_SERIAL_POINTS = 20_000
 
 def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = None,
               address: str | None = None, out: str | Path | None = None,
-              progress: bool = False, chunk_size: int | None = None,
-              restart: bool = False) -> pd.DataFrame:
+              progress: Callable[[int, int], None] | None = None,
+              chunk_size: int | None = None, restart: bool = False) -> pd.DataFrame:
     """Evaluate every point not already in ``out``; return one tidy row per point.
 
     ``executor`` is a name (``local``, ``serial``, ``ray``; ``auto``: the local pool, or one
     process for an analytic sweep under AUTO_SERIAL_POINTS points) or an executor object.
+    ``progress(done, total)`` is called as points settle (the points still to run).
     """
     if executor == "auto":
         executor = "serial" if spec.mode == "analytic" and len(spec) < AUTO_SERIAL_POINTS \
@@ -350,9 +358,9 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
         rows.append(row)
         if sink is not None:
             sink.add(row)
+        if progress is not None:
+            progress(len(rows), len(todo))
 
-    from simulator.cli.progress import Progress
-    bar = Progress(spec.name, len(todo), unit="points", enabled=progress and bool(todo))
     own = isinstance(executor, str) and (bool(todo) or early is not None)
     if early is not None:
         ex = early
@@ -361,11 +369,10 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
     try:
         if todo:
             run_items(evaluate, [spec.task(i) for i in todo], ex, chunk_size=chunk_size,
-                      on_result=settle, progress=bar.update)
+                      on_result=settle)
     finally:
         if own:
             ex.close()
-        bar.close()
         if sink is not None:
             sink.flush()
     df = sink.read() if sink is not None else pd.DataFrame(rows)

@@ -32,13 +32,20 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from simulator.cost.drafting import chain_draft_time
+from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.adaptive_controllers import (AcceptanceEMA, AcceptanceEstimate,
-                                                     BatchSizeSchedule, KillSwitch,
-                                                     goodput_gammas)
-from simulator.policies.chain import ChainSpeculation, chain_draft_time
-from simulator.policies.base import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.inputs.params import Param, parse_params
 from simulator.inputs.yaml_io import as_str, require_mapping
+from simulator.policies.adaptive_controllers import (
+    AcceptanceEMA,
+    AcceptanceEstimate,
+    BatchSizeSchedule,
+    KillSwitch,
+    goodput_gammas,
+)
+from simulator.policies.base import PolicyContext
+from simulator.policies.chain import ChainSpeculation
 
 CONTROLLERS: dict[str, dict[str, Param]] = {
     "fixed": {},
@@ -64,7 +71,7 @@ _NOT_BASES = ("none", "adaptive")
 
 
 def _parse_base(value: Any, source: str, prefix: str) -> dict:
-    from simulator.policies import POLICIES
+    from simulator.policies.registry import POLICIES
     if value is None:
         raise SpecsimError("missing the wrapped policy", source=source, field=prefix + "base",
                            fix="add base: {name: chain, num_speculative_tokens: 4}")
@@ -251,13 +258,13 @@ class AdaptiveSpeculation:
     @classmethod
     def memory_models(cls, params: Mapping, draft, target):
         """The wrapped policy's models (a chain base keeps its draft model and its KV)."""
-        from simulator.policies import POLICIES
-        from simulator.simulate import memory_models
+        from simulator.policies.base import memory_models
+        from simulator.policies.registry import POLICIES
         base = params["base"]
         return memory_models(POLICIES[base["name"]], base["params"], draft, target)
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
-        from simulator.policies import POLICIES
+        from simulator.policies.registry import POLICIES
         base = params["base"]
         self.base = POLICIES[base["name"]](base["params"], ctx)
         if isinstance(self.base, ChainSpeculation):

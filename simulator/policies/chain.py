@@ -14,42 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
+from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.base import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
-                              draft_max_context, draft_prefill_mask, parse_params)
-
-
-def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> float:
-    """Time of max(num_draft) draft forwards; forward j carries the requests drafting > j."""
-    if not num_draft.size:
-        return 0.0
-    k_max = int(num_draft.max())
-    if int(num_draft.min()) == k_max:  # the common case: one vectorised pass
-        return draft_cost.chain_decode_time(context, k_max)
-    total = 0.0
-    for j in range(k_max):
-        mask = num_draft > j
-        n = int(mask.sum())
-        total += draft_cost.step_time(np.ones(n), context[mask] + j)
-    return total
-
-
-def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
-                       num_draft: int = 1, max_context: int | None = None) -> float:
-    """A draft model prefilling its own KV over the step's prompt chunks (no logits).
-
-    Chunks after which a request could no longer be speculated ``num_draft`` tokens within
-    ``max_context`` are skipped (:func:`simulator.policies.base.draft_prefill_mask`).
-    """
-    if draft_cost is None or not new_tokens.size:
-        return 0.0
-    if max_context is not None:
-        keep = draft_prefill_mask(new_tokens, context, num_draft, max_context)
-        if not keep.all():
-            new_tokens, context = new_tokens[keep], context[keep]
-            if not new_tokens.size:
-                return 0.0
-    return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))
+from simulator.inputs.params import Param, parse_params
+from simulator.policies.base import PolicyContext, batch_fits_draft
 
 
 class ChainAcceptance:

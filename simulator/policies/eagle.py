@@ -26,15 +26,26 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.drafting import OperatorPrices, forward_tokens, level_draft_time
+from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.medusa import attached_model
-from simulator.policies.tree_acceptance import (OperatorPrices, chain_tree, check_acceptance_param,
-                                          check_expansion_size, check_tree_size, dynamic_tree,
-                                          exclusive_table, forward_tokens, given,
-                                          level_draft_time, model_width, policy_hardware,
-                                          resolve_acceptance, tree_from_choices)
-from simulator.policies.base import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.inputs.params import Param, given, parse_params
+from simulator.models.spec import attached_model
+from simulator.policies.base import PolicyContext, policy_hardware
+from simulator.policies.tree_acceptance import (
+    check_acceptance_param,
+    exclusive_table,
+    model_width,
+    resolve_acceptance,
+)
 from simulator.speculation.token_tree import TokenTree
+from simulator.speculation.tree_shapes import (
+    chain_tree,
+    check_expansion_size,
+    check_tree_size,
+    dynamic_tree,
+    tree_from_choices,
+)
 
 _MODEL = Param("str", default=None, help="EAGLE draft layer file (default eagle-<target>)")
 _ACCEPTANCE = Param("any", default=None, help="this policy's own acceptance model (a mapping)")

@@ -28,9 +28,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.policies.prompt_lookup import (TokenText, finished_mask, matched_prefix,
-                                              require_token_ids)
-from simulator.policies.base import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.engine.plan import BatchView, DraftPlan
+from simulator.inputs.params import Param, parse_params
+from simulator.policies.base import NoDraftMixin, PolicyContext
+from simulator.policies.token_text import (
+    TokenText,
+    finished_mask,
+    matched_prefix,
+    require_token_ids,
+)
 
 OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
 LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step

@@ -30,41 +30,22 @@ import numpy as np
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
 from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.drafting import OperatorPrices
+from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.models.spec import ModelSpec, list_models, load_model
-from simulator.policies.tree_acceptance import (OperatorPrices, best_tree, check_acceptance_param,
-                                          exclusive_table, model_width, policy_hardware,
-                                          resolve_acceptance, tree_from_choices)
-from simulator.policies.base import BatchView, DraftPlan, Param, PolicyContext, parse_params
+from simulator.inputs.params import Param, parse_params
+from simulator.models.spec import ModelSpec, attached_model
+from simulator.policies.base import PolicyContext, policy_hardware
+from simulator.policies.tree_acceptance import (
+    check_acceptance_param,
+    exclusive_table,
+    model_width,
+    resolve_acceptance,
+)
 from simulator.speculation.closed_forms import tree_expected_accepted
+from simulator.speculation.tree_shapes import best_tree, tree_from_choices
 
 MEDUSA_DEFAULT_NODES = 63  # Medusa's default sparse tree, mc_sim_7b_63
-
-
-def attached_model(kind: str, name: str | None, draft: ModelSpec | None, target: ModelSpec,
-                   *, field: str) -> ModelSpec:
-    """Heads or an EAGLE layer for ``target``: ``name``, else the scenario's draft if it is
-    one, else ``<kind>-<target>`` from the catalog."""
-    if name:
-        spec = load_model(name)
-    elif draft is not None and draft.kind == kind:
-        spec = draft
-    else:
-        known = [m for m in list_models() if m.startswith(kind + "-")]
-        if f"{kind}-{target.name}" not in known:
-            raise SpecsimError(f"no {kind} model in the catalog for target {target.name}",
-                               field=field, fix=f"name one ({', '.join(known)}) or use the "
-                                                f"target it was trained for")
-        spec = load_model(f"{kind}-{target.name}")
-    if spec.kind != kind:
-        raise SpecsimError(f"{spec.name} is a {spec.kind} model, not {kind}", field=field,
-                           fix=f"name a {kind}-* model")
-    if spec.base_model != target.name:
-        raise SpecsimError(f"{spec.name} was trained on {spec.base_model}, not on the target "
-                           f"{target.name}", field=field,
-                           fix=f"use target: {spec.base_model}, or a {kind} model for "
-                               f"{target.name}")
-    return spec
 
 
 def _check(out: dict, source: str, prefix: str) -> None:

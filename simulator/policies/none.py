@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.policies.base import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.engine.plan import BatchView, DraftPlan
+from simulator.inputs.params import Param, parse_params
+from simulator.policies.base import NoDraftMixin, PolicyContext
 
 
 class NoSpeculation(NoDraftMixin):

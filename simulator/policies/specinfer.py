@@ -34,16 +34,22 @@ import dataclasses
 import numpy as np
 
 from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.drafting import (
+    chain_draft_time,
+    draft_max_context,
+    draft_prefill_mask,
+    forward_tokens,
+    level_draft_time,
+    sharded_time,
+)
+from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
+from simulator.inputs.params import Param, given, parse_params
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.policies.chain import chain_draft_time
-from simulator.policies.tree_acceptance import (check_acceptance_param, check_expansion_size,
-                                          check_tree_size, forward_tokens, given,
-                                          level_draft_time, parallel_chains, policy_hardware,
-                                          resolve_acceptance, sharded_time)
-from simulator.policies.base import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
-                              draft_max_context, draft_prefill_mask, parse_params)
+from simulator.policies.base import PolicyContext, batch_fits_draft, policy_hardware
+from simulator.policies.tree_acceptance import check_acceptance_param, resolve_acceptance
 from simulator.speculation.token_tree import TokenTree
+from simulator.speculation.tree_shapes import check_expansion_size, check_tree_size, parallel_chains
 
 SPECINFER_EXPANSION = (1, 1, 3, 1, 1, 1, 1, 1)  # SpecInfer section 6 (seed 000, section 4.2)
 VERIFICATIONS = ("greedy", "mss", "naive")

@@ -31,12 +31,13 @@ import numpy as np
 
 from simulator.acceptance.iid import IIDAcceptance
 from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
+from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
+from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.policies.chain import ChainAcceptance, chain_draft_time, draft_prefill_time
-from simulator.policies.tree_acceptance import policy_hardware
-from simulator.policies.base import (BatchView, DraftPlan, Param, PolicyContext, batch_fits_draft,
-                              draft_max_context, parse_params)
+from simulator.policies.base import PolicyContext, batch_fits_draft, policy_hardware
+from simulator.policies.chain import ChainAcceptance
 
 NGRAM = "ngram"
 

@@ -25,9 +25,11 @@ from collections import deque
 
 import numpy as np
 
+from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.prompt_lookup import TokenText, finished_mask, require_token_ids
-from simulator.policies.base import BatchView, DraftPlan, NoDraftMixin, Param, PolicyContext, parse_params
+from simulator.inputs.params import Param, parse_params
+from simulator.policies.base import NoDraftMixin, PolicyContext
+from simulator.policies.token_text import TokenText, finished_mask, require_token_ids
 from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token

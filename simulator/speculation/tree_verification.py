@@ -36,8 +36,12 @@ import numpy as np
 
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.token_tree import TokenTree, check_distinct_siblings
-from simulator.speculation.verification import (check_probabilities, ratio_acceptance,
-                                    residual_distribution, sample_categorical)
+from simulator.speculation.verification import (
+    check_probabilities,
+    ratio_acceptance,
+    residual_distribution,
+    sample_categorical,
+)
 
 
 def _gather(probs: np.ndarray, tokens: np.ndarray) -> np.ndarray:

@@ -1,0 +1,161 @@
+"""What drafting costs: the one pricer of draft forwards, used by the policies and by
+analytic planning alike.
+
+A chain of gamma draft tokens is gamma sequential draft forwards of one token per request
+(``chain_draft_time``); a tree is one forward per level over that level's nodes
+(``level_draft_time``); a draft model prefills its own KV for every prompt chunk it can
+later speculate on (``draft_prefill_time``).  A draft model never runs past its own
+``max_context`` (vLLM's rule, ``fits_draft_context``)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from simulator.cost.cost_model import CostModel
+from simulator.speculation.token_tree import TokenTree
+
+
+# ---------------------------------------------------------------- drafting cost
+def forward_tokens(tree: TokenTree) -> np.ndarray:
+    """Tokens each sequential drafting forward carries per request (the root's forward first)."""
+    has_child = np.zeros(tree.num_nodes, bool)
+    has_child[tree.parents[tree.parents >= 0]] = True
+    per_level = np.bincount(tree.depth[has_child], minlength=tree.max_depth)
+    return np.concatenate(([1], per_level[1:tree.max_depth])).astype(np.int64)
+
+
+def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
+                     logits: Sequence[int] | None = None,
+                     first_tokens: np.ndarray | None = None) -> float:
+    """Seconds of sequential draft forwards over the batch.
+
+    Forward j carries ``tokens[j]`` tokens per request (``first_tokens`` per request for
+    j = 0 when given: EAGLE re-reads the tokens the target accepted) and computes
+    ``logits[j]`` distributions per request; its context is the prefix plus every token
+    the forwards before it added.  ``tokens = [1] * g`` is a draft model's chain of g.
+    """
+    ctx = np.asarray(context, dtype=np.float64)
+    if ctx.size == 0 or len(tokens) == 0:
+        return 0.0
+    logits = tokens if logits is None else logits
+    total, offset = 0.0, np.zeros(ctx.size)
+    for j, (t, lg) in enumerate(zip(tokens, logits)):
+        new = np.full(ctx.size, float(t))
+        start = ctx + offset
+        if j == 0 and first_tokens is not None:
+            new = np.maximum(np.asarray(first_tokens, np.float64), 1.0)
+            start = np.maximum(ctx - (new - 1.0), 0.0)  # those tokens are not in its KV yet
+        total += cost.step_time(new, start, np.full(ctx.size, float(lg)))
+        offset += float(t)
+    return total
+
+
+def sharded_time(devices: int, size: int, price) -> float:
+    """Data parallel over ``devices``: the batch split evenly, the slowest shard's time."""
+    if size == 0:
+        return 0.0
+    shards = [s for s in np.array_split(np.arange(size), min(max(devices, 1), size)) if s.size]
+    return max(price(s) for s in shards)
+
+
+class OperatorPrices:
+    """Per-layer seconds of a model's linear operators, from ``cost.breakdown`` (cached)."""
+
+    def __init__(self, cost) -> None:
+        self.cost = cost
+        m = cost.model
+        self._square = m.hidden_size / m.q_size  # o_proj is q x h; a square h x h layer
+        self._cache: dict[int, tuple[float, float]] = {}
+
+    def _ops(self, tokens: int) -> tuple[float, float]:
+        hit = self._cache.get(tokens)
+        if hit is None:
+            t = np.array([float(tokens)])
+            ops = {op.name: op.time_s for op in
+                   self.cost.breakdown(t, np.zeros(1), logits_tokens=t).ops}
+            layers = self.cost.model.num_layers
+            hit = (ops["o_proj"] / layers * self._square, ops["lm_head"])
+            if len(self._cache) > 1024:
+                self._cache.clear()
+            self._cache[tokens] = hit
+        return hit
+
+    def square_linear_s(self, tokens: int) -> float:
+        """An h x h linear over ``tokens`` tokens (Medusa's ResBlock; half of EAGLE's fc)."""
+        return self._ops(int(tokens))[0] if tokens > 0 else 0.0
+
+    def lm_head_s(self, tokens: int) -> float:
+        """An h x vocab linear over ``tokens`` tokens (an LM head)."""
+        return self._ops(int(tokens))[1] if tokens > 0 else 0.0
+
+
+def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> float:
+    """Time of max(num_draft) draft forwards; forward j carries the requests drafting > j."""
+    if not num_draft.size:
+        return 0.0
+    k_max = int(num_draft.max())
+    if int(num_draft.min()) == k_max:  # the common case: one vectorised pass
+        return draft_cost.chain_decode_time(context, k_max)
+    total = 0.0
+    for j in range(k_max):
+        mask = num_draft > j
+        n = int(mask.sum())
+        total += draft_cost.step_time(np.ones(n), context[mask] + j)
+    return total
+
+
+def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
+                       num_draft: int = 1, max_context: int | None = None) -> float:
+    """A draft model prefilling its own KV over the step's prompt chunks (no logits).
+
+    Chunks after which a request could no longer be speculated ``num_draft`` tokens within
+    ``max_context`` are skipped (:func:`simulator.policies.base.draft_prefill_mask`).
+    """
+    if draft_cost is None or not new_tokens.size:
+        return 0.0
+    if max_context is not None:
+        keep = draft_prefill_mask(new_tokens, context, num_draft, max_context)
+        if not keep.all():
+            new_tokens, context = new_tokens[keep], context[keep]
+            if not new_tokens.size:
+                return 0.0
+    return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))
+
+
+def draft_chain_time(draft: CostModel, batch: int, context: float, gamma: int) -> float:
+    """Time of ``gamma`` sequential draft forwards; the draft's context grows by one each."""
+    ones = np.ones(batch)
+    return sum(draft.step_time(ones, np.full(batch, float(context + i))) for i in range(gamma))
+
+
+def draft_max_context(*models) -> int | None:
+    """The shortest ``max_context`` of the draft models given (None where there are none)."""
+    limits = [int(m.max_context) for m in models if getattr(m, "max_context", None)]
+    return min(limits) if limits else None
+
+
+def fits_draft_context(seq_len: np.ndarray, num_draft: int,
+                       max_context: int | None) -> np.ndarray:
+    """Which sequences a draft model of ``max_context`` may speculate ``num_draft`` tokens on.
+
+    vLLM's rule (``Top1Proposer._split_by_proposal_len``, vllm/spec_decode/top1_proposer.py):
+    a sequence is speculated only while ``seq_len + k < max_proposal_len``, the draft's
+    max_model_len; the others skip the draft and decode normally (proposal length 0).
+    ``seq_len`` counts prompt and generated tokens (the last one not yet in the KV).  For a
+    tree, ``num_draft`` is its depth: the draft forwards one level at a time.
+    """
+    seq_len = np.asarray(seq_len)
+    if max_context is None:
+        return np.ones(seq_len.shape, bool)
+    return seq_len + int(num_draft) < int(max_context)
+
+
+def draft_prefill_mask(new_tokens: np.ndarray, context: np.ndarray, num_draft: int,
+                       max_context: int | None) -> np.ndarray:
+    """Prefill chunks a draft model computes: not one after which the request can never be
+    speculated (its first decode has ``seq_len >= context + new + 1``), so a draft is never
+    priced at positions past its context.  (With chunked prefill, the earlier chunks of a
+    prompt that turns out too long are still drafted: the chunk does not tell the total.)"""
+    ends = np.asarray(context, dtype=np.float64) + np.asarray(new_tokens, np.float64) + 1.0
+    return fits_draft_context(ends, num_draft, max_context)

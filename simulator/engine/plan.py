@@ -1,0 +1,58 @@
+"""The socket between the engine and a policy: what the engine hands a policy each iteration
+(``BatchView``), what the policy returns (``DraftPlan``), and the ``Policy`` and
+``StepPricer`` protocols the engine calls.  The engine imports nothing else of the project."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """The decoding requests of one iteration (arrays aligned by position)."""
+
+    request_ids: np.ndarray   # int64 indices into the workload
+    context: np.ndarray       # tokens in the target's KV before this step
+    generated: np.ndarray     # output tokens emitted so far
+    output_len: np.ndarray    # output tokens the request will emit in total
+    prompt_len: np.ndarray
+    batch_size: int           # all requests in the step (decodes + prefills)
+    now_s: float
+
+    def __len__(self) -> int:
+        return int(self.request_ids.size)
+
+
+@dataclass
+class DraftPlan:
+    """What a policy proposes for one iteration."""
+
+    num_draft: np.ndarray           # draft tokens proposed per request (0: no speculation)
+    verify_tokens: np.ndarray       # tokens per request in the verification forward
+    draft_time_s: float = 0.0       # GPU time of the proposer, serial before verification
+    cpu_time_s: float = 0.0         # CPU proposer time (model-free methods), also serial
+    payload: Any = None             # policy-private (a tree, proposed token ids, ...)
+
+    def trim(self, keep: np.ndarray) -> None:
+        """Drop the drafts of requests where ``keep`` is False (the token budget ran out)."""
+        self.num_draft = np.where(keep, self.num_draft, 0)
+        self.verify_tokens = np.where(keep, self.verify_tokens, 1)
+
+
+class Policy(Protocol):
+    """A serving policy instance (one per simulation; may hold adaptive state)."""
+
+    name: str
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan: ...
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        """Accepted draft tokens per request, each in [0, plan.num_draft[i]]."""
+
+    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
+                step_time_s: float) -> None: ...
+
+    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        """Extra proposer time for prefill chunks (a draft model prefilling its own KV)."""

@@ -1,0 +1,50 @@
+"""Per-request state of a run (``RequestTable``), its status codes, and one replica's limits."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# request status codes
+PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+
+STATUS_NAMES = {PENDING: "pending", WAITING: "waiting", RUNNING: "running",
+                FINISHED: "finished", REJECTED: "rejected"}
+
+
+class RequestTable:
+    """Per-request state of a simulation as aligned numpy arrays."""
+
+    def __init__(self, arrival_s: np.ndarray, prompt_len: np.ndarray,
+                 output_len: np.ndarray) -> None:
+        n = arrival_s.size
+        self.arrival_s = arrival_s.astype(np.float64)
+        self.prompt_len = prompt_len.astype(np.int64)
+        self.output_len = output_len.astype(np.int64)
+        self.computed = np.zeros(n, np.int64)       # tokens in the target's KV
+        self.generated = np.zeros(n, np.int64)      # output tokens emitted
+        self.prefill_target = np.zeros(n, np.int64)
+        self.in_prefill = np.zeros(n, bool)
+        self.blocks = np.zeros(n, np.int64)
+        self.status = np.zeros(n, np.int8)
+        self.replica = np.full(n, -1, np.int64)
+        self.first_scheduled_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.last_emit_s = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, np.int64)
+        self.num_drafts = np.zeros(n, np.int64)
+        self.num_draft_tokens = np.zeros(n, np.int64)
+        self.num_accepted = np.zeros(n, np.int64)
+        self.reject_reason = np.full(n, "", dtype=object)
+
+
+@dataclass
+class EngineLimits:
+    """The scheduler limits and the KV budget of one replica."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_chunked_prefill: bool
+    block_size: int
+    kv_blocks: int

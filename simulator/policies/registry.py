@@ -1,0 +1,29 @@
+"""The serving policies by name: the one registry the scenario, the driver and the adaptive
+wrapper use."""
+from __future__ import annotations
+
+from simulator.policies.adaptive import AdaptiveSpeculation
+from simulator.policies.chain import ChainSpeculation
+from simulator.policies.eagle import Eagle2Speculation, EagleSpeculation
+from simulator.policies.lookahead import JacobiDecoding, LookaheadDecoding
+from simulator.policies.medusa import MedusaSpeculation
+from simulator.policies.none import NoSpeculation
+from simulator.policies.prompt_lookup import PromptLookup
+from simulator.policies.specinfer import SpecInferSpeculation
+from simulator.policies.staged import StagedSpeculation
+from simulator.policies.suffix import SuffixDecoding
+
+POLICIES: dict[str, type] = {
+    "none": NoSpeculation,
+    "chain": ChainSpeculation,
+    "staged": StagedSpeculation,
+    "specinfer": SpecInferSpeculation,
+    "medusa": MedusaSpeculation,
+    "eagle": EagleSpeculation,
+    "eagle2": Eagle2Speculation,
+    "prompt_lookup": PromptLookup,
+    "suffix": SuffixDecoding,
+    "jacobi": JacobiDecoding,
+    "lookahead": LookaheadDecoding,
+    "adaptive": AdaptiveSpeculation,
+}

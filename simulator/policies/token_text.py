@@ -1,0 +1,65 @@
+"""The kit of the model-free proposers (prompt lookup, suffix decoding, lookahead): the
+workload's real token ids per request, and how many of a draft match the text that follows."""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.engine.plan import BatchView
+from simulator.inputs.errors import SpecsimError
+
+
+def require_token_ids(workload, policy: str) -> tuple[tuple, tuple]:
+    """Return the workload's (prompt_ids, output_ids), or raise: the policy needs real tokens."""
+    if workload is None or workload.prompt_ids is None or workload.output_ids is None:
+        name = getattr(workload, "name", None)
+        raise SpecsimError(
+            f"the {policy} policy matches real token ids, and workload {name!r} has none",
+            field="workload",
+            fix="use a token-level workload, e.g. workload: {tokens: {kind: code_edit, "
+                "num_requests: 50, arrival: {process: poisson, rate_per_s: 1}}}")
+    return workload.prompt_ids, workload.output_ids
+
+
+class TokenText:
+    """Each request's prompt + output ids: what it has emitted so far and what comes next."""
+
+    def __init__(self, prompt_ids: tuple, output_ids: tuple) -> None:
+        self.prompt_ids = prompt_ids
+        self.output_ids = output_ids
+        self._full: dict[int, np.ndarray] = {}
+
+    def full(self, rid: int) -> np.ndarray:
+        """Prompt followed by the whole output of request ``rid`` (cached while it runs)."""
+        text = self._full.get(rid)
+        if text is None:
+            text = np.concatenate((self.prompt_ids[rid], self.output_ids[rid]))
+            self._full[rid] = text
+        return text
+
+    def known(self, rid: int, generated: int) -> np.ndarray:
+        """The tokens the request's context holds: prompt + the first ``generated`` outputs."""
+        return self.full(rid)[:self.prompt_ids[rid].size + int(generated)]
+
+    def upcoming(self, rid: int, generated: int, n: int) -> np.ndarray:
+        """The target's next ``n`` tokens (fewer near the end of the output)."""
+        g = int(generated)
+        return self.output_ids[rid][g:g + int(n)]
+
+    def forget(self, rid: int) -> None:
+        """Drop the cached text of a finished request."""
+        self._full.pop(rid, None)
+
+
+def finished_mask(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
+    """Requests whose last output token this iteration emits (accepted drafts + 1, capped)."""
+    emitted = np.minimum(accepted + 1, batch.output_len - batch.generated)
+    return batch.generated + emitted >= batch.output_len
+
+
+def matched_prefix(draft: np.ndarray, truth: np.ndarray) -> int:
+    """Leading tokens of ``draft`` equal to ``truth`` (greedy verification of a chain)."""
+    n = min(draft.size, truth.size)
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(draft[:n] != truth[:n])
+    return int(diff[0]) if diff.size else n
