@@ -7,6 +7,7 @@ policy compared on a scenario sees the same trace and the same per-request param
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -23,6 +24,24 @@ from simulator.policies.registry import POLICIES
 from simulator.results import Results
 from simulator.scenario import Scenario
 
+SeedStreams = tuple  # (workload, acceptance, engine) numpy.random.Generator
+
+
+def seed_streams(seed: int) -> SeedStreams:
+    """The three independent random streams of a scenario's seed: the workload, the
+    per-request acceptance parameters, the engine's draws (in that order).  Everything
+    that rebuilds a scenario's trace (capacity searches, sweeps) splits the seed here."""
+    return tuple(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+
+
+def scenario_workload(scenario: Scenario, rng: np.random.Generator | None = None):
+    """The trace ``simulate(scenario)`` replays, drawn from the seed's workload stream
+    (``rng``: that stream, when the caller already split the seed)."""
+    from workloads.config import workload_from_config
+    rng = seed_streams(scenario.seed)[0] if rng is None else rng
+    return workload_from_config(scenario.workload, rng=rng, base_dir=Path(scenario.base_dir),
+                                source=scenario.name)
+
 
 def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=None,
              progress: Callable[[int, int], None] | None = None,
@@ -32,19 +51,15 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     ``target_cost``/``draft_cost`` replace the roofline cost models (tests use constant-time
     ones); ``progress(done, total)`` is called as requests finish.
     """
-    from pathlib import Path
-
     from simulator.acceptance import acceptance_from_config
-    from workloads.config import workload_from_config
 
     dep = build_deployment(scenario)
-    wl_seed, acc_seed, eng_seed = np.random.SeedSequence(scenario.seed).spawn(3)
+    wl_rng, acc_rng, rng = seed_streams(scenario.seed)
     if workload is None:
-        workload = workload_from_config(scenario.workload, rng=np.random.default_rng(wl_seed),
-                                        base_dir=Path(scenario.base_dir), source=scenario.name)
+        workload = scenario_workload(scenario, wl_rng)
     acceptance = acceptance_from_config(scenario.acceptance, source="acceptance",
                                         base_dir=Path(scenario.base_dir)).bind(
-        len(workload), np.random.default_rng(acc_seed), tasks=workload.task)
+        len(workload), acc_rng, tasks=workload.task)
     tcost = target_cost or dep.target_cost
     dcost = draft_cost or dep.draft_cost
     cls = POLICIES[scenario.policy.name]
@@ -78,7 +93,6 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                           block_size=b.block_size, kv_blocks=dep.memory.kv_blocks)
     env = simpy.Environment()
     recorder = Recorder(record_events)
-    rng = np.random.default_rng(eng_seed)
     on_finish = None if progress is None else _finish_counter(progress, table.arrival_s.size,
                                                                int(np.count_nonzero(~ok)))
     replicas = [Replica(env, i, table, limits, tcost, pol, rng, recorder, on_finish=on_finish)

@@ -15,10 +15,10 @@ from simulator.planning.capacity import (
     evaluate_rate,
     max_sustainable_rate,
     min_replicas,
-    search_workload,
 )
 from simulator.planning.plan import cost_per_million_tokens, plan, plan_from_dict
 from simulator.scenario import scenario_from_dict
+from simulator.simulate import scenario_workload
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
 # short requests keep each simulation to a fraction of a second
@@ -61,7 +61,7 @@ def test_the_search_stops_at_the_lattice_boundary(ladder):
     spec, df = ladder
     label, raw = spec.candidates[0]
     sc = scenario_from_dict(raw, source=label, base_dir=spec.base_dir)
-    wl = search_workload(sc)
+    wl = scenario_workload(sc)
     best = df.loc[label, "max_rate_per_s"]
     k = spec.search.index(best)
     assert spec.search.rate(k) == pytest.approx(best, rel=1e-12)
@@ -86,7 +86,7 @@ def test_an_infeasible_search_says_so_and_shows_the_best_point():
 def test_min_replicas_is_the_first_feasible_count():
     spec = _plan([{"name": "a100"}])
     sc = scenario_from_dict(spec.candidates[0][1], source="a100", base_dir=spec.base_dir)
-    wl = search_workload(sc)
+    wl = scenario_workload(sc)
     n = min_replicas(sc, spec.slo, 30.0, max_replicas=8, workload=wl)["min_replicas"]
     assert 1 < n <= 8
 
@@ -109,7 +109,7 @@ def test_the_ranked_table_prices_each_deployment():
     df = plan(spec, executor="serial")
     assert list(df["rank"]) == [1, 2]
     assert df["cost_per_million_tokens_at_target"].is_monotonic_increasing
-    mean_out = float(np.mean(search_workload(scenario_from_dict(
+    mean_out = float(np.mean(scenario_workload(scenario_from_dict(
         spec.candidates[0][1], source="x", base_dir=spec.base_dir)).output_tokens))
     for row in df.itertuples():
         assert row.cost_per_million_tokens == pytest.approx(

@@ -1,5 +1,4 @@
 """Requests that can never be served are rejected with a reason; hopeless setups are errors."""
-import numpy as np
 import pytest
 from engine_helpers import scenario, workload
 

@@ -57,8 +57,7 @@ def _construct(cls: type, kwargs: dict[str, Any], *, source: str, prefix: str):
     try:
         return cls(**kwargs)
     except SpecsimError as exc:
-        raise SpecsimError(exc.message, source=source, field=prefix + (exc.field or ""),
-                           fix=exc.fix) from None
+        raise exc.relocated(source=source, prefix=prefix) from None
 
 
 def _fields(cls: type) -> list[str]:
@@ -145,8 +144,7 @@ def _synthetic(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
     try:
         return synthetic_workload(n, arrivals, prompt, output, rng)
     except SpecsimError as exc:  # e.g. arrival times past MAX_ARRIVAL_S: name the block
-        raise SpecsimError(exc.message, source=source, field=prefix + (exc.field or ""),
-                           fix=exc.fix) from None
+        raise exc.relocated(source=source, prefix=prefix) from None
 
 
 def _tokens(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
@@ -170,8 +168,7 @@ def _tokens(data: Any, *, rng, base_dir: Path, source: str) -> Workload:
     try:
         return token_workload(spec, n, arrivals, rng)
     except SpecsimError as exc:  # the token budget: name the field from workload.
-        raise SpecsimError(exc.message, source=source, field=prefix + (exc.field or ""),
-                           fix=exc.fix) from None
+        raise exc.relocated(source=source, prefix=prefix) from None
 
 
 def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Path,
@@ -210,8 +207,7 @@ def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Pa
         try:
             workload = workload.rescale_rate(rate)
         except SpecsimError as exc:
-            raise SpecsimError(exc.message, source=source, field="workload.rate_per_s",
-                               fix=exc.fix) from None
+            raise exc.relocated(source=source, field="workload.rate_per_s") from None
     if "max_duration_s" in data:
         workload = workload.truncate(max_duration_s=as_number(
             data["max_duration_s"], source=source, field="workload.max_duration_s",

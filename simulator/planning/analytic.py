@@ -129,8 +129,7 @@ def check_point(params: Mapping[str, Any], *, source: str = "sweep",
             check_names(p["hardware"], p["hardware_dir"], p["target"],
                         p["draft"] if p["policy"] != "none" else None)
         except SpecsimError as exc:
-            raise SpecsimError(exc.message, source=source, field=exc.field,
-                               fix=exc.fix) from None
+            raise exc.relocated(source=source) from None
     return p
 
 

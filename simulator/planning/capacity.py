@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from simulator.inputs.errors import SpecsimError
+from simulator.simulate import scenario_workload, simulate
 
 # rates outside [MIN_RATE_PER_S, MAX_RATE_PER_S] put arrival times beyond what the engine's
 # clock resolves, or every request at one instant (README.md, "Limits")
@@ -82,14 +82,6 @@ class RateSearch:
         return int(min(max(k, 0), self.top))
 
 
-def search_workload(scenario):
-    """The trace a scenario's simulate() would draw (same seed stream), for rescaling."""
-    from workloads.config import workload_from_config
-    wl_seed = np.random.SeedSequence(scenario.seed).spawn(3)[0]
-    return workload_from_config(scenario.workload, rng=np.random.default_rng(wl_seed),
-                                base_dir=Path(scenario.base_dir))
-
-
 def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
                   max_in_flight_fraction: float = 0.25) -> dict[str, Any]:
     """Simulate at one rate; the SLO metrics, the worst ratio to its target, and feasibility.
@@ -99,7 +91,6 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
     server's backlog grows, and a trace too short for the rate ends as one burst that a
     large batch can absorb without ever reaching the steady state.
     """
-    from simulator.simulate import simulate
     res = simulate(scenario, workload=workload.rescale_rate(rate_per_s))
     req = res.requests
     done = req[req["status"] == "finished"]
@@ -136,7 +127,7 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
 
     ``evaluated`` lists every simulated rate; ``best_*`` is the least violating of them.
     """
-    workload = workload if workload is not None else search_workload(scenario)
+    workload = workload if workload is not None else scenario_workload(scenario)
     seen: dict[int, dict] = {}
 
     def ok(k: int) -> bool:
@@ -204,7 +195,7 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
 def min_replicas(scenario, slo: CapacitySLO, rate_per_s: float, *, max_replicas: int = 64,
                  workload=None, max_in_flight_fraction: float = 0.25) -> dict[str, Any]:
     """Fewest replicas sustaining ``rate_per_s`` (doubling, then bisection); NaN if none."""
-    workload = workload if workload is not None else search_workload(scenario)
+    workload = workload if workload is not None else scenario_workload(scenario)
 
     def ok(n: int) -> bool:
         return evaluate_rate(dataclasses.replace(scenario, replicas=n), workload, rate_per_s,

@@ -21,8 +21,8 @@ from simulator.planning.capacity import (
     RateSearch,
     max_sustainable_rate,
     min_replicas,
-    search_workload,
 )
+from simulator.simulate import scenario_workload
 
 # Plan limits (README.md, "Limits"): each candidate is a capacity search of many simulations.
 MAX_PLAN_CANDIDATES = 1_000
@@ -124,7 +124,7 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
             fix=f"rates go from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests/s"
             if k in rate else None)) for k, v in srch.items()})
     except SpecsimError as exc:
-        raise SpecsimError(exc.message, source=source, field=exc.field, fix=exc.fix) from None
+        raise exc.relocated(source=source) from None
     target = data.get("target_rate_per_s")
     target = float(as_number(target, source=source, field="target_rate_per_s",
                              strictly_positive=True, maximum=MAX_RATE_PER_S)) \
@@ -138,8 +138,7 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
             try:
                 device_price(prices, scenario_from_dict(raw, source=source).hardware)
             except SpecsimError as exc:
-                raise SpecsimError(exc.message, source=source, field=exc.field,
-                                   fix=exc.fix) from None
+                raise exc.relocated(source=source) from None
     return PlanSpec(tuple((label, raw) for (label, _), raw in zip(named, spec.payloads)), slo,
                     search, target, max_rep, prices, spec.base_dir,
                     as_str(data.get("name", "plan"), source=source, field="name"))
@@ -156,7 +155,7 @@ def plan_candidate(task: tuple) -> dict[str, Any]:
     label, raw, base_dir, slo, search, target, max_rep, prices = task
     from simulator.scenario import scenario_from_dict
     sc = scenario_from_dict(raw, source=label, base_dir=base_dir)
-    wl = search_workload(sc)
+    wl = scenario_workload(sc)
     devices = sc.parallelism.devices * sc.replicas
     row = {"candidate": label, "hardware": sc.hardware, "tensor_parallel":
            sc.parallelism.tensor_parallel, "replicas": sc.replicas, "policy": sc.policy.label,

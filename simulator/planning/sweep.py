@@ -232,8 +232,7 @@ class SweepSpec:
                 analytic.check_names(sc.hardware if sc.hardware_inline is None else None,
                                       sc.hardware_dir, sc.target, sc.draft)
             except SpecsimError as exc:
-                raise SpecsimError(exc.message, source=where, field=exc.field,
-                                   fix=exc.fix) from None
+                raise exc.relocated(source=where) from None
             workloads.setdefault(point_key(dict(sc.workload)), (dict(sc.workload), where))
             columns.append({k: _cell(v) for k, v in {**dict(fixed or {}), **point}.items()})
             payloads.append(raw)

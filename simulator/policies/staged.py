@@ -46,7 +46,7 @@ def _draft2(name: str, target=None):
     try:
         spec = load_model(name)
     except SpecsimError as exc:
-        raise SpecsimError(exc.message, field="policy.draft2", fix=exc.fix) from None
+        raise exc.relocated(source=None, field="policy.draft2") from None
     if spec.kind != "decoder":
         raise SpecsimError(f"{name} is a {spec.kind} model", field="policy.draft2",
                            fix="name a small decoder model or 'ngram'")

@@ -125,9 +125,8 @@ def check_acceptance_param(out: dict, source: str, prefix: str) -> None:
     try:
         acceptance_from_config(out["acceptance"], source=source)
     except SpecsimError as exc:
-        raise SpecsimError(exc.message, source=source,
-                           field=prefix + "acceptance" + ("." + exc.field if exc.field else ""),
-                           fix=exc.fix) from None
+        raise exc.relocated(source=source,
+                            prefix=prefix + "acceptance" + ("." if exc.field else "")) from None
 
 
 def resolve_acceptance(params: dict, ctx, tree: TokenTree, *, policy: str,
