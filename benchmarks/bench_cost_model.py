@@ -37,7 +37,7 @@ def main() -> None:
     same_total = [(np.full(256, 5.0), rng.integers(16, 4096, size=256).astype(float))
                   for _ in range(200)]
     warm = bench(CostModel(hw, model), same_total, 50)
-    print(f"cost model, batch 256, mixed contexts, one core:")
+    print("cost model, batch 256, mixed contexts, one core:")
     print(f"  distinct token totals : {cold:10,.0f} steps/s")
     print(f"  repeated token totals : {warm:10,.0f} steps/s")
     print(f"  ratio to the 10,000 steps/s target: {cold / 1e4:.1f}x (cold), {warm / 1e4:.1f}x (warm)")

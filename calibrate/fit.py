@@ -5,7 +5,7 @@ asked how many kernel overheads it charges per layer and per step (a probe with 
 roofline), so the slope over the first is the per-kernel overhead and the intercept, less
 the second times it, is the fixed per-step overhead, whatever the cost model's accounting.
 
-Efficiencies: the cost model prices an operator as
+Efficiencies: the cost model prices an operator with hardware/roofline.py's formula,
 ``count * max(F / (peak * eta_c), B / (bandwidth * eta_m)) + kernel overhead`` with ``eta_m``
 piecewise linear in log10 of the bytes and ``eta_c`` in log10 of the FLOPs (``axis="flops"``,
 what the cost model reads today) or of the arithmetic intensity F/B (``axis="intensity"``).
@@ -27,11 +27,11 @@ import torch
 
 from calibrate.bench_overhead import TINY_CONTEXT, tiny_spec
 from hardware.profile import HardwareProfile, Link
+from hardware.roofline import Roofline, compute_x
 from simulator.cost.cost_model import CostModel
 from simulator.inputs.errors import SpecsimError
 
 STATISTICS = ("median", "min")
-AXES = ("flops", "intensity")
 CURVE_KINDS = ("gemm", "read", "copy", "attention")
 KNOTS_PER_DECADE = 2
 SMOOTHINGS = (1e-4, 1e-3, 1e-2, 1e-1)   # candidates, chosen by cross-validation
@@ -114,29 +114,14 @@ def _interp_matrix(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
     return w
 
 
-def _compute_x(flops: np.ndarray, nbytes: np.ndarray, axis: str) -> np.ndarray:
-    if axis not in AXES:
-        raise SpecsimError(f"unknown curve axis {axis!r}", field="axis",
-                           fix="use one of: " + ", ".join(AXES))
-    if axis == "flops":
-        return np.log10(np.maximum(flops, 1.0))
-    return np.log10(np.maximum(flops, 1e-12) / np.maximum(nbytes, 1.0))
-
-
 def predict(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
             compute_curve, memory_curve, kernel_overhead_s: float,
             axis: str = "flops") -> np.ndarray:
     """Seconds the cost model's operator formula gives for each GEMM/read/copy/attention row."""
-    flops = frame["flops"].to_numpy(dtype=float)
-    nbytes = frame["bytes"].to_numpy(dtype=float)
-    count = frame["count"].to_numpy(dtype=float)
-    cx, cy = np.log10([p[0] for p in compute_curve]), np.array([p[1] for p in compute_curve])
-    mx, my = np.log10([p[0] for p in memory_curve]), np.array([p[1] for p in memory_curve])
-    ceff = np.interp(_compute_x(flops, nbytes, axis), cx, cy)
-    meff = np.interp(np.log10(np.maximum(nbytes, 1.0)), mx, my)
-    compute = np.where(flops > 0, flops / (peak_flops_per_s * ceff), 0.0)
-    memory = nbytes / (bandwidth_bytes_per_s * meff)
-    return count * np.maximum(compute, memory) + kernel_overhead_s
+    roof = Roofline(peak_flops_per_s, bandwidth_bytes_per_s, compute_curve=tuple(compute_curve),
+                    memory_curve=tuple(memory_curve), axis=axis)
+    return roof.time(frame["flops"].to_numpy(dtype=float), frame["bytes"].to_numpy(dtype=float),
+                     count=frame["count"].to_numpy(dtype=float), overhead_s=kernel_overhead_s)
 
 
 def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
@@ -177,7 +162,7 @@ def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *
     # the part of a measurement the roofline must explain, per counted operator
     net = np.maximum(times - kernel_overhead_s, 0.05 * times) / count
     has_flops = flops > 0
-    cx = _compute_x(flops, nbytes, axis)
+    cx = compute_x(flops, nbytes, axis)
     mx = np.log10(nbytes)
     cknots = _knots(10.0 ** cx[has_flops])
     mknots = _knots(nbytes)
@@ -202,7 +187,7 @@ def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *
     def log_eff(v):  # smooth, at most 0, and equal to v well below it
         return -torch.nn.functional.softplus(-v)
 
-    def losses():
+    def losses():  # Roofline.time (hardware/roofline.py) in torch, differentiable in eta
         lc, lm = log_eff(vc), log_eff(vm)
         compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (torch.exp(lc) @ wc.T)),
                               torch.zeros_like(f_t))

@@ -43,6 +43,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def set_threads(threads: int) -> None:
+    """Run torch's CPU kernels on ``threads`` threads."""
+    torch.set_num_threads(threads)
+
+
+def threads() -> int:
+    """The number of threads torch's CPU kernels run on."""
+    return torch.get_num_threads()
+
+
 def synchronize(device: torch.device) -> None:
     """Wait until the device has finished all queued work."""
     if device.type == "cuda":

@@ -18,7 +18,8 @@ import pandas as pd
 import torch
 
 from calibrate.model_torch import TorchDecoder, footprint_bytes, greedy, scaled_spec, torch_dtype
-from calibrate.timing import free_memory_bytes, measure, resolve_device
+from calibrate.spec_loop import SpecLoopConfig, predict_speedup, run_spec_loop
+from calibrate.timing import free_memory_bytes, measure, resolve_device, threads
 from hardware.profile import DTYPE_BYTES, HardwareProfile
 from simulator.cost.cost_model import CostModel
 from simulator.inputs.errors import SpecsimError
@@ -139,7 +140,8 @@ def run_validation(plan: ValidationPlan, *, rng: np.random.Generator,
             extra = dict(tree_mask=tree_mask, tree_depth=tree_depth) if step == "tree" else {}
             if step == "prefill":
                 extra = dict(last_only=True)
-            fn = lambda _i, t=tokens, c=sub, x=ctx, e=extra: greedy(model.forward(t, c, x, **e))
+            fn = lambda _i, m=model, t=tokens, c=sub, x=ctx, e=extra: \
+                greedy(m.forward(t, c, x, **e))
             t = measure(fn, dev, warmup=plan.warmup, reps=plan.reps)
             rows.append(dict(base, step=step, batch=batch, context=ctx, new_tokens=new,
                              measured_s=t.median_s, measured_min_s=t.min_s, status="ok",
@@ -200,3 +202,29 @@ def mape(table: pd.DataFrame, label: str) -> float:
         raise SpecsimError("no validation case was measured", field="models",
                            fix="use smaller models or a device with more memory")
     return float(np.mean(np.abs(err)))
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What ``specsim validate`` reports: every step measured against every profile's
+    prediction, each profile's MAPE, the speculative loop (or None) and torch's threads."""
+
+    table: pd.DataFrame
+    mape: dict[str, float]
+    loop: pd.DataFrame | None
+    threads: int
+
+
+def evaluate(measured: pd.DataFrame, profiles: Mapping[str, HardwareProfile], *,
+             statistic: str, loop: SpecLoopConfig | None, rng: np.random.Generator) -> Validation:
+    """Score ``profiles`` on the measured steps; then run the speculative loop of ``loop``
+    (unless None) and set its speedup predicted under each profile beside the measured one."""
+    table = compare(measured, profiles, statistic=statistic)
+    errors = {label: mape(table, label) for label in profiles}
+    spec = None
+    if loop is not None:
+        spec = run_spec_loop(loop, rng=rng)
+        for label, profile in profiles.items():
+            spec[f"predicted_{label}"] = predict_speedup(loop, profile)
+            spec[f"error_{label}"] = spec[f"predicted_{label}"] / spec["measured_speedup"] - 1
+    return Validation(table, errors, spec, threads())

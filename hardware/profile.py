@@ -13,19 +13,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from hardware.roofline import AXES, Roofline
+from simulator.inputs.catalog import Catalog
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
     as_bool,
     as_number,
     as_str,
     check_keys,
-    clip,
     load_yaml_file,
     require_mapping,
-    short,
 )
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+PROFILES = Catalog("hardware", PROFILE_DIR, "--hardware-dir",
+                   dir_fix="name a folder that holds profile YAML files")
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
@@ -86,6 +88,15 @@ class HardwareProfile:
                                field="dtype",
                                fix="use one of: " + ", ".join(self.peak_flops_per_s)) from None
 
+    def roofline(self, dtype: str) -> Roofline:
+        """The operator formula of this device for ``dtype`` (peaks, efficiencies, curves)."""
+        return Roofline(self.peak_flops(dtype), self.memory_bandwidth_bytes_per_s,
+                        compute_efficiency=self.compute_efficiency,
+                        memory_efficiency=self.memory_efficiency,
+                        compute_curve=self.compute_efficiency_curve,
+                        memory_curve=self.memory_efficiency_curve,
+                        axis=self.compute_efficiency_axis)
+
     def with_overheads(self, enabled: bool) -> "HardwareProfile":
         """This profile, or a copy with kernel and step overheads set to zero."""
         if enabled:
@@ -108,7 +119,6 @@ _DEFAULT_KEYS = ("compute_efficiency", "memory_efficiency", "kernel_overhead_us"
                  "step_overhead_us")
 _CALIBRATION_KEYS = ("provenance", "compute_efficiency_curve", "memory_efficiency_curve",
                      "compute_efficiency_axis")
-CURVE_AXES = ("flops", "intensity")
 
 
 def _sourced(data: Any, *, source: str, field: str, sources: dict, **bounds) -> float:
@@ -193,7 +203,7 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
                                           field="calibration.provenance"))
         if "compute_efficiency_axis" in cal:
             axis = as_str(cal["compute_efficiency_axis"], source=source,
-                          field="calibration.compute_efficiency_axis", choices=CURVE_AXES)
+                          field="calibration.compute_efficiency_axis", choices=AXES)
     if calibrated and not (compute_curve or memory_curve):
         raise SpecsimError("calibrated: true but no calibration curves", source=source,
                            field="calibration",
@@ -229,38 +239,11 @@ def load_profile_file(path: str | Path) -> HardwareProfile:
     return profile_from_dict(load_yaml_file(path), source=str(path))
 
 
-def _profile_paths(hardware_dir: str | Path | None) -> dict[str, Path]:
-    dirs = [PROFILE_DIR]
-    if hardware_dir is not None:
-        extra = Path(hardware_dir)
-        if not extra.is_dir():
-            raise SpecsimError("not a directory", field="--hardware-dir",
-                               source=clip(extra, 200),
-                               fix="name a folder that holds profile YAML files")
-        dirs.append(extra)
-    paths: dict[str, Path] = {}
-    for d in dirs:  # a user's folder overrides a built-in profile of the same name
-        for p in sorted(d.glob("*.yaml")):
-            paths[p.stem] = p
-    return paths
-
-
 def list_profiles(hardware_dir: str | Path | None = None) -> list[str]:
     """Names of the available profiles (file stems), built-in and user-supplied."""
-    return sorted(_profile_paths(hardware_dir))
+    return PROFILES.names(hardware_dir)
 
 
 def load_profile(name: str, hardware_dir: str | Path | None = None) -> HardwareProfile:
     """Load a profile by name, or by path if ``name`` ends in .yaml."""
-    if name.endswith((".yaml", ".yml")):
-        return load_profile_file(name)
-    paths = _profile_paths(hardware_dir)
-    if name not in paths:
-        raise SpecsimError(f"unknown hardware {short(name)}", field="hardware",
-                           fix="valid names are: " + ", ".join(sorted(paths)))
-    profile = load_profile_file(paths[name])
-    if profile.name != name:
-        raise SpecsimError(f"file name {short(name)} and name {short(profile.name)} differ",
-                           source=str(paths[name]), field="name",
-                           fix=f"set name: {name}")
-    return profile
+    return PROFILES.load(name, hardware_dir, load_profile_file)

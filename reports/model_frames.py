@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from hardware.profile import HardwareProfile
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
+from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import ModelSpec, load_model
 from simulator.planning.analytic import estimate_table
 

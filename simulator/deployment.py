@@ -1,6 +1,6 @@
-"""A scenario's names resolved into a deployment: hardware, models, cost models, the memory
-plan of one replica, and which requests it can ever serve (the others are rejected with a
-reason)."""
+"""A scenario's names resolved into a deployment: hardware, models, cost models, the policy
+built on them, the memory plan of one replica for that policy's verification width, and
+which requests the replica can ever serve (the others are rejected with a reason)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,68 +8,88 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.profile import HardwareProfile
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
 from simulator.cost.memory_plan import MemoryPlan, plan_memory
+from simulator.cost.parallelism import Parallelism
 from simulator.engine.requests import REJECTED, RequestTable
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec, check_shared_vocabulary, load_model
-from simulator.policies.base import memory_models
+from simulator.policies.base import PolicyBase, PolicyContext
 from simulator.policies.registry import POLICIES
 from simulator.scenario import Scenario, resolve_hardware
 
 
 @dataclass(frozen=True)
-class Deployment:
-    """The resolved hardware, models, cost models and memory plan of a scenario."""
+class Resolved:
+    """A scenario's hardware and models, resolved by name, with their roofline cost models."""
 
     hardware: HardwareProfile
     target: ModelSpec
     draft: ModelSpec | None
     target_cost: CostModel
     draft_cost: CostModel | None
+    extra_models: tuple[ModelSpec, ...]  # held beside the target (the policy's memory_models)
+    kv_models: tuple[ModelSpec, ...]     # ... of which these keep a KV cache
+
+
+@dataclass(frozen=True)
+class Deployment(Resolved):
+    """The resolved scenario and one replica's memory plan for its built policy."""
+
     memory: MemoryPlan
-    policy_params: dict
-    verify_width: int  # most tokens one request carries in a verification forward
+    max_verify_tokens: int  # most tokens one request carries in a verification forward
 
 
-def build_deployment(scenario: Scenario) -> Deployment:
-    """Load the scenario's hardware and models and plan one replica's memory."""
+def resolve_deployment(scenario: Scenario) -> Resolved:
+    """Load the scenario's hardware and models (the policy's own among them) and build
+    their cost models."""
+    if scenario.policy.name not in POLICIES:  # a PolicyConfig built by hand
+        raise SpecsimError(f"unknown policy {scenario.policy.name!r}", field="policy.name",
+                           fix="valid names are: " + ", ".join(POLICIES))
     hw = resolve_hardware(scenario)
     target = load_model(scenario.target)
     if target.kind != "decoder":
         raise SpecsimError(f"{target.name} is a {target.kind} model", field="target",
                            fix="name a decoder model (see 'specsim models list')")
-    cls = POLICIES[scenario.policy.name]
-    params = cls.parse_params(scenario.policy.params, source="policy")
     draft = load_model(scenario.draft) if scenario.draft else None
-    if getattr(cls, "needs_draft_model", False) and draft is None:
+    if POLICIES[scenario.policy.name].needs_draft_model and draft is None:
         raise SpecsimError(f"policy {scenario.policy.name!r} needs a draft model",
                            field="draft", fix="set 'draft: opt-125m' or another small model")
-    # a first estimate of the verification width (chain policies: exact); simulate() re-plans
-    # with the width the built policy reports (trees, lookahead branches)
-    width = 1 + int(params.get("num_speculative_tokens") or 0)
-    memory = plan_deployment_memory(scenario, hw, target, draft, cls, params, width)
-    check_shared_vocabulary(draft, target)  # after the memory plan: that error comes first
+    extra, kv_models = POLICIES[scenario.policy.name].memory_models(
+        scenario.policy.params, draft, target)
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
     dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads) \
         if draft is not None and draft.kind == "decoder" else None
-    return Deployment(hw, target, draft, tcost, dcost, memory, params, width)
+    return Resolved(hw, target, draft, tcost, dcost, tuple(extra), tuple(kv_models))
 
 
-def plan_deployment_memory(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
-                           draft: ModelSpec | None, cls, params: dict,
-                           verify_width: int) -> MemoryPlan:
-    """One replica's memory plan, with logits held for ``verify_width`` tokens per sequence."""
-    extra, kv_models = memory_models(cls, params, draft, target)
+def build_policy(scenario: Scenario, res: Resolved, workload, acceptance, target_cost=None,
+                 draft_cost=None) -> PolicyBase:
+    """The scenario's policy (one per replica), on ``target_cost``/``draft_cost`` if given
+    (test doubles), else on the roofline cost models."""
+    ctx = PolicyContext(target_cost=target_cost or res.target_cost,
+                        draft_cost=draft_cost or res.draft_cost, acceptance=acceptance,
+                        workload=workload, draft_model=res.draft, target_model=res.target,
+                        hardware=res.hardware)
+    return POLICIES[scenario.policy.name](scenario.policy.params, ctx)
+
+
+def plan_deployment(scenario: Scenario, res: Resolved, max_verify_tokens: int) -> Deployment:
+    """Plan one replica's memory, logits held for ``max_verify_tokens`` per sequence (the
+    built policy's), then check the draft's vocabulary (a model that does not fit is
+    reported first)."""
     b = scenario.batching
-    return plan_memory(hw, target, scenario.parallelism, extra_models=extra,
-                       kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
-                       block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
-                       logits_tokens=b.max_num_seqs * verify_width)
+    memory = plan_memory(res.hardware, res.target, scenario.parallelism,
+                         extra_models=res.extra_models, kv_models=res.kv_models,
+                         gpu_memory_utilization=b.gpu_memory_utilization,
+                         block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
+                         logits_tokens=b.max_num_seqs * max_verify_tokens)
+    check_shared_vocabulary(res.draft, res.target)
+    return Deployment(res.hardware, res.target, res.draft, res.target_cost, res.draft_cost,
+                      res.extra_models, res.kv_models, memory, int(max_verify_tokens))
 
 
-def _admissible(table: RequestTable, scenario: Scenario, dep: Deployment,
-                max_verify: int) -> np.ndarray:
+def admissible(table: RequestTable, scenario: Scenario, dep: Deployment) -> np.ndarray:
     """Mark requests that can never be served, with their reason; return the others."""
     need = table.prompt_len + table.output_len
     ok = np.ones(need.size, bool)
@@ -77,12 +97,12 @@ def _admissible(table: RequestTable, scenario: Scenario, dep: Deployment,
         (need > dep.target.max_context,
          f"prompt + output tokens exceed {dep.target.name}'s max_context "
          f"{dep.target.max_context}"),
-        (need + max_verify > dep.memory.kv_tokens,
+        (need + dep.max_verify_tokens > dep.memory.kv_tokens,
          f"prompt + output tokens do not fit the KV cache of one replica "
          f"({dep.memory.kv_tokens} tokens)"),
     ]
     if not scenario.batching.enable_chunked_prefill:
-        checks.append((table.prompt_len + table.output_len > scenario.batching.max_num_batched_tokens,
+        checks.append((need > scenario.batching.max_num_batched_tokens,
                        "prompt longer than max_num_batched_tokens with chunked prefill off "
                        "(a recompute after preemption needs prompt + output)"))
     for bad, reason in checks:

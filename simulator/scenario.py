@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from simulator.cost.cost_model import Parallelism
+from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
     as_bool,
@@ -26,6 +26,7 @@ from simulator.inputs.yaml_io import (
     require_mapping,
     short,
 )
+from simulator.policies.registry import POLICIES
 
 ROUTERS = ("round_robin", "least_outstanding_tokens")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.yaml"
@@ -52,16 +53,30 @@ class SLO:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """A serving policy by name with its raw parameters (validated by the policy itself)."""
+    """A serving policy by name with its parameters, parsed once on construction.
+
+    ``raw`` is what was written (the label is made of it); ``params`` is what the policy's
+    ``parse_params`` made of it: canonical names, defaults filled in, nested mappings
+    parsed.  A bad value is an error naming ``source`` and the field under ``prefix``
+    (``parse_policy`` checks the name first).
+    """
 
     name: str = "none"
-    params: Mapping[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    source: InitVar[str] = "policy"
+    prefix: InitVar[str] = "policy."
+    params: Mapping[str, Any] = field(init=False, compare=False)
+
+    def __post_init__(self, source: str, prefix: str) -> None:
+        cls = POLICIES.get(self.name)  # an unknown name: refused where the policy is resolved
+        object.__setattr__(self, "params", dict(self.raw) if cls is None else
+                           cls.parse_params(self.raw, source=source, prefix=prefix))
 
     @property
     def label(self) -> str:
-        if not self.params:
+        if not self.raw:
             return self.name
-        return self.name + ":" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in sorted(self.raw.items()))
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,7 @@ class Scenario:
     target: str = "opt-13b"
     draft: str | None = None
     parallelism: Parallelism = Parallelism()
-    policy: PolicyConfig = PolicyConfig()
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     acceptance: Mapping[str, Any] = field(default_factory=lambda: {"model": "iid", "alpha": 0.8})
     batching: Batching = Batching()
     workload: Mapping[str, Any] = field(default_factory=lambda: {"trace": "default"})
@@ -112,7 +127,6 @@ def _parallelism(data: Any, source: str) -> Parallelism:
 
 def parse_policy(data: Any, source: str, field_name: str = "policy") -> PolicyConfig:
     """``chain`` or ``{name: chain, num_speculative_tokens: 4}`` -> PolicyConfig."""
-    from simulator.policies.registry import POLICIES  # the registry validates names and params
     if isinstance(data, str):
         data = {"name": data}
     data = require_mapping(data, source=source, field=field_name)
@@ -121,8 +135,7 @@ def parse_policy(data: Any, source: str, field_name: str = "policy") -> PolicyCo
                            fix="valid names are: " + ", ".join(POLICIES))
     name = as_str(data["name"], source=source, field=f"{field_name}.name", choices=POLICIES)
     params = {k: v for k, v in data.items() if k != "name"}
-    POLICIES[name].parse_params(params, source=source, prefix=f"{field_name}.")
-    return PolicyConfig(name=name, params=params)
+    return PolicyConfig(name, params, source, f"{field_name}.")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -177,6 +190,38 @@ def _model_ref(name: str, base_dir: str | Path) -> str:
     return name
 
 
+def _hardware(hw: Any, source: str, base_dir: str | Path) -> dict[str, Any]:
+    """``hardware``: a profile written inline (validated now, like any profile file), a
+    profile file relative to the scenario, or a name."""
+    if isinstance(hw, Mapping):
+        from hardware.profile import profile_from_dict
+        return {"hardware": profile_from_dict(hw, source=f"{source}: hardware").name,
+                "hardware_inline": copy.deepcopy(dict(hw))}
+    hw = as_str(hw, source=source, field="hardware")
+    if hw.endswith((".yaml", ".yml")):
+        hw = str(Path(base_dir) / hw)
+    return {"hardware": hw}
+
+
+def _batching(data: Any, source: str) -> Batching:
+    b = require_mapping(data, source=source, field="batching")
+    names = [f.name for f in dataclasses.fields(Batching)]
+    check_keys(b, allowed=names, source=source, prefix="batching.")
+    bkw: dict[str, Any] = {}
+    for k in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        if k in b:
+            bkw[k] = as_number(b[k], source=source, field=f"batching.{k}", integer=True,
+                               minimum=1, maximum=10_000_000)
+    if "enable_chunked_prefill" in b:
+        bkw["enable_chunked_prefill"] = as_bool(b["enable_chunked_prefill"], source=source,
+                                                field="batching.enable_chunked_prefill")
+    if "gpu_memory_utilization" in b:
+        bkw["gpu_memory_utilization"] = float(as_number(
+            b["gpu_memory_utilization"], source=source,
+            field="batching.gpu_memory_utilization", strictly_positive=True, maximum=1.0))
+    return Batching(**bkw)
+
+
 def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Scenario:
     """Validate a parsed scenario mapping."""
     data = require_mapping(data, source=source)
@@ -188,16 +233,7 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["target"] = _model_ref(as_str(data["target"], source=source, field="target"),
                                   base_dir)
     if "hardware" in data:
-        hw = data["hardware"]
-        if isinstance(hw, Mapping):  # inline: validated now like any profile file
-            from hardware.profile import profile_from_dict
-            kw["hardware"] = profile_from_dict(hw, source=f"{source}: hardware").name
-            kw["hardware_inline"] = copy.deepcopy(dict(hw))
-        else:
-            hw = as_str(hw, source=source, field="hardware")
-            if hw.endswith((".yaml", ".yml")):  # a profile file, relative to the scenario
-                hw = str(Path(base_dir) / hw)
-            kw["hardware"] = hw
+        kw.update(_hardware(data["hardware"], source, base_dir))
     if "hardware_dir" in data and data["hardware_dir"] is not None:
         kw["hardware_dir"] = str(Path(base_dir) / as_str(data["hardware_dir"], source=source,
                                                          field="hardware_dir"))
@@ -217,22 +253,7 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
                                base_dir=Path(base_dir))
         kw["acceptance"] = dict(acc)
     if "batching" in data:
-        b = require_mapping(data["batching"], source=source, field="batching")
-        names = [f.name for f in dataclasses.fields(Batching)]
-        check_keys(b, allowed=names, source=source, prefix="batching.")
-        bkw: dict[str, Any] = {}
-        for k in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-            if k in b:
-                bkw[k] = as_number(b[k], source=source, field=f"batching.{k}", integer=True,
-                                   minimum=1, maximum=10_000_000)
-        if "enable_chunked_prefill" in b:
-            bkw["enable_chunked_prefill"] = as_bool(b["enable_chunked_prefill"], source=source,
-                                                    field="batching.enable_chunked_prefill")
-        if "gpu_memory_utilization" in b:
-            bkw["gpu_memory_utilization"] = float(as_number(
-                b["gpu_memory_utilization"], source=source,
-                field="batching.gpu_memory_utilization", strictly_positive=True, maximum=1.0))
-        kw["batching"] = Batching(**bkw)
+        kw["batching"] = _batching(data["batching"], source)
     if "workload" in data:
         kw["workload"] = dict(require_mapping(data["workload"], source=source, field="workload"))
     if "slo" in data:

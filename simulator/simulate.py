@@ -6,21 +6,24 @@ policy compared on a scenario sees the same trace and the same per-request param
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import simpy
 
-from simulator.deployment import _admissible, build_deployment, plan_deployment_memory
+from simulator.deployment import (
+    Deployment,
+    admissible,
+    build_policy,
+    plan_deployment,
+    resolve_deployment,
+)
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.requests import EngineLimits, RequestTable
 from simulator.engine.router import arrivals
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.base import PolicyContext
-from simulator.policies.registry import POLICIES
 from simulator.results import Results
 from simulator.scenario import Scenario
 
@@ -43,6 +46,29 @@ def scenario_workload(scenario: Scenario, rng: np.random.Generator | None = None
                                 source=scenario.name)
 
 
+def scenario_inputs(scenario: Scenario, workload=None):
+    """(trace, bound acceptance model, engine stream) of the scenario's seed; ``workload``
+    replaces the scenario's trace (the acceptance parameters are drawn for it)."""
+    from simulator.acceptance import acceptance_from_config
+
+    wl_rng, acc_rng, rng = seed_streams(scenario.seed)
+    if workload is None:
+        workload = scenario_workload(scenario, wl_rng)
+    acceptance = acceptance_from_config(scenario.acceptance, source="acceptance",
+                                        base_dir=Path(scenario.base_dir)).bind(
+        len(workload), acc_rng, tasks=workload.task)
+    return workload, acceptance, rng
+
+
+def build_deployment(scenario: Scenario) -> Deployment:
+    """The deployment ``simulate(scenario)`` runs on.  Its memory plan holds logits for the
+    built policy's verification width, so one policy is built on the scenario's trace."""
+    res = resolve_deployment(scenario)
+    workload, acceptance, _ = scenario_inputs(scenario)
+    policy = build_policy(scenario, res, workload, acceptance)
+    return plan_deployment(scenario, res, policy.max_verify_tokens)
+
+
 def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=None,
              progress: Callable[[int, int], None] | None = None,
              record_events: bool = False) -> Results:
@@ -51,38 +77,21 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     ``target_cost``/``draft_cost`` replace the roofline cost models (tests use constant-time
     ones); ``progress(done, total)`` is called as requests finish.
     """
-    from simulator.acceptance import acceptance_from_config
-
-    dep = build_deployment(scenario)
-    wl_rng, acc_rng, rng = seed_streams(scenario.seed)
-    if workload is None:
-        workload = scenario_workload(scenario, wl_rng)
-    acceptance = acceptance_from_config(scenario.acceptance, source="acceptance",
-                                        base_dir=Path(scenario.base_dir)).bind(
-        len(workload), acc_rng, tasks=workload.task)
-    tcost = target_cost or dep.target_cost
-    dcost = draft_cost or dep.draft_cost
-    cls = POLICIES[scenario.policy.name]
-    ctx = PolicyContext(target_cost=tcost, draft_cost=dcost, acceptance=acceptance,
-                        workload=workload, draft_model=dep.draft, target_model=dep.target,
-                        hardware=dep.hardware)
-    policies = [cls(dep.policy_params, ctx) for _ in range(scenario.replicas)]
-    policy = policies[0]
+    res = resolve_deployment(scenario)
+    workload, acceptance, rng = scenario_inputs(scenario, workload)
+    tcost = target_cost or res.target_cost
+    policies = [build_policy(scenario, res, workload, acceptance, tcost, draft_cost)
+                for _ in range(scenario.replicas)]
+    dep = plan_deployment(scenario, res, policies[0].max_verify_tokens)  # the memory plan, once
     b = scenario.batching
-    max_verify = getattr(policy, "max_verify_tokens", None)
-    if max_verify is None:
-        max_verify = 1 + int(dep.policy_params.get("num_speculative_tokens") or 0)
-    max_verify = int(max_verify)
-    if max_verify != dep.verify_width:
-        dep = dataclasses.replace(dep, verify_width=max_verify, memory=plan_deployment_memory(
-            scenario, dep.hardware, dep.target, dep.draft, cls, dep.policy_params, max_verify))
+    max_verify = dep.max_verify_tokens
     if b.max_num_batched_tokens < max_verify:
         raise SpecsimError(
             f"max_num_batched_tokens={b.max_num_batched_tokens} cannot hold one request's "
             f"verification step of {max_verify} tokens", field="batching.max_num_batched_tokens",
             fix=f"raise it to at least {max_verify} or lower num_speculative_tokens")
     table = RequestTable(workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
-    ok = _admissible(table, scenario, dep, max_verify)
+    ok = admissible(table, scenario, dep)
     if not ok.any():
         raise SpecsimError(f"no request can be served: {table.reject_reason[0]}",
                            field="workload", fix="use a model with a longer context, more "

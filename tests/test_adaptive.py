@@ -7,20 +7,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.deployment import build_deployment
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.adaptive import AdaptiveSpeculation
 from simulator.policies.base import PolicyContext
+from simulator.policies.registry import POLICIES
 from simulator.scenario import PolicyConfig, load_scenario
-from simulator.simulate import simulate
+from simulator.simulate import build_deployment, simulate
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"
 CHAIN4 = {"name": "chain", "num_speculative_tokens": 4}
 
 
+ADAPTIVE = POLICIES["adaptive"]  # the wrapper over the registry's bases
+
+
 def parse(**params):
-    return AdaptiveSpeculation.parse_params(params, source="test")
+    return ADAPTIVE.parse_params(params, source="test")
 
 
 @pytest.mark.parametrize("params, field", [
@@ -77,7 +79,7 @@ def test_caps_follow_the_schedule_and_the_switches():
                    "speculative_disable_by_batch_size": 48,
                    "acceptance_rate_window_size": 2, "acceptance_rate_threshold": 0.5})
     dep = build_deployment(sc)
-    pol = AdaptiveSpeculation(dep.policy_params, PolicyContext(
+    pol = ADAPTIVE(sc.policy.params, PolicyContext(
         target_cost=dep.target_cost, draft_cost=dep.draft_cost))
 
     def caps(batch_size):

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from hardware.profile import load_profile
-from simulator.cost.cost_model import CostModel, Parallelism, draft_cost_ratio
+from simulator.cost.cost_model import CostModel, draft_cost_ratio
+from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 

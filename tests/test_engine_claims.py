@@ -14,7 +14,8 @@ import pytest
 from engine_helpers import scenario, workload
 
 from hardware.profile import load_profile
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
+from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
 from simulator.simulate import simulate
 from simulator.speculation.closed_forms import expected_tokens

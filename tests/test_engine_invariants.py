@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hardware.profile import load_profile
-from simulator.cost.cost_model import Parallelism
 from simulator.cost.memory_plan import activation_bytes
+from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
 from simulator.simulate import simulate
 

@@ -131,3 +131,22 @@ def test_best_rows_breaks_ties_towards_the_first_row():
                        "speedup": [1.5, 1.5, 0.5, np.nan]})
     best = best_rows(df, ["k"])  # group 2 has no speedup at all: it is left out
     assert best["gamma"].tolist() == [0]
+
+
+@pytest.mark.parametrize("batch,context", [(1, 128.0), (32, 512.0), (256, 8192.0)])
+def test_estimate_and_an_analytic_point_price_the_draft_with_one_formula(batch, context):
+    # `specsim estimate` and a sweep/gamma-map point of the same shape share one chain-draft
+    # pricer (simulator.cost.drafting.chain_draft_time): equal to the last bit, every gamma
+    from hardware.profile import load_profile
+    from simulator.cost.cost_model import CostModel
+    from simulator.models.spec import load_model
+    from simulator.planning.analytic import estimate_table
+    hw = load_profile("a100-40gb")
+    table = estimate_table(CostModel(hw, load_model("opt-13b")),
+                           CostModel(hw, load_model("opt-125m")), batch=batch,
+                           context=context, gammas=list(range(9)), alpha=0.8)
+    for row in table.itertuples():
+        point = analytic_point({"batch": batch, "context": context, "gamma": row.gamma,
+                                "policy": "chain" if row.gamma else "none"})
+        assert point["draft_s"] == row.draft_s
+        assert point["verify_s"] == row.verify_s and point["decode_s"] == row.decode_s

@@ -4,8 +4,8 @@ import math
 import pytest
 
 from hardware.profile import GIB, load_profile
-from simulator.cost.cost_model import Parallelism
 from simulator.cost.memory_plan import activation_bytes, plan_memory
+from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 

@@ -8,14 +8,13 @@ from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
 from simulator.acceptance.medusa import MEDUSA_TOP_K
 from simulator.cost.cost_model import CostModel
-from simulator.deployment import build_deployment
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.policies.base import PolicyContext
 from simulator.policies.medusa import MedusaSpeculation
 from simulator.scenario import load_scenario, parse_policy
-from simulator.simulate import simulate
+from simulator.simulate import build_deployment, simulate
 
 HW = load_profile("a100-40gb")
 VICUNA = load_model("vicuna-7b")

@@ -6,8 +6,9 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_time, level_draft_time
+from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model

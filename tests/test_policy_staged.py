@@ -6,14 +6,13 @@ from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
 from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_time
-from simulator.deployment import build_deployment
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.policies.base import PolicyContext
 from simulator.policies.staged import StagedSpeculation
 from simulator.scenario import load_scenario, parse_policy
-from simulator.simulate import simulate
+from simulator.simulate import build_deployment, simulate
 from simulator.speculation.closed_forms import expected_tokens
 
 HW = load_profile("a100-40gb")

@@ -26,9 +26,11 @@ def test_set_overrides_nested_fields_and_parses_yaml_values():
 def test_compare_parses_several_policies_with_params():
     pols = parse_compare("none,chain:gamma=4,chain:num_speculative_tokens=2")
     assert [p.name for p in pols] == ["none", "chain", "chain"]
-    assert pols[1].params == {"gamma": 4}
+    assert pols[1].raw == {"gamma": 4} and pols[1].params == {"num_speculative_tokens": 4}
+    assert pols[1].label == "chain:gamma=4"  # as written, the way results folders name it
     trees = parse_compare("specinfer:expansion=[2,2,1],verification=mss,chain")
-    assert trees[0].params == {"expansion": [2, 2, 1], "verification": "mss"}
+    assert trees[0].raw == {"expansion": [2, 2, 1], "verification": "mss"}
+    assert trees[0].params["expansion"] == (2, 2, 1)
     assert trees[1].name == "chain"
     with pytest.raises(SpecsimError, match="--compare"):
         parse_compare("")

@@ -19,12 +19,11 @@ from engine_helpers import ConstantCost, scenario, workload
 
 from simulator.acceptance.token_level import TokenLevelAcceptance
 from simulator.cost.drafting import fits_draft_context
-from simulator.deployment import build_deployment
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file
 from simulator.models.spec import MODEL_DIR, check_shared_vocabulary, list_models, load_model
 from simulator.scenario import _TOP, PolicyConfig, load_scenario
-from simulator.simulate import simulate
+from simulator.simulate import build_deployment, simulate
 from simulator.speculation.enumeration import (
     chain_step,
     children_tuples,

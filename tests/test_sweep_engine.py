@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.deployment import build_deployment
 from simulator.inputs.yaml_io import load_yaml_file
 from simulator.planning.sweep import SweepSpec, expand_grid, run_sweep, sweep_from_dict
 from simulator.scenario import PolicyConfig, load_scenario
-from simulator.simulate import simulate
+from simulator.simulate import build_deployment, simulate
 from workloads.workload import Workload
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "workloads" / "scenarios"

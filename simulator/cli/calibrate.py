@@ -1,7 +1,7 @@
 """``specsim calibrate`` and ``specsim validate``: measure a device, then check predictions.
 
-torch is imported inside ``main`` (through ``calibrate/``), so that every other command
-starts without it.
+torch is imported inside ``main``, through ``calibrate/`` (the only package that imports
+it), so that every other command starts without it.
 """
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 
 from simulator.cli.args import MAX_GAMMA, bounded_int, positive_float, unit_float
+from simulator.cli.output import FORMATS, render
+from simulator.cli.progress import Progress
+from simulator.inputs.errors import SpecsimError
 
 MAX_THREADS = 1024   # torch CPU threads
 MAX_REPS = 10_000    # timed repetitions of one micro-benchmark
 VALIDATION_FILES = ("validation.csv", "spec_loop.csv", "summary.json")  # validate --out
-from simulator.cli.output import FORMATS, render
-from simulator.cli.progress import Progress
-from simulator.inputs.errors import SpecsimError
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -95,12 +95,10 @@ def _model_list(text: str, field: str) -> tuple[tuple[str, int | None], ...]:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``calibrate`` or ``validate``."""
-    import torch  # noqa: F401  (only these commands pay for torch)
-
-    from calibrate.timing import resolve_device
+    from calibrate.timing import resolve_device, set_threads  # only these commands pay for torch
     resolve_device(args.device)
     if args.threads is not None:
-        torch.set_num_threads(args.threads)
+        set_threads(args.threads)
     limit = args.memory_limit_gib * 2**30 if args.memory_limit_gib else None
     if args.command == "calibrate":
         return _calibrate(args, limit)
@@ -147,10 +145,8 @@ def _calibrate(args: argparse.Namespace, limit: float | None) -> int:
 
 
 def _validate(args: argparse.Namespace, limit: float | None) -> int:
-    import torch
-
-    from calibrate.spec_loop import predict_speedup, run_spec_loop
-    from calibrate.validate import compare, make_validation_plan, mape, run_validation
+    from calibrate.timing import set_threads
+    from calibrate.validate import evaluate, make_validation_plan, run_validation
     from calibrate.writer import load_calibrated
     from hardware.profile import load_profile
 
@@ -161,7 +157,7 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
                            f"{args.device!r}", field="--device",
                            fix=f"use --device {prov.get('device_type')} or calibrate this device")
     if args.threads is None and args.device == "cpu" and prov.get("threads"):
-        torch.set_num_threads(int(prov["threads"]))
+        set_threads(int(prov["threads"]))
     before = load_profile(args.before or str(prov.get("base_profile", args.device)))
     dtype = str(prov["dtype"])
     statistic = str(prov.get("statistic", "median"))
@@ -179,22 +175,18 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
     rng = np.random.default_rng(args.seed)
     with Progress("validate", unit="steps", enabled=not args.no_progress) as bar:
         measured = run_validation(plan, rng=rng, progress=bar.set)
-    profiles = {"before": before, "after": after}
-    table = compare(measured, profiles, statistic=statistic)
+    result = evaluate(measured, {"before": before, "after": after}, statistic=statistic,
+                      loop=cfg, rng=rng)
+    table = result.table
     summary = {"device": prov.get("device"), "profile": str(args.profile),
                "before_profile": before.name, "dtype": dtype,
-               "threads": torch.get_num_threads(), "statistic": statistic,
+               "threads": result.threads, "statistic": statistic,
                "command": _command(args),
-               "mape_before": mape(table, "before"), "mape_after": mape(table, "after")}
-    loop = None
+               "mape_before": result.mape["before"], "mape_after": result.mape["after"]}
     if cfg is not None:
-        loop = run_spec_loop(cfg, rng=rng)
-        for label, profile in profiles.items():
-            loop[f"predicted_{label}"] = predict_speedup(cfg, profile)
-            loop[f"error_{label}"] = loop[f"predicted_{label}"] / loop["measured_speedup"] - 1
         summary["spec_loop"] = {"target": "%s:%s" % cfg.target, "draft": "%s:%s" % cfg.draft,
                                 "alpha": cfg.alpha, "batch": cfg.batch}
-    _report(args, table, loop, summary)
+    _report(args, table, result.loop, summary)
     if args.report:
         from reports import render_report  # only reports/ imports altair
         path = render_report([], args.report, validation=table, calibration=after,

@@ -22,7 +22,8 @@ from simulator.cli.args import (
     unit_float,
 )
 from simulator.cli.output import FORMATS, render
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
+from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import check_shared_vocabulary, load_model
 from simulator.planning.analytic import estimate_table

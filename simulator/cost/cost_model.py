@@ -1,10 +1,11 @@
 """Per-operator roofline cost model: the time of one forward step of a batch.
 
 Every operator costs ``max(FLOPs / (peak * eta_c), HBM bytes / (bandwidth * eta_m),
-host bytes / host bandwidth)`` plus a per-kernel overhead, and a forward adds a fixed per-step
-overhead (launch, scheduling, sampling).  The step is the *sum* over operators, never one max
-over the whole step: at large batch the linear layers turn compute-bound while attention stays
-memory-bound (DESIGN.md section 4).
+host bytes / host bandwidth)`` plus a per-kernel overhead (hardware/roofline.py's formula, the
+host link a third roof), and a forward adds a fixed per-step overhead (launch, scheduling,
+sampling).  The step is the *sum* over operators, never one max over the whole step: at large
+batch the linear layers turn compute-bound while attention stays memory-bound (DESIGN.md
+section 4).
 
 A step is described by the tokens each request brings (``new_tokens``: a prefill chunk, 1 for
 decode, gamma+1 for chain verification, n+1 for a tree of n nodes) and the tokens already in
@@ -18,12 +19,11 @@ operator for reports and tests.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from hardware.profile import HardwareProfile
+from simulator.cost.op_cost import OpCost, StepCost
+from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
 
@@ -32,88 +32,6 @@ from simulator.models.spec import ModelSpec
 KERNELS_PER_LAYER = 10
 # Per forward outside the layers: embedding gather, final norm, LM head, sampling.
 KERNELS_PER_STEP = 4
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    """How a model is split over devices and where its weights live."""
-
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    micro_batches: int = 1
-    offload_fraction: float = 0.0  # share of weights streamed over the host link each step
-
-    def __post_init__(self) -> None:
-        for name in ("tensor_parallel", "pipeline_parallel", "micro_batches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecsimError(f"must be a whole number >= 1, got {value!r}", field=name)
-        if not (0.0 <= self.offload_fraction <= 1.0):
-            raise SpecsimError(f"must be in [0, 1], got {self.offload_fraction!r}",
-                               field="offload_fraction")
-
-    @property
-    def devices(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One operator of a step, summed over the layers it appears in."""
-
-    name: str
-    flops: float
-    hbm_bytes: float
-    host_bytes: float
-    compute_s: float
-    memory_s: float
-    host_s: float
-    overhead_s: float
-    # attention is priced per request (sum of per-request maxima), not max of the sums
-    roofline_s: float | None = None
-
-    @property
-    def time_s(self) -> float:
-        if self.roofline_s is not None:
-            return self.roofline_s + self.overhead_s
-        return max(self.compute_s, self.memory_s, self.host_s) + self.overhead_s
-
-    @property
-    def bound(self) -> str:
-        roofs = {"compute": self.compute_s, "memory": self.memory_s, "host": self.host_s}
-        if self.compute_s == self.memory_s == self.host_s == 0.0:
-            return "overhead"
-        return max(roofs, key=roofs.get)
-
-    @property
-    def arithmetic_intensity(self) -> float:
-        return self.flops / self.hbm_bytes if self.hbm_bytes else math.inf
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """A priced step: its operators, its fixed overhead and the total."""
-
-    ops: tuple[OpCost, ...]
-    step_overhead_s: float
-    pipeline_s: float = 0.0  # extra time of pipeline fill/drain and stage-to-stage transfers
-    time_s: float = field(default=0.0)
-
-    @property
-    def flops(self) -> float:
-        return sum(op.flops for op in self.ops)
-
-    @property
-    def hbm_bytes(self) -> float:
-        return sum(op.hbm_bytes for op in self.ops)
-
-    def to_records(self) -> list[dict]:
-        """One dict per operator, ready for a DataFrame."""
-        return [{"op": op.name, "flops": op.flops, "hbm_bytes": op.hbm_bytes,
-                 "host_bytes": op.host_bytes, "compute_s": op.compute_s,
-                 "memory_s": op.memory_s, "host_s": op.host_s, "overhead_s": op.overhead_s,
-                 "time_s": op.time_s, "bound": op.bound,
-                 "arithmetic_intensity": op.arithmetic_intensity} for op in self.ops]
 
 
 def _as_tokens(values, name: str) -> np.ndarray:
@@ -145,8 +63,7 @@ class CostModel:
         hw, m, tp = self.hardware, model, parallel.tensor_parallel
         b = m.dtype_bytes
         h, q, kv, f, v = m.hidden_size, m.q_size, m.kv_size, m.ffn_size, m.vocab_size
-        self._peak = hw.peak_flops(m.dtype)
-        self._bw = hw.memory_bandwidth_bytes_per_s
+        self._roof = hw.roofline(m.dtype)
         self._host_bw = hw.host_link.bandwidth_bytes_per_s
         self._b = b
         self._h = h
@@ -174,38 +91,13 @@ class CostModel:
         self._kernels = m.num_layers * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) \
             + KERNELS_PER_STEP
         self._step_overhead_s = hw.step_overhead_s
-        self._ceff = hw.compute_efficiency
-        self._meff = hw.memory_efficiency
-        self._by_intensity = hw.compute_efficiency_axis == "intensity"
-        self._ccurve = (np.log10([p[0] for p in hw.compute_efficiency_curve]),
-                        np.array([p[1] for p in hw.compute_efficiency_curve])) \
-            if hw.compute_efficiency_curve else None
-        self._mcurve = (np.log10([p[0] for p in hw.memory_efficiency_curve]),
-                        np.array([p[1] for p in hw.memory_efficiency_curve])) \
-            if hw.memory_efficiency_curve else None
         link = hw.interconnect
         self._ar_latency = 2 * (tp - 1) * link.latency_s if tp > 1 else 0.0
         self._ar_factor = 2 * (tp - 1) / tp / link.bandwidth_bytes_per_s if tp > 1 else 0.0
         self._p2p = link
-        self._inv_crate = 1.0 / (self._peak * self._ceff)
-        self._inv_mrate = 1.0 / (self._bw * self._meff)
+        self._inv_crate = self._roof.inverse_compute_rate
+        self._inv_mrate = self._roof.inverse_memory_rate
         self._token_cache: dict[tuple[float, float], float] = {}
-
-    # ---------------------------------------------------------------- efficiencies
-    def _compute_rate(self, flops, nbytes):
-        if self._ccurve is None:
-            return self._peak * self._ceff
-        if self._by_intensity:
-            x = np.log10(np.maximum(flops, 1e-12) / np.maximum(nbytes, 1.0))
-        else:
-            x = np.log10(np.maximum(flops, 1.0))
-        return self._peak * np.interp(x, *self._ccurve)
-
-    def _memory_rate(self, nbytes):
-        if self._mcurve is None:
-            return self._bw * self._meff
-        x = np.log10(np.maximum(nbytes, 1.0))
-        return self._bw * np.interp(x, *self._mcurve)
 
     # ---------------------------------------------------------------- pricing
     def _linear(self, tokens: float, weight: float, out_per_tok: float, in_per_tok: float,
@@ -214,8 +106,8 @@ class CostModel:
         wbytes = weight * self._b
         hbm = wbytes + tokens * (in_per_tok + out_per_tok) * self._b
         host = wbytes * self._offload
-        compute_s = flops / self._compute_rate(flops, hbm) if flops else 0.0
-        memory_s = hbm / self._memory_rate(hbm)
+        compute_s = self._roof.compute_time(flops, hbm)
+        memory_s = self._roof.memory_time(hbm)
         host_s = host / self._host_bw if host else 0.0
         return (flops * layers, hbm * layers, host * layers, compute_s * layers,
                 memory_s * layers, host_s * layers)
@@ -231,7 +123,7 @@ class CostModel:
         terms = [(name,) + self._linear(tokens, weight, out_t, in_t, layers) + (k * layers,)
                  for name, weight, out_t, in_t in self._linears]
         e_bytes = tokens * self._elementwise_bytes_per_token
-        e_s = e_bytes / self._memory_rate(e_bytes) if e_bytes else 0.0
+        e_s = self._roof.memory_time(e_bytes) if e_bytes else 0.0
         terms.append(("elementwise", 10.0 * tokens * self._h * layers, e_bytes * layers, 0.0,
                       0.0, e_s * layers, 0.0, 5 * k * layers))
         if self._ar_factor:
@@ -243,7 +135,7 @@ class CostModel:
                          + (3 * k,))  # final norm, LM head, sampling
             g_bytes = tokens * self._h * self._b
             terms.append(("embedding", 0.0, g_bytes, 0.0, 0.0,
-                          g_bytes / self._memory_rate(g_bytes) if g_bytes else 0.0, 0.0, k))
+                          self._roof.memory_time(g_bytes) if g_bytes else 0.0, 0.0, k))
         return terms
 
     def _layer_ops(self, new: np.ndarray, ctx: np.ndarray, logits_tokens: float,
@@ -257,8 +149,8 @@ class CostModel:
         a_flops = self._attn_flops_per_pair * new * attended
         a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
         active = new > 0
-        a_c = np.where(active, np.divide(a_flops, self._compute_rate(a_flops, a_bytes)), 0.0)
-        a_m = np.where(active, np.divide(a_bytes, self._memory_rate(a_bytes)), 0.0)
+        a_c = np.where(active, self._roof.compute_time(a_flops, a_bytes), 0.0)
+        a_m = np.where(active, self._roof.memory_time(a_bytes), 0.0)
         a_time = float(np.maximum(a_c, a_m).sum()) * layers
         ops.append(OpCost("attention", float(a_flops.sum()) * layers,
                           float(a_bytes[active].sum()) * layers, 0.0,
@@ -359,11 +251,7 @@ class CostModel:
         active = new > 0
         a_flops = self._attn_flops_per_pair * new * (ctx + 0.5 * (new + 1.0))
         a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
-        if self._ccurve is None and self._mcurve is None:
-            a_time = np.maximum(a_flops * self._inv_crate, a_bytes * self._inv_mrate)
-        else:
-            a_time = np.maximum(a_flops / self._compute_rate(a_flops, a_bytes),
-                                a_bytes / self._memory_rate(a_bytes))
+        a_time = self._roof.time(a_flops, a_bytes)
         return fixed + float(a_time[active].sum()) * self._layers
 
     def chain_decode_time(self, context: np.ndarray, steps: int) -> float:
@@ -377,7 +265,7 @@ class CostModel:
         if steps <= 0 or n == 0:
             return 0.0
         if (self.parallel.pipeline_parallel > 1 and self.parallel.micro_batches > 1) or \
-                self._ccurve is not None or self._mcurve is not None:
+                self._roof.curved:
             ones = np.ones(n)
             return sum(self.step_time(ones, ctx + j) for j in range(steps))
         fixed = self._token_cache.get((float(n), float(n)))

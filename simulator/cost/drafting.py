@@ -12,7 +12,6 @@ from typing import Sequence
 
 import numpy as np
 
-from simulator.cost.cost_model import CostModel
 from simulator.speculation.token_tree import TokenTree
 
 
@@ -91,7 +90,13 @@ class OperatorPrices:
 
 
 def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> float:
-    """Time of max(num_draft) draft forwards; forward j carries the requests drafting > j."""
+    """Time of max(num_draft) draft forwards; forward j carries the requests drafting > j.
+
+    The one chain-draft pricer: the chain, staged, SpecInfer and adaptive policies charge it,
+    and the analytic model (``specsim estimate``, sweeps, gamma maps) prices with it, so an
+    analytic point and a simulated step of the same shape cost the same to the last bit.
+    When every request drafts the same k it is the cost model's one-pass closed form
+    (``CostModel.chain_decode_time``); otherwise one forward per draft position."""
     if not num_draft.size:
         return 0.0
     k_max = int(num_draft.max())
@@ -110,7 +115,7 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
     """A draft model prefilling its own KV over the step's prompt chunks (no logits).
 
     Chunks after which a request could no longer be speculated ``num_draft`` tokens within
-    ``max_context`` are skipped (:func:`simulator.policies.base.draft_prefill_mask`).
+    ``max_context`` are skipped (:func:`draft_prefill_mask`).
     """
     if draft_cost is None or not new_tokens.size:
         return 0.0
@@ -121,12 +126,6 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
             if not new_tokens.size:
                 return 0.0
     return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))
-
-
-def draft_chain_time(draft: CostModel, batch: int, context: float, gamma: int) -> float:
-    """Time of ``gamma`` sequential draft forwards; the draft's context grows by one each."""
-    ones = np.ones(batch)
-    return sum(draft.step_time(ones, np.full(batch, float(context + i))) for i in range(gamma))
 
 
 def draft_max_context(*models) -> int | None:

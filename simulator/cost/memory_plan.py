@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from hardware.profile import GIB, HardwareProfile
-from simulator.cost.cost_model import Parallelism
+from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
 

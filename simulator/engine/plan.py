@@ -56,3 +56,12 @@ class Policy(Protocol):
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """Extra proposer time for prefill chunks (a draft model prefilling its own KV)."""
+
+
+class StepPricer(Protocol):
+    """The target's cost model, as the engine calls it once per iteration."""
+
+    def step_time(self, new_tokens: np.ndarray, context: np.ndarray,
+                  logits_tokens: np.ndarray) -> float:
+        """Seconds of one target forward: per request, ``new_tokens`` over ``context`` tokens
+        already in the KV, ``logits_tokens`` of them through the LM head."""

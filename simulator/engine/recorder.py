@@ -1,12 +1,15 @@
 """What the engine records while it runs: per-step rows, ITL samples, acceptance lengths.
 
-Everything goes into append-only numpy buffers (no Python object per step or per token), so
-a million-request run stays within a small memory budget.
+Everything goes into append-only numpy buffers (no Python object kept per step or per token),
+so a million-request run stays within a small memory budget.  A step's row arrives as a
+``StepRow``, whose fields name the columns in order, and only its values are kept.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from simulator.engine.step import FLOAT_FIELDS, STEP_FIELDS, StepRow
 
 MAX_POSITIONS = 257  # per-position acceptance counters (tree nodes can exceed gamma)
 
@@ -44,13 +47,8 @@ class GrowingArray:
 class Recorder:
     """Append-only per-step rows, ITL samples and acceptance lengths, in numpy buffers."""
 
-    STEP_FIELDS = ("replica", "start_s", "duration_s", "draft_s", "verify_s", "batch_size",
-                   "num_prefill", "num_decode", "prefill_tokens", "decode_tokens",
-                   "emitted_tokens", "draft_tokens", "accepted_tokens", "kv_blocks_used",
-                   "kv_occupancy", "queue_len", "kv_read_tokens", "attn_pairs",
-                   "preemptions")
-    FLOAT_FIELDS = {"start_s", "duration_s", "draft_s", "verify_s", "kv_occupancy",
-                    "kv_read_tokens", "attn_pairs"}
+    STEP_FIELDS = STEP_FIELDS      # the columns of the steps table, in order
+    FLOAT_FIELDS = FLOAT_FIELDS    # the columns that are not counts
 
     def __init__(self, record_events: bool = False) -> None:
         self.record_events = record_events
@@ -59,6 +57,10 @@ class Recorder:
         self.itl = GrowingArray(np.float32)
         self._drafted = GrowingArray(np.uint16)
         self._accepted = GrowingArray(np.uint16)
+
+    def record_step(self, row: StepRow) -> None:
+        """Append one step's row (its values, in column order; the record is not kept)."""
+        self.steps.append(row)
 
     def record_acceptance(self, num_draft: np.ndarray, accepted: np.ndarray) -> None:
         """Keep this step's draft and accepted lengths; histograms are built once, at the end."""

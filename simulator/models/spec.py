@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from hardware.profile import DTYPE_BYTES
+from simulator.inputs.catalog import Catalog
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
     as_bool,
     as_number,
     as_str,
     check_keys,
-    clip,
     load_yaml_file,
     require_mapping,
-    short,
 )
 
 MODEL_DIR = Path(__file__).resolve().parent
+MODELS = Catalog("model", MODEL_DIR, "--model-dir")
 KINDS = ("decoder", "medusa", "eagle")
 NORMS = ("layernorm", "rmsnorm")
 
@@ -202,35 +202,14 @@ def load_model_file(path: str | Path) -> ModelSpec:
     return model_from_dict(load_yaml_file(path), source=str(path))
 
 
-def _model_paths(model_dir: str | Path | None = None) -> dict[str, Path]:
-    dirs = [MODEL_DIR] + ([Path(model_dir)] if model_dir is not None else [])
-    paths: dict[str, Path] = {}
-    for d in dirs:
-        if not d.is_dir():
-            raise SpecsimError("not a directory", field="--model-dir", source=clip(d, 200))
-        for p in sorted(d.glob("*.yaml")):
-            paths[p.stem] = p
-    return paths
-
-
 def list_models(model_dir: str | Path | None = None) -> list[str]:
     """Names of the catalogued models."""
-    return sorted(_model_paths(model_dir))
+    return MODELS.names(model_dir)
 
 
 def load_model(name: str, model_dir: str | Path | None = None) -> ModelSpec:
     """Load a model by catalog name, or by path if ``name`` ends in .yaml."""
-    if name.endswith((".yaml", ".yml")):
-        return load_model_file(name)
-    paths = _model_paths(model_dir)
-    if name not in paths:
-        raise SpecsimError(f"unknown model {short(name)}", field="model",
-                           fix="valid names are: " + ", ".join(sorted(paths)))
-    spec = load_model_file(paths[name])
-    if spec.name != name:
-        raise SpecsimError(f"file name {short(name)} and name {short(spec.name)} differ",
-                           source=str(paths[name]), field="name", fix=f"set name: {name}")
-    return spec
+    return MODELS.load(name, model_dir, load_model_file)
 
 
 def check_shared_vocabulary(draft: ModelSpec | None, target: ModelSpec, *,

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.cost.cost_model import CostModel
-from simulator.cost.drafting import draft_chain_time
+from simulator.cost.drafting import chain_draft_time
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
 from simulator.speculation.closed_forms import expected_tokens
@@ -40,7 +40,8 @@ def estimate_table(target: CostModel, draft: CostModel | None, *, batch: int, co
     one_draft = draft.decode_time(batch, context) if draft is not None else 0.0
     rows = []
     for g in gammas:
-        draft_s = draft_chain_time(draft, batch, context, g) if (draft is not None and g) else 0.0
+        draft_s = chain_draft_time(draft, np.full(batch, float(context)), np.full(batch, g)) \
+            if (draft is not None and g) else 0.0
         verify_s = target.verify_time(batch, context, g + 1)
         e = expected_tokens(alpha, g)
         rows.append({"gamma": g, "draft_s": draft_s, "verify_s": verify_s, "decode_s": decode,
@@ -136,8 +137,9 @@ def check_point(params: Mapping[str, Any], *, source: str = "sweep",
 @lru_cache(maxsize=64)
 def _cost_models(hardware: str, hardware_dir, target: str, draft, tp: int, overheads: bool):
     from hardware.profile import load_profile
-    from simulator.cost.cost_model import CostModel, Parallelism
+    from simulator.cost.cost_model import CostModel
     from simulator.cost.memory_plan import plan_memory
+    from simulator.cost.parallelism import Parallelism
     from simulator.models.spec import load_model
     hw = load_profile(hardware, hardware_dir)
     tmodel = load_model(target)
@@ -216,7 +218,6 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
     verify_s = tcm.verify_time(b, ctx, nodes + 1)
     draft_s = 0.0
     if config:
-        from simulator.cost.drafting import chain_draft_time
         if p["policy"] == "chain":  # exactly what the engine's chain policy charges
             draft_s = chain_draft_time(dcm, np.full(b, ctx), np.full(b, len(config)))
         else:  # one draft forward per level, as the engine's specinfer policy charges

@@ -136,10 +136,17 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
                                     search.max_in_flight_fraction)
         return seen[k]["feasible"]
 
-    step = max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # one doubling
     start = search.index(min(max(workload.mean_rate_per_s, search.min_rate_per_s),
                              search.max_rate_per_s)) if math.isfinite(
         workload.mean_rate_per_s) else search.top // 2
+    lo, hi = _bracket(ok, start, search)
+    return _rate_summary(seen, lo, hi, search)
+
+
+def _bracket(ok, start: int, search: RateSearch) -> tuple[int | None, int | None]:
+    """(highest feasible, lowest infeasible) lattice indices: step by doublings from
+    ``start`` until the answer changes, then bisect; None where the lattice ends first."""
+    step = max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # one doubling
     lo = hi = None
     if ok(start):
         lo = start
@@ -161,6 +168,12 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo, hi
+
+
+def _rate_summary(seen: dict[int, dict], lo: int | None, hi: int | None,
+                  search: RateSearch) -> dict[str, Any]:
+    """The search's row: the max rate with its metrics, what limits it, and a note."""
     evaluations = [seen[k] for k in sorted(seen)]
     best = min(evaluations, key=lambda r: (not r["feasible"], r["violation"], -r["rate_per_s"]))
     out = {"feasible": lo is not None, "evaluations": len(evaluations),

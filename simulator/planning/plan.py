@@ -88,19 +88,7 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
     check_keys(s, allowed=SLO_KEYS, source=source, prefix="slo.")
     val = {k: as_number(v, source=source, field=f"slo.{k}", strictly_positive=True,
                         maximum=1.0 if k == "goodput_fraction" else 1e9) for k, v in s.items()}
-    cands = data["candidates"]
-    if not isinstance(cands, list) or not cands:
-        raise SpecsimError("expected a non-empty list of deployments", source=source,
-                           field="candidates", fix="e.g. - {hardware: a100-40gb, policy: none}")
-    if len(cands) > MAX_PLAN_CANDIDATES:
-        raise SpecsimError(f"{len(cands):,} deployments; the limit is {MAX_PLAN_CANDIDATES:,}",
-                           source=source, field="candidates",
-                           fix="split the plan, or sweep the fields with 'specsim sweep'")
-    named = []
-    for i, c in enumerate(cands):
-        c = dict(require_mapping(c, source=source, field=f"candidates[{i}]"))
-        label = c.pop("name", None) or ", ".join(f"{k}={v}" for k, v in c.items()) or "base"
-        named.append((as_str(label, source=source, field=f"candidates[{i}].name"), c))
+    named = _candidates(data["candidates"], source)
     spec = SweepSpec.simulated([c for _, c in named], scenario=data.get("scenario"),
                                fixed=require_mapping(data.get("fixed") or {}, source=source,
                                                      field="fixed"),
@@ -109,22 +97,7 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
     first = scenario_from_dict(spec.payloads[0], source=source, base_dir=spec.base_dir)
     per_request = {"ttft_s": val["ttft_ms"] / 1e3 if "ttft_ms" in val else first.slo.ttft_s,
                    "tpot_s": val["tpot_ms"] / 1e3 if "tpot_ms" in val else first.slo.tpot_s}
-    try:
-        slo = CapacitySLO(p99_ttft_s=val["p99_ttft_ms"] / 1e3 if "p99_ttft_ms" in val else None,
-                          p99_tpot_s=val["p99_tpot_ms"] / 1e3 if "p99_tpot_ms" in val else None,
-                          goodput_fraction=val.get("goodput_fraction"), **per_request)
-        srch = require_mapping(data.get("search") or {}, source=source, field="search")
-        check_keys(srch, allowed=[f.name for f in dataclasses.fields(RateSearch)],
-                   source=source, prefix="search.")
-        rate = {"min_rate_per_s", "max_rate_per_s"}
-        search = RateSearch(**{k: float(as_number(
-            v, source=source, field=f"search.{k}", strictly_positive=True,
-            minimum=MIN_RATE_PER_S if k in rate else None,
-            maximum=MAX_RATE_PER_S if k in rate else None,
-            fix=f"rates go from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests/s"
-            if k in rate else None)) for k, v in srch.items()})
-    except SpecsimError as exc:
-        raise exc.relocated(source=source) from None
+    slo, search = _slo_and_search(data, val, per_request, source)
     target = data.get("target_rate_per_s")
     target = float(as_number(target, source=source, field="target_rate_per_s",
                              strictly_positive=True, maximum=MAX_RATE_PER_S)) \
@@ -142,6 +115,45 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
     return PlanSpec(tuple((label, raw) for (label, _), raw in zip(named, spec.payloads)), slo,
                     search, target, max_rep, prices, spec.base_dir,
                     as_str(data.get("name", "plan"), source=source, field="name"))
+
+
+def _candidates(cands: Any, source: str) -> list[tuple[str, dict]]:
+    """(label, overrides) per deployment; the label is its name, else its overrides."""
+    if not isinstance(cands, list) or not cands:
+        raise SpecsimError("expected a non-empty list of deployments", source=source,
+                           field="candidates", fix="e.g. - {hardware: a100-40gb, policy: none}")
+    if len(cands) > MAX_PLAN_CANDIDATES:
+        raise SpecsimError(f"{len(cands):,} deployments; the limit is {MAX_PLAN_CANDIDATES:,}",
+                           source=source, field="candidates",
+                           fix="split the plan, or sweep the fields with 'specsim sweep'")
+    named = []
+    for i, c in enumerate(cands):
+        c = dict(require_mapping(c, source=source, field=f"candidates[{i}]"))
+        label = c.pop("name", None) or ", ".join(f"{k}={v}" for k, v in c.items()) or "base"
+        named.append((as_str(label, source=source, field=f"candidates[{i}].name"), c))
+    return named
+
+
+def _slo_and_search(data: Mapping, val: dict, per_request: dict,
+                    source: str) -> tuple[CapacitySLO, RateSearch]:
+    """The plan's SLO (ms in the YAML, seconds inside) and its rate search."""
+    try:
+        slo = CapacitySLO(p99_ttft_s=val["p99_ttft_ms"] / 1e3 if "p99_ttft_ms" in val else None,
+                          p99_tpot_s=val["p99_tpot_ms"] / 1e3 if "p99_tpot_ms" in val else None,
+                          goodput_fraction=val.get("goodput_fraction"), **per_request)
+        srch = require_mapping(data.get("search") or {}, source=source, field="search")
+        check_keys(srch, allowed=[f.name for f in dataclasses.fields(RateSearch)],
+                   source=source, prefix="search.")
+        rate = {"min_rate_per_s", "max_rate_per_s"}
+        search = RateSearch(**{k: float(as_number(
+            v, source=source, field=f"search.{k}", strictly_positive=True,
+            minimum=MIN_RATE_PER_S if k in rate else None,
+            maximum=MAX_RATE_PER_S if k in rate else None,
+            fix=f"rates go from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests/s"
+            if k in rate else None)) for k, v in srch.items()})
+    except SpecsimError as exc:
+        raise exc.relocated(source=source) from None
+    return slo, search
 
 
 def load_plan(path: str | Path) -> PlanSpec:

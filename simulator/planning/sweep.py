@@ -316,6 +316,25 @@ def _assemble(df: pd.DataFrame, spec: SweepSpec, keys: list[str]) -> pd.DataFram
 AUTO_SERIAL_POINTS = 20_000
 
 
+def _open(spec: SweepSpec, executor: Any, *, workers, address, out,
+          restart: bool) -> tuple[Any, ResultSink | None]:
+    """Check every executor argument, then open the results file (``restart`` empties it).
+    Before anything is removed, an executor named for a restart is started, so that an
+    unreachable cluster costs no results: (that executor or None, the sink or None)."""
+    early = None
+    if isinstance(executor, str):  # every argument is checked before --restart removes
+        check_executor_args(executor, workers=workers, address=address)
+        if restart and out is not None and len(spec):  # and a cluster must be reachable
+            early = make_executor(executor, workers=workers, address=address)
+    try:
+        sink = ResultSink(out, restart=restart) if out is not None else None
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+    return early, sink
+
+
 def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = None,
               address: str | None = None, out: str | Path | None = None,
               progress: Callable[[int, int], None] | None = None,
@@ -329,17 +348,8 @@ def run_sweep(spec: SweepSpec, *, executor: Any = "auto", workers: int | None = 
     if executor == "auto":
         executor = "serial" if spec.mode == "analytic" and len(spec) < AUTO_SERIAL_POINTS \
             else "local"
-    early = None
-    if isinstance(executor, str):  # every argument is checked before --restart removes
-        check_executor_args(executor, workers=workers, address=address)
-        if restart and out is not None and len(spec):  # and a cluster must be reachable
-            early = make_executor(executor, workers=workers, address=address)
-    try:
-        sink = ResultSink(out, restart=restart) if out is not None else None
-    except BaseException:
-        if early is not None:
-            early.close()
-        raise
+    early, sink = _open(spec, executor, workers=workers, address=address, out=out,
+                        restart=restart)
     keys = spec.keys()
     done = sink.done_keys() if sink is not None else set()
     todo = list({k: i for i, k in reversed(list(enumerate(keys))) if k not in done}.values())

@@ -20,19 +20,21 @@ once the kill switch has tripped; then the controller picks gammas under the cap
 per second of step time predicted by the cost models.  ``controller`` may also be a mapping
 ``{kind: goodput, ...}`` with the controller's parameters.
 
-Per-request gammas need a base that can draft less than its maximum: ``chain`` (handled
-here; a draft model that skipped iterations catches up on the missed tokens in its first
+Per-request gammas need a base that can draft less than its maximum, which says so by
+the handle its ``draft_control`` returns (simulator/policies/draft_control.py): ``chain``
+(a draft model that skipped iterations catches up on the missed tokens in its first
 forward) and the model-free ``prompt_lookup`` and ``suffix`` (their ``propose_limited``).
 Any other base is switched on or off as a whole (a zero cap drops its drafts), and
-``goodput`` refuses it.
+``goodput`` refuses it.  The policies it can wrap are handed to it by the registry
+(``AdaptiveSpeculation.over(bases)``), so this file imports no other policy.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from simulator.cost.drafting import chain_draft_time
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
@@ -44,8 +46,7 @@ from simulator.policies.adaptive_controllers import (
     KillSwitch,
     goodput_gammas,
 )
-from simulator.policies.base import PolicyContext
-from simulator.policies.chain import ChainSpeculation
+from simulator.policies.base import PolicyBase, PolicyContext
 
 CONTROLLERS: dict[str, dict[str, Param]] = {
     "fixed": {},
@@ -67,24 +68,22 @@ CONTROLLERS: dict[str, dict[str, Param]] = {
                        help="per-iteration decay of the global acceptance counts"),
     },
 }
-_NOT_BASES = ("none", "adaptive")
 
 
-def _parse_base(value: Any, source: str, prefix: str) -> dict:
-    from simulator.policies.registry import POLICIES
+def _parse_base(value: Any, bases: Mapping[str, type[PolicyBase]], source: str,
+                prefix: str) -> dict:
     if value is None:
         raise SpecsimError("missing the wrapped policy", source=source, field=prefix + "base",
                            fix="add base: {name: chain, num_speculative_tokens: 4}")
     if isinstance(value, str):
         value = {"name": value}
     data = require_mapping(value, source=source, field=prefix + "base")
-    names = [n for n in POLICIES if n not in _NOT_BASES]
     if "name" not in data:
         raise SpecsimError("missing the wrapped policy's name", source=source,
-                           field=prefix + "base.name", fix="one of: " + ", ".join(names))
-    name = as_str(data["name"], source=source, field=prefix + "base.name", choices=names)
+                           field=prefix + "base.name", fix="one of: " + ", ".join(bases))
+    name = as_str(data["name"], source=source, field=prefix + "base.name", choices=bases)
     params = {k: v for k, v in data.items() if k != "name"}
-    return {"name": name, "params": POLICIES[name].parse_params(
+    return {"name": name, "params": bases[name].parse_params(
         params, source=source, prefix=prefix + "base.")}
 
 
@@ -102,144 +101,12 @@ def _parse_controller(value: Any, source: str, prefix: str) -> dict:
     return {"kind": kind, **params}
 
 
-def _check(out: dict, source: str, prefix: str) -> None:
-    out["base"] = _parse_base(out["base"], source, prefix)
-    # the verification width the memory plan reserves logits for is the base's
-    out["num_speculative_tokens"] = out["base"]["params"].get("num_speculative_tokens")
-    out["controller"] = _parse_controller(out["controller"], source, prefix)
-    vllm, trt = out["num_speculative_tokens_per_batch_size"], out["draft_len_schedule"]
-    if vllm is not None and trt is not None:
-        raise SpecsimError("give one batch-size schedule, not both", source=source,
-                           field=prefix + "draft_len_schedule",
-                           fix="keep num_speculative_tokens_per_batch_size or draft_len_schedule")
-    key = "draft_len_schedule" if trt is not None else "num_speculative_tokens_per_batch_size"
-    if vllm is not None or trt is not None:
-        out["schedule"] = BatchSizeSchedule.parse(out[key], source=source, field=prefix + key)
-    else:
-        out["schedule"] = None
-    window, threshold = out["acceptance_rate_window_size"], out["acceptance_rate_threshold"]
-    if (window is None) != (threshold is None):
-        missing = "acceptance_rate_threshold" if threshold is None else \
-            "acceptance_rate_window_size"
-        raise SpecsimError("the kill switch needs both its window and its threshold",
-                           source=source, field=prefix + missing, fix=f"add {missing}")
-
-
-class _ChainControl:
-    """Per-request gammas for the ``chain`` policy, with the draft model's catch-up."""
-
-    per_request = True
-
-    def __init__(self, base: ChainSpeculation, target_cost) -> None:
-        self.base = base
-        self.max_draft = base.gamma
-        self.draft_cost = base.draft_cost
-        self.target_cost = target_cost
-        self._lags: dict[int, int] = {}
-        self._drafted: dict[int, bool] = {}
-        self._memo: dict[tuple[int, int], float] = {}
-
-    def _lag(self, batch: BatchView) -> np.ndarray:
-        return np.fromiter((self._lags.get(r, 0) for r in batch.request_ids.tolist()),
-                           np.int64, len(batch))
-
-    def _catch_up_s(self, ctx: np.ndarray, lag: np.ndarray) -> float:
-        """Extra time of first forwards that also feed ``lag`` skipped tokens."""
-        busy = lag > 0
-        if not busy.any():
-            return 0.0
-        c = ctx[busy].astype(float)
-        return self.draft_cost.step_time((1 + lag[busy]).astype(float), c - lag[busy]) \
-            - self.draft_cost.step_time(np.ones(c.size), c)
-
-    def propose(self, batch: BatchView, rng, k: np.ndarray) -> DraftPlan:
-        on = k > 0
-        self._drafted = dict(zip(batch.request_ids.tolist(), on.tolist()))
-        time_s = chain_draft_time(self.draft_cost, batch.context, k)
-        if on.any():  # the first forward also feeds the tokens the draft model skipped
-            time_s += self._catch_up_s(batch.context[on], self._lag(batch)[on])
-        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=time_s)
-
-    def draft_predictor(self, batch: BatchView):
-        """k -> predicted draft time: memoised decode steps (contexts rounded to 128 tokens)."""
-        ctx, lag = batch.context.astype(float), self._lag(batch)
-        memo, decode_time = self._memo, self.draft_cost.decode_time
-
-        def predict(k: np.ndarray) -> float:
-            k_max = int(k.max(initial=0))
-            if k_max == 0:
-                return 0.0
-            # requests drafting more than j tokens, and their summed contexts, for every j
-            n = np.cumsum(np.bincount(k, minlength=k_max + 1)[::-1])[::-1][1:]
-            c = np.cumsum(np.bincount(k, weights=ctx, minlength=k_max + 1)[::-1])[::-1][1:]
-            total = 0.0
-            for j in range(k_max):
-                key = (int(n[j]), int(c[j] / n[j] + j) >> 7)
-                t = memo.get(key)
-                if t is None:
-                    t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
-                total += t
-            on = k > 0
-            return total + self._catch_up_s(ctx[on], lag[on])
-
-        return predict
-
-    def observe(self, plan: DraftPlan, batch: BatchView, emitted: np.ndarray,
-                done: np.ndarray) -> None:
-        # a request whose drafts the engine trimmed still ran the draft model: use the proposal
-        for rid, e, d in zip(batch.request_ids.tolist(), emitted.tolist(), done.tolist()):
-            if d or self._drafted.get(rid, False):
-                self._lags.pop(rid, None)
-            else:
-                self._lags[rid] = self._lags.get(rid, 0) + e
-
-
-class _LimitedControl:
-    """Per-request caps for a base with ``propose_limited`` (the model-free policies)."""
-
-    per_request = True
-
-    def __init__(self, base) -> None:
-        self.base = base
-        self.max_draft = int(base.max_draft_tokens)
-
-    def propose(self, batch: BatchView, rng, k: np.ndarray) -> DraftPlan:
-        return self.base.propose_limited(batch, rng, k)
-
-    def draft_predictor(self, batch: BatchView):
-        return lambda k: 0.0  # CPU microseconds, negligible against a forward
-
-    def observe(self, *args) -> None:
-        return None
-
-
-class _GateControl:
-    """On/off for any other base: a zero cap drops that request's drafts."""
-
-    per_request = False
-
-    def __init__(self, base, base_params: dict) -> None:
-        self.base = base
-        self.max_draft = int(getattr(base, "max_draft_tokens", None)
-                             or base_params.get("num_speculative_tokens") or 1)
-
-    def propose(self, batch: BatchView, rng, k: np.ndarray) -> DraftPlan:
-        if not k.any():
-            n = len(batch)
-            return DraftPlan(num_draft=np.zeros(n, np.int64), verify_tokens=np.ones(n, np.int64))
-        plan = self.base.propose(batch, rng)
-        plan.trim(k > 0)
-        return plan
-
-    def observe(self, *args) -> None:
-        return None
-
-
-class AdaptiveSpeculation:
+class AdaptiveSpeculation(PolicyBase):
     """A base speculative policy whose draft lengths a controller sets every iteration."""
 
     name = "adaptive"
-    needs_draft_model = False  # the base decides (chain raises without a draft model)
+    # needs_draft_model stays False: the base decides (chain raises without a draft model)
+    BASES: ClassVar[Mapping[str, type[PolicyBase]]] = MappingProxyType({})  # see over()
     PARAMS = {
         "base": Param("any", help="the wrapped policy: {name: ..., its parameters}"),
         "controller": Param("any", default="fixed", help="fixed | acceptance_ema | goodput"),
@@ -252,29 +119,47 @@ class AdaptiveSpeculation:
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+    def over(cls, bases: Mapping[str, type[PolicyBase]]) -> type[AdaptiveSpeculation]:
+        """The wrapper over ``bases`` (name -> policy class): how the registry builds it."""
+        return type(cls.__name__, (cls,), {"BASES": MappingProxyType(dict(bases)),
+                                           "__module__": cls.__module__,
+                                           "__qualname__": cls.__qualname__})
+
+    @classmethod
+    def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
+        """Parse the base and the controller in place; the schedule once, into ``schedule``."""
+        out["base"] = _parse_base(out["base"], cls.BASES, source, prefix)
+        out["controller"] = _parse_controller(out["controller"], source, prefix)
+        vllm, trt = out["num_speculative_tokens_per_batch_size"], out["draft_len_schedule"]
+        if vllm is not None and trt is not None:
+            raise SpecsimError("give one batch-size schedule, not both", source=source,
+                               field=prefix + "draft_len_schedule",
+                               fix="keep num_speculative_tokens_per_batch_size or "
+                                   "draft_len_schedule")
+        key = "draft_len_schedule" if trt is not None else \
+            "num_speculative_tokens_per_batch_size"
+        if vllm is not None or trt is not None:
+            out["schedule"] = BatchSizeSchedule.parse(out[key], source=source,
+                                                      field=prefix + key)
+        else:
+            out["schedule"] = None
+        window, threshold = out["acceptance_rate_window_size"], out["acceptance_rate_threshold"]
+        if (window is None) != (threshold is None):
+            missing = "acceptance_rate_threshold" if threshold is None else \
+                "acceptance_rate_window_size"
+            raise SpecsimError("the kill switch needs both its window and its threshold",
+                               source=source, field=prefix + missing, fix=f"add {missing}")
 
     @classmethod
     def memory_models(cls, params: Mapping, draft, target):
         """The wrapped policy's models (a chain base keeps its draft model and its KV)."""
-        from simulator.policies.base import memory_models
-        from simulator.policies.registry import POLICIES
         base = params["base"]
-        return memory_models(POLICIES[base["name"]], base["params"], draft, target)
+        return cls.BASES[base["name"]].memory_models(base["params"], draft, target)
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
-        from simulator.policies.registry import POLICIES
         base = params["base"]
-        self.base = POLICIES[base["name"]](base["params"], ctx)
-        if isinstance(self.base, ChainSpeculation):
-            self.control = _ChainControl(self.base, ctx.target_cost)
-        elif hasattr(self.base, "propose_limited"):
-            self.control = _LimitedControl(self.base)
-        else:
-            self.control = _GateControl(self.base, base["params"])
-        self.max_verify_tokens = int(getattr(self.base, "max_verify_tokens",
-                                             self.control.max_draft + 1))
+        self.base = self.BASES[base["name"]](base["params"], ctx)
+        self.control = self.base.draft_control(base["params"])
         self.target_cost = ctx.target_cost
         self.schedule: BatchSizeSchedule | None = params["schedule"]
         self.disable_at = params["speculative_disable_by_batch_size"]
@@ -294,6 +179,10 @@ class AdaptiveSpeculation:
                                    fix="wrap chain, prompt_lookup or suffix")
             self.estimate = AcceptanceEstimate(**c)
 
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.base.max_verify_tokens
+
     # ------------------------------------------------------------------ the iteration
     def caps(self, batch: BatchView) -> np.ndarray:
         """Per-request gamma limits from the schedule and the switches."""
@@ -307,9 +196,8 @@ class AdaptiveSpeculation:
         if self.ema is not None:
             k = min(k, self.ema.steps)
         caps = np.full(len(batch), k, np.int64)
-        speculable = getattr(self.base, "speculable", None)  # the draft model's context
-        if speculable is not None and k:
-            caps[~speculable(batch)] = 0
+        if k:  # requests past the draft model's context
+            caps[~self.base.speculable(batch)] = 0
         return caps
 
     def step_predictor(self, batch: BatchView):

@@ -1,4 +1,4 @@
-"""The gamma controllers behind the ``adaptive`` policy: small, pure and separately testable.
+"""Kit: the gamma controllers behind the ``adaptive`` policy, small, pure, separately tested.
 
 - ``BatchSizeSchedule``: gamma by batch size, written as vLLM's
   ``num_speculative_tokens_per_batch_size`` ([[min_batch, max_batch, gamma], ...]) or as

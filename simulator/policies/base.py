@@ -1,23 +1,46 @@
-"""The policy interface: what the engine asks a speculative serving policy each iteration.
+"""The policy contract: everything the driver, the engine and the adaptive wrapper ask of a
+speculative serving policy, stated once in ``PolicyBase``.
 
-Per iteration the engine hands the policy the requests that are decoding (a ``BatchView``);
-the policy returns a ``DraftPlan``: per request how many draft tokens it proposes and how many
-tokens the verification forward carries for it, plus the proposer's time.  The engine prices
-verification with the target cost model on exactly those token counts, advances time, then
-asks the policy how many drafts each request accepted and emits accepted + 1 tokens.  A policy
-may observe the outcome (adaptive controllers do).  Adding a policy touches its own file, the
-``POLICIES`` dict in ``simulator/policies/__init__.py`` and its test — never the engine.
+A policy class says, as data and members:
+
+- ``name``, and ``PARAMS``: its knobs as :class:`~simulator.inputs.params.Param` data;
+  ``check_params`` adds the rules that span several knobs.  ``parse_params`` (here, for
+  every policy) checks raw values against both and returns canonical names -> values with
+  the defaults filled in; the scenario parses once and keeps the result.
+- ``needs_draft_model``: whether the scenario must name a draft model (default: no).
+- ``memory_models(params, draft, target)``: the models it holds beside the target (weights
+  on every device, and those that keep a KV cache); default: the draft model, if it needs one.
+
+A built policy (``cls(params, ctx)``, one per replica) says:
+
+- ``max_verify_tokens``: the most tokens one request carries in a verification forward
+  (every policy defines it; the memory plan holds logits for that many per sequence);
+- per iteration, ``propose(batch, rng)`` -> ``DraftPlan`` (per request the draft tokens and
+  the tokens its verification carries, plus the proposer's time; the engine prices
+  verification on exactly those counts) and ``accept(plan, batch, rng)`` -> accepted drafts
+  per request (the engine emits accepted + 1);
+- ``observe(...)``: the outcome, for policies that learn from it (default: nothing);
+- ``prefill_time(...)``: the proposer's time for prefill chunks (default 0: no draft KV);
+- for the ``adaptive`` wrapper: ``speculable(batch)`` (default: every request) and
+  ``draft_control(params)``, the handle through which per-request draft lengths are set
+  (default: all or none, :class:`~simulator.policies.draft_control.GateControl`).
+
+Adding a policy touches its own file, the ``POLICIES`` dict in ``registry.py`` and its test;
+never the engine.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from simulator.cost.drafting import fits_draft_context
 from simulator.engine.plan import BatchView, DraftPlan
+from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import ModelSpec
+from simulator.policies.draft_control import GateControl
 
 
 @dataclass
@@ -31,7 +54,66 @@ class PolicyContext:
     draft_model: Any = None          # ModelSpec of the draft, if any
     target_model: Any = None
     hardware: Any = None
-    extra: dict = field(default_factory=dict)
+
+
+class PolicyBase(ABC):
+    """The contract of a serving policy (see the module docstring)."""
+
+    name: ClassVar[str]
+    PARAMS: ClassVar[dict[str, Param]] = {}
+    needs_draft_model: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ the class: data
+    @classmethod
+    def check_params(cls, params: dict, *, raw: Mapping[str, Any], source: str,
+                     prefix: str) -> None:
+        """Rules across parameters, on the parsed ``params`` (``raw``: as written)."""
+
+    @classmethod
+    def parse_params(cls, params: Mapping[str, Any], *, source: str,
+                     prefix: str = "policy.") -> dict:
+        """Validate raw parameters; return canonical names -> values, defaults filled in."""
+        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+        cls.check_params(out, raw=params, source=source, prefix=prefix)
+        return out
+
+    @classmethod
+    def memory_models(cls, params: dict, draft: ModelSpec | None,
+                      target: ModelSpec) -> tuple[list[ModelSpec], list[ModelSpec]]:
+        """Models kept beside the target: (weights held, models that keep a KV cache)."""
+        if cls.needs_draft_model and draft is not None:
+            return [draft], ([draft] if draft.kind == "decoder" else [])
+        return [], []
+
+    # ------------------------------------------------------------------ a built policy
+    @property
+    @abstractmethod
+    def max_verify_tokens(self) -> int:
+        """The most tokens one request carries in a verification forward."""
+
+    @abstractmethod
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        """This iteration's drafts and verification tokens per request."""
+
+    @abstractmethod
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        """Accepted draft tokens per request, each in [0, plan.num_draft[i]]."""
+
+    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
+                step_time_s: float) -> None:
+        """See one iteration's outcome (policies that learn from it override this)."""
+
+    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        """Extra proposer time for prefill chunks (a draft model prefilling its own KV)."""
+        return 0.0
+
+    def speculable(self, batch: BatchView) -> np.ndarray:
+        """Requests the proposer can speculate on (the others decode normally)."""
+        return np.ones(len(batch), bool)
+
+    def draft_control(self, params: dict):
+        """How the adaptive wrapper sets this policy's draft lengths (``params``: its own)."""
+        return GateControl(self, params)
 
 
 def batch_fits_draft(batch: BatchView, num_draft: int, max_context: int | None) -> np.ndarray:
@@ -39,30 +121,9 @@ def batch_fits_draft(batch: BatchView, num_draft: int, max_context: int | None) 
     return fits_draft_context(batch.prompt_len + batch.generated, num_draft, max_context)
 
 
-class NoDraftMixin:
-    """Defaults for policies without a draft model of their own."""
-
-    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return 0.0
-
-    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
-                step_time_s: float) -> None:
-        return None
-
-
-def policy_hardware(ctx):
+def policy_hardware(ctx: PolicyContext):
     """The (overhead-adjusted) profile the scenario's cost models were built on."""
     for cost in (ctx.draft_cost, ctx.target_cost):
         if getattr(cost, "hardware", None) is not None:
             return cost.hardware
     return ctx.hardware
-
-
-def memory_models(cls, params: dict, draft: ModelSpec | None, target: ModelSpec):
-    """Models a policy keeps beside the target: (weights held, models that keep a KV cache)."""
-    hook = getattr(cls, "memory_models", None)
-    if hook is not None:
-        return hook(params, draft, target)
-    if getattr(cls, "needs_draft_model", False) and draft is not None:
-        return [draft], ([draft] if draft.kind == "decoder" else [])
-    return [], []

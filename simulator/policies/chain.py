@@ -6,7 +6,7 @@ forward; acceptance comes from the scenario's acceptance model.  The draft keeps
 in step with the target's, so it also prefills every prompt chunk.
 
 A request too long for the draft model is not speculated (vLLM's rule, see
-:func:`simulator.policies.base.fits_draft_context`: only while prompt + generated + gamma < the
+:func:`simulator.cost.drafting.fits_draft_context`: only while prompt + generated + gamma < the
 draft's max_context): it decodes one token per step, and the draft neither drafts for it
 nor prefills a chunk after which it could no longer be speculated.
 """
@@ -17,21 +17,10 @@ import numpy as np
 from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.params import Param, parse_params
+from simulator.inputs.params import Param
 from simulator.policies.base import PolicyContext, batch_fits_draft
-
-
-class ChainAcceptance:
-    """Accept a chain of drafts per request with ``self.acceptance``; no adaptive state."""
-
-    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        if not plan.num_draft.any():
-            return np.zeros(len(batch), dtype=np.int64)
-        return self.acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids,
-                                            rng)
-
-    def observe(self, plan, batch, accepted, step_time_s) -> None:
-        return None
+from simulator.policies.chain_acceptance import ChainAcceptance
+from simulator.policies.draft_control import ChainControl
 
 
 class ChainSpeculation(ChainAcceptance):
@@ -43,10 +32,6 @@ class ChainSpeculation(ChainAcceptance):
                                               aliases=("gamma",),
                                               help="draft tokens per iteration")}
 
-    @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
-
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         if ctx.draft_cost is None:
             raise SpecsimError("the chain policy needs a draft model", field="draft",
@@ -57,6 +42,10 @@ class ChainSpeculation(ChainAcceptance):
         self.draft_max_context = draft_max_context(
             ctx.draft_model if ctx.draft_model is not None
             else getattr(ctx.draft_cost, "model", None))
+
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.gamma + 1
 
     def speculable(self, batch: BatchView) -> np.ndarray:
         """Requests the draft model can speculate on (the others decode normally)."""
@@ -70,3 +59,7 @@ class ChainSpeculation(ChainAcceptance):
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         return draft_prefill_time(self.draft_cost, new_tokens, context, self.gamma,
                                   self.draft_max_context)
+
+    def draft_control(self, params: dict) -> ChainControl:
+        """Per-request gammas: the draft model catches up on skipped iterations."""
+        return ChainControl(self.draft_cost, self.gamma)

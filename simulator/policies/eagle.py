@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import OperatorPrices, forward_tokens, level_draft_time
+from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.params import Param, given, parse_params
+from simulator.inputs.params import Param, given
 from simulator.models.spec import attached_model
-from simulator.policies.base import PolicyContext, policy_hardware
+from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware
 from simulator.policies.tree_acceptance import (
     check_acceptance_param,
     exclusive_table,
@@ -51,10 +52,8 @@ _MODEL = Param("str", default=None, help="EAGLE draft layer file (default eagle-
 _ACCEPTANCE = Param("any", default=None, help="this policy's own acceptance model (a mapping)")
 
 
-class _EagleDraft:
+class _EagleDraft(PolicyBase):
     """The EAGLE layer: its cost model, prefill, and the tokens it re-reads each iteration."""
-
-    needs_draft_model = False
 
     @classmethod
     def memory_models(cls, params: dict, draft, target):
@@ -98,6 +97,10 @@ class _EagleDraft:
         return self.acceptance.expected(self.tree)
 
     # ---------------------------------------------------------------- policy interface
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.tree.num_nodes + 1
+
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = np.full(len(batch), self.tree.num_nodes, dtype=np.int64)
         ctx = batch.context.astype(np.float64)
@@ -119,14 +122,6 @@ class _EagleDraft:
             + self._fc_s(float(new_tokens.sum()))
 
 
-def _check_eagle(out: dict, source: str, prefix: str) -> None:
-    if out["tree"] is not None:
-        check_expansion_size(out["tree"], source=source, field=prefix + "tree")
-    if out["choices"] is not None:
-        tree_from_choices(out["choices"], field=prefix + "choices")
-    check_acceptance_param(out, source, prefix)
-
-
 class EagleSpeculation(_EagleDraft):
     """EAGLE-1: the feature-level draft proposes a chain or a static tree."""
 
@@ -143,16 +138,18 @@ class EagleSpeculation(_EagleDraft):
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix,
-                           check=_check_eagle)
-        shapes = [g for g in (given(params, cls.PARAMS, k)
+    def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
+        if out["tree"] is not None:
+            check_expansion_size(out["tree"], source=source, field=prefix + "tree")
+        if out["choices"] is not None:
+            tree_from_choices(out["choices"], field=prefix + "choices")
+        check_acceptance_param(out, source, prefix)
+        shapes = [g for g in (given(raw, cls.PARAMS, k)
                               for k in ("num_speculative_tokens", "tree", "choices")) if g]
         if len(shapes) > 1:
             raise SpecsimError(f"give one tree shape, not {' and '.join(shapes)}",
                                source=source, field=prefix + shapes[0],
                                fix="num_speculative_tokens (a chain), tree: [k1, ...] or choices")
-        return out
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self._setup(params, ctx)
@@ -165,23 +162,6 @@ class EagleSpeculation(_EagleDraft):
         self.levels = forward_tokens(self.tree)
         self.logits = self.levels
         self.acceptance = resolve_acceptance(params, ctx, self.tree, policy=self.name)
-        self.max_verify_tokens = self.tree.num_nodes + 1
-
-
-def _check_eagle2(out: dict, source: str, prefix: str) -> None:
-    steps, topk = out["speculative_num_steps"], out["speculative_eagle_topk"]
-    nodes = out["speculative_num_draft_tokens"] - 1
-    most = topk + (steps - 1) * topk * topk
-    field = prefix + "speculative_num_draft_tokens"
-    if nodes < steps:
-        raise SpecsimError(f"{nodes + 1} draft tokens (the root and {nodes} nodes) cannot "
-                           f"reach depth {steps}", source=source, field=field,
-                           fix=f"use >= {steps + 1}, or fewer speculative_num_steps")
-    if nodes > most:
-        raise SpecsimError(f"{steps} steps of top-{topk} give only {most} candidate nodes, "
-                           f"fewer than {nodes}", source=source, field=field,
-                           fix=f"use <= {most + 1}, or more steps / a larger topk")
-    check_acceptance_param(out, source, prefix)
 
 
 class Eagle2Speculation(_EagleDraft):
@@ -201,9 +181,20 @@ class Eagle2Speculation(_EagleDraft):
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix,
-                            check=_check_eagle2)
+    def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
+        steps, topk = out["speculative_num_steps"], out["speculative_eagle_topk"]
+        nodes = out["speculative_num_draft_tokens"] - 1
+        most = topk + (steps - 1) * topk * topk
+        field = prefix + "speculative_num_draft_tokens"
+        if nodes < steps:
+            raise SpecsimError(f"{nodes + 1} draft tokens (the root and {nodes} nodes) cannot "
+                               f"reach depth {steps}", source=source, field=field,
+                               fix=f"use >= {steps + 1}, or fewer speculative_num_steps")
+        if nodes > most:
+            raise SpecsimError(f"{steps} steps of top-{topk} give only {most} candidate nodes, "
+                               f"fewer than {nodes}", source=source, field=field,
+                               fix=f"use <= {most + 1}, or more steps / a larger topk")
+        check_acceptance_param(out, source, prefix)
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self._setup(params, ctx)
@@ -225,4 +216,3 @@ class Eagle2Speculation(_EagleDraft):
         self.acceptance.check_fits(self.tree)
         self.levels = np.array([1] + [topk] * (steps - 1), np.int64)
         self.logits = self.levels
-        self.max_verify_tokens = self.tree.num_nodes + 1

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.plan import BatchView, DraftPlan
-from simulator.inputs.params import Param, parse_params
-from simulator.policies.base import NoDraftMixin, PolicyContext
+from simulator.inputs.params import Param
+from simulator.policies.base import PolicyBase, PolicyContext
 from simulator.policies.token_text import (
     TokenText,
     finished_mask,
@@ -77,11 +77,10 @@ class InContextTarget:
         self._seen.pop(rid, None)
 
 
-class JacobiDecoding(NoDraftMixin):
+class JacobiDecoding(PolicyBase):
     """Plain Jacobi decoding: refine a window of guesses, accept its verified prefix."""
 
     name = "jacobi"
-    needs_draft_model = False
     PARAMS = {
         "window_size": Param("int", default=8, minimum=1, maximum=256, aliases=("W",),
                              help="guesses per request per step"),
@@ -89,17 +88,16 @@ class JacobiDecoding(NoDraftMixin):
                       help="first window: random prompt tokens, or the last token repeated"),
     }
 
-    @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
-
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
         self.target = InContextTarget(self.text)
         self.w = int(params["window_size"])
         self.init = params["init"]
-        self.max_verify_tokens = self.w + 1
         self._window: dict[int, list[int]] = {}
+
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.w + 1
 
     def _initial(self, rid: int, generated: int, rng: np.random.Generator) -> list[int]:
         known = self.text.known(rid, generated)
@@ -151,11 +149,10 @@ class JacobiDecoding(NoDraftMixin):
             self._window[rid] = new
 
 
-class LookaheadDecoding(NoDraftMixin):
+class LookaheadDecoding(PolicyBase):
     """Lookahead decoding: Jacobi lanes feed an n-gram pool whose hits are verified."""
 
     name = "lookahead"
-    needs_draft_model = False
     PARAMS = {
         "window_size": Param("int", default=5, minimum=1, maximum=256, aliases=("W",),
                              help="lookahead lanes W"),
@@ -167,10 +164,6 @@ class LookaheadDecoding(NoDraftMixin):
                                         maximum=1.0, help="CPU pool time per request"),
     }
 
-    @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
-
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
         self.target = InContextTarget(self.text)
@@ -178,9 +171,13 @@ class LookaheadDecoding(NoDraftMixin):
         self.n = int(params["ngram_size"])
         self.g = int(params["guess_set_size"])
         self.cpu_s = float(params["cpu_time_per_request_s"])
-        self.max_verify_tokens = 1 + (self.w + self.g) * (self.n - 1)
         self._lanes: dict[int, list[list[int]]] = {}
         self._pool: dict[int, dict[int, list[tuple]]] = {}
+
+    @property
+    def max_verify_tokens(self) -> int:
+        """The root, W lanes of N - 1 guesses and G pooled (N - 1)-grams."""
+        return 1 + (self.w + self.g) * (self.n - 1)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         drafts: dict[int, list[np.ndarray]] = {}

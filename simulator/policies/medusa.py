@@ -29,13 +29,14 @@ import numpy as np
 
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import OperatorPrices
+from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.params import Param, parse_params
+from simulator.inputs.params import Param
 from simulator.models.spec import ModelSpec, attached_model
-from simulator.policies.base import PolicyContext, policy_hardware
+from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware
 from simulator.policies.tree_acceptance import (
     check_acceptance_param,
     exclusive_table,
@@ -46,15 +47,6 @@ from simulator.speculation.closed_forms import tree_expected_accepted
 from simulator.speculation.tree_shapes import best_tree, tree_from_choices
 
 MEDUSA_DEFAULT_NODES = 63  # Medusa's default sparse tree, mc_sim_7b_63
-
-
-def _check(out: dict, source: str, prefix: str) -> None:
-    if out["choices"] is not None:
-        tree_from_choices(out["choices"], field=prefix + "choices")
-    if out["typical_lift"] is not None and not out["typical_acceptance"]:
-        raise SpecsimError("only used with typical_acceptance: true", source=source,
-                           field=prefix + "typical_lift")
-    check_acceptance_param(out, source, prefix)
 
 
 def _heads(params: dict, draft, target) -> tuple[ModelSpec, int]:
@@ -72,11 +64,10 @@ def _heads(params: dict, draft, target) -> tuple[ModelSpec, int]:
     return spec, heads
 
 
-class MedusaSpeculation:
+class MedusaSpeculation(PolicyBase):
     """Medusa heads draft a Cartesian-product candidate tree; one tree-attention verification."""
 
     name = "medusa"
-    needs_draft_model = False
     PARAMS = {
         "model": Param("str", default=None, help="medusa heads file (default medusa-<target>)"),
         "num_heads": Param("int", default=None, minimum=1, maximum=64,
@@ -95,8 +86,13 @@ class MedusaSpeculation:
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+    def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
+        if out["choices"] is not None:
+            tree_from_choices(out["choices"], field=prefix + "choices")
+        if out["typical_lift"] is not None and not out["typical_acceptance"]:
+            raise SpecsimError("only used with typical_acceptance: true", source=source,
+                               field=prefix + "typical_lift")
+        check_acceptance_param(out, source, prefix)
 
     @classmethod
     def memory_models(cls, params: dict, draft, target):
@@ -137,7 +133,10 @@ class MedusaSpeculation:
             lift = 0.2 if params["typical_lift"] is None else params["typical_lift"]
             cond = np.asarray(model.node_conditionals(self.tree), float)
             self._cond = 1.0 - (1.0 - cond) * (1.0 - lift)
-        self.max_verify_tokens = self.tree.num_nodes + 1
+
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.tree.num_nodes + 1
 
     def heads_time(self, num_requests: int) -> float:
         """Every head's ResBlock and LM head over one token per request."""
@@ -167,12 +166,6 @@ class MedusaSpeculation:
         if on.any():
             out[on] = walk_tree(self.tree, self._cond, rng, int(on.sum()))
         return out
-
-    def observe(self, plan, batch, accepted, step_time_s) -> None:
-        return None
-
-    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return 0.0
 
 
 def _probe(depth: int):

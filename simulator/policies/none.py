@@ -4,20 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.plan import BatchView, DraftPlan
-from simulator.inputs.params import Param, parse_params
-from simulator.policies.base import NoDraftMixin, PolicyContext
+from simulator.policies.base import PolicyBase, PolicyContext
 
 
-class NoSpeculation(NoDraftMixin):
+class NoSpeculation(PolicyBase):
     """Plain continuous-batching decode: no proposer, no verification overhead."""
 
     name = "none"
-    PARAMS: dict[str, Param] = {}
-    needs_draft_model = False
-
-    @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
+    max_verify_tokens = 1
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.params = params

@@ -23,8 +23,9 @@ import numpy as np
 
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.params import Param, parse_params
-from simulator.policies.base import NoDraftMixin, PolicyContext
+from simulator.inputs.params import Param
+from simulator.policies.base import PolicyBase, PolicyContext
+from simulator.policies.draft_control import LimitedControl
 from simulator.policies.token_text import (
     TokenText,
     finished_mask,
@@ -63,15 +64,6 @@ def ngram_lookup(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarr
     return tokens[start:start + k]
 
 
-def check_ngram_sizes(out: dict, source: str, prefix: str) -> None:
-    """``prompt_lookup_min <= prompt_lookup_max`` (both >= 1 by their Param bounds)."""
-    if out["prompt_lookup_min"] > out["prompt_lookup_max"]:
-        raise SpecsimError(
-            f"prompt_lookup_min ({out['prompt_lookup_min']}) exceeds prompt_lookup_max "
-            f"({out['prompt_lookup_max']})", source=source, field=prefix + "prompt_lookup_min",
-            fix="make prompt_lookup_min <= prompt_lookup_max")
-
-
 def chain_plan(drafts: dict[int, np.ndarray], batch: BatchView, cpu_time_s: float) -> DraftPlan:
     """A plan verifying each request's draft chain (``drafts`` keyed by request id)."""
     k = np.fromiter((drafts[int(r)].size for r in batch.request_ids), np.int64, len(batch))
@@ -89,11 +81,10 @@ def accept_chains(text: TokenText, plan: DraftPlan, batch: BatchView) -> np.ndar
     return out
 
 
-class PromptLookup(NoDraftMixin):
+class PromptLookup(PolicyBase):
     """Propose the continuation of the longest recurring suffix n-gram of each request."""
 
     name = "prompt_lookup"
-    needs_draft_model = False
     PARAMS = {
         "num_speculative_tokens": Param("int", default=4, minimum=1, maximum=64,
                                         aliases=("gamma",), help="most draft tokens proposed"),
@@ -107,9 +98,14 @@ class PromptLookup(NoDraftMixin):
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix,
-                            check=check_ngram_sizes)
+    def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
+        """``prompt_lookup_min <= prompt_lookup_max`` (both >= 1 by their Param bounds)."""
+        if out["prompt_lookup_min"] > out["prompt_lookup_max"]:
+            raise SpecsimError(
+                f"prompt_lookup_min ({out['prompt_lookup_min']}) exceeds prompt_lookup_max "
+                f"({out['prompt_lookup_max']})", source=source,
+                field=prefix + "prompt_lookup_min", fix="make prompt_lookup_min <= "
+                                                         "prompt_lookup_max")
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
@@ -117,11 +113,14 @@ class PromptLookup(NoDraftMixin):
         self.min_n = int(params["prompt_lookup_min"])
         self.max_n = int(params["prompt_lookup_max"])
         self.cpu_s = float(params["cpu_time_per_request_s"])
-        self.max_verify_tokens = self.k + 1
 
     @property
-    def max_draft_tokens(self) -> int:
-        return self.k
+    def max_verify_tokens(self) -> int:
+        return self.k + 1
+
+    def draft_control(self, params: dict) -> LimitedControl:
+        """Per-request caps: the lookup proposes at most each request's cap."""
+        return LimitedControl(self, self.k)
 
     def propose_limited(self, batch: BatchView, rng: np.random.Generator,
                         max_draft: np.ndarray) -> DraftPlan:

@@ -1,5 +1,8 @@
 """The serving policies by name: the one registry the scenario, the driver and the adaptive
-wrapper use."""
+wrapper use.  The modules it imports policies from are the policy files; the others in
+simulator/policies/ are the contract (base.py, every policy's ``PolicyBase``) and kit
+(chain_acceptance.py, draft_control.py, token_text.py, tree_acceptance.py,
+adaptive_controllers.py), which never import a policy file."""
 from __future__ import annotations
 
 from simulator.policies.adaptive import AdaptiveSpeculation
@@ -13,8 +16,8 @@ from simulator.policies.specinfer import SpecInferSpeculation
 from simulator.policies.staged import StagedSpeculation
 from simulator.policies.suffix import SuffixDecoding
 
-POLICIES: dict[str, type] = {
-    "none": NoSpeculation,
+# the speculative policies the adaptive wrapper can wrap (not none, not itself)
+BASES: dict[str, type] = {
     "chain": ChainSpeculation,
     "staged": StagedSpeculation,
     "specinfer": SpecInferSpeculation,
@@ -25,5 +28,10 @@ POLICIES: dict[str, type] = {
     "suffix": SuffixDecoding,
     "jacobi": JacobiDecoding,
     "lookahead": LookaheadDecoding,
-    "adaptive": AdaptiveSpeculation,
+}
+
+POLICIES: dict[str, type] = {
+    "none": NoSpeculation,
+    **BASES,
+    "adaptive": AdaptiveSpeculation.over(BASES),
 }

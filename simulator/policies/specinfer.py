@@ -33,7 +33,7 @@ import dataclasses
 
 import numpy as np
 
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import (
     chain_draft_time,
     draft_max_context,
@@ -42,11 +42,12 @@ from simulator.cost.drafting import (
     level_draft_time,
     sharded_time,
 )
+from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.params import Param, given, parse_params
+from simulator.inputs.params import Param, given
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.policies.base import PolicyContext, batch_fits_draft, policy_hardware
+from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft, policy_hardware
 from simulator.policies.tree_acceptance import check_acceptance_param, resolve_acceptance
 from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_expansion_size, check_tree_size, parallel_chains
@@ -55,23 +56,7 @@ SPECINFER_EXPANSION = (1, 1, 3, 1, 1, 1, 1, 1)  # SpecInfer section 6 (seed 000,
 VERIFICATIONS = ("greedy", "mss", "naive")
 
 
-def _check(out: dict, source: str, prefix: str) -> None:
-    drafts = out["draft_models"]
-    if drafts is not None:
-        if out["expansion"] is not None:
-            raise SpecsimError("give 'expansion' (one draft expands a tree) or 'draft_models' "
-                               "(several drafts' chains are merged), not both", source=source,
-                               field=prefix + "draft_models")
-        if isinstance(drafts, str) or not isinstance(drafts, (list, tuple)) or not drafts \
-                or not all(isinstance(d, str) and d for d in drafts):
-            raise SpecsimError("expected a non-empty list of model names", source=source,
-                               field=prefix + "draft_models", fix="e.g. [llama-68m, llama-160m]")
-    if out["expansion"] is not None:
-        check_expansion_size(out["expansion"], source=source, field=prefix + "expansion")
-    check_acceptance_param(out, source, prefix)
-
-
-class SpecInferSpeculation:
+class SpecInferSpeculation(PolicyBase):
     """Expansion- or merge-based token trees verified in one tree-attention forward."""
 
     name = "specinfer"
@@ -92,14 +77,26 @@ class SpecInferSpeculation:
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        out = parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
-        gamma = given(params, cls.PARAMS, "num_speculative_tokens")
-        if gamma and out["draft_models"] is None:
+    def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
+        drafts = out["draft_models"]
+        if drafts is not None:
+            if out["expansion"] is not None:
+                raise SpecsimError("give 'expansion' (one draft expands a tree) or "
+                                   "'draft_models' (several drafts' chains are merged), not "
+                                   "both", source=source, field=prefix + "draft_models")
+            if isinstance(drafts, str) or not isinstance(drafts, (list, tuple)) or not drafts \
+                    or not all(isinstance(d, str) and d for d in drafts):
+                raise SpecsimError("expected a non-empty list of model names", source=source,
+                                   field=prefix + "draft_models",
+                                   fix="e.g. [llama-68m, llama-160m]")
+        if out["expansion"] is not None:
+            check_expansion_size(out["expansion"], source=source, field=prefix + "expansion")
+        check_acceptance_param(out, source, prefix)
+        gamma = given(raw, cls.PARAMS, "num_speculative_tokens")
+        if gamma and drafts is None:
             raise SpecsimError("only used with draft_models (merge-based trees)", source=source,
                                field=prefix + gamma,
                                fix="set the tree with 'expansion: [k1, k2, ...]' instead")
-        return out
 
     @classmethod
     def memory_models(cls, params: dict, draft, target):
@@ -138,7 +135,10 @@ class SpecInferSpeculation:
         self.verification = params["verification"] or getattr(
             self.acceptance.model, "tree_method", "as measured")
         self._levels = forward_tokens(self.tree)
-        self.max_verify_tokens = self.tree.num_nodes + 1
+
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.tree.num_nodes + 1
 
     # ---------------------------------------------------------------- pricing
     def _device_drafts(self) -> list[list[int]]:
@@ -175,9 +175,6 @@ class SpecInferSpeculation:
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
-
-    def observe(self, plan, batch, accepted, step_time_s) -> None:
-        return None
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         if self.draft_max_context is not None and new_tokens.size:

@@ -30,14 +30,15 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.acceptance.iid import IIDAcceptance
-from simulator.cost.cost_model import CostModel, Parallelism
+from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
+from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.params import Param, parse_params
+from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
 from simulator.policies.base import PolicyContext, batch_fits_draft, policy_hardware
-from simulator.policies.chain import ChainAcceptance
+from simulator.policies.chain_acceptance import ChainAcceptance
 
 NGRAM = "ngram"
 
@@ -74,10 +75,6 @@ class StagedSpeculation(ChainAcceptance):
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix)
-
-    @classmethod
     def memory_models(cls, params: dict, draft, target):
         """Both drafts and their KV caches (an n-gram table lives in host memory)."""
         models = [draft] if draft is not None else []
@@ -105,7 +102,10 @@ class StagedSpeculation(ChainAcceptance):
         if alpha is None:
             alpha = float(np.asarray(ctx.acceptance.position_rates(1))[0])
         self.inner = IIDAcceptance(alpha)
-        self.max_verify_tokens = self.gamma + 1
+
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.gamma + 1
 
     def draft_time(self, context: np.ndarray, request_ids: np.ndarray,
                    rng: np.random.Generator) -> tuple[float, float, int]:

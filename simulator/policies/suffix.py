@@ -27,19 +27,14 @@ import numpy as np
 
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.params import Param, parse_params
-from simulator.policies.base import NoDraftMixin, PolicyContext
+from simulator.inputs.params import Param
+from simulator.policies.base import PolicyBase, PolicyContext
+from simulator.policies.draft_control import LimitedControl
 from simulator.policies.token_text import TokenText, finished_mask, require_token_ids
 from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
 SUFFIX_UPDATE_S = 5e-6      # ibid.: 4.1-5.5 us per token added
-
-
-def _check(out: dict, source: str, prefix: str) -> None:
-    if not (out["use_request_tree"] or out["use_global_tree"]):
-        raise SpecsimError("both suffix trees are switched off", source=source,
-                           field=prefix + "use_global_tree", fix="enable at least one")
 
 
 class _RequestState:
@@ -51,11 +46,10 @@ class _RequestState:
         self.indexed = 0
 
 
-class SuffixDecoding(NoDraftMixin):
+class SuffixDecoding(PolicyBase):
     """Speculation trees from a per-request and a global suffix trie, frequency-scored."""
 
     name = "suffix"
-    needs_draft_model = False
     PARAMS = {
         "num_speculative_tokens": Param("int", default=16, minimum=1, maximum=256,
                                         aliases=("gamma",),
@@ -83,8 +77,10 @@ class SuffixDecoding(NoDraftMixin):
     }
 
     @classmethod
-    def parse_params(cls, params, *, source: str, prefix: str = "policy.") -> dict:
-        return parse_params(params, cls.PARAMS, source=source, prefix=prefix, check=_check)
+    def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
+        if not (out["use_request_tree"] or out["use_global_tree"]):
+            raise SpecsimError("both suffix trees are switched off", source=source,
+                               field=prefix + "use_global_tree", fix="enable at least one")
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
@@ -100,14 +96,17 @@ class SuffixDecoding(NoDraftMixin):
         self.use_global = bool(p["use_global_tree"])
         self.cpu_request_s = float(p["cpu_time_per_request_s"])
         self.cpu_token_s = float(p["cpu_time_per_token_s"])
-        self.max_verify_tokens = self.k + 1
         self.global_index = SuffixIndex(self.depth)
         self._cached: deque[int] = deque()
         self._requests: dict[int, _RequestState] = {}
 
     @property
-    def max_draft_tokens(self) -> int:
-        return self.k
+    def max_verify_tokens(self) -> int:
+        return self.k + 1
+
+    def draft_control(self, params: dict) -> LimitedControl:
+        """Per-request caps: the tries speculate at most each request's cap of nodes."""
+        return LimitedControl(self, self.k)
 
     # ------------------------------------------------------------------ speculation
     def _budget(self, match_len: int, cap: int) -> int:

@@ -1,4 +1,4 @@
-"""The kit of the model-free proposers (prompt lookup, suffix decoding, lookahead): the
+"""Kit of the model-free proposers (prompt lookup, suffix decoding, lookahead): the
 workload's real token ids per request, and how many of a draft match the text that follows."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Token trees for the model-based policies: what drafting one costs, and what one yields.
+"""Kit: token trees for the model-based policies: what drafting one costs, what one yields.
 
 Cost (DESIGN.md section 5): a drafter builds a tree one forward per level; forward j carries,
 per request, the nodes of level j-1 that get children (the root alone first), attending to

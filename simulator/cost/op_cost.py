@@ -1,0 +1,64 @@
+"""A priced step, operator by operator: what ``CostModel.breakdown`` returns."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operator of a step, summed over the layers it appears in."""
+
+    name: str
+    flops: float
+    hbm_bytes: float
+    host_bytes: float
+    compute_s: float
+    memory_s: float
+    host_s: float
+    overhead_s: float
+    # attention is priced per request (sum of per-request maxima), not max of the sums
+    roofline_s: float | None = None
+
+    @property
+    def time_s(self) -> float:
+        if self.roofline_s is not None:
+            return self.roofline_s + self.overhead_s
+        return max(self.compute_s, self.memory_s, self.host_s) + self.overhead_s
+
+    @property
+    def bound(self) -> str:
+        roofs = {"compute": self.compute_s, "memory": self.memory_s, "host": self.host_s}
+        if self.compute_s == self.memory_s == self.host_s == 0.0:
+            return "overhead"
+        return max(roofs, key=roofs.get)
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.hbm_bytes if self.hbm_bytes else math.inf
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A priced step: its operators, its fixed overhead and the total."""
+
+    ops: tuple[OpCost, ...]
+    step_overhead_s: float
+    pipeline_s: float = 0.0  # extra time of pipeline fill/drain and stage-to-stage transfers
+    time_s: float = field(default=0.0)
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+    @property
+    def hbm_bytes(self) -> float:
+        return sum(op.hbm_bytes for op in self.ops)
+
+    def to_records(self) -> list[dict]:
+        """One dict per operator, ready for a DataFrame."""
+        return [{"op": op.name, "flops": op.flops, "hbm_bytes": op.hbm_bytes,
+                 "host_bytes": op.host_bytes, "compute_s": op.compute_s,
+                 "memory_s": op.memory_s, "host_s": op.host_s, "overhead_s": op.overhead_s,
+                 "time_s": op.time_s, "bound": op.bound,
+                 "arithmetic_intensity": op.arithmetic_intensity} for op in self.ops]

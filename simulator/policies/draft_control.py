@@ -1,0 +1,127 @@
+"""Kit: the handles through which the ``adaptive`` wrapper sets a base policy's draft lengths.
+
+A base policy hands one over from ``PolicyBase.draft_control``; each has ``max_draft`` (the
+cap a controller starts from), ``per_request`` (whether caps may differ per request),
+``propose(batch, rng, caps)`` and ``observe(plan, batch, emitted, done)``; the per-request
+ones also ``draft_predictor(batch)`` (caps -> predicted draft seconds, for ``goodput``).
+
+- ``GateControl`` (the default): the base's drafts all or none per request;
+- ``LimitedControl``: per-request caps for a base with ``propose_limited`` (the model-free
+  proposers);
+- ``ChainControl``: per-request gammas for a draft model's chain; a draft model that skipped
+  iterations catches up on the missed tokens in its first forward.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.cost.drafting import chain_draft_time
+from simulator.engine.plan import BatchView, DraftPlan
+
+
+class GateControl:
+    """On/off for any base: a zero cap drops that request's drafts."""
+
+    per_request = False
+
+    def __init__(self, base, params: dict) -> None:
+        self.base = base
+        # on or off is all a gate sets: the cap is the base's gamma knob, where it has one
+        self.max_draft = int(params.get("num_speculative_tokens") or 1)
+
+    def propose(self, batch: BatchView, rng, k: np.ndarray) -> DraftPlan:
+        if not k.any():
+            n = len(batch)
+            return DraftPlan(num_draft=np.zeros(n, np.int64), verify_tokens=np.ones(n, np.int64))
+        plan = self.base.propose(batch, rng)
+        plan.trim(k > 0)
+        return plan
+
+    def observe(self, *args) -> None:
+        return None
+
+
+class LimitedControl:
+    """Per-request caps for a base with ``propose_limited(batch, rng, caps)``."""
+
+    per_request = True
+
+    def __init__(self, base, max_draft: int) -> None:
+        self.base = base
+        self.max_draft = int(max_draft)
+
+    def propose(self, batch: BatchView, rng, k: np.ndarray) -> DraftPlan:
+        return self.base.propose_limited(batch, rng, k)
+
+    def draft_predictor(self, batch: BatchView):
+        return lambda k: 0.0  # CPU microseconds, negligible against a forward
+
+    def observe(self, *args) -> None:
+        return None
+
+
+class ChainControl:
+    """Per-request gammas for a draft model's chain, with the draft model's catch-up."""
+
+    per_request = True
+
+    def __init__(self, draft_cost, gamma: int) -> None:
+        self.max_draft = int(gamma)
+        self.draft_cost = draft_cost
+        self._lags: dict[int, int] = {}
+        self._drafted: dict[int, bool] = {}
+        self._memo: dict[tuple[int, int], float] = {}
+
+    def _lag(self, batch: BatchView) -> np.ndarray:
+        return np.fromiter((self._lags.get(r, 0) for r in batch.request_ids.tolist()),
+                           np.int64, len(batch))
+
+    def _catch_up_s(self, ctx: np.ndarray, lag: np.ndarray) -> float:
+        """Extra time of first forwards that also feed ``lag`` skipped tokens."""
+        busy = lag > 0
+        if not busy.any():
+            return 0.0
+        c = ctx[busy].astype(float)
+        return self.draft_cost.step_time((1 + lag[busy]).astype(float), c - lag[busy]) \
+            - self.draft_cost.step_time(np.ones(c.size), c)
+
+    def propose(self, batch: BatchView, rng, k: np.ndarray) -> DraftPlan:
+        on = k > 0
+        self._drafted = dict(zip(batch.request_ids.tolist(), on.tolist()))
+        time_s = chain_draft_time(self.draft_cost, batch.context, k)
+        if on.any():  # the first forward also feeds the tokens the draft model skipped
+            time_s += self._catch_up_s(batch.context[on], self._lag(batch)[on])
+        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=time_s)
+
+    def draft_predictor(self, batch: BatchView):
+        """k -> predicted draft time: memoised decode steps (contexts rounded to 128 tokens)."""
+        ctx, lag = batch.context.astype(float), self._lag(batch)
+        memo, decode_time = self._memo, self.draft_cost.decode_time
+
+        def predict(k: np.ndarray) -> float:
+            k_max = int(k.max(initial=0))
+            if k_max == 0:
+                return 0.0
+            # requests drafting more than j tokens, and their summed contexts, for every j
+            n = np.cumsum(np.bincount(k, minlength=k_max + 1)[::-1])[::-1][1:]
+            c = np.cumsum(np.bincount(k, weights=ctx, minlength=k_max + 1)[::-1])[::-1][1:]
+            total = 0.0
+            for j in range(k_max):
+                key = (int(n[j]), int(c[j] / n[j] + j) >> 7)
+                t = memo.get(key)
+                if t is None:
+                    t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
+                total += t
+            on = k > 0
+            return total + self._catch_up_s(ctx[on], lag[on])
+
+        return predict
+
+    def observe(self, plan: DraftPlan, batch: BatchView, emitted: np.ndarray,
+                done: np.ndarray) -> None:
+        # a request whose drafts the engine trimmed still ran the draft model: use the proposal
+        for rid, e, d in zip(batch.request_ids.tolist(), emitted.tolist(), done.tolist()):
+            if d or self._drafted.get(rid, False):
+                self._lags.pop(rid, None)
+            else:
+                self._lags[rid] = self._lags.get(rid, 0) + e
