@@ -3,7 +3,7 @@ gamma-map, calibrate, validate, report), output paths and argparse; the YAML and
 cases are in hostile_cases.py, whose bases and helpers these use."""
 from __future__ import annotations
 
-from hostile_cases import (
+from tests.hostile_cases import (
                            ANALYTIC,
                            EST,
                            GMAP,

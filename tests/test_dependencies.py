@@ -7,13 +7,14 @@ Known breakages inside a range are pinned by behaviour tests elsewhere: simpy 4.
 """
 import configparser
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
+ROOT = REPO
 
 
 def requirements() -> dict[str, list[Requirement]]:

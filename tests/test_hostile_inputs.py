@@ -17,7 +17,7 @@ The table is data (tests/hostile_cases.py, tests/hostile_cases_commands.py): app
 Summary for a closing note (counts of cases, clean errors, tracebacks, hangs, files
 changed)::
 
-    python tests/test_hostile_inputs.py
+    python -m tests.test_hostile_inputs
 """
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ from typing import Mapping
 
 import pytest
 import yaml
-from hostile_cases import REPO, SCENARIO_CASES, Case
-from hostile_cases_commands import COMMAND_CASES
+
+from tests.hostile_cases import REPO, SCENARIO_CASES, Case
+from tests.hostile_cases_commands import COMMAND_CASES
 
 CASES: list[Case] = SCENARIO_CASES + COMMAND_CASES
 

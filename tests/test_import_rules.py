@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
+ROOT = REPO
 PACKAGES = ("simulator", "hardware", "workloads", "reports", "calibrate")
 # Largest file and function in simulator/ (README.md, "Layout"); the exceptions are named
 # with their reason and their size today, so one that grows fails too.

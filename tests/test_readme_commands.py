@@ -8,8 +8,6 @@ independence from SimPy's queue internals.
 """
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,9 +16,9 @@ import simpy
 
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
+from tests.helpers import REPO, specsim_command
 
-ROOT = Path(__file__).resolve().parent.parent
-SPECSIM = Path(sys.executable).parent / "specsim"
+ROOT = REPO
 TIMEOUT_S = 300  # the default scenario takes a few seconds; a hang is caught, not waited out
 
 
@@ -41,7 +39,7 @@ def specsim_part(command: str) -> list[str]:
 
 
 def run_quiet(argv, cwd, timeout=TIMEOUT_S, **kw):
-    exe = [str(SPECSIM)] if SPECSIM.exists() else [sys.executable, "-m", "simulator.cli"]
+    exe = specsim_command()
     return subprocess.run(exe + argv[1:], cwd=cwd, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout, **kw)
 
@@ -130,7 +128,7 @@ def test_on_a_terminal_the_run_shows_a_bar_and_finishes(tmp_path):
     master, slave = pty.openpty()
     # a real terminal's size (a bare pty is 0 columns wide, and tqdm draws nothing there)
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    exe = [str(SPECSIM)] if SPECSIM.exists() else [sys.executable, "-m", "simulator.cli"]
+    exe = specsim_command()
     proc = subprocess.Popen(exe + ["run"], cwd=tmp_path,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)

@@ -33,15 +33,19 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser with every subcommand."""
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand; with ``argv``, only the command it names gets its
+    arguments (and only its module is imported), so ``specsim --help`` and each command
+    start without importing the others' dependencies (pandas, SimPy, torch)."""
     parser = _Parser(prog="specsim", description="LLM serving simulator with speculative "
                      "decoding: latency, throughput, goodput and the best gamma.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True  # no command: one error line, like any other argument error
+    named = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(name, p)
+        if named is None or name == named:
+            importlib.import_module(module).add_arguments(name, p)
         p.set_defaults(_module=module)
     return parser
 
@@ -68,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread (main() called from a library): leave them
         old = {}
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(argv)
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help (0) or an argument error (2): a code, as below

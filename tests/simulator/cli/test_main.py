@@ -1,0 +1,125 @@
+"""The command line: exit codes, one-line errors without tracebacks, JSON outputs, run."""
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+from tests.helpers import REPO
+
+ROOT = REPO
+
+
+def cli(*args):
+    """Run the real console entry point in a subprocess (no traceback may leak)."""
+    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_estimate_json_rows_and_best_gamma():
+    out = cli("estimate", "--hardware", "a100-40gb", "--target", "opt-13b", "--draft",
+              "opt-125m", "--batch", "32", "--context", "512", "--gamma", "0-8", "--format",
+              "json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["gamma"] for r in rows] == list(range(9))
+    for key in ("draft_s", "verify_s", "decode_s", "c", "expected_tokens", "speedup",
+                "best_gamma"):
+        assert key in rows[0]
+    best = max(rows, key=lambda r: r["speedup"])
+    assert all(r["best_gamma"] == best["gamma"] for r in rows)
+    assert rows[0]["speedup"] == pytest.approx(1.0)  # gamma 0 is plain decoding
+
+
+def test_gamma_json():
+    out = cli("gamma", "--alpha", "0.8", "--c", "0.05", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["best_gamma"] == 8  # lecture 003's table: alpha 0.8, c' = 20 -> K* = 8
+    assert isinstance(data["speedup"], list) and data["speedup"][0]["speedup"] == 1.0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("estimate", "--hardware", "nope"), "unknown hardware"),
+    (("estimate", "--target", "gpt-5"), "unknown model"),
+    (("estimate", "--alpha", "nan"), "alpha"),
+    (("estimate", "--batch", "-3"), "--batch"),
+    (("estimate", "--gamma", "8-2"), "--gamma"),
+    (("estimate", "--draft", "medusa-vicuna-7b", "--target", "vicuna-7b"), "--draft"),
+    (("gamma", "--c", "-1"), "--c"),
+    (("run", "does-not-exist.yaml"), "file not found"),
+    (("run", "--set", "batching.max_num_seqs=-4"), "batching.max_num_seqs"),
+    (("run", "--set", "target=llama-2-70b"), "does not fit"),
+    (("run", "--compare", "none,bogus"), "policy.name"),
+    (("hardware", "show", "tpu-v99"), "unknown hardware"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle):
+    out = cli(*args)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert needle in out.stderr
+
+
+def test_run_default_writes_results(tmp_path):
+    out_dir = tmp_path / "out"
+    assert main(["run", "--no-progress", "--out", str(out_dir),
+                 "--set", "workload.max_requests=30"]) == 0
+    summary = pd.read_csv(out_dir / "summary.csv")
+    assert summary["policy"].tolist() == ["none", "chain"]
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert [p["label"] for p in manifest["policies"]] == ["none", "chain"]
+    req = pd.read_csv(out_dir / f"{manifest['policies'][1]['stem']}.requests.csv")
+    assert len(req) == 30 and (req["status"] == "finished").all()
+
+
+def test_failed_run_writes_nothing(tmp_path):
+    out_dir = tmp_path / "out"
+    assert main(["run", "--no-progress", "--out", str(out_dir),
+                 "--set", "target=llama-2-70b"]) == 2
+    assert not out_dir.exists()
+    assert not [p for p in tmp_path.iterdir()]
+
+
+def test_catalog_commands():
+    out = cli("models", "list", "--format", "json")
+    assert out.returncode == 0
+    names = {row["name"] for row in json.loads(out.stdout)}
+    assert {"opt-13b", "llama-2-70b", "llama-68m"} <= names
+    assert cli("hardware", "show", "a100-40gb").returncode == 0
+
+
+def test_bad_profile_in_hardware_dir_exits_2(tmp_path):
+    (tmp_path / "mygpu.yaml").write_text("name: mygpu\ndescription: x\nmemory_gib: 40\n")
+    out = cli("hardware", "list", "--hardware-dir", str(tmp_path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "mygpu.yaml" in out.stderr and "missing required key" in out.stderr
+
+
+def test_gamma_says_no_speculation_when_no_draft_length_pays():
+    # with c = 1000, E(g) <= 1 / (1 - 0.8) = 5 < 1000 g + 1 for every g >= 1 (Theorem 3.8)
+    out = cli("gamma", "--alpha", "0.8", "--c", "1000", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    import json
+    data = json.loads(out.stdout)
+    assert data["best_gamma"] == 0 and data["best_speedup"] == 1.0
+    assert max(s["speedup"] for s in data["speedup"] if s["gamma"] > 0) < 1.0
+
+
+@pytest.mark.parametrize("argv,absent", [
+    (["--help"], ("pandas", "numpy", "simpy", "torch", "altair", "simulator.simulate")),
+    (["gamma", "--alpha", "0.8", "--c", "0.05"], ("simpy", "torch", "altair",
+                                                 "simulator.simulate", "simulator.cli.run")),
+    (["estimate", "--help"], ("simpy", "torch", "altair", "simulator.simulate")),
+])
+def test_a_command_imports_only_what_it_needs(argv, absent):
+    # `specsim --help` and each command build only their own arguments (start-up time)
+    code = ("import sys, contextlib, io\n"
+            "from simulator.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    rc = main({argv!r})\n"
+            f"print(rc, [m for m in {absent!r} if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split(None, 1) == ["0", "[]\n"], out.stdout + out.stderr

@@ -1,0 +1,148 @@
+"""jacobi and lookahead: the in-context target rule, the 2-D window's pricing, Jacobi's lag."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.engine.plan import BatchView
+from simulator.inputs.errors import SpecsimError
+from simulator.policies.base import PolicyContext
+from simulator.policies.lookahead import InContextTarget, JacobiDecoding, LookaheadDecoding
+from simulator.policies.token_text import TokenText
+from simulator.scenario import load_scenario, scenario_from_dict
+from simulator.simulate import simulate
+from tests.helpers import REPO
+from workloads.workload import Workload
+
+SCENARIOS = REPO / "workloads" / "scenarios"
+
+
+def _workload(prompts, outputs):
+    return Workload(name="hand", arrival_s=np.zeros(len(prompts)),
+                    prompt_tokens=[len(p) for p in prompts],
+                    output_tokens=[len(o) for o in outputs], prompt_ids=prompts,
+                    output_ids=outputs)
+
+
+def test_off_path_rule_copies_the_latest_continuation():
+    text = TokenText((np.array([1, 2, 3, 1, 2, 4, 9]),), (np.array([5, 6]),))
+    target = InContextTarget(text, order=2)
+    target.see(0, 0)
+    assert target.predict(0, [1, 2]) == 4     # "1 2" last followed by 4
+    assert target.predict(0, [7, 2]) == 4     # "7 2" unseen: back off to "2" -> 4
+    assert target.predict(0, [3]) == 1
+    assert target.predict(0, [8]) == 8        # never seen: repeat
+    target.see(0, 2)                          # the output 5 6 becomes visible: 9 -> 5
+    assert target.predict(0, [9]) == 5
+
+
+def _batch(generated, output_len, prompt_len):
+    n = len(generated)
+    return BatchView(request_ids=np.arange(n), context=np.asarray(prompt_len) + generated,
+                     generated=np.asarray(generated), output_len=np.asarray(output_len),
+                     prompt_len=np.asarray(prompt_len), batch_size=n, now_s=0.0)
+
+
+def test_lookahead_prices_both_branches_in_one_forward():
+    prompt = np.array([1, 2, 3, 4, 5, 6, 7, 8] * 3)
+    output = np.array([1, 2, 3, 4, 5, 6, 7, 8] * 4)
+    w, n, g = 3, 4, 2
+    pol = LookaheadDecoding(LookaheadDecoding.parse_params(
+        {"W": w, "N": n, "G": g}, source="test"),
+        PolicyContext(target_cost=None, workload=_workload((prompt,), (output,))))
+    rng = np.random.default_rng(0)
+    generated = 1
+    for step in range(8):
+        batch = _batch([generated], [output.size], [prompt.size])
+        plan = pol.propose(batch, rng)
+        lanes = sum(len(lane) for lane in pol._lanes[0])
+        cands = plan.num_draft[0] // (n - 1)
+        assert cands <= g
+        assert plan.verify_tokens[0] == 1 + lanes + plan.num_draft[0]
+        if step >= n - 2:  # the lanes are full: W (N - 1) lookahead tokens
+            assert lanes == w * (n - 1)
+        accepted = pol.accept(plan, batch, rng)
+        pol.observe(plan, batch, accepted, 0.0)
+        generated += int(accepted[0]) + 1
+    # on a periodic text the pool's n-grams are right: drafts get accepted
+    assert generated > 1 + 8 + 8
+    assert pol.max_verify_tokens == 1 + (w + g) * (n - 1)
+
+
+def test_jacobi_window_lags_behind_copied_text():
+    # the target copies a period-5 text; the window starts as the last token repeated
+    prompt = np.array([10, 11, 12, 13, 14] * 4)
+    output = np.array([10, 11, 12, 13, 14] * 6)
+    pol = JacobiDecoding(JacobiDecoding.parse_params({"window_size": 4, "init": "repeat"},
+                                                     source="test"),
+                         PolicyContext(target_cost=None,
+                                       workload=_workload((prompt,), (output,))))
+    rng = np.random.default_rng(0)
+    generated, steps = 1, 0
+    while generated < 20:
+        batch = _batch([generated], [output.size], [prompt.size])
+        plan = pol.propose(batch, rng)
+        accepted = pol.accept(plan, batch, rng)
+        pol.observe(plan, batch, accepted, 0.0)
+        generated += int(accepted[0]) + 1
+        steps += 1
+    # every refined guess copies the token after the guess before it: one position behind
+    assert steps == 19
+
+
+@pytest.mark.parametrize("cls, params, field", [
+    (LookaheadDecoding, {"ngram_size": 1}, "policy.ngram_size"),
+    (LookaheadDecoding, {"window_size": 0}, "policy.window_size"),
+    (LookaheadDecoding, {"guess_set_size": 0}, "policy.guess_set_size"),
+    (LookaheadDecoding, {"pool": 3}, "policy.pool"),
+    (JacobiDecoding, {"init": "zeros"}, "policy.init"),
+])
+def test_bad_parameters_name_the_field(cls, params, field):
+    with pytest.raises(SpecsimError) as err:
+        cls.parse_params(params, source="test")
+    assert err.value.field == field
+
+
+def _run(kind, policy, n=12, seed=4):
+    sc = scenario_from_dict({
+        "name": kind, "seed": seed, "hardware": "a100-40gb", "target": "opt-13b",
+        "policy": policy, "batching": {"max_num_seqs": 16},
+        "workload": {"tokens": {"kind": kind, "num_requests": n,
+                                "arrival": {"process": "poisson", "rate_per_s": 0.3},
+                                **({"code": {"dist": "uniform", "min_tokens": 150,
+                                             "max_tokens": 300}} if kind == "code_edit" else {})}},
+    }, source="test")
+    res = simulate(sc)
+    steps = res.steps
+    return res, float((steps.emitted_tokens.sum() - steps.num_prefill.sum())
+                      / steps.num_decode.sum())
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {(kind, name): _run(kind, {"name": name})
+            for kind in ("code_edit", "free_chat") for name in ("jacobi", "lookahead")}
+
+
+def test_plain_jacobi_barely_beats_one_token_per_step(runs):
+    for kind in ("code_edit", "free_chat"):
+        assert 1.0 <= runs[kind, "jacobi"][1] < 1.1, kind
+
+
+def test_lookahead_with_its_pool_does_better_on_copied_text(runs):
+    jacobi, lookahead = runs["code_edit", "jacobi"][1], runs["code_edit", "lookahead"][1]
+    assert lookahead > 1.4 and lookahead > jacobi + 0.3
+    assert runs["free_chat", "lookahead"][1] < 1.1  # nothing to copy: little to find
+
+
+def test_every_request_finishes_with_consistent_counts(runs):
+    for res, _ in runs.values():
+        req = res.requests
+        assert (req.status == "finished").all()
+        assert (req.num_accepted_tokens <= req.num_draft_tokens).all()
+
+
+def test_shipped_scenario_runs():
+    res = simulate(load_scenario(SCENARIOS / "lookahead.yaml",
+                                 ["workload.tokens.num_requests=4"]))
+    assert (res.requests.status == "finished").all()

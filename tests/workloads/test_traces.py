@@ -1,0 +1,185 @@
+"""Trace readers: the public samples read in place, exact timestamps, every bad-trace error."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.inputs.errors import SpecsimError
+from tests.helpers import SHARED
+from workloads.traces import (
+    detect_format,
+    read_azure,
+    read_mooncake,
+    read_specsim,
+    read_trace,
+    read_vidur,
+    write_specsim_csv,
+)
+from workloads.workload import Workload
+
+TRACES = SHARED / "traces"
+
+
+def shared(name: str) -> Path:
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{name} is not present in ../shared/traces")
+    return path
+
+
+def test_azure_conversation_trace():
+    w = read_trace(shared("AzureLLMInferenceTrace_conv.csv"))
+    assert len(w) == 19_366 and w.name == "AzureLLMInferenceTrace_conv"
+    # First rows, by hand: 18:15:46.6805900 (374, 44), 18:15:50.9951690 (396, 109),
+    # 18:15:51.2224670 (879, 55); last row 19:14:08.4025270 (197, 183).
+    assert w.prompt_tokens[:3].tolist() == [374, 396, 879]
+    assert w.output_tokens[:3].tolist() == [44, 109, 55]
+    assert w.arrival_s[0] == 0.0
+    # 50.9951690 - 46.6805900 = 4.3145790 s, and an integer-nanosecond parse divided by 1e9
+    # is the double nearest 4.314579, so the comparison is exact.
+    assert w.arrival_s[1] == 4.314579
+    assert w.arrival_s[2] == 4.541877
+    # 19:14:08.4025270 - 18:15:46.6805900 = 58 min 21.7219370 s.
+    assert w.arrival_s[-1] == 3501.721937
+    assert (w.prompt_tokens[-1], w.output_tokens[-1]) == (197, 183)
+
+
+def test_azure_code_trace():
+    w = read_azure(shared("AzureLLMInferenceTrace_code.csv"))
+    assert len(w) == 8_819
+    # 18:17:03.9799600 (4808, 10), 18:17:04.0319600 (3180, 8); last 19:14:19.9280160 (549, 173).
+    assert (w.prompt_tokens[0], w.output_tokens[0]) == (4808, 10)
+    assert w.arrival_s[1] == 0.052
+    assert w.arrival_s[-1] == 3435.948056  # 57 min 15.9480560 s
+    assert (w.prompt_tokens[-1], w.output_tokens[-1]) == (549, 173)
+
+
+def test_mooncake_conversation_trace():
+    w = read_trace(shared("conversation_trace.jsonl"))
+    assert len(w) == 12_031
+    # The first ten lines share timestamp 0; line 11 is at 3000 ms (13544 in, 71 out);
+    # the last line is at 3536999 ms (20774 in, 508 out).
+    assert np.count_nonzero(w.arrival_s == 0.0) == 10
+    assert (w.prompt_tokens[0], w.output_tokens[0]) == (6758, 500)
+    assert (w.arrival_s[10], w.prompt_tokens[10], w.output_tokens[10]) == (3.0, 13544, 71)
+    assert (w.arrival_s[-1], w.prompt_tokens[-1], w.output_tokens[-1]) == (3536.999, 20774, 508)
+
+
+def test_format_detection_on_the_shared_samples():
+    assert detect_format(shared("AzureLLMInferenceTrace_conv.csv")) == "azure"
+    assert detect_format(shared("conversation_trace.jsonl")) == "mooncake"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_azure_fraction_is_parsed_to_the_nanosecond(tmp_path):
+    # Epoch seconds as one float64 (~1.7e9 s) resolve only ~2.4e-7 s, so a float parse
+    # cannot see a 100 ns step; the exact parse must.
+    path = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2023-11-16 18:15:46.0000001,5,6\n2023-11-16 18:15:46.0000002,5,6\n"
+                 "2023-11-16 18:15:47,5,6\n2023-11-16 18:15:47.5,5,6\n")
+    w = read_azure(path)
+    assert w.arrival_s.tolist() == [0.0, 1e-7, 0.9999999, 1.4999999]
+
+
+def test_vidur_and_specsim_and_auto_detection(tmp_path):
+    vidur = write(tmp_path, "v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens,extra\n"
+                  "0.5,100,10,x\n1.25,200.0,20,y\n")
+    w = read_trace(vidur)
+    assert detect_format(vidur) == "vidur"
+    assert w.arrival_s.tolist() == [0.5, 1.25] and w.prompt_tokens.tolist() == [100, 200]
+    spec = write(tmp_path, "s.csv", "arrival_s,prompt_tokens,output_tokens,task\n"
+                 "0,3,4,chat\n2,5,6,code\n\n\n")
+    w = read_trace(spec)
+    assert detect_format(spec) == "specsim"
+    assert w.task.tolist() == ["chat", "code"] and w.output_tokens.tolist() == [4, 6]
+
+
+def test_specsim_round_trip(tmp_path):
+    w = Workload("rt", np.array([0.0, 0.1234564, 7.5]), np.array([1, 2, 3]), np.array([4, 5, 6]),
+                 task=np.array(["a,b", "c", "d"], dtype=object))
+    path = tmp_path / "rt.csv"
+    write_specsim_csv(w, path)
+    back = read_specsim(path)
+    assert back.prompt_tokens.tolist() == [1, 2, 3] and back.task.tolist() == ["a,b", "c", "d"]
+    np.testing.assert_allclose(back.arrival_s, w.arrival_s, atol=5e-7, rtol=0)
+
+
+AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+GOOD_AZURE_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
+
+
+@pytest.mark.parametrize("reader, text, field, phrase", [
+    (read_azure, "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,1\n", "GeneratedTokens", "missing"),
+    (read_azure, "", None, "empty"),
+    (read_azure, AZURE_HEAD, None, "no requests"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-11-16 18:15:47,,44\n", "ContextTokens",
+     "line 3"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-11-16 18:15:47,10,0\n", "GeneratedTokens",
+     "line 3"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-11-16 18:15:47,-3,1\n", "ContextTokens",
+     "line 3"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-11-16 18:15:47,nan,1\n", "ContextTokens",
+     "line 3"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-11-16 18:15:47,2.5,1\n", "ContextTokens",
+     "line 3"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-13-16 18:15:47,2,1\n", "TIMESTAMP",
+     "line 3"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-11-16 18:15:47.12x,2,1\n", "TIMESTAMP",
+     "line 3"),
+    (read_azure, AZURE_HEAD + GOOD_AZURE_ROW + "2023-11-16 18:15:46.6805899,2,1\n", "TIMESTAMP",
+     "sort"),
+    (read_vidur, "arrived_at,num_prefill_tokens,num_decode_tokens\n1,2,3\n-1,2,3\n", "arrived_at",
+     "line 3"),
+    (read_vidur, "arrived_at,num_prefill_tokens,num_decode_tokens\n2,2,3\n1,2,3\n", "arrived_at",
+     "sort"),
+    (read_vidur, "arrived_at,num_prefill_tokens,num_decode_tokens\n1,2,3\n\n2,2,3\n", "arrived_at",
+     "line 3"),
+    (read_specsim, "arrival_s,prompt_tokens,output_tokens,tsak\n0,1,1,a\n", "tsak", "unknown"),
+    (read_specsim, "arrival_s,prompt_tokens,output_tokens,task\n0,1,1,a\n1,1,1,\n", "task",
+     "line 3"),
+    (read_mooncake, "", None, "empty"),
+    (read_mooncake, '{"timestamp": 0, "input_length": 5, "output_length": 5}\n{"timestamp": 1,',
+     None, "line 2"),
+    (read_mooncake, '{"timestamp": 0, "input_length": 5}\n', "output_length", "missing"),
+    (read_mooncake, '{"timestamp": 0, "input_length": "5", "output_length": 5}\n', "input_length",
+     "not a number"),
+    (read_mooncake, '{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+     '{"timestamp": 3, "input_length": 5, "output_length": 0}\n', "output_length", "line 2"),
+    (read_mooncake, '{"timestamp": 9, "input_length": 5, "output_length": 5}\n\n'
+     '{"timestamp": 3, "input_length": 5, "output_length": 5}\n', "timestamp", "line 3"),
+    (read_mooncake, '[1, 2]\n', None, "not a JSON object"),
+])
+def test_bad_traces_name_file_column_and_row(tmp_path, reader, text, field, phrase):
+    path = write(tmp_path, "bad_trace.csv", text)
+    with pytest.raises(SpecsimError) as info:
+        reader(path)
+    assert info.value.source == str(path)
+    assert info.value.field == field
+    assert phrase in str(info.value)
+
+
+def test_out_of_order_is_rejected_with_a_fix(tmp_path):
+    path = write(tmp_path, "v.csv",
+                 "arrived_at,num_prefill_tokens,num_decode_tokens\n2,2,3\n1,2,3\n")
+    with pytest.raises(SpecsimError, match="sort the file by arrived_at"):
+        read_vidur(path)
+
+
+def test_missing_file_unknown_format_and_undetectable_header(tmp_path):
+    with pytest.raises(SpecsimError, match="not found"):
+        read_trace(tmp_path / "nope.csv", "azure")
+    with pytest.raises(SpecsimError, match="not found"):
+        read_trace(tmp_path / "nope.csv")
+    path = write(tmp_path, "x.csv", "a,b,c\n1,2,3\n")
+    with pytest.raises(SpecsimError, match="unknown trace format") as info:
+        read_trace(path, "splitwise")
+    assert info.value.field == "format"
+    with pytest.raises(SpecsimError, match="cannot tell the trace format"):
+        read_trace(path)
