@@ -10,7 +10,6 @@ so that :mod:`calibrate.fit` can fit the cost model's own formulas to the measur
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ import torch
 
 from calibrate import bench_attention, bench_gemm, bench_memory, bench_overhead
 from calibrate.model_torch import torch_dtype
-from calibrate.timing import free_memory_bytes, last_level_cache_bytes, resolve_device
+from calibrate.timing import ProgressFn, free_memory_bytes, last_level_cache_bytes, resolve_device
 from hardware.profile import DTYPE_BYTES
 from simulator.inputs.errors import SpecsimError
 
@@ -27,7 +26,6 @@ COLUMNS = ("kind", "dtype", "m", "n", "k", "batch", "heads", "kv_heads", "head_d
            "median_s", "min_s", "reps", "status", "note")
 KINDS = ("gemm", "read", "copy", "attention", "launch", "tiny_forward", "sampling")
 
-Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -174,7 +172,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def run_suite(plan: Plan, *, rng: np.random.Generator,
-              progress: Progress | None = None) -> pd.DataFrame:
+              progress: ProgressFn | None = None) -> pd.DataFrame:
     """Run every micro-benchmark of ``plan``; one row per measurement (see ``COLUMNS``)."""
     dev = resolve_device(plan.device)
     cache = last_level_cache_bytes(dev)

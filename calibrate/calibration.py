@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from calibrate.benchmarks import Plan, Progress, run_suite
+from calibrate.benchmarks import Plan, run_suite
 from calibrate.fit import Fit, fit
-from calibrate.timing import device_name, resolve_device, total_memory_bytes
+from calibrate.timing import ProgressFn, device_name, resolve_device, total_memory_bytes
 from calibrate.writer import calibrated_profile_dict
 from hardware.profile import HardwareProfile, list_profiles, load_profile
 from simulator.inputs.errors import SpecsimError
@@ -44,7 +44,7 @@ def detect_base(device: str, name: str) -> str | None:
 
 def calibrate_device(plan: Plan, *, rng: np.random.Generator, name: str,
                      base: str | None = None, statistic: str = "median", command: str = "",
-                     axis: str = "intensity", progress: Progress | None = None) -> Calibration:
+                     axis: str = "intensity", progress: ProgressFn | None = None) -> Calibration:
     """Run ``plan``'s micro-benchmarks, fit them and build the calibrated profile ``name``.
 
     ``base`` names the shipped profile that supplies the links (and, for a recognised GPU or

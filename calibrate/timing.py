@@ -17,6 +17,10 @@ import torch
 
 from simulator.inputs.errors import SpecsimError
 
+# progress(done, total, label): the library's one progress style (simulator.cli.progress
+# draws it), with the step being timed as the label
+ProgressFn = Callable[[int, int, str], None]
+
 DEVICES = ("cpu", "cuda")
 
 

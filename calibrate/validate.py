@@ -11,7 +11,7 @@ out of sample.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -19,7 +19,7 @@ import torch
 
 from calibrate.model_torch import TorchDecoder, footprint_bytes, greedy, scaled_spec, torch_dtype
 from calibrate.spec_loop import SpecLoopConfig, predict_speedup, run_spec_loop
-from calibrate.timing import free_memory_bytes, measure, resolve_device, threads
+from calibrate.timing import ProgressFn, free_memory_bytes, measure, resolve_device, threads
 from hardware.profile import DTYPE_BYTES, HardwareProfile
 from simulator.cost.cost_model import CostModel
 from simulator.inputs.errors import SpecsimError
@@ -27,7 +27,6 @@ from simulator.models.spec import load_model
 from simulator.speculation.token_tree import TokenTree
 
 STEPS = ("prefill", "decode", "chain", "tree")
-Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def _fit_layers(spec, plan: ValidationPlan, layers: int | None, budget: float,
 
 
 def run_validation(plan: ValidationPlan, *, rng: np.random.Generator,
-                   progress: Progress | None = None) -> pd.DataFrame:
+                   progress: ProgressFn | None = None) -> pd.DataFrame:
     """Time every step of every model in ``plan``; one row per case."""
     dev = resolve_device(plan.device)
     dtype = torch_dtype(plan.dtype)

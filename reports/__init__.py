@@ -5,7 +5,7 @@ imports altair).
 calibration=None)`` writes the report of a list of Results; ``render_report_from_dir(
 results_dir, path)`` writes the report of a ``specsim run --out`` folder.
 """
-from reports.load import render_report_from_dir
+from reports.folder_report import render_report_from_dir
 from reports.page import build_report_html, render_report
 from simulator.results_dir import load_results_dir
 

@@ -57,10 +57,25 @@ def resolve_deployment(scenario: Scenario) -> Resolved:
                            field="draft", fix="set 'draft: opt-125m' or another small model")
     extra, kv_models = POLICIES[scenario.policy.name].memory_models(
         scenario.policy.params, draft, target)
+    # Before the trace is drawn and the policy built: a deployment that cannot fit at all
+    # (even at the narrowest verification, one token per sequence) is reported first, then
+    # a draft on another vocabulary.  The plan of record is made once, in plan_deployment.
+    _plan(scenario, hw, target, extra, kv_models, max_verify_tokens=1)
+    check_shared_vocabulary(draft, target)
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
     dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads) \
         if draft is not None and draft.kind == "decoder" else None
     return Resolved(hw, target, draft, tcost, dcost, tuple(extra), tuple(kv_models))
+
+
+def _plan(scenario: Scenario, hw: HardwareProfile, target: ModelSpec, extra, kv_models,
+          max_verify_tokens: int) -> MemoryPlan:
+    """One replica's memory, logits held for ``max_verify_tokens`` per sequence."""
+    b = scenario.batching
+    return plan_memory(hw, target, scenario.parallelism, extra_models=extra,
+                       kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
+                       block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
+                       logits_tokens=b.max_num_seqs * max_verify_tokens)
 
 
 def build_policy(scenario: Scenario, res: Resolved, workload, acceptance, target_cost=None,
@@ -75,16 +90,10 @@ def build_policy(scenario: Scenario, res: Resolved, workload, acceptance, target
 
 
 def plan_deployment(scenario: Scenario, res: Resolved, max_verify_tokens: int) -> Deployment:
-    """Plan one replica's memory, logits held for ``max_verify_tokens`` per sequence (the
-    built policy's), then check the draft's vocabulary (a model that does not fit is
-    reported first)."""
-    b = scenario.batching
-    memory = plan_memory(res.hardware, res.target, scenario.parallelism,
-                         extra_models=res.extra_models, kv_models=res.kv_models,
-                         gpu_memory_utilization=b.gpu_memory_utilization,
-                         block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
-                         logits_tokens=b.max_num_seqs * max_verify_tokens)
-    check_shared_vocabulary(res.draft, res.target)
+    """The memory plan of one replica, logits held for ``max_verify_tokens`` per sequence
+    (the built policy's verification width)."""
+    memory = _plan(scenario, res.hardware, res.target, res.extra_models, res.kv_models,
+                   max_verify_tokens)
     return Deployment(res.hardware, res.target, res.draft, res.target_cost, res.draft_cost,
                       res.extra_models, res.kv_models, memory, int(max_verify_tokens))
 

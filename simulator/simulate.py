@@ -6,6 +6,7 @@ policy compared on a scenario sees the same trace and the same per-request param
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -60,13 +61,36 @@ def scenario_inputs(scenario: Scenario, workload=None):
     return workload, acceptance, rng
 
 
-def build_deployment(scenario: Scenario) -> Deployment:
-    """The deployment ``simulate(scenario)`` runs on.  Its memory plan holds logits for the
-    built policy's verification width, so one policy is built on the scenario's trace."""
+@dataclass(frozen=True)
+class Prepared:
+    """Everything ``simulate`` runs: the deployment, one policy per replica, the trace, the
+    engine's random stream and the target's step pricer."""
+
+    deployment: Deployment
+    policies: list
+    workload: object
+    rng: np.random.Generator
+    target_cost: object
+
+
+def prepare(scenario: Scenario, *, workload=None, target_cost=None,
+            draft_cost=None) -> Prepared:
+    """Resolve the names (a deployment that cannot fit, or a draft on another vocabulary, is
+    reported before the trace is drawn), draw the trace and the acceptance parameters, build
+    the policies, and plan memory once for their verification width."""
     res = resolve_deployment(scenario)
-    workload, acceptance, _ = scenario_inputs(scenario)
-    policy = build_policy(scenario, res, workload, acceptance)
-    return plan_deployment(scenario, res, policy.max_verify_tokens)
+    workload, acceptance, rng = scenario_inputs(scenario, workload)
+    tcost = target_cost or res.target_cost
+    policies = [build_policy(scenario, res, workload, acceptance, tcost, draft_cost)
+                for _ in range(scenario.replicas)]
+    dep = plan_deployment(scenario, res, policies[0].max_verify_tokens)  # the memory plan, once
+    return Prepared(dep, policies, workload, rng, tcost)
+
+
+def build_deployment(scenario: Scenario) -> Deployment:
+    """The deployment ``simulate(scenario)`` runs on (its memory plan is for the built
+    policy's verification width)."""
+    return prepare(scenario).deployment
 
 
 def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=None,
@@ -77,12 +101,9 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     ``target_cost``/``draft_cost`` replace the roofline cost models (tests use constant-time
     ones); ``progress(done, total)`` is called as requests finish.
     """
-    res = resolve_deployment(scenario)
-    workload, acceptance, rng = scenario_inputs(scenario, workload)
-    tcost = target_cost or res.target_cost
-    policies = [build_policy(scenario, res, workload, acceptance, tcost, draft_cost)
-                for _ in range(scenario.replicas)]
-    dep = plan_deployment(scenario, res, policies[0].max_verify_tokens)  # the memory plan, once
+    run = prepare(scenario, workload=workload, target_cost=target_cost, draft_cost=draft_cost)
+    dep, policies, workload, rng, tcost = (run.deployment, run.policies, run.workload, run.rng,
+                                           run.target_cost)
     b = scenario.batching
     max_verify = dep.max_verify_tokens
     if b.max_num_batched_tokens < max_verify:

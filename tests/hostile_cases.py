@@ -14,7 +14,6 @@ import yaml
 
 from tests.helpers import REPO
 
-REPO = REPO
 DEFAULT_MEMORY_GIB = 2      # numpy, pandas and simpy import well within this
 TORCH_MEMORY_GIB = 4        # importing torch maps more (calibrate, validate)
 DEFAULT_TIMEOUT_S = 60

@@ -81,11 +81,20 @@ def _in(module: str, package: str) -> bool:
 
 
 def policy_files(root: Path) -> set[str]:
-    """The policy modules: the ones the registry imports its policies from."""
+    """The policy modules: the ones the registry imports its policies from (the registry
+    names every policy by a ``from simulator.policies.<file> import <Class>``)."""
     tree = ast.parse((root / "simulator" / "policies" / "registry.py").read_text())
     return {n.module for n in ast.walk(tree)
             if isinstance(n, ast.ImportFrom) and n.module
             and _in(n.module, "simulator.policies")}
+
+
+# what a policy (or kit) file may import of the project (LAYOUT.md): the contract and kit,
+# the cost models, acceptance, the maths, the models, the ground floor, and the engine's socket
+POLICY_MAY_IMPORT = ("simulator.policies", "simulator.cost", "simulator.acceptance",
+                     "simulator.speculation", "simulator.models", "simulator.inputs",
+                     "simulator.engine.plan")
+MIN_POLICY_FILES = 8  # fewer found means the registry's imports changed shape: fix the rule
 
 
 def rule_violations(root: Path) -> list[str]:
@@ -93,6 +102,9 @@ def rule_violations(root: Path) -> list[str]:
     imports, modules = read_imports(root)
     policies = policy_files(root)
     bad: list[str] = []
+    if len(policies) < MIN_POLICY_FILES:
+        bad.append(f"simulator/policies/registry.py: only {len(policies)} policy files found "
+                   f"among its imports; the policy rules would check nothing")
 
     def flag(imp: Import, rule: str) -> None:
         bad.append(f"{imp.path}:{imp.line}: {imp.module} imports {imp.target} ({rule})")
@@ -118,6 +130,10 @@ def rule_violations(root: Path) -> list[str]:
                 and me != "simulator.policies.registry":
             flag(imp, "a policy file never imports another policy file (shared code lives "
                       "in a kit file)")
+        if _in(me, "simulator.policies") and me != "simulator.policies.registry" and mine \
+                and not any(_in(tgt, p) for p in POLICY_MAY_IMPORT):
+            flag(imp, "a policy or kit file imports only policies/ (base and kit), cost/, "
+                      "acceptance/, speculation/, models/, inputs/ and engine.plan")
         if _in(me, "simulator.planning") and _in(tgt, "simulator.policies"):
             flag(imp, "simulator/planning/ never imports a policy")
         if _in(me, "simulator") and not _in(me, "simulator.cli") and any(
@@ -139,7 +155,8 @@ def rule_violations(root: Path) -> list[str]:
 
 
 def _prints(root: Path) -> list[str]:
-    """Only simulator/cli/ prints (the library returns data and takes callbacks)."""
+    """Only simulator/cli/ prints (the library returns data and takes callbacks): no
+    ``print()``, no use of ``sys.stdout``/``sys.stderr`` elsewhere in simulator/."""
     out = []
     for path in project_files(root):
         rel = path.relative_to(root).as_posix()
@@ -150,6 +167,10 @@ def _prints(root: Path) -> list[str]:
                     and node.func.id == "print":
                 out.append(f"{rel}:{node.lineno}: print() outside simulator/cli/ (only the "
                            f"command line prints)")
+            if isinstance(node, ast.Attribute) and node.attr in ("stdout", "stderr") \
+                    and isinstance(node.value, ast.Name) and node.value.id == "sys":
+                out.append(f"{rel}:{node.lineno}: sys.{node.attr} outside simulator/cli/ "
+                           f"(only the command line prints)")
     return out
 
 
@@ -279,6 +300,12 @@ BROKEN = [
     ("simulator/results_dir.py", "import altair", "altair is imported only in reports/"),
     ("simulator/planning/sweep.py", "import ray", "ray is imported only behind the sweep"),
     ("simulator/results.py", "print('done')", "print() outside simulator/cli/"),
+    ("simulator/results.py", "import sys; sys.stdout.write('done')",
+     "sys.stdout outside simulator/cli/"),
+    ("simulator/policies/chain.py", "from simulator.results import Results",
+     "a policy or kit file imports only"),
+    ("simulator/policies/token_text.py", "from simulator.planning.analytic import FIELDS",
+     "a policy or kit file imports only"),
 ]
 
 
@@ -305,3 +332,9 @@ def test_an_oversized_function_is_reported(scratch):
     bad = size_violations(scratch)
     assert f"simulator/results.py:{lineno}: long_one is {MAX_FUNCTION_LINES + 1} lines " \
            f"(limit {MAX_FUNCTION_LINES})" in bad
+
+
+def test_a_registry_that_names_no_policy_file_is_reported(scratch):
+    path = scratch / "simulator/policies/registry.py"
+    path.write_text("import importlib\nPOLICIES = {}\n")
+    assert any("policy rules would check nothing" in b for b in rule_violations(scratch))

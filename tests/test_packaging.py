@@ -30,8 +30,11 @@ def test_every_data_file_is_in_package_data():
         rel = path.relative_to(REPO)
         # the nearest enclosing package (a folder with __init__.py) holds the file
         folder = rel.parent
-        while not (REPO / folder / "__init__.py").exists():
+        while folder.parts and not (REPO / folder / "__init__.py").exists():
             folder = folder.parent
+        if not folder.parts:
+            missing.append(f"{rel} is in no package (no __init__.py above it)")
+            continue
         pkg = ".".join(folder.parts)
         inside = rel.relative_to(folder).as_posix()
         if not any(fnmatch.fnmatch(inside, pat) for pat in data.get(pkg, [])):

@@ -82,28 +82,11 @@ def bounded_float(maximum: float | None, minimum: float = 0.0, *, strict: bool =
     return parse
 
 
-def positive_int(text: str) -> int:
-    """A whole number >= 1."""
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {short(text, MAX_ECHO)}")
-    return value
-
-
 def positive_float(text: str) -> float:
     """A finite number > 0."""
     value = _number(text, float)
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got "
-                                         f"{short(text, MAX_ECHO)}")
-    return value
-
-
-def nonneg_float(text: str) -> float:
-    """A finite number >= 0."""
-    value = _number(text, float)
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got "
                                          f"{short(text, MAX_ECHO)}")
     return value
 
@@ -114,11 +97,6 @@ def unit_float(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 1], got {short(text, MAX_ECHO)}")
     return value
-
-
-
-
-
 
 
 def add_executor_arguments(p: argparse.ArgumentParser, default: str = "local") -> None:
@@ -135,20 +113,28 @@ def add_executor_arguments(p: argparse.ArgumentParser, default: str = "local") -
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
     p.add_argument("--no-progress", action="store_true")
 
+
 # Most values one list flag (--batch 1-5000, --gamma 0,1,2...) may expand to; a range's
 # size is checked before it is expanded.  README.md, "Limits".
 MAX_LIST_VALUES = 10_000
 
+
 def parse_number_list(text: str, *, field: str, integer: bool = True,
                       minimum: float = 0, maximum: float | None = None,
-                      max_count: int = MAX_LIST_VALUES) -> list:
-    """``1,2,4``, a range ``0-8`` (integers) or both mixed, into a sorted list.
+                      max_count: int = MAX_LIST_VALUES, ordered: bool = False) -> list:
+    """``1,2,4``, a range ``0-8`` (integers) or both mixed, into a sorted list of distinct
+    values (``ordered``: as given, repeats kept, e.g. per-rank rates).
 
     Every value must be finite and within ``[minimum, maximum]``; at most ``max_count``
-    distinct values, a range's size being checked before it is expanded.
+    values, a range's size being checked before it is expanded.
     """
-    from simulator.inputs.yaml_io import short
-    values: set = set()
+    values: list = []
+    seen: set = set()
+
+    def add(value) -> None:
+        if ordered or value not in seen:
+            values.append(value)
+            seen.add(value)
     shown = short(str(text), 60)
     fix = "write a list like 1,2,4" + (" or a range like 0-8" if integer else "")
 
@@ -172,7 +158,8 @@ def parse_number_list(text: str, *, field: str, integer: bool = True,
                     raise over(hi)
                 if hi - lo + 1 > max_count:
                     raise too_many(hi - lo + 1)
-                values.update(range(lo, hi + 1))
+                for value in range(lo, hi + 1):
+                    add(value)
             else:
                 value = float(part)
                 if not math.isfinite(value):
@@ -182,7 +169,7 @@ def parse_number_list(text: str, *, field: str, integer: bool = True,
                     raise ValueError
                 if maximum is not None and value > maximum:
                     raise over(int(value) if integer else value)
-                values.add(int(value) if integer else value)
+                add(int(value) if integer else value)
             if len(values) > max_count:
                 raise too_many(len(values))
     except SpecsimError:
@@ -191,4 +178,4 @@ def parse_number_list(text: str, *, field: str, integer: bool = True,
         raise SpecsimError(f"cannot read {shown}", field=field, fix=fix) from None
     if not values or min(values) < minimum:
         raise SpecsimError(f"needs numbers >= {minimum:g}, got {shown}", field=field, fix=fix)
-    return sorted(values)
+    return values if ordered else sorted(values)

@@ -113,16 +113,9 @@ def _policies(args: argparse.Namespace) -> list[str]:
 def _acceptance(args: argparse.Namespace, policies: list[str]) -> dict | None:
     """Sequoia per-rank rates from --tree-rates (needed by the tree policy), else None."""
     acceptance = None
-    if args.tree_rates:
-        from simulator.inputs.yaml_io import short
-        try:  # in rank order: not sorted
-            rates = [float(x) for x in args.tree_rates.split(",") if x.strip()]
-        except ValueError:
-            rates = None
-        if not rates or len(rates) > MAX_GAMMA or not all(0.0 <= r <= 1.0 for r in rates):
-            raise SpecsimError(f"cannot use {short(args.tree_rates, 60)}",
-                               field="--tree-rates", fix=f"write up to {MAX_GAMMA} per-rank "
-                               "rates in [0, 1] like 0.8,0.3,0.15")
+    if args.tree_rates:  # in rank order: not sorted, repeats kept
+        rates = parse_number_list(args.tree_rates, field="--tree-rates", integer=False,
+                                  maximum=1.0, max_count=MAX_GAMMA, ordered=True)
         acceptance = {"model": "sequoia", "rates": rates}
     elif "tree" in policies:
         raise SpecsimError("the tree policy needs per-rank acceptance rates",

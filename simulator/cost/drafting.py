@@ -5,7 +5,15 @@ A chain of gamma draft tokens is gamma sequential draft forwards of one token pe
 (``chain_draft_time``); a tree is one forward per level over that level's nodes
 (``level_draft_time``); a draft model prefills its own KV for every prompt chunk it can
 later speculate on (``draft_prefill_time``).  A draft model never runs past its own
-``max_context`` (vLLM's rule, ``fits_draft_context``)."""
+``max_context`` (vLLM's rule, ``fits_draft_context``).
+
+Trees (DESIGN.md section 5): a drafter builds a tree one forward per level; forward j
+carries, per request, the nodes of level j-1 that get children (the root alone first),
+attending to the prefix plus the nodes drafted before it.  The target then verifies n nodes
++ 1 in one forward, which the engine prices (tree attention: each request's prefix KV is
+read once).  Medusa heads and EAGLE's fusing fc are priced from the cost model's own
+operators of a one-layer model of the same shapes (``OperatorPrices``).
+"""
 from __future__ import annotations
 
 from typing import Sequence

@@ -41,6 +41,14 @@ class DraftPlan:
         self.verify_tokens = np.where(keep, self.verify_tokens, 1)
 
 
+def emitted_tokens(accepted: np.ndarray, generated: np.ndarray,
+                   output_len: np.ndarray) -> np.ndarray:
+    """Tokens a decode emits: its accepted drafts plus the target's own token, never past
+    the output length.  The engine's rule, here in the socket so that a policy observing
+    the outcome counts exactly what the engine emitted."""
+    return np.minimum(accepted + 1, output_len - generated)
+
+
 class Policy(Protocol):
     """A serving policy instance (one per simulation; may hold adaptive state)."""
 

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
+from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer, emitted_tokens
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import FINISHED, RUNNING, WAITING, EngineLimits, RequestTable
 from simulator.engine.step import NO_IDS, Step, StepRow
@@ -320,7 +320,7 @@ class Replica:
         t, plan, dec = self.t, step.plan, step.decode_ids
         accepted = np.asarray(self.policy.accept(plan, step.batch, self.rng), np.int64)
         accepted = np.clip(accepted, 0, plan.num_draft)
-        emitted = np.minimum(accepted + 1, t.output_len[dec] - t.generated[dec])
+        emitted = emitted_tokens(accepted, t.generated[dec], t.output_len[dec])
         self.rec.itl.extend(now - t.last_emit_s[dec])
         t.generated[dec] += emitted
         t.computed[dec] += emitted

@@ -4,7 +4,7 @@ fields); ``given`` tells whether a user set an optional value."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_bool, as_number, as_str, check_keys
@@ -24,8 +24,7 @@ class Param:
 
 
 def parse_params(params: Mapping[str, Any], spec: Mapping[str, Param], *, source: str,
-                 prefix: str = "policy.",
-                 check: Callable[[dict, str, str], None] | None = None) -> dict[str, Any]:
+                 prefix: str = "policy.") -> dict[str, Any]:
     """Validate raw policy parameters against ``spec``; return canonical names -> values."""
     alias = {a: name for name, p in spec.items() for a in p.aliases}
     allowed = list(spec) + list(alias)
@@ -57,8 +56,6 @@ def parse_params(params: Mapping[str, Any], spec: Mapping[str, Param], *, source
                                     minimum=p.minimum, maximum=p.maximum)
                           for i, v in enumerate(value))
         out[name] = value
-    if check is not None:
-        check(out, source, prefix)
     return out
 
 

@@ -64,7 +64,7 @@ FIELDS: dict[str, Param] = {
     "tensor_parallel": Param("int", default=1, minimum=1, maximum=1024,
                              aliases=("parallelism.tensor_parallel",)),
     "batch": Param("int", default=1, minimum=1, maximum=1_000_000),
-    "context": Param("float", default=512.0, minimum=0.0, maximum=1e7),  # = cli_types
+    "context": Param("float", default=512.0, minimum=0.0, maximum=1e7),  # = cli.args.MAX_CONTEXT_TOKENS
     "policy": Param("str", default="chain", choices=POLICIES),
     "gamma": Param("int", default=4, minimum=0, maximum=64,
                    aliases=("num_speculative_tokens",)),
@@ -76,10 +76,6 @@ FIELDS: dict[str, Param] = {
     "c_target_over_draft": Param("any", default=None),
     "overheads": Param("bool", default=True),
 }
-
-RESULT_COLUMNS = ("draft_tokens", "draft_s", "verify_s", "decode_s", "iteration_s", "c",
-                  "expected_tokens", "speedup", "tokens_per_s", "baseline_tokens_per_s",
-                  "kv_tokens", "kv_fits")
 
 
 @lru_cache(maxsize=128)

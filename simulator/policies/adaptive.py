@@ -25,8 +25,9 @@ the handle its ``draft_control`` returns (simulator/policies/draft_control.py): 
 (a draft model that skipped iterations catches up on the missed tokens in its first
 forward) and the model-free ``prompt_lookup`` and ``suffix`` (their ``propose_limited``).
 Any other base is switched on or off as a whole (a zero cap drops its drafts), and
-``goodput`` refuses it.  The policies it can wrap are handed to it by the registry
-(``AdaptiveSpeculation.over(bases)``), so this file imports no other policy.
+``goodput`` refuses it.  The policies it can wrap are handed to it by the registry, which
+declares the registered wrapper as a subclass with its ``BASES``; this file imports no
+other policy.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, DraftPlan, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
 from simulator.inputs.yaml_io import as_str, require_mapping
@@ -72,6 +73,10 @@ CONTROLLERS: dict[str, dict[str, Param]] = {
 
 def _parse_base(value: Any, bases: Mapping[str, type[PolicyBase]], source: str,
                 prefix: str) -> dict:
+    if not bases:
+        raise SpecsimError("this adaptive wrapper has no base policies", source=source,
+                           field=prefix + "base", fix="use POLICIES['adaptive'] from "
+                           "simulator.policies.registry (it is given its bases there)")
     if value is None:
         raise SpecsimError("missing the wrapped policy", source=source, field=prefix + "base",
                            fix="add base: {name: chain, num_speculative_tokens: 4}")
@@ -106,7 +111,8 @@ class AdaptiveSpeculation(PolicyBase):
 
     name = "adaptive"
     # needs_draft_model stays False: the base decides (chain raises without a draft model)
-    BASES: ClassVar[Mapping[str, type[PolicyBase]]] = MappingProxyType({})  # see over()
+    # name -> wrappable policy class; set by the registry's subclass (registry.Adaptive)
+    BASES: ClassVar[Mapping[str, type[PolicyBase]]] = MappingProxyType({})
     PARAMS = {
         "base": Param("any", help="the wrapped policy: {name: ..., its parameters}"),
         "controller": Param("any", default="fixed", help="fixed | acceptance_ema | goodput"),
@@ -117,13 +123,6 @@ class AdaptiveSpeculation(PolicyBase):
         "acceptance_rate_window_size": Param("int", minimum=1, maximum=10**9),
         "acceptance_rate_threshold": Param("float", minimum=0.0, maximum=1.0),
     }
-
-    @classmethod
-    def over(cls, bases: Mapping[str, type[PolicyBase]]) -> type[AdaptiveSpeculation]:
-        """The wrapper over ``bases`` (name -> policy class): how the registry builds it."""
-        return type(cls.__name__, (cls,), {"BASES": MappingProxyType(dict(bases)),
-                                           "__module__": cls.__module__,
-                                           "__qualname__": cls.__qualname__})
 
     @classmethod
     def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
@@ -226,7 +225,7 @@ class AdaptiveSpeculation(PolicyBase):
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        emitted = np.minimum(accepted + 1, batch.output_len - batch.generated)
+        emitted = emitted_tokens(accepted, batch.generated, batch.output_len)
         done = batch.generated + emitted >= batch.output_len
         drafted = plan.num_draft
         self.control.observe(plan, batch, emitted, done)

@@ -18,12 +18,12 @@ from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_p
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
-from simulator.policies.base import PolicyContext, batch_fits_draft
-from simulator.policies.chain_acceptance import ChainAcceptance
+from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft
+from simulator.policies.chain_acceptance import accept_chain
 from simulator.policies.draft_control import ChainControl
 
 
-class ChainSpeculation(ChainAcceptance):
+class ChainSpeculation(PolicyBase):
     """A draft model proposes a chain of ``num_speculative_tokens`` tokens per request."""
 
     name = "chain"
@@ -50,6 +50,9 @@ class ChainSpeculation(ChainAcceptance):
     def speculable(self, batch: BatchView) -> np.ndarray:
         """Requests the draft model can speculate on (the others decode normally)."""
         return batch_fits_draft(batch, self.gamma, self.draft_max_context)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        return accept_chain(self.acceptance, plan, batch, rng)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = np.where(self.speculable(batch), self.gamma, 0).astype(np.int64)

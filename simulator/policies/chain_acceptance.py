@@ -5,14 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.plan import BatchView, DraftPlan
-from simulator.policies.base import PolicyBase
 
 
-class ChainAcceptance(PolicyBase):
-    """Accept a chain of drafts per request with ``self.acceptance``; no adaptive state."""
-
-    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        if not plan.num_draft.any():
-            return np.zeros(len(batch), dtype=np.int64)
-        return self.acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids,
-                                            rng)
+def accept_chain(acceptance, plan: DraftPlan, batch: BatchView,
+                 rng: np.random.Generator) -> np.ndarray:
+    """Accepted drafts per request of a chain plan, sampled from ``acceptance`` (a bound
+    acceptance model); no draws at all when nothing was drafted."""
+    if not plan.num_draft.any():
+        return np.zeros(len(batch), dtype=np.int64)
+    return acceptance.sample_chain(plan.num_draft, batch.context, batch.request_ids, rng)

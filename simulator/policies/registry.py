@@ -5,6 +5,8 @@ simulator/policies/ are the contract (base.py, every policy's ``PolicyBase``) an
 adaptive_controllers.py), which never import a policy file."""
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from simulator.policies.adaptive import AdaptiveSpeculation
 from simulator.policies.chain import ChainSpeculation
 from simulator.policies.eagle import Eagle2Speculation, EagleSpeculation
@@ -30,8 +32,16 @@ BASES: dict[str, type] = {
     "lookahead": LookaheadDecoding,
 }
 
+
+
+class Adaptive(AdaptiveSpeculation):
+    """The registered ``adaptive`` policy: the wrapper, over every base above."""
+
+    BASES = MappingProxyType(dict(BASES))
+
+
 POLICIES: dict[str, type] = {
     "none": NoSpeculation,
     **BASES,
-    "adaptive": AdaptiveSpeculation.over(BASES),
+    "adaptive": Adaptive,
 }

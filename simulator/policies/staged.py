@@ -37,8 +37,8 @@ from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.policies.base import PolicyContext, batch_fits_draft, policy_hardware
-from simulator.policies.chain_acceptance import ChainAcceptance
+from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft, policy_hardware
+from simulator.policies.chain_acceptance import accept_chain
 
 NGRAM = "ngram"
 
@@ -56,7 +56,7 @@ def _draft2(name: str, target=None):
     return spec
 
 
-class StagedSpeculation(ChainAcceptance):
+class StagedSpeculation(PolicyBase):
     """A draft model whose own decoding is sped up by a smaller draft (two stages)."""
 
     name = "staged"
@@ -139,6 +139,9 @@ class StagedSpeculation(ChainAcceptance):
     def speculable(self, batch: BatchView) -> np.ndarray:
         """Requests both drafts can speculate on (the others decode normally)."""
         return batch_fits_draft(batch, self.gamma, self.draft_max_context)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        return accept_chain(self.acceptance, plan, batch, rng)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         on = self.speculable(batch)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView
+from simulator.engine.plan import BatchView, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 
 
@@ -52,7 +52,7 @@ class TokenText:
 
 def finished_mask(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
     """Requests whose last output token this iteration emits (accepted drafts + 1, capped)."""
-    emitted = np.minimum(accepted + 1, batch.output_len - batch.generated)
+    emitted = emitted_tokens(accepted, batch.generated, batch.output_len)
     return batch.generated + emitted >= batch.output_len
 
 

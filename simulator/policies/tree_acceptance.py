@@ -1,13 +1,7 @@
-"""Kit: token trees for the model-based policies: what drafting one costs, what one yields.
+"""Kit: what a token tree of the model-based policies yields (what drafting one costs is
+``simulator.cost.drafting``; the shapes are ``simulator.speculation.tree_shapes``).
 
-Cost (DESIGN.md section 5): a drafter builds a tree one forward per level; forward j carries,
-per request, the nodes of level j-1 that get children (the root alone first), attending to
-the prefix plus the nodes drafted before it.  The target then verifies n nodes + 1 in one
-forward, which the engine prices (tree attention: each request's prefix KV is read once).
-Medusa heads and EAGLE's fusing fc are priced from the cost model's own operators of a
-one-layer model of the same shapes (``square_linear_s``, ``lm_head_s``).
-
-Yield: an acceptance model with tree semantics gives, per node, the probability that it is
+An acceptance model with tree semantics gives, per node, the probability that it is
 accepted given its parent was and its earlier siblings were not.  For the parametric ones
 (tree_topk, medusa, sequoia) that depends on depth and rank only, so one (depth, rank) table
 of *exclusive* probabilities ranks any candidate node by its path probability (the product

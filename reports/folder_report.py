@@ -1,8 +1,7 @@
-"""Read a ``specsim run --out`` folder back into Results, and render its report.
-
-The folder holds manifest.json, scenario.yaml, summary.csv and per policy
-{stem}.requests/.steps/.acceptance (.csv or .parquet) and {stem}.itl.npy.  Optional tables
-beside them are shown when present: sweep.csv, plan.csv, validation.csv, calibration.csv.
+"""The report of a ``specsim run --out`` folder (``specsim report``): the folder is read
+back into Results by ``simulator.results_dir.load_results_dir``; optional tables beside it
+(sweep.csv, plan.csv, validation.csv, calibration.csv) are shown when present, and a report
+written into the folder is added to its manifest.
 """
 from __future__ import annotations
 
