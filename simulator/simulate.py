@@ -28,10 +28,8 @@ from simulator.inputs.errors import SpecsimError
 from simulator.results import Results
 from simulator.scenario import Scenario
 
-SeedStreams = tuple  # (workload, acceptance, engine) numpy.random.Generator
 
-
-def seed_streams(seed: int) -> SeedStreams:
+def seed_streams(seed: int) -> tuple[np.random.Generator, ...]:
     """The three independent random streams of a scenario's seed: the workload, the
     per-request acceptance parameters, the engine's draws (in that order).  Everything
     that rebuilds a scenario's trace (capacity searches, sweeps) splits the seed here."""

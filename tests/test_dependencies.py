@@ -14,12 +14,10 @@ from packaging.version import Version
 
 from tests.helpers import REPO
 
-ROOT = REPO
-
 
 def requirements() -> dict[str, list[Requirement]]:
     cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg", encoding="utf-8")
+    cfg.read(REPO / "setup.cfg", encoding="utf-8")
     groups = {"core": cfg["options"]["install_requires"]}
     groups.update(cfg["options.extras_require"])
     return {name: [Requirement(line.strip()) for line in text.splitlines() if line.strip()]

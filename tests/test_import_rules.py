@@ -15,7 +15,6 @@ import pytest
 
 from tests.helpers import REPO
 
-ROOT = REPO
 PACKAGES = ("simulator", "hardware", "workloads", "reports", "calibrate")
 # Largest file and function in simulator/ (README.md, "Layout"); the exceptions are named
 # with their reason and their size today, so one that grows fails too.
@@ -244,18 +243,18 @@ def size_violations(root: Path) -> list[str]:
 
 
 def test_the_project_keeps_every_import_rule():
-    bad = rule_violations(ROOT)
+    bad = rule_violations(REPO)
     assert not bad, "\n".join(bad)
 
 
 def test_no_file_or_function_in_simulator_outgrows_the_limits():
-    bad = size_violations(ROOT)
+    bad = size_violations(REPO)
     assert not bad, "\n".join(bad)
 
 
 def test_every_size_exception_is_still_needed():
     for rel, (limit, why) in FILE_EXCEPTIONS.items():
-        lines = len((ROOT / rel).read_text().splitlines())
+        lines = len((REPO / rel).read_text().splitlines())
         assert why and MAX_FILE_LINES < lines <= limit, (rel, lines)
 
 
@@ -263,7 +262,7 @@ def test_every_size_exception_is_still_needed():
 def scratch(tmp_path):
     """A copy of the project's packages to break on purpose."""
     for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, tmp_path / pkg,
+        shutil.copytree(REPO / pkg, tmp_path / pkg,
                         ignore=shutil.ignore_patterns("__pycache__", "*.yaml", "*.csv", "*.npy",
                                                       "data", "profiles", "assets"))
     assert not rule_violations(tmp_path)

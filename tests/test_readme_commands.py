@@ -18,13 +18,12 @@ from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from tests.helpers import REPO, specsim_command
 
-ROOT = REPO
 TIMEOUT_S = 300  # the default scenario takes a few seconds; a hang is caught, not waited out
 
 
 def readme_commands() -> list[str]:
     """The two commands at the top of README.md (the first two ```bash blocks)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)
     return [b.strip() for b in blocks[:2]]
 
@@ -48,7 +47,7 @@ def test_readme_has_the_two_commands_and_ci_runs_them_verbatim():
     install_run, install_test = readme_commands()
     assert install_run.startswith("python3 -m venv .venv") and "specsim run" in install_run
     assert "pytest" in install_test
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     ci_lines = [line.strip() for line in ci.splitlines()]
     # each README command appears in .ci/run as written (inside a timeout wrapper)
     for cmd in (install_test, install_run):
@@ -82,7 +81,7 @@ def test_readme_main_command_finishes_with_default_flags(tmp_path):
 
 @pytest.mark.parametrize("scenario", ["specinfer.yaml", "eagle2.yaml"])
 def test_tree_scenario_finishes_with_default_flags(tmp_path, scenario):
-    argv = ["specsim", "run", str(ROOT / "workloads" / "scenarios" / scenario)]
+    argv = ["specsim", "run", str(REPO / "workloads" / "scenarios" / scenario)]
     out = run_quiet(argv, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr

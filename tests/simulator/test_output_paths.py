@@ -25,7 +25,6 @@ from simulator.output_paths import (
 )
 from tests.helpers import REPO, specsim_command
 
-ROOT = REPO
 EXE = specsim_command()
 FAST = ["--no-progress", "--set", "workload.max_requests=20"]
 
@@ -362,7 +361,7 @@ def test_sweep_restart_checks_the_suffix_before_removing(tmp_path):
 
 
 def test_sweep_restart_discards_its_own_file(tmp_path):
-    (tmp_path / "k.yaml").write_text((ROOT / "workloads/scenarios/sweep_kstar.yaml").read_text())
+    (tmp_path / "k.yaml").write_text((REPO / "workloads/scenarios/sweep_kstar.yaml").read_text())
     first = cli("sweep", "k.yaml", "--out", "k.csv", "--no-progress", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     with open(tmp_path / "k.csv", "a") as fh:  # a row of a point no longer in the sweep
@@ -375,7 +374,7 @@ def test_sweep_restart_discards_its_own_file(tmp_path):
 def test_plan_out_refuses_a_foreign_file(tmp_path):
     (tmp_path / "table.csv").write_text("my,own\n1,2\n")
     before = snapshot(tmp_path)
-    plan = ROOT / "workloads" / "scenarios" / "plan_default.yaml"
+    plan = REPO / "workloads" / "scenarios" / "plan_default.yaml"
     one_error_line(cli("plan", str(plan), "--out", "table.csv", cwd=tmp_path),
                    "was not written by specsim")
     assert snapshot(tmp_path) == before
@@ -415,7 +414,7 @@ def test_file_target_rules(tmp_path):
 
 
 def test_sweep_restart_with_a_bad_executor_argument_keeps_the_file(tmp_path):
-    (tmp_path / "k.yaml").write_text((ROOT / "workloads/scenarios/sweep_kstar.yaml").read_text())
+    (tmp_path / "k.yaml").write_text((REPO / "workloads/scenarios/sweep_kstar.yaml").read_text())
     assert cli("sweep", "k.yaml", "--out", "k.csv", "--no-progress", cwd=tmp_path).returncode == 0
     before = snapshot(tmp_path)
     one_error_line(cli("sweep", "k.yaml", "--out", "k.csv", "--restart", "--executor", "local",

@@ -9,12 +9,10 @@ import pytest
 from simulator.cli import main
 from tests.helpers import REPO
 
-ROOT = REPO
-
 
 def cli(*args):
     """Run the real console entry point in a subprocess (no traceback may leak)."""
-    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -120,6 +118,6 @@ def test_a_command_imports_only_what_it_needs(argv, absent):
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    rc = main({argv!r})\n"
             f"print(rc, [m for m in {absent!r} if m in sys.modules])\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.split(None, 1) == ["0", "[]\n"], out.stdout + out.stderr

@@ -22,8 +22,7 @@ from simulator.planning.sweep import (
 )
 from tests.helpers import REPO
 
-ROOT = REPO
-SCENARIOS = ROOT / "workloads" / "scenarios"
+SCENARIOS = REPO / "workloads" / "scenarios"
 
 
 def test_grid_is_the_cartesian_product_crossed_with_points():
