@@ -6,7 +6,7 @@ roofline), so the slope over the first is the per-kernel overhead and the interc
 the second times it, is the fixed per-step overhead, whatever the cost model's accounting.
 
 Efficiencies: the cost model prices an operator with hardware/roofline.py's formula,
-``count * max(F / (peak * eta_c), B / (bandwidth * eta_m)) + kernel overhead`` with ``eta_m``
+``max(count * max(F / (peak * eta_c), B / (bandwidth * eta_m)), launch)`` with ``eta_m``
 piecewise linear in log10 of the bytes and ``eta_c`` in log10 of the FLOPs (``axis="flops"``,
 what the cost model reads today) or of the arithmetic intensity F/B (``axis="intensity"``).
 The knot values, every half decade over the measured range, are fitted by least squares on
@@ -117,11 +117,14 @@ def _interp_matrix(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
 def predict(frame: pd.DataFrame, *, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
             compute_curve, memory_curve, kernel_overhead_s: float,
             axis: str = "flops") -> np.ndarray:
-    """Seconds the cost model's operator formula gives for each GEMM/read/copy/attention row."""
+    """Seconds the cost model's operator formula gives for each GEMM/read/copy/attention row:
+    its roofline, or the launch when kernels launched back to back are shorter than it
+    (``max(count * roofline, launch)``, as the cost model prices an eager operator)."""
     roof = Roofline(peak_flops_per_s, bandwidth_bytes_per_s, compute_curve=tuple(compute_curve),
                     memory_curve=tuple(memory_curve), axis=axis)
-    return roof.time(frame["flops"].to_numpy(dtype=float), frame["bytes"].to_numpy(dtype=float),
-                     count=frame["count"].to_numpy(dtype=float), overhead_s=kernel_overhead_s)
+    return np.maximum(roof.time(frame["flops"].to_numpy(dtype=float),
+                                frame["bytes"].to_numpy(dtype=float),
+                                count=frame["count"].to_numpy(dtype=float)), kernel_overhead_s)
 
 
 def _initial(eff: np.ndarray, x: np.ndarray, knots: np.ndarray) -> np.ndarray:
@@ -159,8 +162,8 @@ def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *
     nbytes = rows["bytes"].to_numpy(dtype=float)
     count = rows["count"].to_numpy(dtype=float)
     times = _times(rows, statistic)
-    # the part of a measurement the roofline must explain, per counted operator
-    net = np.maximum(times - kernel_overhead_s, 0.05 * times) / count
+    # the part of a measurement the roofline must explain, per counted operator (a start)
+    net = times / count
     has_flops = flops > 0
     cx = compute_x(flops, nbytes, axis)
     mx = np.log10(nbytes)
@@ -192,7 +195,7 @@ def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *
         compute = torch.where(f_t > 0, f_t / (peak_flops_per_s * (torch.exp(lc) @ wc.T)),
                               torch.zeros_like(f_t))
         memory = b_t / (bandwidth_bytes_per_s * (torch.exp(lm) @ wm.T))
-        pred = n_t * torch.maximum(compute, memory) + kernel_overhead_s
+        pred = torch.clamp(n_t * torch.maximum(compute, memory), min=kernel_overhead_s)
         data = (w_t * (torch.log(pred) - log_t).pow(2)).sum(dim=1)
         # curvature of log efficiency per half decade: knots without data follow their
         # neighbours, and conflicting points cannot carve spikes

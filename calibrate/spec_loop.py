@@ -29,6 +29,7 @@ from calibrate.model_torch import TorchDecoder, greedy, scaled_spec, torch_dtype
 from calibrate.timing import resolve_device, synchronize
 from hardware.profile import HardwareProfile
 from simulator.cost.cost_model import CostModel
+from simulator.cost.execution import eager
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.speculation.closed_forms import expected_tokens
@@ -141,7 +142,9 @@ def run_spec_loop(cfg: SpecLoopConfig, *, rng: np.random.Generator) -> pd.DataFr
 def predict_speedup(cfg: SpecLoopConfig, profile: HardwareProfile, gammas=None) -> np.ndarray:
     """The cost model's speedup per gamma: ``E * T_target / (gamma T_draft + T_verify)``."""
     tspec, dspec = _models(cfg)
-    tcm, dcm = CostModel(profile, tspec), CostModel(profile, dspec)
+    # the torch loop runs every forward eagerly from Python, drafts included (each with its
+    # own host time: they are separate calls, not a captured draft loop)
+    tcm, dcm = (CostModel(profile, spec, execution=eager(profile)) for spec in (tspec, dspec))
     ctx = cfg.prompt_tokens + cfg.new_tokens / 2.0
     decode = tcm.decode_time(cfg.batch, ctx)
     out = []

@@ -22,6 +22,7 @@ from calibrate.spec_loop import SpecLoopConfig, predict_speedup, run_spec_loop
 from calibrate.timing import ProgressFn, free_memory_bytes, measure, resolve_device, threads
 from hardware.profile import DTYPE_BYTES, HardwareProfile
 from simulator.cost.cost_model import CostModel
+from simulator.cost.execution import eager
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.speculation.token_tree import TokenTree
@@ -165,7 +166,8 @@ def predict_steps(measured: pd.DataFrame, profile: HardwareProfile) -> np.ndarra
         if key not in models:
             spec = scaled_spec(load_model(row.model), num_layers=int(row.layers),
                                dtype=row.dtype)
-            models[key] = CostModel(profile, spec)
+            # torch runs these steps eagerly, kernel by kernel
+            models[key] = CostModel(profile, spec, execution=eager(profile))
         new = np.full(int(row.batch), float(row.new_tokens))
         ctx = np.full(int(row.batch), float(row.context))
         logits = np.ones(int(row.batch)) if row.step == "prefill" else None

@@ -10,15 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 import yaml
 
-from calibrate.fit import Fit
+from hardware.collectives import collectives_to_dict
+from hardware.kernels import kernels_to_dict
 from hardware.profile import GB, GIB, HardwareProfile, Link, load_profile_file
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file
+
+if TYPE_CHECKING:  # only for annotations: the measured-kernel path must not import torch
+    from calibrate.fit import Fit
 
 REQUIRED_PROVENANCE = ("device", "device_type", "dtype", "statistic", "threads", "torch",
                        "date", "command", "checksum")
@@ -76,6 +80,16 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
                                         "defaults.step_overhead_us"),
         },
     }
+    if profile.graph_launch_s is not None:
+        data["defaults"]["graph_launch_us"] = sourced(profile.graph_launch_s * 1e6,
+                                                      "defaults.graph_launch_us")
+    if profile.cpu_per_seq_s:
+        data["defaults"]["cpu_per_seq_us"] = sourced(profile.cpu_per_seq_s * 1e6,
+                                                     "defaults.cpu_per_seq_us")
+    if profile.kernels is not None:
+        data["kernels"] = kernels_to_dict(profile.kernels)
+    if collectives_to_dict(profile.collectives):
+        data["collectives"] = collectives_to_dict(profile.collectives)
     cal: dict[str, Any] = {}
     if profile.provenance:
         cal["provenance"] = dict(profile.provenance)
@@ -183,6 +197,9 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
                 "source": "intercept of a tiny model's step time over its layer count (less "
                           "the per-step kernels): embedding, final norm, LM head, sampling, "
                           + measured},
+            **({} if base.graph_launch_s is None else {"graph_launch_us": {
+                "value": _r(base.graph_launch_s * 1e6),
+                "source": borrowed + base.sources.get("defaults.graph_launch_us", "")}}),
         },
         "calibration": {
             "provenance": dict(provenance),

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from hardware.collectives import Collectives, parse_collectives
+from hardware.kernels import KernelShapes, parse_kernels
 from hardware.roofline import AXES, Roofline
 from simulator.inputs.catalog import Catalog
 from simulator.inputs.errors import SpecsimError
@@ -57,9 +59,11 @@ class HardwareProfile:
     host_link: Link
     compute_efficiency: float
     memory_efficiency: float
-    kernel_overhead_s: float
-    step_overhead_s: float
+    kernel_overhead_s: float   # host cost of one eager kernel launch
+    step_overhead_s: float     # host CPU time of one engine step (scheduling, inputs, sampling)
     calibrated: bool = False
+    graph_launch_s: float | None = None  # host cost of one CUDA-graph replay; None: no graphs
+    cpu_per_seq_s: float = 0.0    # host CPU time per sequence in the step
     # Calibrated efficiency curves: ((operator FLOPs, efficiency), ...) and
     # ((operator bytes, efficiency), ...), interpolated in log10 of the size.
     compute_efficiency_curve: tuple[tuple[float, float], ...] = ()
@@ -67,9 +71,18 @@ class HardwareProfile:
     # what the compute curve is indexed by: the operator's FLOPs, or its arithmetic
     # intensity (FLOPs per byte: a skinny GEMM and a square one of equal FLOPs differ)
     compute_efficiency_axis: str = "flops"
+    # kernel shapes (hardware/kernels.py): tiles, SMs, latency, floor; None: flat formula
+    kernels: KernelShapes | None = None
+    # collectives (hardware/collectives.py) from the profile's collectives: block; None here
+    # becomes Collectives.from_link(interconnect), today's ring formulas on the link
+    collectives: Collectives | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
+
+    def __post_init__(self) -> None:
+        if self.collectives is None:
+            object.__setattr__(self, "collectives", Collectives.from_link(self.interconnect))
 
     def peak_flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for ``dtype``; an unsupported dtype is an error.
@@ -95,28 +108,38 @@ class HardwareProfile:
                         memory_efficiency=self.memory_efficiency,
                         compute_curve=self.compute_efficiency_curve,
                         memory_curve=self.memory_efficiency_curve,
-                        axis=self.compute_efficiency_axis)
+                        axis=self.compute_efficiency_axis,
+                        # calibrated curves are this device's measurement: they price every
+                        # operator, and the (datasheet) kernel shapes step aside
+                        kernels=None if self.compute_efficiency_curve
+                        or self.memory_efficiency_curve else self.kernels,
+                        dtype_bytes=DTYPE_BYTES[dtype])
 
     def with_overheads(self, enabled: bool) -> "HardwareProfile":
         """This profile, or a copy with kernel and step overheads set to zero."""
         if enabled:
             return self
-        return dataclasses.replace(self, kernel_overhead_s=0.0, step_overhead_s=0.0)
+        return dataclasses.replace(self, kernel_overhead_s=0.0, step_overhead_s=0.0,
+                                   graph_launch_s=0.0, cpu_per_seq_s=0.0)
 
     def plain_roofline(self) -> "HardwareProfile":
         """A copy at datasheet peaks: efficiencies 1, no overheads, no curves."""
         return dataclasses.replace(self, compute_efficiency=1.0, memory_efficiency=1.0,
                                    kernel_overhead_s=0.0, step_overhead_s=0.0,
-                                   compute_efficiency_curve=(), memory_efficiency_curve=())
+                                   graph_launch_s=0.0, cpu_per_seq_s=0.0,
+                                   compute_efficiency_curve=(), memory_efficiency_curve=(),
+                                   kernels=None)
 
 
 _TOP_KEYS = {"name", "description", "calibrated", "memory_gib", "memory_bandwidth_gb_per_s",
-             "peak_tflops", "interconnect", "host_link", "defaults", "calibration"}
+             "peak_tflops", "interconnect", "host_link", "defaults", "calibration", "kernels",
+             "collectives"}
 _REQUIRED = ("name", "description", "memory_gib", "memory_bandwidth_gb_per_s", "peak_tflops",
              "interconnect", "host_link", "defaults")
 _LINK_KEYS = ("name", "bandwidth_gb_per_s", "latency_us", "source")
 _DEFAULT_KEYS = ("compute_efficiency", "memory_efficiency", "kernel_overhead_us",
                  "step_overhead_us")
+_OPTIONAL_DEFAULT_KEYS = ("graph_launch_us", "cpu_per_seq_us")
 _CALIBRATION_KEYS = ("provenance", "compute_efficiency_curve", "memory_efficiency_curve",
                      "compute_efficiency_axis")
 
@@ -164,6 +187,15 @@ def _curve(data: Any, *, source: str, field: str) -> tuple[tuple[float, float], 
     return tuple(points)
 
 
+def _collectives(data: Mapping[str, Any], *, source: str, sources: dict) -> Collectives | None:
+    """The optional collectives: block (hardware/collectives.py); its sources are kept."""
+    link = _link(data["interconnect"], source=source, field="interconnect", sources={})
+    collectives = parse_collectives(data.get("collectives"), source=source, link=link)
+    if collectives is not None:
+        sources.update(collectives.sources)
+    return collectives
+
+
 def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
     """Validate a parsed profile file and convert it to SI units."""
     data = require_mapping(data, source=source)
@@ -177,14 +209,15 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
                                  strictly_positive=True, maximum=1e6)
              for dt, v in peaks_raw.items()}
     defaults = require_mapping(data["defaults"], source=source, field="defaults")
-    check_keys(defaults, allowed=_DEFAULT_KEYS, required=_DEFAULT_KEYS, source=source,
-               prefix="defaults.")
+    check_keys(defaults, allowed=_DEFAULT_KEYS + _OPTIONAL_DEFAULT_KEYS,
+               required=_DEFAULT_KEYS, source=source, prefix="defaults.")
     eff = {k: _sourced(defaults[k], source=source, field=f"defaults.{k}", sources=sources,
                        strictly_positive=True, maximum=1.0)
            for k in ("compute_efficiency", "memory_efficiency")}
     over = {k: 1e-6 * _sourced(defaults[k], source=source, field=f"defaults.{k}",
                                sources=sources, minimum=0, maximum=1e6)
-            for k in ("kernel_overhead_us", "step_overhead_us")}
+            for k in ("kernel_overhead_us", "step_overhead_us") + _OPTIONAL_DEFAULT_KEYS
+            if k in defaults}
     calibrated = as_bool(data.get("calibrated", False), source=source, field="calibrated")
     compute_curve: tuple = ()
     memory_curve: tuple = ()
@@ -204,7 +237,11 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
         if "compute_efficiency_axis" in cal:
             axis = as_str(cal["compute_efficiency_axis"], source=source,
                           field="calibration.compute_efficiency_axis", choices=AXES)
-    if calibrated and not (compute_curve or memory_curve):
+    kernels = parse_kernels(data.get("kernels"), source=source)
+    if kernels is not None:
+        sources.update(kernels.sources)
+    # a calibration from kernel measurements carries a fitted kernels: block and its provenance
+    if calibrated and not (compute_curve or memory_curve or (kernels is not None and provenance)):
         raise SpecsimError("calibrated: true but no calibration curves", source=source,
                            field="calibration",
                            fix="re-run 'specsim calibrate' or set calibrated: false")
@@ -224,10 +261,14 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
         memory_efficiency=eff["memory_efficiency"],
         kernel_overhead_s=over["kernel_overhead_us"],
         step_overhead_s=over["step_overhead_us"],
+        graph_launch_s=over.get("graph_launch_us"),
+        cpu_per_seq_s=over.get("cpu_per_seq_us", 0.0),
         calibrated=calibrated,
         compute_efficiency_curve=compute_curve,
         memory_efficiency_curve=memory_curve,
         compute_efficiency_axis=axis,
+        kernels=kernels,
+        collectives=_collectives(data, source=source, sources=sources),
         sources=sources,
         provenance=provenance,
         path=source,

@@ -8,11 +8,24 @@ operator's bytes (``eta_m``) and of its FLOPs or arithmetic intensity F/B (``eta
 ``axis``), clamped at their ends.  The cost model prices every operator of a step with it
 and calibration fits the curves to micro-benchmarks through it, so both read one formula
 (calibrate/fit.py's loss is its differentiable twin, in torch).
+
+Kernel-level methods (``gemm_time``, ``transfer_time``, ``attention_time``) price one kernel
+of a given shape.  With a profile's ``kernels:`` block (hardware/kernels.py) they add tile and
+wave quantisation, a fixed per-kernel latency and a floor; without one they are exactly the
+flat formula ``max(F / (peak * eta_c), B / (bandwidth * eta_m))``.  The cost model and
+``specsim validate --measurements`` both price kernels through them: one formula.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from hardware.kernels import (
+    ATTENTION_DECODE,
+    ATTENTION_PREFILL,
+    ELEMENTWISE,
+    GEMM,
+    KernelShapes,
+)
 from simulator.inputs.errors import SpecsimError
 
 AXES = ("flops", "intensity")   # what a compute-efficiency curve is indexed by
@@ -55,8 +68,11 @@ class Roofline:
     def __init__(self, peak_flops_per_s: float, bandwidth_bytes_per_s: float, *,
                  compute_efficiency: float = 1.0, memory_efficiency: float = 1.0,
                  compute_curve: Curve = (), memory_curve: Curve = (),
-                 axis: str = "flops") -> None:
+                 axis: str = "flops", kernels: KernelShapes | None = None,
+                 dtype_bytes: int = 2) -> None:
         self._by_intensity = _by_intensity(axis)
+        self.kernels = kernels          # None: the flat formula for every kernel
+        self.dtype_bytes = dtype_bytes  # bytes of one element of the GEMM operands
         self.peak_flops_per_s = peak_flops_per_s
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
         self.axis = axis
@@ -106,3 +122,116 @@ class Roofline:
         if count is not None:
             roof = count * roof
         return roof + overhead_s if overhead_s else roof
+
+    # ------------------------------------------------------------ kernel-level methods
+    def kind_rates(self, kind: str) -> tuple[float, float, float, float]:
+        """(compute FLOP/s, memory bytes/s, latency s, floor s) of a ``kind`` of kernel
+        (hardware/kernels.py); without a kernels block the flat rates, no latency, no floor."""
+        k = self.kernels
+        if k is None:
+            return self.flat_compute_rate, self.flat_memory_rate, 0.0, 0.0
+        r = k.rates(kind)
+        c = self.flat_compute_rate if r.compute_efficiency is None \
+            else self.peak_flops_per_s * r.compute_efficiency
+        m = self.flat_memory_rate if r.memory_efficiency is None \
+            else self.bandwidth_bytes_per_s * r.memory_efficiency
+        return (c, m, k.latency_s if r.latency_s is None else r.latency_s,
+                k.min_kernel_s if r.min_kernel_s is None else r.min_kernel_s)
+
+    @staticmethod
+    def _kernel(roof, latency: float, floor: float, launched):
+        """A kernel's time from its roofline time: latency added, the floor applied, 0 for a
+        kernel that is not launched (``launched`` False)."""
+        t = np.maximum(roof + latency, floor)
+        return np.where(launched, t, 0.0) if np.ndim(t) else (float(t) if launched else 0.0)
+
+    def gemm_time(self, m, n, k):
+        """Seconds of ONE GEMM kernel ``[m x k] @ [k x n]`` in this roofline's dtype.
+
+        Moves the weights (``k*n``) and the activations (``m*k + m*n``) once; vectorised over
+        ``m``.  With a kernels block the compute roof is divided by the tile and wave
+        quantisation (``wave_efficiency``), the kernel's latency is added and its floor
+        applied; without one it is exactly ``max(F / (peak eta_c), B / (bw eta_m))``.
+        """
+        m = np.asarray(m, dtype=np.float64) if np.ndim(m) else float(m)
+        flops = 2.0 * m * n * k
+        nbytes = self.dtype_bytes * (k * n + m * k + m * n)
+        if self.kernels is None:
+            return np.maximum(self.compute_time(flops, nbytes), self.memory_time(nbytes))
+        crate, mrate, latency, floor = self.kind_rates(GEMM)
+        q = wave_efficiency(m, n, self.kernels.gemm_tiles, self.kernels.sm_count)
+        compute = np.where(q > 0, flops / (crate * np.maximum(q, 1e-300)), 0.0)
+        roof = np.maximum(compute, nbytes / mrate)
+        return self._kernel(roof if np.ndim(roof) else float(roof), latency, floor,
+                            np.asarray(m) > 0)
+
+    def transfer_time(self, nbytes, kind: str = ELEMENTWISE, rows=None):
+        """Seconds of ONE memory-bound kernel moving ``nbytes`` (residual add, norm,
+        activation, rope, embedding gather: hardware/kernels.py's kinds); vectorised.
+
+        A transfer that fits in the L2 cache streams at its kind's ``l2_memory_efficiency``
+        where the profile gives one.  ``rows`` (the tokens of a one-block-per-token kernel)
+        bounds the time below by one row over the kind's ``row_bandwidth_gb_per_s``.  Without
+        a kernels block: ``nbytes / (bw eta_m)``, today's formula.
+        """
+        if self.kernels is None:
+            return self.memory_time(nbytes)
+        _, mrate, latency, floor = self.kind_rates(kind)
+        l2 = self.kernels.rates(kind).l2_memory_efficiency
+        if l2 is not None and self.kernels.l2_bytes is not None:
+            mrate = np.where(np.asarray(nbytes) <= self.kernels.l2_bytes,
+                             self.bandwidth_bytes_per_s * l2, mrate)
+            mrate = mrate if np.ndim(mrate) else float(mrate)
+        roof = np.asarray(nbytes) / mrate if np.ndim(nbytes) or np.ndim(mrate) \
+            else nbytes / mrate
+        row_bw = self.kernels.rates(kind).row_bandwidth_bytes_per_s
+        if rows is not None and row_bw is not None:
+            roof = np.maximum(roof, np.asarray(nbytes) / (np.maximum(rows, 1) * row_bw))
+        return self._kernel(roof if np.ndim(roof) else float(roof), latency, floor,
+                            np.asarray(nbytes) > 0)
+
+    def attention_time(self, flops, nbytes, query_tokens) -> float:
+        """Seconds of the attention kernels of one step, given per-request arrays.
+
+        Requests with one query token (decode) run in one kernel, requests with more (prefill
+        chunks, verification) in another, each priced ``sum_i max(F_i / compute rate,
+        B_i / memory rate)`` at its kind's efficiencies, plus one latency and the floor per
+        kernel launched.  Without a kernels block: the plain sum of per-request roofline
+        times, today's formula.  Requests with 0 query tokens are not in the step.
+        """
+        flops = np.atleast_1d(np.asarray(flops, dtype=np.float64))
+        nbytes = np.atleast_1d(np.asarray(nbytes, dtype=np.float64))
+        queries = np.atleast_1d(np.asarray(query_tokens, dtype=np.float64))
+        active = queries > 0
+        if self.kernels is None:
+            roof = np.maximum(self.compute_time(flops, nbytes), self.memory_time(nbytes))
+            return float(np.where(active, roof, 0.0).sum())
+        total = 0.0
+        for kind, members in ((ATTENTION_DECODE, queries == 1),
+                              (ATTENTION_PREFILL, queries > 1)):
+            if not members.any():
+                continue
+            crate, mrate, latency, floor = self.kind_rates(kind)
+            roof = np.maximum(flops[members] / crate, nbytes[members] / mrate).sum()
+            total += self._kernel(float(roof), latency, floor, True)
+        return total
+
+
+def wave_efficiency(m, n, tiles, sm_count: int):
+    """Useful over padded work of an ``m x n`` GEMM output: the best tile of ``tiles``.
+
+    A tile ``(tm, tn)`` cuts the output into ``ceil(m/tm) * ceil(n/tn)`` thread blocks, run in
+    ``waves = ceil(blocks / sm_count)`` waves; the GPU works as if on ``waves * sm_count``
+    full tiles, so the efficiency is ``m * n / (waves * sm_count * tm * tn)`` (tile and wave
+    quantisation, NVIDIA "Matrix Multiplication Background User's Guide").  0 when ``m`` or
+    ``n`` is 0; vectorised over ``m`` (and ``n``).
+    """
+    m_arr = np.asarray(m, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    best = np.zeros(np.broadcast(m_arr, n_arr).shape)
+    for tm, tn in tiles:
+        blocks = np.ceil(m_arr / tm) * np.ceil(n_arr / tn)
+        padded = np.ceil(blocks / sm_count) * (sm_count * tm * tn)
+        best = np.maximum(best, np.where(padded > 0, m_arr * n_arr / np.maximum(padded, 1.0),
+                                         0.0))
+    return best if best.ndim else float(best)

@@ -9,7 +9,6 @@ import pandas as pd
 
 from hardware.profile import HardwareProfile
 from simulator.cost.cost_model import CostModel
-from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import ModelSpec, load_model
 from simulator.planning.analytic import estimate_table
 
@@ -41,12 +40,9 @@ def scenario_pricing(scenario) -> Pricing:
     from simulator.scenario import resolve_hardware
     hw = resolve_hardware(scenario)
     target = load_model(scenario.target)
-    tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
-    dcost = None
-    if scenario.draft:
-        draft = load_model(scenario.draft)
-        if draft.kind == "decoder":
-            dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads)
+    from simulator.deployment import cost_models
+    draft = load_model(scenario.draft) if scenario.draft else None
+    tcost, dcost = cost_models(scenario, hw, target, draft)
     return Pricing(hw, target, tcost, dcost)
 
 

@@ -143,6 +143,9 @@ def _acceptance_section(page: Page, results: Sequence, policies: list[str]) -> N
     page.section("Acceptance")
     page.text("tau (mean acceptance length) = 1 + accepted / drafts; per-position "
               "acceptance is P(first i draft tokens accepted | at least i drafted).")
+    for r in results:
+        if r.info.get("acceptance_source"):
+            page.text(f"Where {r.label}'s acceptance comes from: {r.info['acceptance_source']}")
     page.charts([("acceptance-length", charts.acceptance_length_chart(hist, policies)),
                  ("position-rate", charts.position_rate_chart(
                      frames.position_rate_frame(results), policies))])

@@ -9,6 +9,7 @@ import numpy as np
 
 from hardware.profile import HardwareProfile
 from simulator.cost.cost_model import CostModel
+from simulator.cost.execution import resolve_execution
 from simulator.cost.memory_plan import MemoryPlan, plan_memory
 from simulator.cost.parallelism import Parallelism
 from simulator.engine.requests import REJECTED, RequestTable
@@ -62,20 +63,49 @@ def resolve_deployment(scenario: Scenario) -> Resolved:
     # a draft on another vocabulary.  The plan of record is made once, in plan_deployment.
     _plan(scenario, hw, target, extra, kv_models, max_verify_tokens=1)
     check_shared_vocabulary(draft, target)
-    tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads)
-    dcost = CostModel(hw, draft, Parallelism(), overheads=scenario.overheads) \
-        if draft is not None and draft.kind == "decoder" else None
+    tcost, dcost = cost_models(scenario, hw, target, draft)
     return Resolved(hw, target, draft, tcost, dcost, tuple(extra), tuple(kv_models))
+
+
+def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
+                draft: ModelSpec | None) -> tuple[CostModel, CostModel | None]:
+    """The target's cost model (it pays the engine step's host time) and the draft model's
+    (its forwards run inside that step: a graph replay each, no host time of their own),
+    both under the scenario's execution; the draft sharded over its tensor parallel degree."""
+    execution = resolve_execution(hw, scenario.execution,
+                                  max_num_seqs=scenario.batching.max_num_seqs,
+                                  overheads=scenario.overheads)
+    tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads,
+                      execution=execution)
+    dcost = None
+    if draft is not None and draft.kind == "decoder":
+        check_draft_split(draft, scenario.parallelism)
+        dcost = CostModel(hw, draft, scenario.parallelism.draft(),
+                          overheads=scenario.overheads, execution=execution, host=False)
+    return tcost, dcost
 
 
 def _plan(scenario: Scenario, hw: HardwareProfile, target: ModelSpec, extra, kv_models,
           max_verify_tokens: int) -> MemoryPlan:
     """One replica's memory, logits held for ``max_verify_tokens`` per sequence."""
     b = scenario.batching
+    for m in extra:
+        check_draft_split(m, scenario.parallelism)
     return plan_memory(hw, target, scenario.parallelism, extra_models=extra,
                        kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
                        block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
                        logits_tokens=b.max_num_seqs * max_verify_tokens)
+
+
+def check_draft_split(model: ModelSpec, parallel: Parallelism) -> None:
+    """A draft sharded over ``draft_tensor_parallel_size`` ranks must split its heads."""
+    dtp = parallel.draft_tp
+    if dtp > 1 and model.num_heads % dtp:
+        raise SpecsimError(f"the draft {model.name} has {model.num_heads} attention heads, "
+                           f"not divisible by its tensor parallel degree {dtp}",
+                           field="parallelism.draft_tensor_parallel_size",
+                           fix="set parallelism.draft_tensor_parallel_size: 1 (the draft "
+                               "replicated on each rank)")
 
 
 def build_policy(scenario: Scenario, res: Resolved, workload, acceptance, target_cost=None,

@@ -99,6 +99,7 @@ class Scenario:
     replicas: int = 1
     router: str = "round_robin"
     overheads: bool = True
+    execution: Mapping[str, Any] = field(default_factory=dict)  # parse_execution overrides
     base_dir: str = "."
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -108,12 +109,14 @@ class Scenario:
 
 
 _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
-        "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads")
+        "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads",
+        "execution")
 
 
 def _parallelism(data: Any, source: str) -> Parallelism:
     data = require_mapping(data or {}, source=source, field="parallelism")
-    keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction")
+    keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
+            "draft_tensor_parallel_size")
     check_keys(data, allowed=keys, source=source, prefix="parallelism.")
     kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
                        minimum=1, maximum=1024)
@@ -122,6 +125,10 @@ def _parallelism(data: Any, source: str) -> Parallelism:
         kw["offload_fraction"] = float(as_number(data["offload_fraction"], source=source,
                                                  field="parallelism.offload_fraction",
                                                  minimum=0.0, maximum=1.0))
+    if data.get("draft_tensor_parallel_size") is not None:
+        kw["draft_tensor_parallel"] = as_number(
+            data["draft_tensor_parallel_size"], source=source, integer=True, minimum=1,
+            maximum=1024, field="parallelism.draft_tensor_parallel_size")
     return Parallelism(**kw)
 
 
@@ -269,6 +276,9 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["router"] = as_str(data["router"], source=source, field="router", choices=ROUTERS)
     if "overheads" in data:
         kw["overheads"] = as_bool(data["overheads"], source=source, field="overheads")
+    if "execution" in data:
+        from simulator.cost.execution import parse_execution
+        kw["execution"] = parse_execution(data["execution"], source=source)
     return Scenario(**kw)
 
 

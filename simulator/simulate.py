@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from simulator.acceptance.provenance import describe_acceptance
 from simulator.deployment import (
     Deployment,
     admissible,
@@ -127,7 +128,9 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                 for i, pol in enumerate(policies)]
     env.process(arrivals(env, table, replicas, scenario.router, ok))
     env.run()  # no until: returns when no event is left (idle replicas wait on untriggered ones)
-    return Results.from_run(scenario, table, recorder, dep, workload)
+    results = Results.from_run(scenario, table, recorder, dep, workload)
+    results.info["acceptance_source"] = describe_acceptance(scenario, policies[0])
+    return results
 
 
 def _finish_counter(progress: Callable[[int, int], None], total: int, settled: int):

@@ -8,13 +8,34 @@ import numpy as np
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, check_keys, require_mapping
 
+MAX_SOURCE_CHARS = 1000
+
 
 def model_config(cfg: Any, *, allowed: tuple[str, ...], required: tuple[str, ...] = (),
                  source: str) -> Mapping[str, Any]:
-    """Check an acceptance mapping: its keys are ``model`` plus ``allowed``."""
+    """Check an acceptance mapping: its keys are ``model``, the optional ``source`` (where
+    the numbers come from) and ``allowed``."""
     cfg = require_mapping(cfg, source=source)
-    check_keys(cfg, allowed=("model",) + allowed, required=required, source=source)
+    check_keys(cfg, allowed=("model", "source") + allowed, required=required, source=source)
+    citation(cfg, source=source)
     return cfg
+
+
+def citation(cfg: Mapping[str, Any], *, source: str) -> str | None:
+    """The mapping's ``source``: a one-line citation (paper, table, model, dataset), or None."""
+    if "source" not in cfg or cfg["source"] is None:
+        return None
+    fix = ("write where the numbers come from as text, e.g. source: \"EAGLE (ICML 2024) "
+           "Table 2, Vicuna-7B, MT-bench, T=0\"")
+    value = cfg["source"]
+    text = " ".join(value.split()) if isinstance(value, str) else None
+    if text is None:
+        raise SpecsimError(f"expected a text, got {type(value).__name__}", source=source,
+                           field="source", fix=fix)
+    if not text or len(text) > MAX_SOURCE_CHARS:
+        raise SpecsimError(f"must be 1 to {MAX_SOURCE_CHARS} characters of text, got "
+                           f"{len(text)}", source=source, field="source", fix=fix)
+    return text
 
 
 def probability(value: Any, *, source: str, field: str) -> float:

@@ -19,6 +19,8 @@ from simulator.acceptance.tree_topk import TopKCoverageAcceptance, parse_coverag
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_str
 
+MEDUSA_SOURCE = ("Medusa (Cai et al., ICML 2024), FasterDecoding/Medusa assets/medusa_acc.csv: "
+                 "top-1..top-5 accuracy of each Medusa-1 head on Vicuna 7B/13B/33B")
 MEDUSA_TOP_K: dict[str, tuple[tuple[float, ...], ...]] = {
     "7b": ((0.5604, 0.6717, 0.7271, 0.7599, 0.7799),
            (0.3164, 0.4236, 0.4851, 0.5282, 0.5625),

@@ -25,7 +25,8 @@ VALIDATION_FILES = ("validation.csv", "spec_loop.csv", "summary.json")  # valida
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     """Arguments of ``calibrate`` or ``validate``."""
-    p.add_argument("--device", required=True, help="cpu or cuda")
+    p.add_argument("--device", default=None, help="cpu or cuda (the torch micro-benchmarks; "
+                   "not needed with --from-measurements / --measurements)")
     p.add_argument("--quick", action="store_true", help="small grids (under a minute)")
     p.add_argument("--threads", type=bounded_int(MAX_THREADS), default=None,
                    help="torch CPU threads (default: torch's; validate: the profile's)")
@@ -49,13 +50,26 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                        "datasheet peaks (default: detected from the device name)")
         p.add_argument("--statistic", choices=("median", "min"), default="median",
                        help="statistic of the repetitions that is fitted (default median)")
+        p.add_argument("--from-measurements", default=None, metavar="DIR",
+                       help="fit the kernels: block of --hardware to published kernel timings "
+                            "(Vidur-format mlp.csv / attention*.csv under DIR); no torch")
+        p.add_argument("--hardware", default=None, metavar="BASE",
+                       help="with --from-measurements: the profile to calibrate (its links, "
+                            "peaks, SM count and tiles are kept)")
+        p.add_argument("--exclude-model", action="append", default=None, metavar="HF_ID",
+                       help="with --from-measurements: leave this model out of the fit "
+                            "(repeatable)")
         return
-    p.add_argument("--profile", required=True, help="calibrated profile YAML")
+    p.add_argument("--profile", required=True, help="calibrated profile YAML (with "
+                   "--measurements: a profile name or YAML file)")
+    p.add_argument("--measurements", default=None, metavar="DIR",
+                   help="predict the published kernel timings under DIR (Vidur-format CSVs) "
+                        "and print the per-operator error table; no torch")
     p.add_argument("--before", default=None,
                    help="uncalibrated profile to compare with (default: the calibration's base)")
-    p.add_argument("--models", default=None,
+    p.add_argument("--models", default=None, nargs="+",
                    help="models as name[:layers], comma-separated (default: opt-125m and a "
-                        "2-layer opt-1.3b on CPU)")
+                        "2-layer opt-1.3b on CPU); with --measurements, Hugging Face ids")
     p.add_argument("--alpha", type=unit_float, default=0.8, help="pinned acceptance rate")
     p.add_argument("--gammas", default="0,1,2,4", help="gammas of the speculative loop")
     p.add_argument("--spec-target", default=None, help="target name[:layers] of the loop")
@@ -74,6 +88,10 @@ def _command(args: argparse.Namespace) -> str:
         if key in ("command", "_module") or value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
+        if isinstance(value, list):   # --models A B (nargs), --exclude-model A --exclude-model B
+            parts += [flag, *map(str, value)] if key == "models" \
+                else [x for v in value for x in (flag, str(v))]
+            continue
         parts += [flag] if value is True else [flag, str(value)]
     return shlex.join(parts)
 
@@ -95,6 +113,15 @@ def _model_list(text: str, field: str) -> tuple[tuple[str, int | None], ...]:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``calibrate`` or ``validate``."""
+    from simulator.cli import calibrate_measured
+    if args.command == "calibrate" and args.from_measurements is not None:
+        return calibrate_measured.calibrate(args, _command(args), check_calibration_targets)
+    if args.command == "validate" and args.measurements is not None:
+        return calibrate_measured.validate(args)
+    if args.device is None:
+        raise SpecsimError("no device given", field="--device",
+                           fix="add --device cpu or --device cuda (or --from-measurements DIR / "
+                               "--measurements DIR for published kernel timings)")
     from calibrate.timing import resolve_device, set_threads  # only these commands pay for torch
     resolve_device(args.device)
     if args.threads is not None:
@@ -161,7 +188,8 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
     before = load_profile(args.before or str(prov.get("base_profile", args.device)))
     dtype = str(prov["dtype"])
     statistic = str(prov.get("statistic", "median"))
-    models = _model_list(args.models, "--models") if args.models is not None else None
+    models = _model_list(",".join(args.models), "--models") if args.models is not None \
+        else None
     plan = make_validation_plan(args.device, quick=args.quick, dtype=dtype, models=models,
                                 reps=args.reps, memory_limit_bytes=limit)
     cfg = None if args.no_spec_loop else _loop_config(args, dtype)  # bad input fails early

@@ -22,11 +22,9 @@ from simulator.cli.args import (
     unit_float,
 )
 from simulator.cli.output import FORMATS, render
-from simulator.cost.cost_model import CostModel
-from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.planning.analytic import estimate_table
+from simulator.planning.analytic import estimate_table, point_cost_models
 from simulator.speculation.closed_forms import optimal_gamma, speedup_curve, stationary_gamma
 
 
@@ -70,10 +68,9 @@ def main(args: argparse.Namespace) -> int:
                            field="--draft", fix="name a small decoder model such as opt-125m")
     check_shared_vocabulary(draft, target, field="--draft")
     gammas = parse_number_list(args.gamma, field="--gamma", maximum=MAX_GAMMA)
-    par = Parallelism(tensor_parallel=args.tensor_parallel)
-    overheads = not args.no_overheads
-    tcm = CostModel(hw, target, par, overheads=overheads)
-    dcm = CostModel(hw, draft, Parallelism(), overheads=overheads)
+    # priced as a sweep or gamma-map point of the same shape is (the engine's cost models)
+    tcm, dcm = point_cost_models(args.hardware, args.hardware_dir, args.target, args.draft,
+                                 args.tensor_parallel, not args.no_overheads)
     df = estimate_table(tcm, dcm, batch=args.batch, context=args.context, gammas=gammas,
                         alpha=args.alpha)
     if args.format == "table":

@@ -1,10 +1,14 @@
 """``specsim gamma-map``: the best gamma per batch and context, and the crossover batch
-beyond which no gamma pays, from the analytic model (``simulator.planning.gamma_map``)."""
+beyond which no gamma pays, from the analytic model (``simulator.planning.gamma_map``).
+
+Cells that cannot exist (KV over the budget of one replica, past the target's or the draft's
+max_context) are printed as a mark, never a number, and the crossover search stops at the
+largest batch that fits.  Gamma 0 is chain drafting nothing with its draft still loaded (the
+engine's meaning, ``simulator.planning.analytic``); speedups are over policy none."""
 from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import pandas as pd
 
 from simulator.cli.args import (
@@ -12,15 +16,23 @@ from simulator.cli.args import (
     MAX_CONTEXT_TOKENS,
     MAX_GAMMA,
     MAX_TENSOR_PARALLEL,
+    bounded_float,
     bounded_int,
     parse_number_list,
 )
 from simulator.cli.output import FORMATS, render
 from simulator.inputs.errors import SpecsimError
+from simulator.planning.gamma_map import MAX_GAMMA_MAP_POINTS, check_gamma_map_size, map_gammas
+from simulator.scenario import Batching
 
-# Most points `specsim gamma-map` evaluates (policies x batches x contexts x widths x gammas),
-# checked before any point is built: about 150 us each, so 15 s at the limit.
-MAX_GAMMA_MAP_POINTS = 100_000
+__all__ = ["MAX_GAMMA_MAP_POINTS", "add_arguments", "main"]  # the limit: README, "Limits"
+MARKS = {"kv": "x KV", "memory": "x mem", "max_context": "x ctx",
+         "draft_max_context": "x draft ctx"}
+LEGEND = {"kv": "batch x (context + drafts + 1) tokens exceed the KV budget of one replica",
+          "memory": "the weights and activations leave no KV block",
+          "max_context": "context + 1 + gamma reaches the target's max_context",
+          "draft_max_context": "context + 1 + gamma reaches the draft's max_context (vLLM "
+                               "skips the draft)"}
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -34,8 +46,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=0.8, help="i.i.d. acceptance rate")
     p.add_argument("--batch", default="1,2,4,8,16,32,64,128,256",
                    help=f"batches tried (list or range, at most {MAX_BATCH:,})")
-    p.add_argument("--context", default="128,512,2048,8192",
-                   help=f"contexts tried (list, at most {MAX_CONTEXT_TOKENS:,} tokens)")
+    p.add_argument("--context", default="128,512,1024,2000",
+                   help=f"contexts tried (list, at most {MAX_CONTEXT_TOKENS:,} tokens; those "
+                        f"past the target's max_context are marked)")
     p.add_argument("--gamma", default="0-16",
                    help=f"gammas tried (tree: depths; at most {MAX_GAMMA})")
     p.add_argument("--policy", default="chain", help="chain, tree or chain,tree")
@@ -45,6 +58,12 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         "then used for chain too, alpha = the first rate)")
     p.add_argument("--max-batch", type=bounded_int(MAX_BATCH), default=4096,
                    help=f"largest batch the crossover search tries (at most {MAX_BATCH:,})")
+    p.add_argument("--gpu-memory-utilization", type=bounded_float(1.0, strict=True),
+                   default=Batching.gpu_memory_utilization,
+                   help="fraction of device memory for weights, activations and KV (vLLM's "
+                        "knob; default the scenario's)")
+    p.add_argument("--block-size", type=bounded_int(MAX_BATCH),
+                   default=Batching.block_size, help="KV block size in tokens")
     p.add_argument("--no-overheads", action="store_true",
                    help="plain roofline: no per-kernel or per-step overheads")
 
@@ -55,46 +74,72 @@ def main(args: argparse.Namespace) -> int:
     policies = _policies(args)
     acceptance = _acceptance(args, policies)
     batches, contexts, gammas, widths = _grid(args, policies)
+    memory = {"gpu_memory_utilization": args.gpu_memory_utilization,
+              "block_size": args.block_size}
     common = dict(hardware=args.hardware, hardware_dir=args.hardware_dir, target=args.target,
                   draft=args.draft, tensor_parallel=args.tensor_parallel, alpha=args.alpha,
                   acceptance=acceptance, overheads=not args.no_overheads)
     df = gamma_map(batches=batches, contexts=contexts, gammas=gammas, policies=policies,
-                   tree_widths=widths, **common)
-    cross = pd.concat([crossover_table({**common, "policy": pol}, contexts,
+                   tree_widths=widths, memory=memory, **common)
+    if args.format != "table":  # missing values (an infeasible cell's) as empty / null
+        print(render(df.astype(object).where(df.notna(), None), args.format))
+        return 0
+    cross = pd.concat([crossover_table({**common, **memory, "policy": pol}, contexts,
                                        gammas=[g for g in gammas if g > 0] or [1],
                                        tree_widths=widths if pol == "tree" else (1,),
                                        max_batch=args.max_batch).assign(policy=pol)
                        for pol in policies], ignore_index=True)
-    if args.format != "table":
-        print(render(df, args.format))
-        return 0
-    _print_map(args, df, cross, policies, acceptance)
+    _print_map(args, df, cross, policies, acceptance, gammas)
     return 0
 
 
+def _cells(part: pd.DataFrame, top_gamma: int) -> pd.Series:
+    """A cell's text: [w<width> ]gamma (x speedup), '+' where larger gammas do not fit; an
+    infeasible cell is its mark, never a number."""
+    def one(row) -> str:
+        if not row["feasible"]:
+            return MARKS.get(row["limit"], "x")
+        width = f"w{int(row['best_tree_width'])} " if row["best_tree_width"] > 1 else ""
+        capped = row["best_gamma"] == row["largest_feasible_gamma"] < top_gamma
+        return f"{width}{int(row['best_gamma'])} (x{row['speedup']:.2f})" + \
+            ("+" if capped else "")
+    return part.apply(one, axis=1)
+
+
+def _crossover_text(row, max_batch: int) -> str:
+    b, last, limit = row["crossover_batch"], row["last_paying_batch"], row["limit"]
+    if b == b:
+        return f"no gamma pays from batch {int(b)}"
+    if row["largest_batch"] == 0:
+        return f"no batch fits: {row['reason']}"
+    if limit == "max_batch":
+        return f"still pays at batch {int(last)} (--max-batch {max_batch})"
+    return f"still pays at the largest batch that fits, {int(last)} " \
+        f"({'KV' if limit == 'kv' else limit} limit)"
+
+
 def _print_map(args, df: pd.DataFrame, cross: pd.DataFrame, policies: list[str],
-               acceptance) -> None:
+               acceptance, gammas: list[int]) -> None:
     """One grid per policy: best gamma (and width) with its speedup, then the crossovers."""
     accept = f"Sequoia rates {args.tree_rates}" if acceptance else f"alpha {args.alpha}"
     print(f"{args.target} (draft {args.draft}) on {args.hardware} x{args.tensor_parallel}, "
-          f"{accept}: best gamma (speedup over no speculation) per batch and context")
+          f"{accept}: best gamma (speedup over policy none, no draft loaded) per batch and "
+          f"context; gamma 0 = chain drafting nothing, its draft still loaded")
+    capped = False
     for pol in policies:
         part = df[df["policy"] == pol].copy()
-        label = np.where(part["best_tree_width"] > 1,
-                         "w" + part["best_tree_width"].astype(str) + " ", "")
-        part["cell"] = label + part["best_gamma"].astype(str) + " (x" + \
-            part["speedup"].map("{:.2f}".format) + ")" + np.where(part["kv_fits"], "", "*")
+        part["cell"] = _cells(part, max(map_gammas(pol, gammas)))
+        capped |= bool(part["cell"].str.endswith("+").any())
         grid = part.pivot(index="batch", columns="context", values="cell")
         grid.columns = [f"ctx {c:g}" for c in grid.columns]
         print(f"\n{pol}" + (" (w<width> depth)" if pol == "tree" else ""))
         print(render(grid.reset_index(), "table"))
         for _, row in cross[cross["policy"] == pol].iterrows():
-            b = row["crossover_batch"]
-            text = f"no gamma pays from batch {int(b)}" if b == b else \
-                f"still pays at batch {args.max_batch}"
-            print(f"  context {row['context']:g}: {text}")
-    if not df["kv_fits"].all():
-        print("* the KV cache of batch x (context + drafts + 1) does not fit one replica")
+            print(f"  context {row['context']:g}: {_crossover_text(row, args.max_batch)}")
+    for limit in dict.fromkeys(df.loc[~df["feasible"], "limit"]):
+        print(f"{MARKS.get(limit, 'x')}: {LEGEND.get(limit, limit)} (not ranked)")
+    if capped:
+        print("+: larger gammas do not fit this cell; its best is the largest that fits")
 
 
 def _policies(args: argparse.Namespace) -> list[str]:
@@ -131,11 +176,5 @@ def _grid(args: argparse.Namespace, policies: list[str]):
     gammas = parse_number_list(args.gamma, field="--gamma", maximum=MAX_GAMMA)
     widths = parse_number_list(args.tree_width, field="--tree-width", minimum=1,
                                maximum=MAX_GAMMA)
-    points = len(batches) * len(contexts) * len(gammas) * sum(
-        len(widths) if pol == "tree" else 1 for pol in policies)
-    if points > MAX_GAMMA_MAP_POINTS:  # before a single point is built
-        raise SpecsimError(f"the map has {points:,} points; the limit is "
-                           f"{MAX_GAMMA_MAP_POINTS:,}", field="gamma-map",
-                           fix="give fewer batches, contexts, gammas or tree widths, or run "
-                               "a sweep YAML with --allow-large")
+    check_gamma_map_size(batches, contexts, gammas, policies, widths)  # before any point
     return batches, contexts, gammas, widths

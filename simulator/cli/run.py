@@ -105,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
               f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
               f"seed {scenario.seed}")
+        print(acceptance_line(results))
         sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
         if sat.any():
             shown["policy"] = [f"{p} (saturated)" if flag else p
@@ -122,6 +123,20 @@ def main(args: argparse.Namespace) -> int:
         path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def acceptance_line(results: list) -> str:
+    """Where the acceptance numbers come from, in one line (``Results.info``)."""
+    texts = {r.label: r.info.get("acceptance_source") for r in results}
+    texts = {k: v for k, v in texts.items() if v and v != "none (no speculation)"}
+    if not texts:
+        return "acceptance: none (no speculation)"
+    groups: dict[str, list[str]] = {}
+    for label, text in texts.items():
+        groups.setdefault(text, []).append(label)
+    if len(groups) == 1:
+        return "acceptance: " + next(iter(groups))
+    return "acceptance: " + "; ".join(f"{', '.join(v)}: {k}" for k, v in groups.items())
 
 
 def saturation_note(row) -> str:

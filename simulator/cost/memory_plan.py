@@ -58,8 +58,10 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
                 max_batched_tokens: int = 2048, logits_tokens: int | None = None) -> MemoryPlan:
     """Plan one device's memory for ``target`` sharded by ``parallel`` plus co-located drafts.
 
-    ``extra_models`` are replicated on every device (a draft model, Medusa heads, an EAGLE
-    layer); ``kv_models`` are the extra models that keep their own KV cache (a draft model).
+    ``extra_models`` live beside the target (a draft model, Medusa heads, an EAGLE layer),
+    sharded over ``parallel.draft_tp`` ranks (vLLM's ``draft_tensor_parallel_size``; 1:
+    replicated on each device); ``kv_models`` are the extra models that keep their own KV
+    cache (a draft model, an EAGLE layer), sharded alike.
     """
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise SpecsimError(f"must be in (0, 1], got {gpu_memory_utilization!r}",
@@ -70,10 +72,11 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
     capacity = hardware.memory_bytes
     usable = capacity * gpu_memory_utilization
     target_w = target.weight_bytes() / devices * (1.0 - parallel.offload_fraction)
-    weights = target_w + sum(m.weight_bytes() for m in extra_models)
+    dtp = parallel.draft_tp
+    weights = target_w + sum(m.weight_bytes() for m in extra_models) / dtp
     act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens)
     kv_per_token = target.kv_bytes_per_token() / devices + \
-        sum(m.kv_bytes_per_token() for m in kv_models)
+        sum(m.kv_bytes_per_token() for m in kv_models) / dtp
     budget = usable - weights - act
     min_kv = kv_per_token * block_size
     if budget < min_kv:

@@ -40,12 +40,29 @@ class OpCost:
 
 @dataclass(frozen=True)
 class StepCost:
-    """A priced step: its operators, its fixed overhead and the total."""
+    """A priced step: ``time_s = gpu_s + launch_s + step_overhead_s + pipeline_s``.
+
+    ``gpu_s`` is the operators' roofline time, ``op_launch_s`` the eager launch time beyond
+    it (an operator of kernels shorter than their launches), ``launch_s`` the graph replays,
+    ``step_overhead_s`` the host CPU time the step shows (all of it when synchronous).
+    """
 
     ops: tuple[OpCost, ...]
     step_overhead_s: float
     pipeline_s: float = 0.0  # extra time of pipeline fill/drain and stage-to-stage transfers
     time_s: float = field(default=0.0)
+    launch_s: float = 0.0    # host time of CUDA-graph replays
+    mode: str = "eager"      # full, piecewise, eager (or pipelined)
+
+    @property
+    def gpu_s(self) -> float:
+        """The operators' roofline time (what the GPU computes or moves)."""
+        return sum(op.time_s - op.overhead_s for op in self.ops)
+
+    @property
+    def op_launch_s(self) -> float:
+        """Eager launch time not hidden behind the operators' own GPU time."""
+        return sum(op.overhead_s for op in self.ops)
 
     @property
     def flops(self) -> float:

@@ -2,16 +2,41 @@
 
 A point is (hardware, target, draft, tensor_parallel, batch, context, policy, gamma, alpha):
 the cost model prices the draft forwards, the verification forward and a plain decode step
-of ``batch`` requests at equal ``context``; the closed forms give the expected tokens per
-iteration E; speedup = E * decode_s / (draft_s + verify_s).  Policies: ``none``; ``chain``
-(gamma draft forwards, gamma + 1 tokens verified); ``tree``, SpecInfer's expansion
-<tree_width, 1, ..., 1> of depth gamma: tree_width chains branching at the root, one draft
-forward per level over that level's nodes, every node verified in one forward, E from the
-acceptance model's tree semantics (``sequoia``, ``tree_topk``...).  Giving ``c`` (or
-lecture 003's ``c_target_over_draft``) instead of models evaluates the closed form alone,
-E / (gamma * c + 1).  ``estimate_table`` is the same model over a range of gamma (``specsim
-estimate``).  Draft forwards are priced by ``simulator.cost.drafting``, exactly as the
-engine's policies are charged.
+of ``batch`` requests at equal ``context`` (tokens already in the KV cache); the closed forms
+give the expected tokens per iteration E; speedup = E * decode_s / (draft_s + verify_s).
+Policies: ``none``; ``chain`` (gamma draft forwards, gamma + 1 tokens verified); ``tree``,
+SpecInfer's expansion <tree_width, 1, ..., 1> of depth gamma: tree_width chains branching at
+the root, one draft forward per level over that level's nodes, every node verified in one
+forward, E from the acceptance model's tree semantics (``sequoia``, ``tree_topk``...).
+Giving ``c`` (or lecture 003's ``c_target_over_draft``) instead of models evaluates the
+closed form alone, E / (gamma * c + 1).  ``estimate_table`` is the same model over a range
+of gamma (``specsim estimate``).  Draft forwards are priced by ``simulator.cost.drafting``,
+exactly as the engine's policies are charged.
+
+Gamma 0 has one meaning, the engine's.  ``chain`` with gamma 0 is the engine's chain policy
+with ``num_speculative_tokens: 0`` (``simulator/policies/chain.py`` accepts 0): the draft
+model stays loaded (its weights and its KV cache count against memory: the policy's
+``memory_models`` does not look at gamma; in a simulation it also prefills every prompt
+chunk), it drafts nothing, and the target verifies one token per request: the step time of
+plain decoding, so its speedup is exactly 1, with chain's smaller KV budget.  The
+no-speculation baseline is ``policy: none`` (no draft loaded), never a gamma: every speedup
+is over none's decode step.  ``tree`` has no gamma 0 (the engine's ``specinfer`` needs
+num_speculative_tokens >= 1), so a tree point with gamma 0 is refused.  Why: a label must
+price one thing in both modes, and the engine (which this package may not change) runs
+chain-0 with its draft; calling chain-0 "no speculation" would hide the draft's memory.
+
+Feasibility (``point_feasibility``): a point is marked infeasible, with its reason, when
+the deployment's weights do not fit one replica; when context + 1 + gamma reaches the
+target's ``max_context`` (vLLM's scheduler caps a step at ``max_model_len - 1 -
+num_computed_tokens`` new tokens, vllm/v1/core/sched/scheduler.py); when the draft model
+decides (vLLM skips the proposer when seq_len + k >= its max_model_len,
+``simulator.cost.drafting.fits_draft_context``; seq_len = context + 1); or when
+batch x ceil((context + drafted nodes + 1) / block_size) KV blocks exceed the replica's
+memory plan (``simulator.cost.memory_plan.plan_memory`` with the engine policy's
+``memory_models``, at ``gpu_memory_utilization`` and ``block_size``, logits held for batch x
+(nodes + 1) tokens, as ``simulator.deployment`` plans a scenario of max_num_seqs = batch).
+An infeasible point keeps its timings (a sweep row is raw data); the gamma map never ranks
+it.
 """
 from __future__ import annotations
 
@@ -23,15 +48,19 @@ import numpy as np
 import pandas as pd
 
 from simulator.cost.cost_model import CostModel
-from simulator.cost.drafting import chain_draft_time
+from simulator.cost.drafting import chain_draft_time, draft_max_context, fits_draft_context
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
+from simulator.scenario import Batching
 from simulator.speculation.closed_forms import expected_tokens
 
 
 def estimate_table(target: CostModel, draft: CostModel | None, *, batch: int, context: float,
                    gammas: list[int], alpha: float) -> pd.DataFrame:
-    """Per gamma: draft, verify and plain-decode step times, c, E, speedup; best row marked."""
+    """Per gamma: draft, verify and plain-decode step times, c, E, speedup; best row marked.
+
+    Gamma 0 is chain with nothing drafted (the module docstring): plain decoding's step
+    time, speedup exactly 1; memory and context limits are not checked here."""
     if batch < 1:
         raise SpecsimError("must be >= 1", field="--batch")
     if context < 0:
@@ -55,6 +84,10 @@ def estimate_table(target: CostModel, draft: CostModel | None, *, batch: int, co
 
 
 POLICIES = ("none", "chain", "tree")
+# the engine's policy each analytic policy prices (its memory_models say what a draft adds)
+ENGINE_POLICIES = {"none": "none", "chain": "chain", "tree": "specinfer"}
+_BATCHING = Batching()  # the scenario defaults of the memory plan (vLLM's names)
+VLLM_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs: its CUDA graphs capture up to 512
 
 FIELDS: dict[str, Param] = {
     "hardware": Param("str", default="a100-40gb"),
@@ -64,7 +97,8 @@ FIELDS: dict[str, Param] = {
     "tensor_parallel": Param("int", default=1, minimum=1, maximum=1024,
                              aliases=("parallelism.tensor_parallel",)),
     "batch": Param("int", default=1, minimum=1, maximum=1_000_000),
-    "context": Param("float", default=512.0, minimum=0.0, maximum=1e7),  # = cli.args.MAX_CONTEXT_TOKENS
+    # maximum = cli.args.MAX_CONTEXT_TOKENS
+    "context": Param("float", default=512.0, minimum=0.0, maximum=1e7),
     "policy": Param("str", default="chain", choices=POLICIES),
     "gamma": Param("int", default=4, minimum=0, maximum=64,
                    aliases=("num_speculative_tokens",)),
@@ -75,6 +109,14 @@ FIELDS: dict[str, Param] = {
     "c": Param("any", default=None),
     "c_target_over_draft": Param("any", default=None),
     "overheads": Param("bool", default=True),
+    "gpu_memory_utilization": Param("float", default=_BATCHING.gpu_memory_utilization,
+                                    minimum=0.0, maximum=1.0,
+                                    aliases=("batching.gpu_memory_utilization",)),
+    "block_size": Param("int", default=_BATCHING.block_size, minimum=1, maximum=10_000_000,
+                        aliases=("batching.block_size",)),
+    "max_num_batched_tokens": Param("int", default=_BATCHING.max_num_batched_tokens,
+                                    minimum=1, maximum=10_000_000,
+                                    aliases=("batching.max_num_batched_tokens",)),
 }
 
 
@@ -117,6 +159,14 @@ def check_point(params: Mapping[str, Any], *, source: str = "sweep",
     if p["policy"] != "tree" and p["tree_width"] != 1:
         raise SpecsimError(f"only the tree policy has a width, not {p['policy']!r}",
                            source=source, field="tree_width", fix="leave tree_width at 1")
+    if p["policy"] == "tree" and p["gamma"] == 0:  # the engine's specinfer refuses it too
+        raise SpecsimError("a tree of depth 0 drafts nothing, and the engine's specinfer "
+                           "policy needs num_speculative_tokens >= 1", source=source,
+                           field="gamma", fix="give gamma >= 1; without speculation use "
+                           "policy: none (chain with gamma 0 keeps its draft loaded)")
+    if p["gpu_memory_utilization"] <= 0.0:
+        raise SpecsimError("must be in (0, 1]", source=source, field="gpu_memory_utilization",
+                           fix="give the fraction of device memory vLLM may use, e.g. 0.9")
     closed = p["c"] is not None or p["c_target_over_draft"] is not None
     if p["policy"] != "none" and p["draft"] is None and not closed:
         raise SpecsimError(f"policy {p['policy']!r} needs a draft model (or c)", source=source,
@@ -131,27 +181,121 @@ def check_point(params: Mapping[str, Any], *, source: str = "sweep",
 
 
 @lru_cache(maxsize=64)
-def _cost_models(hardware: str, hardware_dir, target: str, draft, tp: int, overheads: bool):
+def point_cost_models(hardware: str, hardware_dir, target: str, draft, tp: int, overheads: bool):
+    """The point's cost models exactly as the engine builds them for a scenario
+    (``simulator.deployment.cost_models``: vLLM's default execution for its default
+    ``max_num_seqs`` of 256, the draft's forwards inside the target's step and sharded with
+    the target's tensor parallelism)."""
     from hardware.profile import load_profile
-    from simulator.cost.cost_model import CostModel
-    from simulator.cost.memory_plan import plan_memory
     from simulator.cost.parallelism import Parallelism
+    from simulator.deployment import cost_models
     from simulator.models.spec import load_model
+    from simulator.scenario import Scenario
     hw = load_profile(hardware, hardware_dir)
-    tmodel = load_model(target)
-    tcm = CostModel(hw, tmodel, Parallelism(tensor_parallel=tp), overheads=overheads)
     dmodel = load_model(draft) if draft else None
     if dmodel is not None and dmodel.kind != "decoder":
         raise SpecsimError(f"{dmodel.name} is a {dmodel.kind} model, not a draft decoder",
                            field="draft", fix="name a small decoder such as opt-125m")
-    dcm = CostModel(hw, dmodel, overheads=overheads) if dmodel is not None else None
+    sc = Scenario(parallelism=Parallelism(tensor_parallel=tp), overheads=overheads,
+                  batching=Batching(max_num_seqs=VLLM_MAX_NUM_SEQS))
+    return cost_models(sc, hw, load_model(target), dmodel)
+
+
+@lru_cache(maxsize=64)
+def _deployment(hardware: str, hardware_dir, target: str, draft, policy: str, tp: int,
+                gmu: float, block: int, mbt: int):
+    """The engine's deployment of the point's policy, resolved as ``simulator.deployment``
+    resolves a scenario (the policy's ``memory_models``: the models beside the target and
+    those that keep a KV cache): (hardware, target, draft, resolved or None, error text)."""
+    from hardware.profile import load_profile
+    from simulator.cost.parallelism import Parallelism
+    from simulator.deployment import resolve_deployment
+    from simulator.models.spec import load_model
+    from simulator.scenario import PolicyConfig, Scenario
+    sc = Scenario(hardware=hardware, hardware_dir=hardware_dir, target=target, draft=draft,
+                  parallelism=Parallelism(tensor_parallel=tp),
+                  policy=PolicyConfig(ENGINE_POLICIES[policy]),
+                  batching=Batching(max_num_seqs=1, max_num_batched_tokens=mbt,
+                                    block_size=block, gpu_memory_utilization=gmu))
+    dmodel = load_model(draft) if draft else None
     try:
-        extra = [dmodel] if dmodel is not None else []
-        kv_tokens = plan_memory(hw, tmodel, Parallelism(tensor_parallel=tp), extra_models=extra,
-                                kv_models=extra).kv_tokens
-    except SpecsimError:
-        kv_tokens = 0  # the weights alone do not fit: every point reports kv_fits False
-    return tcm, dcm, kv_tokens
+        return load_profile(hardware, hardware_dir), load_model(target), dmodel, \
+            resolve_deployment(sc), None
+    except SpecsimError as exc:
+        if exc.field != "parallelism":  # only "the weights do not fit" is a property
+            raise
+        return None, load_model(target), dmodel, None, exc.message
+
+
+@lru_cache(maxsize=4096)
+def _memory_plan(key: tuple, logits_tokens: int):
+    """One replica's memory plan (``key``: ``_deployment``'s arguments) holding logits for
+    ``logits_tokens`` tokens, as ``simulator.deployment`` plans a scenario (max_num_seqs x
+    max_verify_tokens): (the plan or None, the error text)."""
+    from simulator.cost.memory_plan import plan_memory
+    from simulator.cost.parallelism import Parallelism
+    hw, tmodel, _, res, _ = _deployment(*key)
+    tp, gmu, block, mbt = key[5:]
+    try:
+        return plan_memory(hw, tmodel, Parallelism(tensor_parallel=tp),
+                           extra_models=res.extra_models, kv_models=res.kv_models,
+                           gpu_memory_utilization=gmu, block_size=block,
+                           max_batched_tokens=mbt, logits_tokens=logits_tokens), None
+    except SpecsimError as exc:
+        if exc.field != "parallelism":
+            raise
+        return None, exc.message
+
+
+def point_feasibility(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether the point can exist (the module docstring): ``feasible``, the
+    ``infeasible_reason`` (every limit it breaks), ``limit`` (the first: memory,
+    max_context, draft_max_context or kv), and the KV tokens the plan holds and it needs."""
+    p = check_point(params)
+    return _feasibility(p, tree_config(p["policy"], p["gamma"], p["tree_width"]))
+
+
+def _feasibility(p: dict, config: tuple[int, ...]) -> dict[str, Any]:
+    out = {"feasible": True, "infeasible_reason": None, "limit": None, "kv_tokens": -1,
+           "kv_needed_tokens": -1, "kv_fits": True}
+    if p["c"] is not None or p["c_target_over_draft"] is not None:
+        return out  # the closed form alone: no device, no memory
+    draft = p["draft"] if p["policy"] != "none" else None
+    key = (p["hardware"], p["hardware_dir"], p["target"], draft, p["policy"],
+           p["tensor_parallel"], p["gpu_memory_utilization"], p["block_size"],
+           p["max_num_batched_tokens"])
+    _, tmodel, dmodel, res, error = _deployment(*key)
+    b, ctx, depth = p["batch"], float(p["context"]), len(config)
+    verify = int(np.cumprod(config).sum()) + 1 if config else 1  # drafted nodes + 1
+    plan = None
+    if res is not None:
+        plan, error = _memory_plan(key, min(b * verify, p["max_num_batched_tokens"]))
+    found = []  # (limit, reason), in the order the docstring gives
+    if plan is None:
+        found.append(("memory", f"the weights do not fit one replica: {error}"))
+    if not ctx + 1 + depth < tmodel.max_context:  # vLLM: new <= max_model_len - 1 - computed
+        found.append(("max_context", f"context {ctx:g} + 1 + {depth} drafts reaches "
+                      f"{tmodel.name}'s max_context {tmodel.max_context}"))
+    dmax = draft_max_context(dmodel) if dmodel is not None else None
+    if depth and not fits_draft_context(np.array([ctx + 1.0]), depth, dmax)[0]:
+        found.append(("draft_max_context", f"context {ctx:g} + 1 + {depth} drafts reaches "
+                      f"the draft {dmodel.name}'s max_context {dmax} (vLLM skips the draft)"))
+    if plan is not None:
+        blocks = b * math.ceil((ctx + verify) / p["block_size"])
+        out.update(kv_tokens=int(plan.kv_tokens), kv_needed_tokens=int(blocks * plan.block_size),
+                   kv_fits=bool(blocks <= plan.kv_blocks))
+        if blocks > plan.kv_blocks:
+            per_block = plan.kv_bytes_per_token * plan.block_size
+            found.append(("kv", f"batch {b} x (context {ctx:g} + {verify - 1} drafts + 1) "
+                          f"needs {blocks:,} KV blocks ({blocks * per_block / 1e9:.1f} GB), "
+                          f"the budget holds {plan.kv_blocks:,} "
+                          f"({plan.kv_blocks * per_block / 1e9:.1f} GB)"))
+    else:
+        out["kv_fits"] = False
+    if found:
+        out.update(feasible=False, limit=found[0][0],
+                   infeasible_reason="; ".join(r for _, r in found))
+    return out
 
 
 @lru_cache(maxsize=256)
@@ -191,7 +335,8 @@ def _expected(p: dict, config: tuple[int, ...]) -> float:
 
 
 def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Evaluate one analytic point: draft/verify/decode times, c, E, speedup, tokens/s."""
+    """Evaluate one analytic point: draft/verify/decode times, c, E, speedup, tokens/s, and
+    whether it can exist (``point_feasibility``: an infeasible point keeps its numbers)."""
     p = check_point(params)
     config = tree_config(p["policy"], p["gamma"], p["tree_width"])
     e = _expected(p, config)
@@ -200,15 +345,15 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
     nan = float("nan")
     out = {"draft_tokens": nodes, "draft_s": nan, "verify_s": nan, "decode_s": nan,
            "iteration_s": nan, "c": nan, "expected_tokens": e, "speedup": nan,
-           "tokens_per_s": nan, "baseline_tokens_per_s": nan, "kv_tokens": -1, "kv_fits": True}
+           "tokens_per_s": nan, "baseline_tokens_per_s": nan, **_feasibility(p, config)}
     c_closed = p["c"] if p["c"] is not None else (
         1.0 / p["c_target_over_draft"] if p["c_target_over_draft"] is not None else None)
     if c_closed is not None:
         out.update(c=float(c_closed), speedup=e / (len(config) * c_closed + 1.0))
         return out
-    tcm, dcm, kv_tokens = _cost_models(p["hardware"], p["hardware_dir"], p["target"],
-                                       p["draft"] if p["policy"] != "none" else None,
-                                       p["tensor_parallel"], p["overheads"])
+    tcm, dcm = point_cost_models(p["hardware"], p["hardware_dir"], p["target"],
+                            p["draft"] if p["policy"] != "none" else None,
+                            p["tensor_parallel"], p["overheads"])
     b, ctx = p["batch"], float(p["context"])
     decode_s = tcm.decode_time(b, ctx)
     verify_s = tcm.verify_time(b, ctx, nodes + 1)
@@ -223,6 +368,5 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
     out.update(draft_s=draft_s, verify_s=verify_s, decode_s=decode_s, iteration_s=iteration_s,
                c=dcm.decode_time(b, ctx) / decode_s if dcm is not None else nan,
                speedup=e * decode_s / iteration_s, tokens_per_s=b * e / iteration_s,
-               baseline_tokens_per_s=b / decode_s, kv_tokens=int(kv_tokens),
-               kv_fits=bool(b * (ctx + nodes + 1) <= kv_tokens))
+               baseline_tokens_per_s=b / decode_s)
     return out

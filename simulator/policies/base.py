@@ -36,7 +36,9 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import fits_draft_context
+from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import ModelSpec
@@ -119,6 +121,18 @@ class PolicyBase(ABC):
 def batch_fits_draft(batch: BatchView, num_draft: int, max_context: int | None) -> np.ndarray:
     """:func:`fits_draft_context` for the requests of ``batch``."""
     return fits_draft_context(batch.prompt_len + batch.generated, num_draft, max_context)
+
+
+def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | None = None):
+    """The cost model of a model that runs inside the target's engine step (a second draft
+    model, EAGLE's layer, Medusa's heads): the scenario's hardware and execution (graph
+    replay per forward, no host step time of its own: the target's step pays that once),
+    sharded over the draft's tensor parallel degree unless ``tensor_parallel`` is given."""
+    parallel = getattr(ctx.target_cost, "parallel", None)
+    if tensor_parallel is None:
+        tensor_parallel = parallel.draft_tp if parallel is not None else 1
+    return CostModel(policy_hardware(ctx), spec, Parallelism(tensor_parallel=tensor_parallel),
+                     execution=getattr(ctx.target_cost, "execution", None), host=False)
 
 
 def policy_hardware(ctx: PolicyContext):

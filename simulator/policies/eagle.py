@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import OperatorPrices, forward_tokens, level_draft_time
-from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
 from simulator.models.spec import attached_model
-from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware
+from simulator.policies.base import PolicyBase, PolicyContext, side_cost
 from simulator.policies.tree_acceptance import (
     check_acceptance_param,
     exclusive_table,
@@ -64,9 +62,7 @@ class _EagleDraft(PolicyBase):
     def _setup(self, params: dict, ctx: PolicyContext) -> None:
         self.spec = attached_model("eagle", params["model"], ctx.draft_model, ctx.target_model,
                                    field="policy.model")
-        parallel = getattr(ctx.target_cost, "parallel", None)
-        tp = parallel.tensor_parallel if parallel is not None else 1
-        self.cost = CostModel(policy_hardware(ctx), self.spec, Parallelism(tensor_parallel=tp))
+        self.cost = side_cost(ctx, self.spec)
         self.prices = OperatorPrices(self.cost)
         self._emitted = np.ones(len(ctx.workload) if ctx.workload is not None else 0)
 

@@ -29,14 +29,12 @@ import numpy as np
 
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
-from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import OperatorPrices
-from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import ModelSpec, attached_model
-from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware
+from simulator.policies.base import PolicyBase, PolicyContext, side_cost
 from simulator.policies.tree_acceptance import (
     check_acceptance_param,
     exclusive_table,
@@ -101,10 +99,7 @@ class MedusaSpeculation(PolicyBase):
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.spec, self.num_heads = _heads(params, ctx.draft_model, ctx.target_model)
-        parallel = getattr(ctx.target_cost, "parallel", None)
-        tp = parallel.tensor_parallel if parallel is not None else 1
-        self.prices = OperatorPrices(CostModel(policy_hardware(ctx), self.spec,
-                                               Parallelism(tensor_parallel=tp)))
+        self.prices = OperatorPrices(side_cost(ctx, self.spec))
         ranked = params["choices"] is None or params["typical_acceptance"]
         if params["choices"] is not None:
             self.tree = tree_from_choices(params["choices"], field="policy.choices")
@@ -143,7 +138,8 @@ class MedusaSpeculation(PolicyBase):
         if num_requests == 0:
             return 0.0
         return self.num_heads * (self.prices.square_linear_s(num_requests)
-                                 + self.prices.lm_head_s(num_requests))
+                                 + self.prices.lm_head_s(num_requests)) \
+            + self.prices.cost.forward_overhead_s(num_requests)  # the heads: one forward
 
     def expected_accepted(self) -> float | None:
         """Expected accepted tokens per iteration (bonus excluded)."""

@@ -33,7 +33,6 @@ import dataclasses
 
 import numpy as np
 
-from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import (
     chain_draft_time,
     draft_max_context,
@@ -42,12 +41,17 @@ from simulator.cost.drafting import (
     level_draft_time,
     sharded_time,
 )
-from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft, policy_hardware
+from simulator.policies.base import (
+    PolicyBase,
+    PolicyContext,
+    batch_fits_draft,
+    policy_hardware,
+    side_cost,
+)
 from simulator.policies.tree_acceptance import check_acceptance_param, resolve_acceptance
 from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_expansion_size, check_tree_size, parallel_chains
@@ -112,7 +116,8 @@ class SpecInferSpeculation(PolicyBase):
         if params["draft_models"] is not None:
             hw = policy_hardware(ctx)
             specs = [_decoder(name, ctx.target_model) for name in params["draft_models"]]
-            self.draft_costs = [CostModel(hw, spec, Parallelism()) for spec in specs]
+            # SpecInfer's SSMs run data parallel, one whole copy per device
+            self.draft_costs = [side_cost(ctx, spec, tensor_parallel=1) for spec in specs]
             gamma = params["num_speculative_tokens"]
             self.tree = check_tree_size(parallel_chains(len(self.draft_costs), gamma),
                                         "policy.draft_models")

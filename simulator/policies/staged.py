@@ -30,14 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.acceptance.iid import IIDAcceptance
-from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
-from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft, policy_hardware
+from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft, side_cost
 from simulator.policies.chain_acceptance import accept_chain
 
 NGRAM = "ngram"
@@ -91,8 +89,7 @@ class StagedSpeculation(PolicyBase):
         self.draft_cost = ctx.draft_cost
         draft2 = None if params["draft2"] == NGRAM else _draft2(params["draft2"],
                                                                 ctx.target_model)
-        self.draft2_cost = None if draft2 is None else CostModel(
-            policy_hardware(ctx), draft2, Parallelism())
+        self.draft2_cost = None if draft2 is None else side_cost(ctx, draft2)
         self.draft_max_context = draft_max_context(
             ctx.draft_model if ctx.draft_model is not None
             else getattr(ctx.draft_cost, "model", None), draft2)

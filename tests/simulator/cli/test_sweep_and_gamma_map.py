@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
+from tests.simulator.planning.test_gamma_map_limits import largest_batch
 
 ANALYTIC = {"name": "tiny", "mode": "analytic", "fixed": {"alpha": 0.8},
             "grid": {"batch": [1, 32], "gamma": [0, 2, 4]}}
@@ -51,13 +52,20 @@ def test_the_ray_executor_without_ray_says_how_to_install_it(tmp_path, capsys, m
     assert "pip install 'specsim[ray]'" in capsys.readouterr().err
 
 
-def test_gamma_map_prints_the_map_and_the_crossover(capsys):
-    assert main(["gamma-map", "--batch", "1,256", "--context", "16,8192", "--gamma", "0-6",
-                 "--alpha", "0.6", "--max-batch", "512"]) == 0
+def test_gamma_map_prints_the_map_marks_and_the_crossover(capsys):
+    assert main(["gamma-map", "--batch", "1,4096", "--context", "16,512,8192", "--gamma",
+                 "0-6", "--alpha", "0.6", "--max-batch", "512"]) == 0
     text = capsys.readouterr().out
     assert "ctx 16" in text and "ctx 8192" in text
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    # batch 4096 fits nowhere on one A100-40GB; OPT-13B stops at 2048 tokens
+    assert lines["4096"].split()[1:] == ["x", "KV"] * 2 + ["x", "ctx"]
+    assert "x ctx" in lines["1"] and "(x" in lines["1"]
     assert "context 16: no gamma pays from batch" in text
-    assert "context 8192: still pays at batch 512" in text
+    top = largest_batch(512, 1)  # by hand: the KV blocks of one replica
+    assert f"context 512: still pays at the largest batch that fits, {top} (KV limit)" in text
+    assert "context 8192: no batch fits" in text and "max_context 2048" in text
+    assert "x KV: batch x (context + drafts + 1) tokens exceed the KV budget" in text
 
 
 def test_gamma_map_csv_has_one_row_per_cell(capsys):
@@ -66,6 +74,16 @@ def test_gamma_map_csv_has_one_row_per_cell(capsys):
                  "--format", "csv"]) == 0
     df = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert len(df) == 4 and set(df["policy"]) == {"chain", "tree"}
+    assert df["feasible"].all()
+
+
+def test_gamma_map_csv_leaves_an_infeasible_cell_unranked(capsys):
+    assert main(["gamma-map", "--batch", "1,4096", "--context", "128", "--gamma", "0-4",
+                 "--format", "csv"]) == 0
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("batch")
+    assert df.loc[1, "feasible"] and df.loc[1, "best_gamma"] >= 1
+    assert not df.loc[4096, "feasible"] and df.loc[4096, "limit"] == "kv"
+    assert pd.isna(df.loc[4096, "best_gamma"]) and pd.isna(df.loc[4096, "speedup"])
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -73,6 +91,9 @@ def test_gamma_map_csv_has_one_row_per_cell(capsys):
     (["gamma-map", "--batch", "0,4"], "--batch"),
     (["gamma-map", "--gamma", "4-1"], "--gamma"),
     (["gamma-map", "--policy", "beam"], "unknown policy"),
+    (["gamma-map", "--gpu-memory-utilization", "0"], "--gpu-memory-utilization"),
+    (["gamma-map", "--batch", "1-1000", "--context", "1,2,3,4,5,6,7", "--gamma", "0-16"],
+     "the limit is 100,000"),
 ])
 def test_bad_gamma_map_arguments(argv, words, capsys):
     assert main(argv) == 2

@@ -22,6 +22,9 @@ from tests.helpers import scenario, workload
 
 GAMMAS = (1, 2, 4, 6)
 OUTPUT = 160
+# at batch 1 the mean tokens per iteration is a sample mean over output / (tokens per
+# iteration) iterations: 160 tokens leave it ~6% noisy, 2,000 about 2%
+OUTPUT_BATCH1 = 2000
 
 
 def _decode_rate(policy: str, batch: int, context: int) -> float:
@@ -29,7 +32,8 @@ def _decode_rate(policy: str, batch: int, context: int) -> float:
     sc = scenario(policy, target="llama-3.1-8b", draft="llama-3.2-1b", hardware="a100-80gb",
                   batching={"max_num_seqs": 256, "max_num_batched_tokens": 8192})
     # long outputs: the batch must still be whole once the last prompt is prefilled
-    wl = workload(np.zeros(batch), np.full(batch, context), np.full(batch, OUTPUT))
+    output = OUTPUT_BATCH1 if batch == 1 else OUTPUT
+    wl = workload(np.zeros(batch), np.full(batch, context), np.full(batch, output))
     s = simulate(sc, workload=wl).steps
     full = s[(s["num_prefill"] == 0) & (s["num_decode"] == batch)]
     assert len(full) >= 3
@@ -46,8 +50,9 @@ def _closed_form_batch1(context: int, alpha: float = 0.8) -> float:
     """Best Leviathan speedup at batch 1, priced at the mid-output context."""
     hw = load_profile("a100-80gb")
     target = CostModel(hw, load_model("llama-3.1-8b"), Parallelism())
-    draft = CostModel(hw, load_model("llama-3.2-1b"), Parallelism())
-    ctx = np.array([context + OUTPUT / 2])
+    # the draft's forwards run inside the target's engine step: no host time of their own
+    draft = CostModel(hw, load_model("llama-3.2-1b"), Parallelism(), host=False)
+    ctx = np.array([context + OUTPUT_BATCH1 / 2])
     decode = target.step_time(np.ones(1), ctx)
     return max(expected_tokens(alpha, g) * decode
                / (draft.chain_decode_time(ctx, g) + target.step_time(np.array([g + 1]), ctx))
@@ -76,7 +81,9 @@ def test_short_context_speedup_falls_with_batch_and_vanishes(short):
 def test_long_context_speedup_falls_much_more_slowly(short, long):
     assert long[1] == pytest.approx(_closed_form_batch1(8192), rel=0.05)
     assert long[1] > 1.3
-    # from batch 1 to 16 the short-context speedup may dip; the long-context one must not
-    # lose more than 10%, and must hold above the short-context one at batch 64
-    assert long[16] >= 0.9 * long[1]
+    # from batch 1 to 16 the long-context one keeps most of its speedup (the draft model's
+    # own KV read grows with the context too, so it does dip), and holds above the
+    # short-context one at batch 64, which has lost much more of its own
+    assert long[16] >= 0.85 * long[1]
     assert long[16] > short[64]
+    assert long[16] / long[1] > short[64] / short[1] + 0.1

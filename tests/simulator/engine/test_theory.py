@@ -51,7 +51,7 @@ def test_alpha_zero_costs_exactly_gamma_drafts_plus_one_verification():
     res = _chain_run(0.0, gamma)
     hw = load_profile("a100-40gb")
     target = CostModel(hw, load_model("opt-13b"))
-    draft = CostModel(hw, load_model("opt-125m"))
+    draft = CostModel(hw, load_model("opt-125m"), host=False)  # runs inside the step
     decode_steps = res.steps[res.steps["num_decode"] == 1]
     assert (decode_steps["emitted_tokens"] == 1).all()
     for i, row in enumerate(decode_steps.itertuples()):

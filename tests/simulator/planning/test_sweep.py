@@ -6,11 +6,8 @@ import pandas as pd
 import pytest
 
 import simulator.planning.sweep as sweep_mod
-from hardware.profile import load_profile
-from simulator.cost.cost_model import CostModel
 from simulator.inputs.errors import SpecsimError
-from simulator.models.spec import load_model
-from simulator.planning.analytic import estimate_table
+from simulator.planning.analytic import estimate_table, point_cost_models
 from simulator.planning.gamma_map import best_rows
 from simulator.planning.sweep import (
     ResultSink,
@@ -77,8 +74,7 @@ def test_bad_sweeps_name_the_field(data, field, words):
 
 
 def test_analytic_points_match_the_estimate_table():
-    hw = load_profile("a100-40gb")
-    tcm, dcm = CostModel(hw, load_model("opt-13b")), CostModel(hw, load_model("opt-125m"))
+    tcm, dcm = point_cost_models("a100-40gb", None, "opt-13b", "opt-125m", 1, True)
     gammas = [0, 1, 2, 4, 8]
     for batch, context in ((1, 512), (32, 128), (8, 4096)):
         ref = estimate_table(tcm, dcm, batch=batch, context=context, gammas=gammas, alpha=0.7)

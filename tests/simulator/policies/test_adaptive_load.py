@@ -12,8 +12,8 @@ from workloads.lengths import UniformLength
 from workloads.workload import Workload
 
 CHAIN4 = {"name": "chain", "num_speculative_tokens": 4}
-RATES = (2.0, 15.0, 40.0, 15.0, 2.0)        # requests per second, per phase
-COUNTS = (40, 100, 250, 100, 40)
+RATES = (2.0, 15.0, 80.0, 15.0, 2.0)        # requests per second, per phase
+COUNTS = (40, 100, 400, 100, 40)
 
 
 def phased_workload(seed=0):
@@ -72,4 +72,6 @@ def test_disable_by_batch_size_removes_the_high_load_slowdown(load_runs):
     none, gamma4, gated = load_runs["gamma0"], load_runs["gamma4"], load_runs["disable64"]
     assert gamma4[2] > 1.15 * none[2]           # the slowdown: verifying 4 drafts at ~100+
     assert gated[2] < 1.05 * none[2]            # gone with speculation off from 64
-    assert gated[:2] == pytest.approx(gamma4[:2], rel=0.01)  # low load keeps gamma 4
+    assert gated[0] == pytest.approx(gamma4[0], rel=0.01)  # low load keeps gamma 4 ...
+    # ... and nearly so at moderate load (a few batches pass 64 as the peak builds up)
+    assert gated[1] == pytest.approx(gamma4[1], rel=0.03)

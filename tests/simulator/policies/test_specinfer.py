@@ -91,7 +91,7 @@ def test_offloading_gains_most_from_trees():
 
 def test_merged_drafts_run_in_parallel_on_separate_devices():
     names = ["llama-68m", "llama-160m"]
-    costs = [CostModel(HW, load_model(n)) for n in names]
+    costs = [CostModel(HW, load_model(n), host=False) for n in names]  # inside the step
     ctx = np.full(3, 300.0)
     each = [chain_draft_time(c, ctx, np.full(3, 4)) for c in costs]
     params = {"draft_models": names, "num_speculative_tokens": 4}

@@ -17,8 +17,9 @@ from simulator.speculation.closed_forms import expected_tokens
 
 HW = load_profile("a100-40gb")
 TARGET = CostModel(HW, load_model("opt-13b"))
-D1 = CostModel(HW, load_model("opt-1.3b"))
-D2 = CostModel(HW, load_model("opt-125m"))
+# drafts run inside the target's engine step: no host step time of their own
+D1 = CostModel(HW, load_model("opt-1.3b"), host=False)
+D2 = CostModel(HW, load_model("opt-125m"), host=False)
 
 
 def make(params, alpha=0.8):

@@ -1,0 +1,1 @@
+"""Published results of speculative decoding, predicted by the simulator."""

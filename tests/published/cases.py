@@ -1,0 +1,209 @@
+"""Published measurements of speculative decoding, each predicted by the simulator.
+
+Every case names its source (paper and table, or engine leaderboard), the published number,
+and a tolerance fixed from what the claim is before any prediction was seen:
+
+- a mean acceptance length tau predicted from the same paper's (or another of the method's
+  own) acceptance measurement: within 10% (rounding of the published rates, the stated
+  conversion of ``simulator.acceptance.published``, the dataset mix);
+- a wall-time speedup at a batch size: within 20%;
+- a ranking of methods: exactly the published order;
+- a published range: inside the range widened by 10% each way.
+
+Each device is its shipped hardware profile, unmodified (Spec-Bench's A100 80GB:
+``a100-80gb``; EAGLE's 4 x A100 40G: ``a100-40gb``, tensor parallel 4).  Acceptance inputs
+come only from ``simulator.acceptance.published``; workloads from ``tests.published.harness``.
+``KNOWN_MISSES`` lists the cases outside their tolerance today with the measured miss; the
+test marks them xfail(strict), so fixing or breaking any case is noticed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from simulator.acceptance import published as pub
+from tests.published.harness import speedup, tau
+
+SPEC_BENCH = ("Spec-Bench Leaderboard.md (hemingkx/Spec-Bench), A100 80GB, {model}-v1.3, "
+              "greedy, fp16, batch 1, Multi-turn Conversation (MT-bench) column")
+EAGLE_T5 = "EAGLE (Li et al., ICML 2024, arXiv:2401.15077v3) Table 5, MT-bench, T=0"
+EAGLE_T7 = ("EAGLE (ICML 2024) Table 7: LLaMA2-Chat 70B on 4 x A100 40G, MT-bench, T=0, "
+            "speedup at batch size {bs}")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close a prediction must be: ``rel`` (fraction), ``range`` (widening) or ``order``."""
+
+    kind: str
+    value: float = 0.0
+
+    def ok(self, published: Any, predicted: Any) -> bool:
+        if self.kind == "order":
+            return tuple(predicted) == tuple(published)
+        if self.kind == "range":
+            lo, hi = published
+            return lo * (1 - self.value) <= predicted <= hi * (1 + self.value)
+        return abs(predicted - published) <= self.value * abs(published)
+
+    def text(self) -> str:
+        if self.kind == "order":
+            return "exact order"
+        if self.kind == "range":
+            return f"range +-{self.value:.0%}"
+        return f"+-{self.value:.0%}"
+
+
+TAU = Tolerance("rel", 0.10)
+SPEEDUP = Tolerance("rel", 0.20)
+ORDER = Tolerance("order")
+RANGE = Tolerance("range", 0.10)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published number, where it is from, and how the simulator predicts it."""
+
+    name: str
+    source: str
+    published: Any
+    tolerance: Tolerance
+    predict: Callable[[], Any]
+
+
+# ----------------------------------------------------------------- the methods, as run
+VICUNA = {"vicuna-7b": "7b", "vicuna-13b": "13b", "vicuna-33b": "33b"}
+
+
+def eagle_tree(target: str, hardware: str = "a100-80gb", **kw) -> dict:
+    """EAGLE-1 with its default tree mc_sim_7b_63 and EAGLE's acceptance for ``target``."""
+    draft = {"llama-2-70b": "eagle-llama-2-70b-chat"}.get(target, f"eagle-{target}")
+    model = {"llama-2-70b": "llama-2-70b-chat"}.get(target, target)
+    cov = pub.eagle_coverage(model, 4)
+    return dict(hardware=hardware, target=target, draft=draft,
+                policy={"name": "eagle", "choices": [list(p) for p in pub.EAGLE_TREE_CHOICES]},
+                acceptance={"model": "tree_topk", "coverage": cov.tolist()}, **kw)
+
+
+def eagle_chain(target: str = "vicuna-7b") -> dict:
+    cov = pub.eagle_coverage(target, 1)
+    return dict(hardware="a100-80gb", target=target, draft=f"eagle-{target}",
+                policy={"name": "eagle", "num_speculative_tokens": pub.EAGLE_CHAIN_LENGTH},
+                acceptance={"model": "tree_topk", "coverage": cov.tolist()})
+
+
+def eagle2_paper() -> dict:
+    """EAGLE-2 with the paper's knobs (depth 6, top-10, 60 draft tokens) on Vicuna-7B."""
+    cov = pub.eagle_coverage("vicuna-7b", 10)
+    return dict(hardware="a100-80gb", target="vicuna-7b", draft="eagle-vicuna-7b",
+                policy={"name": "eagle2", **pub.EAGLE2_PAPER_KNOBS},
+                acceptance={"model": "tree_topk", "coverage": cov.tolist()})
+
+
+def medusa(target: str) -> dict:
+    """Medusa-1 with its default 63-node tree and its published head accuracies."""
+    return dict(hardware="a100-80gb", target=target, draft=f"medusa-{target}",
+                policy={"name": "medusa", "node_budget": 63},
+                acceptance={"model": "medusa", "size": VICUNA[target]})
+
+
+def sps(target: str = "vicuna-7b") -> dict:
+    """Spec-Bench's SpS: Vicuna-68M (the llama-68m architecture, fine-tuned) drafting 5
+    tokens, alpha from Spec-Bench's own tau for it (``alpha_for_tau``)."""
+    alpha = pub.alpha_for_tau(pub.SPEC_BENCH_SPS_TAU, pub.SPEC_BENCH_SPS_GAMMA)
+    return dict(hardware="a100-80gb", target=target, draft="llama-68m",
+                policy={"name": "chain", "num_speculative_tokens": pub.SPEC_BENCH_SPS_GAMMA},
+                acceptance={"model": "iid", "alpha": alpha})
+
+
+def specinfer_width5() -> dict:
+    """SpecInfer's width-5 tree of depth 8, read as the expansion <1,1,5,1,1,1,1,1> (its
+    default <1,1,3,1,...> widened), LLaMA-7B-shaped target, LLaMA-68M SSM."""
+    return dict(hardware="a100-80gb", target="llama-2-7b", draft="llama-68m",
+                policy={"name": "specinfer", "expansion": [1, 1, 5, 1, 1, 1, 1, 1]},
+                acceptance={"model": "tree_topk",
+                            "coverage": pub.specinfer_coverage("stochastic").tolist()})
+
+
+def _speed(spec: dict) -> Callable[[], float]:
+    return lambda: speedup(spec.pop("hardware"), spec.pop("target"), spec.pop("policy"),
+                           **spec)
+
+
+def _tau(spec: dict) -> Callable[[], float]:
+    return lambda: tau(spec.pop("hardware"), spec.pop("target"), spec.pop("policy"), **spec)
+
+
+def _ranking(specs: dict[str, Callable[[], dict]]) -> Callable[[], tuple[str, ...]]:
+    def predict():
+        got = {name: _speed(make())() for name, make in specs.items()}
+        return tuple(sorted(got, key=got.get, reverse=True))
+    return predict
+
+
+CASES: list[Case] = [
+    Case("eagle-chain-tau-vicuna7b", EAGLE_T5 + ": Vicuna-7B chain tau 3.20 (predicted from "
+         "Table 2's per-position rates)", pub.EAGLE_CHAIN_TAU["vicuna-7b"], TAU,
+         lambda: _tau(eagle_chain())()),
+    Case("eagle-tree-tau-vicuna13b", EAGLE_T5 + ": Vicuna-13B tree tau", 3.98, TAU,
+         lambda: _tau(eagle_tree("vicuna-13b"))()),
+    Case("eagle-tree-tau-vicuna33b", EAGLE_T5 + ": Vicuna-33B tree tau", 3.68, TAU,
+         lambda: _tau(eagle_tree("vicuna-33b"))()),
+    Case("eagle-tree-tau-llama2chat70b", EAGLE_T5 + ": LLaMA2-Chat 70B tree tau", 3.81, TAU,
+         lambda: _tau(eagle_tree("llama-2-70b", "a100-40gb", tensor_parallel=4))()),
+    Case("eagle2-tau-vicuna7b", "EAGLE-2 (arXiv:2406.16858v2) Table 1: Vicuna-7B, MT-bench, "
+         "T=0, tau (depth 6, top-10, 60 tokens)", pub.EAGLE2_TAU_VICUNA_7B, TAU,
+         lambda: _tau(eagle2_paper())()),
+    Case("medusa-tau-vicuna7b", SPEC_BENCH.format(model="Vicuna-7B").replace(
+         "Multi-turn Conversation (MT-bench) column", "#Mean Accepted Tokens") + ", Medusa",
+         2.32, TAU, lambda: _tau(medusa("vicuna-7b"))()),
+    Case("specinfer-mss-tokens-per-step", "SpecInfer (ASPLOS 2024) Table 3: LLaMA-7B + "
+         "LLaMA-68M, stochastic, MSS, tree width 5 depth 8, tokens verified per step (range "
+         "over 5 datasets)", pub.SPECINFER_MSS_TOKENS_PER_STEP, RANGE,
+         lambda: _tau(specinfer_width5())()),
+    Case("specbench-eagle-vicuna7b", SPEC_BENCH.format(model="Vicuna-7B") + ", EAGLE", 2.67,
+         SPEEDUP, lambda: _speed(eagle_tree("vicuna-7b"))()),
+    Case("specbench-eagle-vicuna13b", SPEC_BENCH.format(model="Vicuna-13B") + ", EAGLE", 2.68,
+         SPEEDUP, lambda: _speed(eagle_tree("vicuna-13b"))()),
+    Case("specbench-eagle-vicuna33b", SPEC_BENCH.format(model="Vicuna-33B") + ", EAGLE", 2.79,
+         SPEEDUP, lambda: _speed(eagle_tree("vicuna-33b"))()),
+    Case("specbench-medusa-vicuna7b", SPEC_BENCH.format(model="Vicuna-7B") + ", Medusa", 2.05,
+         SPEEDUP, lambda: _speed(medusa("vicuna-7b"))()),
+    Case("specbench-medusa-vicuna13b", SPEC_BENCH.format(model="Vicuna-13B") + ", Medusa",
+         1.96, SPEEDUP, lambda: _speed(medusa("vicuna-13b"))()),
+    Case("specbench-medusa-vicuna33b", SPEC_BENCH.format(model="Vicuna-33B") + ", Medusa",
+         1.98, SPEEDUP, lambda: _speed(medusa("vicuna-33b"))()),
+    Case("specbench-sps-vicuna7b", SPEC_BENCH.format(model="Vicuna-7B") + ", SpS (Vicuna-68M "
+         "draft)", 1.66, SPEEDUP, lambda: _speed(sps())()),
+    Case("specbench-ranking-vicuna7b", SPEC_BENCH.format(model="Vicuna-7B") + ": EAGLE 2.67x "
+         "> Medusa 2.05x > SpS 1.66x", ("eagle", "medusa", "sps"), ORDER,
+         _ranking({"eagle": lambda: eagle_tree("vicuna-7b"),
+                   "medusa": lambda: medusa("vicuna-7b"), "sps": sps})),
+    Case("eagle-llama2chat70b-batch1", EAGLE_T7.format(bs=1), 3.01, SPEEDUP,
+         lambda: _speed(eagle_tree("llama-2-70b", "a100-40gb", tensor_parallel=4))()),
+    Case("eagle-llama2chat70b-batch4", EAGLE_T7.format(bs=4), 2.40, SPEEDUP,
+         lambda: _speed(eagle_tree("llama-2-70b", "a100-40gb", tensor_parallel=4,
+                                   batch=4))()),
+]
+
+# Cases outside their tolerance today, with the measured miss (``python -m tests.published``).
+# Re-derive after the cost model changes; never widen a tolerance to empty this.
+KNOWN_MISSES: dict[str, str] = {
+    "specinfer-mss-tokens-per-step": (
+        "predicted 2.65 tokens/step vs published 2.21-2.38 (+11% over the top): Table 1 is a "
+        "one-step success rate and the coverage repeats it at every depth; SpecInfer's tree "
+        "shape for 'width 5' is also read, not published"),
+    "specbench-sps-vicuna7b": (
+        "predicted 2.05x vs published 1.66x (+23%): the roofline prices a Vicuna-68M draft "
+        "forward far below what Hugging Face assisted generation pays per eager forward "
+        "(kernel launches, Python), so c is too small"),
+    "specbench-ranking-vicuna7b": (
+        "predicted eagle > sps > medusa vs published eagle > medusa > sps: SpS 2.05x is "
+        "over-predicted (see specbench-sps-vicuna7b), Medusa 1.96x is within 5%"),
+}
+
+
+def evaluate(case: Case) -> tuple[Any, bool]:
+    """(prediction, within tolerance)."""
+    predicted = case.predict()
+    return predicted, case.tolerance.ok(case.published, predicted)
