@@ -81,7 +81,8 @@ def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
     if draft is not None and draft.kind == "decoder":
         check_draft_split(draft, scenario.parallelism)
         dcost = CostModel(hw, draft, scenario.parallelism.draft(),
-                          overheads=scenario.overheads, execution=execution, host=False)
+                          overheads=scenario.overheads, execution=execution,
+                          host=not execution.captured_draft_loop)
     return tcost, dcost
 
 

@@ -371,9 +371,10 @@ class CostModel:
     def forward_overhead_s(self, tokens: int) -> float:
         """Host time one extra forward of ``tokens`` uniform tokens adds beyond its
         operators: a graph replay, or nothing when eager (its launches are in the operators'
-        times).  What a draft forward priced operator by operator (Medusa heads) pays."""
+        times), and its own host step where it has one.  What a draft forward priced
+        operator by operator (Medusa heads) pays."""
         mode, _ = self.execution.graph_tokens(float(tokens), True)
-        return self._replays(mode, self._layers)
+        return self._replays(mode, self._layers) + self._host_time(int(tokens), 0.0)
 
     @property
     def weight_bytes_read_per_step(self) -> float:

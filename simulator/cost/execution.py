@@ -24,8 +24,14 @@ each part is counted once:
 
 Draft forwards (a draft model's chain, EAGLE's layer, Medusa's heads, a tree level) are
 priced by the same rules: GPU time plus one graph replay per forward (vLLM and SGLang
-capture the draft loop) or eager launches.  No method pays or skips an overhead another of
-the same shape does not.
+capture the draft loop) or eager launches; with ``captured_draft_loop: false`` each also
+pays a host step (Hugging Face assisted generation calls the draft model once per token
+from Python).  No method pays or skips an overhead another of the same shape does not.
+
+Host time grows per sequence where ``cpu_per_seq_us`` is set: vLLM issue #6913 measured V0's
+output processing at 0.2 ms for batch 1 and 3.4 ms for batch 32 (Llama-3-70B, 4 x H100);
+V1 runs output processing in the API-server process, overlapped with the engine
+(vLLM V1 blog, Jan 2025), so the profiles' default is 0.
 """
 from __future__ import annotations
 
@@ -71,6 +77,9 @@ class Execution:
     cpu_step_s: float = 0.0
     cpu_per_seq_s: float = 0.0
     custom_all_reduce: bool = True   # vLLM's default (disable_custom_all_reduce: false)
+    # draft forwards run inside the target's engine step (vLLM, SGLang); False: each is its
+    # own host step (Hugging Face assisted generation, a Python loop of model calls)
+    captured_draft_loop: bool = True
 
     def __post_init__(self) -> None:
         if self.step_model not in STEP_MODELS:
@@ -107,7 +116,8 @@ class Execution:
 
 _KEYS = ("enforce_eager", "disable_custom_all_reduce", "cudagraph_capture_sizes",
          "max_cudagraph_capture_size",
-         "async_scheduling", "step_model", "kernel_launch_us", "graph_launch_us",
+         "async_scheduling", "captured_draft_loop", "step_model", "kernel_launch_us",
+         "graph_launch_us",
          "cpu_step_us", "cpu_per_seq_us")
 
 
@@ -143,6 +153,9 @@ def parse_execution(data: Any, *, source: str) -> dict:
     if "async_scheduling" in data:
         out["async_scheduling"] = as_bool(data["async_scheduling"], source=source,
                                           field="execution.async_scheduling")
+    if "captured_draft_loop" in data:
+        out["captured_draft_loop"] = as_bool(data["captured_draft_loop"], source=source,
+                                             field="execution.captured_draft_loop")
     if "step_model" in data:
         out["step_model"] = as_str(data["step_model"], source=source,
                                    field="execution.step_model", choices=STEP_MODELS)

@@ -131,8 +131,10 @@ def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | Non
     parallel = getattr(ctx.target_cost, "parallel", None)
     if tensor_parallel is None:
         tensor_parallel = parallel.draft_tp if parallel is not None else 1
+    execution = getattr(ctx.target_cost, "execution", None)
+    separate = execution is not None and not execution.captured_draft_loop
     return CostModel(policy_hardware(ctx), spec, Parallelism(tensor_parallel=tensor_parallel),
-                     execution=getattr(ctx.target_cost, "execution", None), host=False)
+                     execution=execution, host=separate)
 
 
 def policy_hardware(ctx: PolicyContext):

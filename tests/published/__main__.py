@@ -1,6 +1,6 @@
-"""``python -m tests.published``: the published-results table (case, source, published,
-predicted, tolerance, pass/miss); exit status 1 if a case not listed as a known miss misses,
-or a listed one passes."""
+"""``python -m tests.published``: the published-results table (case, engine, published,
+predicted, tolerance, pass/miss, source); exit status 1 if a case not listed as a known miss
+misses, or a listed one passes."""
 from __future__ import annotations
 
 import sys
@@ -9,9 +9,11 @@ import time
 from tests.published.cases import CASES, KNOWN_MISSES, evaluate
 
 
-def _fmt(value) -> str:
+def _fmt(value, kind: str = "") -> str:
     if isinstance(value, tuple) and value and isinstance(value[0], str):
-        return " > ".join(value)
+        return (", " if kind == "exact" else " > ").join(value)
+    if isinstance(value, int):
+        return str(value)
     if isinstance(value, tuple):
         return "-".join(f"{v:.2f}" for v in value)
     return f"{value:.2f}"
@@ -25,15 +27,15 @@ def main() -> int:
         known = case.name in KNOWN_MISSES
         surprises += int(ok == known)
         verdict = "pass" if ok else "miss" + (" (known)" if known else "")
-        rows.append((case.name, _fmt(case.published), _fmt(predicted), case.tolerance.text(),
-                     verdict, case.source))
-    widths = [max(len(r[i]) for r in rows + [("case", "published", "predicted", "tolerance",
-                                              "result", "source")]) for i in range(5)]
-    head = ("case", "published", "predicted", "tolerance", "result")
+        kind = case.tolerance.kind
+        rows.append((case.name, case.engine, _fmt(case.published, kind), _fmt(predicted, kind),
+                     case.tolerance.text(), verdict, case.source))
+    head = ("case", "engine", "published", "predicted", "tolerance", "result")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  source")
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
-    passed = sum(r[4] == "pass" for r in rows)
+        print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1])
+    passed = sum(r[5] == "pass" for r in rows)
     print(f"{passed}/{len(rows)} within tolerance, {len(rows) - passed} miss "
           f"({len(KNOWN_MISSES)} listed as known), {time.perf_counter() - start:.1f} s")
     return 1 if surprises else 0

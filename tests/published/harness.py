@@ -6,6 +6,11 @@ acceptance numbers from the papers); nothing is tuned per case.  A speedup is th
 decode's makespan over the method's on the same requests, all arriving at once and served
 ``batch`` at a time -- what Spec-Bench and EAGLE time (wall time of generation, prefill
 included).
+
+Each case also names the engine it was measured on (``ENGINES``), passed unmodified as the
+scenario's ``execution:`` block, the same for every case of that engine: the papers'
+Hugging Face-style eager PyTorch code (``hf``), vLLM and SGLang with their defaults (CUDA
+graphs, captured draft loop).  A case may also give the source's own workload lengths.
 """
 from __future__ import annotations
 
@@ -21,6 +26,12 @@ PROMPT_TOKENS = 128
 OUTPUT_TOKENS = 256
 REQUESTS_PER_BATCH_SLOT = 16
 
+# The engine each source measured on, as the scenario's ``execution:`` block (one per engine,
+# never per case).  vLLM and SGLang: the defaults (CUDA graphs on, the draft loop captured).
+# Hugging Face-style code: eager launches, and each draft forward its own host step.
+ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop": False},
+                            "vllm": {}, "sglang": {}}
+
 
 @dataclass(frozen=True)
 class Run:
@@ -28,6 +39,7 @@ class Run:
 
     makespan_s: float
     tau: float
+    tpot_s: float
 
 
 def _freeze(value):
@@ -48,22 +60,29 @@ def _thaw(value):
 
 
 def run(hardware: str, target: str, policy: dict, *, draft: str | None = None,
-        acceptance: dict | None = None, tensor_parallel: int = 1, batch: int = 1) -> Run:
-    """Simulate ``policy`` on the fixed workload (cached: cases share their baselines)."""
+        acceptance: dict | None = None, tensor_parallel: int = 1, batch: int = 1,
+        engine: str = "hf", prompt: int = PROMPT_TOKENS, output: int = OUTPUT_TOKENS,
+        rounds: int = REQUESTS_PER_BATCH_SLOT) -> Run:
+    """Simulate ``policy`` on the fixed workload, ``rounds`` full batches of requests
+    (cached: cases share their baselines)."""
+    if engine not in ENGINES:
+        raise KeyError(f"unknown engine {engine!r}; one of {sorted(ENGINES)}")
     return _run(hardware, target, _freeze(policy), draft, _freeze(acceptance),
-                tensor_parallel, batch)
+                tensor_parallel, batch, engine, prompt, output, rounds)
 
 
 @lru_cache(maxsize=None)
-def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch) -> Run:
-    n = batch * REQUESTS_PER_BATCH_SLOT
+def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch, engine,
+         prompt, output, rounds) -> Run:
+    n = batch * rounds
     data = {"name": "published-case", "seed": 0, "hardware": hardware, "target": target,
             "policy": _thaw(policy), "parallelism": {"tensor_parallel": tensor_parallel},
             "batching": {"max_num_seqs": batch, "max_num_batched_tokens": 8192},
+            "execution": dict(ENGINES[engine]),
             "workload": {"synthetic": {
                 "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": 1e6},
-                "prompt": {"dist": "fixed", "tokens": PROMPT_TOKENS},
-                "output": {"dist": "fixed", "tokens": OUTPUT_TOKENS}}}}
+                "prompt": {"dist": "fixed", "tokens": prompt},
+                "output": {"dist": "fixed", "tokens": output}}}}
     if draft is not None:
         data["draft"] = draft
     if acceptance is not None:
@@ -74,14 +93,26 @@ def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch) ->
         raise AssertionError(f"{target} on {hardware}: not every request finished")
     makespan = float(req["finish_s"].max() - req["arrival_s"].min())
     tau = res.summary().get("mean_acceptance_length", float("nan"))
-    return Run(makespan, float(tau))
+    return Run(makespan, float(tau), float(req["tpot_s"].mean()))
+
+
+_SHARED = ("tensor_parallel", "batch", "engine", "prompt", "output", "rounds")
 
 
 def speedup(hardware: str, target: str, policy: dict, **kw) -> float:
-    """Makespan without speculation over makespan with ``policy`` (same requests, batch)."""
-    base_kw = {k: v for k, v in kw.items() if k in ("tensor_parallel", "batch")}
-    base = run(hardware, target, {"name": "none"}, **base_kw)
+    """Makespan without speculation over makespan with ``policy`` (same requests, batch,
+    engine)."""
+    base = run(hardware, target, {"name": "none"}, **{k: v for k, v in kw.items()
+                                                      if k in _SHARED})
     return base.makespan_s / run(hardware, target, policy, **kw).makespan_s
+
+
+def tpot_speedup(hardware: str, target: str, policy: dict, **kw) -> float:
+    """Mean TPOT without speculation over mean TPOT with ``policy`` (what vLLM's
+    ``benchmark_serving`` compares: time per output token after the first)."""
+    base = run(hardware, target, {"name": "none"}, **{k: v for k, v in kw.items()
+                                                      if k in _SHARED})
+    return base.tpot_s / run(hardware, target, policy, **kw).tpot_s
 
 
 def tau(hardware: str, target: str, policy: dict, **kw) -> float:

@@ -4,6 +4,7 @@ prints the table."""
 import pytest
 
 from tests.published.cases import CASES, KNOWN_MISSES, Tolerance, evaluate
+from tests.published.harness import ENGINES, run
 
 
 def _param(case):
@@ -22,6 +23,21 @@ def test_tolerances_can_fail():
     assert not Tolerance("rel", 0.2).ok(2.0, 2.41) and Tolerance("rel", 0.2).ok(2.0, 2.39)
     assert not Tolerance("range", 0.1).ok((2.0, 2.5), 2.76)
     assert not Tolerance("order").ok(("a", "b"), ("b", "a"))
+    assert not Tolerance("abs", 1).ok(3, 5) and Tolerance("abs", 1).ok(3, 4)
+    assert not Tolerance("exact").ok(("gain", "loss"), ("gain", "gain"))
+
+
+def test_every_case_names_the_engines_it_ran_on():
+    for case in CASES:
+        assert case.engine and set(case.engine.split("/")) <= set(ENGINES), case.name
+    assert ENGINES["hf"] == {"enforce_eager": True,        # the papers' eager PyTorch code
+                             "captured_draft_loop": False}
+    assert ENGINES["vllm"] == {} and ENGINES["sglang"] == {}  # the engines' defaults
+
+
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(KeyError, match="unknown engine"):
+        run("h100-sxm", "llama-3.1-8b", {"name": "none"}, engine="tgi")
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])

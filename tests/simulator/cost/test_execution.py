@@ -270,3 +270,18 @@ def test_the_cost_model_prices_kernels_as_the_measured_validation_does():
         elementwise = pred["input_layernorm"] + pred["post_attention_layernorm"] \
             + 2 * pred["add"] + pred["mlp_act"] + pred["attn_rope"]
         assert ops["elementwise"].time_s / layers == pytest.approx(elementwise, rel=1e-9)
+
+
+def test_an_uncaptured_draft_loop_pays_a_host_step_per_draft_forward():
+    # Hugging Face assisted generation calls the draft model from Python once per token
+    base = {"hardware": "a100-40gb", "target": "opt-13b", "draft": "opt-125m",
+            "policy": {"name": "chain", "num_speculative_tokens": 3}}
+    inside = build_deployment(scenario_from_dict(base, source="t"))
+    loop = build_deployment(scenario_from_dict(
+        {**base, "execution": {"captured_draft_loop": False}}, source="t"))
+    ctx = np.full(4, 200.0)
+    host = inside.target_cost.execution.cpu_step_s
+    assert loop.draft_cost.chain_decode_time(ctx, 3) == pytest.approx(
+        inside.draft_cost.chain_decode_time(ctx, 3) + 3 * host, rel=1e-9)
+    # and the target's own step is unchanged
+    assert loop.target_cost.decode_time(4, 200) == inside.target_cost.decode_time(4, 200)
