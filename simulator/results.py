@@ -91,7 +91,9 @@ class Results:
                                           - dep.target.embedding_params()
                                           + dep.target.lm_head_params()),
                 "attn_flops_per_pair": 4.0 * dep.target.q_size * dep.target.num_layers,
-                "replicas": scenario.replicas}
+                "replicas": scenario.replicas,
+                "execution": dep.target_cost.execution.describe()
+                if hasattr(dep.target_cost, "execution") else None}
         events = pd.DataFrame(rec.events, columns=["time_s", "event", "request_id", "tokens"]) \
             if rec.record_events else None
         accepted_hist, drafted_hist = rec.histograms()

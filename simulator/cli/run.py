@@ -106,6 +106,8 @@ def main(args: argparse.Namespace) -> int:
               f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
               f"seed {scenario.seed}")
         print(acceptance_line(results))
+        if results[0].info.get("execution"):
+            print(f"execution: {results[0].info['execution']}")
         sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
         if sat.any():
             shown["policy"] = [f"{p} (saturated)" if flag else p

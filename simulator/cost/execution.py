@@ -106,6 +106,24 @@ class Execution:
         """CPU time of one engine step over ``sequences`` sequences."""
         return self.cpu_step_s + self.cpu_per_seq_s * sequences
 
+    def describe(self) -> str:
+        """One line: how steps are launched and what the host adds."""
+        if self.cuda_graphs and self.capture_sizes:
+            launch = (f"CUDA graphs up to {self.capture_sizes[-1]} tokens "
+                      f"({self.graph_launch_s * 1e6:g} us a replay)")
+        else:
+            launch = f"eager ({self.kernel_launch_s * 1e6:g} us a kernel launch)"
+        host = f"host {self.cpu_step_s * 1e6:g} us a step"
+        if self.cpu_per_seq_s:
+            host += f" + {self.cpu_per_seq_s * 1e6:g} us a sequence"
+        host += ", overlapped" if self.async_scheduling else ", synchronous"
+        parts = [launch, host]
+        if not self.captured_draft_loop:
+            parts.append("drafts step by step")
+        if self.step_model != "sum_of_operators":
+            parts.append(self.step_model)
+        return "; ".join(parts)
+
     def visible_host_s(self, host_s: float, device_s: float) -> float:
         """The host time the step shows: all of it, or with async scheduling what the
         device time does not hide."""

@@ -285,3 +285,15 @@ def test_an_uncaptured_draft_loop_pays_a_host_step_per_draft_forward():
         inside.draft_cost.chain_decode_time(ctx, 3) + 3 * host, rel=1e-9)
     # and the target's own step is unchanged
     assert loop.target_cost.decode_time(4, 200) == inside.target_cost.decode_time(4, 200)
+
+
+def test_the_run_says_how_its_steps_were_executed():
+    from simulator.simulate import simulate
+    sc = scenario_from_dict({"workload": {"trace": "default", "max_requests": 5},
+                             "execution": {"enforce_eager": True, "async_scheduling": True}},
+                            source="t")
+    text = simulate(sc).info["execution"]
+    assert text.startswith("eager (4 us a kernel launch)") and "overlapped" in text
+    graphs = Execution(capture_sizes=(1, 2, 4, 8), graph_launch_s=15e-6, cpu_step_s=2e-4)
+    assert graphs.describe() == ("CUDA graphs up to 8 tokens (15 us a replay); "
+                                 "host 200 us a step, synchronous")
