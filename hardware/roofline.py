@@ -17,6 +17,8 @@ flat formula ``max(F / (peak * eta_c), B / (bandwidth * eta_m))``.  The cost mod
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hardware.kernels import (
@@ -160,6 +162,11 @@ class Roofline:
             return np.maximum(self.compute_time(flops, nbytes), self.memory_time(nbytes))
         crate, mrate, latency, floor = self.kind_rates(GEMM)
         q = wave_efficiency(m, n, self.kernels.gemm_tiles, self.kernels.sm_count)
+        if not np.ndim(m):  # scalar fast path (the cost model's hot path)
+            if m <= 0:
+                return 0.0
+            compute = flops / (crate * q) if q > 0 else 0.0
+            return max(max(compute, nbytes / mrate) + latency, floor)
         compute = np.where(q > 0, flops / (crate * np.maximum(q, 1e-300)), 0.0)
         roof = np.maximum(compute, nbytes / mrate)
         return self._kernel(roof if np.ndim(roof) else float(roof), latency, floor,
@@ -226,6 +233,15 @@ def wave_efficiency(m, n, tiles, sm_count: int):
     quantisation, NVIDIA "Matrix Multiplication Background User's Guide").  0 when ``m`` or
     ``n`` is 0; vectorised over ``m`` (and ``n``).
     """
+    if not np.ndim(m) and not np.ndim(n):  # the cost model's case: plain floats, fast
+        m, n = float(m), float(n)
+        out = 0.0
+        for tm, tn in tiles:
+            padded = math.ceil(math.ceil(m / tm) * math.ceil(n / tn) / sm_count) \
+                * (sm_count * tm * tn)
+            if padded > 0:
+                out = max(out, m * n / padded)
+        return out
     m_arr = np.asarray(m, dtype=np.float64)
     n_arr = np.asarray(n, dtype=np.float64)
     best = np.zeros(np.broadcast(m_arr, n_arr).shape)

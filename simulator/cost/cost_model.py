@@ -176,9 +176,10 @@ class CostModel:
         ``max(roofline, launch_s)``.  Plain floats, so the hot path stays cheap.
         """
         k = 0.0 if mode != "eager" else self._launch_s
-        terms = [(name,) + self._linear(tokens, weight, out_t, in_t, layers)[:6] + (k * layers,)
-                 + self._linear(tokens, weight, out_t, in_t, layers)[6:]
-                 for name, weight, out_t, in_t in self._linears]
+        terms = []
+        for name, weight, out_t, in_t in self._linears:
+            lin = self._linear(tokens, weight, out_t, in_t, layers)
+            terms.append((name,) + lin[:6] + (k * layers,) + lin[6:])
         e_flops, e_bytes, e_s, e_kernels = self._elementwise(tokens, layers)
         terms.append(("elementwise", e_flops, e_bytes, 0.0, 0.0, e_s, 0.0,
                       e_kernels * k * layers, e_s))

@@ -45,8 +45,8 @@ VLLM_20780_BEST_K = 3
 # weight-read floor (16.06 GB of bf16 weights / 2.04 TB/s = 7.9 ms).
 VLLM_20780_HW = "h100-sxm"
 VLLM_20780 = ("vLLM issue #20780 (2025-07-10): Llama-3.1-8B-Instruct + "
-              "EAGLE-LLaMA3.1-Instruct-8B chain, MT-bench, batch 1, H100 (see VLLM_20780_HW), "
-              "vLLM defaults")
+              "EAGLE-LLaMA3.1-Instruct-8B chain, MT-bench, batch 1, vLLM defaults, H100 "
+              "(inferred: the issue names no GPU)")
 
 
 def vllm_eagle_8b(k: int, engine: str, *, batch: int = 1) -> dict:

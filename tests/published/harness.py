@@ -67,18 +67,19 @@ def run(hardware: str, target: str, policy: dict, *, draft: str | None = None,
     (cached: cases share their baselines)."""
     if engine not in ENGINES:
         raise KeyError(f"unknown engine {engine!r}; one of {sorted(ENGINES)}")
+    # keyed by the execution block, not the name: engines with the same block share runs
     return _run(hardware, target, _freeze(policy), draft, _freeze(acceptance),
-                tensor_parallel, batch, engine, prompt, output, rounds)
+                tensor_parallel, batch, _freeze(ENGINES[engine]), prompt, output, rounds)
 
 
 @lru_cache(maxsize=None)
-def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch, engine,
+def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch, execution,
          prompt, output, rounds) -> Run:
     n = batch * rounds
     data = {"name": "published-case", "seed": 0, "hardware": hardware, "target": target,
             "policy": _thaw(policy), "parallelism": {"tensor_parallel": tensor_parallel},
             "batching": {"max_num_seqs": batch, "max_num_batched_tokens": 8192},
-            "execution": dict(ENGINES[engine]),
+            "execution": _thaw(execution) if execution else {},
             "workload": {"synthetic": {
                 "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": 1e6},
                 "prompt": {"dist": "fixed", "tokens": prompt},
