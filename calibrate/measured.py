@@ -115,8 +115,22 @@ def _need(frame: pd.DataFrame, columns, path: Path, field: str) -> None:
                            fix="give Vidur-format CSVs (see ../shared/measured/README.md)")
 
 
+def _whole_numbers(frame: pd.DataFrame, columns, path: Path, field: str) -> None:
+    """Shape columns must be positive whole numbers: one message naming file and column."""
+    for col in columns:
+        values = pd.to_numeric(frame[col], errors="coerce")
+        bad = ~(values.notna() & (values >= 1) & (values == values.round()))
+        if bad.any():
+            raise SpecsimError(f"{path.name} of {path.parent.name}: column {col!r} row "
+                               f"{int(bad.to_numpy().argmax())} is "
+                               f"{str(frame[col].iloc[int(bad.to_numpy().argmax())])[:40]!r}, "
+                               "not a whole number >= 1", source=str(path), field=field,
+                               fix="give Vidur-format CSVs (see ../shared/measured/README.md)")
+
+
 def _mlp_rows(frame: pd.DataFrame, model: str, stat: str, path: Path, field: str) -> pd.DataFrame:
     _need(frame, MLP_SHAPES, path, field)
+    _whole_numbers(frame, [c for c in MLP_SHAPES if c not in ("use_gated_mlp",)], path, field)
     three_way_add = f"time_stats.post_attention_layernorm.{stat}" not in frame.columns
     gated = bool(frame["use_gated_mlp"].astype(str).str.lower().isin(("true", "1")).all())
     parts = []

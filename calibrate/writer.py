@@ -200,6 +200,9 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
             **({} if base.graph_launch_s is None else {"graph_launch_us": {
                 "value": _r(base.graph_launch_s * 1e6),
                 "source": borrowed + base.sources.get("defaults.graph_launch_us", "")}}),
+            **({} if not base.cpu_per_seq_s else {"cpu_per_seq_us": {
+                "value": _r(base.cpu_per_seq_s * 1e6),
+                "source": borrowed + base.sources.get("defaults.cpu_per_seq_us", "")}}),
         },
         "calibration": {
             "provenance": dict(provenance),
@@ -209,6 +212,9 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
     }
     if fit.axis != "flops":  # only a cost model that knows the key may load this
         data["calibration"]["compute_efficiency_axis"] = fit.axis
+    borrowed_collectives = collectives_to_dict(base.collectives)
+    if borrowed_collectives:  # not measured by the torch path: the base's, as it says
+        data["collectives"] = borrowed_collectives
     data["calibration"]["provenance"]["checksum"] = checksum(data)
     return data
 

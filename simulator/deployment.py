@@ -3,6 +3,7 @@ built on them, the memory plan of one replica for that policy's verification wid
 which requests the replica can ever serve (the others are rejected with a reason)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,19 +69,27 @@ def resolve_deployment(scenario: Scenario) -> Resolved:
 
 
 def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
-                draft: ModelSpec | None) -> tuple[CostModel, CostModel | None]:
+                draft: ModelSpec | None, *,
+                speculative_tokens: int | None = None) -> tuple[CostModel, CostModel | None]:
     """The target's cost model (it pays the engine step's host time) and the draft model's
     (its forwards run inside that step: a graph replay each, no host time of their own),
-    both under the scenario's execution; the draft sharded over its tensor parallel degree."""
-    execution = resolve_execution(hw, scenario.execution,
-                                  max_num_seqs=scenario.batching.max_num_seqs,
-                                  overheads=scenario.overheads)
+    both under the scenario's execution; the draft sharded over its tensor parallel degree.
+    The CUDA-graph sizes follow the policy's ``num_speculative_tokens`` (vLLM's rule), or
+    ``speculative_tokens`` where the caller knows the drafted tokens (an analytic point)."""
+    k = scenario.policy.params.get("num_speculative_tokens") or 0 \
+        if speculative_tokens is None else speculative_tokens
+    execution = resolve_execution(
+        hw, scenario.execution, max_num_seqs=scenario.batching.max_num_seqs,
+        num_speculative_tokens=int(k) if isinstance(k, (int, float)) else 0,
+        max_num_batched_tokens=scenario.batching.max_num_batched_tokens,
+        overheads=scenario.overheads)
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads,
                       execution=execution)
     dcost = None
+    parallel = draft_parallel(scenario)
     if draft is not None and draft.kind == "decoder":
-        check_draft_split(draft, scenario.parallelism)
-        dcost = CostModel(hw, draft, scenario.parallelism.draft(),
+        check_draft_split(draft, parallel)
+        dcost = CostModel(hw, draft, parallel.draft(),
                           overheads=scenario.overheads, execution=execution,
                           host=not execution.captured_draft_loop)
     return tcost, dcost
@@ -90,12 +99,22 @@ def _plan(scenario: Scenario, hw: HardwareProfile, target: ModelSpec, extra, kv_
           max_verify_tokens: int) -> MemoryPlan:
     """One replica's memory, logits held for ``max_verify_tokens`` per sequence."""
     b = scenario.batching
+    parallel = draft_parallel(scenario)
     for m in extra:
-        check_draft_split(m, scenario.parallelism)
-    return plan_memory(hw, target, scenario.parallelism, extra_models=extra,
+        check_draft_split(m, parallel)
+    return plan_memory(hw, target, parallel, extra_models=extra,
                        kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
                        block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
                        logits_tokens=b.max_num_seqs * max_verify_tokens)
+
+
+def draft_parallel(scenario: Scenario) -> Parallelism:
+    """The scenario's parallelism with its drafts' placement: a policy whose drafts run data
+    parallel (a whole copy per GPU) keeps them unsharded whatever the target's TP."""
+    cls = POLICIES.get(scenario.policy.name)
+    if cls is not None and cls.draft_parallelism == "data":
+        return dataclasses.replace(scenario.parallelism, draft_tensor_parallel=1)
+    return scenario.parallelism
 
 
 def check_draft_split(model: ModelSpec, parallel: Parallelism) -> None:
@@ -106,7 +125,8 @@ def check_draft_split(model: ModelSpec, parallel: Parallelism) -> None:
                            f"not divisible by its tensor parallel degree {dtp}",
                            field="parallelism.draft_tensor_parallel_size",
                            fix="set parallelism.draft_tensor_parallel_size: 1 (the draft "
-                               "replicated on each rank)")
+                               "replicated on each rank; --draft-tensor-parallel 1 for "
+                               "estimate and gamma-map)")
 
 
 def build_policy(scenario: Scenario, res: Resolved, workload, acceptance, target_cost=None,

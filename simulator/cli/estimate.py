@@ -52,6 +52,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", default="0-8",
                    help=f"range 0-8, list 1,2,4, or one value (0 to {MAX_GAMMA})")
     p.add_argument("--tensor-parallel", type=bounded_int(MAX_TENSOR_PARALLEL), default=1)
+    p.add_argument("--draft-tensor-parallel", type=bounded_int(MAX_TENSOR_PARALLEL),
+                   default=None, help="the draft's TP: 1 or --tensor-parallel "
+                                      "(default: --tensor-parallel, as vLLM)")
     p.add_argument("--no-overheads", action="store_true",
                    help="plain roofline: no per-kernel or per-step overheads")
 
@@ -69,9 +72,12 @@ def main(args: argparse.Namespace) -> int:
     check_shared_vocabulary(draft, target, field="--draft")
     gammas = parse_number_list(args.gamma, field="--gamma", maximum=MAX_GAMMA)
     # priced as a sweep or gamma-map point of the same shape is (the engine's cost models)
-    tcm, dcm = point_cost_models(args.hardware, args.hardware_dir, args.target, args.draft,
-                                 args.tensor_parallel, not args.no_overheads)
-    df = estimate_table(tcm, dcm, batch=args.batch, context=args.context, gammas=gammas,
+    def models(gamma: int):
+        return point_cost_models(args.hardware, args.hardware_dir, args.target, args.draft,
+                                 args.tensor_parallel, not args.no_overheads,
+                                 args.draft_tensor_parallel, "chain", gamma)
+
+    df = estimate_table(models, None, batch=args.batch, context=args.context, gammas=gammas,
                         alpha=args.alpha)
     if args.format == "table":
         shown = df.drop(columns=["best_gamma", "is_best"]).copy()

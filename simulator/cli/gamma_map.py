@@ -43,6 +43,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="opt-13b")
     p.add_argument("--draft", default="opt-125m")
     p.add_argument("--tensor-parallel", type=bounded_int(MAX_TENSOR_PARALLEL), default=1)
+    p.add_argument("--draft-tensor-parallel", type=bounded_int(MAX_TENSOR_PARALLEL),
+                   default=None, help="the draft's TP: 1 or --tensor-parallel "
+                                      "(default: --tensor-parallel, as vLLM)")
     p.add_argument("--alpha", type=float, default=0.8, help="i.i.d. acceptance rate")
     p.add_argument("--batch", default="1,2,4,8,16,32,64,128,256",
                    help=f"batches tried (list or range, at most {MAX_BATCH:,})")
@@ -77,7 +80,8 @@ def main(args: argparse.Namespace) -> int:
     memory = {"gpu_memory_utilization": args.gpu_memory_utilization,
               "block_size": args.block_size}
     common = dict(hardware=args.hardware, hardware_dir=args.hardware_dir, target=args.target,
-                  draft=args.draft, tensor_parallel=args.tensor_parallel, alpha=args.alpha,
+                  draft=args.draft, tensor_parallel=args.tensor_parallel,
+                  draft_tensor_parallel=args.draft_tensor_parallel, alpha=args.alpha,
                   acceptance=acceptance, overheads=not args.no_overheads)
     df = gamma_map(batches=batches, contexts=contexts, gammas=gammas, policies=policies,
                    tree_widths=widths, memory=memory, **common)

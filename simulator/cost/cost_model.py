@@ -171,9 +171,9 @@ class CostModel:
         """Operators whose cost depends on the batch's token totals only (not attention).
 
         Each is ``(name, flops, hbm_bytes, host_bytes, compute_s, memory_s, host_s,
-        launch_s)`` summed over ``layers``: ``launch_s`` is the host time of the operator's
-        eager launches (0 inside a CUDA graph), the operator's time
-        ``max(roofline, launch_s)``.  Plain floats, so the hot path stays cheap.
+        launch_s, gpu_s)`` summed over ``layers``: ``launch_s`` is the host time of the
+        operator's eager launches (0 inside a CUDA graph), ``gpu_s`` its kernels' time, the
+        operator's time ``max(gpu_s, launch_s)``.  Plain floats: the hot path stays cheap.
         """
         k = 0.0 if mode != "eager" else self._launch_s
         terms = []
@@ -210,11 +210,16 @@ class CostModel:
             terms.append(("logits_gather", 0.0, 0.0, 0.0, 0.0, g_s, 0.0, self._launch_s, g_s))
         return terms
 
-    def _replays(self, mode: str, layers: int) -> float:
-        """Host time of the graph replays of one forward: one full graph, or one piecewise
-        graph per stretch between attentions (layers + 1)."""
+    def _with_replays(self, mode: str, device_s: float) -> float:
+        """Device time with the forward's graph replays: the first replay delays the start
+        (the host must issue it), later ones (piecewise: one per stretch between
+        attentions) are issued while the GPU runs, so they show only if they outlast it."""
         g = self.execution.graph_launch_s
-        return {"full": g, "piecewise": g * (layers + 1)}.get(mode, 0.0)
+        if mode == "full":
+            return device_s + g
+        if mode == "piecewise":
+            return max(device_s, self._layers * g) + g
+        return device_s
 
     def _attention(self, new: np.ndarray, ctx: np.ndarray):
         """Per request: KV read once (prefix shared by all query tokens), causal half of the
@@ -278,10 +283,11 @@ class CostModel:
             return pipelined_step(self, new, ctx, logits)
         ops, mode = self._layer_ops(new, ctx, logits, self._layers, True)
         pipe = self._pipeline_transfer(float(new.sum()), pp)
-        replay = self._replays(mode, self._layers)
         if self.execution.step_model == "single_roofline":
             ops = single_roofline(self, ops, mode)
-        device = sum(op.time_s for op in ops) + replay + pipe
+        busy = sum(op.time_s for op in ops) + pipe
+        device = self._with_replays(mode, busy)
+        replay = device - busy
         cpu = self._host_time(int(np.count_nonzero(new)), device)
         return StepCost(tuple(ops), cpu, pipe, device + cpu, launch_s=replay, mode=mode)
 
@@ -312,7 +318,7 @@ class CostModel:
         a_time = self._attention(new, ctx)[3] * self._layers
         if mode != "full":
             a_time = max(a_time, self._launch_s * self._layers)
-        device = fixed + a_time
+        device = self._with_replays(mode, fixed + a_time)
         return device + self._host_time(int(np.count_nonzero(new)), device)
 
     def _fixed(self, tokens: float, logits: float, mode: str, padded: float) -> float:
@@ -324,8 +330,7 @@ class CostModel:
             terms = self._token_terms(padded, logits, self._layers, True, mode)
             terms.extend(self._head_terms(logits))
             fixed = sum(max(t[7], t[8]) for t in terms) \
-                + self._pipeline_transfer(tokens, self.parallel.pipeline_parallel) \
-                + self._replays(mode, self._layers)
+                + self._pipeline_transfer(tokens, self.parallel.pipeline_parallel)
             if len(self._token_cache) > 4096:
                 self._token_cache.clear()
             self._token_cache[key] = fixed
@@ -358,7 +363,8 @@ class CostModel:
         if mode != "full":
             per_step = np.maximum(per_step, self._launch_s * self._layers)
         host = self._host_time(n, 0.0) if self.host else 0.0
-        return steps * (fixed + host) + float(per_step.sum())
+        replay = self._with_replays(mode, 0.0)  # a uniform forward: full graph or eager
+        return steps * (fixed + host + replay) + float(per_step.sum())
 
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:
@@ -375,7 +381,7 @@ class CostModel:
         times), and its own host step where it has one.  What a draft forward priced
         operator by operator (Medusa heads) pays."""
         mode, _ = self.execution.graph_tokens(float(tokens), True)
-        return self._replays(mode, self._layers) + self._host_time(int(tokens), 0.0)
+        return self._with_replays(mode, 0.0) + self._host_time(int(tokens), 0.0)
 
     @property
     def weight_bytes_read_per_step(self) -> float:

@@ -50,11 +50,22 @@ MAX_CAPTURE_TOKENS = 65536     # largest captured size accepted
 KERNELS_OUTSIDE_GRAPH = 3
 
 
-def default_capture_sizes(max_num_seqs: int = 256) -> tuple[int, ...]:
-    """vLLM's default capture list (vllm/config/compilation.py, ``set_cudagraph_sizes``):
-    1, 2, 4, then multiples of 8 below 256, then multiples of 16 up to
-    ``min(2 * max_num_seqs, 512)`` tokens."""
-    return capture_sizes_up_to(min(2 * int(max_num_seqs), 512))
+def default_capture_sizes(max_num_seqs: int = 256, *, num_speculative_tokens: int = 0,
+                          max_num_batched_tokens: int | None = None) -> tuple[int, ...]:
+    """vLLM's default capture list (vllm/config/vllm.py ``_set_cudagraph_sizes``): 1, 2, 4,
+    then multiples of 8 below 256, then multiples of 16, up to ``min(max_num_seqs *
+    (1 + num_speculative_tokens) * 2, 512, max_num_batched_tokens)`` tokens; with
+    speculation each size is rounded up to a multiple of 1 + num_speculative_tokens (vLLM's
+    ``adjust_cudagraph_sizes_for_spec_decode``: a uniform decode batch is a whole number of
+    requests)."""
+    q = 1 + max(int(num_speculative_tokens), 0)
+    top = min(int(max_num_seqs) * q * 2, 512)
+    if max_num_batched_tokens is not None:
+        top = min(top, int(max_num_batched_tokens))
+    sizes = capture_sizes_up_to(max(top, 1))
+    if q > 1:
+        sizes = tuple(sorted({-(-s // q) * q for s in sizes}))
+    return sizes
 
 
 def capture_sizes_up_to(top: int) -> tuple[int, ...]:
@@ -185,15 +196,20 @@ def parse_execution(data: Any, *, source: str) -> dict:
 
 
 def resolve_execution(hardware, overrides: dict | None = None, *, max_num_seqs: int = 256,
+                      num_speculative_tokens: int = 0, max_num_batched_tokens: int | None = None,
                       overheads: bool = True) -> Execution:
     """The execution of a deployment: the profile's host and launch costs, vLLM's defaults
     for the features, the scenario's ``execution:`` overrides on top."""
-    if not overheads:
-        return Execution.free()
+    if not overheads:  # no launches, no host time; the step model and collectives stay
+        keep = {k: v for k, v in (overrides or {}).items()
+                if k in ("step_model", "custom_all_reduce")}
+        return dataclasses.replace(Execution.free(), **keep)
     kw = dict(overrides or {})
     max_capture = kw.pop("max_capture", None)
     if "capture_sizes" not in kw:
-        kw["capture_sizes"] = default_capture_sizes(max_num_seqs) if max_capture is None \
+        kw["capture_sizes"] = default_capture_sizes(
+            max_num_seqs, num_speculative_tokens=num_speculative_tokens,
+            max_num_batched_tokens=max_num_batched_tokens) if max_capture is None \
             else capture_sizes_up_to(max_capture)
     elif max_capture is not None:
         kw["capture_sizes"] = tuple(s for s in kw["capture_sizes"] if s <= max_capture)

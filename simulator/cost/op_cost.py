@@ -40,7 +40,8 @@ class OpCost:
 
 @dataclass(frozen=True)
 class StepCost:
-    """A priced step: ``time_s = gpu_s + launch_s + step_overhead_s + pipeline_s``.
+    """A priced step: ``time_s = gpu_s + op_launch_s + launch_s + step_overhead_s +
+    pipeline_s``.
 
     ``gpu_s`` is the operators' roofline time, ``op_launch_s`` the eager launch time beyond
     it (an operator of kernels shorter than their launches), ``launch_s`` the graph replays,

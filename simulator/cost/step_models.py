@@ -14,6 +14,8 @@ import numpy as np
 from simulator.cost.execution import KERNELS_OUTSIDE_GRAPH
 from simulator.cost.op_cost import OpCost, StepCost
 
+COLLECTIVE_OPS = ("all_reduce", "logits_gather")
+
 
 def pipelined_step(cm, new, ctx, logits) -> StepCost:
     """The StepCost of ``cm`` (a CostModel) over micro-batches of the step (``new``,
@@ -27,7 +29,7 @@ def pipelined_step(cm, new, ctx, logits) -> StepCost:
         share = float(new[g].sum()) / total_tokens
         ops, mode = cm._layer_ops(new[g], ctx[g], logits * share, cm._layers, True)
         all_ops.append(ops)
-        replay += cm._replays(mode, cm._layers)
+        replay += cm._with_replays(mode, 0.0)
         stage_times.append(sum(op.time_s for op in ops) * per_stage_layers / cm._layers)
     merged = [OpCost(name=ops0.name,
                      flops=sum(o[i].flops for o in all_ops),
@@ -56,8 +58,10 @@ def single_roofline(cm, ops: list[OpCost], mode: str) -> list[OpCost]:
     """The lecture's step model: one roofline over the whole step's FLOPs and bytes,
     ``max(F / (peak * eta_c), B / (bandwidth * eta_m))`` at the flat efficiencies, with
     elementwise traffic fused away (as vLLM's fused kernels do).  Eager launches are a
-    third roof over the whole step."""
-    kept = [op for op in ops if op.name != "elementwise"]
+    third roof over the whole step; the collectives are added as they are."""
+    # collectives have no FLOPs or HBM bytes of their own: they stay separate operators
+    collectives = [op for op in ops if op.name in COLLECTIVE_OPS]
+    kept = [op for op in ops if op.name != "elementwise" and op.name not in COLLECTIVE_OPS]
     flops = sum(op.flops for op in kept)
     nbytes = sum(op.hbm_bytes for op in kept)
     kernels = {"full": KERNELS_OUTSIDE_GRAPH,
@@ -67,4 +71,4 @@ def single_roofline(cm, ops: list[OpCost], mode: str) -> list[OpCost]:
     return [OpCost("step", flops, nbytes, sum(op.host_bytes for op in kept),
                    flops * cm._inv_crate, nbytes * cm._inv_mrate,
                    sum(op.host_s for op in kept),
-                   max(kernels * cm._launch_s - roof, 0.0))]
+                   max(kernels * cm._launch_s - roof, 0.0))] + collectives

@@ -55,23 +55,30 @@ from simulator.scenario import Batching
 from simulator.speculation.closed_forms import expected_tokens
 
 
-def estimate_table(target: CostModel, draft: CostModel | None, *, batch: int, context: float,
+def estimate_table(target, draft: CostModel | None, *, batch: int, context: float,
                    gammas: list[int], alpha: float) -> pd.DataFrame:
     """Per gamma: draft, verify and plain-decode step times, c, E, speedup; best row marked.
 
+    ``target`` is the target's CostModel, or a function of gamma giving the (target, draft)
+    cost models of a deployment with that many speculative tokens and, at gamma 0, the
+    plain-decoding one (vLLM sizes its CUDA graphs by the speculative tokens):
+    ``point_cost_models`` is that function for a sweep or gamma-map point.
     Gamma 0 is chain with nothing drafted (the module docstring): plain decoding's step
     time, speedup exactly 1; memory and context limits are not checked here."""
     if batch < 1:
         raise SpecsimError("must be >= 1", field="--batch")
     if context < 0:
         raise SpecsimError("must be >= 0", field="--context")
-    decode = target.decode_time(batch, context)
-    one_draft = draft.decode_time(batch, context) if draft is not None else 0.0
+    models = target if callable(target) else (lambda g: (target, draft))
+    base, base_draft = models(0)
+    decode = base.decode_time(batch, context)
+    one_draft = base_draft.decode_time(batch, context) if base_draft is not None else 0.0
     rows = []
     for g in gammas:
-        draft_s = chain_draft_time(draft, np.full(batch, float(context)), np.full(batch, g)) \
-            if (draft is not None and g) else 0.0
-        verify_s = target.verify_time(batch, context, g + 1)
+        tcm, dcm = models(g)
+        draft_s = chain_draft_time(dcm, np.full(batch, float(context)), np.full(batch, g)) \
+            if (dcm is not None and g) else 0.0
+        verify_s = tcm.verify_time(batch, context, g + 1)
         e = expected_tokens(alpha, g)
         rows.append({"gamma": g, "draft_s": draft_s, "verify_s": verify_s, "decode_s": decode,
                      "c": one_draft / decode, "expected_tokens": e,
@@ -96,6 +103,10 @@ FIELDS: dict[str, Param] = {
     "draft": Param("any", default="opt-125m"),
     "tensor_parallel": Param("int", default=1, minimum=1, maximum=1024,
                              aliases=("parallelism.tensor_parallel",)),
+    # vLLM's draft_tensor_parallel_size: 1 or tensor_parallel; None: the target's TP
+    "draft_tensor_parallel": Param("int", default=None, minimum=1, maximum=1024,
+                                   aliases=("parallelism.draft_tensor_parallel_size",
+                                            "draft_tensor_parallel_size")),
     "batch": Param("int", default=1, minimum=1, maximum=1_000_000),
     # maximum = cli.args.MAX_CONTEXT_TOKENS
     "context": Param("float", default=512.0, minimum=0.0, maximum=1e7),
@@ -180,9 +191,11 @@ def check_point(params: Mapping[str, Any], *, source: str = "sweep",
     return p
 
 
-@lru_cache(maxsize=64)
-def point_cost_models(hardware: str, hardware_dir, target: str, draft, tp: int, overheads: bool):
-    """The point's cost models exactly as the engine builds them for a scenario
+@lru_cache(maxsize=1024)
+def point_cost_models(hardware: str, hardware_dir, target: str, draft, tp: int, overheads: bool,
+                      draft_tp: int | None = None, policy: str = "chain", gamma: int = 0):
+    """The point's cost models (``gamma``: the tokens it drafts, which size vLLM's CUDA
+    graphs) exactly as the engine builds them for a scenario
     (``simulator.deployment.cost_models``: vLLM's default execution for its default
     ``max_num_seqs`` of 256, the draft's forwards inside the target's step and sharded with
     the target's tensor parallelism)."""
@@ -190,20 +203,23 @@ def point_cost_models(hardware: str, hardware_dir, target: str, draft, tp: int, 
     from simulator.cost.parallelism import Parallelism
     from simulator.deployment import cost_models
     from simulator.models.spec import load_model
-    from simulator.scenario import Scenario
+    from simulator.scenario import PolicyConfig, Scenario
     hw = load_profile(hardware, hardware_dir)
     dmodel = load_model(draft) if draft else None
     if dmodel is not None and dmodel.kind != "decoder":
         raise SpecsimError(f"{dmodel.name} is a {dmodel.kind} model, not a draft decoder",
                            field="draft", fix="name a small decoder such as opt-125m")
-    sc = Scenario(parallelism=Parallelism(tensor_parallel=tp), overheads=overheads,
+    engine = ENGINE_POLICIES[policy]
+    sc = Scenario(parallelism=Parallelism(tensor_parallel=tp, draft_tensor_parallel=draft_tp),
+                  overheads=overheads,
+                  policy=PolicyConfig(engine),
                   batching=Batching(max_num_seqs=VLLM_MAX_NUM_SEQS))
-    return cost_models(sc, hw, load_model(target), dmodel)
+    return cost_models(sc, hw, load_model(target), dmodel, speculative_tokens=int(gamma))
 
 
 @lru_cache(maxsize=64)
 def _deployment(hardware: str, hardware_dir, target: str, draft, policy: str, tp: int,
-                gmu: float, block: int, mbt: int):
+                gmu: float, block: int, mbt: int, draft_tp: int | None = None):
     """The engine's deployment of the point's policy, resolved as ``simulator.deployment``
     resolves a scenario (the policy's ``memory_models``: the models beside the target and
     those that keep a KV cache): (hardware, target, draft, resolved or None, error text)."""
@@ -213,7 +229,7 @@ def _deployment(hardware: str, hardware_dir, target: str, draft, policy: str, tp
     from simulator.models.spec import load_model
     from simulator.scenario import PolicyConfig, Scenario
     sc = Scenario(hardware=hardware, hardware_dir=hardware_dir, target=target, draft=draft,
-                  parallelism=Parallelism(tensor_parallel=tp),
+                  parallelism=Parallelism(tensor_parallel=tp, draft_tensor_parallel=draft_tp),
                   policy=PolicyConfig(ENGINE_POLICIES[policy]),
                   batching=Batching(max_num_seqs=1, max_num_batched_tokens=mbt,
                                     block_size=block, gpu_memory_utilization=gmu))
@@ -234,10 +250,15 @@ def _memory_plan(key: tuple, logits_tokens: int):
     max_verify_tokens): (the plan or None, the error text)."""
     from simulator.cost.memory_plan import plan_memory
     from simulator.cost.parallelism import Parallelism
+    from simulator.deployment import draft_parallel
+    from simulator.scenario import PolicyConfig, Scenario
     hw, tmodel, _, res, _ = _deployment(*key)
-    tp, gmu, block, mbt = key[5:]
+    policy, tp, gmu, block, mbt, draft_tp = key[4:]
+    parallel = draft_parallel(Scenario(
+        parallelism=Parallelism(tensor_parallel=tp, draft_tensor_parallel=draft_tp),
+        policy=PolicyConfig(ENGINE_POLICIES[policy])))
     try:
-        return plan_memory(hw, tmodel, Parallelism(tensor_parallel=tp),
+        return plan_memory(hw, tmodel, parallel,
                            extra_models=res.extra_models, kv_models=res.kv_models,
                            gpu_memory_utilization=gmu, block_size=block,
                            max_batched_tokens=mbt, logits_tokens=logits_tokens), None
@@ -263,7 +284,7 @@ def _feasibility(p: dict, config: tuple[int, ...]) -> dict[str, Any]:
     draft = p["draft"] if p["policy"] != "none" else None
     key = (p["hardware"], p["hardware_dir"], p["target"], draft, p["policy"],
            p["tensor_parallel"], p["gpu_memory_utilization"], p["block_size"],
-           p["max_num_batched_tokens"])
+           p["max_num_batched_tokens"], p["draft_tensor_parallel"])
     _, tmodel, dmodel, res, error = _deployment(*key)
     b, ctx, depth = p["batch"], float(p["context"]), len(config)
     verify = int(np.cumprod(config).sum()) + 1 if config else 1  # drafted nodes + 1
@@ -351,11 +372,16 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
     if c_closed is not None:
         out.update(c=float(c_closed), speedup=e / (len(config) * c_closed + 1.0))
         return out
-    tcm, dcm = point_cost_models(p["hardware"], p["hardware_dir"], p["target"],
-                            p["draft"] if p["policy"] != "none" else None,
-                            p["tensor_parallel"], p["overheads"])
+    draft = p["draft"] if p["policy"] != "none" else None
+    tcm, dcm = point_cost_models(p["hardware"], p["hardware_dir"], p["target"], draft,
+                                 p["tensor_parallel"], p["overheads"],
+                                 p["draft_tensor_parallel"], p["policy"], nodes)
     b, ctx = p["batch"], float(p["context"])
-    decode_s = tcm.decode_time(b, ctx)
+    # the baseline: plain decoding on the same GPUs (its graphs sized without speculation)
+    base, base_draft = point_cost_models(p["hardware"], p["hardware_dir"], p["target"], draft,
+                                         p["tensor_parallel"], p["overheads"],
+                                         p["draft_tensor_parallel"], p["policy"], 0)
+    decode_s = base.decode_time(b, ctx)
     verify_s = tcm.verify_time(b, ctx, nodes + 1)
     draft_s = 0.0
     if config:
@@ -366,7 +392,7 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
             draft_s = level_draft_time(dcm, np.full(b, ctx), levels[:-1].tolist())
     iteration_s = draft_s + verify_s
     out.update(draft_s=draft_s, verify_s=verify_s, decode_s=decode_s, iteration_s=iteration_s,
-               c=dcm.decode_time(b, ctx) / decode_s if dcm is not None else nan,
+               c=base_draft.decode_time(b, ctx) / decode_s if base_draft is not None else nan,
                speedup=e * decode_s / iteration_s, tokens_per_s=b * e / iteration_s,
                baseline_tokens_per_s=b / decode_s)
     return out

@@ -69,6 +69,7 @@ def gamma_map(*, hardware: str = "a100-40gb", target: str = "opt-13b",
               alpha: float = 0.8, acceptance: Mapping | None = None,
               policies: Sequence[str] = ("chain",), tree_widths: Sequence[int] = (1, 2, 4, 8),
               tensor_parallel: int = 1, overheads: bool = True, hardware_dir: str | None = None,
+              draft_tensor_parallel: int | None = None,
               memory: Mapping[str, Any] | None = None, executor: Any = "serial",
               workers: int | None = None) -> pd.DataFrame:
     """Best feasible gamma (and tree width) per (policy, batch, context), with its speedup
@@ -84,6 +85,8 @@ def gamma_map(*, hardware: str = "a100-40gb", target: str = "opt-13b",
     fixed = {"hardware": hardware, "target": target, "draft": draft, "alpha": alpha,
              "acceptance": dict(acceptance) if acceptance else None,
              "tensor_parallel": tensor_parallel, "overheads": overheads,
+             **({} if draft_tensor_parallel is None
+                else {"draft_tensor_parallel": draft_tensor_parallel}),
              "hardware_dir": hardware_dir, **dict(memory or {})}
     points = [{"policy": pol, "batch": int(b), "context": float(ctx), "tree_width": int(w),
                "gamma": g}

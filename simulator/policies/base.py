@@ -61,6 +61,11 @@ class PolicyContext:
 class PolicyBase(ABC):
     """The contract of a serving policy (see the module docstring)."""
 
+    # how the policy's draft models use the target's GPUs: "tensor" (sharded over
+    # draft_tensor_parallel_size ranks, vLLM's way) or "data" (a whole copy per GPU, the
+    # batch split over them: SpecInfer's SSMs)
+    draft_parallelism: ClassVar[str] = "tensor"
+
     name: ClassVar[str]
     PARAMS: ClassVar[dict[str, Param]] = {}
     needs_draft_model: ClassVar[bool] = False

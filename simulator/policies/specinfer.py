@@ -63,6 +63,8 @@ VERIFICATIONS = ("greedy", "mss", "naive")
 class SpecInferSpeculation(PolicyBase):
     """Expansion- or merge-based token trees verified in one tree-attention forward."""
 
+    draft_parallelism = "data"  # SpecInfer's SSMs: a whole copy per GPU, the batch split
+
     name = "specinfer"
     needs_draft_model = False  # merge-based trees name their own drafts
     PARAMS = {

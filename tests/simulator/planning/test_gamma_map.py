@@ -179,8 +179,11 @@ def test_estimate_and_an_analytic_point_price_the_draft_with_one_formula(batch, 
     # `specsim estimate` and a sweep/gamma-map point of the same shape share one chain-draft
     # pricer (simulator.cost.drafting.chain_draft_time): equal to the last bit, every gamma
     from simulator.planning.analytic import estimate_table, point_cost_models
-    table = estimate_table(*point_cost_models("a100-40gb", None, "opt-13b", "opt-125m", 1, True),
-                           batch=batch, context=context, gammas=list(range(9)), alpha=0.8)
+    def models(gamma):  # what `specsim estimate` passes: the point's models per gamma
+        return point_cost_models("a100-40gb", None, "opt-13b", "opt-125m", 1, True, None,
+                                 "chain", gamma)
+    table = estimate_table(models, None, batch=batch, context=context,
+                           gammas=list(range(9)), alpha=0.8)
     for row in table.itertuples():
         point = analytic_point({"batch": batch, "context": context, "gamma": row.gamma})
         assert point["draft_s"] == row.draft_s
