@@ -28,8 +28,8 @@ import pandas as pd
 
 from calibrate.measured import (
     DTYPE,
-    ROW_KINDS,
     DTYPE_BYTES,
+    ROW_KINDS,
     Measurements,
     attention_terms,
     compare,

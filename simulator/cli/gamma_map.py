@@ -80,9 +80,10 @@ def main(args: argparse.Namespace) -> int:
     memory = {"gpu_memory_utilization": args.gpu_memory_utilization,
               "block_size": args.block_size}
     common = dict(hardware=args.hardware, hardware_dir=args.hardware_dir, target=args.target,
-                  draft=args.draft, tensor_parallel=args.tensor_parallel,
-                  draft_tensor_parallel=args.draft_tensor_parallel, alpha=args.alpha,
+                  draft=args.draft, tensor_parallel=args.tensor_parallel, alpha=args.alpha,
                   acceptance=acceptance, overheads=not args.no_overheads)
+    if args.draft_tensor_parallel is not None:
+        common["draft_tensor_parallel"] = args.draft_tensor_parallel
     df = gamma_map(batches=batches, contexts=contexts, gammas=gammas, policies=policies,
                    tree_widths=widths, memory=memory, **common)
     if args.format != "table":  # missing values (an infeasible cell's) as empty / null

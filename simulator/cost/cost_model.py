@@ -25,7 +25,7 @@ import numpy as np
 
 from hardware.profile import HardwareProfile
 from simulator.cost.execution import Execution, resolve_execution
-from simulator.cost.op_cost import OpCost, StepCost
+from simulator.cost.op_cost import OpCost, StepCost, as_token_counts
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.step_models import pipelined_step, single_roofline
 from simulator.inputs.errors import SpecsimError
@@ -40,16 +40,6 @@ KERNELS_PER_STEP = 4
 # case: 1 + num_speculative_tokens per request); longer ones are prefill chunks.
 UNIFORM_MAX_QUERY = 128
 
-
-def _as_tokens(values, name: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.ndim == 0:
-        arr = arr.reshape(1)
-    if arr.ndim != 1:
-        raise SpecsimError("must be a 1-D sequence of per-request counts", field=name)
-    if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < 0):
-        raise SpecsimError("counts must be finite and >= 0", field=name)
-    return arr
 
 
 class CostModel:
@@ -256,8 +246,8 @@ class CostModel:
         return ops, mode
 
     def _check(self, new_tokens, context, logits_tokens):
-        new = _as_tokens(new_tokens, "new_tokens")
-        ctx = _as_tokens(context, "context")
+        new = as_token_counts(new_tokens, "new_tokens")
+        ctx = as_token_counts(context, "context")
         if ctx.size == 1 and new.size > 1:
             ctx = np.full_like(new, ctx[0])
         if new.shape != ctx.shape:
@@ -266,7 +256,7 @@ class CostModel:
         if logits_tokens is None:
             logits = float(new.sum())
         else:
-            logits = float(_as_tokens(logits_tokens, "logits_tokens").sum())
+            logits = float(as_token_counts(logits_tokens, "logits_tokens").sum())
         return new, ctx, logits
 
     def _host_time(self, sequences: int, device_s: float) -> float:
@@ -388,10 +378,6 @@ class CostModel:
         """Bytes of weights a forward reads on one device (layers + LM head; not the gather)."""
         per_layer = sum(w for _, w, _, _ in self._linears) * self._b
         return per_layer * self._layers + self._lm_head_weight * self._b
-
-    @property
-    def kernels_per_step(self) -> int:
-        return self._kernels
 
 
 def _op(term: tuple) -> OpCost:

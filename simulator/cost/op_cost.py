@@ -4,6 +4,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from simulator.inputs.errors import SpecsimError
+
 
 @dataclass(frozen=True)
 class OpCost:
@@ -80,3 +84,15 @@ class StepCost:
                  "memory_s": op.memory_s, "host_s": op.host_s, "overhead_s": op.overhead_s,
                  "time_s": op.time_s, "bound": op.bound,
                  "arithmetic_intensity": op.arithmetic_intensity} for op in self.ops]
+
+
+def as_token_counts(values, name: str) -> np.ndarray:
+    """Per-request token counts as a 1-D float array: finite and >= 0, else an error."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise SpecsimError("must be a 1-D sequence of per-request counts", field=name)
+    if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < 0):
+        raise SpecsimError("counts must be finite and >= 0", field=name)
+    return arr

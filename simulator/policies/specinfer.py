@@ -49,7 +49,6 @@ from simulator.policies.base import (
     PolicyBase,
     PolicyContext,
     batch_fits_draft,
-    policy_hardware,
     side_cost,
 )
 from simulator.policies.tree_acceptance import check_acceptance_param, resolve_acceptance
@@ -116,7 +115,6 @@ class SpecInferSpeculation(PolicyBase):
         parallel = getattr(ctx.target_cost, "parallel", None)
         self.devices = parallel.devices if parallel is not None else 1
         if params["draft_models"] is not None:
-            hw = policy_hardware(ctx)
             specs = [_decoder(name, ctx.target_model) for name in params["draft_models"]]
             # SpecInfer's SSMs run data parallel, one whole copy per device
             self.draft_costs = [side_cost(ctx, spec, tensor_parallel=1) for spec in specs]

@@ -4,6 +4,7 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
+from simulator.cost.execution import resolve_execution
 from simulator.models.spec import load_model
 from simulator.simulate import simulate
 from tests.helpers import ConstantCost, scenario, workload
@@ -50,8 +51,13 @@ def test_alpha_zero_costs_exactly_gamma_drafts_plus_one_verification():
     gamma, prompt = 3, 200
     res = _chain_run(0.0, gamma)
     hw = load_profile("a100-40gb")
-    target = CostModel(hw, load_model("opt-13b"))
-    draft = CostModel(hw, load_model("opt-125m"), host=False)  # runs inside the step
+    # the deployment's execution: CUDA graphs sized for gamma speculative tokens (vLLM)
+    ex = resolve_execution(hw, max_num_seqs=scenario("chain").batching.max_num_seqs,
+                           num_speculative_tokens=gamma,
+                           max_num_batched_tokens=scenario("chain").batching
+                           .max_num_batched_tokens)
+    target = CostModel(hw, load_model("opt-13b"), execution=ex)
+    draft = CostModel(hw, load_model("opt-125m"), execution=ex, host=False)  # inside the step
     decode_steps = res.steps[res.steps["num_decode"] == 1]
     assert (decode_steps["emitted_tokens"] == 1).all()
     for i, row in enumerate(decode_steps.itertuples()):
