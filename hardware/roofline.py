@@ -74,6 +74,7 @@ class Roofline:
                  dtype_bytes: int = 2) -> None:
         self._by_intensity = _by_intensity(axis)
         self.kernels = kernels          # None: the flat formula for every kernel
+        self._kind_cache: dict[str, tuple] = {}
         self.dtype_bytes = dtype_bytes  # bytes of one element of the GEMM operands
         self.peak_flops_per_s = peak_flops_per_s
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
@@ -132,13 +133,19 @@ class Roofline:
         k = self.kernels
         if k is None:
             return self.flat_compute_rate, self.flat_memory_rate, 0.0, 0.0
+        hit = self._kind_cache.get(kind)
+        if hit is not None:
+            return hit[:4]
         r = k.rates(kind)
         c = self.flat_compute_rate if r.compute_efficiency is None \
             else self.peak_flops_per_s * r.compute_efficiency
         m = self.flat_memory_rate if r.memory_efficiency is None \
             else self.bandwidth_bytes_per_s * r.memory_efficiency
-        return (c, m, k.latency_s if r.latency_s is None else r.latency_s,
-                k.min_kernel_s if r.min_kernel_s is None else r.min_kernel_s)
+        out = (c, m, k.latency_s if r.latency_s is None else r.latency_s,
+               k.min_kernel_s if r.min_kernel_s is None else r.min_kernel_s,
+               r.l2_memory_efficiency, r.row_bandwidth_bytes_per_s)
+        self._kind_cache[kind] = out  # a kind's numbers never change: asked every step
+        return out[:4]
 
     @staticmethod
     def _kernel(roof, latency: float, floor: float, launched):
@@ -184,14 +191,23 @@ class Roofline:
         if self.kernels is None:
             return self.memory_time(nbytes)
         _, mrate, latency, floor = self.kind_rates(kind)
-        l2 = self.kernels.rates(kind).l2_memory_efficiency
+        l2, row_bw = self._kind_cache[kind][4:]
+        if not np.ndim(nbytes) and not np.ndim(rows):  # scalar fast path (the cost model's)
+            if nbytes <= 0:
+                return 0.0
+            if l2 is not None and self.kernels.l2_bytes is not None \
+                    and nbytes <= self.kernels.l2_bytes:
+                mrate = self.bandwidth_bytes_per_s * l2
+            roof = nbytes / mrate
+            if rows is not None and row_bw is not None:
+                roof = max(roof, nbytes / (max(rows, 1) * row_bw))
+            return max(roof + latency, floor)
         if l2 is not None and self.kernels.l2_bytes is not None:
             mrate = np.where(np.asarray(nbytes) <= self.kernels.l2_bytes,
                              self.bandwidth_bytes_per_s * l2, mrate)
             mrate = mrate if np.ndim(mrate) else float(mrate)
         roof = np.asarray(nbytes) / mrate if np.ndim(nbytes) or np.ndim(mrate) \
             else nbytes / mrate
-        row_bw = self.kernels.rates(kind).row_bandwidth_bytes_per_s
         if rows is not None and row_bw is not None:
             roof = np.maximum(roof, np.asarray(nbytes) / (np.maximum(rows, 1) * row_bw))
         return self._kernel(roof if np.ndim(roof) else float(roof), latency, floor,
