@@ -76,8 +76,9 @@ def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
     both under the scenario's execution; the draft sharded over its tensor parallel degree.
     The CUDA-graph sizes follow the policy's ``num_speculative_tokens`` (vLLM's rule), or
     ``speculative_tokens`` where the caller knows the drafted tokens (an analytic point)."""
-    k = _speculative_tokens(scenario.policy.params) if speculative_tokens is None \
-        else speculative_tokens
+    cls = POLICIES.get(scenario.policy.name)
+    k = speculative_tokens if speculative_tokens is not None else \
+        cls.speculative_tokens(scenario.policy.params) if cls is not None else 0
     execution = resolve_execution(
         hw, scenario.execution, max_num_seqs=scenario.batching.max_num_seqs,
         num_speculative_tokens=k,
@@ -106,18 +107,6 @@ def _plan(scenario: Scenario, hw: HardwareProfile, target: ModelSpec, extra, kv_
                        kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
                        block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
                        logits_tokens=b.max_num_seqs * max_verify_tokens)
-
-
-def _speculative_tokens(params) -> int:
-    """The policy's num_speculative_tokens (a wrapper's from its base): what vLLM sizes
-    its CUDA graphs by; 0 where the policy has none."""
-    k = params.get("num_speculative_tokens")
-    if isinstance(k, (int, float)) and not isinstance(k, bool):
-        return int(k)
-    base = params.get("base")
-    if isinstance(base, dict):
-        return _speculative_tokens(base.get("params", base))
-    return 0
 
 
 def draft_parallel(scenario: Scenario) -> Parallelism:

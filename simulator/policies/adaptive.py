@@ -155,6 +155,12 @@ class AdaptiveSpeculation(PolicyBase):
         base = params["base"]
         return cls.BASES[base["name"]].memory_models(base["params"], draft, target)
 
+    @classmethod
+    def speculative_tokens(cls, params: Mapping) -> int:
+        """The wrapped policy's (its longest draft)."""
+        base = params["base"]
+        return cls.BASES[base["name"]].speculative_tokens(base["params"])
+
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         base = params["base"]
         self.base = self.BASES[base["name"]](base["params"], ctx)

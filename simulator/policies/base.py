@@ -92,6 +92,13 @@ class PolicyBase(ABC):
             return [draft], ([draft] if draft.kind == "decoder" else [])
         return [], []
 
+    @classmethod
+    def speculative_tokens(cls, params: Mapping) -> int:
+        """Tokens drafted per request (vLLM's num_speculative_tokens, which sizes its CUDA
+        graphs); 0 where the policy has no such knob."""
+        k = params.get("num_speculative_tokens")
+        return int(k) if isinstance(k, int) and not isinstance(k, bool) else 0
+
     # ------------------------------------------------------------------ a built policy
     @property
     @abstractmethod
