@@ -43,6 +43,21 @@ class Batching:
     gpu_memory_utilization: float = 0.9
 
 
+# ``engine.steps_table``: what the steps table keeps (the summary is exact either way)
+STEPS_TABLE_CHOICES = ("auto", "all", "sampled", "off")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the engine runs, not what it predicts: ``fast_forward`` advances the predictable
+    stretches of a replica in one pass (identical results; ``false`` is the step-by-step
+    reference), ``steps_table`` says which per-step rows are kept (``auto``: all of them up to
+    the size the README's Limits states, a deterministic sample beyond)."""
+
+    fast_forward: bool = True
+    steps_table: str = "auto"
+
+
 @dataclass(frozen=True)
 class SLO:
     """Latency targets of a request; goodput counts requests that meet all that are set."""
@@ -100,6 +115,7 @@ class Scenario:
     router: str = "round_robin"
     overheads: bool = True
     execution: Mapping[str, Any] = field(default_factory=dict)  # parse_execution overrides
+    engine: EngineOptions = EngineOptions()
     base_dir: str = "."
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -110,7 +126,7 @@ class Scenario:
 
 _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
         "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads",
-        "execution")
+        "execution", "engine")
 
 
 def _parallelism(data: Any, source: str) -> Parallelism:
@@ -279,7 +295,22 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "execution" in data:
         from simulator.cost.execution import parse_execution
         kw["execution"] = parse_execution(data["execution"], source=source)
+    if "engine" in data:
+        kw["engine"] = _engine(data["engine"], source)
     return Scenario(**kw)
+
+
+def _engine(data: Any, source: str) -> EngineOptions:
+    data = require_mapping(data or {}, source=source, field="engine")
+    check_keys(data, allowed=("fast_forward", "steps_table"), source=source, prefix="engine.")
+    kw: dict[str, Any] = {}
+    if "fast_forward" in data:
+        kw["fast_forward"] = as_bool(data["fast_forward"], source=source,
+                                     field="engine.fast_forward")
+    if "steps_table" in data:
+        kw["steps_table"] = as_str(data["steps_table"], source=source,
+                                   field="engine.steps_table", choices=STEPS_TABLE_CHOICES)
+    return EngineOptions(**kw)
 
 
 def resolve_hardware(scenario: Scenario):
