@@ -1,20 +1,36 @@
-"""Speed and memory of the engine itself.
+"""Speed and memory of the engine on issue 14's workloads, each case in a fresh one-core process.
 
-Run: python benchmarks/bench_engine.py            (Azure replay + 10k/100k/1M scaling)
-     python benchmarks/bench_engine.py --quick    (Azure replay + 10k/100k only)
+Run: python benchmarks/bench_engine.py               (every case; 1M takes the longest)
+     python benchmarks/bench_engine.py --quick       (no 1M)
+     python benchmarks/bench_engine.py --full        (azure-chain with fast-forward off too)
+     python benchmarks/bench_engine.py --scale 0.1   (every request count / 10; targets not judged)
+     python benchmarks/bench_engine.py --only vidur10k,azure-chain   (those cases only)
 
-1. Replays the full Azure LLM inference conversation trace (19,366 requests, read in place
-   from ../shared/traces/; skipped when absent) with the chain policy on one core
-   (Llama-3.1-8B with a Llama-3.2-1B draft, same tokenizer, on an A100-80GB; OPT-13B's 2k context cannot hold the
-   trace's long prompts). Target: under 20 s.
-2. Synthetic Poisson traces of growing size, each in a fresh process: wall time per request
-   should stay flat (linear growth) and the peak resident memory under 2 GB at 1,000,000.
-Prints simulated requests per second and engine iterations per second.
+Cases (each child pinned to CPU 0 with ``taskset`` when there is one, BLAS threads 1):
+
+- ``vidur10k``: 10,000 requests, prompt and output lengths resampled (independently) from the
+  Azure LLM inference conversation trace, Poisson arrivals at 4 req/s, Llama-2-70B TP2 on
+  A100-80GB, chunked prefill 512, batch cap 128, 4 replicas round robin, no speculation: the
+  workload Vidur was measured on.  Run with fast-forward on and off; the ratio is what
+  fast-forward alone buys.  Without ../shared/traces the lengths are lognormal with the
+  trace's means and medians (a fixed seed), and the output says so.
+- ``azure-chain``: the whole conversation trace (19,366 requests) replayed with chain
+  speculation, Llama-3.1-8B with a Llama-3.2-1B draft (same tokenizer), gamma 4, A100-80GB.
+  Skipped without ../shared.
+- scaling: the vidur10k workload at 100,000 and 1,000,000 requests, same arrival rate (the
+  run gets longer, the load per replica stays the same); us/request relative to 10k.
+
+Wall time is that of ``simulate(scenario)`` (trace reading included, imports not); iterations
+are engine steps over all replicas (``info["engine"]["iterations"]``: every step, also when
+the steps table is sampled); peak RSS is the child's ``ru_maxrss``.  A missed target, a failed or timed-out case is
+reported, never raised: the exit status is 0.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,72 +38,231 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+# AzureLLMInferenceTrace_conv.csv (19,366 rows): ContextTokens mean 1154.7, median 1020, max
+# 14,050; GeneratedTokens mean 211.1, median 129, max 1,000.  The stand-in when it is absent.
+LOGNORMAL_PROMPT = "{dist: lognormal, mean_tokens: 1154.7, median_tokens: 1020, max_tokens: 14050}"
+LOGNORMAL_OUTPUT = "{dist: lognormal, mean_tokens: 211.1, median_tokens: 129, max_tokens: 1000}"
+AZURE_REQUESTS = 19_366
+VIDUR = ["target=llama-2-70b", "hardware=a100-80gb", "parallelism.tensor_parallel=2",
+         "batching.max_num_seqs=128", "batching.max_num_batched_tokens=512",
+         "batching.enable_chunked_prefill=true", "replicas=4", "router=round_robin",
+         "draft=null", "policy={name: none}", "seed=0"]
+CHAIN = ["target=llama-3.1-8b", "draft=llama-3.2-1b", "hardware=a100-80gb",
+         "batching.max_num_seqs=256", "batching.max_num_batched_tokens=8192",
+         "policy={name: chain, num_speculative_tokens: 4}", "seed=0"]
+TARGETS = {"vidur10k_s": 2.0, "azure_chain_s": 3.0, "1m_s": 120.0, "flat": 0.15,
+           "rss_1m_bytes": 2e9}
 
 
-def run_one(kind: str, n: int) -> dict:
-    """Simulate in this process and return timings (called in a child process)."""
+def vidur_overrides(n: int, trace: Path | None, fast_forward: bool) -> list[str]:
+    """Scenario overrides of the vidur workload with ``n`` requests."""
+    if trace is None:
+        prompt, output = LOGNORMAL_PROMPT, LOGNORMAL_OUTPUT
+    else:  # json.dumps: a YAML double-quoted string, whatever the path holds
+        prompt = output = f"{{dist: empirical, trace: {json.dumps(str(trace))}, format: azure}}"
+    workload = (f"workload={{synthetic: {{num_requests: {n}, arrival: {{process: poisson, "
+                f"rate_per_s: 4}}, prompt: {prompt}, output: {output}}}}}")
+    return [workload, *VIDUR, f"engine={{fast_forward: {str(fast_forward).lower()}}}"]
+
+
+def azure_overrides(max_requests: int | None, fast_forward: bool) -> list[str]:
+    """Scenario overrides of the full Azure conversation trace with chain speculation."""
+    cap = "" if max_requests is None else f", max_requests: {max_requests}"
+    return [f"workload={{trace: {json.dumps(str(AZURE))}, format: azure{cap}}}", *CHAIN,
+            f"engine={{fast_forward: {str(fast_forward).lower()}}}"]
+
+
+def measure(job: dict) -> dict:
+    """Simulate ``job`` in this process and return its figures (runs in the child)."""
+    import hashlib
     import resource
+
+    import pandas as pd
 
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
-    if kind == "azure":
-        overrides = [f"workload={{trace: {AZURE}, format: azure}}"]
-    else:
-        # ~24 req/s Poisson with short outputs so a long trace stays within one replica
-        overrides = ["workload={synthetic: {num_requests: %d, arrival: {process: poisson, "
-                     "rate_per_s: 24}, prompt: {dist: uniform, min_tokens: 32, max_tokens: 512}, "
-                     "output: {dist: uniform, min_tokens: 8, max_tokens: 64}}}" % n]
-    overrides += ["target=llama-3.1-8b", "draft=llama-3.2-1b", "hardware=a100-80gb",
-                  "batching.max_num_seqs=256", "batching.max_num_batched_tokens=8192",
-                  "policy={name: chain, num_speculative_tokens: 4}"]
-    sc = load_scenario(None, overrides)
+    sc = load_scenario(None, job["overrides"])
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
     res = simulate(sc)
     wall = time.perf_counter() - start
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"kind": kind, "requests": len(res.requests), "wall_s": wall,
-            "iterations": len(res.steps), "peak_rss_bytes": rss,
-            "finished": int((res.requests["status"] == "finished").sum())}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    req = res.requests
+    rejected = req["status"] == "rejected"
+    digest = hashlib.sha256()
+    for frame in (req, res.steps):
+        digest.update(pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes())
+    return {"requests": len(req), "finished": int((req["status"] == "finished").sum()),
+            "rejected": int(rejected.sum()),
+            "reject_reasons": {str(k): int(v) for k, v in
+                               req.loc[rejected, "reject_reason"].value_counts().items()},
+            "wall_s": wall, "iterations": int(res.info["engine"]["iterations"]),
+            "steps_rows": len(res.steps), "peak_rss_bytes": rss,
+            "rss_before_bytes": rss_before, "digest": digest.hexdigest()[:16]}
 
 
-def child(kind: str, n: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, str(n)], cwd=ROOT,
-                         capture_output=True, text=True, check=True,
-                         env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                              "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-                              "PYTHONPATH": str(ROOT)})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def pin() -> list[str]:
+    """The prefix that pins a child to CPU 0, or none where taskset or CPU 0 is missing."""
+    try:
+        ok = 0 in os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        ok = False
+    return ["taskset", "-c", "0"] if ok and shutil.which("taskset") else []
+
+
+def spawn(job: dict, timeout_s: float) -> dict:
+    """Run ``job`` in a fresh interpreter on one core; a failure is a row with ``error``."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [
+                   os.environ.get("PYTHONPATH")])]))
+    cmd = [*pin(), sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
+    row = {"label": job["label"], "fast_forward": job["fast_forward"]}
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+                             timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {**row, "error": f"timed out after {timeout_s:g} s"}
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {**row, "error": f"exit {out.returncode}: {tail[:300]}"}
+    return {**row, **json.loads(lines[-1])}
+
+
+def best_of(job: dict, repeat: int, timeout_s: float) -> dict:
+    """The fastest of ``repeat`` runs of ``job`` (peak RSS: the largest)."""
+    rows = [spawn(job, timeout_s) for _ in range(repeat)]
+    good = [r for r in rows if "error" not in r]
+    if not good:
+        return rows[0]
+    best = min(good, key=lambda r: r["wall_s"])
+    return {**best, "peak_rss_bytes": max(r["peak_rss_bytes"] for r in good)}
 
 
 def show(r: dict) -> None:
-    print(f"  {r['kind']:>9} {r['requests']:>9,} requests: {r['wall_s']:7.1f} s wall, "
-          f"{r['requests'] / r['wall_s']:9,.0f} req/s, {r['iterations'] / r['wall_s']:8,.0f} "
-          f"iterations/s, {r['wall_s'] / r['requests'] * 1e6:6.1f} us/request, peak RSS "
-          f"{r['peak_rss_bytes'] / 2**30:.2f} GiB")
+    mode = "ff on " if r["fast_forward"] else "ff off"
+    if "error" in r:
+        print(f"  {r['label']:<12} {mode}  failed: {r['error']}")
+        return
+    n, wall = r["requests"], r["wall_s"]
+    print(f"  {r['label']:<12} {mode} {n:>9,} requests ({r['rejected']:,} rejected): "
+          f"{wall:8.2f} s wall, {r['iterations'] / wall:9,.0f} iterations/s "
+          f"({r['iterations']:,}), {wall / n * 1e6:7.1f} us/request, peak RSS "
+          f"{r['peak_rss_bytes'] / 1e9:.2f} GB")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--child", nargs=2)
+def jobs(args: argparse.Namespace, trace: Path | None) -> list[dict]:
+    """Every case of this run, in order."""
+    def count(n: int) -> int:
+        return max(1, round(n * args.scale))
+
+    out = [{"label": "vidur10k", "n": count(10_000), "fast_forward": ff,
+            "overrides": vidur_overrides(count(10_000), trace, ff)} for ff in (True, False)]
+    if AZURE.exists():
+        cap = None if args.scale == 1 else count(AZURE_REQUESTS)
+        out += [{"label": "azure-chain", "n": count(AZURE_REQUESTS), "fast_forward": ff,
+                 "overrides": azure_overrides(cap, ff)} for ff in (True, False)[:1 + args.full]]
+    for n in (100_000,) if args.quick else (100_000, 1_000_000):
+        out.append({"label": f"vidur{n // 1000}k" if n < 10**6 else "vidur1m", "n": count(n),
+                    "fast_forward": True, "overrides": vidur_overrides(count(n), trace, True)})
+    return out
+
+
+def verdicts(rows: list[dict], scaled: bool) -> list[tuple[str, str, str]]:
+    """(target, measured, pass/fail) for each target the rows can judge."""
+    by = {(r["label"], r["fast_forward"]): r for r in rows}
+    ok = {k: r for k, r in by.items() if "error" not in r}
+
+    def judge(name: str, key, measured, good) -> tuple[str, str, str]:
+        if key not in by:
+            return name, "not run", "n/a"
+        if key not in ok:  # the case's own line above says why
+            return name, by[key]["error"].split(" after")[0].split(":")[0], "fail"
+        return name, measured(ok[key]), "n/a (scaled)" if scaled else \
+            ("pass" if good(ok[key]) else "fail")
+
+    out = [judge(f"vidur10k wall, fast-forward on < {TARGETS['vidur10k_s']:g} s",
+                 ("vidur10k", True), lambda r: f"{r['wall_s']:.2f} s",
+                 lambda r: r["wall_s"] < TARGETS["vidur10k_s"]),
+           judge(f"azure-chain wall, fast-forward on < {TARGETS['azure_chain_s']:g} s",
+                 ("azure-chain", True), lambda r: f"{r['wall_s']:.2f} s",
+                 lambda r: r["wall_s"] < TARGETS["azure_chain_s"]),
+           judge(f"1M requests wall < {TARGETS['1m_s']:g} s", ("vidur1m", True),
+                 lambda r: f"{r['wall_s']:.1f} s", lambda r: r["wall_s"] < TARGETS["1m_s"]),
+           judge(f"1M requests peak RSS < {TARGETS['rss_1m_bytes'] / 1e9:g} GB",
+                 ("vidur1m", True), lambda r: f"{r['peak_rss_bytes'] / 1e9:.2f} GB",
+                 lambda r: r["peak_rss_bytes"] < TARGETS["rss_1m_bytes"])]
+    base = ok.get(("vidur10k", True))
+    big = [r for r in ok.values() if r["label"] in ("vidur100k", "vidur1m")]
+    if base is not None and big:
+        unit = base["wall_s"] / base["requests"]
+        ratios = [r["wall_s"] / r["requests"] / unit for r in big]
+        worst = max(ratios, key=lambda x: abs(x - 1))
+        out.append((f"us/request flat from 10k within {TARGETS['flat']:.0%}",
+                    f"worst {worst:.2f}x", "n/a (scaled)" if scaled else
+                    ("pass" if abs(worst - 1) <= TARGETS["flat"] else "fail")))
+    return out
+
+
+def report(rows: list[dict], scaled: bool) -> None:
+    """The ratios and the targets block."""
+    ok = {(r["label"], r["fast_forward"]): r for r in rows if "error" not in r}
+    for label in ("vidur10k", "azure-chain"):
+        on, off = ok.get((label, True)), ok.get((label, False))
+        if on and off:
+            same = "identical" if on["digest"] == off["digest"] else "DIFFERENT"
+            print(f"  {label}: fast-forward alone: {off['wall_s'] / on['wall_s']:.2f}x "
+                  f"(off {off['wall_s']:.2f} s / on {on['wall_s']:.2f} s); requests and steps "
+                  f"tables {same}")
+    base = ok.get(("vidur10k", True))
+    if base is not None:
+        unit = base["wall_s"] / base["requests"]
+        print("  us/request relative to vidur10k: " + ", ".join(
+            f"{r['requests']:,}: {r['wall_s'] / r['requests'] / unit:.2f}x"
+            for r in ok.values() if r["label"].startswith("vidur") and r["fast_forward"]))
+    if base is not None and base["rejected"]:
+        print(f"  vidur10k: {base['rejected']:,} of {base['requests']:,} requests rejected "
+              f"({base['reject_reasons']})")
+    print("targets:")
+    for name, measured, verdict in verdicts(rows, scaled):
+        print(f"  {name:<48} {measured:>14}  {verdict}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="skip the 1M-request case")
+    p.add_argument("--full", action="store_true", help="azure-chain with fast-forward off too")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every request count by this (targets are not judged)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is shown")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child run")
+    p.add_argument("--only", default=None, metavar="LABELS",
+                   help="comma-separated cases to run (vidur10k, azure-chain, vidur100k, vidur1m)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(run_one(args.child[0], int(args.child[1]))))
-        return
-    print("engine benchmark (chain policy, gamma 4, one core):")
-    if AZURE.exists():
-        show(child("azure", 0))
-    else:
-        print(f"  azure trace not found at {AZURE}: skipped")
-    sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
-    rows = [child("synthetic", n) for n in sizes]
-    for r in rows:
-        show(r)
-    base = rows[0]["wall_s"] / rows[0]["requests"]
-    print("  wall time per request relative to 10k: " + ", ".join(
-        f"{r['requests']:,}: {r['wall_s'] / r['requests'] / base:.2f}x" for r in rows))
+        print(json.dumps(measure(json.loads(args.child))))
+        return 0
+    if not args.scale > 0 or args.repeat < 1:
+        p.error("--scale must be > 0 and --repeat >= 1")
+    trace = AZURE if AZURE.exists() else None
+    where = "CPU 0 (taskset)" if pin() else "one process (no taskset: not pinned)"
+    print(f"engine benchmark, each case in a fresh child on {where}, BLAS threads 1"
+          + (f", request counts x{args.scale:g}" if args.scale != 1 else ""))
+    if trace is None:
+        print(f"  {AZURE} not found: vidur lengths are lognormal with the trace's means and "
+              "medians (seed 0); azure-chain skipped")
+    rows = []
+    only = None if args.only is None else set(args.only.split(","))
+    for job in jobs(args, trace):
+        if only is not None and job["label"] not in only:
+            continue
+        rows.append(best_of(job, args.repeat, args.timeout))
+        show(rows[-1])
+    report(rows, scaled=args.scale != 1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -31,6 +31,7 @@ from hardware.kernels import (
 from simulator.inputs.errors import SpecsimError
 
 AXES = ("flops", "intensity")   # what a compute-efficiency curve is indexed by
+_ADD = np.add.reduce            # a sum without the ndarray.sum method layer
 
 Curve = tuple[tuple[float, float], ...]
 
@@ -222,22 +223,66 @@ class Roofline:
         kernel launched.  Without a kernels block: the plain sum of per-request roofline
         times, today's formula.  Requests with 0 query tokens are not in the step.
         """
-        flops = np.atleast_1d(np.asarray(flops, dtype=np.float64))
-        nbytes = np.atleast_1d(np.asarray(nbytes, dtype=np.float64))
-        queries = np.atleast_1d(np.asarray(query_tokens, dtype=np.float64))
-        active = queries > 0
+        flops = _vector(flops)
+        nbytes = _vector(nbytes)
+        queries = _vector(query_tokens)
         if self.kernels is None:
             roof = np.maximum(self.compute_time(flops, nbytes), self.memory_time(nbytes))
-            return float(np.where(active, roof, 0.0).sum())
-        total = 0.0
-        for kind, members in ((ATTENTION_DECODE, queries == 1),
-                              (ATTENTION_PREFILL, queries > 1)):
-            if not members.any():
-                continue
-            crate, mrate, latency, floor = self.kind_rates(kind)
-            roof = np.maximum(flops[members] / crate, nbytes[members] / mrate).sum()
-            total += self._kernel(float(roof), latency, floor, True)
+            return float(np.where(queries > 0, roof, 0.0).sum())
+        total, size = 0.0, queries.size
+        decode = queries == 1
+        n_decode = int(np.count_nonzero(decode))
+        if n_decode:  # all decode (the common case): no gather
+            total += self._attention_kernel(ATTENTION_DECODE, flops, nbytes,
+                                            None if n_decode == size else decode)
+        if n_decode < size:
+            prefill = queries > 1
+            n_prefill = int(np.count_nonzero(prefill))
+            if n_prefill:  # all verification or chunks (a chain's steps): no mask either
+                total += self._attention_kernel(ATTENTION_PREFILL, flops, nbytes,
+                                                None if n_prefill == size else prefill)
         return total
+
+    def _attention_kernel(self, kind: str, flops, nbytes, members) -> float:
+        """One attention kernel over the requests in ``members`` (None: all of them); a
+        masked sum rather than a gather (fewer passes over a step's small arrays)."""
+        crate, mrate, latency, floor = self.kind_rates(kind)
+        per_request = np.maximum(flops / crate, nbytes / mrate)
+        roof = float(_ADD(per_request) if members is None else _ADD(per_request, where=members))
+        return max(roof + latency, floor)
+
+    def attention_line(self, kind: str, flops_slope: float, flops_base: float,
+                       bytes_slope: float, bytes_base: float) -> tuple[float, ...] | None:
+        """One request's attention time as a line in its context ``x`` when one roof holds for
+        every ``x >= 0``: ``(slope s, intercept s, latency s, floor s)`` of the ``kind`` of
+        kernel, from its FLOPs ``flops_slope * x + flops_base`` and bytes ``bytes_slope * x +
+        bytes_base``.  ``max`` of two lines is one line on ``x >= 0`` iff one line's slope and
+        intercept are both at least the other's; None where the roof can switch, and for
+        curved efficiencies (not lines at all).  Without kernels the reciprocal rates are
+        multiplied in (``time``'s flat formula), with them the kind's rates divide (as in
+        ``attention_time``)."""
+        if self.curved:
+            return None
+        if self.kernels is None:
+            c_rate, m_rate = self.inverse_compute_rate, self.inverse_memory_rate
+            comp = (flops_slope * c_rate, flops_base * c_rate)
+            mem = (bytes_slope * m_rate, bytes_base * m_rate)
+            latency = floor = 0.0
+        else:
+            crate, mrate, latency, floor = self.kind_rates(kind)
+            comp = (flops_slope / crate, flops_base / crate)
+            mem = (bytes_slope / mrate, bytes_base / mrate)
+        if comp[0] >= mem[0] and comp[1] >= mem[1]:
+            return comp + (latency, floor)
+        if mem[0] >= comp[0] and mem[1] >= comp[1]:
+            return mem + (latency, floor)
+        return None
+
+
+def _vector(values) -> np.ndarray:
+    """A 1-D float64 array (no copy when it already is one)."""
+    arr = np.asarray(values, dtype=np.float64)
+    return arr.reshape(1) if arr.ndim == 0 else arr
 
 
 def wave_efficiency(m, n, tiles, sm_count: int):

@@ -36,7 +36,8 @@ def summary_frame(results: Sequence) -> pd.DataFrame:
 
 
 def latency_values_s(result, metric: str) -> np.ndarray:
-    """Finite per-request latencies of finished requests (or every ITL), in seconds."""
+    """Finite per-request latencies of finished requests (or every ITL kept exactly; a long
+    run that kept only its ITL sketch has none: ``latency_quantiles_s`` asks the sketch)."""
     if metric == "itl":
         values = np.asarray(result.itl_s, dtype=np.float64)
     else:
@@ -55,16 +56,24 @@ def sorted_quantiles(values: np.ndarray, quantiles: np.ndarray) -> np.ndarray:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def latency_quantiles_s(result, metric: str, quantiles: np.ndarray) -> np.ndarray | None:
+    """The latency's linear quantiles in seconds (None: no value); a run's ITL sketch, when it
+    kept one instead of the samples, answers within its relative accuracy."""
+    if metric == "itl" and getattr(result, "itl_sketch", None) is not None:
+        return result.itl_sketch.quantiles(quantiles) if result.itl_sketch.count else None
+    values = latency_values_s(result, metric)
+    return sorted_quantiles(values, quantiles) if values.size else None
+
+
 def cdf_frame(results: Sequence, metric: str,
               quantiles: np.ndarray = CDF_QUANTILES) -> pd.DataFrame:
     """Empirical CDF of one latency per policy at fixed quantiles: policy, value_ms, quantile."""
     parts = []
     for r in results:
-        values = latency_values_s(r, metric)
-        if not values.size:
+        values_s = latency_quantiles_s(r, metric, quantiles)
+        if values_s is None:
             continue
-        parts.append(pd.DataFrame({"policy": r.label,
-                                   "value_ms": sorted_quantiles(values, quantiles) * 1e3,
+        parts.append(pd.DataFrame({"policy": r.label, "value_ms": values_s * 1e3,
                                    "quantile": quantiles}))
     if not parts:
         return pd.DataFrame(columns=["policy", "value_ms", "quantile"])

@@ -7,17 +7,29 @@ occupancy, MFU, MBU; and for speculation num_drafts, num_draft_tokens,
 num_accepted_tokens, acceptance_rate = accepted / draft tokens, mean_acceptance_length
 tau = 1 + accepted / drafts (bonus token included), per-position acceptance rates (the
 fraction of drafts whose first i+1 tokens were all accepted) and the draft overhead fraction.
+
+Long runs keep bounded memory (``simulator.engine.recorder``): ITL samples are exact up to
+``ITL_EXACT_CAP`` and a relative-error sketch beyond (``itl_s`` is then empty and
+``itl_sketch`` answers quantiles within its stated accuracy), and the steps table may be
+sampled or off; the utilisation metrics then come from ``step_totals``, exact over every
+step, so the summary is the same whichever rows were kept.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from simulator.engine.exact_sum import exact_sums
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import STATUS_NAMES, RequestTable
+from simulator.engine.sketch import QuantileSketch
+from simulator.engine.step import STEP_FIELDS
+from simulator.engine.steps_store import totals_of
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built (cold start)
+    import pandas as pd
 
 PERCENTILES = (50, 90, 99)
 
@@ -42,29 +54,32 @@ class Results:
     scenario: Any
     info: dict = field(default_factory=dict)
     events: pd.DataFrame | None = None
+    itl_sketch: QuantileSketch | None = None  # every ITL sample, when too many to keep exactly
+    step_totals: dict | None = None           # exact sums over every step (None: from steps)
 
     @classmethod
     def from_run(cls, scenario, table: RequestTable, rec: Recorder, dep, workload) -> "Results":
         """Assemble DataFrames from the engine's arrays."""
+        import pandas as pd
         status = pd.Categorical.from_codes(table.status.astype(np.int8),
                                            categories=[STATUS_NAMES[i]
                                                        for i in range(len(STATUS_NAMES))])
         req = pd.DataFrame({
             "request_id": np.arange(table.arrival_s.size),
-            "replica": table.replica,
+            "replica": table.replica.astype(np.int64),
             "status": status,
             "reject_reason": table.reject_reason,  # object array sharing one "" string
             "arrival_s": table.arrival_s,
             "first_scheduled_s": table.first_scheduled_s,
             "first_token_s": table.first_token_s,
             "finish_s": table.finish_s,
-            "prompt_tokens": table.prompt_len,
-            "output_tokens": table.output_len,
-            "emitted_tokens": table.generated,
-            "preemptions": table.preemptions,
-            "num_drafts": table.num_drafts,
-            "num_draft_tokens": table.num_draft_tokens,
-            "num_accepted_tokens": table.num_accepted,
+            "prompt_tokens": table.prompt_len.astype(np.int64),
+            "output_tokens": table.output_len.astype(np.int64),
+            "emitted_tokens": table.generated.astype(np.int64),
+            "preemptions": table.preemptions.astype(np.int64),
+            "num_drafts": table.num_drafts.astype(np.int64),
+            "num_draft_tokens": table.num_draft_tokens.astype(np.int64),
+            "num_accepted_tokens": table.num_accepted.astype(np.int64),
         })
         if workload.task is not None:
             req["task"] = workload.task
@@ -74,7 +89,7 @@ class Results:
         denom = (req["output_tokens"] - 1).where(req["output_tokens"] > 1)
         req["tpot_s"] = (req["e2e_s"] - req["ttft_s"]) / denom
         steps = rec.steps_frame()
-        itl = rec.itl.values().copy()
+        itl, sketch = rec.itl_samples()
         info = {"kv_blocks": dep.memory.kv_blocks, "block_size": dep.memory.block_size,
                 "kv_tokens": dep.memory.kv_tokens,
                 "weight_bytes": dep.memory.weight_bytes,
@@ -92,6 +107,7 @@ class Results:
                                           + dep.target.lm_head_params()),
                 "attn_flops_per_pair": 4.0 * dep.target.q_size * dep.target.num_layers,
                 "replicas": scenario.replicas,
+                "steps_table": rec.steps_info(), "itl": itl_info(itl, sketch),
                 "execution": dep.target_cost.execution.describe()
                 if hasattr(dep.target_cost, "execution") else None}
         events = pd.DataFrame(rec.events, columns=["time_s", "event", "request_id", "tokens"]) \
@@ -99,7 +115,48 @@ class Results:
         accepted_hist, drafted_hist = rec.histograms()
         return cls(label=scenario.policy.label, requests=req, steps=steps, itl_s=itl,
                    accepted_hist=accepted_hist, drafted_hist=drafted_hist,
-                   scenario=scenario, info=info, events=events)
+                   scenario=scenario, info=info, events=events, itl_sketch=sketch,
+                   step_totals=rec.step_totals())
+
+    # ------------------------------------------------------------------ ITL and step totals
+    def _itl_exact(self) -> np.ndarray:
+        values = np.asarray(self.itl_s, dtype=np.float64)
+        return values[np.isfinite(values)]
+
+    def itl_count(self) -> int:
+        """How many ITL samples the run had (kept or sketched)."""
+        return self.itl_sketch.count if self.itl_sketch is not None else self._itl_exact().size
+
+    def itl_mean(self) -> float:
+        """The mean ITL: the exactly rounded sum over the count (any order of arrival)."""
+        if self.itl_sketch is not None:
+            return self.itl_sketch.mean
+        values = self._itl_exact()
+        return float(exact_sums(values)[0]) / values.size if values.size else float("nan")
+
+    def itl_quantiles(self, q) -> np.ndarray:
+        """numpy's default (linear) ITL quantiles at ``q`` in [0, 1]: exact from the samples,
+        or within the sketch's relative accuracy when the run kept a sketch."""
+        q = np.asarray(q, dtype=np.float64)
+        if self.itl_sketch is not None:
+            return self.itl_sketch.quantiles(q)
+        values = self._itl_exact()
+        return np.quantile(values, q) if values.size else np.full(q.shape, np.nan)
+
+    def itl_histogram(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lower edge, upper edge, count) of log-spaced ITL bins (the sketch's bins)."""
+        sketch = self.itl_sketch
+        if sketch is None:
+            sketch = QuantileSketch()
+            sketch.add(self._itl_exact())
+        return sketch.bins()
+
+    def totals(self) -> dict:
+        """Exact totals over every step: the recorder's, or those of a full steps table."""
+        if self.step_totals is not None:
+            return self.step_totals
+        steps = self.steps.reindex(columns=list(STEP_FIELDS), fill_value=0)
+        return totals_of(steps.to_numpy(dtype=np.float64))
 
     # ------------------------------------------------------------------ metrics
     def position_rates(self) -> np.ndarray:
@@ -112,6 +169,7 @@ class Results:
 
     def acceptance_frame(self) -> pd.DataFrame:
         """Accepted-length and draft-length histograms with per-position rates."""
+        import pandas as pd
         k = int(np.flatnonzero(self.drafted_hist).max()) if self.drafted_hist.any() else 0
         rates = self.position_rates()
         return pd.DataFrame({"length": np.arange(k + 1),
@@ -121,7 +179,7 @@ class Results:
 
     def summary(self) -> dict:
         """The headline metrics of the run as one flat dict."""
-        req, steps, info = self.requests, self.steps, self.info
+        req = self.requests
         done = req[req["status"] == "finished"]
         out: dict[str, Any] = {"policy": self.label,
                                "requests": int(len(req)),
@@ -129,7 +187,7 @@ class Results:
                                "rejected": int((req["status"] == "rejected").sum())}
         for name in ("ttft", "tpot", "e2e", "queueing"):
             _percentiles(name, done[f"{name}_s"].to_numpy(float), out)
-        _percentiles("itl", self.itl_s.astype(np.float64), out)
+        self._itl_summary(out)
         if len(done):
             span = float(done["finish_s"].max() - req["arrival_s"].min())
         else:
@@ -146,21 +204,7 @@ class Results:
             good &= ~(tpot > slo.tpot_s)  # single-token outputs have no TPOT: they pass
         out["slo_attainment"] = float(good.mean()) if len(done) else float("nan")
         out["goodput_requests_per_s"] = float(good.sum()) / span if span else 0.0
-        # utilisation, over the time the replicas were busy
-        busy = float(steps["duration_s"].sum()) if len(steps) else 0.0
-        if busy > 0:
-            w = steps["duration_s"].to_numpy()
-            out["mean_kv_occupancy"] = float((steps["kv_occupancy"].to_numpy() * w).sum() / busy)
-            tokens = (steps["prefill_tokens"] + steps["decode_tokens"]).to_numpy(float)
-            flops = tokens * info["flops_per_token"] + \
-                steps["attn_pairs"].to_numpy() * info["attn_flops_per_pair"]
-            hbm = info["weight_bytes_per_step"] + \
-                steps["kv_read_tokens"].to_numpy() * info["kv_bytes_per_token"]
-            out["mfu"] = float(flops.sum() / busy / info["peak_flops_per_s"])
-            out["mbu"] = float(hbm.sum() / busy / info["peak_bandwidth_bytes_per_s"])
-            out["draft_overhead_fraction"] = float(steps["draft_s"].sum()) / busy
-        else:
-            out.update(mean_kv_occupancy=0.0, mfu=0.0, mbu=0.0, draft_overhead_fraction=0.0)
+        out.update(self._utilisation())
         out["preemptions"] = int(req["preemptions"].sum())
         out.update(backlog_summary(req))
         drafts = int(req["num_drafts"].sum())
@@ -173,8 +217,39 @@ class Results:
         out["mean_acceptance_length"] = 1.0 + accepted / drafts if drafts else float("nan")
         return out
 
+    def _itl_summary(self, out: dict) -> None:
+        out["mean_itl_s"] = self.itl_mean()
+        if self.itl_sketch is None:
+            values = self._itl_exact()
+            est = np.percentile(values, PERCENTILES) if values.size else \
+                np.full(len(PERCENTILES), np.nan)
+        else:
+            est = self.itl_sketch.quantiles(np.asarray(PERCENTILES) / 100.0)
+        for p, v in zip(PERCENTILES, est.tolist()):
+            out[f"p{p}_itl_s"] = float(v)
+        out["itl_relative_error"] = 0.0 if self.itl_sketch is None else \
+            self.itl_sketch.relative_accuracy
+
+    def _utilisation(self) -> dict:
+        """KV occupancy, MFU, MBU and draft overhead over the time the replicas were busy,
+        from the exact totals over every step (whichever rows the steps table kept)."""
+        t, info = self.totals(), self.info
+        busy = float(t["duration_s"])
+        if not busy > 0:
+            return {"mean_kv_occupancy": 0.0, "mfu": 0.0, "mbu": 0.0,
+                    "draft_overhead_fraction": 0.0}
+        flops = (t["prefill_tokens"] + t["decode_tokens"]) * info["flops_per_token"] + \
+            t["attn_pairs"] * info["attn_flops_per_pair"]
+        hbm = t["steps"] * info["weight_bytes_per_step"] + \
+            t["kv_read_tokens"] * info["kv_bytes_per_token"]
+        return {"mean_kv_occupancy": float(t["duration_weighted_kv_occupancy"]) / busy,
+                "mfu": float(flops / busy / info["peak_flops_per_s"]),
+                "mbu": float(hbm / busy / info["peak_bandwidth_bytes_per_s"]),
+                "draft_overhead_fraction": float(t["draft_s"]) / busy}
+
     def summary_frame(self) -> pd.DataFrame:
         """The summary as a one-row DataFrame."""
+        import pandas as pd
         return pd.DataFrame([self.summary()])
 
 
@@ -190,6 +265,14 @@ SATURATED_GROWTH = 1.5
 SATURATED_MIN_WAITING = 5
 SATURATED_MIN_FRACTION = 0.02
 SATURATED_MIN_REQUESTS = 20
+
+
+def itl_info(itl_s: np.ndarray, sketch: QuantileSketch | None) -> dict:
+    """What ``Results.info["itl"]`` says: how many samples and how their quantiles are known."""
+    if sketch is None:
+        return {"samples": int(itl_s.size), "kept": "exact", "relative_error": 0.0}
+    return {"samples": int(sketch.count), "kept": "sketch", "relative_error":
+            sketch.relative_accuracy, "sketch": sketch.describe()}
 
 
 def backlog_summary(req: pd.DataFrame) -> dict:

@@ -2,14 +2,19 @@
 
 Its layout: ``manifest.json`` (specsim's mark, every file it wrote, the scenario name, seed,
 format, versions and one entry per policy), ``summary.csv``, ``scenario.yaml``, and per
-policy ``NN-<label>.{requests,steps,acceptance}.<fmt>`` plus ``NN-<label>.itl.npy``; a
-report written beside the results (``--report`` inside ``--out``) is listed too.  Writing
+policy ``NN-<label>.{requests,steps,acceptance}.<fmt>`` plus ``NN-<label>.itl.npy`` (the
+exact ITL samples; empty when the run had too many to keep, and then
+``NN-<label>.itl_sketch.npz`` holds their quantile sketch); a policy's manifest entry also
+keeps its exact step totals (``step_totals``), which the summary reads when the steps table
+was sampled or off; a report written beside the results (``--report`` inside ``--out``) is
+listed too.  Folders written before the sketch and the totals existed load as they were.  Writing
 goes through :class:`simulator.output_paths.ResultsFolderWriter`, so a folder specsim did
 not write is never replaced.
 """
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +22,9 @@ import pandas as pd
 import yaml
 
 from simulator.engine.requests import STATUS_NAMES
+from simulator.engine.sketch import QuantileSketch
+from simulator.engine.step import STEP_FIELDS
+from simulator.engine.steps_store import totals_of
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 from simulator.results import Results
@@ -65,7 +73,7 @@ def result_names(labels: list[str], fmt: str) -> list[str]:
     for i, label in enumerate(labels):
         stem = policy_stem(i, label)
         names += [f"{stem}.{t}.{fmt}" for t in ("requests", "steps", "acceptance")]
-        names.append(f"{stem}.itl.npy")
+        names += [f"{stem}.itl.npy", f"{stem}.itl_sketch.npz"]  # the sketch: long runs only
     return names
 
 
@@ -76,7 +84,13 @@ def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, sce
                 "versions": software_versions(), "policies": []}
     for i, r in enumerate(results):
         stem = policy_stem(i, r.label)
-        manifest["policies"].append({"label": r.label, "stem": stem, "info": r.info})
+        entry = {"label": r.label, "stem": stem, "info": r.info}
+        if r.step_totals is not None:
+            entry["step_totals"] = r.step_totals
+        if r.itl_sketch is not None:
+            entry["itl_sketch"] = f"{stem}.itl_sketch.npz"
+            np.savez(folder / entry["itl_sketch"], **r.itl_sketch.to_arrays())
+        manifest["policies"].append(entry)
         tables = (("requests", r.requests), ("steps", r.steps),
                   ("acceptance", r.acceptance_frame()))
         for name, df in tables:
@@ -136,6 +150,37 @@ def _histograms(acc: pd.DataFrame, source: str) -> tuple[np.ndarray, np.ndarray]
     return accepted, drafted
 
 
+def _step_totals(entry: dict, source: str) -> dict | None:
+    totals = entry.get("step_totals")
+    if totals is None:
+        return None
+    if not isinstance(totals, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in totals.values()):
+        raise SpecsimError("'step_totals' must map names to numbers", source=source,
+                           field="step_totals", fix=FIX)
+    missing = sorted(set(totals_of(np.zeros((0, len(STEP_FIELDS))))) - set(totals))
+    if missing:
+        raise SpecsimError(f"'step_totals' lacks {', '.join(missing[:4])}", source=source,
+                           field="step_totals", fix=FIX)
+    return totals
+
+
+def _itl(d: Path, stem: str, entry: dict) -> tuple[np.ndarray, QuantileSketch | None]:
+    itl_path = d / f"{stem}.itl.npy"
+    path = itl_path
+    try:
+        itl = np.load(itl_path, allow_pickle=False) if itl_path.exists() else np.zeros(0)
+        name = entry.get("itl_sketch")
+        if name is None:
+            return itl, None
+        path = d / Path(str(name)).name  # a name in this folder, never a path elsewhere
+        with np.load(path, allow_pickle=False) as arrays:
+            return itl, QuantileSketch.from_arrays(arrays)
+    except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        raise SpecsimError(f"cannot read {path.name}: {exc}", source=str(d), field=FIELD,
+                           fix=FIX) from None
+
+
 def _policy_scenario(scenario: Scenario, label: str) -> Scenario:
     try:
         return scenario.with_policy(parse_compare(label)[0])
@@ -183,12 +228,12 @@ def load_results_dir(results_dir: str | Path) -> tuple[list[Results], Scenario, 
         stem, label = str(entry["stem"]), str(entry["label"])
         acc_path = d / f"{stem}.acceptance.{fmt}"
         accepted, drafted = _histograms(read_table(acc_path, fmt), str(acc_path))
-        itl_path = d / f"{stem}.itl.npy"
-        itl = np.load(itl_path, allow_pickle=False) if itl_path.exists() else np.zeros(0)
+        itl, sketch = _itl(d, stem, entry)
         results.append(Results(
             label=label,
             requests=_requests(read_table(d / f"{stem}.requests.{fmt}", fmt)),
             steps=read_table(d / f"{stem}.steps.{fmt}", fmt),
             itl_s=itl, accepted_hist=accepted, drafted_hist=drafted,
-            scenario=_policy_scenario(scenario, label), info=dict(entry.get("info") or {})))
+            scenario=_policy_scenario(scenario, label), info=dict(entry.get("info") or {}),
+            itl_sketch=sketch, step_totals=_step_totals(entry, str(d / "manifest.json"))))
     return results, scenario, manifest

@@ -24,7 +24,7 @@ from simulator.deployment import (
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.requests import EngineLimits, RequestTable
-from simulator.engine.router import arrivals
+from simulator.engine.router import Arrivals
 from simulator.inputs.errors import SpecsimError
 from simulator.results import Results
 from simulator.scenario import Scenario
@@ -121,16 +121,39 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                           enable_chunked_prefill=b.enable_chunked_prefill,
                           block_size=b.block_size, kv_blocks=dep.memory.kv_blocks)
     env = simpy.Environment()
-    recorder = Recorder(record_events)
+    recorder = Recorder(record_events, steps_table=scenario.engine.steps_table,
+                        num_requests=int(table.arrival_s.size), replicas=scenario.replicas)
     on_finish = None if progress is None else _finish_counter(progress, table.arrival_s.size,
                                                                int(np.count_nonzero(~ok)))
-    replicas = [Replica(env, i, table, limits, tcost, pol, rng, recorder, on_finish=on_finish)
-                for i, pol in enumerate(policies)]
-    env.process(arrivals(env, table, replicas, scenario.router, ok))
+    replicas: list[Replica] = []
+    source = Arrivals(env, table, replicas, scenario.router, ok)
+    streams = replica_streams(rng, len(policies))
+    replicas.extend(Replica(env, i, table, limits, tcost, pol, streams[i], recorder,
+                            on_finish=on_finish, arrivals=source,
+                            fast_forward=scenario.engine.fast_forward)
+                    for i, pol in enumerate(policies))
     env.run()  # no until: returns when no event is left (idle replicas wait on untriggered ones)
     results = Results.from_run(scenario, table, recorder, dep, workload)
     results.info["acceptance_source"] = describe_acceptance(scenario, policies[0])
+    results.info["engine"] = engine_stats(scenario, replicas)
     return results
+
+
+def engine_stats(scenario: Scenario, replicas: list[Replica]) -> dict:
+    """How the engine ran (not what it predicts): iterations, how many were advanced in
+    vectorised decode stretches, and SimPy timeouts yielded (one per iteration without
+    fast-forward)."""
+    out = {"fast_forward": bool(replicas) and replicas[0].fast_forward}  # off with events
+    for key in ("iterations", "vectorised", "timeouts"):
+        out[key] = sum(r.stats[key] for r in replicas)
+    return out
+
+
+def replica_streams(rng: np.random.Generator, replicas: int) -> list[np.random.Generator]:
+    """Each replica's random stream: the engine stream itself for one replica, else its
+    ``spawn``-ed children, one per replica, so that a replica's draws do not depend on when
+    the other replicas draw (what lets a replica fast-forward with identical results)."""
+    return [rng] if replicas == 1 else rng.spawn(replicas)
 
 
 def _finish_counter(progress: Callable[[int, int], None], total: int, settled: int):

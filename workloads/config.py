@@ -110,9 +110,26 @@ def _length(data: Any, *, which: str, base_dir: Path, source: str, prefix: str):
                      choices=TRACE_FORMATS)
         column = as_str(data.get("column", which), source=source, field=prefix + "column",
                         choices=EMPIRICAL_COLUMNS)
-        values = getattr(read_trace(path, fmt), column)
+        values = getattr(_read_trace_once(path, fmt), column).copy()
     kwargs = {"values": np.asarray(values), "max_tokens": data.get("max_tokens")}
     return _construct(EmpiricalLength, kwargs, source=source, prefix=prefix)
+
+
+_TRACE_MEMO: dict[tuple, Any] = {}
+
+
+def _read_trace_once(path: Path, fmt: str):
+    """``read_trace``, read once when a workload takes its prompt and its output lengths
+    from the same unchanged file (kept for the last file read)."""
+    try:
+        stat = path.stat()
+    except OSError:  # read_trace says what is wrong with the path
+        return read_trace(path, fmt)
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, fmt)
+    if key not in _TRACE_MEMO:
+        _TRACE_MEMO.clear()
+        _TRACE_MEMO[key] = read_trace(path, fmt)
+    return _TRACE_MEMO[key]
 
 
 def _arrivals(data: Any, *, source: str, prefix: str):

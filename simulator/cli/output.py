@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # pandas only names a type; numpy loads in _jsonable: `run --help` is fast
+    import pandas as pd
 
 FORMATS = ("table", "csv", "json")
 
@@ -21,6 +22,8 @@ def _fmt_float(x: float) -> str:
 
 
 def _jsonable(value):
+    import numpy as np
+
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating, float)):

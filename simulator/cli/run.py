@@ -4,17 +4,16 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simulator.cli.output import FORMATS, render
 from simulator.cli.progress import PLAIN_INTERVAL_S, Progress
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.yaml_io import clip
-from simulator.output_paths import ResultsFolderWriter
-from simulator.results_dir import require_format, result_names, write_results_tables
-from simulator.scenario import Scenario, load_scenario, parse_compare
-from simulator.simulate import simulate
+
+if TYPE_CHECKING:  # pandas, the scenario and the engine load in main(): `run --help` is fast
+    import pandas as pd
+
+    from simulator.scenario import Scenario
 
 DEFAULT_COMPARE = "none,chain"
 TABLE_COLUMNS = ("policy", "finished", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
@@ -45,6 +44,13 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         f"{PLAIN_INTERVAL_S:g} s elsewhere)")
 
 
+def simulate(scenario: Scenario, **kwargs):
+    """The engine's ``simulate``, imported on first use (tests replace this name)."""
+    from simulator.simulate import simulate as engine_simulate
+
+    return engine_simulate(scenario, **kwargs)
+
+
 def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
     """Simulate ``scenario`` once per policy; same trace, same seed."""
     out = []
@@ -57,6 +63,8 @@ def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
 
 def summary_table(results: list) -> pd.DataFrame:
     """One summary row per policy, with the speedup of mean TPOT over ``none`` if present."""
+    import pandas as pd
+
     df = pd.DataFrame([r.summary() for r in results])
     base = df[df["policy"] == "none"]
     if len(base):
@@ -68,6 +76,11 @@ def summary_table(results: list) -> pd.DataFrame:
 
 def main(args: argparse.Namespace) -> int:
     """Run the scenario for each policy and print the summary table."""
+    from simulator.inputs.yaml_io import clip
+    from simulator.output_paths import ResultsFolderWriter
+    from simulator.results_dir import require_format, result_names, write_results_tables
+    from simulator.scenario import load_scenario, parse_compare
+
     scenario = load_scenario(args.scenario, args.overrides)
     if args.compare:
         policies = parse_compare(args.compare)
@@ -98,24 +111,7 @@ def main(args: argparse.Namespace) -> int:
             render_report(results, writer.path / report.name, scenario=scenario)
         writer.commit(manifest)
     if args.format == "table":
-        shown = summary[[c for c in TABLE_COLUMNS if c in summary.columns]].copy()
-        times = [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]
-        shown[times] = shown[times] * 1e3
-        shown = shown.rename(columns={c: c[:-2] + "_ms" for c in times})
-        print(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
-              f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
-              f"seed {scenario.seed}")
-        print(acceptance_line(results))
-        if results[0].info.get("execution"):
-            print(f"execution: {results[0].info['execution']}")
-        sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
-        if sat.any():
-            shown["policy"] = [f"{p} (saturated)" if flag else p
-                               for p, flag in zip(shown["policy"], sat)]
-        print(render(shown, "table"))
-        for _, row in summary[sat].iterrows():
-            print(saturation_note(row))
-        print(f"results: {out}/")
+        print_table(scenario, results, summary, out)
     else:
         print(render(summary, args.format))
     if report_inside:
@@ -125,6 +121,30 @@ def main(args: argparse.Namespace) -> int:
         path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def print_table(scenario: Scenario, results: list, summary: pd.DataFrame, out: Path) -> None:
+    """The summary table of ``run`` (times in ms), its headline and saturation notes."""
+    import pandas as pd
+
+    shown = summary[[c for c in TABLE_COLUMNS if c in summary.columns]].copy()
+    times = [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]
+    shown[times] = shown[times] * 1e3
+    shown = shown.rename(columns={c: c[:-2] + "_ms" for c in times})
+    print(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
+          f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
+          f"seed {scenario.seed}")
+    print(acceptance_line(results))
+    if results[0].info.get("execution"):
+        print(f"execution: {results[0].info['execution']}")
+    sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
+    if sat.any():
+        shown["policy"] = [f"{p} (saturated)" if flag else p
+                           for p, flag in zip(shown["policy"], sat)]
+    print(render(shown, "table"))
+    for _, row in summary[sat].iterrows():
+        print(saturation_note(row))
+    print(f"results: {out}/")
 
 
 def acceptance_line(results: list) -> str:
@@ -167,6 +187,8 @@ def _inside(report: Path, out: Path) -> bool:
 
     A report deeper inside ``out`` is refused: the results folder holds no sub-folders.
     """
+    from simulator.inputs.yaml_io import clip
+
     rp, op = report.absolute().parent, out.absolute()
     if report.absolute() == op or _same(report.absolute(), op):
         raise SpecsimError(f"--report and --out name the same path {clip(repr(str(out)))}",

@@ -15,19 +15,20 @@ its KV cache (``context``).  Attention reads each request's KV once per step how
 query tokens it has (a tree's nodes share the prefix read: tree attention with a topology
 mask), which is why verification is nearly free while decoding is memory-bound.
 
-This module is pure: no SimPy, no I/O.  ``step_time`` is the engine's hot path (vectorised
-over requests, scalar maths for the linear layers); ``breakdown`` returns the same numbers per
-operator for reports and tests.
+This module is pure: no SimPy, no I/O.  ``step_time`` is the engine's hot path (attention vectorised
+over requests, the rest read from per-token-count tables: simulator/cost/token_terms.py);
+``breakdown`` returns the same numbers per operator for reports and tests.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from hardware.profile import HardwareProfile
+from simulator.cost import step_models as sm
+from simulator.cost import token_terms as tt
 from simulator.cost.execution import Execution, resolve_execution
-from simulator.cost.op_cost import OpCost, StepCost, as_token_counts
+from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.step_models import pipelined_step, single_roofline
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
 
@@ -36,10 +37,8 @@ from simulator.models.spec import ModelSpec
 KERNELS_PER_LAYER = 10
 # Per forward outside the layers: embedding gather, final norm, LM head, sampling.
 KERNELS_PER_STEP = 4
-# Equal query lengths up to this count are a "uniform decode" batch (vLLM's full-graph
-# case: 1 + num_speculative_tokens per request); longer ones are prefill chunks.
-UNIFORM_MAX_QUERY = 128
-
+_MISSING = object()
+_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce  # no method layer
 
 
 class CostModel:
@@ -48,11 +47,13 @@ class CostModel:
     ``execution`` (default: the profile's costs with vLLM's defaults) decides launches, graph
     replay and host time; ``host=False`` prices forwards that run inside another model's
     engine step (a draft model, an EAGLE layer, Medusa heads): no CPU step time of their own.
+    ``tables=False`` prices each new token total by the scalar path (the benchmark's before).
     """
 
     def __init__(self, hardware: HardwareProfile, model: ModelSpec,
                  parallel: Parallelism = Parallelism(), *, overheads: bool = True,
-                 execution: Execution | None = None, host: bool = True) -> None:
+                 execution: Execution | None = None, host: bool = True,
+                 tables: bool = True) -> None:
         if model.num_heads % parallel.tensor_parallel:
             raise SpecsimError(f"{model.name} has {model.num_heads} heads, not divisible by "
                                f"tensor_parallel={parallel.tensor_parallel}",
@@ -104,101 +105,22 @@ class CostModel:
         self._custom_ar = self.execution.custom_all_reduce
         self._inv_crate = self._roof.inverse_compute_rate
         self._inv_mrate = self._roof.inverse_memory_rate
-        self._token_cache: dict[tuple, tuple[float, float, bool]] = {}
+        self._tables = tt.TokenTables(self, tables=tables)
+        self._uniform_cache: dict[tuple, sm.UniformStep | None] = {}
+        self._general_only = (parallel.pipeline_parallel > 1 and parallel.micro_batches > 1) \
+            or self.execution.step_model != "sum_of_operators"  # step_time: breakdown's
 
     # ---------------------------------------------------------------- pricing
-    def _linear(self, tokens: float, weight: float, out_per_tok: float, in_per_tok: float,
-                layers: int) -> tuple[float, ...]:
-        """A GEMM ``[tokens x in] @ [in x out]`` over ``layers``: (flops, hbm bytes, host
-        bytes, compute s, memory s, host s, GPU s).  With the profile's kernel shapes the
-        GPU time is ``Roofline.gemm_time`` (tile and wave quantisation, latency, floor),
-        else the flat roofline."""
-        flops = 2.0 * tokens * weight
-        wbytes = weight * self._b
-        hbm = wbytes + tokens * (in_per_tok + out_per_tok) * self._b
-        host = wbytes * self._offload
-        compute_s = self._roof.compute_time(flops, hbm)
-        memory_s = self._roof.memory_time(hbm)
-        host_s = host / self._host_bw if host else 0.0
-        if self._shapes:
-            gpu = float(self._roof.gemm_time(tokens, out_per_tok, in_per_tok))
-        else:
-            gpu = max(compute_s, memory_s)
-        return (flops * layers, hbm * layers, host * layers, compute_s * layers,
-                memory_s * layers, host_s * layers, max(gpu, host_s) * layers)
-
-    def _elementwise(self, tokens: float, layers: int) -> tuple:
-        """Norms, residual adds, the activation (and rope) of ``layers`` layers:
-        (flops, bytes, GPU s, kernels).  With kernel shapes, one ``transfer_time`` per kernel
-        with the bytes each kernel's loads and stores request (hardware/kernels.py's kinds,
-        as ``specsim validate --measurements`` checks them against Vidur's A100 kernels)."""
-        flops = 10.0 * tokens * self._h * layers
-        if not self._shapes:
-            e_bytes = tokens * self._elementwise_bytes_per_token
-            return flops, e_bytes * layers, (self._roof.memory_time(e_bytes)
-                                             if e_bytes else 0.0) * layers, 5
-        r, b, h, T = self._roof, self._b, self._h, tokens
-        f_dev = self._f / self._tp
-        kernels = [((3 * T * h + h) * b, "norm", T)] * 2 + [(3 * T * h * b, "elementwise",
-                                                             None)] * 2
-        kernels.append((3 * T * f_dev * b, "activation", T) if self._gated
-                       else (2 * T * f_dev * b, "elementwise", None))
-        if self._rope:
-            kernels.append((3 * T * self._qkv_dev * b, "rope", T))
-        gpu = sum(float(r.transfer_time(nb, kind, rows=rows)) for nb, kind, rows in kernels)
-        return flops, sum(k[0] for k in kernels) * layers, gpu * layers, len(kernels)
-
-    def _mode(self, new: np.ndarray, tokens: float) -> tuple[str, float]:
+    def _mode(self, new: np.ndarray, tokens: float, lo: float = 0.0,
+              hi: float = 0.0) -> tuple[str, float]:
         """The forward's runtime mode (full graph, piecewise graphs, eager) and the tokens
-        its captured part computes (padded to the capture size)."""
-        active = new[new > 0]
-        uniform = bool(active.size) and float(active.min()) == float(active.max()) \
-            and float(active.max()) <= UNIFORM_MAX_QUERY
-        return self.execution.graph_tokens(tokens, uniform)
-
-    def _token_terms(self, tokens: float, logits_tokens: float, layers: int,
-                     with_head: bool, mode: str = "eager") -> list[tuple]:
-        """Operators whose cost depends on the batch's token totals only (not attention).
-
-        Each is ``(name, flops, hbm_bytes, host_bytes, compute_s, memory_s, host_s,
-        launch_s, gpu_s)`` summed over ``layers``: ``launch_s`` is the host time of the
-        operator's eager launches (0 inside a CUDA graph), ``gpu_s`` its kernels' time, the
-        operator's time ``max(gpu_s, launch_s)``.  Plain floats: the hot path stays cheap.
-        """
-        k = 0.0 if mode != "eager" else self._launch_s
-        terms = []
-        for name, weight, out_t, in_t in self._linears:
-            lin = self._linear(tokens, weight, out_t, in_t, layers)
-            terms.append((name,) + lin[:6] + (k * layers,) + lin[6:])
-        e_flops, e_bytes, e_s, e_kernels = self._elementwise(tokens, layers)
-        terms.append(("elementwise", e_flops, e_bytes, 0.0, 0.0, e_s, 0.0,
-                      e_kernels * k * layers, e_s))
-        if self._tp > 1:  # after attention and after the MLP, on the hidden states
-            ar_s = 2 * layers * float(self._collectives.all_reduce_s(
-                tokens * self._h * self._b, self._tp, custom=self._custom_ar))
-            terms.append(("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0, 2 * k * layers, ar_s))
-        if with_head:
-            g_bytes = tokens * self._h * self._b
-            if self._shapes:  # a gather: an int64 index per element as well
-                g_s = float(self._roof.transfer_time(tokens * self._h * (2 * self._b + 8),
-                                                     "embedding"))
-            else:
-                g_s = self._roof.memory_time(g_bytes) if g_bytes else 0.0
-            terms.append(("embedding", 0.0, g_bytes, 0.0, 0.0, g_s, 0.0, k, g_s))
-        return terms
-
-    def _head_terms(self, logits_tokens: float) -> list[tuple]:
-        """Final norm, LM head and sampling: outside the captured graph, always launched;
-        under tensor parallelism the vocabulary-parallel logits are gathered (vLLM's
-        LogitsProcessor gathers them across the TP ranks)."""
-        head = self._linear(logits_tokens, self._lm_head_weight, self._vocab_per_device,
-                            self._h, 1)
-        terms = [("lm_head",) + head[:6] + (3 * self._launch_s,) + head[6:]]
-        if self._tp > 1 and logits_tokens:
-            g_s = float(self._collectives.all_gather_s(
-                logits_tokens * self._vocab_per_device * self._tp * self._b, self._tp))
-            terms.append(("logits_gather", 0.0, 0.0, 0.0, 0.0, g_s, 0.0, self._launch_s, g_s))
-        return terms
+        its captured part computes (padded to the capture size); ``lo`` and ``hi``, when
+        > 0, are the fewest and most new tokens of a request (all of them in the step)."""
+        if lo <= 0:
+            active = new[new > 0]
+            lo, hi = (float(active.min()), float(active.max())) if active.size else (0.0, 0.0)
+        return self.execution.graph_tokens(
+            tokens, lo > 0 and lo == hi and hi <= sm.UNIFORM_MAX_QUERY)
 
     def _with_replays(self, mode: str, device_s: float) -> float:
         """Device time with the forward's graph replays: the first replay delays the start
@@ -213,24 +135,18 @@ class CostModel:
 
     def _attention(self, new: np.ndarray, ctx: np.ndarray):
         """Per request: KV read once (prefix shared by all query tokens), causal half of the
-        new tokens on average.  Returns (flops, bytes, active, one layer's GPU s).  With
-        kernel shapes the time is ``Roofline.attention_time`` (a decode and a multi-query
-        kernel), whose work grows as new x (context + new) as the measured kernels do."""
+        new tokens on average.  Returns (flops, bytes, active, one layer's GPU s)."""
         a_flops = self._attn_flops_per_pair * new * (ctx + 0.5 * (new + 1.0))
         a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
         active = new > 0
-        if self._shapes:
-            kernel_flops = self._attn_flops_per_pair * new * (ctx + new)
-            return a_flops, a_bytes, active, self._roof.attention_time(kernel_flops, a_bytes,
-                                                                       new)
-        return a_flops, a_bytes, active, float(self._roof.time(a_flops, a_bytes)[active].sum())
+        return a_flops, a_bytes, active, self._attention_s(new, ctx, bool(active.all()))
 
     def _layer_ops(self, new: np.ndarray, ctx: np.ndarray, logits_tokens: float,
                    layers: int, with_head: bool) -> tuple[list[OpCost], str]:
         tokens = float(new.sum())
         mode, padded = self._mode(new, tokens)
-        terms = self._token_terms(padded, logits_tokens, layers, with_head, mode)
-        ops = [_op(term) for term in terms[:len(self._linears)]]
+        terms = tt.token_terms(self, padded, layers, with_head, mode)
+        ops = [op_from_term(term) for term in terms[:len(self._linears)]]
         a_flops, a_bytes, active, a_layer = self._attention(new, ctx)
         a_c = np.where(active, self._roof.compute_time(a_flops, a_bytes), 0.0)
         a_m = np.where(active, self._roof.memory_time(a_bytes), 0.0)
@@ -240,24 +156,10 @@ class CostModel:
                           float(a_bytes[active].sum()) * layers, 0.0,
                           float(a_c.sum()) * layers, float(a_m.sum()) * layers, 0.0,
                           max(a_launch - a_time, 0.0), roofline_s=a_time))
-        ops.extend(_op(term) for term in terms[len(self._linears):])
+        ops.extend(op_from_term(term) for term in terms[len(self._linears):])
         if with_head:
-            ops.extend(_op(term) for term in self._head_terms(logits_tokens))
+            ops.extend(op_from_term(term) for term in tt.head_terms(self, logits_tokens))
         return ops, mode
-
-    def _check(self, new_tokens, context, logits_tokens):
-        new = as_token_counts(new_tokens, "new_tokens")
-        ctx = as_token_counts(context, "context")
-        if ctx.size == 1 and new.size > 1:
-            ctx = np.full_like(new, ctx[0])
-        if new.shape != ctx.shape:
-            raise SpecsimError(f"new_tokens has {new.size} entries, context {ctx.size}",
-                               field="context")
-        if logits_tokens is None:
-            logits = float(new.sum())
-        else:
-            logits = float(as_token_counts(logits_tokens, "logits_tokens").sum())
-        return new, ctx, logits
 
     def _host_time(self, sequences: int, device_s: float) -> float:
         if not self.host:
@@ -267,14 +169,14 @@ class CostModel:
     def breakdown(self, new_tokens, context, logits_tokens=None) -> StepCost:
         """Price one forward with its per-operator breakdown: GPU time per operator, eager
         launch time beyond it, graph replays, and the host CPU time the step shows."""
-        new, ctx, logits = self._check(new_tokens, context, logits_tokens)
+        new, ctx, logits = check_step(new_tokens, context, logits_tokens)
         pp, mb = self.parallel.pipeline_parallel, self.parallel.micro_batches
         if pp > 1 and mb > 1 and new.size >= 2:
-            return pipelined_step(self, new, ctx, logits)
+            return sm.pipelined_step(self, new, ctx, logits)
         ops, mode = self._layer_ops(new, ctx, logits, self._layers, True)
         pipe = self._pipeline_transfer(float(new.sum()), pp)
         if self.execution.step_model == "single_roofline":
-            ops = single_roofline(self, ops, mode)
+            ops = sm.single_roofline(self, ops, mode)
         busy = sum(op.time_s for op in ops) + pipe
         device = self._with_replays(mode, busy)
         replay = device - busy
@@ -290,71 +192,87 @@ class CostModel:
     def step_time(self, new_tokens, context, logits_tokens=None) -> float:
         """Seconds for one forward over the batch (the engine's hot path).
 
-        Equal to ``breakdown(...).time_s``; the parts that depend only on the batch's token
-        totals and runtime mode (linear layers, LM head, all-reduces, graph replays) are
-        cached, attention is vectorised.
+        Equal to ``breakdown(...).time_s`` within rounding.  A uniform batch (every request
+        the same whole number of new tokens) is priced by its closed form where one applies,
+        bitwise as ``uniform_step_times`` prices it; otherwise the parts that depend only on
+        the token totals and runtime mode are read from per-count tables and attention is
+        vectorised.  The float depends on the batch alone, never on what was priced before.
         """
-        if (self.parallel.pipeline_parallel > 1 and self.parallel.micro_batches > 1) or \
-                self.execution.step_model != "sum_of_operators":
+        if self._general_only:
             return self.breakdown(new_tokens, context, logits_tokens).time_s
         new = np.asarray(new_tokens, dtype=np.float64)
         ctx = np.asarray(context, dtype=np.float64)
         if new.ndim != 1 or ctx.shape != new.shape:
             return self.breakdown(new_tokens, context, logits_tokens).time_s
-        tokens = float(new.sum())
-        logits = tokens if logits_tokens is None else float(np.sum(logits_tokens))
-        mode, padded = self._mode(new, tokens)
+        n = new.size
+        lo, hi = (float(_MIN(new)), float(_MAX(new))) if n else (0.0, 0.0)
+        logits = None if logits_tokens is None else float(
+            _SUM(logits_tokens, axis=None) if isinstance(logits_tokens, np.ndarray)
+            else np.sum(logits_tokens))
+        if lo == hi and lo >= 1.0 and lo.is_integer():
+            k = self._uniform(n, lo, n * lo if logits is None else logits)
+            if k is not None:
+                return sm.uniform_time(k, float(_SUM(ctx)), max)
+        tokens = float(_SUM(new))
+        logits = tokens if logits is None else logits
+        active = n if lo > 0 else int(np.count_nonzero(new))  # lo > 0: no masks
+        mode, padded = self._mode(new, tokens, lo, hi)
         fixed = self._fixed(tokens, logits, mode, padded)
-        a_time = self._attention(new, ctx)[3] * self._layers
+        a_time = self._attention_s(new, ctx, active == n) * self._layers
         if mode != "full":
             a_time = max(a_time, self._launch_s * self._layers)
         device = self._with_replays(mode, fixed + a_time)
-        return device + self._host_time(int(np.count_nonzero(new)), device)
+        return device + self._host_time(active, device)
+
+    def uniform_step_times(self, n: int, u: int, ctx_sums: np.ndarray,
+                           logits: int) -> np.ndarray | None:
+        """Seconds of K uniform forwards: ``n`` requests of ``u`` new tokens each (1: decode,
+        gamma + 1: chain verification), the k-th with contexts summing to ``ctx_sums[k]``,
+        ``logits`` tokens through the LM head in all.
+
+        Bitwise what ``step_time`` returns for each of those batches; None where the closed
+        form does not apply (``step_models.uniform_step`` says when).
+        """
+        k = self._uniform(int(n), float(u), float(logits))
+        return None if k is None else \
+            sm.uniform_time(k, np.asarray(ctx_sums, dtype=np.float64), np.maximum)
+
+    def _uniform(self, n: int, u: float, logits: float) -> sm.UniformStep | None:
+        """The closed form of a uniform batch, memoised (None where none applies)."""
+        key = (n, u, logits)
+        k = self._uniform_cache.get(key, _MISSING)
+        if k is _MISSING:
+            k = sm.uniform_step(self, n, u, logits)
+            tt.remember(self._uniform_cache, key, k)
+        return k
+
+    def _attention_s(self, new: np.ndarray, ctx: np.ndarray, all_active: bool) -> float:
+        """One layer's attention GPU seconds (``all_active``: no request has 0 new tokens).
+        With kernel shapes ``Roofline.attention_time`` (a decode and a multi-query kernel),
+        whose work grows as new x (context + new) as the measured kernels do."""
+        if self._shapes:
+            kv = ctx + new
+            return self._roof.attention_time(
+                self._attn_flops_per_pair * new * kv,
+                kv * self._kv_bytes_per_token + new * self._q_io_bytes_per_token, new)
+        a_flops = self._attn_flops_per_pair * new * (ctx + 0.5 * (new + 1.0))
+        a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
+        per_request = self._roof.time(a_flops, a_bytes)
+        return float((per_request if all_active else per_request[new > 0]).sum())
 
     def _fixed(self, tokens: float, logits: float, mode: str, padded: float) -> float:
-        """Everything but attention and host time: it depends on the token totals and the
-        runtime mode alone (cached)."""
-        key = (tokens, logits, mode)
-        fixed = self._token_cache.get(key)
-        if fixed is None:
-            terms = self._token_terms(padded, logits, self._layers, True, mode)
-            terms.extend(self._head_terms(logits))
-            fixed = sum(max(t[7], t[8]) for t in terms) \
-                + self._pipeline_transfer(tokens, self.parallel.pipeline_parallel)
-            if len(self._token_cache) > 4096:
-                self._token_cache.clear()
-            self._token_cache[key] = fixed
-        return fixed
+        """Everything but attention and host time: the layer terms at the ``padded`` tokens
+        computed in ``mode``, the head terms at ``logits``, the pipeline sends of ``tokens``
+        (each tabulated or memoised on its own: token_terms.TokenTables)."""
+        return self._tables.fixed(tokens, logits, mode, padded)
 
     def chain_decode_time(self, context: np.ndarray, steps: int) -> float:
         """``steps`` sequential 1-token forwards over the batch, context growing by one each.
 
         Equal to summing ``step_time(ones, context + j)`` for j < steps (a draft model's
-        chain), computed in one vectorised pass.
+        chain) within rounding, in one vectorised pass where it can (step_models).
         """
-        ctx = np.asarray(context, dtype=np.float64)
-        n = ctx.size
-        if steps <= 0 or n == 0:
-            return 0.0
-        if (self.parallel.pipeline_parallel > 1 and self.parallel.micro_batches > 1) or \
-                self._roof.curved or self._shapes or \
-                self.execution.step_model != "sum_of_operators" or \
-                (self.host and self.execution.async_scheduling):
-            ones = np.ones(n)
-            return sum(self.step_time(ones, ctx + j) for j in range(steps))
-        mode, padded = self._mode(np.ones(n), float(n))
-        fixed = self._fixed(float(n), float(n), mode, padded)
-        # per request and step j: flops ~ (ctx + j + 1), bytes ~ (ctx + j + 1) kv + q io
-        grid = ctx[None, :] + np.arange(1.0, steps + 1.0)[:, None]
-        a_time = np.maximum(grid * (self._attn_flops_per_pair * self._inv_crate),
-                            grid * (self._kv_bytes_per_token * self._inv_mrate)
-                            + self._q_io_bytes_per_token * self._inv_mrate)
-        per_step = a_time.sum(axis=1) * self._layers
-        if mode != "full":
-            per_step = np.maximum(per_step, self._launch_s * self._layers)
-        host = self._host_time(n, 0.0) if self.host else 0.0
-        replay = self._with_replays(mode, 0.0)  # a uniform forward: full graph or eager
-        return steps * (fixed + host + replay) + float(per_step.sum())
+        return sm.chain_decode(self, np.asarray(context, dtype=np.float64), steps)
 
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:
@@ -378,13 +296,6 @@ class CostModel:
         """Bytes of weights a forward reads on one device (layers + LM head; not the gather)."""
         per_layer = sum(w for _, w, _, _ in self._linears) * self._b
         return per_layer * self._layers + self._lm_head_weight * self._b
-
-
-def _op(term: tuple) -> OpCost:
-    """An OpCost from a ``_token_terms`` tuple: the launch time beyond the roofline is the
-    operator's overhead (its time is ``max(roofline, launch)``)."""
-    name, flops, hbm, host_b, c, m, h, launch, gpu = term
-    return OpCost(name, flops, hbm, host_b, c, m, h, max(launch - gpu, 0.0), roofline_s=gpu)
 
 
 def draft_cost_ratio(target: CostModel, draft: CostModel, batch: int, context: float) -> float:

@@ -96,3 +96,25 @@ def as_token_counts(values, name: str) -> np.ndarray:
     if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < 0):
         raise SpecsimError("counts must be finite and >= 0", field=name)
     return arr
+
+
+def check_step(new_tokens, context, logits_tokens):
+    """A step's per-request new tokens and contexts (a scalar context serves every request)
+    and its LM-head token total, validated: ``(new, ctx, logits)``."""
+    new = as_token_counts(new_tokens, "new_tokens")
+    ctx = as_token_counts(context, "context")
+    if ctx.size == 1 and new.size > 1:
+        ctx = np.full_like(new, ctx[0])
+    if new.shape != ctx.shape:
+        raise SpecsimError(f"new_tokens has {new.size} entries, context {ctx.size}",
+                           field="context")
+    if logits_tokens is None:
+        return new, ctx, float(new.sum())
+    return new, ctx, float(as_token_counts(logits_tokens, "logits_tokens").sum())
+
+
+def op_from_term(term: tuple) -> OpCost:
+    """An OpCost from a ``token_terms.token_terms`` tuple: the launch time beyond the roofline
+    is the operator's overhead (its time is ``max(roofline, launch)``)."""
+    name, flops, hbm, host_b, c, m, h, launch, gpu = term
+    return OpCost(name, flops, hbm, host_b, c, m, h, max(launch - gpu, 0.0), roofline_s=gpu)

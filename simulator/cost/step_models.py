@@ -1,20 +1,31 @@
-"""Step models beside the per-operator sum: a micro-batched pipeline, and the lecture's
-single roofline.
+"""Step models beside the per-operator sum: a micro-batched pipeline, the lecture's single
+roofline, and the closed form of a uniform batch.
 
 ``CostModel.breakdown`` hands a step to ``pipelined_step`` when ``pipeline_parallel > 1`` with
 several micro-batches: each micro-batch is priced by the cost model's own operators, the
 makespan is the sum of one stage's work over the micro-batches plus (pp - 1) times the
 slowest micro-batch's stage time, and the stage-to-stage sends are added.  With
 ``step_model: single_roofline`` it folds the operators into ``single_roofline``'s one max.
+
+A uniform batch (n requests of u new tokens each: decode, chain verification) whose attention
+stays under one roof at every context has a step time that depends on (n, u, S) alone, S the
+sum of the contexts: ``uniform_step`` gathers what does not depend on S, ``uniform_time``
+finishes the sum for one S or a vector of them with the same IEEE operations.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from hardware.kernels import ATTENTION_DECODE, ATTENTION_PREFILL
 from simulator.cost.execution import KERNELS_OUTSIDE_GRAPH
 from simulator.cost.op_cost import OpCost, StepCost
 
 COLLECTIVE_OPS = ("all_reduce", "logits_gather")
+# Equal query lengths up to this count are a "uniform decode" batch (vLLM's full-graph
+# case: 1 + num_speculative_tokens per request); longer ones are prefill chunks.
+UNIFORM_MAX_QUERY = 128
 
 
 def pipelined_step(cm, new, ctx, logits) -> StepCost:
@@ -72,3 +83,99 @@ def single_roofline(cm, ops: list[OpCost], mode: str) -> list[OpCost]:
                    flops * cm._inv_crate, nbytes * cm._inv_mrate,
                    sum(op.host_s for op in kept),
                    max(kernels * cm._launch_s - roof, 0.0))] + collectives
+
+
+@dataclass(frozen=True, slots=True)
+class UniformStep:
+    """What a uniform forward's time is made of, apart from the context sum S."""
+
+    slope_s: float          # one layer's attention seconds per context token (all requests)
+    base_s: float           # one layer's attention seconds at S = 0, kernel latency included
+    floor_s: float          # the attention kernel's floor (0 without kernel shapes)
+    layers: int
+    launch_s: float | None  # the attention's eager launches over the layers; None: full graph
+    fixed_s: float          # everything but attention and host time (CostModel._fixed)
+    mode: str               # full, piecewise, eager
+    replay_s: float         # one graph replay
+    replays_s: float        # one replay per layer (piecewise graphs)
+    host_s: float | None    # the engine step's host CPU time; None: no host step of its own
+    overlap: bool           # async scheduling: the host time hides behind the device time
+
+
+def uniform_step(cm, n: int, u: float, logits: float) -> UniformStep | None:
+    """The S-free parts of ``cm``'s forward of ``n`` requests with ``u`` new tokens each and
+    ``logits`` tokens through the LM head; None where no closed form applies: a micro-batched
+    pipeline, the single roofline, ``u`` not a whole number >= 1, curved efficiencies, or an
+    attention whose roof can switch with the context (``Roofline.attention_line``)."""
+    if (cm.parallel.pipeline_parallel > 1 and cm.parallel.micro_batches > 1) \
+            or cm.execution.step_model != "sum_of_operators" or n < 1 or u < 1 \
+            or not float(u).is_integer():
+        return None
+    pair, kv, q_io = cm._attn_flops_per_pair, cm._kv_bytes_per_token, cm._q_io_bytes_per_token
+    # per request at context x: FLOPs pair*u*(x + w) (the kernel's u*(x+u) pairs with shapes,
+    # the causal u*(x + (u+1)/2) without), bytes (x + u)*kv + u*q_io, as CostModel._attention
+    width = u if cm._shapes else 0.5 * (u + 1.0)
+    line = cm._roof.attention_line(ATTENTION_DECODE if u == 1 else ATTENTION_PREFILL,
+                                   pair * u, pair * u * width, kv, u * kv + u * q_io)
+    if line is None:
+        return None
+    slope, intercept, latency, floor = line
+    tokens = float(n) * u
+    mode, padded = cm.execution.graph_tokens(tokens, u <= UNIFORM_MAX_QUERY)
+    graph_s = cm.execution.graph_launch_s
+    return UniformStep(slope_s=slope,
+                       base_s=float(n) * intercept + latency, floor_s=floor,
+                       layers=cm._layers,
+                       launch_s=None if mode == "full" else cm._launch_s * cm._layers,
+                       fixed_s=cm._fixed(tokens, float(logits), mode, padded), mode=mode,
+                       replay_s=graph_s, replays_s=cm._layers * graph_s,
+                       host_s=cm.execution.host_s(n) if cm.host else None,
+                       overlap=cm.execution.async_scheduling)
+
+
+def uniform_time(k: UniformStep, ctx_sum, maximum):
+    """The step time at context sum ``ctx_sum``: a float with ``maximum=max``, an array with
+    ``np.maximum`` and an array of sums, the same operations in the same order either way
+    (CostModel.step_time's: attention, launches, replays, host time)."""
+    attention = maximum(k.slope_s * ctx_sum + k.base_s, k.floor_s) * k.layers
+    if k.launch_s is not None:
+        attention = maximum(attention, k.launch_s)
+    device = k.fixed_s + attention
+    if k.mode == "full":
+        device = device + k.replay_s
+    elif k.mode == "piecewise":
+        device = maximum(device, k.replays_s) + k.replay_s
+    if k.host_s is None:
+        return device
+    if k.overlap:
+        return device + maximum(k.host_s - device, 0.0)
+    return device + k.host_s
+
+
+def chain_decode(cm, ctx: np.ndarray, steps: int) -> float:
+    """``CostModel.chain_decode_time``: the uniform closed form over the steps' context sums,
+    else every request's attention at every step in one array (a flat roofline whose roof
+    may switch with the context), else one ``step_time`` per step."""
+    n = ctx.size
+    if steps <= 0 or n == 0:
+        return 0.0
+    times = cm.uniform_step_times(n, 1, float(ctx.sum()) + n * np.arange(steps), n)
+    if times is not None:
+        return float(times.sum())
+    if cm._general_only or cm._roof.curved or cm._shapes or \
+            (cm.host and cm.execution.async_scheduling):
+        ones = np.ones(n)
+        return sum(cm.step_time(ones, ctx + j) for j in range(steps))
+    mode, padded = cm._mode(np.ones(n), float(n))
+    fixed = cm._fixed(float(n), float(n), mode, padded)
+    # per request and step j: flops ~ (ctx + j + 1), bytes ~ (ctx + j + 1) kv + q io
+    grid = ctx[None, :] + np.arange(1.0, steps + 1.0)[:, None]
+    a_time = np.maximum(grid * (cm._attn_flops_per_pair * cm._inv_crate),
+                        grid * (cm._kv_bytes_per_token * cm._inv_mrate)
+                        + cm._q_io_bytes_per_token * cm._inv_mrate)
+    per_step = a_time.sum(axis=1) * cm._layers
+    if mode != "full":
+        per_step = np.maximum(per_step, cm._launch_s * cm._layers)
+    host = cm._host_time(n, 0.0) if cm.host else 0.0
+    replay = cm._with_replays(mode, 0.0)  # a uniform forward: full graph or eager
+    return steps * (fixed + host + replay) + float(per_step.sum())

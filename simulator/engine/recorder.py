@@ -1,83 +1,157 @@
 """What the engine records while it runs: per-step rows, ITL samples, acceptance lengths.
 
-Everything goes into append-only numpy buffers (no Python object kept per step or per token),
-so a million-request run stays within a small memory budget.  A step's row arrives as a
-``StepRow``, whose fields name the columns in order, and only its values are kept.
+Everything goes into numpy buffers or running counts (no Python object kept per step or per
+token), and memory is bounded for long runs: the steps table follows ``steps_table`` (see
+``steps_store``: every row, a deterministic sample, or none, with exact totals over every
+step in all cases), ITL samples are kept exactly up to ``ITL_EXACT_CAP`` and summarised in a
+relative-error sketch beyond (``sketch.QuantileSketch``), and acceptance lengths go straight
+into histograms.
+
+Nothing the recorder returns depends on the order in which different replicas' calls
+arrive, only on each replica's own order: the table is sorted by (start_s, replica), ITL
+samples are sorted (or counted in bins), and every sum is exact (``exact_sum``).
 """
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from simulator.engine.buffers import GrowingArray
+from simulator.engine.sketch import RELATIVE_ACCURACY, QuantileSketch
 from simulator.engine.step import FLOAT_FIELDS, STEP_FIELDS, StepRow
+from simulator.engine.steps_store import ALL_ROWS_CAP, SAMPLED_ROWS_CAP, StepsStore, steps_policy
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built (cold start)
+    import pandas as pd
+
+__all__ = ["ITL_EXACT_CAP", "MAX_POSITIONS", "GrowingArray", "ItlSamples", "Recorder"]
 
 MAX_POSITIONS = 257  # per-position acceptance counters (tree nodes can exceed gamma)
+ITL_EXACT_CAP = 1 << 22  # exact ITL samples kept up to this many (32 MiB); a sketch beyond
+_SKETCH_CHUNK = 1 << 16  # ITL samples buffered before they are counted in the sketch
+_ACCEPTANCE_CHUNK = 1 << 16  # drafting request-steps buffered before they are binned
 
 
-class GrowingArray:
-    """An append-only numpy buffer that doubles when full (no per-append Python objects)."""
+class ItlSamples:
+    """Inter-token latencies in bounded memory: every sample while there are at most ``cap``
+    of them, then a ``QuantileSketch`` of all of them (the exact samples are dropped)."""
 
-    def __init__(self, dtype, width: int | None = None, capacity: int = 4096) -> None:
-        shape = (capacity,) if width is None else (capacity, width)
-        self.data = np.empty(shape, dtype)
-        self.size = 0
-
-    def _reserve(self, extra: int) -> None:
-        need = self.size + extra
-        if need > self.data.shape[0]:
-            grown = np.empty((max(need, 2 * self.data.shape[0]),) + self.data.shape[1:],
-                             self.data.dtype)
-            grown[:self.size] = self.data[:self.size]
-            self.data = grown
+    def __init__(self, cap: int = ITL_EXACT_CAP,
+                 relative_accuracy: float = RELATIVE_ACCURACY) -> None:
+        self.cap = int(cap)
+        self.relative_accuracy = relative_accuracy
+        self._exact: GrowingArray | None = GrowingArray(np.float64, limit=max(1, self.cap))
+        self._sketch: QuantileSketch | None = None
+        self._pending = GrowingArray(np.float64, capacity=_SKETCH_CHUNK)
 
     def extend(self, values: np.ndarray) -> None:
-        self._reserve(len(values))
-        self.data[self.size:self.size + len(values)] = values
-        self.size += len(values)
+        """Add ITL samples (seconds) of one replica."""
+        exact = self._exact
+        if exact is not None:
+            if exact.size + len(values) <= self.cap:
+                exact.extend(values)
+                return
+            self._sketch = QuantileSketch(self.relative_accuracy)
+            self._sketch.add(exact.values())
+            self._exact = None
+        self._pending.extend(values)
+        if self._pending.size >= _SKETCH_CHUNK:
+            self._flush()
 
-    def append(self, row) -> None:
-        self._reserve(1)
-        self.data[self.size] = row
-        self.size += 1
+    def _flush(self) -> None:
+        self._sketch.add(self._pending.values())
+        self._pending.clear()
 
-    def values(self) -> np.ndarray:
-        return self.data[:self.size]
+    @property
+    def count(self) -> int:
+        if self._exact is not None:
+            return self._exact.size
+        return self._sketch.count + self._pending.size
+
+    def finish(self) -> tuple[np.ndarray, QuantileSketch | None]:
+        """(every sample sorted, None) within the cap; (no samples, the sketch) beyond it."""
+        if self._exact is not None:
+            return np.sort(self._exact.values()), None
+        self._flush()
+        return np.zeros(0), self._sketch
 
 
 class Recorder:
-    """Append-only per-step rows, ITL samples and acceptance lengths, in numpy buffers."""
+    """Per-step rows, ITL samples and acceptance histograms, in bounded memory.
+
+    ``steps_table``: auto, all, sampled or off (``steps_store``; auto decides from
+    ``num_requests``); ``replicas`` splits the sampled table's row cap among them.
+    """
 
     STEP_FIELDS = STEP_FIELDS      # the columns of the steps table, in order
     FLOAT_FIELDS = FLOAT_FIELDS    # the columns that are not counts
 
-    def __init__(self, record_events: bool = False) -> None:
+    def __init__(self, record_events: bool = False, steps_table: str = "auto",
+                 num_requests: int = 0, replicas: int = 1, *,
+                 itl_exact_cap: int = ITL_EXACT_CAP, rows_cap: int = SAMPLED_ROWS_CAP,
+                 all_rows_cap: int = ALL_ROWS_CAP,
+                 relative_accuracy: float = RELATIVE_ACCURACY) -> None:
         self.record_events = record_events
         self.events: list[tuple[float, str, int, int]] = []  # (time, kind, request, tokens)
-        self.steps = GrowingArray(np.float64, width=len(self.STEP_FIELDS))
-        self.itl = GrowingArray(np.float32)
-        self._drafted = GrowingArray(np.uint16)
-        self._accepted = GrowingArray(np.uint16)
+        self.steps_option = steps_table
+        self.steps = StepsStore(steps_policy(steps_table, num_requests), replicas, rows_cap,
+                                all_rows_cap if steps_table == "auto" else None)
+        self.itl = ItlSamples(itl_exact_cap, relative_accuracy)
+        self._drafted = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)
+        self._accepted = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)
+        self._accepted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
+        self._drafted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
 
     def record_step(self, row: StepRow) -> None:
-        """Append one step's row (its values, in column order; the record is not kept)."""
-        self.steps.append(row)
+        """One step's row (its values, in column order; the record is not kept)."""
+        self.steps.add_row(row)
+
+    def record_steps(self, rows: np.ndarray) -> None:
+        """Consecutive steps of one replica: shape (K, len(STEP_FIELDS)), in time order."""
+        self.steps.add_rows(rows)
+
+    def record_itl(self, values: np.ndarray) -> None:
+        """ITL samples (seconds) of one replica, in that replica's order."""
+        self.itl.extend(values)
 
     def record_acceptance(self, num_draft: np.ndarray, accepted: np.ndarray) -> None:
-        """Keep this step's draft and accepted lengths; histograms are built once, at the end."""
+        """Count this step's draft and accepted lengths (request-steps that drafted)."""
+        if not num_draft.any():
+            return
         self._drafted.extend(np.minimum(num_draft, MAX_POSITIONS))
         self._accepted.extend(np.minimum(accepted, MAX_POSITIONS))
+        if self._drafted.size >= _ACCEPTANCE_CHUNK:
+            self._bin_acceptance()
+
+    def _bin_acceptance(self) -> None:
+        k = self._drafted.values().astype(np.int64)
+        mask = k > 0
+        a = self._accepted.values().astype(np.int64)[mask]
+        self._accepted_hist += np.bincount(a, minlength=MAX_POSITIONS + 1)
+        self._drafted_hist += np.bincount(k[mask], minlength=MAX_POSITIONS + 1)
+        self._drafted.clear()
+        self._accepted.clear()
 
     def histograms(self) -> tuple[np.ndarray, np.ndarray]:
         """(accepted-length, draft-length) histograms over every drafting request-step."""
-        k = self._drafted.values().astype(np.int64)
-        a = self._accepted.values().astype(np.int64)
-        mask = k > 0
-        return (np.bincount(a[mask], minlength=MAX_POSITIONS + 1),
-                np.bincount(k[mask], minlength=MAX_POSITIONS + 1))
+        self._bin_acceptance()
+        return self._accepted_hist.copy(), self._drafted_hist.copy()
 
-    def steps_frame(self):
-        """The per-step rows as a DataFrame with integer columns where they are counts."""
-        data = self.steps.values()
-        return pd.DataFrame({name: (data[:, i] if name in self.FLOAT_FIELDS
-                                    else data[:, i].astype(np.int64))
-                             for i, name in enumerate(self.STEP_FIELDS)})
+    def steps_frame(self) -> pd.DataFrame:
+        """The kept per-step rows, sorted by (start_s, replica), counts as integers (the
+        recorder's buffers are released: this and the totals are what remains)."""
+        import pandas as pd
+        return pd.DataFrame(self.steps.finish()[0], copy=False)
+
+    def step_totals(self) -> dict:
+        """Exact totals over every step, kept or not (``steps_store.StepTotals``)."""
+        return self.steps.finish()[1]
+
+    def steps_info(self) -> dict:
+        """The steps policy used and how many rows were kept of how many."""
+        return {"option": self.steps_option, **self.steps.describe()}
+
+    def itl_samples(self) -> tuple[np.ndarray, QuantileSketch | None]:
+        """(sorted samples, None) up to the cap, else (empty, the sketch of them all)."""
+        return self.itl.finish()

@@ -13,29 +13,32 @@ STATUS_NAMES = {PENDING: "pending", WAITING: "waiting", RUNNING: "running",
 
 
 class RequestTable:
-    """Per-request state of a simulation as aligned numpy arrays."""
+    """Per-request state of a simulation as aligned numpy arrays, in the narrowest dtypes
+    that hold them: token counts fit int32 (a request has at most
+    ``workloads.workload.MAX_TOKENS_PER_REQUEST`` = 1e7 tokens, a drafted total at most 64
+    times that), a replica index int16 (``replicas`` <= 4096); times stay float64."""
 
     def __init__(self, arrival_s: np.ndarray, prompt_len: np.ndarray,
                  output_len: np.ndarray) -> None:
         n = arrival_s.size
         self.arrival_s = arrival_s.astype(np.float64)
-        self.prompt_len = prompt_len.astype(np.int64)
-        self.output_len = output_len.astype(np.int64)
-        self.computed = np.zeros(n, np.int64)       # tokens in the target's KV
-        self.generated = np.zeros(n, np.int64)      # output tokens emitted
-        self.prefill_target = np.zeros(n, np.int64)
+        self.prompt_len = prompt_len.astype(np.int32)
+        self.output_len = output_len.astype(np.int32)
+        self.computed = np.zeros(n, np.int32)       # tokens in the target's KV
+        self.generated = np.zeros(n, np.int32)      # output tokens emitted
+        self.prefill_target = np.zeros(n, np.int32)
         self.in_prefill = np.zeros(n, bool)
-        self.blocks = np.zeros(n, np.int64)
+        self.blocks = np.zeros(n, np.int32)
         self.status = np.zeros(n, np.int8)
-        self.replica = np.full(n, -1, np.int64)
+        self.replica = np.full(n, -1, np.int16)
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
         self.last_emit_s = np.full(n, np.nan)
-        self.preemptions = np.zeros(n, np.int64)
-        self.num_drafts = np.zeros(n, np.int64)
-        self.num_draft_tokens = np.zeros(n, np.int64)
-        self.num_accepted = np.zeros(n, np.int64)
+        self.preemptions = np.zeros(n, np.int32)
+        self.num_drafts = np.zeros(n, np.int32)
+        self.num_draft_tokens = np.zeros(n, np.int32)
+        self.num_accepted = np.zeros(n, np.int32)
         self.reject_reason = np.full(n, "", dtype=object)
 
 

@@ -23,7 +23,9 @@ class Step:
     plan: DraftPlan | None      # the decodes' speculative plan; None when nothing decodes
     batch: BatchView | None     # what the policy saw of the decodes (None with ``plan``)
     decode_ids: np.ndarray      # decoding requests, aligned with ``plan`` and ``batch``
+    decode_pos: object          # their positions in the running batch (an array or a slice)
     prefill_ids: np.ndarray     # requests with a prefill chunk this step
+    prefill_pos: np.ndarray     # their positions in the running batch
     chunks: np.ndarray          # their chunk lengths in tokens
     completes: np.ndarray       # whether the chunk ends the request's prefill
     decode_tokens: int          # target tokens of the decodes (1 + drafts each)

@@ -12,6 +12,9 @@ class NoSpeculation(PolicyBase):
 
     name = "none"
     max_verify_tokens = 1
+    # proposes nothing, draws nothing, learns nothing: the engine may advance a pure-decode
+    # stretch of it in one pass (simulator/engine/fast_forward.py)
+    plain_decode = True
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.params = params

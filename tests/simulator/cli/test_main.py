@@ -110,6 +110,8 @@ def test_gamma_says_no_speculation_when_no_draft_length_pays():
     (["gamma", "--alpha", "0.8", "--c", "0.05"], ("simpy", "torch", "altair",
                                                  "simulator.simulate", "simulator.cli.run")),
     (["estimate", "--help"], ("simpy", "torch", "altair", "simulator.simulate")),
+    (["run", "--help"], ("pandas", "simpy", "torch", "altair", "simulator.simulate",
+                         "simulator.scenario")),
 ])
 def test_a_command_imports_only_what_it_needs(argv, absent):
     # `specsim --help` and each command build only their own arguments (start-up time)
@@ -121,3 +123,11 @@ def test_a_command_imports_only_what_it_needs(argv, absent):
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.split(None, 1) == ["0", "[]\n"], out.stdout + out.stderr
+
+
+def test_the_engine_imports_without_pandas():
+    # the engine builds DataFrames only when a run ends (cold start, issue 14)
+    code = "import sys, simulator.simulate; print('pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

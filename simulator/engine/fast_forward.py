@@ -1,0 +1,136 @@
+"""Fast-forward over a pure-decode stretch: K engine iterations in one vectorised pass.
+
+A replica whose every running request decodes, under a policy that proposes nothing and
+draws nothing (``plain_decode``: ``none``), repeats the same iteration until something changes
+the batch: a request finishing, the next arrival, a prefill being admitted, the KV cache
+running out (a preemption).  ``advance_decodes`` computes, before the first of those, every
+iteration's step time (the cost model's ``uniform_step_times``: one closed form over the
+batch's context sum, the same floating-point operations ``step_time`` performs), the clock
+(sequential sums, as SimPy adds each timeout), the KV blocks, the emitted tokens and the ITL
+samples, records the K steps' rows in one block and moves the batch's state K iterations on.
+
+Exactness: the stretch stops *before* any iteration that the step-by-step engine would plan
+differently: the one in which a request finishes, the first one that would not fit the KV
+cache, any one that would end at or after the next arrival (the router may look at this
+replica then), and it is not started when an admission is possible (its blocking can only
+grow during the stretch: the KV fills, the budget and the sequence limit stay).  The caller
+then runs that iteration through the ordinary path.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.engine.step import STEP_FIELDS
+
+MAX_STRETCH_CELLS = 1 << 18  # iterations x requests per pass (bounds the arrays)
+_COL = {name: i for i, name in enumerate(STEP_FIELDS)}
+
+
+def _step_times(replica, c: np.ndarray, k_max: int, next_time: float) -> np.ndarray:
+    """Step times of up to ``k_max`` plain decode iterations of contexts ``c`` (+k)."""
+    n = c.size
+    uniform = getattr(replica.target_cost, "uniform_step_times", None)
+    if uniform is not None:
+        sums = int(c.sum()) + n * np.arange(k_max, dtype=np.int64)
+        times = uniform(n, 1, sums, n)
+        if times is not None:
+            return np.asarray(times, np.float64)
+    # any other pricer: the same calls the step-by-step path makes, until the next arrival
+    ones, now, out = np.ones(n), replica.now, []
+    ctx = c.astype(np.float64)
+    for k in range(k_max):
+        v = replica.target_cost.step_time(ones, ctx + k, ones)
+        out.append(v)
+        now = now + v
+        if now >= next_time:
+            break
+    return np.asarray(out, np.float64)
+
+
+def _stretch_length(replica) -> int:
+    """Iterations a stretch may cover from the batch alone (0: no stretch now)."""
+    b, lim = replica.b, replica.limits
+    n = int(b.ids.size)
+    if not n or b.decoding != n or n > lim.max_num_batched_tokens \
+            or not getattr(replica.policy, "plain_decode", False):
+        return 0
+    if not np.array_equal(b.blocks, -(-b.computed // lim.block_size)):
+        return 0  # blocks beyond the tokens held: the step-by-step path frees them first
+    # the iteration that emits a request's last token retires it: the stretch's last
+    return min(int((b.output_len - b.generated).min()), max(1, MAX_STRETCH_CELLS // n))
+
+
+def _kv_fit(replica, c: np.ndarray, k: int) -> np.ndarray:
+    """Blocks in use after each of ``k`` iterations' reservations.  A decode holding ``c``
+    tokens takes a new block in iteration j when ``c + j`` is a multiple of the block size,
+    so the blocks taken in iteration j are periodic in j: a histogram of ``-c mod bs``."""
+    bs = replica.limits.block_size
+    taken = np.bincount((-c) % bs, minlength=bs)
+    return replica.used_blocks + np.cumsum(np.resize(taken, k))
+
+
+NONE, ADVANCED, RETIRED = 0, 1, 2  # what advance_decodes did
+
+
+def advance_decodes(replica) -> int:
+    """Advance ``replica`` over the pure-decode stretch ahead: NONE if there is none,
+    RETIRED if its last iteration finished requests (another stretch may follow), ADVANCED
+    otherwise (the next iteration is not a plain decode one)."""
+    k = _stretch_length(replica)
+    if k <= 0:
+        return NONE
+    b, lim = replica.b, replica.limits
+    n, c = int(b.ids.size), b.computed
+    used = _kv_fit(replica, c, k)
+    if used[0] > lim.kv_blocks:
+        return NONE
+    saved, replica.used_blocks = replica.used_blocks, int(used[0])
+    blocked = replica.admission_blocked(lim.max_num_batched_tokens - n)
+    replica.used_blocks = saved
+    if not blocked:
+        return NONE
+    next_time = replica.arrivals.horizon(replica.index)
+    v = _step_times(replica, c, k, next_time)
+    clock = np.add.accumulate(np.concatenate(([replica.now], v)))  # SimPy's now + delay
+    k = int(np.searchsorted(clock[1:], next_time, side="left"))
+    if k and used[k - 1] > lim.kv_blocks:  # stop before the first that cannot fit
+        k = int(np.argmax(used > lim.kv_blocks))
+    if k <= 0:
+        return NONE
+    return _commit(replica, v[:k], clock[:k + 1], used[:k])
+
+
+def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
+    """Move the batch's state ``len(v)`` iterations on, retire the requests the last one
+    finished, and record the iterations (RETIRED if any finished, else ADVANCED)."""
+    b, lim = replica.b, replica.limits
+    k, n = v.size, int(b.ids.size)
+    ends = clock[1:]
+    sums = (int(b.computed.sum()) + n + n * np.arange(k, dtype=np.int64)).astype(np.float64)
+    rows = np.zeros((k, len(STEP_FIELDS)), np.float64)
+    for name, value in (("replica", replica.index), ("start_s", clock[:-1]), ("duration_s", v),
+                        ("verify_s", v), ("batch_size", n), ("num_decode", n),
+                        ("decode_tokens", n), ("emitted_tokens", n), ("kv_blocks_used", used),
+                        ("kv_occupancy", used / lim.kv_blocks),
+                        ("queue_len", len(replica.waiting)), ("kv_read_tokens", sums),
+                        ("attn_pairs", sums)):
+        rows[:, _COL[name]] = value
+    first = ends[0] - b.last_emit
+    replica.rec.record_itl(np.concatenate((first, np.repeat(ends[1:] - ends[:-1], n)))
+                           if k > 1 else first)
+    b.generated = b.generated + k
+    b.computed = b.computed + k
+    b.blocks = -(-b.computed // lim.block_size)
+    b.last_emit = np.full(n, ends[-1])
+    replica.used_blocks = int(used[-1])
+    replica.outstanding_tokens -= n * k
+    replica.now = float(ends[-1])
+    replica.stats["iterations"] += k
+    replica.stats["vectorised"] += k
+    retired = bool((b.generated >= b.output_len).any())
+    if retired:  # as the last iteration's completion does; its row reads the freed KV
+        replica._retire(replica.now)
+        rows[-1, _COL["kv_blocks_used"]] = replica.used_blocks
+        rows[-1, _COL["kv_occupancy"]] = replica.used_blocks / lim.kv_blocks
+    replica.rec.record_steps(rows)
+    return RETIRED if retired else ADVANCED
