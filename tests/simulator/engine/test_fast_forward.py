@@ -138,3 +138,25 @@ def test_ties_between_arrivals_and_step_ends(router, policy):
     assert_identical(on, off)
     starts = on.steps["start_s"].to_numpy()
     assert np.isin(starts, arrival).any()  # the ties this test is about do happen
+
+
+@pytest.mark.parametrize("steps_table", ["sampled", "off"])
+def test_kept_rows_and_summary_do_not_depend_on_the_mode(steps_table):
+    """With the steps table sampled or off, both modes keep the same rows, and the summary
+    (from exact totals over every step) equals that of the run that kept every row."""
+    sc = load_scenario(None, ["replicas=2", "workload.max_requests=150"])
+    runs = {}
+    for table in ("all", steps_table):
+        for ff in (True, False):
+            runs[table, ff] = simulate(dataclasses.replace(
+                sc, engine=EngineOptions(fast_forward=ff, steps_table=table)))
+    assert_identical(runs[steps_table, True], runs[steps_table, False])
+    full, kept = runs["all", True], runs[steps_table, True]
+    assert kept.info["steps_table"]["rows_total"] == len(full.steps)
+    if steps_table == "off":
+        assert len(kept.steps) == 0
+    else:  # under SAMPLED_ROWS_CAP a sampled table has stride 1: every row
+        pd.testing.assert_frame_equal(kept.steps, full.steps, check_exact=True)
+    s_full, s_kept = full.summary(), kept.summary()
+    assert all(s_full[k] == s_kept[k] or (pd.isna(s_full[k]) and pd.isna(s_kept[k]))
+               for k in s_full)
