@@ -85,7 +85,7 @@ def advance_decodes(replica) -> int:
     if used[0] > lim.kv_blocks:
         return NONE
     saved, replica.used_blocks = replica.used_blocks, int(used[0])
-    blocked = replica.admission_blocked(lim.max_num_batched_tokens - n)
+    blocked = replica.admission_chunk(lim.max_num_batched_tokens - n) <= 0
     replica.used_blocks = saved
     if not blocked:
         return NONE

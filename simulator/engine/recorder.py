@@ -25,7 +25,7 @@ from simulator.engine.steps_store import ALL_ROWS_CAP, SAMPLED_ROWS_CAP, StepsSt
 if TYPE_CHECKING:  # pandas is imported where a frame is built (cold start)
     import pandas as pd
 
-__all__ = ["ITL_EXACT_CAP", "MAX_POSITIONS", "GrowingArray", "ItlSamples", "Recorder"]
+__all__ = ["ITL_EXACT_CAP", "MAX_POSITIONS", "ItlSamples", "Recorder"]
 
 MAX_POSITIONS = 257  # per-position acceptance counters (tree nodes can exceed gamma)
 ITL_EXACT_CAP = 1 << 22  # exact ITL samples kept up to this many (32 MiB); a sketch beyond

@@ -272,10 +272,11 @@ class Replica(Completion):
             return 0
         return chunk
 
-    def admission_blocked(self, budget: int) -> bool:
-        """Whether ``_admit(budget)`` would admit nothing now."""
-        return not self.waiting or budget <= 0 \
-            or self.b.ids.size >= self.limits.max_num_seqs or self._head_chunk(budget) <= 0
+    def admission_chunk(self, budget: int) -> int:
+        """The chunk ``_admit(budget)`` would admit the head of the queue with (0: none)."""
+        if not self.waiting or budget <= 0 or self.b.ids.size >= self.limits.max_num_seqs:
+            return 0
+        return self._head_chunk(budget)
 
     def _admit(self, budget: int, now: float) -> tuple[list[int], list[int]]:
         """Admit waiting requests FIFO while the budget, the sequence limit and the KV allow;
@@ -283,8 +284,7 @@ class Replica(Completion):
         t, b = self.t, self.b
         pos: list[int] = []
         chunks: list[int] = []
-        while not self.admission_blocked(budget):
-            chunk = self._head_chunk(budget)
+        while (chunk := self.admission_chunk(budget)) > 0:
             rid = self.waiting.popleft()
             p = b.add(t, rid)
             add = self._blocks_for(int(b.computed[p]), int(b.blocks[p]), chunk)
