@@ -30,8 +30,14 @@ from simulator.inputs.yaml_io import (
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 PROFILES = Catalog("hardware", PROFILE_DIR, "--hardware-dir",
                    dir_fix="name a folder that holds profile YAML files")
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+# Bytes per stored element.  The 4-bit formats carry their block scales: NVFP4 one E4M3
+# scale per 16 elements (4.5 bits), MXFP4 one E8M0 scale per 32 (4.25 bits), as the OCP
+# Microscaling spec v1.0 and NVIDIA's Blackwell NVFP4 description define them; both run on
+# the device's ``fp4`` tensor-core peak.
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
+               "nvfp4": 0.5625, "mxfp4": 0.53125}
+PEAK_KEY = {"nvfp4": "fp4", "mxfp4": "fp4"}  # storage format -> the peak it computes at
 
 GIB = 1024 ** 3
 GB = 1e9
@@ -92,6 +98,7 @@ class HardwareProfile:
         checkpoints in bf16.
         """
         peaks = self.peak_flops_per_s
+        dtype = PEAK_KEY.get(dtype, dtype)
         if dtype not in peaks and dtype in ("fp16", "bf16"):
             dtype = "bf16" if dtype == "fp16" else "fp16"
         try:

@@ -22,10 +22,11 @@ from simulator.inputs.yaml_io import (
     load_yaml_file,
     require_mapping,
 )
+from simulator.models.shape_checks import check_moe_mla
 
 MODEL_DIR = Path(__file__).resolve().parent
 MODELS = Catalog("model", MODEL_DIR, "--model-dir")
-KINDS = ("decoder", "medusa", "eagle")
+KINDS = ("decoder", "medusa", "eagle", "eagle3")
 NORMS = ("layernorm", "rmsnorm")
 
 
@@ -52,6 +53,8 @@ class ModelSpec:
     learned_position_embeddings: int = 0
     published_params: float = 0.0
     published_params_source: str = ""
+    published_active_params: float = 0.0  # MoE: parameters active per token, as published
+    published_active_params_source: str = ""
     source: str = ""
     base_model: str = ""
     medusa_num_heads: int = 0
@@ -59,6 +62,24 @@ class ModelSpec:
     # the tokenizer's vocabulary, when vocab_size is an effective width for the cost model
     # (opt-350m); 0: the same as vocab_size.  Drafts are matched on this (``tokenizer_vocab``)
     tokenizer_vocab_size: int = 0
+    # ---- mixture of experts (num_experts 0: a dense MLP of ffn_size in every layer) ----
+    num_experts: int = 0        # routed experts per MoE layer (n_routed_experts)
+    experts_per_token: int = 0  # top-k routing (num_experts_per_tok)
+    shared_experts: int = 0     # experts every token goes through, each of expert_ffn_size
+    expert_ffn_size: int = 0    # one expert's intermediate size (moe_intermediate_size)
+    dense_layers: int = 0       # leading layers with a dense MLP of ffn_size (first_k_dense_replace)
+    # ---- multi-head latent attention (kv_lora_rank 0: multi-head / grouped-query) ----
+    kv_lora_rank: int = 0       # the cached latent per token per layer
+    q_lora_rank: int = 0        # 0: queries projected straight from the hidden state
+    qk_rope_head_dim: int = 0   # the decoupled rope key, cached beside the latent
+    v_head_dim: int = 0         # 0: head_dim (MLA: head_dim is qk_nope_head_dim)
+    # ---- drafting built into or attached to the model ----
+    mtp_modules: int = 0        # multi-token-prediction modules shipped (num_nextn_predict_layers)
+    draft_vocab_size: int = 0   # eagle3: its own LM head's vocabulary (0: vocab_size)
+    feature_layers: int = 0     # eagle3: target layers whose hidden states the fc fuses
+    # the KV cache's dtype: a deployment's choice (vLLM's kv_cache_dtype, set by
+    # ``with_precision``), not the file's; "": 16-bit, or the weights' dtype if wider
+    kv_cache_dtype: str = ""
     path: str = ""
 
     @property
@@ -80,8 +101,47 @@ class ModelSpec:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.num_layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def activation_bytes(self) -> float:
+        """Bytes of an activation element: 8- and 4-bit checkpoints compute with 16-bit
+        activations between their GEMMs (vLLM's fp8 and fp4 linear methods)."""
+        return float(max(self.dtype_bytes, 2))
+
+    @property
+    def kv_elements_per_token_layer(self) -> int:
+        """Cached elements per token per layer: K and V of every KV head, or MLA's latent
+        plus its rope key (one copy for all heads)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_size
+
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
+        if self.is_mla:  # DeepSeek-V2/V3: q (optionally low-rank), kv_a to the latent, kv_b up
+            heads, qk, v = self.num_heads, self.head_dim + self.qk_rope_head_dim, \
+                self.value_head_dim
+            r = self.q_lora_rank
+            q = (h * r + r + r * heads * qk) if r else h * heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank \
+                + self.kv_lora_rank * heads * (self.head_dim + v)
+            return q + kv + heads * v * h
         n = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
         if self.bias:
             n += self.q_size + 2 * self.kv_size + h
@@ -94,53 +154,115 @@ class ModelSpec:
             n += (2 if self.gated_mlp else 1) * f + h
         return n
 
+    def expert_params(self) -> int:
+        """One routed (or shared) expert: an MLP of expert_ffn_size."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.expert_ffn_size
+
+    def moe_params_per_layer(self, active: bool = False) -> int:
+        """A MoE layer's experts and router; ``active``: what one token uses (top-k)."""
+        routed = self.experts_per_token if active else self.num_experts
+        return (routed + self.shared_experts) * self.expert_params() \
+            + self.hidden_size * self.num_experts
+
     def norm_params(self) -> int:
         return (2 if self.norm == "layernorm" else 1) * self.hidden_size
 
-    def layer_params(self) -> int:
-        return self.attention_params_per_layer() + self.mlp_params_per_layer() + 2 * self.norm_params()
+    def layer_params(self, moe: bool = False, active: bool = False) -> int:
+        """One decoder layer (``moe``: with the mixture-of-experts MLP)."""
+        mlp = self.moe_params_per_layer(active) if moe else self.mlp_params_per_layer()
+        return self.attention_params_per_layer() + mlp + 2 * self.norm_params()
 
     def embedding_params(self) -> int:
         return (self.vocab_size + self.learned_position_embeddings) * self.hidden_size
 
     def lm_head_params(self) -> int:
-        return self.vocab_size * self.hidden_size
+        return (self.draft_vocab_size or self.vocab_size) * self.hidden_size
 
-    def param_count(self) -> int:
-        """Parameters this file adds (heads and EAGLE layers exclude what they reuse)."""
+    def _layers_params(self, active: bool) -> int:
+        dense = self.num_layers - self.moe_layers
+        return dense * self.layer_params() + self.moe_layers * self.layer_params(True, active)
+
+    def param_count(self, active: bool = False) -> int:
+        """Parameters this file adds (heads and EAGLE layers exclude what they reuse);
+        ``active``: those one token computes with (top-k experts, not all).  A model's MTP
+        modules are not counted (``mtp_module_params``): engines load them only to draft."""
+        h = self.hidden_size
         if self.kind == "medusa":
-            h = self.hidden_size
             per_head = self.medusa_num_layers * (h * h + h) + self.lm_head_params()
             return self.medusa_num_heads * per_head
         if self.kind == "eagle":
             # One decoder layer plus the fc that fuses [feature, embedding] (2h -> h, with
             # bias); the embedding and the LM head are the target's.
-            h = self.hidden_size
             return self.num_layers * self.layer_params() + 2 * h * h + h
-        n = self.num_layers * self.layer_params() + self.embedding_params() + self.norm_params()
+        if self.kind == "eagle3":
+            # EAGLE-3's layer reads [embedding, fused feature] (2h into q, k, v) and has a
+            # norm for the feature; the fc fuses feature_layers target layers (no bias); its
+            # LM head is over the draft vocabulary; the embedding is the target's.
+            layer = self.layer_params() + h * (self.q_size + 2 * self.kv_size) + h
+            return self.num_layers * layer + self.feature_layers * h * h \
+                + self.lm_head_params() + h
+        n = self._layers_params(active) + self.embedding_params() + self.norm_params()
         if not self.tied_embeddings:
             n += self.lm_head_params()
         return n
+
+    def active_param_count(self) -> int:
+        """Parameters one token computes with (equal to param_count for a dense model)."""
+        return self.param_count(active=True)
+
+    def mtp_module_params(self) -> int:
+        """One multi-token-prediction module (DeepSeek-V3 section 2.2): a decoder layer of
+        the model's last kind (MoE where the model has experts), the projection of
+        [norm(hidden), norm(embedding)] (2h -> h) and three norms; the embedding and the
+        output head are shared with the model."""
+        return self.layer_params(moe=self.is_moe) + 2 * self.hidden_size ** 2 \
+            + 3 * self.norm_params()
 
     def weight_bytes(self) -> float:
         """Bytes of weights held in memory."""
         return float(self.param_count() * self.dtype_bytes)
 
+    @property
+    def kv_dtype_bytes(self) -> float:
+        """Bytes of a cached K/V (or latent) element."""
+        if self.kv_cache_dtype:
+            return float(DTYPE_BYTES[self.kv_cache_dtype])
+        return self.activation_bytes
+
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes per token of context (K and V, every layer)."""
+        """KV-cache bytes per token of context (K and V, or MLA's latent, every layer)."""
         if self.kind == "medusa":  # heads are MLPs on the last hidden state: no attention
             return 0.0
-        return float(2 * self.num_layers * self.kv_size * self.dtype_bytes)
+        return float(self.num_layers * self.kv_elements_per_token_layer * self.kv_dtype_bytes)
 
 
 _INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size",
                "vocab_size", "max_context")
-_KEYS = set(_INT_FIELDS) | {"name", "family", "kind", "gated_mlp", "tied_embeddings", "dtype",
+# optional whole numbers >= 0 (MoE, MLA, drafting), 0 when absent
+_OPTIONAL_INTS = ("num_experts", "experts_per_token", "shared_experts", "expert_ffn_size",
+                  "dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+                  "v_head_dim", "mtp_modules", "draft_vocab_size", "feature_layers")
+_KEYS = set(_INT_FIELDS) | set(_OPTIONAL_INTS) | {"published_active_params", "name", "family", "kind", "gated_mlp", "tied_embeddings", "dtype",
                             "norm", "bias", "learned_position_embeddings", "published_params",
                             "source", "base_model", "medusa_num_heads", "medusa_num_layers",
                             "tokenizer_vocab_size"}
 _REQUIRED = ("name", "family", "source", "published_params", *_INT_FIELDS, "gated_mlp",
              "tied_embeddings", "dtype")
+
+
+def _published_active(data: dict, source: str) -> dict:
+    """``published_active_params: {value, source}`` as ModelSpec fields (absent: none)."""
+    if "published_active_params" not in data:
+        return {}
+    act = require_mapping(data["published_active_params"], source=source,
+                          field="published_active_params")
+    check_keys(act, allowed=("value", "source"), required=("value", "source"),
+               source=source, prefix="published_active_params.")
+    return {"published_active_params": float(as_number(
+                act["value"], source=source, field="published_active_params.value",
+                strictly_positive=True)),
+            "published_active_params_source": as_str(
+                act["source"], source=source, field="published_active_params.source")}
 
 
 def model_from_dict(data: Any, *, source: str) -> ModelSpec:
@@ -153,6 +275,9 @@ def model_from_dict(data: Any, *, source: str) -> ModelSpec:
     check_keys(pub, allowed=("value", "source"), required=("value", "source"), source=source,
                prefix="published_params.")
     kind = as_str(data.get("kind", "decoder"), source=source, field="kind", choices=KINDS)
+    ints.update({k: as_number(data.get(k, 0), source=source, field=k, integer=True, minimum=0,
+                              maximum=10_000_000) for k in _OPTIONAL_INTS})
+    active = _published_active(data, source)
     spec = ModelSpec(
         name=as_str(data["name"], source=source, field="name"),
         family=as_str(data["family"], source=source, field="family"),
@@ -184,6 +309,7 @@ def model_from_dict(data: Any, *, source: str) -> ModelSpec:
                                        maximum=10_000_000),
         path=source,
         **ints,
+        **active,
     )
     if spec.num_heads % spec.num_kv_heads:
         raise SpecsimError(f"num_heads ({spec.num_heads}) is not a multiple of num_kv_heads "
@@ -191,6 +317,7 @@ def model_from_dict(data: Any, *, source: str) -> ModelSpec:
     if kind != "decoder" and not spec.base_model:
         raise SpecsimError(f"a {kind} model needs the model it attaches to", source=source,
                            field="base_model", fix="add 'base_model: NAME'")
+    check_moe_mla(spec, source)
     if kind == "medusa" and (spec.medusa_num_heads < 1 or spec.medusa_num_layers < 1):
         raise SpecsimError("a medusa model needs medusa_num_heads and medusa_num_layers >= 1",
                            source=source, field="medusa_num_heads")

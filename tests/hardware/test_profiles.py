@@ -185,7 +185,7 @@ def _set(data, dotted, value):
     ("peak_tflops.fp16.value", "312", "peak_tflops.fp16.value"),             # string
     ("interconnect.latency_us", True, "interconnect.latency_us"),             # bool
     ("memory_bandwith_gb_per_s", {"value": 1, "source": "x"}, "memory_bandwith_gb_per_s"),
-    ("peak_tflops.fp4", {"value": 1, "source": "x"}, "peak_tflops.fp4"),      # unknown dtype
+    ("peak_tflops.fp2", {"value": 1, "source": "x"}, "peak_tflops.fp2"),      # unknown dtype
     ("memory_gib.source", _DELETE, "memory_gib.source"),                      # missing source
     ("interconnect.source", _DELETE, "interconnect.source"),
     ("defaults.kernel_overhead_us.source", _DELETE, "defaults.kernel_overhead_us.source"),
