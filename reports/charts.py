@@ -204,3 +204,15 @@ def plan_chart(plan: pd.DataFrame, title: str = "highest sustainable request rat
         x=alt.X("max_rate_per_s:Q", title="requests/s within the SLO"),
         y=alt.Y("candidate:N", title=None, sort="-x", axis=alt.Axis(labelLimit=260)),
         tooltip=tips)
+
+
+def verify_ratio_chart(ratio: pd.DataFrame, gamma: int) -> alt.Chart:
+    """Verification over decode step time against batch size (columns model, batch, ratio)."""
+    return alt.Chart(ratio, title=f"verify (gamma + 1 = {gamma + 1} tokens) / decode step time",
+                     width=WIDTH, height=HEIGHT).mark_line(point=True).encode(
+        x=alt.X("batch:Q", title="batch size", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("ratio:Q", title="verify / decode", scale=alt.Scale(zero=False)),
+        color=alt.Color("model:N", title="model", legend=alt.Legend(orient="bottom",
+                                                                      labelLimit=300)),
+        tooltip=[alt.Tooltip("model:N"), alt.Tooltip("batch:Q"),
+                 alt.Tooltip("ratio:Q", format=".3f")])

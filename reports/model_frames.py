@@ -141,3 +141,41 @@ def roofline_frames(pricing: Pricing, point: OperatingPoint) -> tuple[pd.DataFra
     roofs = pd.DataFrame({"arithmetic_intensity": ai, "flops_per_s": np.minimum(peak, ai * bw),
                           "roof": np.where(ai < ridge, "memory roof", "compute roof")})
     return ops, roofs
+
+
+RATIO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def dense_counterpart(model: ModelSpec) -> ModelSpec:
+    """The dense model of a MoE model's active size: each MoE layer's experts replaced by
+    one dense MLP of (experts_per_token + shared_experts) x expert_ffn_size, so every token
+    computes the same FLOPs and the model has the same active parameters."""
+    import dataclasses
+    width = (model.experts_per_token + model.shared_experts) * model.expert_ffn_size
+    return dataclasses.replace(model, name=f"dense counterpart of {model.name}",
+                               num_experts=0, experts_per_token=0, shared_experts=0,
+                               expert_ffn_size=0, dense_layers=0, ffn_size=width)
+
+
+def verify_ratio_frame(pricing: Pricing, point: OperatingPoint,
+                       batches: Sequence[int] = RATIO_BATCHES) -> pd.DataFrame:
+    """What a verification of gamma + 1 tokens per request costs against a 1-token decode,
+    per batch size (columns model, batch, ratio).  On a dense model the ratio stays near 1
+    while decoding is memory-bound; on a MoE model the verification's extra tokens touch
+    more distinct experts (more weight bytes), so the ratio is well above 1 at small batch
+    and falls back once a decode step alone touches nearly every expert.  A MoE target is
+    drawn beside its dense counterpart (``dense_counterpart``)."""
+    models = [(pricing.target.name, pricing.target_cost)]
+    if pricing.target.is_moe:
+        cm = pricing.target_cost
+        dense = dense_counterpart(pricing.target)
+        models.append((dense.name, CostModel(cm.hardware, dense, cm.parallel,
+                                             execution=cm.execution, host=cm.host)))
+    rows = []
+    ctx = float(point.context)
+    for name, cm in models:
+        for b in batches:
+            decode = cm.step_time(np.ones(b), np.full(b, ctx))
+            verify = cm.step_time(np.full(b, point.gamma + 1.0), np.full(b, ctx))
+            rows.append({"model": name, "batch": int(b), "ratio": verify / decode})
+    return pd.DataFrame(rows, columns=["model", "batch", "ratio"])

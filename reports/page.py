@@ -18,6 +18,7 @@ from reports.model_frames import (
     roofline_frames,
     scenario_alpha,
     scenario_pricing,
+    verify_ratio_frame,
 )
 from simulator.inputs.errors import SpecsimError
 from simulator.output_paths import check_file_target, write_text_file
@@ -164,7 +165,15 @@ def _roofline_section(page: Page, results: Sequence, pricing, error: str | None)
               f"batch {point.batch}, context {point.context} (the run's medians). Roofs: "
               f"{hw.peak_flops(pricing.target.dtype) / 1e12:.0f} TFLOP/s "
               f"{pricing.target.dtype}, {hw.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s.")
-    page.charts([("roofline", charts.roofline_chart(ops, roofs))])
+    ratio = verify_ratio_frame(pricing, point)
+    page.text("Verification against decoding by batch size: on a dense model a verification "
+              "is nearly free while decoding is memory-bound; on a mixture-of-experts model "
+              "its extra tokens touch more distinct experts, so it costs more until a decode "
+              "step alone touches nearly all of them"
+              + (" (the dense counterpart has the MoE model's active size)."
+                 if pricing.target.is_moe else "."))
+    page.charts([("roofline", charts.roofline_chart(ops, roofs)),
+                 ("verify-ratio", charts.verify_ratio_chart(ratio, point.gamma))])
 
 
 def _timeline_section(page: Page, results: Sequence, policies: list[str]) -> None:

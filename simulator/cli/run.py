@@ -34,11 +34,15 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-format", choices=("csv", "parquet"), default="csv")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--report", default=None, help="also write an HTML report to this path")
+    p.add_argument("--timeline", default=None, metavar="FILE.json",
+                   help="also write every engine step as a Chrome trace-event file that "
+                        "Perfetto (ui.perfetto.dev) and chrome://tracing open")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an --out folder that is not a specsim results folder "
                         "(specsim's files are added; a file of one of their names that "
                         "specsim did not write is refused; nothing else is touched), and "
-                        "replace a --report file outside --out that specsim did not write")
+                        "replace a --report or --timeline file outside --out that specsim "
+                        "did not write")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress display (a bar on a terminal, a line every "
                         f"{PLAIN_INTERVAL_S:g} s elsewhere)")
@@ -99,8 +103,9 @@ def main(args: argparse.Namespace) -> int:
     if report is not None and not report_inside:
         from reports.page import check_report_target
         check_report_target(report, overwrite=args.overwrite)
+    timeline, timeline_inside = _timeline_target(args, scenario, out)
     names = result_names([p.label for p in policies], args.results_format) + \
-        ([report.name] if report_inside else [])
+        ([report.name] if report_inside else []) + ([timeline.name] if timeline_inside else [])
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
         results = run_policies(scenario, policies, progress=not args.no_progress)
         summary = summary_table(results)
@@ -109,11 +114,20 @@ def main(args: argparse.Namespace) -> int:
         if report_inside:
             from reports import render_report  # only reports/ imports altair
             render_report(results, writer.path / report.name, scenario=scenario)
+        if timeline_inside:
+            from simulator.timeline import write_timeline
+            write_timeline(results, writer.path / timeline.name)
         writer.commit(manifest)
     if args.format == "table":
         print_table(scenario, results, summary, out)
     else:
         print(render(summary, args.format))
+    if timeline is not None:
+        if not timeline_inside:
+            from simulator.timeline import write_timeline
+            write_timeline(results, timeline, overwrite=args.overwrite)
+        print(f"timeline: {(out / timeline.name if timeline_inside else timeline).resolve()}"
+              " (open it in ui.perfetto.dev)")
     if report_inside:
         print(f"report: {(out / report.name).resolve()}")
     elif report is not None:
@@ -121,6 +135,32 @@ def main(args: argparse.Namespace) -> int:
         path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def _timeline_target(args, scenario: Scenario, out: Path) -> tuple[Path | None, bool]:
+    """The --timeline path, checked before any work; whether it goes into the results folder
+    (written with it, atomically)."""
+    if not args.timeline:
+        return None, False
+    from simulator.inputs.yaml_io import clip
+    from simulator.timeline import check_timeline_options, check_timeline_target
+
+    check_timeline_options(scenario.engine.steps_table)
+    path = Path(args.timeline).expanduser()
+    if args.report and Path(args.report).expanduser().absolute() == path.absolute():
+        raise SpecsimError("--timeline and --report name the same file", field="--timeline",
+                           fix="give the timeline its own name, such as timeline.json")
+    if _same(path.absolute().parent, out.absolute()):
+        if path.suffix.lower() != ".json":  # never one of the results' own names
+            raise SpecsimError(f"a timeline inside the results folder must end in .json, got "
+                               f"{clip(repr(path.name))}", field="--timeline",
+                               fix=f"write e.g. {out / 'timeline.json'}")
+        return path, True
+    if _same_or_below(path.absolute().parent, out.absolute()):
+        raise SpecsimError("a timeline can go into the results folder, not into a folder "
+                           "below it", field="--timeline",
+                           fix=f"write e.g. {out / 'timeline.json'}")
+    return check_timeline_target(args.timeline, overwrite=args.overwrite), False
 
 
 def print_table(scenario: Scenario, results: list, summary: pd.DataFrame, out: Path) -> None:

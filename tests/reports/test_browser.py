@@ -35,7 +35,7 @@ def test_default_report_renders_offline(default_report, tmp_path):
     check = check_report(default_report, shot)
     html = default_report.read_text()
     containers = re.findall(r'<div class="chart" id="([^"]+)"', html)
-    assert len(containers) == 12
+    assert len(containers) == 13  # 12 + the verify/decode ratio curve (roofline section)
     assert [c["id"] for c in check.charts] == containers
     assert check.undrawn == [], check.charts
     assert all(c["state"] == "true" for c in check.charts)

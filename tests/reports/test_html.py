@@ -120,7 +120,7 @@ def test_every_chart_container_has_a_spec(small_html):
     names = re.findall(r'<div class="chart" id="[^"]+" data-chart="([^"]+)"', small_html)
     assert ids == list(specs_of(small_html))
     # latency x4, gamma heatmap + speedup, acceptance x2, roofline, timelines x3
-    assert len(ids) == 12
+    assert len(ids) == 13  # with the verify/decode ratio curve
     assert {"cdf-ttft", "gamma-heatmap", "speedup-surface", "acceptance-length",
             "position-rate", "roofline", "timeline-kv_occupancy"} <= set(names)
 
@@ -230,7 +230,7 @@ def default_run(tmp_path_factory):
 def test_run_report_writes_a_complete_report(default_run):
     html = (default_run / "report.html").read_text()
     assert "specsim report: default" in html
-    assert len(specs_of(html)) == 12
+    assert len(specs_of(html)) == 13  # with the verify/decode ratio curve
 
 
 def test_report_command_round_trips_a_results_folder(default_run, capsys):
