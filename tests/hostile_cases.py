@@ -235,8 +235,8 @@ SCENARIO_CASES: list[Case] = [
     Case("hardware-file-efficiency-string", ("hardware", "show", "p.yaml"),
          "defaults.compute_efficiency", {"p.yaml": profile("defaults.compute_efficiency.value",
                                                            "high")}),
-    Case("hardware-file-unknown-dtype", ("hardware", "show", "p.yaml"), "peak_tflops.fp4",
-         {"p.yaml": profile("peak_tflops.fp4", {"value": 1, "source": "x"})}),
+    Case("hardware-file-unknown-dtype", ("hardware", "show", "p.yaml"), "peak_tflops.fp2",
+         {"p.yaml": profile("peak_tflops.fp2", {"value": 1, "source": "x"})}),
     Case("hardware-file-calibration-deep", ("hardware", "show", "p.yaml"), "nested deeper",
          {"p.yaml": dump_yaml(PROFILE) + "calibration:\n  compute_efficiency_curve: "
           + "[" * 100 + "]" * 100 + "\n"}),

@@ -22,6 +22,7 @@ COMMANDS = {
     "sweep": ("simulator.cli.sweep", "run a grid of analytic or simulated points (resumable)"),
     "gamma-map": ("simulator.cli.gamma_map", "best gamma per batch and context, and the crossover batch"),
     "plan": ("simulator.cli.plan", "max sustainable rate, replicas and cost per deployment"),
+    "compare-measured": ("simulator.cli.compare_measured", "replay a 'vllm bench serve --save-result' run; predicted vs measured per metric"),
     "report": ("simulator.cli.report", "write the self-contained HTML report of a results folder"),
 }
 

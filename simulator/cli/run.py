@@ -66,8 +66,12 @@ def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
 
 
 def summary_table(results: list) -> pd.DataFrame:
-    """One summary row per policy, with the speedup of mean TPOT over ``none`` if present."""
+    """One summary row per policy: specsim's metrics, the speedup of mean TPOT over ``none``
+    if present, then the same run under ``vllm bench serve``'s result keys
+    (simulator/vllm_metrics.py)."""
     import pandas as pd
+
+    from simulator.vllm_metrics import bench_serve_metrics
 
     df = pd.DataFrame([r.summary() for r in results])
     base = df[df["policy"] == "none"]
@@ -75,7 +79,8 @@ def summary_table(results: list) -> pd.DataFrame:
         df["speedup_vs_none"] = float(base["mean_tpot_s"].iloc[0]) / df["mean_tpot_s"]
     else:
         df["speedup_vs_none"] = float("nan")
-    return df
+    vllm = pd.DataFrame([bench_serve_metrics(r) for r in results], index=df.index)
+    return pd.concat([df, vllm], axis=1)
 
 
 def main(args: argparse.Namespace) -> int:
