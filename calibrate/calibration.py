@@ -17,7 +17,7 @@ from hardware.profile import HardwareProfile, list_profiles, load_profile
 from simulator.inputs.errors import SpecsimError
 
 # GPU marketing-name fragments -> shipped profile whose datasheet numbers apply
-GPU_PROFILES = {"H200": "h200", "H100": "h100-sxm", "A100-SXM4-80GB": "a100-80gb",
+GPU_PROFILES = {"B300": "b300", "B200": "b200", "H200": "h200", "H100": "h100-sxm", "A100-SXM4-80GB": "a100-80gb",
                 "A100 80GB": "a100-80gb", "A100": "a100-40gb", "L40S": "l40s", "A10": "a10"}
 
 

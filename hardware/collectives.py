@@ -1,4 +1,5 @@
-"""Collectives of one device: all-reduce, all-gather and send/recv time by message size and world.
+"""Collectives of one device: all-reduce, all-gather, all-to-all and send/recv time by message
+size and world.
 
 The form is the nccl-tests one (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md): a collective
 of ``S`` bytes over ``p`` ranks moves ``S * factor`` bytes through each rank's link, with
@@ -53,6 +54,12 @@ def all_reduce_factor(world: int) -> float:
 
 def all_gather_factor(world: int) -> float:
     """Bytes through each rank's link per byte of the gathered output: (p-1)/p."""
+    return (world - 1) / world
+
+
+def all_to_all_factor(world: int) -> float:
+    """Bytes leaving each rank per byte of its all-to-all send buffer: (p-1)/p (nccl-tests
+    PERFORMANCE.md: alltoall busbw = algbw (n-1)/n)."""
     return (world - 1) / world
 
 
@@ -163,6 +170,7 @@ class Collectives:
     custom_max_bytes: float = CUSTOM_MAX_BYTES
     all_gather: tuple[Curve, ...] = ()         # empty: the all-reduce curves at half the bytes
     send_recv: Curve | None = None
+    all_to_all: tuple[Curve, ...] = ()         # empty: derived from send/recv (all_to_all_s)
     link_bandwidth_bytes_per_s: float = 0.0    # > 0: the ring formulas on one link
     link_latency_s: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -229,6 +237,28 @@ class Collectives:
             t = self._nccl_all_reduce(x / 2.0, world)
         return _finish(t, x)
 
+    def all_to_all_s(self, nbytes: Any, world: int):
+        """Seconds of an all-to-all in which every rank sends ``nbytes`` (its whole send
+        buffer, nccl-tests' size; a 1/p share stays on the rank) over ``world`` ranks.
+
+        From a measured ``all_to_all`` block where the profile has one.  Otherwise derived,
+        labelled by ``basis``: the send/recv curve at the bytes that leave a rank,
+        ``S (p-1)/p``: each rank's p-1 outgoing pieces go out concurrently through its own
+        links (a switched fabric: NVSwitch), so the rank's link carries their total as one
+        transfer would, at one message latency; on the interconnect formula, one latency
+        plus ``S (p-1)/p / bw``.  An upper bound where the fabric is a ring (PCIe without a
+        switch), whose hops the derivation does not count."""
+        world, x = _check_world(world), _sizes(nbytes)
+        if world == 1:
+            return _finish(0.0 * x, x)
+        if self.all_to_all:
+            t = _world_time(self.all_to_all, x, world, all_to_all_factor)
+        elif self.send_recv is not None:
+            t = self.send_recv(x * all_to_all_factor(world))
+        else:
+            t = self._ring(x, 1, all_to_all_factor(world))
+        return _finish(t, x)
+
     def send_recv_s(self, nbytes: Any):
         """Seconds to send ``nbytes`` from one pipeline stage to the next."""
         x = _sizes(nbytes)
@@ -240,13 +270,19 @@ class Collectives:
         "send_recv") at ``world``: a measured curve, an interpolation, or the link formula."""
         if op == "send_recv":
             return "send/recv curve" if self.send_recv else "interconnect link formula"
+        if op == "all_to_all" and not self.all_to_all:
+            return ("derived: the send/recv curve at the (p-1)/p of the bytes that leave a "
+                    "rank" if self.send_recv else "derived: interconnect link formula at "
+                    "(p-1)/p of the bytes, one latency")
         if self.from_interconnect:
             return "interconnect ring formula"
         curves = {"all_reduce": self.all_reduce, "custom_all_reduce": self.custom_all_reduce,
-                  "all_gather": self.all_gather or self.all_reduce}.get(op)
+                  "all_gather": self.all_gather or self.all_reduce,
+                  "all_to_all": self.all_to_all}.get(op)
         if curves is None:
             raise SpecsimError(f"unknown collective {op!r}", field="op",
-                               fix="one of all_reduce, custom_all_reduce, all_gather, send_recv")
+                               fix="one of all_reduce, custom_all_reduce, all_gather, "
+                                   "all_to_all, send_recv")
         world = _check_world(world)
         if op == "custom_all_reduce" and curves and world not in CUSTOM_WORLDS:
             return f"world {world}: vLLM runs no custom all-reduce there; NCCL's is used"
@@ -258,7 +294,8 @@ class Collectives:
 
 # --- the profile block --------------------------------------------------------------------
 
-_TOP = ("all_reduce", "custom_all_reduce", "all_gather", "send_recv", "from_interconnect")
+_TOP = ("all_reduce", "custom_all_reduce", "all_gather", "all_to_all", "send_recv",
+        "from_interconnect")
 _OP_KEYS = ("source", "provenance", "worlds")
 _CUSTOM_KEYS = ("source", "provenance", "worlds", "available", "max_kib")
 _SEND_KEYS = ("source", "provenance", "pieces")
@@ -396,12 +433,19 @@ def parse_collectives(data: Any, *, source: str, link: Any = None) -> Collective
                        field="collectives.all_gather", sources=sources, provenance=provenance)
         gather = _worlds(ag["worlds"], all_gather_factor, source=source,
                          field="collectives.all_gather.worlds")
+    a2a: tuple[Curve, ...] = ()
+    if "all_to_all" in data:
+        aa = _op_block(data["all_to_all"], _OP_KEYS, ("source", "worlds"), source=source,
+                       field="collectives.all_to_all", sources=sources, provenance=provenance)
+        a2a = _worlds(aa["worlds"], all_to_all_factor, source=source,
+                      field="collectives.all_to_all.worlds")
     sr = _op_block(data["send_recv"], _SEND_KEYS, ("source", "pieces"), source=source,
                    field="collectives.send_recv", sources=sources, provenance=provenance)
     return Collectives(
         all_reduce=_worlds(ar["worlds"], all_reduce_factor, source=source,
                            field="collectives.all_reduce.worlds"),
         custom_all_reduce=custom, custom_max_bytes=max_bytes, all_gather=gather,
+        all_to_all=a2a,
         send_recv=_pieces(sr["pieces"], world=2, factor=1.0, source=source,
                           field="collectives.send_recv.pieces"),
         sources=sources, provenance=provenance, block=copy.deepcopy(dict(data)))
@@ -415,5 +459,5 @@ def collectives_to_dict(collectives: Collectives) -> dict | None:
 
 
 __all__ = ["CUSTOM_MAX_BYTES", "CUSTOM_WORLDS", "Collectives", "Curve", "all_gather_factor",
-           "all_reduce_factor", "collectives_to_dict", "fit_collectives", "fit_pieces", "joined",
-           "parse_collectives"]
+           "all_reduce_factor", "all_to_all_factor", "collectives_to_dict", "fit_collectives",
+           "fit_pieces", "joined", "parse_collectives"]

@@ -38,6 +38,10 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
                "nvfp4": 0.5625, "mxfp4": 0.53125}
 PEAK_KEY = {"nvfp4": "fp4", "mxfp4": "fp4"}  # storage format -> the peak it computes at
+# The built-in profiles with FP8 / FP4 tensor cores, named in the error for a device without
+# them (tests/hardware/test_blackwell.py checks this against the profiles' peaks).
+TENSOR_CORE_DEVICES = {"fp8": "h100-sxm, h200, l40s, b200 or b300", "fp4": "b200 or b300"}
+_WIDER = {"fp8": ("bf16",), "fp4": ("fp8", "bf16")}   # what to quantise to instead
 
 GIB = 1024 ** 3
 GB = 1e9
@@ -90,27 +94,44 @@ class HardwareProfile:
         if self.collectives is None:
             object.__setattr__(self, "collectives", Collectives.from_link(self.interconnect))
 
-    def peak_flops(self, dtype: str) -> float:
-        """Peak dense FLOP/s for ``dtype``; an unsupported dtype is an error.
+    def peak_flops(self, dtype: str, *, field: str = "dtype") -> float:
+        """Peak dense FLOP/s for ``dtype``; an unsupported dtype is an error on ``field``.
 
         fp16 and bf16 are priced alike (same width, same tensor-core rate wherever a device
         has both), so a device listing only one of them serves the other: TPUs run fp16
-        checkpoints in bf16.
+        checkpoints in bf16.  NVFP4 and MXFP4 weights compute at the ``fp4`` peak.
         """
         peaks = self.peak_flops_per_s
-        dtype = PEAK_KEY.get(dtype, dtype)
-        if dtype not in peaks and dtype in ("fp16", "bf16"):
-            dtype = "bf16" if dtype == "fp16" else "fp16"
-        try:
-            return peaks[dtype]
-        except KeyError:
-            raise SpecsimError(f"dtype {dtype!r} is not supported by {self.name}",
-                               field="dtype",
-                               fix="use one of: " + ", ".join(self.peak_flops_per_s)) from None
+        key = PEAK_KEY.get(dtype, dtype)
+        if key not in peaks and key in ("fp16", "bf16"):
+            key = "bf16" if key == "fp16" else "fp16"
+        if key in peaks:
+            return peaks[key]
+        raise self._unsupported(dtype, key, field)
 
-    def roofline(self, dtype: str) -> Roofline:
-        """The operator formula of this device for ``dtype`` (peaks, efficiencies, curves)."""
-        return Roofline(self.peak_flops(dtype), self.memory_bandwidth_bytes_per_s,
+    def _unsupported(self, dtype: str, key: str, field: str) -> SpecsimError:
+        """The error for a dtype this device has no peak for: what it needs, what it has."""
+        has = ", ".join(self.peak_flops_per_s)
+        who = f"{self.name} ({self.description})"
+        if key not in TENSOR_CORE_DEVICES:
+            return SpecsimError(f"dtype {dtype!r} is not supported by {who}; it supports: {has}",
+                                field=field, fix="use one of: " + has)
+        # the wider formats this device does run, as the alternative to a better device
+        alts = [d for d in _WIDER[key] if d in self.peak_flops_per_s
+                or (d == "bf16" and "fp16" in self.peak_flops_per_s)]
+        fix = f"use {TENSOR_CORE_DEVICES[key]}"
+        if alts:
+            fix += f", or {field}: {' or '.join(alts)}"
+        return SpecsimError(f"{dtype} needs {key.upper()} tensor cores, and {who} has none; "
+                            f"it supports: {has}", field=field, fix=fix)
+
+    def roofline(self, dtype: str, *, field: str = "dtype") -> Roofline:
+        """The operator formula of this device for ``dtype`` (peaks, efficiencies, curves);
+        an unsupported or unknown ``dtype`` is an error on ``field``."""
+        if dtype not in DTYPE_BYTES:
+            raise SpecsimError(f"unknown dtype {dtype!r}", field=field,
+                               fix="use one of: " + ", ".join(DTYPE_BYTES))
+        return Roofline(self.peak_flops(dtype, field=field), self.memory_bandwidth_bytes_per_s,
                         compute_efficiency=self.compute_efficiency,
                         memory_efficiency=self.memory_efficiency,
                         compute_curve=self.compute_efficiency_curve,

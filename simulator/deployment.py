@@ -13,6 +13,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.memory_plan import MemoryPlan, plan_memory
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.precision import with_precision
 from simulator.engine.requests import REJECTED, RequestTable
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec, check_shared_vocabulary, load_model
@@ -53,6 +54,7 @@ def resolve_deployment(scenario: Scenario) -> Resolved:
     if target.kind != "decoder":
         raise SpecsimError(f"{target.name} is a {target.kind} model", field="target",
                            fix="name a decoder model (see 'specsim models list')")
+    target = target_precision(scenario, hw, target)
     draft = load_model(scenario.draft) if scenario.draft else None
     if POLICIES[scenario.policy.name].needs_draft_model and draft is None:
         raise SpecsimError(f"policy {scenario.policy.name!r} needs a draft model",
@@ -66,6 +68,14 @@ def resolve_deployment(scenario: Scenario) -> Resolved:
     check_shared_vocabulary(draft, target)
     tcost, dcost = cost_models(scenario, hw, target, draft)
     return Resolved(hw, target, draft, tcost, dcost, tuple(extra), tuple(kv_models))
+
+
+def target_precision(scenario: Scenario, hw: HardwareProfile, target: ModelSpec) -> ModelSpec:
+    """The target served at the scenario's ``quantization`` (its weights) and
+    ``kv_cache_dtype``, refused where ``hw`` cannot compute them (simulator/cost/precision)."""
+    if scenario.quantization is None and scenario.kv_cache_dtype == "auto":
+        return target
+    return with_precision(target, hw, scenario.quantization, scenario.kv_cache_dtype)
 
 
 def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
@@ -84,15 +94,16 @@ def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
         num_speculative_tokens=k,
         max_num_batched_tokens=scenario.batching.max_num_batched_tokens,
         overheads=scenario.overheads)
+    skew = scenario.moe.routing_skew
     tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads,
-                      execution=execution)
+                      execution=execution, routing_skew=skew)
     dcost = None
     parallel = draft_parallel(scenario)
     if draft is not None and draft.kind == "decoder":
         check_draft_split(draft, parallel)
         dcost = CostModel(hw, draft, parallel.draft(),
                           overheads=scenario.overheads, execution=execution,
-                          host=not execution.captured_draft_loop)
+                          host=not execution.captured_draft_loop, routing_skew=skew)
     return tcost, dcost
 
 

@@ -41,6 +41,24 @@ def _percentiles(prefix: str, values: np.ndarray, out: dict) -> None:
         out[f"p{p}_{prefix}_s"] = float(np.percentile(values, p)) if values.size else float("nan")
 
 
+def _flops_per_token(model) -> float:
+    """2 FLOPs per weight a token multiplies: the active (top-k) experts and the LM head,
+    not the embedding lookup (a tied LM head is the embedding: counted back once)."""
+    return 2.0 * (model.active_param_count() - model.embedding_params()
+                  + model.tied_embeddings * model.lm_head_params())
+
+
+def _weight_bytes_per_step(cost, totals: dict | None) -> float:
+    """Weight bytes one device reads per step: a MoE model's at the run's mean tokens per
+    step (the experts those tokens touch: an upper bound on the mean, the touched count
+    being concave in the tokens); a dense model's whatever the tokens."""
+    steps = float(totals["steps"]) if totals else 0.0
+    if not steps or not hasattr(cost, "weight_bytes_read"):
+        return float(cost.weight_bytes_read_per_step)
+    return float(cost.weight_bytes_read((totals["prefill_tokens"] + totals["decode_tokens"])
+                                        / steps))
+
+
 @dataclass
 class Results:
     """One run: per-request and per-step records plus what the summary needs."""
@@ -99,12 +117,11 @@ class Results:
                 * scenario.parallelism.devices,
                 "peak_bandwidth_bytes_per_s": dep.hardware.memory_bandwidth_bytes_per_s
                 * scenario.parallelism.devices,
-                "weight_bytes_per_step": dep.target_cost.weight_bytes_read_per_step
+                "weight_bytes_per_step": _weight_bytes_per_step(dep.target_cost,
+                                                                rec.step_totals())
                 * scenario.parallelism.devices,
                 "kv_bytes_per_token": dep.target.kv_bytes_per_token(),
-                "flops_per_token": 2.0 * (dep.target.param_count()
-                                          - dep.target.embedding_params()
-                                          + dep.target.lm_head_params()),
+                "flops_per_token": _flops_per_token(dep.target),
                 "attn_flops_per_pair": 4.0 * dep.target.q_size * dep.target.num_layers,
                 "replicas": scenario.replicas,
                 "steps_table": rec.steps_info(), "itl": itl_info(itl, sketch),

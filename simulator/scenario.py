@@ -14,7 +14,9 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from simulator.cost.parallelism import Parallelism
+from simulator.cost.moe import MoeOptions, parse_moe_options
+from simulator.cost.parallelism import Parallelism, expert_parallel_degree
+from simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
     as_bool,
@@ -116,6 +118,9 @@ class Scenario:
     overheads: bool = True
     execution: Mapping[str, Any] = field(default_factory=dict)  # parse_execution overrides
     engine: EngineOptions = EngineOptions()
+    quantization: str | None = None   # the target's weights dtype; None: the model file's
+    kv_cache_dtype: str = "auto"      # the target's KV cache: auto (16-bit) or fp8
+    moe: MoeOptions = MoeOptions()
     base_dir: str = "."
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -126,13 +131,13 @@ class Scenario:
 
 _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
         "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads",
-        "execution", "engine")
+        "execution", "engine", "quantization", "kv_cache_dtype", "moe", "speculative_config")
 
 
 def _parallelism(data: Any, source: str) -> Parallelism:
     data = require_mapping(data or {}, source=source, field="parallelism")
     keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
-            "draft_tensor_parallel_size")
+            "draft_tensor_parallel_size", "expert_parallel")
     check_keys(data, allowed=keys, source=source, prefix="parallelism.")
     kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
                        minimum=1, maximum=1024)
@@ -145,6 +150,9 @@ def _parallelism(data: Any, source: str) -> Parallelism:
         kw["draft_tensor_parallel"] = as_number(
             data["draft_tensor_parallel_size"], source=source, integer=True, minimum=1,
             maximum=1024, field="parallelism.draft_tensor_parallel_size")
+    if data.get("expert_parallel") is not None:
+        kw["expert_parallel"] = expert_parallel_degree(data["expert_parallel"],
+                                                       kw.get("tensor_parallel", 1), source)
     return Parallelism(**kw)
 
 
@@ -297,7 +305,28 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["execution"] = parse_execution(data["execution"], source=source)
     if "engine" in data:
         kw["engine"] = _engine(data["engine"], source)
+    kw.update(_serving_keys(data, source))
+    if data.get("speculative_config") is not None:  # vLLM's block -> policy, draft, draft TP
+        from simulator.vllm_config import speculative_policy
+        pol, kw["draft"], kw["parallelism"] = speculative_policy(
+            data, target=kw.get("target", Scenario.target), source=source, base_dir=base_dir,
+            parallelism=kw.get("parallelism", Parallelism()))
+        kw["policy"] = parse_policy(pol, source, "speculative_config")
     return Scenario(**kw)
+
+
+def _serving_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``quantization`` (the target's weights), ``kv_cache_dtype`` and ``moe``."""
+    kw: dict[str, Any] = {}
+    if data.get("quantization") is not None:
+        kw["quantization"] = as_str(data["quantization"], source=source, field="quantization",
+                                    choices=QUANTIZATIONS)
+    if data.get("kv_cache_dtype") is not None:
+        kw["kv_cache_dtype"] = as_str(data["kv_cache_dtype"], source=source,
+                                      field="kv_cache_dtype", choices=KV_CACHE_DTYPES)
+    if "moe" in data:
+        kw["moe"] = parse_moe_options(data["moe"], source)
+    return kw
 
 
 def _engine(data: Any, source: str) -> EngineOptions:
@@ -346,10 +375,15 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
-    """Load a scenario file (default: the built-in one) and apply ``--set`` overrides."""
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None,
+                  vllm_args: str | Path | None = None) -> Scenario:
+    """Load a scenario file (default: the built-in one), write a vLLM engine-arguments file
+    over it (``run --vllm-args``) and apply ``--set`` overrides."""
     path = Path(path) if path is not None else DEFAULT_SCENARIO
     data = load_yaml_file(path)
     data = dict(require_mapping(data, source=str(path)))
+    if vllm_args is not None:
+        from simulator.vllm_config import apply_vllm_args, load_vllm_args
+        data = apply_vllm_args(data, load_vllm_args(vllm_args))
     data = apply_overrides(data, overrides or [])
     return scenario_from_dict(data, source=str(path), base_dir=path.resolve().parent)

@@ -44,6 +44,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")
     p.add_argument("--target", default="opt-13b")
     p.add_argument("--draft", default="opt-125m")
+    p.add_argument("--policy", choices=("chain", "mtp", "eagle3"), default="chain",
+                   help="chain (a draft model), mtp (the target's MTP modules) or eagle3 "
+                        "(the target's EAGLE-3 head); mtp and eagle3 ignore --draft")
     p.add_argument("--batch", type=bounded_int(MAX_BATCH), default=1,
                    help=f"requests per step (default 1, at most {MAX_BATCH:,})")
     p.add_argument("--context", type=bounded_float(MAX_CONTEXT_TOKENS), default=512,
@@ -65,26 +68,31 @@ def main(args: argparse.Namespace) -> int:
         return _gamma(args)
     hw = load_profile(args.hardware, args.hardware_dir)
     target = load_model(args.target)
-    draft = load_model(args.draft)
-    if draft.kind != "decoder":
+    chain = args.policy == "chain"
+    draft = load_model(args.draft) if chain else None
+    if chain and draft.kind != "decoder":
         raise SpecsimError(f"{draft.name} is a {draft.kind} model, not a draft decoder",
                            field="--draft", fix="name a small decoder model such as opt-125m")
     check_shared_vocabulary(draft, target, field="--draft")
     gammas = parse_number_list(args.gamma, field="--gamma", maximum=MAX_GAMMA)
+    if not chain:  # mtp and eagle3 draft at least one token: no gamma 0
+        gammas = [g for g in gammas if g > 0] or gammas
     # priced as a sweep or gamma-map point of the same shape is (the engine's cost models)
     def models(gamma: int):
-        return point_cost_models(args.hardware, args.hardware_dir, args.target, args.draft,
-                                 args.tensor_parallel, not args.no_overheads,
-                                 args.draft_tensor_parallel, "chain", gamma)
+        return point_cost_models(args.hardware, args.hardware_dir, args.target,
+                                 args.draft if chain else None, args.tensor_parallel,
+                                 not args.no_overheads, args.draft_tensor_parallel,
+                                 args.policy, gamma)
 
     df = estimate_table(models, None, batch=args.batch, context=args.context, gammas=gammas,
-                        alpha=args.alpha)
+                        alpha=args.alpha, policy=args.policy)
     if args.format == "table":
         shown = df.drop(columns=["best_gamma", "is_best"]).copy()
         for col in ("draft_s", "verify_s", "decode_s"):
             shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
         shown[""] = np.where(df["is_best"], "<- best", "")
-        print(f"{target.name} (draft {draft.name}) on {hw.name}, batch {args.batch}, "
+        drafter = f"draft {draft.name}" if chain else args.policy
+        print(f"{target.name} ({drafter}) on {hw.name}, batch {args.batch}, "
               f"context {args.context:g}, alpha {args.alpha}")
         print(render(shown, "table"))
         print(f"best gamma: {int(df['best_gamma'].iloc[0])}")

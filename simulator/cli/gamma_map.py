@@ -54,7 +54,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         f"past the target's max_context are marked)")
     p.add_argument("--gamma", default="0-16",
                    help=f"gammas tried (tree: depths; at most {MAX_GAMMA})")
-    p.add_argument("--policy", default="chain", help="chain, tree or chain,tree")
+    p.add_argument("--policy", default="chain",
+                   help="chain, tree, mtp (the target's MTP modules) or eagle3, or a list")
     p.add_argument("--tree-width", default="1,2,4,8", help="tree widths tried")
     p.add_argument("--tree-rates", default=None,
                    help="Sequoia per-rank acceptance, e.g. 0.8,0.3,0.15 (needed for tree; "
@@ -127,7 +128,8 @@ def _print_map(args, df: pd.DataFrame, cross: pd.DataFrame, policies: list[str],
                acceptance, gammas: list[int]) -> None:
     """One grid per policy: best gamma (and width) with its speedup, then the crossovers."""
     accept = f"Sequoia rates {args.tree_rates}" if acceptance else f"alpha {args.alpha}"
-    print(f"{args.target} (draft {args.draft}) on {args.hardware} x{args.tensor_parallel}, "
+    drafter = f"draft {args.draft}" if {"chain", "tree"} & set(policies) else "no draft model"
+    print(f"{args.target} ({drafter}) on {args.hardware} x{args.tensor_parallel}, "
           f"{accept}: best gamma (speedup over policy none, no draft loaded) per batch and "
           f"context; gamma 0 = chain drafting nothing, its draft still loaded")
     capped = False
@@ -151,9 +153,9 @@ def _policies(args: argparse.Namespace) -> list[str]:
     """The --policy list (chain, tree), with --alpha checked."""
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     for pol in policies:
-        if pol not in ("chain", "tree"):
+        if pol not in ("chain", "tree", "mtp", "eagle3"):
             raise SpecsimError(f"unknown policy {pol!r}", field="--policy",
-                               fix="choose chain, tree or chain,tree")
+                               fix="choose chain, tree, mtp, eagle3 or a list (chain,tree)")
     if not 0.0 <= args.alpha <= 1.0:
         raise SpecsimError(f"must be in [0, 1], got {args.alpha}", field="--alpha",
                            fix="give an acceptance rate such as 0.8")

@@ -30,6 +30,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         "none,chain:gamma=4 (default for the built-in scenario: none,chain)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario field, e.g. --set seed=3")
+    p.add_argument("--vllm-args", default=None, metavar="FILE",
+                   help="a vLLM engine-arguments file (YAML or JSON: max_num_seqs, "
+                        "tensor_parallel_size, speculative_config, ...) over the scenario")
     p.add_argument("--out", default="specsim-out", help="output folder (default specsim-out)")
     p.add_argument("--results-format", choices=("csv", "parquet"), default="csv")
     p.add_argument("--format", choices=FORMATS, default="table")
@@ -90,10 +93,10 @@ def main(args: argparse.Namespace) -> int:
     from simulator.results_dir import require_format, result_names, write_results_tables
     from simulator.scenario import load_scenario, parse_compare
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    scenario = load_scenario(args.scenario, args.overrides, args.vllm_args)
     if args.compare:
         policies = parse_compare(args.compare)
-    elif args.scenario is None:
+    elif args.scenario is None and "speculative_config" not in scenario.raw:
         policies = parse_compare(DEFAULT_COMPARE)
     else:
         policies = [scenario.policy]

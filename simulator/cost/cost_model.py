@@ -15,6 +15,14 @@ its KV cache (``context``).  Attention reads each request's KV once per step how
 query tokens it has (a tree's nodes share the prefix read: tree attention with a topology
 mask), which is why verification is nearly free while decoding is memory-bound.
 
+Models of 2025-26 (issue 15): a mixture-of-experts layer reads the experts its step's tokens
+touch, ``D(T)`` of them (simulator/cost/moe.py), a function of the token total alone, so it
+sits in the token tables beside the dense linears (simulator/cost/layer_ops.py); expert
+parallelism adds two all-to-alls a MoE layer; MLA caches a latent every TP rank holds whole
+and attends in its absorbed form for decode, expanded for prefill (simulator/cost/mla.py);
+FP8/FP4 weights price the linears at their bytes and their peak, everything else at 16 bits
+(simulator/cost/precision.py).
+
 This module is pure: no SimPy, no I/O.  ``step_time`` is the engine's hot path (attention vectorised
 over requests, the rest read from per-token-count tables: simulator/cost/token_terms.py);
 ``breakdown`` returns the same numbers per operator for reports and tests.
@@ -24,11 +32,14 @@ from __future__ import annotations
 import numpy as np
 
 from hardware.profile import HardwareProfile
+from simulator.cost import layer_ops as lo
+from simulator.cost import mla
 from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
 from simulator.cost.execution import Execution, resolve_execution
 from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.precision import check_kv_cache_dtype, compute_dtype, linear_roofline
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
 
@@ -48,12 +59,13 @@ class CostModel:
     replay and host time; ``host=False`` prices forwards that run inside another model's
     engine step (a draft model, an EAGLE layer, Medusa heads): no CPU step time of their own.
     ``tables=False`` prices each new token total by the scalar path (the benchmark's before).
+    ``routing_skew``: a MoE model's expert popularity (simulator/cost/moe.py; 0 uniform).
     """
 
     def __init__(self, hardware: HardwareProfile, model: ModelSpec,
                  parallel: Parallelism = Parallelism(), *, overheads: bool = True,
                  execution: Execution | None = None, host: bool = True,
-                 tables: bool = True) -> None:
+                 tables: bool = True, routing_skew: float = 0.0) -> None:
         if model.num_heads % parallel.tensor_parallel:
             raise SpecsimError(f"{model.name} has {model.num_heads} heads, not divisible by "
                                f"tensor_parallel={parallel.tensor_parallel}",
@@ -70,37 +82,33 @@ class CostModel:
         self.model = model
         self.parallel = parallel
         hw, m, tp = self.hardware, model, parallel.tensor_parallel
-        b = m.dtype_bytes
-        h, q, kv, f, v = m.hidden_size, m.q_size, m.kv_size, m.ffn_size, m.vocab_size
-        self._roof = hw.roofline(m.dtype)
+        b = m.activation_bytes  # activations, attention, collectives: 16-bit (precision.py)
+        h, v = m.hidden_size, m.vocab_size
+        self._roof = hw.roofline(compute_dtype(m.dtype))
+        self._lin_roof = self._roof if compute_dtype(m.dtype) == m.dtype \
+            else linear_roofline(hw, m)
+        check_kv_cache_dtype(hw, m)
         self._host_bw = hw.host_link.bandwidth_bytes_per_s
-        self._b = b
+        self._b, self._wb = b, m.dtype_bytes
         self._h = h
         self._layers = m.num_layers
-        up = (2 if m.gated_mlp else 1) * h * f
-        # (name, weight elements per device, output elements per token per device)
-        self._linears = (
-            ("qkv_proj", h * (q + 2 * kv) / tp, (q + 2 * kv) / tp, h),
-            ("o_proj", q * h / tp, h, q / tp),
-            ("mlp_up", up / tp, (2 if m.gated_mlp else 1) * f / tp, h),
-            ("mlp_down", f * h / tp, h, f / tp),
-        )
+        self._moe = lo.moe_shape(m, parallel, routing_skew)
+        self._linears = lo.linear_ops(m, tp, self._lin_roof, self._roof)
+        self._f = lo.mlp_width(m)  # the activation's width per token (per layer, on average)
         # elementwise bytes per token per layer: 2 norms (r+w), 2 residual adds (2r+w),
         # activation (gated: 2r+w of f, else r+w of f)
-        self._elementwise_bytes_per_token = (4 * h + 6 * h + (3 if m.gated_mlp else 2) * f / tp) * b
-        self._attn_flops_per_pair = 4.0 * q / tp          # QK^T and PV, per (query, key)
-        self._kv_bytes_per_token = 2.0 * kv / tp * b      # K and V of one layer
-        self._q_io_bytes_per_token = 2.0 * q / tp * b     # read Q, write O
+        self._elementwise_bytes_per_token = (4 * h + 6 * h + (3 if m.gated_mlp else 2)
+                                             * self._f / tp) * b
+        self._attention_shape(m, tp, b)
         self._shapes = self._roof.kernels is not None  # kernel shapes: tiles, latency
-        self._f, self._gated, self._tp = f, m.gated_mlp, tp
+        self._gated, self._tp = m.gated_mlp, tp
         self._rope = not m.learned_position_embeddings
-        self._qkv_dev = (q + kv) / tp
         self._lm_head_weight = v * h / tp
         self._vocab_per_device = v / tp
         self._offload = parallel.offload_fraction
         self._launch_s = self.execution.kernel_launch_s
         self._kernels = m.num_layers * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) \
-            + KERNELS_PER_STEP
+            + KERNELS_PER_STEP + lo.extra_kernels(m)
         self._collectives = hw.collectives
         self._custom_ar = self.execution.custom_all_reduce
         self._inv_crate = self._roof.inverse_compute_rate
@@ -109,6 +117,22 @@ class CostModel:
         self._uniform_cache: dict[tuple, sm.UniformStep | None] = {}
         self._general_only = (parallel.pipeline_parallel > 1 and parallel.micro_batches > 1) \
             or self.execution.step_model != "sum_of_operators"  # step_time: breakdown's
+
+    def _attention_shape(self, m: ModelSpec, tp: int, b: float) -> None:
+        """One layer's attention per device: FLOPs per (query, key) pair, KV bytes per cached
+        token, query bytes per new token, rope width; MLA's decode (absorbed) form here, its
+        prefill chunks by request (mla.MlaShape.arrays)."""
+        q, kv = m.q_size, m.kv_size
+        self._mla = mla.MlaShape.of(m, tp, b, m.kv_dtype_bytes) if m.is_mla else None
+        if self._mla is None:
+            self._attn_flops_per_pair = 4.0 * q / tp          # QK^T and PV, per (query, key)
+            self._kv_bytes_per_token = 2.0 * kv / tp * m.kv_dtype_bytes  # K and V, one layer
+            self._q_io_bytes_per_token = 2.0 * q / tp * b     # read Q, write O
+            self._qkv_dev = (q + kv) / tp
+        else:
+            self._attn_flops_per_pair, self._kv_bytes_per_token, \
+                self._q_io_bytes_per_token, _ = self._mla.decode
+            self._qkv_dev = (m.num_heads / tp + 1) * m.qk_rope_head_dim  # rope on q_pe, k_pe
 
     # ---------------------------------------------------------------- pricing
     def _mode(self, new: np.ndarray, tokens: float, lo: float = 0.0,
@@ -136,10 +160,30 @@ class CostModel:
     def _attention(self, new: np.ndarray, ctx: np.ndarray):
         """Per request: KV read once (prefix shared by all query tokens), causal half of the
         new tokens on average.  Returns (flops, bytes, active, one layer's GPU s)."""
-        a_flops = self._attn_flops_per_pair * new * (ctx + 0.5 * (new + 1.0))
-        a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
+        a_flops, a_bytes = self._attention_work(new, ctx, True)
         active = new > 0
         return a_flops, a_bytes, active, self._attention_s(new, ctx, bool(active.all()))
+
+    def _attention_work(self, new: np.ndarray, ctx: np.ndarray, causal: bool):
+        """One layer's attention (FLOPs, bytes) per request: ``causal`` the new tokens'
+        causal half on average, else the kernel's new x (context + new) pairs; MLA's two
+        forms by request (simulator/cost/mla.py)."""
+        if self._mla is not None:
+            return self._mla.arrays(new, ctx, causal)
+        if causal:
+            return (self._attn_flops_per_pair * new * (ctx + 0.5 * (new + 1.0)),
+                    (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token)
+        kv = ctx + new
+        return (self._attn_flops_per_pair * new * kv,
+                kv * self._kv_bytes_per_token + new * self._q_io_bytes_per_token)
+
+    def _attention_coefficients(self, u: float) -> tuple[float, float, float, float]:
+        """(FLOPs per query-key pair, KV bytes per cached token, query bytes per new token,
+        up-projection FLOPs per context token) of a request of ``u`` new tokens."""
+        if self._mla is not None:
+            return self._mla.coefficients(u)
+        return (self._attn_flops_per_pair, self._kv_bytes_per_token,
+                self._q_io_bytes_per_token, 0.0)
 
     def _layer_ops(self, new: np.ndarray, ctx: np.ndarray, logits_tokens: float,
                    layers: int, with_head: bool) -> tuple[list[OpCost], str]:
@@ -251,12 +295,8 @@ class CostModel:
         With kernel shapes ``Roofline.attention_time`` (a decode and a multi-query kernel),
         whose work grows as new x (context + new) as the measured kernels do."""
         if self._shapes:
-            kv = ctx + new
-            return self._roof.attention_time(
-                self._attn_flops_per_pair * new * kv,
-                kv * self._kv_bytes_per_token + new * self._q_io_bytes_per_token, new)
-        a_flops = self._attn_flops_per_pair * new * (ctx + 0.5 * (new + 1.0))
-        a_bytes = (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token
+            return self._roof.attention_time(*self._attention_work(new, ctx, False), new)
+        a_flops, a_bytes = self._attention_work(new, ctx, True)
         per_request = self._roof.time(a_flops, a_bytes)
         return float((per_request if all_active else per_request[new > 0]).sum())
 
@@ -293,9 +333,22 @@ class CostModel:
 
     @property
     def weight_bytes_read_per_step(self) -> float:
-        """Bytes of weights a forward reads on one device (layers + LM head; not the gather)."""
-        per_layer = sum(w for _, w, _, _ in self._linears) * self._b
-        return per_layer * self._layers + self._lm_head_weight * self._b
+        """Bytes of weights a forward reads on one device (layers + LM head; not the gather);
+        a MoE model's when every expert is touched (``weight_bytes_read`` at T tokens)."""
+        return self.weight_bytes_read(np.inf)
+
+    def weight_bytes_read(self, tokens: float) -> float:
+        """Bytes of weights a forward of ``tokens`` tokens reads on one device: a MoE layer
+        reads the experts its tokens touch (simulator/cost/moe.py's D(T))."""
+        dense = sum(w * wb * (self._layers if n is None else n)
+                    for _, w, _, _, n, _, wb in self._linears)
+        head = self._lm_head_weight * self._b
+        if self._moe is None:
+            return dense + head
+        s = self._moe
+        touched = s.num_experts if tokens == np.inf else s.distinct(float(tokens))
+        return dense + head + s.layers * touched / s.ep * (s.up_weight + s.down_weight) \
+            * self._wb
 
 
 def draft_cost_ratio(target: CostModel, draft: CostModel, batch: int, context: float) -> float:

@@ -1,8 +1,10 @@
 """Memory plan: weights + activation headroom + KV cache against device capacity.
 
 As vLLM does it: ``usable = capacity * gpu_memory_utilization``; the weights of every model
-on the device (target shard, draft, heads) and an activation headroom are subtracted; what is
-left is the KV cache, cut into blocks of ``block_size`` tokens.  A deployment that does not
+on the device (target shard, draft, heads; at their storage dtype: fp8 and fp4 weights hold
+their bytes) and an activation headroom are subtracted; what is left is the KV cache (at its
+``kv_cache_dtype``; MLA's latent whole on every TP rank), cut into blocks of ``block_size``
+tokens.  A deployment that does not
 fit is an error that says by how much it misses and what would fix it.
 """
 from __future__ import annotations
@@ -45,11 +47,22 @@ def activation_bytes(model: ModelSpec, parallel: Parallelism, max_batched_tokens
     conservative stand-in for vLLM's profiling run.
     """
     tp = parallel.tensor_parallel
-    hidden = (4 * model.hidden_size + 2 * (2 if model.gated_mlp else 1) * model.ffn_size / tp) \
-        * model.dtype_bytes
+    width = model.ffn_size
+    if model.is_moe:  # a MoE layer's k routed and shared experts' intermediates
+        moe = (model.experts_per_token + model.shared_experts) * model.expert_ffn_size
+        width = max(moe, width if model.dense_layers else 0)
+    hidden = (4 * model.hidden_size + 2 * (2 if model.gated_mlp else 1) * width / tp) \
+        * model.activation_bytes
     logits = max_batched_tokens if logits_tokens is None else min(logits_tokens,
                                                                    max_batched_tokens)
     return float(max_batched_tokens) * hidden + float(logits) * 4.0 * model.vocab_size / tp
+
+
+def kv_bytes_per_device(model: ModelSpec, tp: int, pp: int = 1) -> float:
+    """KV-cache bytes per token of context on one device: K and V split over the TP ranks by
+    heads (and over pipeline stages by layers); MLA's latent is NOT split over TP: every TP
+    rank holds the whole latent, as vLLM's MLA backends do."""
+    return model.kv_bytes_per_token() / (pp if model.is_mla else tp * pp)
 
 
 def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallelism,
@@ -75,8 +88,9 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
     dtp = parallel.draft_tp
     weights = target_w + sum(m.weight_bytes() for m in extra_models) / dtp
     act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens)
-    kv_per_token = target.kv_bytes_per_token() / devices + \
-        sum(m.kv_bytes_per_token() for m in kv_models) / dtp
+    kv_per_token = kv_bytes_per_device(target, parallel.tensor_parallel,
+                                       parallel.pipeline_parallel) + \
+        sum(kv_bytes_per_device(m, dtp) for m in kv_models)
     budget = usable - weights - act
     min_kv = kv_per_token * block_size
     if budget < min_kv:

@@ -22,7 +22,7 @@ from hardware.kernels import ATTENTION_DECODE, ATTENTION_PREFILL
 from simulator.cost.execution import KERNELS_OUTSIDE_GRAPH
 from simulator.cost.op_cost import OpCost, StepCost
 
-COLLECTIVE_OPS = ("all_reduce", "logits_gather")
+COLLECTIVE_OPS = ("all_reduce", "all_to_all", "logits_gather")
 # Equal query lengths up to this count are a "uniform decode" batch (vLLM's full-graph
 # case: 1 + num_speculative_tokens per request); longer ones are prefill chunks.
 UNIFORM_MAX_QUERY = 128
@@ -111,12 +111,13 @@ def uniform_step(cm, n: int, u: float, logits: float) -> UniformStep | None:
             or cm.execution.step_model != "sum_of_operators" or n < 1 or u < 1 \
             or not float(u).is_integer():
         return None
-    pair, kv, q_io = cm._attn_flops_per_pair, cm._kv_bytes_per_token, cm._q_io_bytes_per_token
-    # per request at context x: FLOPs pair*u*(x + w) (the kernel's u*(x+u) pairs with shapes,
-    # the causal u*(x + (u+1)/2) without), bytes (x + u)*kv + u*q_io, as CostModel._attention
+    pair, kv, q_io, up = cm._attention_coefficients(u)
+    # per request at context x: FLOPs pair*u*(x + w) + up*x (the kernel's u*(x+u) pairs with
+    # shapes, the causal u*(x + (u+1)/2) without; up: MLA's expanded form), bytes
+    # (x + u)*kv + u*q_io, as CostModel._attention_work
     width = u if cm._shapes else 0.5 * (u + 1.0)
     line = cm._roof.attention_line(ATTENTION_DECODE if u == 1 else ATTENTION_PREFILL,
-                                   pair * u, pair * u * width, kv, u * kv + u * q_io)
+                                   pair * u + up, pair * u * width, kv, u * kv + u * q_io)
     if line is None:
         return None
     slope, intercept, latency, floor = line

@@ -1,8 +1,8 @@
 """What a forward's token totals cost, apart from attention: priced per operator, and
 tabulated per token count for the engine's hot path.
 
-The layer terms (the four linears, the elementwise kernels, the all-reduces, the embedding
-gather) depend on the tokens the forward computes (padded to a captured size under CUDA
+The layer terms (the dense linears, a MoE layer's grouped expert GEMMs, the elementwise
+kernels, the all-reduces and all-to-alls, the embedding gather) depend on the tokens the forward computes (padded to a captured size under CUDA
 graphs) and on whether its kernels are launched eagerly; the head terms (LM head, logits
 gather) on the tokens through the LM head alone; the pipeline transfer on the tokens sent.
 ``token_terms`` and ``head_terms`` give each operator's numbers (``CostModel.breakdown``'s
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.cost import moe
+
 # Entries kept in each memo (token totals, uniform batches) before the oldest is dropped.
 MEMO_SIZE = 4096
 TABLE_BLOCK = 1024    # token counts priced in one vectorised pass
@@ -40,20 +42,23 @@ def remember(memo: dict, key, value) -> None:
 
 # ---------------------------------------------------------------- per operator (scalar)
 def linear(cm, tokens: float, weight: float, out_per_tok: float, in_per_tok: float,
-           layers: int) -> tuple[float, ...]:
+           layers: int, roof=None, wb: float | None = None) -> tuple[float, ...]:
     """A GEMM ``[tokens x in] @ [in x out]`` over ``layers``: (flops, hbm bytes, host
-    bytes, compute s, memory s, host s, GPU s).  With the profile's kernel shapes the
-    GPU time is ``Roofline.gemm_time`` (tile and wave quantisation, latency, floor),
-    else the flat roofline."""
+    bytes, compute s, memory s, host s, GPU s), its weights ``wb`` bytes an element
+    computed on ``roof`` (default: the model's 16-bit roofline and activation bytes).
+    With the profile's kernel shapes the GPU time is ``Roofline.gemm_time`` (tile and wave
+    quantisation, latency, floor; its operands at the roofline's dtype, as W8A8 and W4A4
+    kernels quantise the activations on the fly), else the flat roofline."""
+    roof = cm._roof if roof is None else roof
     flops = 2.0 * tokens * weight
-    wbytes = weight * cm._b
+    wbytes = weight * (cm._b if wb is None else wb)
     hbm = wbytes + tokens * (in_per_tok + out_per_tok) * cm._b
     host = wbytes * cm._offload
-    compute_s = cm._roof.compute_time(flops, hbm)
-    memory_s = cm._roof.memory_time(hbm)
+    compute_s = roof.compute_time(flops, hbm)
+    memory_s = roof.memory_time(hbm)
     host_s = host / cm._host_bw if host else 0.0
     if cm._shapes:
-        gpu = float(cm._roof.gemm_time(tokens, out_per_tok, in_per_tok))
+        gpu = float(roof.gemm_time(tokens, out_per_tok, in_per_tok))
     else:
         gpu = max(compute_s, memory_s)
     return (flops * layers, hbm * layers, host * layers, compute_s * layers,
@@ -100,16 +105,27 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
     """
     k = 0.0 if mode != "eager" else cm._launch_s
     terms = []
-    for name, weight, out_t, in_t in cm._linears:
-        lin = linear(cm, tokens, weight, out_t, in_t, layers)
-        terms.append((name,) + lin[:6] + (k * layers,) + lin[6:])
+    for name, weight, out_t, in_t, n, roof, wb in cm._linears:
+        n = layers if n is None else n
+        lin = linear(cm, tokens, weight, out_t, in_t, n, roof, wb)
+        terms.append((name,) + lin[:6] + (k * n,) + lin[6:])
+    if cm._moe is not None:
+        n = cm._moe.layers
+        for name, *arr, launches in moe.routed_terms(cm, np.array([tokens], dtype=np.float64)):
+            fl, hbm, host, c_s, m_s, h_s, gpu = (float(a[0]) * n for a in arr)
+            terms.append((name, fl, hbm, host, c_s, m_s, h_s, launches * k * n, gpu))
     e_flops, e_bytes, e_s, e_kernels = elementwise(cm, tokens, layers)
     terms.append(("elementwise", e_flops, e_bytes, 0.0, 0.0, e_s, 0.0,
                   e_kernels * k * layers, e_s))
     if cm._tp > 1:  # after attention and after the MLP, on the hidden states
-        ar_s = 2 * layers * float(cm._collectives.all_reduce_s(
+        ar, ar_k = _all_reduces(cm, layers, k)
+        ar_s = ar * float(cm._collectives.all_reduce_s(
             tokens * cm._h * cm._b, cm._tp, custom=cm._custom_ar))
-        terms.append(("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0, 2 * k * layers, ar_s))
+        terms.append(("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0, ar_k, ar_s))
+    if cm._moe is not None and cm._moe.ep > 1:
+        n = cm._moe.layers
+        a_s = n * float(moe.all_to_all_s(cm, tokens))
+        terms.append(("all_to_all", 0.0, 0.0, 0.0, 0.0, a_s, 0.0, 2 * k * n, a_s))
     if with_head:
         g_bytes = tokens * cm._h * cm._b
         if cm._shapes:  # a gather: an int64 index per element as well
@@ -120,10 +136,21 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
     return terms
 
 
+def _all_reduces(cm, layers: int, k: float) -> tuple[int, float]:
+    """All-reduces per forward and their eager launch time: two a layer under TP; a MoE
+    layer under expert parallelism combines its output by all-to-all instead of its
+    second all-reduce."""
+    if cm._moe is None or cm._moe.ep == 1:
+        return 2 * layers, 2 * k * layers
+    ar = 2 * layers - cm._moe.layers
+    return ar, k * ar
+
+
 def head_terms(cm, logits_tokens: float) -> list[tuple]:
     """Final norm, LM head and sampling: outside the captured graph, always launched;
     under tensor parallelism the vocabulary-parallel logits are gathered (vLLM's
-    LogitsProcessor gathers them across the TP ranks)."""
+    LogitsProcessor gathers them across the TP ranks).  The LM head stays 16-bit under
+    fp8/fp4 weights (vLLM quantises linear layers, not the vocabulary-parallel head)."""
     head = linear(cm, logits_tokens, cm._lm_head_weight, cm._vocab_per_device, cm._h, 1)
     terms = [("lm_head",) + head[:6] + (3 * cm._launch_s,) + head[6:]]
     if cm._tp > 1 and logits_tokens:
@@ -140,16 +167,18 @@ def terms_time(terms: list[tuple]) -> float:
 
 # ---------------------------------------------------------------- per count (vectorised)
 def _linear_times(cm, tokens: np.ndarray, weight: float, out_per_tok: float,
-                  in_per_tok: float, layers: int) -> np.ndarray:
+                  in_per_tok: float, layers: int, roof=None, wb=None) -> np.ndarray:
     """``linear``'s GPU seconds (the host link a roof) at every count of ``tokens``."""
-    hbm = weight * cm._b + tokens * (in_per_tok + out_per_tok) * cm._b
-    host = weight * cm._b * cm._offload
+    roof = cm._roof if roof is None else roof
+    wbytes = weight * (cm._b if wb is None else wb)
+    hbm = wbytes + tokens * (in_per_tok + out_per_tok) * cm._b
+    host = wbytes * cm._offload
     host_s = host / cm._host_bw if host else 0.0
     if cm._shapes:
-        gpu = cm._roof.gemm_time(tokens, out_per_tok, in_per_tok)
+        gpu = roof.gemm_time(tokens, out_per_tok, in_per_tok)
     else:
-        gpu = np.maximum(cm._roof.compute_time(2.0 * tokens * weight, hbm),
-                         cm._roof.memory_time(hbm))
+        gpu = np.maximum(roof.compute_time(2.0 * tokens * weight, hbm),
+                         roof.memory_time(hbm))
     return np.maximum(gpu, host_s) * layers
 
 
@@ -159,9 +188,14 @@ def layer_times(cm, tokens: np.ndarray, eager: bool) -> np.ndarray:
     layers, k = cm._layers, cm._launch_s if eager else 0.0
     roof = cm._roof
     total = np.zeros_like(tokens)
-    for _, weight, out_t, in_t in cm._linears:
-        total = total + np.maximum(k * layers, _linear_times(cm, tokens, weight, out_t,
-                                                             in_t, layers))
+    for _, weight, out_t, in_t, n, lroof, wb in cm._linears:
+        n = layers if n is None else n
+        total = total + np.maximum(k * n, _linear_times(cm, tokens, weight, out_t, in_t, n,
+                                                        lroof, wb))
+    if cm._moe is not None:
+        n = cm._moe.layers
+        for *_, gpu, launches in moe.routed_terms(cm, tokens):
+            total = total + np.maximum(launches * k * n, gpu * n)
     if cm._shapes:
         e_s = np.zeros_like(tokens)
         kernels = _elementwise_kernels(cm, tokens)
@@ -174,9 +208,13 @@ def layer_times(cm, tokens: np.ndarray, eager: bool) -> np.ndarray:
         e_kernels = 5
     total = total + np.maximum(e_kernels * k * layers, e_s)
     if cm._tp > 1:
-        ar_s = 2 * layers * cm._collectives.all_reduce_s(tokens * cm._h * cm._b, cm._tp,
-                                                         custom=cm._custom_ar)
-        total = total + np.maximum(2 * k * layers, ar_s)
+        ar, ar_k = _all_reduces(cm, layers, k)
+        ar_s = ar * cm._collectives.all_reduce_s(tokens * cm._h * cm._b, cm._tp,
+                                                 custom=cm._custom_ar)
+        total = total + np.maximum(ar_k, ar_s)
+    if cm._moe is not None and cm._moe.ep > 1:
+        n = cm._moe.layers
+        total = total + np.maximum(2 * k * n, n * moe.all_to_all_s(cm, tokens))
     if cm._shapes:
         g_s = roof.transfer_time(tokens * cm._h * (2 * cm._b + 8), "embedding")
     else:

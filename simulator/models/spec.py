@@ -67,7 +67,7 @@ class ModelSpec:
     experts_per_token: int = 0  # top-k routing (num_experts_per_tok)
     shared_experts: int = 0     # experts every token goes through, each of expert_ffn_size
     expert_ffn_size: int = 0    # one expert's intermediate size (moe_intermediate_size)
-    dense_layers: int = 0       # leading layers with a dense MLP of ffn_size (first_k_dense_replace)
+    dense_layers: int = 0       # leading dense-MLP layers of ffn_size (first_k_dense_replace)
     # ---- multi-head latent attention (kv_lora_rank 0: multi-head / grouped-query) ----
     kv_lora_rank: int = 0       # the cached latent per token per layer
     q_lora_rank: int = 0        # 0: queries projected straight from the hidden state
@@ -242,10 +242,10 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_d
 _OPTIONAL_INTS = ("num_experts", "experts_per_token", "shared_experts", "expert_ffn_size",
                   "dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
                   "v_head_dim", "mtp_modules", "draft_vocab_size", "feature_layers")
-_KEYS = set(_INT_FIELDS) | set(_OPTIONAL_INTS) | {"published_active_params", "name", "family", "kind", "gated_mlp", "tied_embeddings", "dtype",
-                            "norm", "bias", "learned_position_embeddings", "published_params",
-                            "source", "base_model", "medusa_num_heads", "medusa_num_layers",
-                            "tokenizer_vocab_size"}
+_KEYS = set(_INT_FIELDS) | set(_OPTIONAL_INTS) | {
+    "name", "family", "kind", "gated_mlp", "tied_embeddings", "dtype", "norm", "bias",
+    "learned_position_embeddings", "published_params", "published_active_params", "source",
+    "base_model", "medusa_num_heads", "medusa_num_layers", "tokenizer_vocab_size"}
 _REQUIRED = ("name", "family", "source", "published_params", *_INT_FIELDS, "gated_mlp",
              "tied_embeddings", "dtype")
 
@@ -361,21 +361,33 @@ def check_shared_vocabulary(draft: ModelSpec | None, target: ModelSpec, *,
     return draft
 
 
+def _catalog_model_for(kind: str, target: ModelSpec, field: str) -> ModelSpec:
+    """``<kind>-<target>`` from the catalog, else the one ``kind`` model whose base_model is
+    the target (eagle3-llama-3.1-8b-instruct for llama-3.1-8b)."""
+    known = [m for m in list_models() if m.startswith(kind + "-")]
+    if f"{kind}-{target.name}" in known:
+        return load_model(f"{kind}-{target.name}")
+    trained = [m for m in known if load_model(m).base_model == target.name]
+    if len(trained) == 1:
+        return load_model(trained[0])
+    raise SpecsimError(f"{len(trained) or 'no'} {kind} models in the catalog for target "
+                       f"{target.name}", field=field,
+                       fix=f"name one ({', '.join(trained or known)})"
+                           + ("" if trained else " or use the target it was trained for"))
+
+
 def attached_model(kind: str, name: str | None, draft: ModelSpec | None, target: ModelSpec,
                    *, field: str) -> ModelSpec:
     """Heads or an EAGLE layer for ``target``: ``name``, else the scenario's draft if it is
-    one, else ``<kind>-<target>`` from the catalog."""
+    one, else ``<kind>-<target>`` or the one catalog model trained on ``target``.
+    An EAGLE-3 head's LM head is over its own draft vocabulary, but its tokens map into the
+    target's (d2t), so its ``vocab_size`` is the target's and matches like the others'."""
     if name:
         spec = load_model(name)
     elif draft is not None and draft.kind == kind:
         spec = draft
     else:
-        known = [m for m in list_models() if m.startswith(kind + "-")]
-        if f"{kind}-{target.name}" not in known:
-            raise SpecsimError(f"no {kind} model in the catalog for target {target.name}",
-                               field=field, fix=f"name one ({', '.join(known)}) or use the "
-                                                f"target it was trained for")
-        spec = load_model(f"{kind}-{target.name}")
+        spec = _catalog_model_for(kind, target, field)
     if spec.kind != kind:
         raise SpecsimError(f"{spec.name} is a {spec.kind} model, not {kind}", field=field,
                            fix=f"name a {kind}-* model")

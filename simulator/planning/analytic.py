@@ -8,6 +8,9 @@ Policies: ``none``; ``chain`` (gamma draft forwards, gamma + 1 tokens verified);
 SpecInfer's expansion <tree_width, 1, ..., 1> of depth gamma: tree_width chains branching at
 the root, one draft forward per level over that level's nodes, every node verified in one
 forward, E from the acceptance model's tree semantics (``sequoia``, ``tree_topk``...).
+``mtp`` and ``eagle3``: chains drafted by a module inside the target's step (the target's
+MTP modules, an EAGLE-3 layer; no draft model: ``draft`` is ignored), priced by the engine
+policy's own draft time (``simulator.planning.head_drafts``).
 Giving ``c`` (or lecture 003's ``c_target_over_draft``) instead of models evaluates the
 closed form alone, E / (gamma * c + 1).  ``estimate_table`` is the same model over a range
 of gamma (``specsim estimate``).  Draft forwards are priced by ``simulator.cost.drafting``,
@@ -45,54 +48,24 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
-import pandas as pd
 
-from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_time, draft_max_context, fits_draft_context
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
+from simulator.planning.estimate import estimate_table  # noqa: F401 (its home was here)
+from simulator.planning.head_drafts import (
+    HEAD_POLICIES,
+    head_draft_time,
+    head_pass_ratio,
+    point_draft,
+)
 from simulator.scenario import Batching
 from simulator.speculation.closed_forms import expected_tokens
 
-
-def estimate_table(target, draft: CostModel | None, *, batch: int, context: float,
-                   gammas: list[int], alpha: float) -> pd.DataFrame:
-    """Per gamma: draft, verify and plain-decode step times, c, E, speedup; best row marked.
-
-    ``target`` is the target's CostModel, or a function of gamma giving the (target, draft)
-    cost models of a deployment with that many speculative tokens and, at gamma 0, the
-    plain-decoding one (vLLM sizes its CUDA graphs by the speculative tokens):
-    ``point_cost_models`` is that function for a sweep or gamma-map point.
-    Gamma 0 is chain with nothing drafted (the module docstring): plain decoding's step
-    time, speedup exactly 1; memory and context limits are not checked here."""
-    if batch < 1:
-        raise SpecsimError("must be >= 1", field="--batch")
-    if context < 0:
-        raise SpecsimError("must be >= 0", field="--context")
-    models = target if callable(target) else (lambda g: (target, draft))
-    base, base_draft = models(0)
-    decode = base.decode_time(batch, context)
-    one_draft = base_draft.decode_time(batch, context) if base_draft is not None else 0.0
-    rows = []
-    for g in gammas:
-        tcm, dcm = models(g)
-        draft_s = chain_draft_time(dcm, np.full(batch, float(context)), np.full(batch, g)) \
-            if (dcm is not None and g) else 0.0
-        verify_s = tcm.verify_time(batch, context, g + 1)
-        e = expected_tokens(alpha, g)
-        rows.append({"gamma": g, "draft_s": draft_s, "verify_s": verify_s, "decode_s": decode,
-                     "c": one_draft / decode, "expected_tokens": e,
-                     "speedup": e * decode / (draft_s + verify_s)})
-    df = pd.DataFrame(rows)
-    best = int(df.loc[df["speedup"].idxmax(), "gamma"])
-    df["best_gamma"] = best
-    df["is_best"] = df["gamma"] == best
-    return df
-
-
-POLICIES = ("none", "chain", "tree")
+POLICIES = ("none", "chain", "tree") + HEAD_POLICIES
 # the engine's policy each analytic policy prices (its memory_models say what a draft adds)
-ENGINE_POLICIES = {"none": "none", "chain": "chain", "tree": "specinfer"}
+ENGINE_POLICIES = {"none": "none", "chain": "chain", "tree": "specinfer",
+                   **{h: h for h in HEAD_POLICIES}}
 _BATCHING = Batching()  # the scenario defaults of the memory plan (vLLM's names)
 VLLM_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs: its CUDA graphs capture up to 512
 
@@ -170,22 +143,22 @@ def check_point(params: Mapping[str, Any], *, source: str = "sweep",
     if p["policy"] != "tree" and p["tree_width"] != 1:
         raise SpecsimError(f"only the tree policy has a width, not {p['policy']!r}",
                            source=source, field="tree_width", fix="leave tree_width at 1")
-    if p["policy"] == "tree" and p["gamma"] == 0:  # the engine's specinfer refuses it too
-        raise SpecsimError("a tree of depth 0 drafts nothing, and the engine's specinfer "
-                           "policy needs num_speculative_tokens >= 1", source=source,
+    if p["policy"] in ("tree",) + HEAD_POLICIES and p["gamma"] == 0:  # as the engine's
+        raise SpecsimError(f"{p['policy']} with gamma 0 drafts nothing, and the engine's "
+                           f"{ENGINE_POLICIES[p['policy']]} policy needs "
+                           "num_speculative_tokens >= 1", source=source,
                            field="gamma", fix="give gamma >= 1; without speculation use "
                            "policy: none (chain with gamma 0 keeps its draft loaded)")
     if p["gpu_memory_utilization"] <= 0.0:
         raise SpecsimError("must be in (0, 1]", source=source, field="gpu_memory_utilization",
                            fix="give the fraction of device memory vLLM may use, e.g. 0.9")
     closed = p["c"] is not None or p["c_target_over_draft"] is not None
-    if p["policy"] != "none" and p["draft"] is None and not closed:
+    if point_draft({**p, "draft": ""}) is not None and p["draft"] is None and not closed:
         raise SpecsimError(f"policy {p['policy']!r} needs a draft model (or c)", source=source,
                            field="draft", fix="set draft: opt-125m, or give c")
     if names and not closed:
         try:
-            check_names(p["hardware"], p["hardware_dir"], p["target"],
-                        p["draft"] if p["policy"] != "none" else None)
+            check_names(p["hardware"], p["hardware_dir"], p["target"], point_draft(p))
         except SpecsimError as exc:
             raise exc.relocated(source=source) from None
     return p
@@ -281,7 +254,7 @@ def _feasibility(p: dict, config: tuple[int, ...]) -> dict[str, Any]:
            "kv_needed_tokens": -1, "kv_fits": True}
     if p["c"] is not None or p["c_target_over_draft"] is not None:
         return out  # the closed form alone: no device, no memory
-    draft = p["draft"] if p["policy"] != "none" else None
+    draft = point_draft(p)
     key = (p["hardware"], p["hardware_dir"], p["target"], draft, p["policy"],
            p["tensor_parallel"], p["gpu_memory_utilization"], p["block_size"],
            p["max_num_batched_tokens"], p["draft_tensor_parallel"])
@@ -372,7 +345,7 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
     if c_closed is not None:
         out.update(c=float(c_closed), speedup=e / (len(config) * c_closed + 1.0))
         return out
-    draft = p["draft"] if p["policy"] != "none" else None
+    draft = point_draft(p)
     tcm, dcm = point_cost_models(p["hardware"], p["hardware_dir"], p["target"], draft,
                                  p["tensor_parallel"], p["overheads"],
                                  p["draft_tensor_parallel"], p["policy"], nodes)
@@ -384,7 +357,9 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
     decode_s = base.decode_time(b, ctx)
     verify_s = tcm.verify_time(b, ctx, nodes + 1)
     draft_s = 0.0
-    if config:
+    if config and p["policy"] in HEAD_POLICIES:  # the engine policy's own draft_time
+        draft_s = head_draft_time(p["policy"], tcm, b, ctx, len(config), e)
+    elif config:
         if p["policy"] == "chain":  # exactly what the engine's chain policy charges
             draft_s = chain_draft_time(dcm, np.full(b, ctx), np.full(b, len(config)))
         else:  # one draft forward per level, as the engine's specinfer policy charges
@@ -392,7 +367,9 @@ def analytic_point(params: Mapping[str, Any]) -> dict[str, Any]:
             draft_s = level_draft_time(dcm, np.full(b, ctx), levels[:-1].tolist())
     iteration_s = draft_s + verify_s
     out.update(draft_s=draft_s, verify_s=verify_s, decode_s=decode_s, iteration_s=iteration_s,
-               c=base_draft.decode_time(b, ctx) / decode_s if base_draft is not None else nan,
+               c=base_draft.decode_time(b, ctx) / decode_s if base_draft is not None else
+               head_pass_ratio(p["policy"], base, b, ctx)
+               if p["policy"] in HEAD_POLICIES else nan,
                speedup=e * decode_s / iteration_s, tokens_per_s=b * e / iteration_s,
                baseline_tokens_per_s=b / decode_s)
     return out

@@ -31,8 +31,9 @@ KEEP = ["policy", "batch", "context", "best_gamma", "best_tree_width", "speedup"
 
 
 def map_gammas(policy: str, gammas: Sequence[int]) -> list[int]:
-    """The gammas a policy's cells try: a tree has no depth 0 (the engine's specinfer)."""
-    return [int(g) for g in gammas if policy != "tree" or g > 0]
+    """The gammas a policy's cells try: a tree (the engine's specinfer), mtp and eagle3 have
+    no gamma 0."""
+    return [int(g) for g in gammas if policy in ("none", "chain") or g > 0]
 
 
 def check_gamma_map_size(batches: Sequence, contexts: Sequence, gammas: Sequence,

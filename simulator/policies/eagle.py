@@ -25,33 +25,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost.drafting import OperatorPrices, forward_tokens, level_draft_time
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.cost.drafting import OperatorPrices, forward_tokens
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
 from simulator.models.spec import attached_model
-from simulator.policies.base import PolicyBase, PolicyContext, side_cost
-from simulator.policies.tree_acceptance import (
-    check_acceptance_param,
-    exclusive_table,
-    model_width,
-    resolve_acceptance,
+from simulator.policies.base import PolicyContext, side_cost
+from simulator.policies.feature_draft import (
+    FeatureDraft,
+    check_dynamic_tree,
+    dynamic_draft_tree,
 )
+from simulator.policies.tree_acceptance import check_acceptance_param, resolve_acceptance
 from simulator.speculation.token_tree import TokenTree
-from simulator.speculation.tree_shapes import (
-    chain_tree,
-    check_expansion_size,
-    check_tree_size,
-    dynamic_tree,
-    tree_from_choices,
-)
+from simulator.speculation.tree_shapes import chain_tree, check_expansion_size, tree_from_choices
 
 _MODEL = Param("str", default=None, help="EAGLE draft layer file (default eagle-<target>)")
 _ACCEPTANCE = Param("any", default=None, help="this policy's own acceptance model (a mapping)")
 
 
-class _EagleDraft(PolicyBase):
-    """The EAGLE layer: its cost model, prefill, and the tokens it re-reads each iteration."""
+class _EagleDraft(FeatureDraft):
+    """The EAGLE layer: its cost model, and the fc that fuses [feature, embedding]."""
 
     @classmethod
     def memory_models(cls, params: dict, draft, target):
@@ -64,58 +57,15 @@ class _EagleDraft(PolicyBase):
                                    field="policy.model")
         self.cost = side_cost(ctx, self.spec)
         self.prices = OperatorPrices(self.cost)
-        self._emitted = np.ones(len(ctx.workload) if ctx.workload is not None else 0)
+        self._start(ctx)
 
     def _fc_s(self, tokens: float) -> float:
         """The fc fusing [feature, embedding] (2h -> h): two square linears' worth."""
         return 2.0 * self.prices.square_linear_s(int(tokens))
 
-    def draft_time(self, context: np.ndarray, reread: np.ndarray | None = None) -> float:
-        """The EAGLE layer's forwards for one iteration (``reread``: tokens accepted last time)."""
-        n = context.size
-        if n == 0:
-            return 0.0
-        first = np.ones(n) if reread is None else np.maximum(reread, 1.0)
-        total = level_draft_time(self.cost, context, self.levels, logits=self.logits,
-                                 first_tokens=first)
-        fc_tokens = [first.sum()] + [n * t for t in self.levels[1:]]
-        return total + sum(self._fc_s(t) for t in fc_tokens)
-
-    def _reread(self, request_ids: np.ndarray) -> np.ndarray:
-        if request_ids.size and int(request_ids.max()) >= self._emitted.size:
-            grown = np.ones(int(request_ids.max()) + 1)
-            grown[:self._emitted.size] = self._emitted
-            self._emitted = grown
-        return self._emitted[request_ids]
-
-    def expected_accepted(self) -> float | None:
-        """Expected accepted tokens per iteration (bonus excluded), where a closed form exists."""
-        return self.acceptance.expected(self.tree)
-
-    # ---------------------------------------------------------------- policy interface
-    @property
-    def max_verify_tokens(self) -> int:
-        return self.tree.num_nodes + 1
-
-    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
-        k = np.full(len(batch), self.tree.num_nodes, dtype=np.int64)
-        ctx = batch.context.astype(np.float64)
-        return DraftPlan(num_draft=k, verify_tokens=k + 1,
-                         draft_time_s=self.draft_time(ctx, self._reread(batch.request_ids)),
-                         payload=self.tree)
-
-    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
-
-    def observe(self, plan, batch, accepted, step_time_s) -> None:
-        self._reread(batch.request_ids)
-        self._emitted[batch.request_ids] = np.asarray(accepted) + 1.0
-
-    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        if not new_tokens.size:
-            return 0.0
-        return self.cost.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
-            + self._fc_s(float(new_tokens.sum()))
+    def _extra_s(self, first_tokens: float, later_tokens: list[float]) -> float:
+        """EAGLE-1 fuses [feature, embedding] with its fc in every forward."""
+        return sum(self._fc_s(t) for t in [first_tokens] + later_tokens)
 
 
 class EagleSpeculation(_EagleDraft):
@@ -178,37 +128,15 @@ class Eagle2Speculation(_EagleDraft):
 
     @classmethod
     def check_params(cls, out: dict, *, raw, source: str, prefix: str) -> None:
-        steps, topk = out["speculative_num_steps"], out["speculative_eagle_topk"]
-        nodes = out["speculative_num_draft_tokens"] - 1
-        most = topk + (steps - 1) * topk * topk
-        field = prefix + "speculative_num_draft_tokens"
-        if nodes < steps:
-            raise SpecsimError(f"{nodes + 1} draft tokens (the root and {nodes} nodes) cannot "
-                               f"reach depth {steps}", source=source, field=field,
-                               fix=f"use >= {steps + 1}, or fewer speculative_num_steps")
-        if nodes > most:
-            raise SpecsimError(f"{steps} steps of top-{topk} give only {most} candidate nodes, "
-                               f"fewer than {nodes}", source=source, field=field,
-                               fix=f"use <= {most + 1}, or more steps / a larger topk")
+        check_dynamic_tree(out["speculative_num_steps"], out["speculative_eagle_topk"],
+                           out["speculative_num_draft_tokens"], source=source, prefix=prefix)
         check_acceptance_param(out, source, prefix)
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self._setup(params, ctx)
         steps = params["speculative_num_steps"]
         topk = params["speculative_eagle_topk"]
-        probe = TokenTree.from_config([2] + [1] * (steps - 1))
-        self.acceptance = resolve_acceptance(params, ctx, probe, policy=self.name,
-                                             conditionals=True)
-        width = model_width(self.acceptance.model, topk)
-        if width < topk:
-            raise SpecsimError(f"the acceptance model lists {width} child ranks, fewer than "
-                               f"topk {topk}", field="policy.speculative_eagle_topk",
-                               fix=f"use speculative_eagle_topk <= {width}, or list more ranks")
-        table = exclusive_table(self.acceptance.model, steps, topk,
-                                field="policy.acceptance")
-        self.tree = check_tree_size(
-            dynamic_tree(table, steps, topk, params["speculative_num_draft_tokens"] - 1),
-            "policy.speculative_num_draft_tokens")
-        self.acceptance.check_fits(self.tree)
+        self.acceptance, self.tree = dynamic_draft_tree(
+            params, ctx, steps, topk, params["speculative_num_draft_tokens"], policy=self.name)
         self.levels = np.array([1] + [topk] * (steps - 1), np.int64)
         self.logits = self.levels

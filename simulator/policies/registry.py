@@ -1,8 +1,8 @@
 """The serving policies by name: the one registry the scenario, the driver and the adaptive
 wrapper use.  The modules it imports policies from are the policy files; the others in
 simulator/policies/ are the contract (base.py, every policy's ``PolicyBase``) and kit
-(chain_acceptance.py, draft_control.py, token_text.py, tree_acceptance.py,
-adaptive_controllers.py), which never import a policy file."""
+(chain_acceptance.py, draft_control.py, feature_draft.py, token_text.py,
+tree_acceptance.py, adaptive_controllers.py), which never import a policy file."""
 from __future__ import annotations
 
 from types import MappingProxyType
@@ -10,8 +10,10 @@ from types import MappingProxyType
 from simulator.policies.adaptive import AdaptiveSpeculation
 from simulator.policies.chain import ChainSpeculation
 from simulator.policies.eagle import Eagle2Speculation, EagleSpeculation
+from simulator.policies.eagle3 import Eagle3Speculation
 from simulator.policies.lookahead import JacobiDecoding, LookaheadDecoding
 from simulator.policies.medusa import MedusaSpeculation
+from simulator.policies.mtp import MtpSpeculation
 from simulator.policies.none import NoSpeculation
 from simulator.policies.prompt_lookup import PromptLookup
 from simulator.policies.specinfer import SpecInferSpeculation
@@ -26,6 +28,8 @@ BASES: dict[str, type] = {
     "medusa": MedusaSpeculation,
     "eagle": EagleSpeculation,
     "eagle2": Eagle2Speculation,
+    "eagle3": Eagle3Speculation,
+    "mtp": MtpSpeculation,
     "prompt_lookup": PromptLookup,
     "suffix": SuffixDecoding,
     "jacobi": JacobiDecoding,

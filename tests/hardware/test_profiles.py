@@ -17,7 +17,7 @@ REFERENCE = PROFILE_DIR / "a100-40gb.yaml"
 
 def test_shipped_profiles_are_the_assigned_ones():
     assert {"a100-40gb", "a100-80gb", "a10", "tpu-v4", "tpu-v5e", "h100-sxm", "h200", "l40s",
-            "cpu"} <= set(PROFILES)
+            "b200", "b300", "cpu"} <= set(PROFILES)
 
 
 @pytest.mark.parametrize("name", PROFILES)
@@ -51,10 +51,13 @@ def test_units_and_orders_of_magnitude(name):
 #   3.35 TB/s (H100 SXM), 4.8 TB/s (H200).
 # NVIDIA A10 datasheet: 125 dense bf16, 600 GB/s. NVIDIA L40S datasheet: 362.05 dense, 864 GB/s.
 # Cloud TPU docs: v4 275 bf16, 1200 GBps; v5e 197 bf16, 819 GBps.
+# NVIDIA HGX B200 specifications: FP16/BF16 36 PFLOPS with sparsity per 8 GPUs, so 2,250 dense
+#   per GPU, 7.7 TB/s; Blackwell Ultra datasheet (HGX B300): 4.5 PFLOPS sparse per GPU, 7.7 TB/s.
+#   (Their FP4/FP8 peaks and the sparse/dense ratios: tests/hardware/test_blackwell.py.)
 DATASHEET = {
     "a100-40gb": (312, 1.555), "a100-80gb": (312, 2.039), "h100-sxm": (989, 3.35),
     "h200": (989, 4.8), "a10": (125, 0.600), "l40s": (362, 0.864),
-    "tpu-v4": (275, 1.2), "tpu-v5e": (197, 0.819),
+    "tpu-v4": (275, 1.2), "tpu-v5e": (197, 0.819), "b200": (2250, 7.7), "b300": (2250, 7.7),
 }
 
 
@@ -82,6 +85,7 @@ def test_design_reference_numbers_are_pinned():
 def test_nvidia_peaks_are_dense_not_sparse(name):
     # On Ampere/Ada/Hopper tensor cores, dense TF32 runs at half the 16-bit rate and INT8
     # (and FP8 where present) at twice it; a sparse figure slipped in breaks the ratio.
+    # (Blackwell, whose B300 cut INT8 and whose FP4 breaks the doubling: test_blackwell.py.)
     p = load_profile(name)
     half = p.peak_flops("bf16")
     assert p.peak_flops("tf32") == pytest.approx(half / 2, rel=0.02)

@@ -1,0 +1,175 @@
+"""Mixture-of-experts layers: the distinct experts a step touches, and what they cost.
+
+Routing.  Each token picks ``k`` distinct experts of ``E``; tokens are independent.  Under
+uniform routing a given expert is among a token's k with probability ``k / E``, so of a step's
+``T`` tokens none picks it with probability ``(1 - k/E)^T`` and the expected number of
+distinct experts touched is the closed form ``D(T) = E (1 - (1 - k/E)^T)``: ``D(1) = k``,
+``D(T) -> E``.  Real routers are skewed (a few hot experts); ``routing_skew`` s >= 0 models
+that with Zipf inclusion probabilities: ``p_e`` proportional to ``rank_e^-s``, scaled so that
+``sum p_e = k`` (each token still picks k), capped at 1 with the excess redistributed over
+the uncapped experts in proportion to their weights; then ``D(T) = sum_e 1 - (1 - p_e)^T``
+(exact for independent tokens given the inclusion probabilities).  s = 0 is the uniform
+closed form; a larger s concentrates the picks and lowers D at every T > 1.
+
+Cost of one MoE layer on one device at T tokens (``MoeShape``).  The routed experts run as one
+grouped GEMM per projection (vLLM's fused_moe: one Triton launch over all experts' token
+blocks for w13, one for w2), so each projection is priced as ONE kernel with the flat roofline
+at the profile's GEMM efficiencies plus one GEMM latency (and floor) rather than
+``Roofline.gemm_time`` per expert, which would repeat a launch latency per expert that the
+fused kernel does not pay.  Its weight bytes are those of the experts touched on the device:
+all ``D(T)`` of them, a 1/TP slice of each, when every expert is sharded over the TP ranks;
+``D(T) / EP`` whole experts when they are spread over the EP ranks (in both cases 1/TP of
+the touched experts' bytes, since EP = TP here); its FLOPs ``2 T k P / TP`` (P one expert's
+parameters); the tokens per touched expert ``T k / D(T)``.  The per-expert
+tile padding of few tokens is not modelled: it costs compute only, and the layer is
+memory-bound wherever few tokens reach each expert (at large T, padding is small).  Under
+skew the mean device is priced, not the busiest one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hardware.kernels import GEMM
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, check_keys, require_mapping
+
+# vLLM's fused_moe launches per MoE layer beside the two grouped GEMMs: topk_softmax and
+# moe_align_block_size before w13, moe_sum after w2 (vllm/model_executor/layers/fused_moe).
+LAUNCHES_UP, LAUNCHES_DOWN = 3, 2
+
+
+@dataclass(frozen=True)
+class MoeOptions:
+    """A scenario's ``moe:`` block: how a MoE target's tokens are routed (``routing_skew``
+    s >= 0: 0 uniform top-k, s > 0 Zipf expert popularity rank^-s)."""
+
+    routing_skew: float = 0.0
+
+
+def parse_moe_options(data: Any, source: str) -> MoeOptions:
+    """``moe: {routing_skew: s}`` -> MoeOptions."""
+    data = require_mapping(data or {}, source=source, field="moe")
+    check_keys(data, allowed=("routing_skew",), source=source, prefix="moe.")
+    if "routing_skew" not in data:
+        return MoeOptions()
+    return MoeOptions(float(as_number(data["routing_skew"], source=source,
+                                      field="moe.routing_skew", minimum=0.0, maximum=10.0,
+                                      fix="0 is uniform routing; 1 is Zipf's law")))
+
+
+def inclusion_probabilities(num_experts: int, k: int, skew: float = 0.0) -> np.ndarray:
+    """Each expert's probability of being among one token's k (sum k, each <= 1): uniform
+    ``k / E`` at skew 0, else Zipf weights ``rank^-skew`` scaled to sum k, capped at 1 with
+    the excess handed to the uncapped experts in proportion to their weights."""
+    if not 1 <= k <= num_experts:
+        raise SpecsimError(f"top-{k} routing over {num_experts} experts is impossible",
+                           field="experts_per_token", fix="use 1 <= k <= num_experts")
+    if skew < 0 or not np.isfinite(skew):
+        raise SpecsimError(f"must be a finite number >= 0, got {skew!r}",
+                           field="moe.routing_skew", fix="0 is uniform routing")
+    w = np.arange(1, num_experts + 1, dtype=np.float64) ** -float(skew)
+    p = np.zeros(num_experts)
+    capped = np.zeros(num_experts, dtype=bool)
+    while True:  # at most k rounds: each one caps at least one more expert
+        free = ~capped
+        p[free] = (k - np.count_nonzero(capped)) * w[free] / w[free].sum()
+        over = free & (p > 1.0)
+        if not over.any():
+            return np.minimum(p, 1.0)
+        capped |= over
+        p[capped] = 1.0
+
+
+def distinct_experts(tokens, num_experts: int, k: int, probs: np.ndarray | None = None):
+    """Expected distinct experts touched by ``tokens`` tokens (a float or an array):
+    the closed form under uniform routing (``probs`` None), else ``sum_e 1 - (1 - p_e)^T``."""
+    t = np.asarray(tokens, dtype=np.float64)
+    if probs is None:
+        d = num_experts * (1.0 - (1.0 - k / num_experts) ** t)
+    else:
+        d = (1.0 - (1.0 - probs) ** t[..., None]).sum(axis=-1)
+    return float(d) if np.ndim(d) == 0 else d
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """One MoE layer's routed experts on one device (elements unless named bytes)."""
+
+    layers: int              # MoE layers of the model
+    num_experts: int
+    k: int
+    probs: np.ndarray | None  # inclusion probabilities; None: uniform (closed form)
+    ep: int                  # expert parallel degree (1: experts sharded over TP)
+    up_weight: float         # one expert's w13 (gate+up) on the device
+    down_weight: float       # one expert's w2
+    up_out: float            # w13 output per routed token row on the device
+    down_in: float           # w2 input per routed token row
+    hidden: int
+
+    @classmethod
+    def of(cls, model, tp: int, ep: int, skew: float) -> "MoeShape":
+        fe, h = model.expert_ffn_size, model.hidden_size
+        gates = 2 if model.gated_mlp else 1
+        E, k = model.num_experts, model.experts_per_token
+        probs = None if skew == 0 else inclusion_probabilities(E, k, skew)
+        if probs is None:
+            inclusion_probabilities(E, k)  # validates k against E
+        # EP: whole experts, E/ep of them per device; else every expert's intermediate / tp
+        f_dev = fe if ep > 1 else fe / tp
+        return cls(model.moe_layers, E, k, probs, ep, gates * h * f_dev,
+                   f_dev * h, gates * f_dev, f_dev, h)
+
+    def distinct(self, tokens):
+        return distinct_experts(tokens, self.num_experts, self.k, self.probs)
+
+
+def routed_terms(cm, tokens: np.ndarray) -> list[tuple]:
+    """Per MoE layer, at every count of ``tokens`` (float64 array): ``(name, flops, hbm
+    bytes, host bytes, compute s, memory s, host s, gpu s, launches)`` of the grouped w13
+    and w2 GEMMs; offloaded weights (``offload_fraction``) stream the touched experts'
+    share over the host link, a third roof as for the dense linears."""
+    s: MoeShape = cm._moe
+    roof, wb, b = cm._lin_roof, cm._wb, cm._b
+    # experts touched on the device (each a 1/TP slice, or D/EP whole experts under EP)
+    # and the routed token rows it computes
+    d_dev = s.distinct(tokens) / s.ep
+    rows = tokens * s.k / s.ep
+    out = []
+    for name, weight, t_in, t_out, launches in (
+            ("experts_up", s.up_weight, s.hidden, s.up_out, LAUNCHES_UP),
+            ("experts_down", s.down_weight, s.down_in, s.hidden, LAUNCHES_DOWN)):
+        flops = 2.0 * rows * weight
+        hbm = d_dev * weight * wb + rows * (t_in + t_out) * b
+        host = d_dev * weight * wb * cm._offload
+        host_s = host / cm._host_bw
+        compute_s = roof.compute_time(flops, hbm)
+        memory_s = roof.memory_time(hbm)
+        if cm._shapes:
+            crate, mrate, latency, floor = roof.kind_rates(GEMM)
+            gpu = np.where(tokens > 0, np.maximum(
+                np.maximum(flops / crate, hbm / mrate) + latency, floor), 0.0)
+        else:
+            gpu = np.maximum(compute_s, memory_s)
+        out.append((name, flops, hbm, host, compute_s, memory_s, host_s,
+                    np.maximum(gpu, host_s), launches))
+    return out
+
+
+def all_to_all_s(cm, tokens):
+    """Dispatch and combine of one MoE layer under expert parallelism: two all-to-alls of
+    ``T k h`` activation bytes per device (``Collectives.all_to_all_s``); 0 without EP."""
+    s: MoeShape = cm._moe
+    if s.ep <= 1:
+        return 0.0 * tokens
+    return 2.0 * cm._collectives.all_to_all_s(tokens * s.k * s.hidden * cm._b, s.ep)
+
+
+def verify_decode_ratio(cost, batches, tokens: int, context: float) -> np.ndarray:
+    """The step time of verifying ``tokens`` tokens per request over a 1-token decode, at
+    each batch size of ``batches`` and equal ``context`` (the report's roofline curve: near
+    1 on a dense model at small batch, well above 1 on a MoE model until D(T) nears E)."""
+    return np.array([cost.verify_time(int(n), context, int(tokens))
+                     / cost.decode_time(int(n), context) for n in batches])

@@ -1,0 +1,150 @@
+"""Kit: drafting with a layer that runs inside the target's engine step on the target's
+hidden states -- EAGLE's layer (``eagle``, ``eagle2``), EAGLE-3's (``eagle3``) and a model's
+own multi-token-prediction modules (``mtp``).
+
+All of them work the same way each iteration: the first forward re-reads the tokens the
+target accepted last time (their hidden states come from the target's verification, and
+they are not yet in the drafter's own one-layer KV cache), then one forward per tree level
+(one token per request for a chain), each through an LM head.  What differs is the layer's
+shapes and the small linears around it, which a policy prices in ``_extra_s``.  vLLM's
+``EagleProposer`` (vllm/v1/spec_decode/eagle.py) runs EAGLE, EAGLE-3 and MTP drafts this
+way.
+
+``FeatureDraft`` is that shared machinery; a policy sets ``spec``, ``cost`` (the layer's
+CostModel), ``prices`` (its ``OperatorPrices``), ``tree``, ``levels``, ``logits`` and
+``acceptance`` (a ``PolicyAcceptance``), and says what its extra linears cost.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from simulator.cost.cost_model import CostModel
+from simulator.cost.drafting import level_draft_time
+from simulator.cost.parallelism import Parallelism
+from simulator.engine.plan import BatchView, DraftPlan
+from simulator.inputs.errors import SpecsimError
+from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware
+from simulator.policies.tree_acceptance import (
+    PolicyAcceptance,
+    exclusive_table,
+    model_width,
+    resolve_acceptance,
+)
+from simulator.speculation.token_tree import TokenTree
+from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
+
+
+class FeatureDraft(PolicyBase):
+    """A one-layer drafter on the target's features (see the module docstring)."""
+
+    def _start(self, ctx: PolicyContext) -> None:
+        self._emitted = np.ones(len(ctx.workload) if ctx.workload is not None else 0)
+
+    def _extra_s(self, first_tokens: float, later_tokens: list[float]) -> float:
+        """Seconds of the policy's linears around the layer: ``first_tokens`` in the first
+        forward (summed over requests), ``later_tokens[j]`` in forward j + 1."""
+        return 0.0
+
+    def draft_time(self, context: np.ndarray, reread: np.ndarray | None = None) -> float:
+        """The drafter's forwards for one iteration (``reread``: tokens accepted last time)."""
+        n = context.size
+        if n == 0:
+            return 0.0
+        first = np.ones(n) if reread is None else np.maximum(reread, 1.0)
+        total = level_draft_time(self.cost, context, self.levels, logits=self.logits,
+                                 first_tokens=first)
+        return total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
+
+    def _reread(self, request_ids: np.ndarray) -> np.ndarray:
+        if request_ids.size and int(request_ids.max()) >= self._emitted.size:
+            grown = np.ones(int(request_ids.max()) + 1)
+            grown[:self._emitted.size] = self._emitted
+            self._emitted = grown
+        return self._emitted[request_ids]
+
+    def expected_accepted(self) -> float | None:
+        """Expected accepted tokens per iteration (bonus excluded), where a closed form exists."""
+        return self.acceptance.expected(self.tree)
+
+    # ---------------------------------------------------------------- policy interface
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.tree.num_nodes + 1
+
+    def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        k = np.full(len(batch), self.tree.num_nodes, dtype=np.int64)
+        ctx = batch.context.astype(np.float64)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1,
+                         draft_time_s=self.draft_time(ctx, self._reread(batch.request_ids)),
+                         payload=self.tree)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
+
+    def observe(self, plan, batch, accepted, step_time_s) -> None:
+        self._reread(batch.request_ids)
+        self._emitted[batch.request_ids] = np.asarray(accepted) + 1.0
+
+    def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        """The layer fills its own KV over every prompt chunk (no logits)."""
+        if not new_tokens.size:
+            return 0.0
+        return self.cost.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
+            + self._extra_s(float(new_tokens.sum()), [])
+
+
+def module_cost(ctx: PolicyContext, spec) -> CostModel:
+    """The cost model of a drafting module built from the target's own layers (MTP): sharded
+    as the target is (its tensor parallel degree, or the draft's where set, and whatever
+    else the target's Parallelism says, e.g. expert parallelism), one pipeline stage, no
+    offloading; forwards inside the target's step (graph replay, no host time of their own)."""
+    parallel = getattr(ctx.target_cost, "parallel", None) or Parallelism()
+    change = {"pipeline_parallel": 1, "micro_batches": 1, "offload_fraction": 0.0,
+              "tensor_parallel": parallel.draft_tp, "draft_tensor_parallel": None}
+    try:
+        own = dataclasses.replace(parallel, **change)
+    except SpecsimError:  # another degree that needs the target's TP: the module unsplit by it
+        fields = {f.name for f in dataclasses.fields(parallel)}
+        own = dataclasses.replace(parallel, **change, **{
+            f: 1 for f in ("expert_parallel",) if f in fields})
+    execution = getattr(ctx.target_cost, "execution", None)
+    separate = execution is not None and not execution.captured_draft_loop
+    return CostModel(policy_hardware(ctx), spec, own, execution=execution, host=separate)
+
+
+# ---------------------------------------------------------------- EAGLE-2's dynamic tree
+def check_dynamic_tree(steps: int, topk: int, draft_tokens: int, *, source: str,
+                       prefix: str) -> None:
+    """SGLang's knobs must describe a tree: ``draft_tokens - 1`` nodes reach depth ``steps``
+    and are no more than ``steps`` forwards of top-``topk`` can propose."""
+    nodes = draft_tokens - 1
+    most = topk + (steps - 1) * topk * topk
+    field = prefix + "speculative_num_draft_tokens"
+    if nodes < steps:
+        raise SpecsimError(f"{nodes + 1} draft tokens (the root and {nodes} nodes) cannot "
+                           f"reach depth {steps}", source=source, field=field,
+                           fix=f"use >= {steps + 1}, or fewer speculative_num_steps")
+    if nodes > most:
+        raise SpecsimError(f"{steps} steps of top-{topk} give only {most} candidate nodes, "
+                           f"fewer than {nodes}", source=source, field=field,
+                           fix=f"use <= {most + 1}, or more steps / a larger topk")
+
+
+def dynamic_draft_tree(params: dict, ctx: PolicyContext, steps: int, topk: int,
+                       draft_tokens: int, *, policy: str) -> tuple[PolicyAcceptance, TokenTree]:
+    """EAGLE-2's tree: expand the ``topk`` best nodes for ``steps`` forwards, keep the best
+    ``draft_tokens - 1`` by path probability (the acceptance model's per-node rates)."""
+    probe = TokenTree.from_config([2] + [1] * (steps - 1))
+    acceptance = resolve_acceptance(params, ctx, probe, policy=policy, conditionals=True)
+    width = model_width(acceptance.model, topk)
+    if width < topk:
+        raise SpecsimError(f"the acceptance model lists {width} child ranks, fewer than "
+                           f"topk {topk}", field="policy.speculative_eagle_topk",
+                           fix=f"use speculative_eagle_topk <= {width}, or list more ranks")
+    table = exclusive_table(acceptance.model, steps, topk, field="policy.acceptance")
+    tree = check_tree_size(dynamic_tree(table, steps, topk, draft_tokens - 1),
+                           "policy.speculative_num_draft_tokens")
+    acceptance.check_fits(tree)
+    return acceptance, tree
