@@ -8,20 +8,26 @@ from __future__ import annotations
 from typing import Sequence
 
 import altair as alt
+import numpy as np
 import pandas as pd
 
 WIDTH = 380
 HEIGHT = 240
 
 
+LABEL_PX = 240  # widest policy label drawn (the report shortens labels to fit: frames)
+SLO_COLOR = "#d62728"
+
+
 def _policy_color(df: pd.DataFrame, policies: Sequence[str] | None):
     present = [str(p) for p in pd.unique(df["policy"])]
     domain = list(policies) if policies is not None else present
     # The domain keeps each policy's colour the same on every chart; the legend lists only
-    # the policies this chart has data for.
+    # the policies this chart has data for, in one column when a label is long.
+    wide = any(len(p) > 24 for p in present)
     return alt.Color("policy:N", scale=alt.Scale(domain=domain), legend=alt.Legend(
-        title="policy (click to select)", orient="bottom", columns=2, labelLimit=300,
-        values=present))
+        title="policy (click to select)", orient="bottom", columns=1 if wide else 2,
+        labelLimit=LABEL_PX, values=present))
 
 
 def _legend_selection():
@@ -71,25 +77,130 @@ def _grid_base(grid: pd.DataFrame, title: str) -> alt.Chart:
                  alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("c:Q", format=".3f")])
 
 
-def gamma_heatmap_chart(grid: pd.DataFrame, title: str = "optimal gamma") -> alt.LayerChart:
-    """Best gamma per batch x context (columns batch, context, best_gamma, speedup, c)."""
+def _grid_layers(grid: pd.DataFrame, title: str) -> tuple[alt.Chart, list]:
+    """The grid's base (its feasible cells) and the layers of cells with no feasible gamma
+    (a ``feasible`` column False: grey, marked with a cross)."""
     base = _grid_base(grid, title)
+    if "feasible" not in grid.columns or bool(grid["feasible"].all()):
+        return base, []
+    off = base.transform_filter("!datum.feasible")
+    return base.transform_filter("datum.feasible"), [
+        off.mark_rect(color="#e0e0e0"),
+        off.mark_text(fontSize=10, color="#777").encode(text=alt.value("\u00d7"))]
+
+
+def gamma_heatmap_chart(grid: pd.DataFrame, title: str = "optimal gamma") -> alt.LayerChart:
+    """Best gamma per batch x context (columns batch, context, best_gamma, speedup, c, and
+    optionally feasible: cells without a feasible gamma drawn grey with a cross)."""
+    base, off = _grid_layers(grid, title)
     rect = base.mark_rect().encode(color=alt.Color("best_gamma:O", title="gamma",
                                                    scale=alt.Scale(scheme="viridis")))
     text = base.mark_text(fontSize=10).encode(
         text=alt.Text("best_gamma:O"),
         color=alt.condition("datum.best_gamma > 4", alt.value("black"), alt.value("white")))
-    return rect + text
+    return alt.layer(rect, text, *off)
 
 
 def speedup_surface_chart(grid: pd.DataFrame,
                           title: str = "speedup at the best gamma") -> alt.LayerChart:
     """Speedup at the best gamma per batch x context; 1.0 means do not speculate."""
-    base = _grid_base(grid, title)
+    base, off = _grid_layers(grid, title)
     rect = base.mark_rect().encode(color=alt.Color(
         "speedup:Q", title="speedup", scale=alt.Scale(scheme="blues", domainMin=1.0)))
     text = base.mark_text(fontSize=9).encode(text=alt.Text("speedup:Q", format=".2f"))
-    return rect + text
+    return alt.layer(rect, text, *off)
+
+
+STAT_COLORS = alt.Scale(domain=["p50", "p99", "mean"], range=["#6baed6", "#08519c", "#31a354"])
+
+
+def _slo_rule(value_ms: float, channel: str, title: str) -> alt.Chart:
+    enc = alt.X if channel == "x" else alt.Y
+    data = pd.DataFrame({"slo_ms": [value_ms], "what": [f"SLO {value_ms:g} ms"]})
+    return alt.Chart(data).mark_rule(color=SLO_COLOR, strokeDash=[6, 3], size=2).encode(
+        **{channel: enc("slo_ms:Q", title=title)}, tooltip=[alt.Tooltip("what:N", title="")])
+
+
+def policy_comparison_chart(comp: pd.DataFrame, slo_ms: dict[str, float] | None = None,
+                            policies: Sequence[str] | None = None) -> alt.HConcatChart:
+    """p50/p99 TTFT and TPOT and output throughput per policy, side by side, one row of bars
+    per policy (columns policy, panel, stat, value); ``slo_ms`` ({"ttft": ms, "tpot": ms})
+    draws each latency target as a dashed red line."""
+    order = list(policies) if policies is not None else list(pd.unique(comp["policy"]))
+    keys = {"TTFT (ms)": "ttft", "TPOT (ms)": "tpot"}
+    panels = []
+    for i, panel in enumerate(pd.unique(comp["panel"])):
+        data = comp[comp["panel"] == panel]
+        axis = alt.Axis(labelLimit=LABEL_PX) if i == 0 else None
+        bars = alt.Chart(data).mark_bar().encode(
+            y=alt.Y("policy:N", sort=order, title=None, axis=axis,
+                    scale=alt.Scale(domain=order)),
+            yOffset=alt.YOffset("stat:N"),
+            x=alt.X("value:Q", title=panel),
+            color=alt.Color("stat:N", title="statistic", scale=STAT_COLORS,
+                            legend=alt.Legend(orient="bottom")),
+            tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("stat:N"),
+                     alt.Tooltip("value:Q", title=panel, format=".4g")])
+        layers = [bars]
+        slo = (slo_ms or {}).get(keys.get(panel, ""))
+        if slo:
+            layers.append(_slo_rule(slo, "x", panel))
+        panels.append(alt.layer(*layers).properties(
+            title=panel, width=200, height=max(90, 34 * len(order))))
+    return alt.hconcat(*panels).properties(
+        title="policies compared" + (" (dashed: SLO)" if slo_ms else ""))
+
+
+def latency_throughput_chart(lt: pd.DataFrame, metric: str, slo_ms: float | None = None,
+                             policies: Sequence[str] | None = None) -> alt.LayerChart:
+    """p99 latency against output throughput per policy or plan candidate (columns policy,
+    request_rate, output_tokens_per_s, metric, value_ms), each line in rate order; with
+    ``slo_ms`` the band within the SLO is shaded and its edge drawn dashed."""
+    data = lt[lt["metric"] == metric]
+    name = {"ttft": "TTFT", "tpot": "TPOT"}.get(metric, metric)
+    ytitle = f"p99 {name} (ms)"
+    sel = _legend_selection()
+    lines = alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X("output_tokens_per_s:Q", title="output throughput (tokens/s)"),
+        y=alt.Y("value_ms:Q", title=ytitle),
+        order=alt.Order("request_rate:Q"),
+        color=_policy_color(data, policies),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.15)),
+        tooltip=[alt.Tooltip("policy:N"),
+                 alt.Tooltip("request_rate:Q", title="requests/s", format=".3g"),
+                 alt.Tooltip("output_tokens_per_s:Q", title="tokens/s", format=".4g"),
+                 alt.Tooltip("value_ms:Q", title=ytitle, format=".4g")],
+    ).add_params(sel)
+    layers = [lines]
+    if slo_ms:
+        band = alt.Chart(pd.DataFrame({"lo": [0.0], "hi": [slo_ms]})).mark_rect(
+            color="#2ca02c", opacity=0.10).encode(y=alt.Y("lo:Q", title=ytitle), y2="hi:Q")
+        layers = [band, _slo_rule(slo_ms, "y", ytitle), lines]
+    title = f"p99 {name} vs throughput" + (" (shaded: within the SLO)" if slo_ms else "")
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
+def cost_replicas_chart(cost: pd.DataFrame, candidates: Sequence[str] | None = None,
+                        title: str = "cost against replicas") -> alt.Chart:
+    """Cost per million output tokens against replicas per plan candidate (columns
+    candidate, replicas, cost, basis); ``candidates`` fixes their colours."""
+    top = int(np.ceil(cost["replicas"].max())) if len(cost) else 1
+    ticks = list(range(0, top + 1, max(1, -(-top // 10))))
+    domain = list(candidates) if candidates is not None else list(pd.unique(cost["candidate"]))
+    return alt.Chart(cost, title=title, width=WIDTH, height=HEIGHT).mark_point(
+        filled=True, size=110).encode(
+        x=alt.X("replicas:Q", title="replicas", axis=alt.Axis(values=ticks, format="d"),
+                scale=alt.Scale(domain=[0, max(top, 1)])),
+        y=alt.Y("cost:Q", title="price per million output tokens", scale=alt.Scale(zero=True)),
+        color=alt.Color("candidate:N", title="candidate", scale=alt.Scale(domain=domain),
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=LABEL_PX,
+                                          values=[str(c) for c in pd.unique(
+                                              cost["candidate"])])),
+        shape=alt.Shape("basis:N", title="replicas", legend=alt.Legend(orient="bottom",
+                                                                      labelLimit=LABEL_PX)),
+        tooltip=[alt.Tooltip("candidate:N"), alt.Tooltip("replicas:Q"),
+                 alt.Tooltip("cost:Q", title="per million tokens", format=".4g"),
+                 alt.Tooltip("basis:N")])
 
 
 def acceptance_length_chart(hist: pd.DataFrame,
@@ -185,7 +296,8 @@ def efficiency_curve_chart(curves: pd.DataFrame,
     """Calibrated efficiency against operator size (columns curve, size, efficiency)."""
     return alt.Chart(curves, title=title, width=WIDTH, height=HEIGHT).mark_line(
         point=True).encode(
-        x=alt.X("size:Q", title="operator FLOPs, FLOPs per byte, or bytes (see legend)", scale=alt.Scale(type="log"),
+        x=alt.X("size:Q", title="operator FLOPs, FLOPs per byte, or bytes (see legend)",
+                scale=alt.Scale(type="log"),
                 axis=alt.Axis(format="~s")),
         y=alt.Y("efficiency:Q", title="fraction of peak", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("curve:N", title="curve", legend=alt.Legend(orient="bottom")),

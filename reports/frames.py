@@ -5,7 +5,7 @@ the number of requests or steps, so that a report of a 20,000-request trace stay
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -167,3 +167,173 @@ def sweep_frame(sweep: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["policy", "request_rate", "metric", "value"])
     out = pd.concat(parts, ignore_index=True).dropna(subset=["request_rate", "value"])
     return out.sort_values(["metric", "policy", "request_rate"]).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- planner's charts
+COMPARISON_PANELS = {"ttft": "TTFT (ms)", "tpot": "TPOT (ms)"}
+THROUGHPUT_PANEL = "output throughput (tok/s)"
+LABEL_LIMIT = 32  # characters of a policy label shown in tables and charts
+
+
+def short_labels(labels: Sequence[str], limit: int = LABEL_LIMIT) -> list[str]:
+    """Labels of at most ``limit`` characters, unique: a longer one keeps its head and its
+    tail (where parameter values differ) around an ellipsis; a clash gets a number."""
+    out: list[str] = []
+    tail = max(1, limit // 3)
+    for lab in map(str, labels):
+        s = lab if len(lab) <= limit else lab[:limit - tail - 1] + "\u2026" + lab[-tail:]
+        base, n = s, 2
+        while s in out:
+            s = f"{base[:limit - len(str(n)) - 1]}#{n}"
+            n += 1
+        out.append(s)
+    return out
+
+
+def label_legend(full: Sequence[str], short: Sequence[str]) -> pd.DataFrame:
+    """Short label -> full label, for the labels that were shortened."""
+    rows = [(s, f) for f, s in zip(full, short) if s != f]
+    return pd.DataFrame(rows, columns=["label", "policy"])
+
+
+def slo_targets(slo) -> dict[str, float]:
+    """Latency targets in seconds, {"ttft": ..., "tpot": ...}, of whichever are set.
+
+    ``slo`` is a scenario's SLO (ttft_s, tpot_s: per request), a plan's CapacitySLO (its
+    p99_ttft_s, p99_tpot_s first), or a mapping with those keys (or ``*_ms``).
+    """
+    if slo is None:
+        return {}
+
+    def get(key):
+        return slo.get(key) if isinstance(slo, Mapping) else getattr(slo, key, None)
+
+    out = {}
+    for m in COMPARISON_PANELS:
+        for key, scale in ((f"p99_{m}_s", 1.0), (f"{m}_s", 1.0), (f"p99_{m}_ms", 1e-3),
+                           (f"{m}_ms", 1e-3)):
+            v = get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < np.inf:
+                out[m] = float(v) * scale
+                break
+    return out
+
+
+def policy_comparison_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """p50/p99 TTFT and TPOT (ms) and output throughput (tok/s) per policy, long: policy,
+    panel, stat, value (one row per finite value; policy order kept)."""
+    rows = []
+    for _, r in summary.iterrows():
+        for m, panel in COMPARISON_PANELS.items():
+            for stat in ("p50", "p99"):
+                col = f"{stat}_{m}_s"
+                if col in summary.columns:
+                    rows.append((r["policy"], panel, stat, float(r[col]) * 1e3))
+        if "output_tokens_per_s" in summary.columns:
+            rows.append((r["policy"], THROUGHPUT_PANEL, "mean",
+                         float(r["output_tokens_per_s"])))
+    df = pd.DataFrame(rows, columns=["policy", "panel", "stat", "value"])
+    return df[np.isfinite(df["value"].to_numpy(np.float64))].reset_index(drop=True)
+
+
+def latency_throughput_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """p99 latency (ms) against output throughput, from a simulated sweep (one row per
+    policy x rate) or a plan (one row per candidate at its highest sustainable rate).
+
+    Columns policy, request_rate, output_tokens_per_s, metric (ttft or tpot), value_ms;
+    rows without a finite throughput or latency are left out.
+    """
+    cols = ["policy", "request_rate", "output_tokens_per_s", "metric", "value_ms"]
+    if "output_tokens_per_s" not in table.columns:
+        return pd.DataFrame(columns=cols)
+    if "candidate" in table.columns and "max_rate_per_s" in table.columns:
+        pol, rate = table["candidate"].astype(str), table["max_rate_per_s"]
+    else:
+        rc = next((c for c in SWEEP_RATE_COLUMNS if c in table.columns), None)
+        pc = next((c for c in SWEEP_POLICY_COLUMNS if c in table.columns), None)
+        if rc is None:
+            return pd.DataFrame(columns=cols)
+        pol = table[pc].astype(str) if pc else pd.Series("policy", index=table.index)
+        rate = table[rc]
+    parts = []
+    for m in COMPARISON_PANELS:
+        if f"p99_{m}_s" not in table.columns:
+            continue
+        parts.append(pd.DataFrame({
+            "policy": pol.to_numpy(), "request_rate": pd.to_numeric(rate, errors="coerce"),
+            "output_tokens_per_s": pd.to_numeric(table["output_tokens_per_s"],
+                                                 errors="coerce"),
+            "metric": m, "value_ms": pd.to_numeric(table[f"p99_{m}_s"], errors="coerce") * 1e3}))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts, ignore_index=True)
+    keep = np.isfinite(out[["output_tokens_per_s", "value_ms"]].to_numpy(np.float64)).all(1)
+    return out[keep].sort_values(["metric", "policy", "request_rate"],
+                                 kind="stable").reset_index(drop=True)
+
+
+def plan_cost_frame(plan: pd.DataFrame) -> pd.DataFrame:
+    """Cost per million output tokens against replicas, per plan candidate: with a target
+    rate, the replicas that hold it and the cost there; else the candidate's own replicas
+    at its highest sustainable rate.  Columns candidate, replicas, cost, basis."""
+    cols = ["candidate", "replicas", "cost", "basis"]
+    rows = []
+    for _, r in plan.iterrows():
+        n, cost = r.get("min_replicas_for_target"), r.get("cost_per_million_tokens_at_target")
+        basis = "replicas to hold the target rate"
+        if not (_finite(n) and _finite(cost)):
+            n, cost = r.get("replicas"), r.get("cost_per_million_tokens")
+            basis = "own replicas, at the highest sustainable rate"
+        if _finite(n) and _finite(cost):
+            rows.append((str(r.get("candidate")), float(n), float(cost), basis))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _finite(v) -> bool:
+    try:
+        return v is not None and bool(np.isfinite(float(v)))
+    except (TypeError, ValueError):
+        return False
+
+
+ANALYTIC_RESULTS = ("draft_tokens", "draft_s", "verify_s", "decode_s", "iteration_s",
+                    "expected_tokens", "speedup", "tokens_per_s")
+GRID_AXES = ("batch", "context", "gamma", "tree_width")
+
+
+def analytic_gamma_grids(sweep: pd.DataFrame, max_grids: int = 4) -> list[tuple[str,
+                                                                             pd.DataFrame]]:
+    """Best gamma per batch x context of an analytic sweep, one grid per combination of the
+    other swept fields (hardware, alpha, ...), at most ``max_grids``: (title, grid), grid
+    with batch, context, best_gamma, speedup, c, feasible (False: no feasible gamma)."""
+    need = {"batch", "context", "gamma", "speedup", "feasible"}
+    if not need <= set(sweep.columns) or not len(sweep):
+        return []
+    df = sweep[sweep["error"].isna()] if "error" in sweep.columns else sweep
+    first = next((list(df.columns).index(c) for c in ANALYTIC_RESULTS if c in df.columns),
+                 len(df.columns))
+    fields = [c for c in df.columns[:first] if c not in ("point", "key", *GRID_AXES)]
+    by = [c for c in fields if df[c].astype(str).nunique() > 1]
+    groups = df.groupby(by, sort=False, dropna=False) if by else [((), df)]
+    out = []
+    for values, g in groups:
+        ok = g[g["feasible"].astype(bool) & g["speedup"].notna()]
+        cells = g[["batch", "context"]].drop_duplicates()
+        best = (ok.loc[ok.groupby(["batch", "context"])["speedup"].idxmax().to_numpy()]
+                if len(ok) else ok)
+        grid = cells.merge(best[["batch", "context", "gamma", "speedup"] +
+                                (["c"] if "c" in best.columns else [])],
+                           on=["batch", "context"], how="left")
+        grid = grid.rename(columns={"gamma": "best_gamma"})
+        grid["feasible"] = grid["speedup"].notna()
+        grid["best_gamma"] = grid["best_gamma"].astype("Int64")
+        if "c" not in grid.columns:
+            grid["c"] = np.nan
+        vals = values if isinstance(values, tuple) else (values,)
+        title = ", ".join(f"{k}={v}" for k, v in zip(by, vals))
+        out.append((title, grid[["batch", "context", "best_gamma", "speedup", "c",
+                                 "feasible"]].sort_values(["batch", "context"])
+                    .reset_index(drop=True)))
+        if len(out) == max_grids:
+            break
+    return out

@@ -1,6 +1,7 @@
 """``render_report``: Results, and optionally a sweep, plan, validation or calibration -> HTML."""
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -107,9 +108,84 @@ def _latency_section(page: Page, results: Sequence, policies: list[str]) -> None
     page.charts(named)
 
 
-def _sweep_section(page: Page, sweep: Any, policies: list[str]) -> None:
-    long = frames.sweep_frame(as_frame(sweep))
+def _slo_text(slo_ms: Mapping[str, float]) -> str:
+    parts = [f"{k.upper()} {v:g} ms" for k, v in slo_ms.items()]
+    return f"SLO: {', '.join(parts)}." if parts else "No latency SLO given."
+
+
+def _comparison_section(page: Page, summary: pd.DataFrame, policies: list[str],
+                        slo_ms: Mapping[str, float]) -> None:
+    comp = frames.policy_comparison_frame(summary)
+    if not len(comp):
+        return
+    page.text("Policies side by side: p50 and p99 TTFT and TPOT, and output throughput. "
+              + _slo_text(slo_ms) + " Hover a bar for its value.")
+    page.charts([("policy-comparison", charts.policy_comparison_chart(comp, dict(slo_ms),
+                                                                      policies))])
+
+
+def _label_legend(page: Page, full: Sequence[str], short: Sequence[str]) -> None:
+    legend = frames.label_legend(full, short)
+    if len(legend):
+        page.text("Long policy labels are shortened in the tables and charts; in full:")
+        page.table(legend, {"label": ("label", str), "policy": ("policy", str)})
+
+
+def _latency_throughput(page: Page, table: pd.DataFrame, policies: list[str],
+                        slo_ms: Mapping[str, float], prefix: str, text: str) -> None:
+    lt = frames.latency_throughput_frame(table)
+    if not len(lt):
+        return
+    page.text(text + " " + _slo_text(slo_ms))
+    page.charts([(f"{prefix}-latency-throughput-{m}", charts.latency_throughput_chart(
+        lt, m, slo_ms.get(m), policies)) for m in frames.COMPARISON_PANELS
+        if m in set(lt["metric"])])
+
+
+def _analytic_sweep(page: Page, table: pd.DataFrame) -> bool:
+    grids = frames.analytic_gamma_grids(table)
+    if not grids:
+        return False
+    page.text("Analytic sweep: per batch x context the gamma with the largest speedup over "
+              "no speculation among the feasible points, and that speedup; a grey cell with "
+              "a cross has no feasible gamma (over the KV budget or a model's context: see "
+              "the infeasible_reason column of the results file).")
+    named = []
+    for i, (title, grid) in enumerate(grids):
+        suffix = f" ({title})" if title else ""
+        named += [(f"sweep-gamma-heatmap-{i}", charts.gamma_heatmap_chart(
+                      grid, "optimal gamma" + suffix)),
+                  (f"sweep-speedup-{i}", charts.speedup_surface_chart(
+                      grid, "speedup at the best gamma" + suffix))]
+    page.charts(named)
+    best = pd.concat([g.assign(grid=t) for t, g in grids], ignore_index=True)
+    page.table(best, {**({"grid": ("grid", str)} if len(grids) > 1 else {}),
+                      **GRID_TABLE})
+    return True
+
+
+def _cell(value) -> str:
+    return "-" if value is None or pd.isna(value) else format_number(value)
+
+
+GRID_TABLE = {"batch": ("batch", format_number), "context": ("context", format_number),
+              "best_gamma": ("best gamma", _cell), "speedup": ("speedup", _cell),
+              "c": ("c (draft / target step)", _cell)}
+
+
+def _sweep_section(page: Page, sweep: Any, policies: list[str],
+                   slo_ms: Mapping[str, float]) -> None:
+    table = as_frame(sweep)
     page.section("Sweep")
+    if _analytic_sweep(page, table):
+        return
+    pol = next((c for c in frames.SWEEP_POLICY_COLUMNS if c in table.columns), None)
+    if pol is not None:  # long labels shortened as in the summary, with their legend
+        full = [str(p) for p in pd.unique(table[pol].astype(str))]
+        short = frames.short_labels(full)
+        table = table.assign(**{pol: table[pol].astype(str).map(dict(zip(full, short)))})
+        _label_legend(page, full, short)
+    long = frames.sweep_frame(table)
     if not len(long):
         page.text("No request-rate column or no known metric to chart; the table:")
         page.table(as_frame(sweep))
@@ -118,6 +194,9 @@ def _sweep_section(page: Page, sweep: Any, policies: list[str]) -> None:
     domain = policies + [p for p in names if p not in policies]
     page.charts([(f"sweep-{i}", charts.sweep_chart(long, m, domain))
                  for i, m in enumerate(pd.unique(long["metric"]))])
+    _latency_throughput(page, table, domain, slo_ms, "sweep",
+                        "The latency-throughput curve: each policy's p99 latency against the "
+                        "output throughput it reached, in request-rate order.")
 
 
 def _gamma_section(page: Page, scenario, results: Sequence, pricing) -> None:
@@ -185,12 +264,43 @@ def _timeline_section(page: Page, results: Sequence, policies: list[str]) -> Non
         for col, title in frames.TIMELINE_METRICS.items()])
 
 
-def _plan_section(page: Page, plan) -> None:
+PLAN_TABLE = {
+    "rank": ("rank", format_number), "candidate": ("candidate", str),
+    "devices": ("devices", format_number), "replicas": ("replicas", format_number),
+    "max_rate_per_s": ("max rate (req/s)", format_number),
+    "p99_ttft_s": ("p99 TTFT (ms)", _ms), "p99_tpot_s": ("p99 TPOT (ms)", _ms),
+    "goodput_fraction": ("goodput", _pct),
+    "output_tokens_per_s": ("throughput (tok/s)", format_number),
+    "cost_per_million_tokens": ("price per M tokens", format_number),
+    "min_replicas_for_target": ("replicas for the target", lambda v: _cell(
+        int(v) if isinstance(v, float) and v == v else v)),
+    "cost_per_million_tokens_at_target": ("price per M tokens at the target", format_number),
+    "limited_by": ("limited by", str),
+}
+
+
+def _plan_section(page: Page, plan, slo_ms: Mapping[str, float]) -> None:
     page.section("Capacity plan")
     table = as_frame(plan)
-    if {"candidate", "max_rate_per_s"} <= set(table.columns) and len(table):
-        page.charts([("plan", charts.plan_chart(table))])
-    page.table(table)
+    if not ({"candidate", "max_rate_per_s"} <= set(table.columns) and len(table)):
+        page.table(table)
+        return
+    named = [("plan", charts.plan_chart(table))]
+    candidates = [str(c) for c in pd.unique(table["candidate"])]
+    cost = frames.plan_cost_frame(table)
+    if len(cost):
+        named.append(("plan-cost", charts.cost_replicas_chart(cost, candidates)))
+    page.charts(named)
+    page.table(table, PLAN_TABLE)
+    notes = [f"{r['candidate']}: {r['note']}" for _, r in table.iterrows()
+             if isinstance(r.get("note"), str) and r["note"]]
+    notes += [f"{r['candidate']}: failed: {r['error']}" for _, r in table.iterrows()
+              if isinstance(r.get("error"), str) and r["error"]]
+    for note in notes:
+        page.text(note)
+    _latency_throughput(page, table, candidates, slo_ms, "plan",
+                        "Each candidate at its highest sustainable rate: p99 latency against "
+                        "output throughput.")
 
 
 def _calibration_section(page: Page, calibration, pricing) -> None:
@@ -236,11 +346,11 @@ def _validation_section(page: Page, validation) -> None:
         page.table(table)
 
 
-def _reproduce_section(page: Page, scenario, results: Sequence, versions: Mapping) -> None:
+def _reproduce_section(page: Page, scenario, labels: Sequence[str],
+                       versions: Mapping) -> None:
     page.section("Reproduce")
     if scenario is not None:
-        compare = f" --compare {shlex.quote(','.join(r.label for r in results))}" \
-            if results else ""
+        compare = f" --compare {shlex.quote(','.join(labels))}" if labels else ""
         page.text(f"Seed {scenario.seed}. Save the scenario below as scenario.yaml and run:")
         page.pre(f"specsim run scenario.yaml{compare} --report report.html")
     page.table(pd.DataFrame({"package": list(versions), "version": list(versions.values())}))
@@ -249,24 +359,28 @@ def _reproduce_section(page: Page, scenario, results: Sequence, versions: Mappin
         page.pre(yaml.safe_dump(raw, sort_keys=False) if raw else "(built from Python objects)")
 
 
-def _subtitle(scenario, results: Sequence) -> str:
+def _subtitle(scenario, results: Sequence, labels: Sequence[str] = ()) -> str:
     if scenario is None:
         return ""
     draft = f" with draft {scenario.draft}" if scenario.draft else ""
     runs = ""
-    if results:
+    if results:  # the full labels
         runs = (f", {len(results[0].requests)} requests; policies: "
-                + ", ".join(r.label for r in results))
+                + ", ".join(labels or [r.label for r in results]))
     return (f"{scenario.target}{draft} on {scenario.hardware} x{scenario.parallelism.devices}, "
             f"{scenario.replicas} replica(s), seed {scenario.seed}{runs}.")
 
 
 def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
-                      validation=None, calibration=None, versions: Mapping | None = None) -> str:
+                      validation=None, calibration=None, versions: Mapping | None = None,
+                      slo=None) -> str:
     """The whole report as one HTML string.
 
     ``results`` may be empty when a sweep, plan, validation or calibration is given (the
-    sections about simulated runs are then left out).
+    sections about simulated runs are then left out).  ``slo`` (a scenario's SLO, a plan's
+    CapacitySLO or a mapping: ``frames.slo_targets``) sets the SLO lines; by default the
+    scenario's.  Policy labels over ``frames.LABEL_LIMIT`` characters are shortened on the
+    page, with a table of the full labels.
     """
     results = list(results or [])
     if not results and all(x is None for x in (sweep, plan, validation, calibration)):
@@ -275,14 +389,23 @@ def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
                                "or a sweep, plan, validation or calibration")
     if scenario is None and results:
         scenario = results[0].scenario
-    policies = [r.label for r in results]
+    slo_ms = {k: v * 1e3 for k, v in frames.slo_targets(
+        slo if slo is not None else getattr(scenario, "slo", None)).items()}
+    full = [r.label for r in results]
+    policies = frames.short_labels(full)
+    shown = [dataclasses.replace(r, label=s) if s != r.label else r
+             for r, s in zip(results, policies)]
     page = Page("specsim report" + (f": {scenario.name}" if scenario is not None else ""))
     if results:
         page.section("Summary")
-        page.table(frames.summary_frame(results), SUMMARY_TABLE)
-        _latency_section(page, results, policies)
+        summary = frames.summary_frame(shown)
+        page.table(summary, SUMMARY_TABLE)
+        _label_legend(page, full, policies)
+        _comparison_section(page, summary, policies, slo_ms)
+        _latency_section(page, shown, policies)
+    results = shown
     if sweep is not None:
-        _sweep_section(page, sweep, policies)
+        _sweep_section(page, sweep, policies, slo_ms)
     pricing, error = None, "no scenario"
     if scenario is not None:
         try:
@@ -295,12 +418,12 @@ def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
         _roofline_section(page, results, pricing, error)
         _timeline_section(page, results, policies)
     if plan is not None:
-        _plan_section(page, plan)
+        _plan_section(page, plan, slo_ms)
     _calibration_section(page, calibration, pricing)
     if validation is not None:
         _validation_section(page, validation)
-    _reproduce_section(page, scenario, results, versions or report_versions())
-    return page.to_html(_subtitle(scenario, results))
+    _reproduce_section(page, scenario, full, versions or report_versions())
+    return page.to_html(_subtitle(scenario, results, full))
 
 
 REPORT_MARKS = (f'<meta name="generator" content="{REPORT_GENERATOR}">'.encode(),)
@@ -308,14 +431,15 @@ REPORT_MARKS = (f'<meta name="generator" content="{REPORT_GENERATOR}">'.encode()
 
 def render_report(results: Sequence, path, scenario=None, sweep=None, plan=None,
                   validation=None, calibration=None, *, versions: Mapping | None = None,
-                  field: str = "--report", overwrite: bool = False) -> Path:
+                  field: str = "--report", overwrite: bool = False, slo=None) -> Path:
     """Write the self-contained HTML report of ``results`` (one Results per policy) to ``path``.
 
     The path is checked before the page is built: an existing file is replaced only if it is
     a specsim report (or with ``overwrite``); see :mod:`simulator.output_paths`.
     """
     out = check_report_target(path, field=field, overwrite=overwrite)
-    text = build_report_html(results, scenario, sweep, plan, validation, calibration, versions)
+    text = build_report_html(results, scenario, sweep, plan, validation, calibration, versions,
+                             slo=slo)
     write_text_file(out, text, field, marks=REPORT_MARKS, overwrite=overwrite, what="report")
     return out.resolve()
 

@@ -145,7 +145,7 @@ def comparison_rows(measured: dict, predicted: dict[str, Any]) -> list[dict]:
 def main(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from simulator.cli.output import render
+    from simulator.cli.output import render, wrap_text
     from simulator.scenario import load_scenario
     from simulator.simulate import seed_streams, simulate
     from simulator.vllm_metrics import bench_serve_metrics
@@ -162,14 +162,15 @@ def main(args: argparse.Namespace) -> int:
     if args.format != "table":
         print(render(frame, args.format))
         return 0
-    print(f"{scenario.name}: {scenario.target} on {scenario.hardware} "
-          f"x{scenario.parallelism.devices}, policy {results.label}; replayed "
-          f"{len(workload):,} requests of {args.result}"
-          + (f" ({dropped:,} failed in the measurement, left out)" if dropped else ""))
+    print(wrap_text(f"{scenario.name}: {scenario.target} on {scenario.hardware} "
+                    f"x{scenario.parallelism.devices}, policy {results.label}; replayed "
+                    f"{len(workload):,} requests of {args.result}"
+                    + (f" ({dropped:,} failed in the measurement, left out)"
+                       if dropped else "")))
     if data.get("max_concurrency"):
-        print(f"note: the measurement capped requests in flight at "
-              f"{data['max_concurrency']} (max_concurrency); specsim replays open-loop "
-              f"arrivals, so queueing under that cap is not reproduced")
+        print(wrap_text(f"note: the measurement capped requests in flight at "
+                        f"{data['max_concurrency']} (max_concurrency); specsim replays "
+                        f"open-loop arrivals, so queueing under that cap is not reproduced"))
     shown = frame.copy()
     shown["error"] = [f"{e:+.1%}" if e == e else "n/a" for e in shown["error"]]
     print(render(shown, "table"))

@@ -20,7 +20,7 @@ from simulator.cli.args import (
     bounded_int,
     parse_number_list,
 )
-from simulator.cli.output import FORMATS, render
+from simulator.cli.output import FORMATS, render, wrap_text
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.gamma_map import MAX_GAMMA_MAP_POINTS, check_gamma_map_size, map_gammas
 from simulator.scenario import Batching
@@ -129,9 +129,10 @@ def _print_map(args, df: pd.DataFrame, cross: pd.DataFrame, policies: list[str],
     """One grid per policy: best gamma (and width) with its speedup, then the crossovers."""
     accept = f"Sequoia rates {args.tree_rates}" if acceptance else f"alpha {args.alpha}"
     drafter = f"draft {args.draft}" if {"chain", "tree"} & set(policies) else "no draft model"
-    print(f"{args.target} ({drafter}) on {args.hardware} x{args.tensor_parallel}, "
-          f"{accept}: best gamma (speedup over policy none, no draft loaded) per batch and "
-          f"context; gamma 0 = chain drafting nothing, its draft still loaded")
+    print(wrap_text(f"{args.target} ({drafter}) on {args.hardware} x{args.tensor_parallel}, "
+                    f"{accept}: best gamma (speedup over policy none, no draft loaded) per "
+                    f"batch and context; gamma 0 = chain drafting nothing, its draft still "
+                    f"loaded"))
     capped = False
     for pol in policies:
         part = df[df["policy"] == pol].copy()

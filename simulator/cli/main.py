@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 
+from simulator.cli.output import WIDTH_HELP
 from simulator.inputs.errors import SpecsimError
 
 # subcommand -> module with add_arguments(parser) and main(args) -> int.  Modules are
@@ -44,7 +45,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sub.required = True  # no command: one error line, like any other argument error
     named = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=WIDTH_HELP)
         if named is None or name == named:
             importlib.import_module(module).add_arguments(name, p)
         p.set_defaults(_module=module)

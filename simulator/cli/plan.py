@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from simulator.cli.args import add_executor_arguments
-from simulator.cli.output import FORMATS, render
+from simulator.cli.output import FORMATS, render, wrap_text
 
 SHOWN = ("rank", "candidate", "devices", "max_rate_per_s", "p99_ttft_s", "p99_tpot_s",
          "goodput_fraction", "cost_per_million_tokens", "min_replicas_for_target",
@@ -23,35 +24,74 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", default=None, help="also write an HTML report to this path")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an --out or --report file that specsim did not write")
+    over = p.add_mutually_exclusive_group()
+    over.add_argument("--drop-over-context", action="store_true",
+                      help="drop the requests whose prompt + output exceed the target's "
+                           "max_context (default: the engine rejects them, as vLLM does)")
+    over.add_argument("--truncate-over-context", action="store_true",
+                      help="cut their output so prompt + output fits (a prompt that leaves "
+                           "no room for one output token is dropped)")
     add_executor_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Search every candidate deployment and print the ranked table."""
+    """Pre-flight, search every candidate deployment, print the ranked table and how to
+    read it."""
+    import dataclasses
+
     from simulator.output_paths import check_file_target, write_text_file
-    from simulator.planning.plan import load_plan, plan
+    from simulator.planning.plan import load_plan, plan, preflight, preflight_lines
     spec = load_plan(args.plan)
+    if args.drop_over_context or args.truncate_over_context:
+        spec = dataclasses.replace(spec, over_context="drop" if args.drop_over_context
+                                   else "truncate")
     if args.out:  # every path is checked before the search starts
         check_file_target(args.out, "--out", marks=PLAN_MARKS, overwrite=args.overwrite,
                           what="plan table")
     if args.report:
         from reports.page import check_report_target
         check_report_target(args.report, overwrite=args.overwrite)
+    stream = sys.stdout if args.format == "table" else sys.stderr  # keep csv/json clean
+    for line in preflight_lines(preflight(spec), spec.over_context):
+        print(wrap_text(line), file=stream, flush=True)
     from simulator.cli.progress import Progress
-    with Progress(spec.name, len(spec.candidates), unit="deployments",
-                  enabled=not args.no_progress) as bar:
+    with Progress(spec.name, 0, unit="simulations", enabled=not args.no_progress) as bar:
         df = plan(spec, executor=args.executor, workers=args.workers, address=args.address,
-                  progress=bar.set)
+                  progress=_with_eta(bar))
     if args.out:
         write_text_file(args.out, df.to_csv(index=False), "--out", marks=PLAN_MARKS,
                         overwrite=args.overwrite, what="plan table")
     if args.report:
         from reports import render_report  # only reports/ imports altair
-        path = render_report([], args.report, plan=df, overwrite=args.overwrite)
+        path = render_report([], args.report, plan=df, slo=spec.slo, overwrite=args.overwrite)
         print(f"report: {path}", file=sys.stderr)
     if args.format != "table":
         print(render(df, args.format))
         return 0
+    _print_table(df, spec)
+    return 0
+
+
+def _with_eta(bar):
+    """``progress(done, total)`` for ``bar`` with an ETA label: the time per simulation so
+    far times the simulations left of the bound (so an upper estimate: searches that end
+    sooner lower the total)."""
+    import time
+    start = time.monotonic()
+
+    def update(done: int, total: int) -> None:
+        left = (time.monotonic() - start) / done * (total - done) if done else None
+        bar.set(done, total, label=None if left is None else f"ETA <= {_duration(left)}")
+    return update
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else \
+        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _print_table(df, spec) -> None:
     shown = df[[c for c in SHOWN if c in df]].copy()
     for c in ("p99_ttft_s", "p99_tpot_s"):
         if c in shown:
@@ -65,9 +105,60 @@ def main(args: argparse.Namespace) -> int:
         if spec.target_rate_per_s else ""
     print(f"plan {spec.name}: SLO {', '.join(p for p in parts if p)}{target}")
     print(render(shown, "table"))
+    print()
+    for line in explain(spec.target_rate_per_s):
+        print(textwrap.fill(line, 100, subsequent_indent="  "))
     for _, row in df.iterrows():
         if isinstance(row.get("error"), str):
-            print(f"  {row['candidate']}: failed: {row['error']}")
-        elif isinstance(row.get("note"), str) and row["note"]:
-            print(f"  {row['candidate']}: {row['note']}")
-    return 0
+            print(wrap_text(f"  {row['candidate']}: failed: {row['error']}", indent="    "))
+            continue
+        for line in explain_row(row, spec.target_rate_per_s):
+            print(textwrap.fill(f"  {row['candidate']}: {line}", 100, subsequent_indent="    "))
+        if isinstance(row.get("note"), str) and row["note"]:
+            print(wrap_text(f"  {row['candidate']}: {row['note']}", indent="    "))
+
+
+def _stretch(factor: float) -> str:
+    return f"stretched {factor:.3g}x in time" if factor >= 1 else \
+        f"compressed {1 / factor:.3g}x in time"
+
+
+def explain(target: float | None) -> list[str]:
+    """How the table's rates and replica counts were measured."""
+    lines = ["max_rate_per_s: the highest request rate a deployment (all its replicas) holds, "
+             "found by simulating one trace with its arrival times rescaled (stretched in "
+             "time for a lower rate)"]
+    if target is not None:
+        lines.append(f"min_replicas_for_target: the fewest replicas for which a simulation of "
+                     f"that many replicas at {target:g} req/s (the same trace rescaled, split "
+                     "by the router) holds the SLO; replicas x the per-replica rate need not "
+                     f"equal {target:g}: the split stream is not the whole trace slowed down")
+    return lines
+
+
+def explain_row(row, target: float | None) -> list[str]:
+    """One candidate's measurement: the stretch, and the check run at the target."""
+    rate, n = row.get("max_rate_per_s"), row.get("min_replicas_for_target")
+    if not isinstance(rate, float) or rate != rate:
+        return []
+    per = rate / row["replicas"]
+    lines = [f"max {rate:.3g} req/s ({per:.3g} per replica) measured on the trace of "
+             f"{row['trace_requests']:,} requests ({row['trace_rate_per_s']:.3g} req/s as "
+             f"recorded) {_stretch(row['time_stretch_at_max_rate'])}"]
+    if target is None or "replicas_checked_at_target" not in row:
+        return lines
+    at = (f"p99 TTFT {row['p99_ttft_s_at_target'] * 1e3:.1f} ms, p99 TPOT "
+          f"{row['p99_tpot_s_at_target'] * 1e3:.1f} ms, goodput "
+          f"{row['goodput_fraction_at_target']:.1%}")
+    checked = int(row["replicas_checked_at_target"])
+    if n != n:
+        lines.append(f"no replica count holds {target:g} req/s: {checked} replicas simulated "
+                     f"at it gave {at} (violated {row['violated_at_target']})")
+        return lines
+    fewer = f"; {int(n) - 1} violated {row['violated_one_fewer']}" \
+        if row.get("violated_one_fewer") else ""
+    many = f"{int(n)} replica" + ("s" if n != 1 else "")
+    lines.append(f"{many} checked by a simulation of {many} at "
+                 f"{target:g} req/s (the trace {_stretch(row['time_stretch_at_target'])}): "
+                 f"{at}{fewer}; by multiplication {int(n)} x {per:.3g} = {n * per:.3g} req/s")
+    return lines

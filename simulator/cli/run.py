@@ -16,9 +16,12 @@ if TYPE_CHECKING:  # pandas, the scenario and the engine load in main(): `run --
     from simulator.scenario import Scenario
 
 DEFAULT_COMPARE = "none,chain"
-TABLE_COLUMNS = ("policy", "finished", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
-                 "p50_e2e_s", "p99_e2e_s", "output_tokens_per_s", "goodput_requests_per_s",
-                 "mean_acceptance_length", "acceptance_rate", "speedup_vs_none")
+# the summary table: latency, then end to end, throughput and acceptance (a block each,
+# the policy repeated); times are shown in ms, speedup_vs_none with its footnote
+TABLE_COLUMNS = (("policy", "finished", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
+                  "speedup_vs_none"),
+                 ("p50_e2e_s", "p99_e2e_s", "output_tokens_per_s", "goodput_requests_per_s",
+                  "mean_acceptance_length", "acceptance_rate"))
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -172,26 +175,45 @@ def _timeline_target(args, scenario: Scenario, out: Path) -> tuple[Path | None, 
 
 
 def print_table(scenario: Scenario, results: list, summary: pd.DataFrame, out: Path) -> None:
-    """The summary table of ``run`` (times in ms), its headline and saturation notes."""
+    """The summary table of ``run`` (times in ms) in blocks that fit the table width, its
+    headline, the speedup's footnote, the legend of shortened labels, saturation notes."""
     import pandas as pd
 
-    shown = summary[[c for c in TABLE_COLUMNS if c in summary.columns]].copy()
-    times = [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]
+    from simulator.cli.output import legend_lines, render_table, wrap_text
+
+    def shown_name(col: str) -> str:
+        if col == "speedup_vs_none":
+            return "speedup_vs_none*"
+        return col[:-2] + "_ms" if col.endswith("_s") and not col.endswith("per_s") else col
+
+    blocks = [[c for c in block if c in summary.columns] for block in TABLE_COLUMNS]
+    shown = summary[[c for block in blocks for c in block]].copy()
+    times = [c for c in shown.columns if shown_name(c).endswith("_ms")]
     shown[times] = shown[times] * 1e3
-    shown = shown.rename(columns={c: c[:-2] + "_ms" for c in times})
-    print(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
-          f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} requests, "
-          f"seed {scenario.seed}")
-    print(acceptance_line(results))
+    shown = shown.rename(columns={c: shown_name(c) for c in shown.columns})
+    print(wrap_text(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
+                    f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} "
+                    f"requests, seed {scenario.seed}"))
+    print(wrap_text(acceptance_line(results)))
     if results[0].info.get("execution"):
-        print(f"execution: {results[0].info['execution']}")
+        print(wrap_text(f"execution: {results[0].info['execution']}"))
     sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
     if sat.any():
         shown["policy"] = [f"{p} (saturated)" if flag else p
                            for p, flag in zip(shown["policy"], sat)]
-    print(render(shown, "table"))
+    legend: dict[str, int] = {}
+    groups = [[shown_name(c) for c in block if c != "policy"] for block in blocks]
+    print(render_table(shown, keys=["policy"], groups=groups, legend=legend))
+    if "speedup_vs_none" in summary.columns:
+        has_none = bool((summary["policy"] == "none").any())
+        print(wrap_text("* speedup_vs_none = mean TPOT of policy none / mean TPOT of the policy "
+                        "(decode speed; TTFT not in it)"
+                        + ("" if has_none else "; no policy none ran: add none to --compare"),
+                        indent="    "))
+    for line in legend_lines(legend):
+        print(line)
     for _, row in summary[sat].iterrows():
-        print(saturation_note(row))
+        print(wrap_text(saturation_note(row), indent="    "))
     print(f"results: {out}/")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -121,11 +121,31 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
     return row
 
 
+def rate_search_bound(search: RateSearch) -> int:
+    """Most simulations ``max_sustainable_rate`` runs: the start, one doubling at a time
+    to either end of the lattice, then a bisection within one doubling."""
+    step = _doubling(search)
+    return 1 + math.ceil(search.top / step) + math.ceil(math.log2(step))
+
+
+def replica_search_bound(max_replicas: int) -> int:
+    """Most simulations ``min_replicas`` runs: 1, the doublings up to ``max_replicas``,
+    ``max_replicas`` itself, then a bisection."""
+    return 2 + int(math.floor(math.log2(max_replicas))) + math.ceil(math.log2(max_replicas))
+
+
+def _doubling(search: RateSearch) -> int:
+    return max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # lattice steps
+
+
 def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSearch(), *,
-                         workload=None) -> dict[str, Any]:
+                         workload=None,
+                         on_evaluation: Callable[[], None] | None = None) -> dict[str, Any]:
     """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does.
 
     ``evaluated`` lists every simulated rate; ``best_*`` is the least violating of them.
+    ``on_evaluation()`` is called after each simulation (progress); at most
+    ``rate_search_bound(search)`` of them.
     """
     workload = workload if workload is not None else scenario_workload(scenario)
     seen: dict[int, dict] = {}
@@ -134,6 +154,8 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
         if k not in seen:
             seen[k] = evaluate_rate(scenario, workload, search.rate(k), slo,
                                     search.max_in_flight_fraction)
+            if on_evaluation is not None:
+                on_evaluation()
         return seen[k]["feasible"]
 
     start = search.index(min(max(workload.mean_rate_per_s, search.min_rate_per_s),
@@ -146,7 +168,7 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
 def _bracket(ok, start: int, search: RateSearch) -> tuple[int | None, int | None]:
     """(highest feasible, lowest infeasible) lattice indices: step by doublings from
     ``start`` until the answer changes, then bisect; None where the lattice ends first."""
-    step = max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # one doubling
+    step = _doubling(search)
     lo = hi = None
     if ok(start):
         lo = start
@@ -193,10 +215,13 @@ def _rate_summary(seen: dict[int, dict], lo: int | None, hi: int | None,
     else:
         out.update(p99_ttft_s=float("nan"), p99_tpot_s=float("nan"),
                    goodput_fraction=float("nan"), output_tokens_per_s=float("nan"))
-        why = f"{best['rejected']} requests can never be served; " if best["rejected"] else ""
+        why = f"{best['rejected']} requests can never be served (their reasons: the run's " \
+            "reject_reason; over the context: see the plan's pre-flight line); " \
+            if best["rejected"] else ""
         out["note"] = (f"infeasible: no rate in [{search.min_rate_per_s:g}, "
                        f"{search.max_rate_per_s:g}]/s meets the SLO; {why}best point seen: "
-                       f"{best['rate_per_s']:.4g}/s with p99 TTFT {best['p99_ttft_s'] * 1e3:.1f} ms, "
+                       f"{best['rate_per_s']:.4g}/s with p99 TTFT "
+                       f"{best['p99_ttft_s'] * 1e3:.1f} ms, "
                        f"p99 TPOT {best['p99_tpot_s'] * 1e3:.1f} ms, goodput "
                        f"{best['goodput_fraction']:.1%}, {best['in_flight_fraction']:.0%} still "
                        f"in flight at the last arrival ({best['violation']:.2f}x the limits)")
@@ -206,26 +231,45 @@ def _rate_summary(seen: dict[int, dict], lo: int | None, hi: int | None,
 
 
 def min_replicas(scenario, slo: CapacitySLO, rate_per_s: float, *, max_replicas: int = 64,
-                 workload=None, max_in_flight_fraction: float = 0.25) -> dict[str, Any]:
-    """Fewest replicas sustaining ``rate_per_s`` (doubling, then bisection); NaN if none."""
+                 workload=None, max_in_flight_fraction: float = 0.25,
+                 on_evaluation: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Fewest replicas sustaining ``rate_per_s`` (doubling, then bisection); NaN if none.
+
+    Each count is checked by simulating that many replicas at ``rate_per_s`` (the trace
+    rescaled to it, split by the scenario's router): ``checked`` is that simulation's row
+    (``evaluate_rate``) for the answer, ``below`` the one for a replica fewer (None when
+    not simulated: the answer is 1), ``largest`` the most replicas tried when none holds
+    (``checked_replicas``: the count of ``checked``, else of ``largest``),
+    ``evaluations`` the simulations run (at most ``replica_search_bound(max_replicas)``).
+    """
     workload = workload if workload is not None else scenario_workload(scenario)
+    seen: dict[int, dict] = {}
 
     def ok(n: int) -> bool:
-        return evaluate_rate(dataclasses.replace(scenario, replicas=n), workload, rate_per_s,
-                             slo, max_in_flight_fraction)["feasible"]
+        if n not in seen:
+            seen[n] = evaluate_rate(dataclasses.replace(scenario, replicas=n), workload,
+                                    rate_per_s, slo, max_in_flight_fraction)
+            if on_evaluation is not None:
+                on_evaluation()
+        return seen[n]["feasible"]
+
+    def answer(n: float) -> dict[str, Any]:
+        found = n == n
+        return {"min_replicas": n, "checked": seen[n] if found else None,
+                "checked_replicas": n if found else max(seen),
+                "below": seen.get(n - 1) if found else None,
+                "largest": None if found else seen[max(seen)], "evaluations": len(seen)}
 
     if ok(1):
-        return {"min_replicas": 1}
+        return answer(1)
     lo, hi = 1, 2
     while hi <= max_replicas and not ok(hi):
         lo, hi = hi, hi * 2
     if hi > max_replicas:
         if lo == max_replicas or not ok(max_replicas):
-            return {"min_replicas": float("nan")}
+            return answer(float("nan"))
         hi = max_replicas
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return {"min_replicas": hi}
-
-
+    return answer(hi)

@@ -5,6 +5,7 @@ row per deployment with its max sustainable rate, replicas and cost per million 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -21,6 +22,8 @@ from simulator.planning.capacity import (
     RateSearch,
     max_sustainable_rate,
     min_replicas,
+    rate_search_bound,
+    replica_search_bound,
 )
 from simulator.simulate import scenario_workload
 
@@ -30,7 +33,13 @@ MAX_PLAN_CANDIDATES = 1_000
 MAX_PRICE_PER_HOUR = 1e6
 
 PLAN_KEYS = ("name", "scenario", "fixed", "slo", "search", "target_rate_per_s", "max_replicas",
-             "prices", "candidates")
+             "prices", "over_context", "candidates")
+
+# what a plan does with a request whose prompt + output exceed the target's max_context:
+# reject (the engine's rule, simulator/deployment.py admissible: rejected with a reason),
+# drop it from the trace, or truncate its output to fit (a prompt leaving no room for one
+# output token is dropped)
+OVER_CONTEXT = ("reject", "drop", "truncate")
 
 SLO_KEYS = ("p99_ttft_ms", "p99_tpot_ms", "goodput_fraction", "ttft_ms", "tpot_ms")
 
@@ -77,6 +86,7 @@ class PlanSpec:
     prices: Mapping[str, float] | None = None
     base_dir: str = "."
     name: str = "plan"
+    over_context: str = "reject"
 
 
 def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> PlanSpec:
@@ -114,7 +124,9 @@ def plan_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") -> Pla
                 raise exc.relocated(source=source) from None
     return PlanSpec(tuple((label, raw) for (label, _), raw in zip(named, spec.payloads)), slo,
                     search, target, max_rep, prices, spec.base_dir,
-                    as_str(data.get("name", "plan"), source=source, field="name"))
+                    as_str(data.get("name", "plan"), source=source, field="name"),
+                    as_str(data.get("over_context", "reject"), source=source,
+                           field="over_context", choices=OVER_CONTEXT))
 
 
 def _candidates(cands: Any, source: str) -> list[tuple[str, dict]]:
@@ -162,30 +174,156 @@ def load_plan(path: str | Path) -> PlanSpec:
     return plan_from_dict(load_yaml_file(path), source=str(path), base_dir=path.resolve().parent)
 
 
-def plan_candidate(task: tuple) -> dict[str, Any]:
-    """Search one candidate (runs in a worker): max rate, replicas for the target, costs."""
-    label, raw, base_dir, slo, search, target, max_rep, prices = task
+def context_limits(scenario) -> tuple[Any, int | None]:
+    """(target model, the shortest max_context of the drafts that keep a KV cache, or None)
+    of a scenario: vLLM rejects a request over the target's max_context and stops
+    speculating one at the draft's (simulator/cost/drafting.py ``fits_draft_context``)."""
+    from simulator.cost.drafting import draft_max_context
+    from simulator.deployment import resolve_deployment
+    from simulator.models.spec import load_model
+    try:
+        res = resolve_deployment(scenario)
+    except SpecsimError:  # the search reports why; the target's limit holds regardless
+        return load_model(scenario.target), None
+    return res.target, draft_max_context(*[m for m in res.kv_models if m.kind == "decoder"])
+
+
+def fit_context(workload, max_context: int, mode: str):
+    """The trace with its requests over ``max_context`` (prompt + output tokens) treated as
+    ``mode`` says: ``reject`` leaves it as it is (the engine rejects them), ``drop`` removes
+    them, ``truncate`` cuts their output to ``max_context - prompt`` tokens and removes those
+    whose prompt alone leaves no room for one output token.  Kept requests keep their
+    arrival times, labels and token ids (output ids cut with their output)."""
+    from workloads.workload import Workload
+    prompt, out, ids = workload.prompt_tokens, workload.output_tokens, workload.output_ids
+    over = prompt + out > max_context
+    if mode == "reject" or not over.any():
+        return workload
+    keep = ~over if mode == "drop" else prompt < max_context
+    new_out = np.minimum(out, max_context - prompt) if mode == "truncate" else out
+    if not keep.any():
+        raise SpecsimError(f"every request's prompt + output exceeds max_context {max_context}"
+                           + (" and no prompt leaves room for an output token"
+                              if mode == "truncate" else ""), field="over_context",
+                           source=f"workload {workload.name!r}",
+                           fix="use a model with a longer context, or another trace")
+    idx = np.flatnonzero(keep)
+    return Workload(name=workload.name, arrival_s=workload.arrival_s[idx],
+                    prompt_tokens=prompt[idx], output_tokens=new_out[idx],
+                    task=None if workload.task is None else workload.task[idx],
+                    prompt_ids=None if workload.prompt_ids is None
+                    else tuple(workload.prompt_ids[i] for i in idx),
+                    output_ids=None if ids is None
+                    else tuple(ids[i][:new_out[i]] for i in idx))
+
+
+def preflight(spec: PlanSpec) -> list[dict[str, Any]]:
+    """Before any simulation: per candidate, its trace's requests over the target's
+    max_context (``over_context``; ``prompt_over_context``: the prompt alone leaves no room
+    for an output token) and over the draft's (``over_draft_context``; -1 without a draft).
+    Traces and models are read once per distinct workload and model."""
+    from simulator.scenario import scenario_from_dict
+    traces, limits, rows = {}, {}, []
+    for label, raw in spec.candidates:
+        sc = scenario_from_dict(raw, source=label, base_dir=spec.base_dir)
+        key = (repr(sorted(sc.workload.items())), sc.seed, sc.base_dir)
+        wl = traces[key] = traces[key] if key in traces else scenario_workload(sc)
+        mkey = (sc.target, sc.draft, sc.policy.name, repr(sc.policy.params), sc.hardware,
+                repr(sc.parallelism))
+        target, dmax = limits[mkey] = limits[mkey] if mkey in limits else context_limits(sc)
+        need = wl.prompt_tokens + wl.output_tokens
+        rows.append({"candidate": label, "requests": len(wl), "target": target.name,
+                     "max_context": int(target.max_context),
+                     "over_context": int(np.count_nonzero(need > target.max_context)),
+                     "prompt_over_context": int(np.count_nonzero(
+                         wl.prompt_tokens >= target.max_context)),
+                     "draft_max_context": -1 if dmax is None else int(dmax), "over_draft_context":
+                     -1 if dmax is None else int(np.count_nonzero(need > dmax))})
+    return rows
+
+
+def preflight_lines(rows: list[dict[str, Any]], mode: str = "reject") -> list[str]:
+    """One line per distinct pre-flight result (the candidates it covers named when they
+    differ): how many requests exceed the contexts and what the plan does with them."""
+    groups: dict[tuple, list[str]] = {}
+    for r in rows:
+        groups.setdefault(tuple(v for k, v in r.items() if k != "candidate"), []).append(
+            r["candidate"])
+    keys = [k for k in rows[0] if k != "candidate"]
+    lines = []
+    for values, labels in groups.items():
+        r = dict(zip(keys, values))
+        n, over = r["requests"], r["over_context"]
+        text = (f"pre-flight: {over:,} of {n:,} requests ({over / n:.1%}) have prompt + "
+                f"output over {r['target']}'s max_context {r['max_context']:,}")
+        if over:
+            text += {"reject": ": the engine rejects them (use --drop-over-context or "
+                               "--truncate-over-context)",
+                     "drop": ": dropped from the trace (--drop-over-context)",
+                     "truncate": f": outputs truncated to fit (--truncate-over-context; "
+                                 f"{r['prompt_over_context']:,} whose prompt fills the "
+                                 "context dropped)"}[mode]
+        if r["draft_max_context"] >= 0:
+            text += (f"; {r['over_draft_context']:,} over the draft's max_context "
+                     f"{r['draft_max_context']:,} (vLLM stops drafting for them there)")
+        if len(groups) > 1:
+            text += " [" + ", ".join(labels) + "]"
+        lines.append(text)
+    return lines
+
+
+def plan_candidate(task: tuple, tick: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Search one candidate (runs in a worker): max rate, replicas for the target, costs.
+
+    ``tick()`` is called after each simulation (in-process progress)."""
+    label, raw, base_dir, slo, search, target, max_rep, prices, mode = task
     from simulator.scenario import scenario_from_dict
     sc = scenario_from_dict(raw, source=label, base_dir=base_dir)
-    wl = scenario_workload(sc)
+    from simulator.models.spec import load_model
+    wl = fit_context(scenario_workload(sc), int(load_model(sc.target).max_context), mode)
     devices = sc.parallelism.devices * sc.replicas
     row = {"candidate": label, "hardware": sc.hardware, "tensor_parallel":
            sc.parallelism.tensor_parallel, "replicas": sc.replicas, "policy": sc.policy.label,
-           "devices": devices}
-    row.update(max_sustainable_rate(sc, slo, search, workload=wl))
+           "devices": devices, "trace_requests": len(wl),
+           "trace_rate_per_s": wl.mean_rate_per_s, "router": sc.router}
+    row.update(max_sustainable_rate(sc, slo, search, workload=wl, on_evaluation=tick))
     row.pop("evaluated")
+    # the rate search rescales the trace's arrival times: > 1 stretches it (slower)
+    row["time_stretch_at_max_rate"] = wl.mean_rate_per_s / row["max_rate_per_s"]
     mean_out = float(np.mean(wl.output_tokens))
     price = device_price(prices, sc.hardware) if prices is not None else float("nan")
     row["price_per_device_hour"] = price
     row["cost_per_million_tokens"] = cost_per_million_tokens(
         price, devices, row["max_rate_per_s"] * mean_out)
     if target is not None:
-        n = min_replicas(sc, slo, target, max_replicas=max_rep, workload=wl,
-                         max_in_flight_fraction=search.max_in_flight_fraction)["min_replicas"]
+        found = min_replicas(sc, slo, target, max_replicas=max_rep, workload=wl,
+                             max_in_flight_fraction=search.max_in_flight_fraction,
+                             on_evaluation=tick)
+        n = found["min_replicas"]
         row["min_replicas_for_target"] = n
+        row["replica_evaluations"] = found["evaluations"]
         row["cost_per_million_tokens_at_target"] = cost_per_million_tokens(
             price, sc.parallelism.devices * n, target * mean_out) if n == n else float("nan")
+        row.update(_target_check(found, wl.mean_rate_per_s / target))
     return row
+
+
+def _target_check(found: dict, stretch: float) -> dict[str, Any]:
+    """Columns of the simulation run at the target rate with the answer's replicas (or the
+    most tried), and what failed with one fewer."""
+    seen, below = found["checked"] or found["largest"], found["below"]
+    return {"time_stretch_at_target": stretch,
+            "replicas_checked_at_target": int(found["checked_replicas"]),
+            "p99_ttft_s_at_target": seen["p99_ttft_s"], "p99_tpot_s_at_target":
+            seen["p99_tpot_s"], "goodput_fraction_at_target": seen["goodput_fraction"],
+            "violated_at_target": seen["violated"],
+            "violated_one_fewer": below["violated"] if below is not None else ""}
+
+
+def plan_bound(spec: PlanSpec) -> int:
+    """Most simulations one candidate's searches run (progress totals, ETAs)."""
+    return rate_search_bound(spec.search) + (replica_search_bound(
+        spec.max_replicas) if spec.target_rate_per_s is not None else 0)
 
 
 def plan(spec: PlanSpec, *, executor: Any = "serial", workers: int | None = None,
@@ -193,21 +331,63 @@ def plan(spec: PlanSpec, *, executor: Any = "serial", workers: int | None = None
          progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """Search every candidate; a ranked DataFrame (cheapest, else fastest, first).
 
-    ``progress(done, total)`` is called as each deployment's search settles.
+    ``progress(done, total)`` counts simulations: ``total`` starts at the bound
+    (``plan_bound`` per candidate) and drops as searches end sooner.  In this process
+    (the serial executor, or the local pool given one candidate, which it would not
+    parallelise) it ticks per simulation; elsewhere as each deployment's search settles.
     """
     from simulator.planning.executors import Failure, make_executor, run_items
     tasks = [(label, raw, spec.base_dir, spec.slo, spec.search, spec.target_rate_per_s,
-              spec.max_replicas, spec.prices) for label, raw in spec.candidates]
+              spec.max_replicas, spec.prices, spec.over_context)
+             for label, raw in spec.candidates]
+    if executor == "local" and len(tasks) == 1:
+        executor = "serial"
     ex = make_executor(executor, workers=workers, address=address) \
         if isinstance(executor, str) else executor
+    count = _SimulationCount(plan_bound(spec), len(tasks), progress)
+    fn = functools.partial(plan_candidate, tick=count.tick) \
+        if getattr(ex, "name", "") == "serial" else plan_candidate
     try:
-        results = run_items(plan_candidate, tasks, ex, chunk_size=1, progress=progress)
+        results = run_items(fn, tasks, ex, chunk_size=1, on_result=count.settled)
     finally:
         if isinstance(executor, str):
             ex.close()
     rows = [{"candidate": t[0], "feasible": False, "error": r.error} if isinstance(r, Failure)
             else {**r, "error": None} for t, r in zip(tasks, results)]
-    df = pd.DataFrame(rows)
+    return _ranked(pd.DataFrame(rows), spec)
+
+
+class _SimulationCount:
+    """Simulations done of a shrinking bound: ticks in this process, and each settled
+    search's own count (a worker's, or what it left of its bound unused)."""
+
+    def __init__(self, per_task: int, tasks: int,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self.per_task, self.total, self.done, self.progress = per_task, per_task * tasks, 0, \
+            progress
+        self._since = 0  # ticks of the search now running in this process
+
+    def tick(self) -> None:
+        self.done += 1
+        self._since += 1
+        self._report()
+
+    def settled(self, index: int, result: Any) -> None:
+        ran = result.get("evaluations", 0) + result.get("replica_evaluations", 0) \
+            if isinstance(result, dict) else self._since
+        if not self._since:  # it ran in a worker: nothing ticked here
+            self.done += ran
+        self.total -= self.per_task - ran
+        self._since = 0
+        self._report()
+
+    def _report(self) -> None:
+        self.total = max(self.total, self.done)
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _ranked(df: pd.DataFrame, spec: PlanSpec) -> pd.DataFrame:
     df["_neg_rate"] = -df.get("max_rate_per_s", pd.Series(np.nan, index=df.index))
     key = ["_neg_rate"]  # ties in cost go to the deployment with the most headroom
     if spec.prices is not None:
@@ -217,5 +397,3 @@ def plan(spec: PlanSpec, *, executor: Any = "serial", workers: int | None = None
         columns=["_neg_rate"], errors="ignore").reset_index(drop=True)
     df.insert(0, "rank", np.arange(1, len(df) + 1))
     return df
-
-

@@ -35,7 +35,9 @@ def test_default_report_renders_offline(default_report, tmp_path):
     check = check_report(default_report, shot)
     html = default_report.read_text()
     containers = re.findall(r'<div class="chart" id="([^"]+)"', html)
-    assert len(containers) == 13  # 12 + the verify/decode ratio curve (roofline section)
+    # 12 + the verify/decode ratio curve (roofline section) + the policy-comparison chart
+    # (summary section: p50/p99 TTFT and TPOT and throughput per policy, SLO lines)
+    assert len(containers) == 14
     assert [c["id"] for c in check.charts] == containers
     assert check.undrawn == [], check.charts
     assert all(c["state"] == "true" for c in check.charts)
@@ -71,3 +73,17 @@ def test_checks_catch_requests_errors_and_blank_charts(tmp_path):
     assert any("boom" in e for e in check.console_errors)
     assert "http://127.0.0.1:9/nothing.png" in check.external_requests
     assert not check.ok
+
+
+def test_planner_charts_render_offline(tmp_path):
+    """The charts an analytic sweep and a plan add (gamma heatmap and speedup with infeasible
+    cells, rate bars, cost against replicas, latency against throughput with the SLO band)."""
+    from reports import render_report
+    from simulator.planning.capacity import CapacitySLO
+    from tests.reports.test_planner_charts import analytic_sweep, plan_table
+    path = render_report([], tmp_path / "planner.html", sweep=analytic_sweep(),
+                         plan=plan_table(), slo=CapacitySLO(p99_ttft_s=1.0, p99_tpot_s=0.04),
+                         versions={"specsim": "test"})
+    check = check_report(path)
+    assert len(check.charts) == 8  # 2 grids x (heatmap, speedup) + 4 plan charts
+    assert check.ok, (check.undrawn, check.console_errors, check.external_requests)

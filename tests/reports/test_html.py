@@ -119,10 +119,12 @@ def test_every_chart_container_has_a_spec(small_html):
     ids = re.findall(r'<div class="chart" id="([^"]+)"', small_html)
     names = re.findall(r'<div class="chart" id="[^"]+" data-chart="([^"]+)"', small_html)
     assert ids == list(specs_of(small_html))
-    # latency x4, gamma heatmap + speedup, acceptance x2, roofline, timelines x3
-    assert len(ids) == 13  # with the verify/decode ratio curve
-    assert {"cdf-ttft", "gamma-heatmap", "speedup-surface", "acceptance-length",
-            "position-rate", "roofline", "timeline-kv_occupancy"} <= set(names)
+    # policy comparison, latency x4, gamma heatmap + speedup, acceptance x2, roofline,
+    # verify/decode ratio, timelines x3
+    assert len(ids) == 14
+    assert {"policy-comparison", "cdf-ttft", "gamma-heatmap", "speedup-surface",
+            "acceptance-length", "position-rate", "roofline",
+            "timeline-kv_occupancy"} <= set(names)
 
 
 def test_same_results_same_report(small_html):
@@ -230,7 +232,7 @@ def default_run(tmp_path_factory):
 def test_run_report_writes_a_complete_report(default_run):
     html = (default_run / "report.html").read_text()
     assert "specsim report: default" in html
-    assert len(specs_of(html)) == 13  # with the verify/decode ratio curve
+    assert len(specs_of(html)) == 14  # with the verify/decode ratio and policy comparison
 
 
 def test_report_command_round_trips_a_results_folder(default_run, capsys):
