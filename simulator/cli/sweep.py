@@ -52,7 +52,8 @@ def main(args: argparse.Namespace) -> int:
     failed = int(df["error"].notna().sum())
     if args.report:
         from reports import render_report  # only reports/ imports altair
-        path = render_report([], args.report, sweep=df, overwrite=args.overwrite)
+        path = render_report([], args.report, sweep=df, slo=_common_slo(spec),
+                             overwrite=args.overwrite)
         print(f"report: {path}", file=sys.stderr)
     if args.format != "table":
         print(render(df, args.format))
@@ -71,3 +72,10 @@ def main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _common_slo(spec):
+    """The SLO every point of a simulated sweep shares (its scenario's ``slo:``), for the
+    report's latency band; None for analytic sweeps or points with different SLOs."""
+    if spec.mode != "simulated":
+        return None
+    slos = [p.get("slo") for p in spec.payloads]
+    return slos[0] if slos[0] and all(s == slos[0] for s in slos) else None

@@ -259,3 +259,18 @@ def test_the_shipped_analytic_sweep_report_has_its_heatmap(tmp_path):
     heat = specs_of(html)["chart-1"]
     cells = max(datasets(heat), key=len)
     assert len(cells) == 9 * 4  # every batch x context of the grid, feasible or not
+
+
+def test_a_simulated_sweep_report_draws_its_scenarios_slo(tmp_path):
+    """`specsim sweep --report` passes the SLO its points share (the default scenario's
+    slo: ttft 1000 ms, tpot 60 ms) to the latency-throughput band."""
+    from simulator.cli import main as cli_main
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("name: tiny\nmode: simulated\nscenario: default\n"
+                     "fixed: {workload.max_requests: 8}\n"
+                     "points: [{policy: none}]\ngrid: {workload.rate_per_s: [1, 2]}\n")
+    rc = cli_main(["sweep", str(sweep), "--no-progress", "--executor", "serial",
+                   "--out", str(tmp_path / "s.csv"), "--report", str(tmp_path / "r.html")])
+    assert rc == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "SLO: TTFT 1000 ms, TPOT 60 ms." in html and "No latency SLO given." not in html
