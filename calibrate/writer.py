@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pandas as pd
 import yaml
 
-from hardware.collectives import collectives_to_dict
+from hardware.collectives_yaml import collectives_to_dict
 from hardware.kernels import kernels_to_dict
 from hardware.profile import GB, GIB, HardwareProfile, Link, load_profile_file
 from simulator.inputs.errors import SpecsimError

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from hardware.collectives import Collectives, parse_collectives
+from hardware.collectives import Collectives
+from hardware.collectives_yaml import parse_collectives
 from hardware.kernels import KernelShapes, parse_kernels
 from hardware.roofline import AXES, Roofline
 from simulator.inputs.catalog import Catalog

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hardware.collectives import (CUSTOM_MAX_BYTES, Collectives, collectives_to_dict,
-                                  fit_collectives, fit_pieces, joined, parse_collectives)
+from hardware.collectives import (CUSTOM_MAX_BYTES, Collectives, fit_collectives, fit_pieces,
+                                  joined)
+from hardware.collectives_yaml import collectives_to_dict, parse_collectives
 from hardware.profile import GB, Link, list_profiles, load_profile, profile_from_dict
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file
