@@ -112,6 +112,12 @@ def format_number(value, digits: int = 3) -> str:
     return f"{v:,.{max(0, digits - 1 - mag)}f}"
 
 
+def format_percent(value) -> str:
+    """A fraction as a percentage to one decimal; NaN as a dash."""
+    v = float(value)
+    return "-" if not np.isfinite(v) else f"{100 * v:.1f}%"
+
+
 Column = tuple[str, Callable[[object], str]]
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from reports import charts, extras, frames
 from reports.html import REPORT_GENERATOR, Page, format_number
+from reports.html import format_percent as _pct
 from reports.model_frames import (
     default_grid_axes,
     gamma_grid_frame,
@@ -21,17 +22,13 @@ from reports.model_frames import (
     scenario_pricing,
     verify_ratio_frame,
 )
+from reports.prefix_section import prefix_cache_section
 from simulator.inputs.errors import SpecsimError
 from simulator.output_paths import check_file_target, write_text_file
 
 
 def _ms(value) -> str:
     return format_number(float(value) * 1e3)
-
-
-def _pct(value) -> str:
-    v = float(value)
-    return "-" if not np.isfinite(v) else f"{100 * v:.1f}%"
 
 
 def _times(value) -> str:
@@ -106,11 +103,12 @@ def _latency_section(page: Page, results: Sequence, policies: list[str]) -> None
         if len(cdf):
             named.append((f"cdf-{metric}", charts.latency_cdf_chart(cdf, title, policies)))
     page.charts(named)
+    prefix_cache_section(page, results)
 
 
 def _slo_text(slo_ms: Mapping[str, float]) -> str:
-    parts = [f"{k.upper()} {v:g} ms" for k, v in slo_ms.items()]
-    return f"SLO: {', '.join(parts)}." if parts else "No latency SLO given."
+    return f"SLO: {', '.join(f'{k.upper()} {v:g} ms' for k, v in slo_ms.items())}." \
+        if slo_ms else "No latency SLO given."
 
 
 def _comparison_section(page: Page, summary: pd.DataFrame, policies: list[str],

@@ -98,6 +98,7 @@ class Results:
             "num_drafts": table.num_drafts.astype(np.int64),
             "num_draft_tokens": table.num_draft_tokens.astype(np.int64),
             "num_accepted_tokens": table.num_accepted.astype(np.int64),
+            "cached_tokens": table.cached_tokens.astype(np.int64),
         })
         if workload.task is not None:
             req["task"] = workload.task
@@ -223,6 +224,7 @@ class Results:
         out["goodput_requests_per_s"] = float(good.sum()) / span if span else 0.0
         out.update(self._utilisation())
         out["preemptions"] = int(req["preemptions"].sum())
+        out.update(self._prefix_summary(done))
         out.update(backlog_summary(req))
         drafts = int(req["num_drafts"].sum())
         draft_tokens = int(req["num_draft_tokens"].sum())
@@ -233,6 +235,19 @@ class Results:
         out["acceptance_rate"] = accepted / draft_tokens if draft_tokens else float("nan")
         out["mean_acceptance_length"] = 1.0 + accepted / drafts if drafts else float("nan")
         return out
+
+    def _prefix_summary(self, done) -> dict:
+        """Prefix caching: vLLM's hit rate (prompt tokens found over tokens looked up, at
+        every admission), the cached prompt tokens of the finished requests (their
+        ``num_cached_tokens``: prefill never run) and that as a fraction of their prompts."""
+        pc = self.info.get("prefix_cache") or {}
+        queries = int(pc.get("queries_tokens", 0))
+        cached = int(done["cached_tokens"].sum()) if "cached_tokens" in done else 0
+        prompts = int(done["prompt_tokens"].sum())
+        return {"prefix_cache_hit_rate": pc.get("hits_tokens", 0) / queries if queries
+                else float("nan"),
+                "prefix_cached_tokens": cached,
+                "prefix_cached_fraction": cached / prompts if prompts else float("nan")}
 
     def _itl_summary(self, out: dict) -> None:
         out["mean_itl_s"] = self.itl_mean()

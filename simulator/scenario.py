@@ -43,6 +43,9 @@ class Batching:
     enable_chunked_prefill: bool = True
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
+    # vLLM V1's default (on; V0's was off): cached prompt blocks are reused across requests
+    # when the workload names them (Mooncake hash_ids, token ids); no effect otherwise
+    enable_prefix_caching: bool = True
 
 
 # ``engine.steps_table``: what the steps table keeps (the summary is exact either way)
@@ -243,9 +246,9 @@ def _batching(data: Any, source: str) -> Batching:
         if k in b:
             bkw[k] = as_number(b[k], source=source, field=f"batching.{k}", integer=True,
                                minimum=1, maximum=10_000_000)
-    if "enable_chunked_prefill" in b:
-        bkw["enable_chunked_prefill"] = as_bool(b["enable_chunked_prefill"], source=source,
-                                                field="batching.enable_chunked_prefill")
+    for k in ("enable_chunked_prefill", "enable_prefix_caching"):
+        if k in b:
+            bkw[k] = as_bool(b[k], source=source, field=f"batching.{k}")
     if "gpu_memory_utilization" in b:
         bkw["gpu_memory_utilization"] = float(as_number(
             b["gpu_memory_utilization"], source=source,

@@ -21,6 +21,7 @@ from simulator.deployment import (
     plan_deployment,
     resolve_deployment,
 )
+from simulator.engine.prefix_cache import PrefixCache, block_keys
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.requests import EngineLimits, RequestTable
@@ -128,15 +129,34 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     replicas: list[Replica] = []
     source = Arrivals(env, table, replicas, scenario.router, ok)
     streams = replica_streams(rng, len(policies))
+    keys = block_keys(workload.prompt_tokens, b.block_size,
+                      prefix_hashes=workload.prefix_hashes,
+                      hash_block_tokens=workload.hash_block_tokens,
+                      prompt_ids=workload.prompt_ids) if b.enable_prefix_caching else None
     replicas.extend(Replica(env, i, table, limits, tcost, pol, streams[i], recorder,
                             on_finish=on_finish, arrivals=source,
-                            fast_forward=scenario.engine.fast_forward)
+                            fast_forward=scenario.engine.fast_forward,
+                            prefix_cache=None if keys is None
+                            else PrefixCache(limits.kv_blocks, b.block_size, keys))
                     for i, pol in enumerate(policies))
     env.run()  # no until: returns when no event is left (idle replicas wait on untriggered ones)
     results = Results.from_run(scenario, table, recorder, dep, workload)
     results.info["acceptance_source"] = describe_acceptance(scenario, policies[0])
     results.info["engine"] = engine_stats(scenario, replicas)
+    results.info["prefix_cache"] = prefix_cache_stats(scenario, workload, replicas)
     return results
+
+
+def prefix_cache_stats(scenario: Scenario, workload, replicas: list[Replica]) -> dict:
+    """Whether prefix caching ran, on which block names, and its totals over the replicas
+    (tokens looked up and found at admissions, cached blocks evicted)."""
+    caches = [r.cache for r in replicas if r.cache is not None]
+    keys = "token ids" if workload.prompt_ids is not None else \
+        "hash_ids" if workload.prefix_hashes is not None else None
+    return {"enabled": bool(scenario.batching.enable_prefix_caching), "keys": keys,
+            "queries_tokens": sum(c.queries for c in caches),
+            "hits_tokens": sum(c.hits for c in caches),
+            "evictions": sum(c.evictions for c in caches)}
 
 
 def engine_stats(scenario: Scenario, replicas: list[Replica]) -> dict:

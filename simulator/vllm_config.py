@@ -312,6 +312,7 @@ ENGINE_ARGS: dict[str, tuple[str, str, str]] = {
     "max_num_seqs": ("batching", "max_num_seqs", "int"),
     "max_num_batched_tokens": ("batching", "max_num_batched_tokens", "int"),
     "enable_chunked_prefill": ("batching", "enable_chunked_prefill", "bool"),
+    "enable_prefix_caching": ("batching", "enable_prefix_caching", "bool"),
     "gpu_memory_utilization": ("batching", "gpu_memory_utilization", "fraction"),
     "block_size": ("batching", "block_size", "int"),
     "tensor_parallel_size": ("parallelism", "tensor_parallel", "int"),

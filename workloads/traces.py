@@ -17,7 +17,6 @@ the other formats already carry offsets and keep them.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +24,18 @@ import pandas as pd
 
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import clip, short
+from workloads.jsonl import json_lines
+from workloads.token_trace import looks_like_token_trace, read_token_trace
 from workloads.workload import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST, Workload
 
 DEFAULT_TRACE_PATH = Path(__file__).resolve().parent / "data" / "default_trace.csv"
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+# tokens per ``hash_ids`` block in the Mooncake traces: every one of the 12,031 lines of the
+# FAST'25 conversation_trace.jsonl has exactly ceil(input_length / 512) ids, and an id always
+# follows the same id at the same position (ids are prefix hashes, as vLLM's block hashes)
+MOONCAKE_HASH_BLOCK = 512
 VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 SPECSIM_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 SPECSIM_OPTIONAL = ("task",)
@@ -196,22 +201,17 @@ def read_specsim(path: str | Path) -> Workload:
 def read_mooncake(path: str | Path) -> Workload:
     """Read a Mooncake JSONL trace (``timestamp`` in ms, ``input_length``, ``output_length``).
 
-    ``hash_ids`` (the prefix-cache block ids) are not part of a Workload and are ignored;
-    many requests may share one timestamp.
+    ``hash_ids`` (optional; the prefix-cache block ids, one per ``MOONCAKE_HASH_BLOCK``
+    prompt tokens, each naming the whole prefix up to its block's end) become the
+    Workload's ``prefix_hashes``; many requests may share one timestamp.
     """
     path = Path(path)
     rows: dict[str, list] = {key: [] for key in MOONCAKE_KEYS}
+    hashes: list = []
     lines: list[int] = []
     try:
         with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise SpecsimError(f"line {number} is not valid JSON: {exc.msg}",
-                                       source=str(path), fix="one JSON object per line") from None
+            for number, record in json_lines(handle, path):
                 if not isinstance(record, dict):
                     raise SpecsimError(f"line {number} is not a JSON object", source=str(path),
                                        fix="one JSON object per line")
@@ -224,6 +224,7 @@ def read_mooncake(path: str | Path) -> Workload:
                                            field=key, fix="every line needs numeric "
                                            + ", ".join(MOONCAKE_KEYS))
                     rows[key].append(value)
+                hashes.append(_hash_ids(record, number, path))
                 lines.append(number)
     except FileNotFoundError:
         raise SpecsimError("file not found", source=str(path), fix="check the path") from None
@@ -247,8 +248,28 @@ def read_mooncake(path: str | Path) -> Workload:
     _check_order(stamps_ms, rows["timestamp"], line_numbers, path, "timestamp")
     counts = {key: _counts(np.asarray(rows[key], dtype=np.float64), rows[key], line_numbers,
                            path, key) for key in MOONCAKE_KEYS[1:]}
+    given = [h is not None for h in hashes]
+    if any(given) and not all(given):
+        i = given.index(False) if given[0] else given.index(True)
+        raise SpecsimError(f"line {int(line_numbers[i])}: hash_ids given on some lines only",
+                           source=str(path), field="hash_ids",
+                           fix="give hash_ids on every line or on none")
     return Workload(name=path.stem, arrival_s=stamps_ms / 1e3,
-                    prompt_tokens=counts["input_length"], output_tokens=counts["output_length"])
+                    prompt_tokens=counts["input_length"], output_tokens=counts["output_length"],
+                    prefix_hashes=tuple(hashes) if all(given) else None,
+                    hash_block_tokens=MOONCAKE_HASH_BLOCK)
+
+
+def _hash_ids(record: dict, number: int, path: Path):
+    """A Mooncake line's ``hash_ids`` as an int64 array (None when absent)."""
+    value = record.get("hash_ids")
+    if value is None:
+        return None
+    if not isinstance(value, list) or any(type(v) is not int or v < 0 for v in value):
+        raise SpecsimError(f"line {number}: hash_ids is {short(value)}, not a list of whole "
+                           "numbers >= 0", source=str(path), field="hash_ids",
+                           fix="one block id per 512 prompt tokens, or drop the key")
+    return np.asarray(value, np.int64)
 
 
 TRACE_READERS = {
@@ -256,6 +277,7 @@ TRACE_READERS = {
     "mooncake": read_mooncake,
     "vidur": read_vidur,
     "specsim": read_specsim,
+    "token_ids": read_token_trace,
 }
 _CSV_SIGNATURES = {"azure": AZURE_COLUMNS, "vidur": VIDUR_COLUMNS, "specsim": SPECSIM_COLUMNS}
 
@@ -274,7 +296,7 @@ def detect_format(path: str | Path) -> str:
         raise SpecsimError("the file is empty", source=str(path),
                            fix="a trace needs a header line and at least one request")
     if first.lstrip().startswith("{"):
-        return "mooncake"
+        return "token_ids" if looks_like_token_trace(first) else "mooncake"
     try:
         header = {name.strip() for name in next(csv.reader([first]))}
     except csv.Error:  # e.g. a field above csv's size limit: no known header

@@ -89,27 +89,56 @@ def _as_count_array(values: Any, *, field: str, source: str) -> np.ndarray:
     return array.copy()
 
 
-def _as_token_ids(seqs: Sequence[Any], counts: np.ndarray, *, field: str,
-                  source: str) -> tuple[np.ndarray, ...]:
+def _integer_rows(seqs: Sequence[Any], n: int, *, field: str, source: str, what: str):
+    """Yield (i, 1-D integer array >= 0) for each of ``n`` requests' sequences."""
     if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__len__"):
-        raise SpecsimError(f"expected one token-id sequence per request, got "
+        raise SpecsimError(f"expected one {what} sequence per request, got "
                            f"{type(seqs).__name__}", field=field, source=source)
-    if len(seqs) != len(counts):
-        raise SpecsimError(f"has {len(seqs)} sequences for {len(counts)} requests", field=field,
+    if len(seqs) != n:
+        raise SpecsimError(f"has {len(seqs)} sequences for {n} requests", field=field,
                            source=source)
-    out = []
     for i, seq in enumerate(seqs):
         ids = np.asarray(seq)
         if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-            raise SpecsimError(f"request {i}: token ids must be a 1-D integer array",
+            raise SpecsimError(f"request {i}: {what}s must be a 1-D integer array",
                                field=field, source=source)
+        if ids.size and ids.min() < 0:
+            raise SpecsimError(f"request {i} has a negative {what}", field=field,
+                               source=source)
+        yield i, ids
+
+
+def _as_token_ids(seqs: Sequence[Any], counts: np.ndarray, *, field: str,
+                  source: str) -> tuple[np.ndarray, ...]:
+    out = []
+    for i, ids in _integer_rows(seqs, len(counts), field=field, source=source,
+                                what="token id"):
         if len(ids) != counts[i]:
             raise SpecsimError(f"request {i} has {len(ids)} token ids but its count is "
                                f"{counts[i]}", field=field, source=source,
                                fix="make the token counts equal the id sequence lengths")
-        if ids.size and ids.min() < 0:
-            raise SpecsimError(f"request {i} has a negative token id", field=field,
-                               source=source)
+        out.append(_frozen(ids.astype(np.int64)))
+    return tuple(out)
+
+
+def _as_prefix_hashes(seqs: Sequence[Any], counts: np.ndarray, block_tokens: Any, *,
+                      source: str) -> tuple[np.ndarray, ...]:
+    """Each request's prefix block ids: whole numbers in [0, 2**40), at most one per
+    ``block_tokens`` tokens of its prompt (Mooncake: ceil(input_length / 512))."""
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, (int, np.integer)) \
+            or not 1 <= block_tokens <= 1_000_000:
+        raise SpecsimError(f"expected a whole number in [1, 1000000], got {block_tokens!r}",
+                           field="hash_block_tokens", source=source)
+    out = []
+    for i, ids in _integer_rows(seqs, len(counts), field="hash_ids", source=source,
+                                what="block id"):
+        if ids.size and ids.max() >= 2**40:
+            raise SpecsimError(f"request {i} has a block id of 2**40 or more",
+                               field="hash_ids", source=source)
+        if ids.size > -(-int(counts[i]) // int(block_tokens)):
+            raise SpecsimError(f"request {i} has {ids.size} block ids for {counts[i]} prompt "
+                               f"tokens in blocks of {block_tokens}", field="hash_ids",
+                               source=source, fix="one id per block of the prompt")
         out.append(_frozen(ids.astype(np.int64)))
     return tuple(out)
 
@@ -125,6 +154,10 @@ class Workload:
     task: np.ndarray | None = None
     prompt_ids: tuple[np.ndarray, ...] | None = None
     output_ids: tuple[np.ndarray, ...] | None = None
+    # prefix-cache block ids of each prompt (Mooncake's ``hash_ids``): id i names the whole
+    # prompt prefix up to the end of its block of ``hash_block_tokens`` tokens
+    prefix_hashes: tuple[np.ndarray, ...] | None = None
+    hash_block_tokens: int = 512
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -179,6 +212,9 @@ class Workload:
         if self.output_ids is not None:
             object.__setattr__(self, "output_ids", _as_token_ids(
                 self.output_ids, output, field="output_ids", source=src))
+        if self.prefix_hashes is not None:
+            object.__setattr__(self, "prefix_hashes", _as_prefix_hashes(
+                self.prefix_hashes, prompt, self.hash_block_tokens, source=src))
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -212,7 +248,8 @@ class Workload:
             arrival_s=(self.arrival_s if arrival_s is None else arrival_s)[:stop],
             prompt_tokens=self.prompt_tokens[:stop], output_tokens=self.output_tokens[:stop],
             task=cut(self.task), prompt_ids=cut(self.prompt_ids),
-            output_ids=cut(self.output_ids))
+            output_ids=cut(self.output_ids), prefix_hashes=cut(self.prefix_hashes),
+            hash_block_tokens=self.hash_block_tokens)
 
     def truncate(self, max_requests: int | None = None,
                  max_duration_s: float | None = None) -> Workload:

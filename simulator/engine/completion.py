@@ -45,6 +45,9 @@ class Completion:
             return NO_IDS
         b.computed[pf] += step.chunks
         self.outstanding_tokens -= step.prefill_tokens
+        if self.cache is not None:  # the prompt blocks now full are cached
+            for rid, computed in zip(b.ids[pf].tolist(), b.computed[pf].tolist()):
+                self.cache.register(rid, computed)
         done = pf[step.completes]
         if done.size:
             b.set_prefill_done(done)
@@ -85,7 +88,10 @@ class Completion:
         keep_blocks = -(-b.computed[dec] // self.limits.block_size)
         freed = np.maximum(b.blocks[dec] - keep_blocks, 0)
         b.blocks[dec] -= freed
-        self.used_blocks -= int(freed.sum())
+        n = int(freed.sum())
+        self.used_blocks -= n
+        if self.cache is not None:
+            self.cache.give_back(n)
 
     def _retire(self, now: float) -> None:
         """Finish the running requests that reached their output length."""
@@ -97,7 +103,11 @@ class Completion:
         rids = b.ids[done]
         t.finish_s[rids] = now
         t.status[rids] = FINISHED
-        self.used_blocks -= int(b.blocks[done].sum())
+        if self.cache is None:
+            self.used_blocks -= int(b.blocks[done].sum())
+        else:  # in batch order, each request's blocks last to first (vLLM's free order)
+            for rid, blocks in zip(rids.tolist(), b.blocks[done].tolist()):
+                self.used_blocks -= self.cache.release(rid, blocks)
         b.blocks[done] = 0
         if self.rec.record_events:
             self.rec.events.extend((now, "finish", int(r), 0) for r in sorted(rids.tolist()))

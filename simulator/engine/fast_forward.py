@@ -85,8 +85,10 @@ def advance_decodes(replica) -> int:
     if used[0] > lim.kv_blocks:
         return NONE
     saved, replica.used_blocks = replica.used_blocks, int(used[0])
+    if replica.cache is not None and replica.waiting:  # the head looks up after the first
+        replica._gone = replica.cache.evicted_by(int(used[0]) - saved)  # step's allocation
     blocked = replica.admission_chunk(lim.max_num_batched_tokens - n) <= 0
-    replica.used_blocks = saved
+    replica.used_blocks, replica._gone = saved, ()
     if not blocked:
         return NONE
     next_time = replica.arrivals.horizon(replica.index)
@@ -122,6 +124,8 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
     b.computed = b.computed + k
     b.blocks = -(-b.computed // lim.block_size)
     b.last_emit = np.full(n, ends[-1])
+    if replica.cache is not None:  # the stretch's blocks, from the free queue's head
+        replica.cache.allocate(int(used[-1]) - replica.used_blocks)
     replica.used_blocks = int(used[-1])
     replica.outstanding_tokens -= n * k
     replica.now = float(ends[-1])

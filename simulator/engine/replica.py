@@ -53,7 +53,7 @@ class Replica(Completion):
                  limits: EngineLimits, target_cost: StepPricer, policy: Policy,
                  rng: np.random.Generator, recorder: Recorder,
                  on_finish: Callable[[int], None] | None = None, *,
-                 arrivals=None, fast_forward: bool = False) -> None:
+                 arrivals=None, fast_forward: bool = False, prefix_cache=None) -> None:
         self.env = env
         self.on_finish = on_finish  # on_finish(n): n requests just finished (progress)
         self.index = index
@@ -66,6 +66,9 @@ class Replica(Completion):
         self.arrivals = arrivals  # the run's Arrivals (its next_time), None: never ahead
         self.fast_forward = bool(fast_forward) and arrivals is not None \
             and not recorder.record_events
+        self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
+        self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
+        self._gone = ()     # keys a pending allocation will evict (fast-forward's check)
         self.waiting: deque[int] = deque()
         self.b = RunningBatch()
         self.used_blocks = 0
@@ -118,7 +121,9 @@ class Replica(Completion):
     def _preempt_last(self) -> int:
         """Preempt the most recently admitted running request (recompute)."""
         t, b = self.t, self.b
-        self.used_blocks -= int(b.blocks[-1])
+        blocks = int(b.blocks[-1])
+        self.used_blocks -= blocks if self.cache is None \
+            else self.cache.release(int(b.ids[-1]), blocks)
         b.blocks[-1] = 0
         self.outstanding_tokens += int(b.computed[-1])
         b.computed[-1] = 0
@@ -136,16 +141,25 @@ class Replica(Completion):
         return np.maximum(-(-(b.computed[pos] + tokens) // self.limits.block_size)
                           - b.blocks[pos], 0)
 
-    def _fit_chunk(self, computed: int, blocks: int, remaining: int, budget: int) -> int:
+    def _fit_chunk(self, computed: int, blocks: int, remaining: int, budget: int,
+                   taken: int = 0) -> int:
         """Largest prefill chunk within the token budget and the free KV blocks, for a
-        request with ``computed`` tokens in ``blocks`` blocks and ``remaining`` to prefill."""
+        request with ``computed`` tokens in ``blocks`` blocks and ``remaining`` to prefill
+        (``taken``: free blocks its cached prefix will take from the free queue)."""
         bs = self.limits.block_size
-        free_tokens = (self.limits.kv_blocks - self.used_blocks) * bs + blocks * bs - computed
+        free_tokens = (self.limits.kv_blocks - self.used_blocks - taken) * bs \
+            + blocks * bs - computed
         return max(0, min(remaining, budget, free_tokens))
 
     def _blocks_for(self, computed: int, blocks: int, chunk: int) -> int:
         """Blocks to add so that ``computed + chunk`` tokens fit (checked by _fit_chunk)."""
         return max(-(-(computed + chunk) // self.limits.block_size) - blocks, 0)
+
+    def _take_blocks(self, n: int) -> None:
+        """``n`` more KV blocks in use (from the head of the prefix cache's free queue)."""
+        self.used_blocks += n
+        if self.cache is not None and n:
+            self.cache.allocate(n)
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, now: float) -> Step | None:
@@ -226,7 +240,7 @@ class Replica(Completion):
             pos = np.arange(self.b.ids.size)[pos][keep]
             tokens = int(plan.verify_tokens.sum())
         self.b.blocks[pos] += need
-        self.used_blocks += int(need.sum())
+        self._take_blocks(int(need.sum()))
         return plan, batch, pos, tokens
 
     def _plan_prefills(self, mid_prefill: np.ndarray, budget: int,
@@ -245,7 +259,7 @@ class Replica(Completion):
             if chunk > 0:
                 add = self._blocks_for(computed, blocks, chunk)
                 b.blocks[p] += add
-                self.used_blocks += add
+                self._take_blocks(add)
                 pos.append(p)
                 chunks.append(chunk)
                 budget -= chunk
@@ -260,14 +274,19 @@ class Replica(Completion):
         rid = self.waiting[0]
         remaining = int(t.prefill_target[rid] - t.computed[rid]) if t.in_prefill[rid] \
             else int(t.prompt_len[rid] + t.generated[rid])
+        hit = taken = 0
+        if self.cache is not None and t.computed[rid] == 0:  # its cached prefix, if any
+            hit, taken = self.cache.lookup(rid, remaining, self._gone)
+            remaining -= hit * lim.block_size
+        self._hit = (hit, taken)
         if not lim.enable_chunked_prefill and remaining > budget:
             return 0
         if not t.in_prefill[rid]:  # first admission
             t.in_prefill[rid] = True
             t.prefill_target[rid] = t.prompt_len[rid] + t.generated[rid]
-        computed = int(t.computed[rid])
-        chunk = self._fit_chunk(computed, int(t.blocks[rid]),
-                                int(t.prefill_target[rid]) - computed, budget)
+        computed = int(t.computed[rid]) + hit * lim.block_size
+        chunk = self._fit_chunk(computed, int(t.blocks[rid]) + hit,
+                                int(t.prefill_target[rid]) - computed, budget, taken)
         if chunk <= 0 or (not lim.enable_chunked_prefill and chunk < remaining):
             return 0
         return chunk
@@ -286,10 +305,12 @@ class Replica(Completion):
         chunks: list[int] = []
         while (chunk := self.admission_chunk(budget)) > 0:
             rid = self.waiting.popleft()
+            if self.cache is not None:
+                self._use_cached_prefix(rid, now)
             p = b.add(t, rid)
             add = self._blocks_for(int(b.computed[p]), int(b.blocks[p]), chunk)
             b.blocks[p] += add
-            self.used_blocks += add
+            self._take_blocks(add)
             t.status[rid] = RUNNING
             if np.isnan(t.first_scheduled_s[rid]):
                 t.first_scheduled_s[rid] = now
@@ -297,6 +318,19 @@ class Replica(Completion):
             chunks.append(chunk)
             budget -= chunk
         return pos, chunks
+
+    def _use_cached_prefix(self, rid: int, now: float) -> None:
+        """Admit ``rid`` on its cached prefix (``_hit``, looked up by ``_head_chunk``): those
+        blocks are held, their tokens are computed and never prefilled."""
+        t, (hit, taken) = self.t, self._hit
+        tokens = hit * self.limits.block_size
+        self.cache.acquire(rid, hit, int(t.prefill_target[rid]))
+        t.computed[rid] = tokens
+        t.blocks[rid] = hit
+        self.used_blocks += taken
+        self.outstanding_tokens -= tokens
+        if np.isnan(t.first_scheduled_s[rid]):  # vLLM's num_cached_tokens: first schedule
+            t.cached_tokens[rid] = tokens
 
     def _price(self, plan: DraftPlan | None, batch: BatchView | None, pos, pf: np.ndarray,
                chunks: np.ndarray, now: float, preempted: int, decode_tokens: int,

@@ -39,6 +39,7 @@ class RequestTable:
         self.num_drafts = np.zeros(n, np.int32)
         self.num_draft_tokens = np.zeros(n, np.int32)
         self.num_accepted = np.zeros(n, np.int32)
+        self.cached_tokens = np.zeros(n, np.int32)  # prompt tokens found in the prefix cache
         self.reject_reason = np.full(n, "", dtype=object)
 
 

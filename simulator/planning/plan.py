@@ -208,13 +208,14 @@ def fit_context(workload, max_context: int, mode: str):
                            source=f"workload {workload.name!r}",
                            fix="use a model with a longer context, or another trace")
     idx = np.flatnonzero(keep)
+    def pick(rows):  # noqa: E306
+        return None if rows is None else tuple(rows[i] for i in idx)
     return Workload(name=workload.name, arrival_s=workload.arrival_s[idx],
                     prompt_tokens=prompt[idx], output_tokens=new_out[idx],
                     task=None if workload.task is None else workload.task[idx],
-                    prompt_ids=None if workload.prompt_ids is None
-                    else tuple(workload.prompt_ids[i] for i in idx),
-                    output_ids=None if ids is None
-                    else tuple(ids[i][:new_out[i]] for i in idx))
+                    prompt_ids=pick(workload.prompt_ids), prefix_hashes=pick(
+                        workload.prefix_hashes), hash_block_tokens=workload.hash_block_tokens,
+                    output_ids=None if ids is None else tuple(ids[i][:new_out[i]] for i in idx))
 
 
 def preflight(spec: PlanSpec) -> list[dict[str, Any]]:

@@ -16,7 +16,9 @@ def require_token_ids(workload, policy: str) -> tuple[tuple, tuple]:
             f"the {policy} policy matches real token ids, and workload {name!r} has none",
             field="workload",
             fix="use a token-level workload, e.g. workload: {tokens: {kind: code_edit, "
-                "num_requests: 50, arrival: {process: poisson, rate_per_s: 1}}}")
+                "num_requests: 50, arrival: {process: poisson, rate_per_s: 1}}}, or a "
+                "token-id trace: workload: {trace: my.jsonl, format: token_ids} (specsim "
+                "tokenize makes one)")
     return workload.prompt_ids, workload.output_ids
 
 

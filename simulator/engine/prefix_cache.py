@@ -1,0 +1,191 @@
+"""Automatic prefix caching, as vLLM V1's KV cache manager does it (``PrefixCache``).
+
+vLLM identifies a full KV block by a hash of its tokens and of everything before it
+(docs/design/prefix_caching.md); a new request reuses the longest run of its leading blocks
+that are cached, at most ``num_tokens - 1`` tokens, so that the last prompt token is computed
+for its logits (vllm/v1/core/kv_cache_manager.py, ``get_computed_blocks``).  A cached block
+stays in the KV cache after its requests finish, in the *free block queue*: allocation takes
+blocks from the queue's head and evicts the cached ones it takes; a request's blocks go back to
+the tail in reverse order, so its last blocks are evicted first (vllm/v1/core/block_pool.py,
+``FreeKVCacheBlockQueue``).  A cached block in use by several requests is held once
+(reference counts): the KV budget counts physical blocks.
+
+This module keeps exactly that state per replica, with block *keys* instead of hashes:
+
+- the free queue is a deque of runs (``[n]``: n blocks that hold nothing cached) and of cached
+  keys; a key's entry is live while ``free[key]`` is its sequence number (a hit takes the key
+  out of the queue by forgetting the number: the entry is skipped when reached);
+- ``ref[key]``: the requests holding a resident key (0: in the free queue, evictable);
+- ``held[rid]``: the keys a running request holds, in block order.
+
+Blocks freed when drafts are rejected go back to the queue's head (vLLM keeps them with the
+request; here they are freed and re-taken by the same request's next step, so they must not
+push cached blocks out).  A request that computes a block another request already cached
+keeps its copy private (vLLM keeps both copies under one hash; lookups find the first).
+Keys: a workload's prefix hashes (Mooncake ``hash_ids``) or its prompt token ids
+(``block_keys``); without either, no request has keys and nothing is cached.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+_HASH_OFFSET_LIMIT = 1 << 22  # a hash block's tokens, within a key (hash id < 2**40)
+
+
+def block_keys(prompt_len: np.ndarray, block_size: int, *, prefix_hashes=None,
+               hash_block_tokens: int = 512, prompt_ids=None) -> list[np.ndarray] | None:
+    """Each request's key per full prompt block of ``block_size`` tokens (None: no keys).
+
+    From prefix hashes, the block ending at token ``e`` is named by the hash of the hash
+    block holding token ``e - 1`` and by ``e``'s offset in it (a prefix hash names the whole
+    prefix up to its block's end, so this names the prefix up to ``e``).  From token ids, a
+    block's key is its number in a table of (parent key, block tokens): exact, no collisions.
+    Prompt ids take precedence (they are the tokens themselves).
+    """
+    bs = int(block_size)
+    if prompt_ids is not None:
+        table: dict[tuple[int, bytes], int] = {}
+        out = []
+        for ids in prompt_ids:
+            keys, parent = [], -1
+            for j in range(ids.size // bs):
+                parent = table.setdefault((parent, ids[j * bs:(j + 1) * bs].tobytes()),
+                                          len(table))
+                keys.append(parent)
+            out.append(np.asarray(keys, np.int64))
+        return out
+    if prefix_hashes is None:
+        return None
+    h = int(hash_block_tokens)
+    if h >= _HASH_OFFSET_LIMIT:
+        raise ValueError(f"hash blocks of {h} tokens are over the limit {_HASH_OFFSET_LIMIT}")
+    out = []
+    for n, hashes in zip(np.asarray(prompt_len).tolist(), prefix_hashes):
+        ends = bs * np.arange(1, n // bs + 1, dtype=np.int64)
+        which = (ends - 1) // h
+        ends, which = ends[which < hashes.size], which[which < hashes.size]
+        out.append(hashes[which] * _HASH_OFFSET_LIMIT + (ends - which * h))
+    return out
+
+
+class PrefixCache:
+    """One replica's cached blocks and free block queue (see the module docstring)."""
+
+    def __init__(self, kv_blocks: int, block_size: int, keys: list[np.ndarray]) -> None:
+        self.block_size = int(block_size)
+        self.keys = keys
+        self.queue: deque = deque([[int(kv_blocks)]])
+        self.free: dict[int, int] = {}   # key -> sequence number of its live queue entry
+        self.ref: dict[int, int] = {}    # resident key -> requests holding it
+        self.held: dict[int, list[int]] = {}
+        self.registered: dict[int, int] = {}  # rid -> prompt blocks considered so far
+        self.seq = 0
+        self.queries = self.hits = 0     # tokens looked up / found at admissions (vLLM's)
+        self.evictions = 0
+
+    # ------------------------------------------------------------------ lookups
+    def lookup(self, rid: int, tokens: int, gone=()) -> tuple[int, int]:
+        """Blocks of ``rid``'s prompt cached now (at most ``tokens - 1`` tokens' worth;
+        ignoring ``gone``, keys about to be evicted) and how many of them are in the free
+        queue (taking them uses up free blocks)."""
+        keys = self.keys[rid]
+        cap = min(keys.size, (int(tokens) - 1) // self.block_size)
+        hit = free = 0
+        ref = self.ref
+        for k in keys[:cap].tolist():
+            r = ref.get(k)
+            if r is None or k in gone:
+                break
+            hit += 1
+            free += r == 0
+        return hit, free
+
+    def evicted_by(self, n: int) -> set[int]:
+        """The keys that allocating ``n`` blocks now would evict (nothing changes)."""
+        out: set[int] = set()
+        for entry in self.queue:
+            if n <= 0:
+                break
+            if isinstance(entry, list):
+                n -= entry[0]
+            elif self.free.get(entry[0]) == entry[1]:
+                out.add(entry[0])
+                n -= 1
+        return out
+
+    # ------------------------------------------------------------------ changes
+    def acquire(self, rid: int, hit: int, tokens: int) -> None:
+        """Admit ``rid`` with its first ``hit`` blocks from the cache (``tokens``: its
+        prefill, for the hit rate)."""
+        keys = self.keys[rid][:hit].tolist()
+        for k in keys:
+            if self.ref[k] == 0:
+                del self.free[k]  # its queue entry is now stale
+            self.ref[k] += 1
+        self.held[rid] = keys
+        self.registered[rid] = hit
+        self.queries += int(tokens)
+        self.hits += hit * self.block_size
+
+    def register(self, rid: int, computed: int) -> None:
+        """``rid`` holds ``computed`` tokens: its full prompt blocks become cached."""
+        keys = self.keys[rid]
+        start, stop = self.registered.get(rid, 0), min(keys.size, computed // self.block_size)
+        if stop <= start:
+            return
+        held = self.held.setdefault(rid, [])
+        for k in keys[start:stop].tolist():
+            if k not in self.ref:
+                self.ref[k] = 1
+                held.append(k)
+        self.registered[rid] = stop
+
+    def release(self, rid: int, blocks: int) -> int:
+        """``rid`` leaves holding ``blocks`` blocks; returns the physical blocks freed (its
+        shared blocks other requests still hold stay in use)."""
+        held = self.held.pop(rid, [])
+        self.registered.pop(rid, None)
+        private = int(blocks) - len(held)
+        if private > 0:
+            self.queue.append([private])
+        freed = private
+        for k in reversed(held):
+            self.ref[k] -= 1
+            if self.ref[k] == 0:
+                self.seq += 1
+                self.free[k] = self.seq
+                self.queue.append((k, self.seq))
+                freed += 1
+        return freed
+
+    def allocate(self, n: int) -> None:
+        """Take ``n`` free blocks from the queue's head, evicting the cached ones taken."""
+        q = self.queue
+        while n > 0:
+            entry = q[0]
+            if isinstance(entry, list):
+                take = min(entry[0], n)
+                n -= take
+                if take == entry[0]:
+                    q.popleft()
+                else:
+                    entry[0] -= take
+                continue
+            q.popleft()
+            k, seq = entry
+            if self.free.get(k) == seq:  # live: evict it
+                del self.free[k]
+                del self.ref[k]
+                self.evictions += 1
+                n -= 1
+
+    def give_back(self, n: int) -> None:
+        """Blocks that held rejected drafts go back to the queue's head."""
+        if n > 0:
+            self.queue.appendleft([int(n)])
+
+    def resident(self) -> int:
+        """Cached blocks in the KV cache now (in use or evictable)."""
+        return len(self.ref)
