@@ -36,13 +36,14 @@ class RunningBatch:
 
     def add(self, table: RequestTable, rid: int) -> int:
         """Append request ``rid`` (its state from the table); returns its position."""
-        self.ids = np.append(self.ids, rid)
+        n = int(self.ids.size)
+        self.ids = _appended(self.ids, n, rid)
         for name in INT_FIELDS:
-            setattr(self, name, np.append(getattr(self, name), getattr(table, name)[rid]))
-        self.in_prefill = np.append(self.in_prefill, table.in_prefill[rid])
-        self.last_emit = np.append(self.last_emit, table.last_emit_s[rid])
+            setattr(self, name, _appended(getattr(self, name), n, getattr(table, name)[rid]))
+        self.in_prefill = _appended(self.in_prefill, n, table.in_prefill[rid])
+        self.last_emit = _appended(self.last_emit, n, table.last_emit_s[rid])
         self.decoding += int(not table.in_prefill[rid])
-        return int(self.ids.size) - 1
+        return n
 
     def write_back(self, table: RequestTable, pos) -> None:
         """Copy the state of the requests at ``pos`` (an index or an array) to the table."""
@@ -75,3 +76,11 @@ class RunningBatch:
         """The requests at ``pos`` finished their prefill: they decode from now on."""
         self.in_prefill[pos] = False
         self.decoding = int(self.ids.size - np.count_nonzero(self.in_prefill))
+
+
+def _appended(values: np.ndarray, n: int, value) -> np.ndarray:
+    """A new array: the ``n`` ``values`` then ``value`` (``np.append`` without its layers)."""
+    out = np.empty(n + 1, values.dtype)
+    out[:n] = values
+    out[n] = value
+    return out

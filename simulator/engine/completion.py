@@ -17,6 +17,8 @@ from simulator.engine.plan import emitted_tokens
 from simulator.engine.requests import FINISHED
 from simulator.engine.step import NO_IDS, Step, StepRow
 
+_SUM, _ANY = np.add.reduce, np.logical_or.reduce  # no method layer
+
 
 class Completion:
     """The completion half of a replica's iteration (see the module docstring)."""
@@ -52,7 +54,7 @@ class Completion:
         if done.size:
             b.set_prefill_done(done)
             had = b.generated[done] > 0  # a preempted request resuming: its ITL runs on
-            if had.any():
+            if _ANY(had):
                 self.rec.record_itl(now - b.last_emit[done[had]])
             b.generated[done] += 1
             self.outstanding_tokens -= int(done.size)
@@ -73,9 +75,9 @@ class Completion:
         b.generated[dec] += emitted
         b.computed[dec] += emitted
         b.last_emit[dec] = now
-        decoded = int(emitted.sum())
+        decoded = int(_SUM(emitted))
         self.outstanding_tokens -= decoded
-        if plan.num_draft.any():
+        if _ANY(plan.num_draft):
             b.num_drafts[dec] += plan.num_draft > 0
             b.num_draft_tokens[dec] += plan.num_draft
             b.num_accepted[dec] += accepted
@@ -88,7 +90,7 @@ class Completion:
         keep_blocks = -(-b.computed[dec] // self.limits.block_size)
         freed = np.maximum(b.blocks[dec] - keep_blocks, 0)
         b.blocks[dec] -= freed
-        n = int(freed.sum())
+        n = int(_SUM(freed))
         self.used_blocks -= n
         if self.cache is not None:
             self.cache.give_back(n)
@@ -97,14 +99,14 @@ class Completion:
         """Finish the running requests that reached their output length."""
         b, t = self.b, self.t
         finished = b.generated >= b.output_len
-        if not finished.any():
+        if not _ANY(finished):
             return
         done = np.flatnonzero(finished)
         rids = b.ids[done]
         t.finish_s[rids] = now
         t.status[rids] = FINISHED
         if self.cache is None:
-            self.used_blocks -= int(b.blocks[done].sum())
+            self.used_blocks -= int(_SUM(b.blocks[done]))
         else:  # in batch order, each request's blocks last to first (vLLM's free order)
             for rid, blocks in zip(rids.tolist(), b.blocks[done].tolist()):
                 self.used_blocks -= self.cache.release(rid, blocks)
@@ -125,8 +127,8 @@ class Completion:
             draft_s=step.draft_s, verify_s=step.verify_s, batch_size=n_dec + n_pf,
             num_prefill=n_pf, num_decode=n_dec, prefill_tokens=step.prefill_tokens,
             decode_tokens=step.decode_tokens, emitted_tokens=emitted_tokens,
-            draft_tokens=int(plan.num_draft.sum()) if decoded else 0,
-            accepted_tokens=int(accepted.sum()) if decoded else 0,
+            draft_tokens=int(_SUM(plan.num_draft)) if decoded else 0,
+            accepted_tokens=int(_SUM(accepted)) if decoded else 0,
             kv_blocks_used=self.used_blocks,
             kv_occupancy=self.used_blocks / self.limits.kv_blocks,
             queue_len=len(self.waiting), kv_read_tokens=step.kv_read_tokens,

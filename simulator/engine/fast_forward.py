@@ -24,6 +24,12 @@ from simulator.engine.step import STEP_FIELDS
 
 MAX_STRETCH_CELLS = 1 << 18  # iterations x requests per pass (bounds the arrays)
 _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
+_SHARED = [_COL[name] for name in ("replica", "batch_size", "num_decode", "decode_tokens",
+                                    "emitted_tokens", "queue_len")]
+_DURATIONS = [_COL["duration_s"], _COL["verify_s"]]  # no draft: the verify time is it all
+_SUMS = [_COL["kv_read_tokens"], _COL["attn_pairs"]]  # one new token each: the same sums
+_ALL, _ANY, _MIN, _SUM = np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce, \
+    np.add.reduce  # ndarray's methods without their layer
 
 
 def _step_times(replica, c: np.ndarray, k_max: int, next_time: float) -> np.ndarray:
@@ -31,7 +37,7 @@ def _step_times(replica, c: np.ndarray, k_max: int, next_time: float) -> np.ndar
     n = c.size
     uniform = getattr(replica.target_cost, "uniform_step_times", None)
     if uniform is not None:
-        sums = int(c.sum()) + n * np.arange(k_max, dtype=np.int64)
+        sums = int(_SUM(c)) + n * np.arange(k_max, dtype=np.int64)
         times = uniform(n, 1, sums, n)
         if times is not None:
             return np.asarray(times, np.float64)
@@ -54,10 +60,10 @@ def _stretch_length(replica) -> int:
     if not n or b.decoding != n or n > lim.max_num_batched_tokens \
             or not getattr(replica.policy, "plain_decode", False):
         return 0
-    if not np.array_equal(b.blocks, -(-b.computed // lim.block_size)):
+    if not _ALL(b.blocks == -(-b.computed // lim.block_size)):
         return 0  # blocks beyond the tokens held: the step-by-step path frees them first
     # the iteration that emits a request's last token retires it: the stretch's last
-    return min(int((b.output_len - b.generated).min()), max(1, MAX_STRETCH_CELLS // n))
+    return min(int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
 
 
 def _kv_fit(replica, c: np.ndarray, k: int) -> np.ndarray:
@@ -65,8 +71,11 @@ def _kv_fit(replica, c: np.ndarray, k: int) -> np.ndarray:
     tokens takes a new block in iteration j when ``c + j`` is a multiple of the block size,
     so the blocks taken in iteration j are periodic in j: a histogram of ``-c mod bs``."""
     bs = replica.limits.block_size
-    taken = np.bincount((-c) % bs, minlength=bs)
-    return replica.used_blocks + np.cumsum(np.resize(taken, k))
+    taken = np.cumsum(np.bincount((-c) % bs, minlength=bs))
+    if k <= bs:  # integers: the same values as the cumulative sum of the repeated histogram
+        return replica.used_blocks + taken[:k]
+    j = np.arange(k)
+    return replica.used_blocks + (j // bs) * taken[-1] + taken[j % bs]
 
 
 NONE, ADVANCED, RETIRED = 0, 1, 2  # what advance_decodes did
@@ -108,15 +117,16 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
     b, lim = replica.b, replica.limits
     k, n = v.size, int(b.ids.size)
     ends = clock[1:]
-    sums = (int(b.computed.sum()) + n + n * np.arange(k, dtype=np.int64)).astype(np.float64)
-    rows = np.zeros((k, len(STEP_FIELDS)), np.float64)
-    for name, value in (("replica", replica.index), ("start_s", clock[:-1]), ("duration_s", v),
-                        ("verify_s", v), ("batch_size", n), ("num_decode", n),
-                        ("decode_tokens", n), ("emitted_tokens", n), ("kv_blocks_used", used),
-                        ("kv_occupancy", used / lim.kv_blocks),
-                        ("queue_len", len(replica.waiting)), ("kv_read_tokens", sums),
-                        ("attn_pairs", sums)):
-        rows[:, _COL[name]] = value
+    sums = (int(_SUM(b.computed)) + n + n * np.arange(k, dtype=np.int64)).astype(np.float64)
+    row = np.zeros(len(STEP_FIELDS), np.float64)  # what every row of the stretch shares
+    row[_SHARED] = (replica.index, n, n, n, n, len(replica.waiting))
+    rows = np.empty((k, len(STEP_FIELDS)), np.float64)
+    rows[:] = row
+    rows[:, _COL["start_s"]] = clock[:-1]
+    rows[:, _DURATIONS] = v[:, None]
+    rows[:, _COL["kv_blocks_used"]] = used
+    rows[:, _COL["kv_occupancy"]] = used / lim.kv_blocks
+    rows[:, _SUMS] = sums[:, None]
     first = ends[0] - b.last_emit
     replica.rec.record_itl(np.concatenate((first, np.repeat(ends[1:] - ends[:-1], n)))
                            if k > 1 else first)
@@ -131,7 +141,7 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
     replica.now = float(ends[-1])
     replica.stats["iterations"] += k
     replica.stats["vectorised"] += k
-    retired = bool((b.generated >= b.output_len).any())
+    retired = bool(_ANY(b.generated >= b.output_len))
     if retired:  # as the last iteration's completion does; its row reads the freed KV
         replica._retire(replica.now)
         rows[-1, _COL["kv_blocks_used"]] = replica.used_blocks

@@ -32,6 +32,7 @@ are identical to the step-by-step reference (``fast_forward: false``), which tes
 from __future__ import annotations
 
 from collections import deque
+from math import isnan
 from typing import Callable
 
 import numpy as np
@@ -43,7 +44,9 @@ from simulator.engine.fast_forward import RETIRED, advance_decodes
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
-from simulator.engine.step import NO_IDS, Step
+from simulator.engine.step import NO_FLAGS, NO_IDS, Step
+
+_SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
 
 class Replica(Completion):
@@ -205,10 +208,10 @@ class Replica(Completion):
                                   prompt_len=b.prompt_len[pos].copy(),
                                   batch_size=int(b.ids.size), now_s=now)
                 plan = self.policy.propose(batch, self.rng)
-                if int(plan.verify_tokens.sum()) > budget:
+                if int(_SUM(plan.verify_tokens)) > budget:
                     plan.trim(~(np.cumsum(plan.verify_tokens) > budget))
                 need = self._blocks_needed(pos, plan.verify_tokens)
-                if self.used_blocks + int(need.sum()) > self.limits.kv_blocks:
+                if self.used_blocks + int(_SUM(need)) > self.limits.kv_blocks:
                     if b.ids.size > 1 or not plan.num_draft.any():
                         self._preempt_last()
                         preempted += 1
@@ -224,7 +227,7 @@ class Replica(Completion):
         """Drop the decodes past the token budget (not one token each left) and grow the KV
         of the rest; returns the plan, its batch, their positions and their target tokens
         (None, None, None, 0 if no decode is left)."""
-        tokens = int(plan.verify_tokens.sum())
+        tokens = int(_SUM(plan.verify_tokens))
         if tokens > budget:
             keep = np.flatnonzero(np.cumsum(plan.verify_tokens) <= budget)
             if not keep.size:
@@ -240,7 +243,7 @@ class Replica(Completion):
             pos = np.arange(self.b.ids.size)[pos][keep]
             tokens = int(plan.verify_tokens.sum())
         self.b.blocks[pos] += need
-        self._take_blocks(int(need.sum()))
+        self._take_blocks(int(_SUM(need)))
         return plan, batch, pos, tokens
 
     def _plan_prefills(self, mid_prefill: np.ndarray, budget: int,
@@ -312,7 +315,7 @@ class Replica(Completion):
             b.blocks[p] += add
             self._take_blocks(add)
             t.status[rid] = RUNNING
-            if np.isnan(t.first_scheduled_s[rid]):
+            if isnan(t.first_scheduled_s[rid]):
                 t.first_scheduled_s[rid] = now
             pos.append(p)
             chunks.append(chunk)
@@ -329,7 +332,7 @@ class Replica(Completion):
         t.blocks[rid] = hit
         self.used_blocks += taken
         self.outstanding_tokens -= tokens
-        if np.isnan(t.first_scheduled_s[rid]):  # vLLM's num_cached_tokens: first schedule
+        if isnan(t.first_scheduled_s[rid]):  # vLLM's num_cached_tokens: first schedule
             t.cached_tokens[rid] = tokens
 
     def _price(self, plan: DraftPlan | None, batch: BatchView | None, pos, pf: np.ndarray,
@@ -337,9 +340,12 @@ class Replica(Completion):
                prefill_tokens: int) -> Step:
         """Draft time, then one target forward over every scheduled token: the ``Step``."""
         b = self.b
-        pf_ctx = b.computed[pf]
-        completes = (pf_ctx + chunks) >= b.prefill_target[pf]
-        chunks_f, pf_ctx_f = chunks.astype(np.float64), pf_ctx.astype(np.float64)
+        if pf.size:
+            pf_ctx = b.computed[pf]
+            completes = (pf_ctx + chunks) >= b.prefill_target[pf]
+            chunks_f, pf_ctx_f = chunks.astype(np.float64), pf_ctx.astype(np.float64)
+        else:  # no prefill: nothing to gather
+            completes, prefill_ids = NO_FLAGS, NO_IDS
         if plan is None:
             new, ctx, logits = chunks_f, pf_ctx_f, completes.astype(np.float64)
             draft_s = 0.0
@@ -353,14 +359,15 @@ class Replica(Completion):
                 new, ctx, logits = verify, batch.context.astype(np.float64), verify
             draft_s = plan.draft_time_s + plan.cpu_time_s
         verify_s = self.target_cost.step_time(new, ctx, logits)
-        kv_read = float(ctx.sum() + new.sum())  # whole numbers: exact, as (ctx + new).sum()
-        attn_pairs = float((new * (ctx + 0.5 * (new + 1.0))).sum())
+        kv_read = float(_SUM(ctx) + _SUM(new))  # whole numbers: exact, as (ctx + new).sum()
+        attn_pairs = float(_SUM(new * (ctx + 0.5 * (new + 1.0))))
         if pf.size:
             draft_s += self.policy.prefill_time(chunks_f, pf_ctx_f)
+            prefill_ids = b.ids[pf]
         return Step(start_s=now, draft_s=draft_s, verify_s=verify_s, plan=plan, batch=batch,
                     decode_ids=batch.request_ids if plan is not None else NO_IDS,
                     decode_pos=pos if plan is not None else NO_IDS,
-                    prefill_ids=b.ids[pf], prefill_pos=pf, chunks=chunks, completes=completes,
+                    prefill_ids=prefill_ids, prefill_pos=pf, chunks=chunks, completes=completes,
                     decode_tokens=decode_tokens, prefill_tokens=prefill_tokens,
                     preempted=preempted, kv_read_tokens=kv_read, attn_pairs=attn_pairs)
 

@@ -11,6 +11,8 @@ from simulator.engine.plan import BatchView, DraftPlan
 
 NO_IDS = np.zeros(0, np.int64)  # no requests (shared, so read-only)
 NO_IDS.flags.writeable = False
+NO_FLAGS = np.zeros(0, bool)  # no prefill chunk completes (shared, so read-only)
+NO_FLAGS.flags.writeable = False
 
 
 @dataclass(frozen=True, slots=True)
