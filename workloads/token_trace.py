@@ -123,12 +123,12 @@ def _request(record: Any, number: int, path: Path, previous: float):
             _ids(record, "output_ids", number, path), task)
 
 
-def _read_lines(handle: IO[str], path: Path) -> tuple[list, dict | None]:
+def _read_lines(path: Path) -> tuple[list, dict | None]:
     rows: list = []
     header = None
     total = 0
     previous = 0.0
-    for number, record in json_lines(handle, path, FORMAT_FIX):
+    for number, record in json_lines(path, FORMAT_FIX):
         if not rows and header is None and is_header(record):
             if record[HEADER_KEY] != HEADER_KIND:
                 raise _error(path, number, f"header names {short(record[HEADER_KEY])}, not "
@@ -153,13 +153,7 @@ def _read_lines(handle: IO[str], path: Path) -> tuple[list, dict | None]:
 def read_token_trace(path: str | Path) -> Workload:
     """Read a token-id JSONL trace (``arrival_s``, ``prompt_ids``, ``output_ids``[, ``task``])."""
     path = Path(path)
-    try:
-        with path.open(encoding="utf-8") as handle:
-            rows, _ = _read_lines(handle, path)
-    except FileNotFoundError:
-        raise SpecsimError("file not found", source=str(path), fix="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecsimError(f"cannot read file: {exc}", source=str(path)) from None
+    rows, _ = _read_lines(path)
     if not rows:
         raise SpecsimError("the file holds no requests", source=str(path),
                            fix="a trace needs at least one request: " + FORMAT_FIX)

@@ -209,27 +209,21 @@ def read_mooncake(path: str | Path) -> Workload:
     rows: dict[str, list] = {key: [] for key in MOONCAKE_KEYS}
     hashes: list = []
     lines: list[int] = []
-    try:
-        with path.open(encoding="utf-8") as handle:
-            for number, record in json_lines(handle, path):
-                if not isinstance(record, dict):
-                    raise SpecsimError(f"line {number} is not a JSON object", source=str(path),
-                                       fix="one JSON object per line")
-                for key in MOONCAKE_KEYS:
-                    value = record.get(key)
-                    if type(value) not in (int, float):
-                        why = "is missing" if key not in record else \
-                            f"is {short(value)}, not a number"
-                        raise SpecsimError(f"line {number}: {key} {why}", source=str(path),
-                                           field=key, fix="every line needs numeric "
-                                           + ", ".join(MOONCAKE_KEYS))
-                    rows[key].append(value)
-                hashes.append(_hash_ids(record, number, path))
-                lines.append(number)
-    except FileNotFoundError:
-        raise SpecsimError("file not found", source=str(path), fix="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecsimError(f"cannot read file: {exc}", source=str(path)) from None
+    for number, record in json_lines(path):
+        if not isinstance(record, dict):
+            raise SpecsimError(f"line {number} is not a JSON object", source=str(path),
+                               fix="one JSON object per line")
+        for key in MOONCAKE_KEYS:
+            value = record.get(key)
+            if type(value) not in (int, float):
+                why = "is missing" if key not in record else \
+                    f"is {short(value)}, not a number"
+                raise SpecsimError(f"line {number}: {key} {why}", source=str(path),
+                                   field=key, fix="every line needs numeric "
+                                   + ", ".join(MOONCAKE_KEYS))
+            rows[key].append(value)
+        hashes.append(_hash_ids(record, number, path))
+        lines.append(number)
     if not lines:
         raise SpecsimError("the file is empty", source=str(path),
                            fix="a trace needs at least one request")

@@ -94,10 +94,11 @@ def advance_decodes(replica) -> int:
     if used[0] > lim.kv_blocks:
         return NONE
     saved, replica.used_blocks = replica.used_blocks, int(used[0])
-    if replica.cache is not None and replica.waiting:  # the head looks up after the first
-        replica._gone = replica.cache.evicted_by(int(used[0]) - saved)  # step's allocation
-    blocked = replica.admission_chunk(lim.max_num_batched_tokens - n) <= 0
-    replica.used_blocks, replica._gone = saved, ()
+    # the head looks up its cached prefix after the first iteration's allocation
+    gone = replica.cache.evicted_by(int(used[0]) - saved) \
+        if replica.cache is not None and replica.waiting else ()
+    blocked = replica.admission_chunk(lim.max_num_batched_tokens - n, gone) <= 0
+    replica.used_blocks = saved
     if not blocked:
         return NONE
     next_time = replica.arrivals.horizon(replica.index)

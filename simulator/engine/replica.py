@@ -71,7 +71,6 @@ class Replica(Completion):
             and not recorder.record_events
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
-        self._gone = ()     # keys a pending allocation will evict (fast-forward's check)
         self.waiting: deque[int] = deque()
         self.b = RunningBatch()
         self.used_blocks = 0
@@ -270,16 +269,17 @@ class Replica(Completion):
         chunks += admitted_chunks
         return np.asarray(pos + admitted, np.int64), np.asarray(chunks, np.int64), sum(chunks)
 
-    def _head_chunk(self, budget: int) -> int:
+    def _head_chunk(self, budget: int, gone=()) -> int:
         """The prefill chunk the head of the queue would be admitted with (0: it cannot be),
-        marking it as prefilling on its first admission attempt, as vLLM's scheduler does."""
+        marking it as prefilling on its first admission attempt, as vLLM's scheduler does
+        (``gone``: cached keys to treat as evicted already)."""
         t, lim = self.t, self.limits
         rid = self.waiting[0]
         remaining = int(t.prefill_target[rid] - t.computed[rid]) if t.in_prefill[rid] \
             else int(t.prompt_len[rid] + t.generated[rid])
         hit = taken = 0
         if self.cache is not None and t.computed[rid] == 0:  # its cached prefix, if any
-            hit, taken = self.cache.lookup(rid, remaining, self._gone)
+            hit, taken = self.cache.lookup(rid, remaining, gone)
             remaining -= hit * lim.block_size
         self._hit = (hit, taken)
         if not lim.enable_chunked_prefill and remaining > budget:
@@ -294,11 +294,12 @@ class Replica(Completion):
             return 0
         return chunk
 
-    def admission_chunk(self, budget: int) -> int:
-        """The chunk ``_admit(budget)`` would admit the head of the queue with (0: none)."""
+    def admission_chunk(self, budget: int, gone=()) -> int:
+        """The chunk ``_admit(budget)`` would admit the head of the queue with (0: none);
+        ``gone``: the cached keys an allocation still to come will evict."""
         if not self.waiting or budget <= 0 or self.b.ids.size >= self.limits.max_num_seqs:
             return 0
-        return self._head_chunk(budget)
+        return self._head_chunk(budget, gone)
 
     def _admit(self, budget: int, now: float) -> tuple[list[int], list[int]]:
         """Admit waiting requests FIFO while the budget, the sequence limit and the KV allow;
