@@ -41,6 +41,7 @@ import simpy
 from simulator.engine.batch import RunningBatch
 from simulator.engine.completion import Completion
 from simulator.engine.fast_forward import RETIRED, advance_decodes
+from simulator.engine.plain_step import PlainStep, PlainSteps
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
@@ -49,7 +50,7 @@ from simulator.engine.step import NO_FLAGS, NO_IDS, Step
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
 
-class Replica(Completion):
+class Replica(PlainSteps, Completion):
     """One model instance: a waiting queue, a running batch and its own SimPy process."""
 
     def __init__(self, env: simpy.Environment, index: int, table: RequestTable,
@@ -70,6 +71,8 @@ class Replica(Completion):
         self.fast_forward = bool(fast_forward) and arrivals is not None \
             and not recorder.record_events
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
+        self.plain = bool(getattr(policy, "plain_decode", False)) and prefix_cache is None \
+            and not recorder.record_events  # the fused iteration applies (plain_step.py)
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
         self.waiting: deque[int] = deque()
         self.b = RunningBatch()
@@ -105,7 +108,9 @@ class Replica(Completion):
                 continue
             if self.fast_forward and advance_decodes(self) == RETIRED:
                 continue  # the batch changed: idle now, or another stretch
-            step = self._schedule(self.now)
+            step = self._plain_schedule(self.now) if self.plain else None
+            if step is None:
+                step = self._schedule(self.now)
             if step is None:  # nothing could be scheduled (cannot happen with valid limits)
                 raise RuntimeError("scheduler made no progress")
             end = step.start_s + step.duration_s  # SimPy's now + delay
@@ -117,7 +122,10 @@ class Replica(Completion):
                 self.stats["timeouts"] += 1
             self.stats["iterations"] += 1
             self.now = end
-            self._complete(step, end)
+            if step.__class__ is PlainStep:
+                self._plain_complete(step, end)
+            else:
+                self._complete(step, end)
 
     # ------------------------------------------------------------------ KV blocks
     def _preempt_last(self) -> int:

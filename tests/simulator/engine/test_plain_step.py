@@ -1,0 +1,92 @@
+"""The fused plain-decode iteration (simulator/engine/plain_step.py) is exact: with it, a
+``none`` run gives the DataFrames of the ordinary ``_schedule`` / ``_complete`` path bit for
+bit, in both engine modes, with preemptions (small KV caches), token budgets smaller than the
+batch, chunked and unchunked prefill, several replicas under both routers."""
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.engine.plain_step import PlainSteps
+from simulator.scenario import EngineOptions
+from simulator.simulate import simulate
+from tests.helpers import scenario, workload
+from tests.simulator.engine.test_fast_forward import assert_identical
+from tests.simulator.engine.test_invariants import _utilisation_for_blocks
+
+
+def _fused_and_ordinary(monkeypatch, sc, wl, fast_forward: bool):
+    """(fused, ordinary) results of ``sc``, and how many iterations the fused path took."""
+    sc = dataclasses.replace(sc, engine=EngineOptions(fast_forward=fast_forward))
+    taken = [0]
+    original = PlainSteps._plain_schedule
+
+    def counting(self, now):
+        step = original(self, now)
+        taken[0] += step is not None
+        return step
+
+    with monkeypatch.context() as m:
+        m.setattr(PlainSteps, "_plain_schedule", counting)
+        fused = simulate(sc, workload=wl)
+    with monkeypatch.context() as m:
+        m.setattr(PlainSteps, "_plain_schedule", lambda self, now: None)
+        ordinary = simulate(sc, workload=wl)
+    return fused, ordinary, taken[0]
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 30))
+    gaps = draw(st.lists(st.floats(0, 0.3), min_size=n, max_size=n))
+    return {"arrival": np.cumsum(gaps),
+            "prompt": draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)),
+            "output": draw(st.lists(st.integers(1, 80), min_size=n, max_size=n)),
+            "block_size": draw(st.sampled_from([1, 8, 16])),
+            "blocks": draw(st.integers(30, 200)), "seqs": draw(st.integers(1, 16)),
+            "batched": draw(st.integers(1, 512)), "chunked": draw(st.booleans()),
+            "replicas": draw(st.integers(1, 3)), "fast_forward": draw(st.booleans()),
+            "router": draw(st.sampled_from(["round_robin", "least_outstanding_tokens"]))}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,  # same examples every run
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cases())
+def test_random_none_runs_match_the_ordinary_path(monkeypatch, case):
+    util = _utilisation_for_blocks(case["blocks"], case["block_size"], case["batched"],
+                                   False, case["seqs"])
+    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
+                  replicas=case["replicas"], router=case["router"],
+                  batching={"block_size": case["block_size"], "max_num_seqs": case["seqs"],
+                            "max_num_batched_tokens": case["batched"],
+                            "enable_chunked_prefill": case["chunked"],
+                            "gpu_memory_utilization": util})
+    wl = workload(case["arrival"], case["prompt"], case["output"])
+    try:
+        fused, ordinary, _ = _fused_and_ordinary(monkeypatch, sc, wl, case["fast_forward"])
+    except ValueError as exc:  # a configuration that can serve nothing says so, in both
+        assert "max_num_batched_tokens" in str(exc) or "no request can be served" in str(exc)
+        return
+    assert_identical(fused, ordinary)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_the_fused_path_carries_the_mixed_steps(monkeypatch, fast_forward):
+    """A batch that keeps decoding while long prompts arrive, with a KV cache small enough to
+    preempt: the fused path takes the mixed steps, the ordinary one the preemptions, and
+    the results are those of the ordinary path alone."""
+    rng = np.random.default_rng(3)
+    n = 40
+    util = _utilisation_for_blocks(60, 16, 256, False, 8)
+    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
+                  batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
+                            "enable_chunked_prefill": True, "gpu_memory_utilization": util})
+    wl = workload(np.sort(rng.uniform(0, 4, n)), rng.integers(100, 600, n),
+                  rng.integers(20, 120, n))
+    fused, ordinary, taken = _fused_and_ordinary(monkeypatch, sc, wl, fast_forward)
+    assert_identical(fused, ordinary)
+    mixed = int(((fused.steps["num_prefill"] > 0) & (fused.steps["num_decode"] > 0)).sum())
+    assert mixed > 0 and taken >= mixed
+    assert int(fused.steps["preemptions"].sum()) > 0  # the ordinary path's part is exercised
