@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.step import STEP_FIELDS
+from simulator.engine.plain_step import PlainStep
+from simulator.engine.step import NO_IDS, STEP_FIELDS
 
 MAX_STRETCH_CELLS = 1 << 18  # iterations x requests per pass (bounds the arrays)
 _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
-_SHARED = [_COL[name] for name in ("replica", "batch_size", "num_decode", "decode_tokens",
-                                    "emitted_tokens", "queue_len")]
-_DURATIONS = [_COL["duration_s"], _COL["verify_s"]]  # no draft: the verify time is it all
-_SUMS = [_COL["kv_read_tokens"], _COL["attn_pairs"]]  # one new token each: the same sums
+_SHARED = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode",
+                                              "decode_tokens", "emitted_tokens", "queue_len")])
+_DURATIONS = np.array([_COL["duration_s"], _COL["verify_s"]])  # no draft: the verify time
+_SUMS = np.array([_COL["kv_read_tokens"], _COL["attn_pairs"]])  # one new token each
+_START, _KV_USED, _KV_OCCUPANCY = _COL["start_s"], _COL["kv_blocks_used"], _COL["kv_occupancy"]
 _ALL, _ANY, _MIN, _SUM = np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce, \
     np.add.reduce  # ndarray's methods without their layer
+_COUNT = np.count_nonzero
 
 
 def _step_times(replica, c: np.ndarray, k_max: int, next_time: float) -> np.ndarray:
@@ -60,8 +63,10 @@ def _stretch_length(replica) -> int:
     if not n or b.decoding != n or n > lim.max_num_batched_tokens \
             or not getattr(replica.policy, "plain_decode", False):
         return 0
-    if not _ALL(b.blocks == -(-b.computed // lim.block_size)):
-        return 0  # blocks beyond the tokens held: the step-by-step path frees them first
+    # blocks beyond the tokens held: the step-by-step path frees them first (never with the
+    # fused iteration's invariant, plain_step.py)
+    if not replica.plain and not _ALL(b.blocks == -(-b.computed // lim.block_size)):
+        return 0
     # the iteration that emits a request's last token retires it: the stretch's last
     return min(int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
 
@@ -81,35 +86,65 @@ def _kv_fit(replica, c: np.ndarray, k: int) -> np.ndarray:
 NONE, ADVANCED, RETIRED = 0, 1, 2  # what advance_decodes did
 
 
-def advance_decodes(replica) -> int:
+def advance_decodes(replica) -> tuple[int, PlainStep | None]:
     """Advance ``replica`` over the pure-decode stretch ahead: NONE if there is none,
     RETIRED if its last iteration finished requests (another stretch may follow), ADVANCED
-    otherwise (the next iteration is not a plain decode one)."""
+    otherwise (the next iteration is not a plain decode one, or it ends at or after the
+    next arrival).  With the second, under the fused iteration (``replica.plain``), the
+    iteration that crosses the arrival, planned and priced (``_crossing_step``), else None."""
     k = _stretch_length(replica)
     if k <= 0:
-        return NONE
+        return NONE, None
     b, lim = replica.b, replica.limits
-    n, c = int(b.ids.size), b.computed
+    c = b.computed
+    # the first iteration's reservation: a decode takes a block when it holds a multiple of
+    # the block size (``_kv_fit``'s first value, without its histogram)
+    first = replica.used_blocks + int(_COUNT(c % lim.block_size == 0))
+    if first > lim.kv_blocks:
+        return NONE, None
+    if replica.waiting and not _admission_blocked(replica, first):
+        return NONE, None
     used = _kv_fit(replica, c, k)
-    if used[0] > lim.kv_blocks:
-        return NONE
-    saved, replica.used_blocks = replica.used_blocks, int(used[0])
-    # the head looks up its cached prefix after the first iteration's allocation
-    gone = replica.cache.evicted_by(int(used[0]) - saved) \
-        if replica.cache is not None and replica.waiting else ()
-    blocked = replica.admission_chunk(lim.max_num_batched_tokens - n, gone) <= 0
-    replica.used_blocks = saved
-    if not blocked:
-        return NONE
     next_time = replica.arrivals.horizon(replica.index)
     v = _step_times(replica, c, k, next_time)
-    clock = np.add.accumulate(np.concatenate(([replica.now], v)))  # SimPy's now + delay
-    k = int(np.searchsorted(clock[1:], next_time, side="left"))
+    clock = np.add.accumulate(np.concatenate(((replica.now,), v)))  # SimPy's now + delay
+    k = int(np.searchsorted(clock[1:], next_time, side="left"))  # the ones ending before
     if k and used[k - 1] > lim.kv_blocks:  # stop before the first that cannot fit
-        k = int(np.argmax(used > lim.kv_blocks))
-    if k <= 0:
-        return NONE
-    return _commit(replica, v[:k], clock[:k + 1], used[:k])
+        k, cross = int(np.argmax(used > lim.kv_blocks)), False
+    else:  # the next one crosses the arrival; it is a plain decode one if it fits
+        cross = replica.plain and k < v.size and used[k] <= lim.kv_blocks
+    done = _commit(replica, v[:k], clock[:k + 1], used[:k]) if k > 0 else NONE
+    if not cross or done == RETIRED:
+        return done, None
+    return done, _crossing_step(replica, float(v[k]))
+
+
+def _crossing_step(replica, verify_s: float) -> PlainStep:
+    """The stretch's next iteration, which ends at or after the next arrival, as the fused
+    path would plan it (plain_step.py): every request decodes one token (its reservation is
+    ``_kv_fit``'s next value, checked to fit; no admission: the head stays blocked), priced
+    at the stretch's next step time (bitwise ``step_time``'s); the caller yields to SimPy
+    until it ends and completes it.  Its sums are whole numbers, exact as floats."""
+    b, lim = replica.b, replica.limits
+    n = int(b.ids.size)
+    need = b.computed == b.blocks * lim.block_size
+    b.blocks += need
+    replica.used_blocks += int(_COUNT(need))
+    sums = float(int(_SUM(b.computed)) + n)  # kv_read_tokens and attn_pairs: one token each
+    return PlainStep(replica.now, 0.0, verify_s, slice(0, n), n, NO_IDS, NO_IDS, None, 0,
+                     sums, sums)
+
+
+def _admission_blocked(replica, first: int) -> bool:
+    """Whether the head of the queue stays waiting after the first iteration's reservation
+    (``first`` blocks in use): its blocking can only grow during the stretch."""
+    saved, replica.used_blocks = replica.used_blocks, first
+    # the head looks up its cached prefix after the first iteration's allocation
+    gone = replica.cache.evicted_by(first - saved) if replica.cache is not None else ()
+    chunk = replica.admission_chunk(replica.limits.max_num_batched_tokens - int(
+        replica.b.ids.size), gone)
+    replica.used_blocks = saved
+    return chunk <= 0
 
 
 def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
@@ -119,20 +154,19 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
     k, n = v.size, int(b.ids.size)
     ends = clock[1:]
     sums = (int(_SUM(b.computed)) + n + n * np.arange(k, dtype=np.int64)).astype(np.float64)
-    row = np.zeros(len(STEP_FIELDS), np.float64)  # what every row of the stretch shares
-    row[_SHARED] = (replica.index, n, n, n, n, len(replica.waiting))
-    rows = np.empty((k, len(STEP_FIELDS)), np.float64)
-    rows[:] = row
-    rows[:, _COL["start_s"]] = clock[:-1]
-    rows[:, _DURATIONS] = v[:, None]
-    rows[:, _COL["kv_blocks_used"]] = used
-    rows[:, _COL["kv_occupancy"]] = used / lim.kv_blocks
-    rows[:, _SUMS] = sums[:, None]
+    cols = np.zeros((len(STEP_FIELDS), k))  # the stretch's rows, a column per row here
+    cols[_SHARED] = np.array((replica.index, n, n, n, n, len(replica.waiting)),
+                             np.float64)[:, None]
+    cols[_START] = clock[:-1]
+    cols[_DURATIONS] = v
+    cols[_KV_USED] = used
+    cols[_KV_OCCUPANCY] = used / lim.kv_blocks
+    cols[_SUMS] = sums
     first = ends[0] - b.last_emit
     replica.rec.record_itl(np.concatenate((first, np.repeat(ends[1:] - ends[:-1], n)))
                            if k > 1 else first)
-    b.generated = b.generated + k
-    b.computed = b.computed + k
+    b.generated += k
+    b.computed += k
     b.blocks = -(-b.computed // lim.block_size)
     b.last_emit = np.full(n, ends[-1])
     if replica.cache is not None:  # the stretch's blocks, from the free queue's head
@@ -145,7 +179,7 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
     retired = bool(_ANY(b.generated >= b.output_len))
     if retired:  # as the last iteration's completion does; its row reads the freed KV
         replica._retire(replica.now)
-        rows[-1, _COL["kv_blocks_used"]] = replica.used_blocks
-        rows[-1, _COL["kv_occupancy"]] = replica.used_blocks / lim.kv_blocks
-    replica.rec.record_steps(rows)
+        cols[_KV_USED, -1] = replica.used_blocks
+        cols[_KV_OCCUPANCY, -1] = replica.used_blocks / lim.kv_blocks
+    replica.rec.record_steps(cols.T)
     return RETIRED if retired else ADVANCED

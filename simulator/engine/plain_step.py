@@ -27,7 +27,7 @@ import numpy as np
 
 from simulator.engine.step import NO_IDS, StepRow
 
-_SUM, _COUNT = np.add.reduce, np.count_nonzero
+_SUM, _ALL, _COUNT = np.add.reduce, np.logical_and.reduce, np.count_nonzero
 
 
 class PlainStep:
@@ -63,7 +63,12 @@ class PlainSteps:
         budget = lim.max_num_batched_tokens
         if not nd or nd > budget:
             return None
-        pos = slice(0, n) if nd == n else np.flatnonzero(~b.in_prefill)
+        if nd == n:
+            pos, mid = slice(0, n), NO_IDS
+        elif _ALL(b.in_prefill[nd:]):  # the usual order: the prefilling ones admitted last
+            pos, mid = slice(0, nd), np.arange(nd, n)
+        else:
+            pos, mid = np.flatnonzero(~b.in_prefill), np.flatnonzero(b.in_prefill)
         c = b.computed[pos]
         need = c == b.blocks[pos] * lim.block_size  # the decodes that take a new block
         taken = int(_COUNT(need))
@@ -72,7 +77,6 @@ class PlainSteps:
         ctx = c.astype(np.float64)  # before admissions replace the batch's arrays
         b.blocks[pos] += need
         self.used_blocks += taken
-        mid = np.flatnonzero(b.in_prefill) if nd < n else NO_IDS
         pf, chunks, prefill_tokens = self._plan_prefills(mid, budget - nd, now)
         verify = np.ones(nd)
         draft_s = 0.0  # the plan's draft and CPU times, both 0.0

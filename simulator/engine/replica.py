@@ -106,9 +106,13 @@ class Replica(PlainSteps, Completion):
                 yield self.wakeup
                 self.now = env.now
                 continue
-            if self.fast_forward and advance_decodes(self) == RETIRED:
-                continue  # the batch changed: idle now, or another stretch
-            step = self._plain_schedule(self.now) if self.plain else None
+            step = None
+            if self.fast_forward:
+                done, step = advance_decodes(self)
+                if done == RETIRED:
+                    continue  # the batch changed: idle now, or another stretch
+            if step is None and self.plain:
+                step = self._plain_schedule(self.now)
             if step is None:
                 step = self._schedule(self.now)
             if step is None:  # nothing could be scheduled (cannot happen with valid limits)
