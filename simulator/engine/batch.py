@@ -18,69 +18,92 @@ INT_FIELDS = ("computed", "generated", "output_len", "prompt_len", "blocks", "pr
               "num_drafts", "num_draft_tokens", "num_accepted")
 # written back when a request leaves (its lengths do not change)
 _WRITE_BACK = tuple(f for f in INT_FIELDS if f not in ("output_len", "prompt_len"))
+_ROWS = ("ids",) + INT_FIELDS  # the rows of the packed integer state
+_WRITE_BACK_ROWS = [_ROWS.index(f) for f in _WRITE_BACK]
+_COUNT = np.count_nonzero
 
 
 class RunningBatch:
-    """The running requests of one replica: ``ids`` and their state, aligned by position."""
+    """The running requests of one replica: ``ids`` and their state, aligned by position.
 
-    def __init__(self) -> None:
-        self.ids = np.zeros(0, np.int64)
-        for name in INT_FIELDS:
-            setattr(self, name, np.zeros(0, np.int64))
-        self.in_prefill = np.zeros(0, bool)
-        self.last_emit = np.zeros(0, np.float64)
+    The integer fields are rows of one preallocated ``(fields, capacity)`` array (the flags
+    and emit times two more arrays), and ``ids``, ``computed``, ... are views of their first
+    ``len(self)`` columns, rebuilt when the batch's size changes: an admission writes one
+    column, a retirement compacts every field in one pass.  Callers change the fields in
+    place (``b.blocks[pos] += ...``), never rebind them.
+    """
+
+    def __init__(self, capacity: int = 16) -> None:
+        self._ints = np.zeros((len(_ROWS), max(1, int(capacity))), np.int64)
+        self._flags = np.zeros(self._ints.shape[1], bool)
+        self._emit = np.zeros(self._ints.shape[1], np.float64)
+        self._columns: list[np.ndarray] | None = None  # the table's arrays of INT_FIELDS
         self.decoding = 0  # how many are past their prefill (``~in_prefill``)
+        self._view(0)
+
+    def _view(self, n: int) -> None:
+        """Point the field names at the first ``n`` columns."""
+        (self.ids, self.computed, self.generated, self.output_len, self.prompt_len, self.blocks,
+         self.prefill_target, self.num_drafts, self.num_draft_tokens,
+         self.num_accepted) = self._ints[:, :n]
+        self.in_prefill = self._flags[:n]
+        self.last_emit = self._emit[:n]
 
     def __len__(self) -> int:
         return int(self.ids.size)
 
+    def _grow(self) -> None:
+        cap = self._ints.shape[1]
+        ints = np.zeros((len(_ROWS), 2 * cap), np.int64)
+        ints[:, :cap] = self._ints
+        flags, emit = np.zeros(2 * cap, bool), np.zeros(2 * cap, np.float64)
+        flags[:cap], emit[:cap] = self._flags, self._emit
+        self._ints, self._flags, self._emit = ints, flags, emit
+
     def add(self, table: RequestTable, rid: int) -> int:
         """Append request ``rid`` (its state from the table); returns its position."""
         n = int(self.ids.size)
-        self.ids = _appended(self.ids, n, rid)
-        for name in INT_FIELDS:
-            setattr(self, name, _appended(getattr(self, name), n, getattr(table, name)[rid]))
-        self.in_prefill = _appended(self.in_prefill, n, table.in_prefill[rid])
-        self.last_emit = _appended(self.last_emit, n, table.last_emit_s[rid])
+        if n == self._ints.shape[1]:
+            self._grow()
+        if self._columns is None:
+            self._columns = [getattr(table, name) for name in INT_FIELDS]
+        self._ints[:, n] = [rid, *[col[rid] for col in self._columns]]
+        self._flags[n] = table.in_prefill[rid]
+        self._emit[n] = table.last_emit_s[rid]
         self.decoding += int(not table.in_prefill[rid])
+        self._view(n + 1)
         return n
 
     def write_back(self, table: RequestTable, pos) -> None:
         """Copy the state of the requests at ``pos`` (an index or an array) to the table."""
+        n = int(self.ids.size)
         rows = self.ids[pos]
-        for name in _WRITE_BACK:
-            getattr(table, name)[rows] = getattr(self, name)[pos]
+        state = self._ints[_WRITE_BACK_ROWS, :n][:, pos]
+        for name, values in zip(_WRITE_BACK, state):
+            getattr(table, name)[rows] = values
         table.in_prefill[rows] = self.in_prefill[pos]
         table.last_emit_s[rows] = self.last_emit[pos]
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the requests where ``mask`` is True (order preserved)."""
-        self.ids = self.ids[mask]
-        for name in INT_FIELDS:
-            setattr(self, name, getattr(self, name)[mask])
-        self.in_prefill = self.in_prefill[mask]
-        self.last_emit = self.last_emit[mask]
-        self.decoding = int(self.ids.size - np.count_nonzero(self.in_prefill))
+        n = int(self.ids.size)
+        m = int(_COUNT(mask))
+        self._ints[:, :m] = self._ints[:, :n][:, mask]  # the gather copies first
+        self._flags[:m] = self._flags[:n][mask]
+        self._emit[:m] = self._emit[:n][mask]
+        self._view(m)
+        self.decoding = m - int(_COUNT(self.in_prefill))
 
     def pop_last(self, table: RequestTable) -> int:
         """Remove the most recently admitted request (written back first); returns its id."""
         last = int(self.ids.size) - 1
         self.write_back(table, last)
         rid = int(self.ids[last])
-        mask = np.ones(self.ids.size, bool)
-        mask[last] = False
-        self.keep(mask)
+        self._view(last)  # no compaction: it is the last column
+        self.decoding = last - int(_COUNT(self.in_prefill))  # the caller may set its flag
         return rid
 
     def set_prefill_done(self, pos: np.ndarray) -> None:
         """The requests at ``pos`` finished their prefill: they decode from now on."""
         self.in_prefill[pos] = False
-        self.decoding = int(self.ids.size - np.count_nonzero(self.in_prefill))
-
-
-def _appended(values: np.ndarray, n: int, value) -> np.ndarray:
-    """A new array: the ``n`` ``values`` then ``value`` (``np.append`` without its layers)."""
-    out = np.empty(n + 1, values.dtype)
-    out[:n] = values
-    out[n] = value
-    return out
+        self.decoding = int(self.ids.size - _COUNT(self.in_prefill))

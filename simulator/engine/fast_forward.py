@@ -167,8 +167,8 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
                            if k > 1 else first)
     b.generated += k
     b.computed += k
-    b.blocks = -(-b.computed // lim.block_size)
-    b.last_emit = np.full(n, ends[-1])
+    b.blocks[:] = -(-b.computed // lim.block_size)
+    b.last_emit[:] = ends[-1]
     if replica.cache is not None:  # the stretch's blocks, from the free queue's head
         replica.cache.allocate(int(used[-1]) - replica.used_blocks)
     replica.used_blocks = int(used[-1])
