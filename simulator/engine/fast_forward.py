@@ -30,17 +30,16 @@ _SHARED = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode
 _DURATIONS = np.array([_COL["duration_s"], _COL["verify_s"]])  # no draft: the verify time
 _SUMS = np.array([_COL["kv_read_tokens"], _COL["attn_pairs"]])  # one new token each
 _START, _KV_USED, _KV_OCCUPANCY = _COL["start_s"], _COL["kv_blocks_used"], _COL["kv_occupancy"]
-_ALL, _ANY, _MIN, _SUM = np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce, \
-    np.add.reduce  # ndarray's methods without their layer
+_ALL, _MIN, _SUM = np.logical_and.reduce, np.minimum.reduce, np.add.reduce  # no method layer
 _COUNT = np.count_nonzero
 
 
-def _step_times(replica, c: np.ndarray, k_max: int, next_time: float) -> np.ndarray:
-    """Step times of up to ``k_max`` plain decode iterations of contexts ``c`` (+k)."""
-    n = c.size
+def _step_times(replica, c: np.ndarray, sums: np.ndarray, next_time: float) -> np.ndarray:
+    """Step times of up to ``len(sums)`` plain decode iterations of contexts ``c`` (+k),
+    whose sums are ``sums``."""
+    n, k_max = c.size, sums.size
     uniform = getattr(replica.target_cost, "uniform_step_times", None)
     if uniform is not None:
-        sums = int(_SUM(c)) + n * np.arange(k_max, dtype=np.int64)
         times = uniform(n, 1, sums, n)
         if times is not None:
             return np.asarray(times, np.float64)
@@ -56,19 +55,21 @@ def _step_times(replica, c: np.ndarray, k_max: int, next_time: float) -> np.ndar
     return np.asarray(out, np.float64)
 
 
-def _stretch_length(replica) -> int:
-    """Iterations a stretch may cover from the batch alone (0: no stretch now)."""
+def _stretch_length(replica) -> tuple[int, int]:
+    """Iterations a stretch may cover from the batch alone (0: no stretch now), and the
+    fewest tokens a request has left (the iteration that emits them retires it)."""
     b, lim = replica.b, replica.limits
     n = int(b.ids.size)
     if not n or b.decoding != n or n > lim.max_num_batched_tokens \
             or not getattr(replica.policy, "plain_decode", False):
-        return 0
+        return 0, 0
     # blocks beyond the tokens held: the step-by-step path frees them first (never with the
     # fused iteration's invariant, plain_step.py)
     if not replica.plain and not _ALL(b.blocks == -(-b.computed // lim.block_size)):
-        return 0
+        return 0, 0
     # the iteration that emits a request's last token retires it: the stretch's last
-    return min(int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
+    left = int(_MIN(b.output_len - b.generated))
+    return min(left, max(1, MAX_STRETCH_CELLS // n)), left
 
 
 def _kv_fit(replica, c: np.ndarray, k: int) -> np.ndarray:
@@ -92,7 +93,7 @@ def advance_decodes(replica) -> tuple[int, PlainStep | None]:
     otherwise (the next iteration is not a plain decode one, or it ends at or after the
     next arrival).  With the second, under the fused iteration (``replica.plain``), the
     iteration that crosses the arrival, planned and priced (``_crossing_step``), else None."""
-    k = _stretch_length(replica)
+    k, left = _stretch_length(replica)
     if k <= 0:
         return NONE, None
     b, lim = replica.b, replica.limits
@@ -106,14 +107,16 @@ def advance_decodes(replica) -> tuple[int, PlainStep | None]:
         return NONE, None
     used = _kv_fit(replica, c, k)
     next_time = replica.arrivals.horizon(replica.index)
-    v = _step_times(replica, c, k, next_time)
+    sums = int(_SUM(c)) + c.size * np.arange(k, dtype=np.int64)  # contexts before each
+    v = _step_times(replica, c, sums, next_time)
     clock = np.add.accumulate(np.concatenate(((replica.now,), v)))  # SimPy's now + delay
     k = int(np.searchsorted(clock[1:], next_time, side="left"))  # the ones ending before
     if k and used[k - 1] > lim.kv_blocks:  # stop before the first that cannot fit
         k, cross = int(np.argmax(used > lim.kv_blocks)), False
     else:  # the next one crosses the arrival; it is a plain decode one if it fits
         cross = replica.plain and k < v.size and used[k] <= lim.kv_blocks
-    done = _commit(replica, v[:k], clock[:k + 1], used[:k]) if k > 0 else NONE
+    done = _commit(replica, v[:k], clock[:k + 1], used[:k], sums[:k], k == left) \
+        if k > 0 else NONE
     if not cross or done == RETIRED:
         return done, None
     return done, _crossing_step(replica, float(v[k]))
@@ -147,13 +150,15 @@ def _admission_blocked(replica, first: int) -> bool:
     return chunk <= 0
 
 
-def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
+def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray, sums: np.ndarray,
+            retired: bool) -> int:
     """Move the batch's state ``len(v)`` iterations on, retire the requests the last one
-    finished, and record the iterations (RETIRED if any finished, else ADVANCED)."""
+    finished (``retired``: some did), and record the iterations (RETIRED if any finished,
+    else ADVANCED); ``sums``: the contexts' sums before each iteration."""
     b, lim = replica.b, replica.limits
     k, n = v.size, int(b.ids.size)
     ends = clock[1:]
-    sums = (int(_SUM(b.computed)) + n + n * np.arange(k, dtype=np.int64)).astype(np.float64)
+    sums = (sums + n).astype(np.float64)  # KV read and attention pairs: one token each
     cols = np.zeros((len(STEP_FIELDS), k))  # the stretch's rows, a column per row here
     cols[_SHARED] = np.array((replica.index, n, n, n, n, len(replica.waiting)),
                              np.float64)[:, None]
@@ -176,7 +181,6 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray) -> int:
     replica.now = float(ends[-1])
     replica.stats["iterations"] += k
     replica.stats["vectorised"] += k
-    retired = bool(_ANY(b.generated >= b.output_len))
     if retired:  # as the last iteration's completion does; its row reads the freed KV
         replica._retire(replica.now)
         cols[_KV_USED, -1] = replica.used_blocks
