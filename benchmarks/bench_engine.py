@@ -12,7 +12,10 @@ Cases (each child pinned to CPU 0 with ``taskset`` when there is one, BLAS threa
   Azure LLM inference conversation trace, Poisson arrivals at 4 req/s, Llama-2-70B TP2 on
   A100-80GB, chunked prefill 512, batch cap 128, 4 replicas round robin, no speculation: the
   workload Vidur was measured on.  Run with fast-forward on and off; the ratio is what
-  fast-forward alone buys.  Without ../shared/traces the lengths are lognormal with the
+  fast-forward alone buys.  ``vidur10k-unfused``: fast-forward on, the fused plain-decode
+  iteration (simulator/engine/plain_step.py) off, every iteration through the ordinary
+  ``_schedule``/``_complete`` (patched in the child; there is no option for it); the ratio
+  to ``vidur10k`` is what the fused iteration buys.  Without ../shared/traces the lengths are lognormal with the
   trace's means and medians (a fixed seed), and the output says so.
 - ``azure-chain``: the whole conversation trace (19,366 requests) replayed with chain
   speculation, Llama-3.1-8B with a Llama-3.2-1B draft (same tokenizer), gamma 4, A100-80GB.
@@ -82,6 +85,9 @@ def measure(job: dict) -> dict:
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
+    if not job.get("fused", True):  # the ordinary path for every iteration
+        from simulator.engine.plain_step import PlainSteps
+        PlainSteps._plain_schedule = lambda self, now: None
     sc = load_scenario(None, job["overrides"])
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
@@ -143,10 +149,10 @@ def best_of(job: dict, repeat: int, timeout_s: float) -> dict:
 def show(r: dict) -> None:
     mode = "ff on " if r["fast_forward"] else "ff off"
     if "error" in r:
-        print(f"  {r['label']:<12} {mode}  failed: {r['error']}")
+        print(f"  {r['label']:<16} {mode}  failed: {r['error']}")
         return
     n, wall = r["requests"], r["wall_s"]
-    print(f"  {r['label']:<12} {mode} {n:>9,} requests ({r['rejected']:,} rejected): "
+    print(f"  {r['label']:<16} {mode} {n:>9,} requests ({r['rejected']:,} rejected): "
           f"{wall:8.2f} s wall, {r['iterations'] / wall:9,.0f} iterations/s "
           f"({r['iterations']:,}), {wall / n * 1e6:7.1f} us/request, peak RSS "
           f"{r['peak_rss_bytes'] / 1e9:.2f} GB")
@@ -159,6 +165,8 @@ def jobs(args: argparse.Namespace, trace: Path | None) -> list[dict]:
 
     out = [{"label": "vidur10k", "n": count(10_000), "fast_forward": ff,
             "overrides": vidur_overrides(count(10_000), trace, ff)} for ff in (True, False)]
+    out.append({"label": "vidur10k-unfused", "n": count(10_000), "fast_forward": True,
+                "fused": False, "overrides": vidur_overrides(count(10_000), trace, True)})
     if AZURE.exists():
         cap = None if args.scale == 1 else count(AZURE_REQUESTS)
         out += [{"label": "azure-chain", "n": count(AZURE_REQUESTS), "fast_forward": ff,
@@ -215,12 +223,19 @@ def report(rows: list[dict], scaled: bool) -> None:
             print(f"  {label}: fast-forward alone: {off['wall_s'] / on['wall_s']:.2f}x "
                   f"(off {off['wall_s']:.2f} s / on {on['wall_s']:.2f} s); requests and steps "
                   f"tables {same}")
+    on, plain = ok.get(("vidur10k", True)), ok.get(("vidur10k-unfused", True))
+    if on and plain:
+        same = "identical" if on["digest"] == plain["digest"] else "DIFFERENT"
+        print(f"  vidur10k: the fused plain-decode iteration alone: "
+              f"{plain['wall_s'] / on['wall_s']:.2f}x (unfused {plain['wall_s']:.2f} s / fused "
+              f"{on['wall_s']:.2f} s); requests and steps tables {same}")
     base = ok.get(("vidur10k", True))
     if base is not None:
         unit = base["wall_s"] / base["requests"]
         print("  us/request relative to vidur10k: " + ", ".join(
             f"{r['requests']:,}: {r['wall_s'] / r['requests'] / unit:.2f}x"
-            for r in ok.values() if r["label"].startswith("vidur") and r["fast_forward"]))
+            for r in ok.values() if r["label"].startswith("vidur") and r["fast_forward"]
+            and r["label"] != "vidur10k-unfused"))
     if base is not None and base["rejected"]:
         print(f"  vidur10k: {base['rejected']:,} of {base['requests']:,} requests rejected "
               f"({base['reject_reasons']})")
@@ -238,7 +253,8 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is shown")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child run")
     p.add_argument("--only", default=None, metavar="LABELS",
-                   help="comma-separated cases to run (vidur10k, azure-chain, vidur100k, vidur1m)")
+                   help="comma-separated cases to run (vidur10k, vidur10k-unfused, azure-chain, "
+                        "vidur100k, vidur1m)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
