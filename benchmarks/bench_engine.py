@@ -13,9 +13,10 @@ Cases (each child pinned to CPU 0 with ``taskset`` when there is one, BLAS threa
   A100-80GB, chunked prefill 512, batch cap 128, 4 replicas round robin, no speculation: the
   workload Vidur was measured on.  Run with fast-forward on and off; the ratio is what
   fast-forward alone buys.  ``vidur10k-unfused``: fast-forward on, the fused plain-decode
-  iteration (simulator/engine/plain_step.py) off, every iteration through the ordinary
-  ``_schedule``/``_complete`` (patched in the child; there is no option for it); the ratio
-  to ``vidur10k`` is what the fused iteration buys.  Without ../shared/traces the lengths are lognormal with the
+  iteration (simulator/engine/plain_step.py) off, so every iteration a stretch does not
+  cover goes through the ordinary ``_schedule``/``_complete``, the one that crosses an
+  arrival included (patched in the child; there is no option for it); the ratio to
+  ``vidur10k`` is what the fused iteration buys.  Without ../shared/traces the lengths are lognormal with the
   trace's means and medians (a fixed seed), and the output says so.
 - ``azure-chain``: the whole conversation trace (19,366 requests) replayed with chain
   speculation, Llama-3.1-8B with a Llama-3.2-1B draft (same tokenizer), gamma 4, A100-80GB.
@@ -86,8 +87,14 @@ def measure(job: dict) -> dict:
     from simulator.simulate import simulate
 
     if not job.get("fused", True):  # the ordinary path for every iteration
-        from simulator.engine.plain_step import PlainSteps
-        PlainSteps._plain_schedule = lambda self, now: None
+        from simulator.engine.replica import Replica
+        init = Replica.__init__
+
+        def ordinary(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self.plain = False  # no fused iteration, no crossing step from a stretch
+
+        Replica.__init__ = ordinary
     sc = load_scenario(None, job["overrides"])
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
