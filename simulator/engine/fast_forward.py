@@ -9,12 +9,17 @@ batch's context sum, the same floating-point operations ``step_time`` performs),
 (sequential sums, as SimPy adds each timeout), the KV blocks, the emitted tokens and the ITL
 samples, records the K steps' rows in one block and moves the batch's state K iterations on.
 
-Exactness: the stretch stops *before* any iteration that the step-by-step engine would plan
-differently: the one in which a request finishes, the first one that would not fit the KV
-cache, any one that would end at or after the next arrival (the router may look at this
-replica then), and it is not started when an admission is possible (its blocking can only
-grow during the stretch: the KV fills, the budget and the sequence limit stay).  The caller
-then runs that iteration through the ordinary path.
+Exactness: every iteration of a stretch is one the step-by-step engine plans the same way.
+The stretch ends with the iteration in which a request finishes (it is retired as the
+step-by-step completion retires it: the next iteration's batch differs), stops before the
+first one that would not fit the KV cache and before any one that would end at or after the
+next arrival (the router may look at this replica then), and is not started when an
+admission is possible (its blocking can only grow during the stretch: the KV fills, the
+budget and the sequence limit stay).  The caller runs the iteration after it through the
+ordinary path, except the one that crosses the next arrival under the fused iteration
+(``replica.plain``): that one is still a plain decode iteration, planned before the arrival,
+so the pass hands it back planned and priced (``_crossing_step``) and the caller yields to
+SimPy until it ends.
 """
 from __future__ import annotations
 
