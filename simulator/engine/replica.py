@@ -17,6 +17,9 @@ inside vLLM-style continuous batching, one token budget shared by decodes and pr
    prefill), the two priced into a frozen ``Step``;
 4. advance time by the step's duration, then complete it (completion.py).
 
+Under ``none`` the four run fused (``_plain_schedule`` / ``_plain_complete``, plain_step.py),
+with the same results; a preemption, a prefix cache or the event log take the path above.
+
 The running requests' state lives in the replica's ``RunningBatch`` (dense arrays kept in
 step); the run's ``RequestTable`` holds everyone else's.
 
