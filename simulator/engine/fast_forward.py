@@ -192,3 +192,14 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray, sums: n
         cols[_KV_OCCUPANCY, -1] = replica.used_blocks / lim.kv_blocks
     replica.rec.record_steps(cols.T)
     return RETIRED if retired else ADVANCED
+
+
+def delay_to(now: float, end: float) -> float:
+    """The timeout delay after which SimPy's clock (``now + delay``) reads exactly ``end``."""
+    delay = end - now
+    for _ in range(8):
+        got = now + delay
+        if got == end:
+            break
+        delay = float(np.nextafter(delay, np.inf if got < end else -np.inf))
+    return max(delay, 0.0)

@@ -27,7 +27,7 @@ import numpy as np
 
 from simulator.engine.step import NO_IDS, StepRow
 
-_SUM, _ALL, _COUNT = np.add.reduce, np.logical_and.reduce, np.count_nonzero
+_ALL, _COUNT = np.logical_and.reduce, np.count_nonzero
 
 
 class PlainStep:
@@ -78,22 +78,9 @@ class PlainSteps:
         b.blocks[pos] += need
         self.used_blocks += taken
         pf, chunks, prefill_tokens = self._plan_prefills(mid, budget - nd, now)
-        verify = np.ones(nd)
-        draft_s = 0.0  # the plan's draft and CPU times, both 0.0
-        if pf.size:
-            pf_ctx = b.computed[pf]
-            completes = (pf_ctx + chunks) >= b.prefill_target[pf]
-            chunks_f, pf_ctx_f = chunks.astype(np.float64), pf_ctx.astype(np.float64)
-            new = np.concatenate((verify, chunks_f))
-            ctx = np.concatenate((ctx, pf_ctx_f))
-            logits = np.concatenate((verify, completes.astype(np.float64)))
-        else:
-            completes, new, logits = None, verify, verify
-        verify_s = self.target_cost.step_time(new, ctx, logits)
-        kv_read = float(_SUM(ctx) + _SUM(new))
-        attn_pairs = float(_SUM(new * (ctx + 0.5 * (new + 1.0))))
-        if pf.size:
-            draft_s += self.policy.prefill_time(chunks_f, pf_ctx_f)
+        # the plan's draft and CPU times are both 0.0
+        draft_s, verify_s, completes, kv_read, attn_pairs = self._forward(
+            np.ones(nd), ctx, pf, chunks, 0.0)
         return PlainStep(now, draft_s, verify_s, pos, nd, pf, chunks, completes,
                          prefill_tokens, kv_read, attn_pairs)
 

@@ -43,12 +43,12 @@ import simpy
 
 from simulator.engine.batch import RunningBatch
 from simulator.engine.completion import Completion
-from simulator.engine.fast_forward import RETIRED, advance_decodes
+from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
 from simulator.engine.plain_step import PlainStep, PlainSteps
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
-from simulator.engine.step import NO_FLAGS, NO_IDS, Step
+from simulator.engine.step import NO_FLAGS, NO_FLOATS, NO_IDS, Step
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
@@ -125,7 +125,7 @@ class Replica(PlainSteps, Completion):
                 yield env.timeout(step.duration_s)
                 self.stats["timeouts"] += 1
             elif end >= self.arrivals.horizon(self.index):
-                yield env.timeout(_delay_to(env.now, end))
+                yield env.timeout(delay_to(env.now, end))
                 self.stats["timeouts"] += 1
             self.stats["iterations"] += 1
             self.now = end
@@ -355,45 +355,42 @@ class Replica(PlainSteps, Completion):
                chunks: np.ndarray, now: float, preempted: int, decode_tokens: int,
                prefill_tokens: int) -> Step:
         """Draft time, then one target forward over every scheduled token: the ``Step``."""
+        if plan is None:
+            verify = dec_ctx = NO_FLOATS
+            draft_s = 0.0
+        else:
+            verify = plan.verify_tokens.astype(np.float64)
+            dec_ctx = batch.context.astype(np.float64)
+            draft_s = plan.draft_time_s + plan.cpu_time_s
+        draft_s, verify_s, completes, kv_read, attn_pairs = self._forward(
+            verify, dec_ctx, pf, chunks, draft_s)
+        return Step(start_s=now, draft_s=draft_s, verify_s=verify_s, plan=plan, batch=batch,
+                    decode_ids=batch.request_ids if plan is not None else NO_IDS,
+                    decode_pos=pos if plan is not None else NO_IDS,
+                    prefill_ids=self.b.ids[pf] if pf.size else NO_IDS, prefill_pos=pf,
+                    chunks=chunks, completes=completes, decode_tokens=decode_tokens,
+                    prefill_tokens=prefill_tokens, preempted=preempted,
+                    kv_read_tokens=kv_read, attn_pairs=attn_pairs)
+
+    def _forward(self, verify: np.ndarray, dec_ctx: np.ndarray, pf: np.ndarray,
+                 chunks: np.ndarray, draft_s: float):
+        """Price the target forward over the decodes (``verify`` tokens each over ``dec_ctx``,
+        floats) then the prefill chunks of the requests at ``pf``; the proposer's prefill
+        time is added to ``draft_s``.  Returns (draft_s, verify_s, which chunks complete
+        their prefill, KV tokens read, attention pairs)."""
         b = self.b
         if pf.size:
             pf_ctx = b.computed[pf]
             completes = (pf_ctx + chunks) >= b.prefill_target[pf]
             chunks_f, pf_ctx_f = chunks.astype(np.float64), pf_ctx.astype(np.float64)
-        else:  # no prefill: nothing to gather
-            completes, prefill_ids = NO_FLAGS, NO_IDS
-        if plan is None:
-            new, ctx, logits = chunks_f, pf_ctx_f, completes.astype(np.float64)
-            draft_s = 0.0
-        else:
-            verify = plan.verify_tokens.astype(np.float64)
-            if pf.size:
-                new = np.concatenate((verify, chunks_f))
-                ctx = np.concatenate((batch.context.astype(np.float64), pf_ctx_f))
-                logits = np.concatenate((verify, completes.astype(np.float64)))
-            else:  # the same values, fewer copies
-                new, ctx, logits = verify, batch.context.astype(np.float64), verify
-            draft_s = plan.draft_time_s + plan.cpu_time_s
+            new = np.concatenate((verify, chunks_f))
+            ctx = np.concatenate((dec_ctx, pf_ctx_f))
+            logits = np.concatenate((verify, completes.astype(np.float64)))
+        else:  # no prefill: nothing to gather, the same values with fewer copies
+            completes, new, ctx, logits = NO_FLAGS, verify, dec_ctx, verify
         verify_s = self.target_cost.step_time(new, ctx, logits)
         kv_read = float(_SUM(ctx) + _SUM(new))  # whole numbers: exact, as (ctx + new).sum()
         attn_pairs = float(_SUM(new * (ctx + 0.5 * (new + 1.0))))
         if pf.size:
             draft_s += self.policy.prefill_time(chunks_f, pf_ctx_f)
-            prefill_ids = b.ids[pf]
-        return Step(start_s=now, draft_s=draft_s, verify_s=verify_s, plan=plan, batch=batch,
-                    decode_ids=batch.request_ids if plan is not None else NO_IDS,
-                    decode_pos=pos if plan is not None else NO_IDS,
-                    prefill_ids=prefill_ids, prefill_pos=pf, chunks=chunks, completes=completes,
-                    decode_tokens=decode_tokens, prefill_tokens=prefill_tokens,
-                    preempted=preempted, kv_read_tokens=kv_read, attn_pairs=attn_pairs)
-
-
-def _delay_to(now: float, end: float) -> float:
-    """The timeout delay after which SimPy's clock (``now + delay``) reads exactly ``end``."""
-    delay = end - now
-    for _ in range(8):
-        got = now + delay
-        if got == end:
-            break
-        delay = float(np.nextafter(delay, np.inf if got < end else -np.inf))
-    return max(delay, 0.0)
+        return draft_s, verify_s, completes, kv_read, attn_pairs

@@ -13,6 +13,8 @@ NO_IDS = np.zeros(0, np.int64)  # no requests (shared, so read-only)
 NO_IDS.flags.writeable = False
 NO_FLAGS = np.zeros(0, bool)  # no prefill chunk completes (shared, so read-only)
 NO_FLAGS.flags.writeable = False
+NO_FLOATS = np.zeros(0, np.float64)  # no decodes' tokens or contexts (shared, so read-only)
+NO_FLOATS.flags.writeable = False
 
 
 @dataclass(frozen=True, slots=True)
