@@ -1,5 +1,5 @@
 """Step models beside the per-operator sum: a micro-batched pipeline, the lecture's single
-roofline, and the closed form of a uniform batch.
+roofline, the closed form of a uniform batch, and a decode batch carrying prefill chunks.
 
 ``CostModel.breakdown`` hands a step to ``pipelined_step`` when ``pipeline_parallel > 1`` with
 several micro-batches: each micro-batch is priced by the cost model's own operators, the
@@ -10,7 +10,10 @@ slowest micro-batch's stage time, and the stage-to-stage sends are added.  With
 A uniform batch (n requests of u new tokens each: decode, chain verification) whose attention
 stays under one roof at every context has a step time that depends on (n, u, S) alone, S the
 sum of the contexts: ``uniform_step`` gathers what does not depend on S, ``uniform_time``
-finishes the sum for one S or a vector of them with the same IEEE operations.
+finishes the sum for one S or a vector of them with the same IEEE operations.  A batch of
+one-token decodes that also carries prefill chunks (about two steps a request under chunked
+prefill) prices its decodes by the same line and its few chunks one by one (``mixed_time``):
+no per-request arrays for the decodes.
 """
 from __future__ import annotations
 
@@ -180,3 +183,72 @@ def chain_decode(cm, ctx: np.ndarray, steps: int) -> float:
     host = cm._host_time(n, 0.0) if cm.host else 0.0
     replay = cm._with_replays(mode, 0.0)  # a uniform forward: full graph or eager
     return steps * (fixed + host + replay) + float(per_step.sum())
+
+
+def decode_line(cm) -> tuple[float, float, float, float] | None:
+    """One 1-token decode's attention in one layer as a line in its context ``x``: ``(slope,
+    intercept, latency, floor)`` (``Roofline.attention_line``), the line ``uniform_step``
+    uses at ``u = 1``; None where the roof can switch or the efficiencies curve."""
+    if (cm.parallel.pipeline_parallel > 1 and cm.parallel.micro_batches > 1) \
+            or cm.execution.step_model != "sum_of_operators":
+        return None
+    pair, kv, q_io, up = cm._attention_coefficients(1.0)
+    # u = 1: the kernel's 1 x (x + 1) pairs with shapes, the causal 1 x (x + 1) without
+    return cm._roof.attention_line(ATTENTION_DECODE, pair + up, pair, kv, kv + q_io)
+
+
+def mixed_time(cm, line: tuple[float, float, float, float], n: int, ctx_sum: float,
+               chunks: list[int], chunk_ctx: list[int], logits: float) -> float | None:
+    """A forward of ``n >= 1`` one-token decodes whose contexts sum to ``ctx_sum`` and of
+    prefill chunks (``chunks[i]`` new tokens over ``chunk_ctx[i]`` cached ones, at least one
+    chunk longer than one token), ``logits`` tokens through the LM head: ``step_time``'s sum
+    with the decodes' attention kernel by ``line`` (``decode_line``), as a pure decode batch
+    prices it (``uniform_time``), and each chunk's by request, as ``step_time`` does.  A
+    1-token chunk is a decode to attention (one query over its cache).  None when every
+    chunk has one token (a uniform batch: ``step_time``'s closed form)."""
+    slope, intercept, latency, floor = line
+    long_c, long_x = [], []
+    for c, x in zip(chunks, chunk_ctx):
+        if c == 1:
+            n, ctx_sum = n + 1, ctx_sum + x
+        else:
+            long_c.append(c)
+            long_x.append(x)
+    if not long_c:
+        return None
+    active = n + len(long_c)
+    tokens = float(n + sum(long_c))
+    mode, padded = cm.execution.graph_tokens(tokens, False)
+    fixed = cm._fixed(tokens, logits, mode, padded)
+    decode = max(slope * ctx_sum + (float(n) * intercept + latency), floor)
+    a_time = (decode + _chunk_attention(cm, long_c, long_x)) * cm._layers
+    if mode != "full":
+        a_time = max(a_time, cm._launch_s * cm._layers)
+    device = cm._with_replays(mode, fixed + a_time)
+    return device + cm._host_time(active, device)
+
+
+def _chunk_attention(cm, chunks: list[int], chunk_ctx: list[int]) -> float:
+    """One layer's attention seconds of the prefill chunks (each > 1 token): with kernel
+    shapes one multi-query kernel over ``new x (context + new)`` pairs, else each chunk's
+    causal half at the flat rates (``CostModel._attention_s``'s two cases)."""
+    roof = cm._roof
+    if cm._mla is not None:  # MLA's expanded form by request: the array formulas
+        new, ctx = np.asarray(chunks, np.float64), np.asarray(chunk_ctx, np.float64)
+        flops, nbytes = cm._attention_work(new, ctx, not cm._shapes)
+        if cm._shapes:
+            return roof.attention_time(flops, nbytes, new)
+        return float(roof.time(flops, nbytes).sum())
+    pair, kvb, qb = cm._attn_flops_per_pair, cm._kv_bytes_per_token, cm._q_io_bytes_per_token
+    total = 0.0
+    if cm._shapes:
+        crate, mrate, latency, floor = roof.kind_rates(ATTENTION_PREFILL)
+        for c, x in zip(chunks, chunk_ctx):
+            kv = float(x + c)
+            total += max(pair * c * kv / crate, (kv * kvb + c * qb) / mrate)
+        return max(total + latency, floor)
+    inv_c, inv_m = roof.inverse_compute_rate, roof.inverse_memory_rate
+    for c, x in zip(chunks, chunk_ctx):
+        total += max(pair * c * (x + 0.5 * (c + 1.0)) * inv_c,
+                     ((x + c) * kvb + c * qb) * inv_m)
+    return total

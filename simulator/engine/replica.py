@@ -44,16 +44,17 @@ import simpy
 from simulator.engine.batch import RunningBatch
 from simulator.engine.completion import Completion
 from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
+from simulator.engine.forward import Forward
 from simulator.engine.plain_step import PlainStep, PlainSteps
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
-from simulator.engine.step import NO_FLAGS, NO_FLOATS, NO_IDS, Step
+from simulator.engine.step import NO_FLOATS, NO_IDS, Step
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
 
-class Replica(PlainSteps, Completion):
+class Replica(PlainSteps, Completion, Forward):
     """One model instance: a waiting queue, a running batch and its own SimPy process."""
 
     def __init__(self, env: simpy.Environment, index: int, table: RequestTable,
@@ -76,6 +77,9 @@ class Replica(PlainSteps, Completion):
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
         self.plain = bool(getattr(policy, "plain_decode", False)) and prefix_cache is None \
             and not recorder.record_events  # the fused iteration applies (plain_step.py)
+        # one token per decode: a step with chunks has a mixed price (forward.py)
+        self._mixed = getattr(target_cost, "mixed_step_time", None) \
+            if getattr(policy, "plain_decode", False) else None
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
         self.waiting: deque[int] = deque()
         self.b = RunningBatch()
@@ -371,26 +375,3 @@ class Replica(PlainSteps, Completion):
                     chunks=chunks, completes=completes, decode_tokens=decode_tokens,
                     prefill_tokens=prefill_tokens, preempted=preempted,
                     kv_read_tokens=kv_read, attn_pairs=attn_pairs)
-
-    def _forward(self, verify: np.ndarray, dec_ctx: np.ndarray, pf: np.ndarray,
-                 chunks: np.ndarray, draft_s: float):
-        """Price the target forward over the decodes (``verify`` tokens each over ``dec_ctx``,
-        floats) then the prefill chunks of the requests at ``pf``; the proposer's prefill
-        time is added to ``draft_s``.  Returns (draft_s, verify_s, which chunks complete
-        their prefill, KV tokens read, attention pairs)."""
-        b = self.b
-        if pf.size:
-            pf_ctx = b.computed[pf]
-            completes = (pf_ctx + chunks) >= b.prefill_target[pf]
-            chunks_f, pf_ctx_f = chunks.astype(np.float64), pf_ctx.astype(np.float64)
-            new = np.concatenate((verify, chunks_f))
-            ctx = np.concatenate((dec_ctx, pf_ctx_f))
-            logits = np.concatenate((verify, completes.astype(np.float64)))
-        else:  # no prefill: nothing to gather, the same values with fewer copies
-            completes, new, ctx, logits = NO_FLAGS, verify, dec_ctx, verify
-        verify_s = self.target_cost.step_time(new, ctx, logits)
-        kv_read = float(_SUM(ctx) + _SUM(new))  # whole numbers: exact, as (ctx + new).sum()
-        attn_pairs = float(_SUM(new * (ctx + 0.5 * (new + 1.0))))
-        if pf.size:
-            draft_s += self.policy.prefill_time(chunks_f, pf_ctx_f)
-        return draft_s, verify_s, completes, kv_read, attn_pairs
