@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.requests import RequestTable
+from simulator.engine.requests import PACKED_FIELDS, RequestTable
 
-# per-request integer state kept in step while a request runs (RequestTable's names)
-INT_FIELDS = ("computed", "generated", "output_len", "prompt_len", "blocks", "prefill_target",
-              "num_drafts", "num_draft_tokens", "num_accepted")
+# per-request integer state kept in step while a request runs: the table's packed rows
+INT_FIELDS = PACKED_FIELDS
 # written back when a request leaves (its lengths do not change)
 _WRITE_BACK = tuple(f for f in INT_FIELDS if f not in ("output_len", "prompt_len"))
 _ROWS = ("ids",) + INT_FIELDS  # the rows of the packed integer state
-_WRITE_BACK_ROWS = [_ROWS.index(f) for f in _WRITE_BACK]
+_WRITE_BACK_ROWS = np.array([_ROWS.index(f) for f in _WRITE_BACK])
+_TABLE_ROWS = np.array([INT_FIELDS.index(f) for f in _WRITE_BACK])  # the same in the table
+_ADVANCE = slice(_ROWS.index("computed"), _ROWS.index("computed") + 2)  # computed, generated
+assert _ROWS[_ADVANCE] == ("computed", "generated")
 _COUNT = np.count_nonzero
 
 
@@ -37,7 +39,6 @@ class RunningBatch:
         self._ints = np.zeros((len(_ROWS), max(1, int(capacity))), np.int64)
         self._flags = np.zeros(self._ints.shape[1], bool)
         self._emit = np.zeros(self._ints.shape[1], np.float64)
-        self._columns: list[np.ndarray] | None = None  # the table's arrays of INT_FIELDS
         self.decoding = 0  # how many are past their prefill (``~in_prefill``)
         self._view(0)
 
@@ -65,22 +66,32 @@ class RunningBatch:
         n = int(self.ids.size)
         if n == self._ints.shape[1]:
             self._grow()
-        if self._columns is None:
-            self._columns = [getattr(table, name) for name in INT_FIELDS]
-        self._ints[:, n] = [rid, *[col[rid] for col in self._columns]]
+        self._ints[0, n] = rid
+        self._ints[1:, n] = table.packed[:, rid]
         self._flags[n] = table.in_prefill[rid]
         self._emit[n] = table.last_emit_s[rid]
         self.decoding += int(not table.in_prefill[rid])
         self._view(n + 1)
         return n
 
+    def advance(self, pos, k: int) -> None:
+        """The requests at ``pos`` (a slice or positions) computed and emitted ``k`` more
+        tokens each (one pass over both rows for a slice)."""
+        if pos.__class__ is slice:
+            self._ints[_ADVANCE, pos] += k
+        else:
+            self.computed[pos] += k
+            self.generated[pos] += k
+
     def write_back(self, table: RequestTable, pos) -> None:
         """Copy the state of the requests at ``pos`` (an index or an array) to the table."""
         n = int(self.ids.size)
         rows = self.ids[pos]
         state = self._ints[_WRITE_BACK_ROWS, :n][:, pos]
-        for name, values in zip(_WRITE_BACK, state):
-            getattr(table, name)[rows] = values
+        if np.ndim(rows):
+            table.packed[_TABLE_ROWS[:, None], rows] = state
+        else:
+            table.packed[_TABLE_ROWS, rows] = state
         table.in_prefill[rows] = self.in_prefill[pos]
         table.last_emit_s[rows] = self.last_emit[pos]
 

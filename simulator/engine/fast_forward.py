@@ -163,22 +163,22 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray, sums: n
     b, lim = replica.b, replica.limits
     k, n = v.size, int(b.ids.size)
     ends = clock[1:]
-    sums = (sums + n).astype(np.float64)  # KV read and attention pairs: one token each
+    sums = sums + float(n)  # KV read and attention pairs: one token each (whole numbers)
     cols = np.zeros((len(STEP_FIELDS), k))  # the stretch's rows, a column per row here
     cols[_SHARED] = np.array((replica.index, n, n, n, n, len(replica.waiting)),
                              np.float64)[:, None]
     cols[_START] = clock[:-1]
     cols[_DURATIONS] = v
     cols[_KV_USED] = used
-    cols[_KV_OCCUPANCY] = used / lim.kv_blocks
+    np.divide(used, lim.kv_blocks, out=cols[_KV_OCCUPANCY])
     cols[_SUMS] = sums
     first = ends[0] - b.last_emit
     replica.rec.record_itl(np.concatenate((first, np.repeat(ends[1:] - ends[:-1], n)))
                            if k > 1 else first)
-    b.generated += k
-    b.computed += k
-    b.blocks[:] = -(-b.computed // lim.block_size)
-    b.last_emit[:] = ends[-1]
+    b.advance(slice(0, n), k)
+    bs = lim.block_size  # ceil(computed / bs) blocks: computed >= 0
+    np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)
+    b.last_emit.fill(ends[-1])
     if replica.cache is not None:  # the stretch's blocks, from the free queue's head
         replica.cache.allocate(int(used[-1]) - replica.used_blocks)
     replica.used_blocks = int(used[-1])

@@ -12,23 +12,32 @@ STATUS_NAMES = {PENDING: "pending", WAITING: "waiting", RUNNING: "running",
                 FINISHED: "finished", REJECTED: "rejected"}
 
 
+# the integer fields a running request keeps in its replica's batch (batch.py), in the order
+# of ``RequestTable.packed``'s rows
+PACKED_FIELDS = ("computed", "generated", "output_len", "prompt_len", "blocks",
+                 "prefill_target", "num_drafts", "num_draft_tokens", "num_accepted")
+
+
 class RequestTable:
     """Per-request state of a simulation as aligned numpy arrays, in the narrowest dtypes
     that hold them: token counts fit int32 (a request has at most
     ``workloads.workload.MAX_TOKENS_PER_REQUEST`` = 1e7 tokens, a drafted total at most 64
-    times that), a replica index int16 (``replicas`` <= 4096); times stay float64."""
+    times that), a replica index int16 (``replicas`` <= 4096); times stay float64.  The
+    ``PACKED_FIELDS`` are the rows of one ``packed`` array (a request's column loads into
+    and writes back from its replica's batch in one copy)."""
 
     def __init__(self, arrival_s: np.ndarray, prompt_len: np.ndarray,
                  output_len: np.ndarray) -> None:
         n = arrival_s.size
         self.arrival_s = arrival_s.astype(np.float64)
-        self.prompt_len = prompt_len.astype(np.int32)
-        self.output_len = output_len.astype(np.int32)
-        self.computed = np.zeros(n, np.int32)       # tokens in the target's KV
-        self.generated = np.zeros(n, np.int32)      # output tokens emitted
-        self.prefill_target = np.zeros(n, np.int32)
+        # computed: tokens in the target's KV; generated: output tokens emitted
+        self.packed = np.zeros((len(PACKED_FIELDS), n), np.int32)
+        (self.computed, self.generated, self.output_len, self.prompt_len, self.blocks,
+         self.prefill_target, self.num_drafts, self.num_draft_tokens,
+         self.num_accepted) = self.packed
+        self.prompt_len[:] = prompt_len
+        self.output_len[:] = output_len
         self.in_prefill = np.zeros(n, bool)
-        self.blocks = np.zeros(n, np.int32)
         self.status = np.zeros(n, np.int8)
         self.replica = np.full(n, -1, np.int16)
         self.first_scheduled_s = np.full(n, np.nan)
@@ -36,9 +45,6 @@ class RequestTable:
         self.finish_s = np.full(n, np.nan)
         self.last_emit_s = np.full(n, np.nan)
         self.preemptions = np.zeros(n, np.int32)
-        self.num_drafts = np.zeros(n, np.int32)
-        self.num_draft_tokens = np.zeros(n, np.int32)
-        self.num_accepted = np.zeros(n, np.int32)
         self.cached_tokens = np.zeros(n, np.int32)  # prompt tokens found in the prefix cache
         self.reject_reason = np.full(n, "", dtype=object)
 
