@@ -20,8 +20,6 @@ _WRITE_BACK = tuple(f for f in INT_FIELDS if f not in ("output_len", "prompt_len
 _ROWS = ("ids",) + INT_FIELDS  # the rows of the packed integer state
 _WRITE_BACK_ROWS = np.array([_ROWS.index(f) for f in _WRITE_BACK])
 _TABLE_ROWS = np.array([INT_FIELDS.index(f) for f in _WRITE_BACK])  # the same in the table
-_ADVANCE = slice(_ROWS.index("computed"), _ROWS.index("computed") + 2)  # computed, generated
-assert _ROWS[_ADVANCE] == ("computed", "generated")
 _COUNT = np.count_nonzero
 
 
@@ -73,15 +71,6 @@ class RunningBatch:
         self.decoding += int(not table.in_prefill[rid])
         self._view(n + 1)
         return n
-
-    def advance(self, pos, k: int) -> None:
-        """The requests at ``pos`` (a slice or positions) computed and emitted ``k`` more
-        tokens each (one pass over both rows for a slice)."""
-        if pos.__class__ is slice:
-            self._ints[_ADVANCE, pos] += k
-        else:
-            self.computed[pos] += k
-            self.generated[pos] += k
 
     def write_back(self, table: RequestTable, pos) -> None:
         """Copy the state of the requests at ``pos`` (an index or an array) to the table."""

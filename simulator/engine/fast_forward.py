@@ -175,7 +175,8 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray, sums: n
     first = ends[0] - b.last_emit
     replica.rec.record_itl(np.concatenate((first, np.repeat(ends[1:] - ends[:-1], n)))
                            if k > 1 else first)
-    b.advance(slice(0, n), k)
+    b.generated += k
+    b.computed += k
     bs = lim.block_size  # ceil(computed / bs) blocks: computed >= 0
     np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)
     b.last_emit.fill(ends[-1])

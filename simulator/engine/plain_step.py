@@ -89,7 +89,8 @@ class PlainSteps:
         prefilled = self._emit_prefills(step, now)
         b, dec, nd = self.b, step.decode_pos, step.num_decode
         self.rec.record_itl(now - b.last_emit[dec])
-        b.advance(dec, 1)
+        b.generated[dec] += 1
+        b.computed[dec] += 1
         b.last_emit[dec] = now
         self.outstanding_tokens -= nd
         self._retire(now)

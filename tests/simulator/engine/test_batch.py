@@ -1,7 +1,7 @@
 """The packed running batch (simulator/engine/batch.py) against a plain list-of-rows model:
-admissions past its capacity, in-place updates through the field views and ``advance``,
-compaction by a mask, popping the last request, and the table written back (its packed rows)
-for every request that leaves."""
+admissions past its capacity, in-place updates through the field views, compaction by a
+mask, popping the last request, and the table written back (its packed rows) for every
+request that leaves."""
 import numpy as np
 
 from simulator.engine.batch import INT_FIELDS, RunningBatch
@@ -48,16 +48,6 @@ def test_the_packed_batch_matches_a_list_of_rows():
         for i, (_, row) in enumerate(model):
             row["computed"] += 1
             row["blocks"] += 2 if i < len(model) // 2 else 0
-        _check(b, model)
-        # a decode pass over a slice, then over scattered positions: computed and generated
-        k, half = step % 4 + 1, len(model) // 2
-        b.advance(slice(0, half), k)
-        picked = np.flatnonzero(rng.random(len(model)) < 0.5)
-        b.advance(picked, 2)
-        for i, (_, row) in enumerate(model):
-            bump = (k if i < half else 0) + (2 if i in picked.tolist() else 0)
-            row["computed"] += bump
-            row["generated"] += bump
         _check(b, model)
         if step % 3 == 0 and model:  # a retirement: write back, then compact
             mask = rng.random(len(model)) < 0.7
