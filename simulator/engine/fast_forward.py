@@ -110,12 +110,12 @@ def advance_decodes(replica) -> tuple[int, PlainStep | None]:
         return NONE, None
     if replica.waiting and not _admission_blocked(replica, first):
         return NONE, None
-    used = _kv_fit(replica, c, k)
     next_time = replica.arrivals.horizon(replica.index)
     sums = int(_SUM(c)) + c.size * np.arange(k, dtype=np.int64)  # contexts before each
     v = _step_times(replica, c, sums, next_time)
     clock = np.add.accumulate(np.concatenate(((replica.now,), v)))  # SimPy's now + delay
     k = int(np.searchsorted(clock[1:], next_time, side="left"))  # the ones ending before
+    used = _kv_fit(replica, c, min(k + 1, v.size))  # theirs and the crossing one's
     if k and used[k - 1] > lim.kv_blocks:  # stop before the first that cannot fit
         k, cross = int(np.argmax(used > lim.kv_blocks)), False
     else:  # the next one crosses the arrival; it is a plain decode one if it fits
