@@ -32,9 +32,8 @@ class RequestTable:
         self.arrival_s = arrival_s.astype(np.float64)
         # computed: tokens in the target's KV; generated: output tokens emitted
         self.packed = np.zeros((len(PACKED_FIELDS), n), np.int32)
-        (self.computed, self.generated, self.output_len, self.prompt_len, self.blocks,
-         self.prefill_target, self.num_drafts, self.num_draft_tokens,
-         self.num_accepted) = self.packed
+        for name, row in zip(PACKED_FIELDS, self.packed):
+            setattr(self, name, row)  # self.computed, self.generated, ...: views of a row
         self.prompt_len[:] = prompt_len
         self.output_len[:] = output_len
         self.in_prefill = np.zeros(n, bool)
