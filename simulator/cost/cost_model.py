@@ -263,7 +263,13 @@ class CostModel:
         active = n if lo > 0 else int(np.count_nonzero(new))  # lo > 0: no masks
         mode, padded = self._mode(new, tokens, lo, hi)
         fixed = self._fixed(tokens, logits, mode, padded)
-        a_time = self._attention_s(new, ctx, active == n) * self._layers
+        return self._step_from(mode, fixed, self._attention_s(new, ctx, active == n), active)
+
+    def _step_from(self, mode: str, fixed: float, a_layer: float, active: int) -> float:
+        """A step's time from its ``fixed`` part and one layer's attention seconds: attention
+        over the layers (at least its eager launches), the graph replays, the host time of
+        ``active`` requests (``step_time``'s and ``mixed_step_time``'s common tail)."""
+        a_time = a_layer * self._layers
         if mode != "full":
             a_time = max(a_time, self._launch_s * self._layers)
         device = self._with_replays(mode, fixed + a_time)

@@ -75,11 +75,11 @@ class Replica(PlainSteps, Completion, Forward):
         self.fast_forward = bool(fast_forward) and arrivals is not None \
             and not recorder.record_events
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
-        self.plain = bool(getattr(policy, "plain_decode", False)) and prefix_cache is None \
+        plain_decode = bool(getattr(policy, "plain_decode", False))  # one token per decode
+        self.plain = plain_decode and prefix_cache is None \
             and not recorder.record_events  # the fused iteration applies (plain_step.py)
-        # one token per decode: a step with chunks has a mixed price (forward.py)
-        self._mixed = getattr(target_cost, "mixed_step_time", None) \
-            if getattr(policy, "plain_decode", False) else None
+        # a step of decodes with chunks has a mixed price (forward.py)
+        self._mixed = getattr(target_cost, "mixed_step_time", None) if plain_decode else None
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
         self.waiting: deque[int] = deque()
         self.b = RunningBatch()
