@@ -31,6 +31,11 @@ class IIDAcceptance:
         g, _, _ = check_batch(gammas, contexts, request_ids)
         return sample_geometric(np.full(g.shape, self.alpha), g, rng)
 
+    def chain_alphas(self, request_ids: np.ndarray) -> np.ndarray:
+        """The per-request alphas ``sample_chain`` draws with (context-free: a chain
+        stretch may draw many iterations at once, simulator/engine/chain_stretch.py)."""
+        return np.full(request_ids.shape, self.alpha)
+
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         return sample_chain_tree(self, tree, contexts, request_ids, rng)
 

@@ -106,6 +106,11 @@ class PerRequestAcceptance:
         g, _, r = check_batch(gammas, contexts, request_ids)
         return sample_geometric(self._alphas(r), g, rng)
 
+    def chain_alphas(self, request_ids: np.ndarray) -> np.ndarray:
+        """The per-request alphas ``sample_chain`` draws with (context-free: a chain
+        stretch may draw many iterations at once, simulator/engine/chain_stretch.py)."""
+        return self._alphas(request_ids)
+
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         return sample_chain_tree(self, tree, contexts, request_ids, rng)
 

@@ -61,7 +61,14 @@ def sample_geometric(alpha: np.ndarray, gammas: np.ndarray,
     request (alpha = 0 gives 0; alpha = 1 gives gamma).  Few numpy calls: this is the
     engine's per-iteration hot path.
     """
-    u = 1.0 - rng.random(gammas.shape)
+    return geometric_counts(rng.random(gammas.shape), alpha, gammas)
+
+
+def geometric_counts(draws: np.ndarray, alpha: np.ndarray, gammas) -> np.ndarray:
+    """``sample_geometric`` given its uniforms ``draws`` (``rng.random``'s, shape (n,), or
+    (K, n) for K iterations of the same n requests: the same floats element by element, as
+    the engine's chain stretches need, simulator/engine/chain_stretch.py)."""
+    u = 1.0 - draws
     with np.errstate(divide="ignore", invalid="ignore"):
         log_alpha = np.log(alpha)
         n = np.log(u) / log_alpha

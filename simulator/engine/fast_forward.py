@@ -108,7 +108,7 @@ def advance_decodes(replica) -> tuple[int, PlainStep | None]:
     first = replica.used_blocks + int(_COUNT(c % lim.block_size == 0))
     if first > lim.kv_blocks:
         return NONE, None
-    if replica.waiting and not _admission_blocked(replica, first):
+    if replica.waiting and not admission_blocked(replica, first, int(b.ids.size)):
         return NONE, None
     next_time = replica.arrivals.horizon(replica.index)
     sums = int(_SUM(c)) + c.size * np.arange(k, dtype=np.int64)  # contexts before each
@@ -143,14 +143,15 @@ def _crossing_step(replica, verify_s: float) -> PlainStep:
                      sums, sums)
 
 
-def _admission_blocked(replica, first: int) -> bool:
+def admission_blocked(replica, first: int, decode_tokens: int) -> bool:
     """Whether the head of the queue stays waiting after the first iteration's reservation
-    (``first`` blocks in use): its blocking can only grow during the stretch."""
+    (``first`` blocks in use, ``decode_tokens`` of the budget taken): its blocking can only
+    grow during the stretch."""
     saved, replica.used_blocks = replica.used_blocks, first
     # the head looks up its cached prefix after the first iteration's allocation
     gone = replica.cache.evicted_by(first - saved) if replica.cache is not None else ()
-    chunk = replica.admission_chunk(replica.limits.max_num_batched_tokens - int(
-        replica.b.ids.size), gone)
+    chunk = replica.admission_chunk(replica.limits.max_num_batched_tokens - decode_tokens,
+                                    gone)
     replica.used_blocks = saved
     return chunk <= 0
 

@@ -63,6 +63,16 @@ class ChainSpeculation(PolicyBase):
         return draft_prefill_time(self.draft_cost, new_tokens, context, self.gamma,
                                   self.draft_max_context)
 
+    def chain_stretch(self):
+        """What the engine needs to advance many iterations at once
+        (simulator/engine/chain_stretch.py): ``(gamma, draft cost model, draft max context,
+        alphas of request ids)``; None where acceptance depends on more than the request
+        (its context, its tokens) or nothing is drafted."""
+        alphas = getattr(self.acceptance, "chain_alphas", None)
+        if alphas is None or self.gamma < 1:
+            return None
+        return self.gamma, self.draft_cost, self.draft_max_context, alphas
+
     def draft_control(self, params: dict) -> ChainControl:
         """Per-request gammas: the draft model catches up on skipped iterations."""
         return ChainControl(self.draft_cost, self.gamma)

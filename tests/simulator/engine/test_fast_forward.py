@@ -160,3 +160,60 @@ def test_kept_rows_and_summary_do_not_depend_on_the_mode(steps_table):
     s_full, s_kept = full.summary(), kept.summary()
     assert all(s_full[k] == s_kept[k] or (pd.isna(s_full[k]) and pd.isna(s_kept[k]))
                for k in s_full)
+
+
+@pytest.mark.parametrize("acceptance", [{"model": "iid", "alpha": 0.7},
+                                        {"model": "per_request", "mean": 0.6,
+                                         "concentration": 4.0}])
+def test_chain_stretches_are_taken_and_identical(acceptance):
+    """Chain speculation is fast-forwarded too (simulator/engine/chain_stretch.py), with its
+    random acceptance: the same draws in the same order, so the same results.  The prompts
+    straddle the draft's context (llama-68m: 2048; the target's is 4096), so requests stop
+    being speculated mid-run (vLLM's rule)."""
+    rng = np.random.default_rng(11)
+    n = 40
+    sc = scenario("chain:num_speculative_tokens=4", hardware="a100-40gb", target="llama-2-7b",
+                  draft="llama-68m", replicas=2,
+                  batching={"max_num_seqs": 16, "max_num_batched_tokens": 2048,
+                            "block_size": 16})
+    sc = dataclasses.replace(sc, acceptance=acceptance)
+    prompt = np.where(rng.random(n) < 0.3, rng.integers(1950, 2040, n), rng.integers(8, 400, n))
+    wl = workload(np.sort(rng.uniform(0, 20, n)), prompt, rng.integers(20, 200, n))
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    steps = on.steps
+    full = steps["draft_tokens"] == 4 * steps["num_decode"]
+    assert (~full & (steps["num_decode"] > 0)).any()  # some decodes were not speculated
+    info = on.info["engine"]
+    assert off.info["engine"]["vectorised"] == 0
+    assert info["vectorised"] > info["iterations"] / 4  # stretches were taken
+    # and the stretches' draws were the step-by-step ones: acceptance really varied
+    assert steps.loc[full & (steps["num_decode"] > 0), "accepted_tokens"].nunique() > 5
+
+
+def test_chain_stretch_gives_back_unused_draws():
+    """A stretch draws a block of uniforms, keeps the iterations before its first stop and
+    restores the generator for the rest: after a run the replicas' generators stand where
+    the step-by-step ones stand (the same number of draws)."""
+    from simulator.engine.replica import Replica
+    states = {}
+    init = Replica.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        states.setdefault(self.fast_forward, []).append(self.rng)
+
+    sc = scenario("chain:num_speculative_tokens=3", hardware="a10", target="opt-1.3b",
+                  draft="opt-125m", replicas=2)
+    rng = np.random.default_rng(3)
+    wl = workload(np.sort(rng.uniform(0, 10, 30)), rng.integers(8, 300, 30),
+                  rng.integers(5, 120, 30))
+    Replica.__init__ = keep
+    try:
+        on, off = _both(sc, wl)
+    finally:
+        Replica.__init__ = init
+    assert_identical(on, off)
+    assert on.info["engine"]["vectorised"] > 0
+    for a, b in zip(states[True], states[False]):
+        assert a.bit_generator.state == b.bit_generator.state

@@ -1,0 +1,224 @@
+"""Fast-forward over a chain-speculation stretch: K iterations of ``chain`` in one pass.
+
+Under ``chain`` (a draft model proposes gamma tokens per request, the target verifies gamma +
+1, acceptance i.i.d. per request: ``iid`` or ``per_request``), a replica whose every running
+request decodes repeats one kind of iteration until something changes the batch: a request
+finishing, the next arrival, a request outgrowing the draft's context (it stops being
+speculated), the KV cache running out (a preemption) or an admission.  Unlike a plain decode
+stretch (fast_forward.py), the batch's contexts move by random amounts: each iteration draws
+one uniform per request (``sample_geometric``), and the accepted counts decide the next
+iteration's contexts, hence its price.  ``advance_chain`` draws the uniforms of K iterations in
+one ``rng.random((K, n))`` (the same numbers, in the same order, as K calls of
+``rng.random(n)``), turns them into accepted counts element by element as
+``geometric_counts`` does for one iteration, and from their running sums gets every
+iteration's contexts, KV reservation, draft time (``chain_decode``'s closed form over the
+gamma draft forwards) and verify time (the target's ``uniform_step_times`` at gamma + 1 tokens
+a request), the clock, the emitted tokens, the ITL samples and the steps' rows.
+
+Exactness: the stretch keeps the iterations the step-by-step engine would plan the same way:
+every request speculable (prompt + generated + gamma < the draft's max context, vLLM's rule),
+the reservation within the KV cache, ending before the next arrival, no admission possible
+(checked before the first: the head's blocking only grows, as the reservation does), up to
+and including the first iteration that finishes a request (emitted tokens capped at the
+output length there, as ``emitted_tokens`` caps them).  The draws of the iterations not kept
+are given back: the generator's state is restored and only the kept ones drawn again.  Same
+floats in the same order throughout; tests compare the results with ``fast_forward: false``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.acceptance.sampling import geometric_counts
+from simulator.cost.cost_model import CostModel
+from simulator.engine.fast_forward import (
+    ADVANCED,
+    MAX_STRETCH_CELLS,
+    NONE,
+    RETIRED,
+    admission_blocked,
+)
+from simulator.engine.step import STEP_FIELDS
+
+FIRST_PASS, MAX_CHAIN_ITERATIONS = 8, 256  # iterations per pass (more take more passes)
+_COL = {name: i for i, name in enumerate(STEP_FIELDS)}
+(_START, _DURATION, _DRAFT, _VERIFY, _EMITTED, _ACCEPTED, _KV_USED, _OCCUPANCY, _KV_READ,
+ _PAIRS) = (_COL[name] for name in ("start_s", "duration_s", "draft_s", "verify_s",
+                                    "emitted_tokens", "accepted_tokens", "kv_blocks_used",
+                                    "kv_occupancy", "kv_read_tokens", "attn_pairs"))
+_CONST = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode",
+                                             "decode_tokens", "draft_tokens", "queue_len")])
+_ALL, _ANY, _MIN, _SUM = (np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce,
+                          np.add.reduce)
+_FULL = 3  # a pass that kept all its iterations: the stretch may go on
+
+
+class ChainStretch:
+    """What a replica under ``chain`` needs to advance several iterations at once."""
+
+    __slots__ = ("gamma", "draft", "max_context", "alphas")
+
+    def __init__(self, gamma: int, draft: CostModel, max_context: int | None,
+                 alphas) -> None:
+        self.gamma = gamma
+        self.draft = draft
+        self.max_context = max_context
+        self.alphas = alphas  # alphas(request_ids): what sample_chain draws with
+
+    @classmethod
+    def of(cls, replica) -> ChainStretch | None:
+        """The replica's stretch, None where its policy, pricers or cache rule it out."""
+        hook = getattr(replica.policy, "chain_stretch", None)
+        spec = hook() if hook is not None and replica.cache is None else None
+        if spec is None:
+            return None
+        gamma, draft, max_context, alphas = spec
+        # the draft's time must be chain_decode's (CostModel.chain_decode_time), the target's
+        # step_time bitwise its uniform_step_times (docs/api.md)
+        if not isinstance(draft, CostModel) or type(draft).chain_decode_time \
+                is not CostModel.chain_decode_time \
+                or getattr(replica.target_cost, "uniform_step_times", None) is None:
+            return None
+        return cls(int(gamma), draft, max_context, alphas)
+
+    def times(self, replica, n: int, sums: np.ndarray):
+        """(draft, verify) seconds of chain iterations of ``n`` requests whose contexts sum
+        to ``sums``, as ``chain_draft_time`` and ``step_time`` price each; None where a
+        closed form does not apply (the step-by-step path prices those)."""
+        g, s = self.gamma, sums.astype(np.float64)
+        verify = replica.target_cost.uniform_step_times(n, g + 1, s, n * (g + 1))
+        # chain_decode: float(ctx.sum()) + n * np.arange(steps), one row per iteration
+        draft = self.draft.uniform_step_times(n, 1, s[:, None] + n * np.arange(g), n)
+        if verify is None or draft is None:
+            return None
+        return _SUM(draft, axis=1), np.asarray(verify, np.float64)
+
+
+def advance_chain(replica, spec: ChainStretch) -> int:
+    """Advance ``replica`` over the chain stretch ahead: NONE if there is none, RETIRED if
+    its last iteration finished requests, ADVANCED otherwise (the next iteration goes
+    through the step-by-step path).  Passes of 8 iterations first (a stretch between two
+    arrivals is a few), four times longer after each pass that kept them all."""
+    done, k = NONE, FIRST_PASS
+    while (got := _pass(replica, spec, k)) == _FULL:
+        done, k = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS)
+    return done if got == NONE else got
+
+
+def _opening(replica, spec: ChainStretch):
+    """The stretch's first iteration's checks: None (no stretch) or the KV blocks the
+    running requests do not hold (``base``)."""
+    b, lim = replica.b, replica.limits
+    n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
+    if not n or b.decoding != n or n * (g + 1) > lim.max_num_batched_tokens:
+        return None
+    c = b.computed
+    if not _ALL(b.blocks == -(-c // bs)):  # the invariant every completion restores
+        return None
+    if spec.max_context is not None and \
+            not _ALL(b.prompt_len + b.generated + g < spec.max_context):
+        return None
+    base = replica.used_blocks - int(_SUM(b.blocks))
+    reserved = base + int(_SUM(-(-(c + (g + 1)) // bs)))
+    if reserved > lim.kv_blocks:
+        return None
+    if replica.waiting and not admission_blocked(replica, reserved, n * (g + 1)):
+        return None
+    return base
+
+
+def _pass(replica, spec: ChainStretch, k_max: int) -> int:
+    """One pass of at most ``k_max`` iterations: NONE, ADVANCED, RETIRED or _FULL."""
+    base = _opening(replica, spec)
+    if base is None:
+        return NONE
+    b, lim = replica.b, replica.limits
+    n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
+    k_max = min(k_max, int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
+    rng = replica.rng
+    saved = rng.bit_generator.state
+    emit = geometric_counts(rng.random((k_max, n)), spec.alphas(b.ids), g)
+    emit += 1  # the accepted drafts and the target's token (uncapped)
+    got = np.add.accumulate(emit, axis=0)  # tokens emitted by each iteration's end
+    ctx = b.computed + (got - emit)  # the contexts each iteration starts from
+    sums = _SUM(ctx, axis=1)
+    times = spec.times(replica, n, sums)
+    if times is None:
+        rng.bit_generator.state = saved
+        return NONE
+    draft_s, verify_s = times
+    clock = np.add.accumulate(np.concatenate(((replica.now,), draft_s + verify_s)))
+    # the iterations ending before the next arrival, fitting the KV, all speculable
+    k = int(clock[1:].searchsorted(replica.arrivals.horizon(replica.index), "left"))
+    over = _SUM(-(-(ctx + (g + 1)) // bs), axis=1) > lim.kv_blocks - base
+    if _ANY(over):
+        k = min(k, int(over.argmax()))
+    if spec.max_context is not None:
+        late = _ANY(ctx - b.computed + (b.prompt_len + b.generated + g) >= spec.max_context,
+                    axis=1)
+        if _ANY(late):
+            k = min(k, int(late.argmax()))
+    finish = _ANY(got >= b.output_len - b.generated, axis=1)
+    ends_at = int(finish.argmax()) + 1 if _ANY(finish) else k_max + 1
+    k = min(k, ends_at)
+    if k < k_max:  # give back the draws of the iterations not kept
+        rng.bit_generator.state = saved
+        if k:
+            rng.random((k, n))
+    if k == 0:
+        return NONE
+    retired = k == ends_at
+    _commit(replica, spec, emit[:k], got[:k], sums[:k], clock[:k + 1], draft_s[:k],
+            verify_s[:k], base, retired)
+    return RETIRED if retired else _FULL if k == k_max else ADVANCED
+
+
+def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,
+            sums: np.ndarray, clock: np.ndarray, draft_s: np.ndarray, verify_s: np.ndarray,
+            base: int, retired: bool) -> None:
+    """Move the batch ``len(emit)`` iterations on (``emit``: accepted + 1 per request and
+    iteration, ``got`` its running sums), record them, retire the last one's finishers."""
+    b, lim = replica.b, replica.limits
+    k, n, g, bs = emit.shape[0], int(b.ids.size), spec.gamma, lim.block_size
+    accepted = emit - 1
+    if retired:  # the last iteration's emissions, never past the output length
+        last = got[-1] - emit[-1]
+        emit[-1] = np.minimum(emit[-1], b.output_len - b.generated - last)
+        got[-1] = last + emit[-1]
+    ends = clock[1:]
+    first = ends[0] - b.last_emit
+    replica.rec.record_itl(np.concatenate((first, (ends[1:] - ends[:-1]).repeat(n)))
+                           if k > 1 else first)
+    replica.rec.record_acceptance(np.full(k * n, g, np.int64), accepted.ravel())
+    used = base + _SUM(-(-(b.computed + got) // bs), axis=1)  # after each roll-back
+    u = g + 1
+    cols = np.zeros((len(STEP_FIELDS), k))
+    cols[_CONST] = np.array((replica.index, n, n, n * u, n * g, len(replica.waiting)),
+                            np.float64)[:, None]
+    cols[_START] = clock[:-1]
+    cols[_DURATION] = draft_s + verify_s
+    cols[_DRAFT] = draft_s
+    cols[_VERIFY] = verify_s
+    cols[_EMITTED] = _SUM(emit, axis=1)
+    cols[_ACCEPTED] = _SUM(accepted, axis=1)
+    cols[_KV_USED] = used
+    # u tokens each: u (x + (u + 1) / 2) pairs at context x, whole numbers
+    cols[_KV_READ] = sums + n * u
+    cols[_PAIRS] = u * sums + n * (u * (u + 1) // 2)
+    total = got[-1]
+    b.generated += total
+    b.computed += total
+    np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)
+    b.last_emit.fill(ends[-1])
+    b.num_drafts += k
+    b.num_draft_tokens += k * g
+    b.num_accepted += _SUM(accepted, axis=0)
+    replica.used_blocks = int(used[-1])
+    replica.outstanding_tokens -= int(_SUM(total))
+    replica.now = float(ends[-1])
+    replica.stats["iterations"] += k
+    replica.stats["vectorised"] += k
+    if retired:  # as the last iteration's completion does; its row reads the freed KV
+        replica._retire(replica.now)
+        cols[_KV_USED, -1] = replica.used_blocks
+    np.divide(cols[_KV_USED], lim.kv_blocks, out=cols[_OCCUPANCY])
+    replica.rec.record_steps(cols.T)
