@@ -336,6 +336,17 @@ class CostModel:
         """
         return sm.chain_decode(self, np.asarray(context, dtype=np.float64), steps)
 
+    def chain_decode_times(self, n: int, ctx_sums: np.ndarray, steps: int) -> np.ndarray | None:
+        """``chain_decode_time`` of K batches of ``n`` requests at once, the k-th with
+        contexts summing to ``ctx_sums[k]``: bitwise each one's where it is the uniform
+        closed form (one row of ``steps`` forwards per batch, summed as its 1-D sum is),
+        None elsewhere."""
+        if steps <= 0 or n < 1:
+            return None
+        s = np.asarray(ctx_sums, dtype=np.float64)
+        times = self.uniform_step_times(n, 1, s[:, None] + n * np.arange(steps), n)
+        return None if times is None else np.add.reduce(times, axis=1)
+
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:
         """One incremental decode step of ``batch`` requests at equal context."""

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.acceptance.sampling import geometric_counts
-from simulator.cost.cost_model import CostModel
 from simulator.engine.fast_forward import (
     ADVANCED,
     MAX_STRETCH_CELLS,
@@ -37,6 +35,7 @@ from simulator.engine.fast_forward import (
     RETIRED,
     admission_blocked,
 )
+from simulator.engine.plan import ChainStretch
 from simulator.engine.step import STEP_FIELDS
 
 FIRST_PASS, MAX_CHAIN_ITERATIONS = 8, 256  # iterations per pass (more take more passes)
@@ -52,45 +51,26 @@ _ALL, _ANY, _MIN, _SUM = (np.logical_and.reduce, np.logical_or.reduce, np.minimu
 _FULL = 3  # a pass that kept all its iterations: the stretch may go on
 
 
-class ChainStretch:
-    """What a replica under ``chain`` needs to advance several iterations at once."""
+def chain_stretch_of(replica) -> ChainStretch | None:
+    """The replica's policy's ``ChainStretch``, None where the policy has none, a prefix
+    cache is on (its hooks) or the target's pricer has no ``uniform_step_times``."""
+    hook = getattr(replica.policy, "chain_stretch", None)
+    if hook is None or replica.cache is not None \
+            or getattr(replica.target_cost, "uniform_step_times", None) is None:
+        return None
+    return hook()
 
-    __slots__ = ("gamma", "draft", "max_context", "alphas")
 
-    def __init__(self, gamma: int, draft: CostModel, max_context: int | None,
-                 alphas) -> None:
-        self.gamma = gamma
-        self.draft = draft
-        self.max_context = max_context
-        self.alphas = alphas  # alphas(request_ids): what sample_chain draws with
-
-    @classmethod
-    def of(cls, replica) -> ChainStretch | None:
-        """The replica's stretch, None where its policy, pricers or cache rule it out."""
-        hook = getattr(replica.policy, "chain_stretch", None)
-        spec = hook() if hook is not None and replica.cache is None else None
-        if spec is None:
-            return None
-        gamma, draft, max_context, alphas = spec
-        # the draft's time must be chain_decode's (CostModel.chain_decode_time), the target's
-        # step_time bitwise its uniform_step_times (docs/api.md)
-        if not isinstance(draft, CostModel) or type(draft).chain_decode_time \
-                is not CostModel.chain_decode_time \
-                or getattr(replica.target_cost, "uniform_step_times", None) is None:
-            return None
-        return cls(int(gamma), draft, max_context, alphas)
-
-    def times(self, replica, n: int, sums: np.ndarray):
-        """(draft, verify) seconds of chain iterations of ``n`` requests whose contexts sum
-        to ``sums``, as ``chain_draft_time`` and ``step_time`` price each; None where a
-        closed form does not apply (the step-by-step path prices those)."""
-        g, s = self.gamma, sums.astype(np.float64)
-        verify = replica.target_cost.uniform_step_times(n, g + 1, s, n * (g + 1))
-        # chain_decode: float(ctx.sum()) + n * np.arange(steps), one row per iteration
-        draft = self.draft.uniform_step_times(n, 1, s[:, None] + n * np.arange(g), n)
-        if verify is None or draft is None:
-            return None
-        return _SUM(draft, axis=1), np.asarray(verify, np.float64)
+def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
+    """(draft, verify) seconds of chain iterations of ``n`` requests whose contexts sum to
+    ``sums``, bitwise what the step-by-step path prices; None where a closed form does not
+    apply (the step-by-step path prices those)."""
+    u = spec.gamma + 1
+    draft = spec.draft_times(n, sums)
+    if draft is None:
+        return None
+    verify = replica.target_cost.uniform_step_times(n, u, sums.astype(np.float64), n * u)
+    return None if verify is None else (draft, np.asarray(verify, np.float64))
 
 
 def advance_chain(replica, spec: ChainStretch) -> int:
@@ -136,12 +116,12 @@ def _pass(replica, spec: ChainStretch, k_max: int) -> int:
     k_max = min(k_max, int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
     rng = replica.rng
     saved = rng.bit_generator.state
-    emit = geometric_counts(rng.random((k_max, n)), spec.alphas(b.ids), g)
+    emit = spec.accepted(rng.random((k_max, n)), b.ids)
     emit += 1  # the accepted drafts and the target's token (uncapped)
     got = np.add.accumulate(emit, axis=0)  # tokens emitted by each iteration's end
     ctx = b.computed + (got - emit)  # the contexts each iteration starts from
     sums = _SUM(ctx, axis=1)
-    times = spec.times(replica, n, sums)
+    times = _times(replica, spec, n, sums)
     if times is None:
         rng.bit_generator.state = saved
         return NONE

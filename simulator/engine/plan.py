@@ -1,10 +1,10 @@
 """The socket between the engine and a policy: what the engine hands a policy each iteration
-(``BatchView``), what the policy returns (``DraftPlan``), and the ``Policy`` and
-``StepPricer`` protocols the engine calls.  The engine imports nothing else of the project."""
+(``BatchView``), what the policy returns (``DraftPlan``), what a chain policy offers its
+stretches (``ChainStretch``), and the ``Policy`` and ``StepPricer`` protocols the engine calls.  The engine imports nothing else of the project."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -47,6 +47,23 @@ def emitted_tokens(accepted: np.ndarray, generated: np.ndarray,
     the output length.  The engine's rule, here in the socket so that a policy observing
     the outcome counts exactly what the engine emitted."""
     return np.minimum(accepted + 1, output_len - generated)
+
+
+@dataclass(frozen=True)
+class ChainStretch:
+    """What a chain policy gives the engine to advance several of its iterations at once
+    (chain_stretch.py), where its per-iteration work depends on the batch alone: every
+    request drafts ``gamma`` while prompt + generated + gamma < ``max_context`` (None: no
+    limit)."""
+
+    gamma: int
+    max_context: int | None
+    # accepted(draws, request_ids): accepted drafts (K, n) from uniforms (K, n), row j what
+    # ``accept`` gives when its ``rng.random(n)`` returns draws[j], element by element
+    accepted: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    # draft_times(n, ctx_sums): the proposer's seconds of K iterations of n requests whose
+    # contexts sum to ctx_sums (K,), bitwise ``propose``'s; None: no closed form
+    draft_times: Callable[[int, np.ndarray], np.ndarray | None]
 
 
 class Policy(Protocol):

@@ -42,7 +42,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.batch import RunningBatch
-from simulator.engine.chain_stretch import ChainStretch, advance_chain
+from simulator.engine.chain_stretch import advance_chain, chain_stretch_of
 from simulator.engine.completion import Completion
 from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
 from simulator.engine.forward import Forward
@@ -82,7 +82,7 @@ class Replica(PlainSteps, Completion, Forward):
         # a step of decodes with chunks has a mixed price (forward.py)
         self._mixed = getattr(target_cost, "mixed_step_time", None) if plain_decode else None
         # chain speculation's stretches (chain_stretch.py), None: the policy has none
-        self._chain = ChainStretch.of(self) if self.fast_forward else None
+        self._chain = chain_stretch_of(self) if self.fast_forward else None
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
         self.waiting: deque[int] = deque()
         self.b = RunningBatch()

@@ -23,7 +23,12 @@ A built policy (``cls(params, ctx)``, one per replica) says:
 - ``prefill_time(...)``: the proposer's time for prefill chunks (default 0: no draft KV);
 - for the ``adaptive`` wrapper: ``speculable(batch)`` (default: every request) and
   ``draft_control(params)``, the handle through which per-request draft lengths are set
-  (default: all or none, :class:`~simulator.policies.draft_control.GateControl`).
+  (default: all or none, :class:`~simulator.policies.draft_control.GateControl`);
+- for fast-forward, optionally: ``plain_decode = True`` (it proposes, draws and learns
+  nothing: ``none``), or ``chain_stretch()`` -> a
+  :class:`~simulator.engine.plan.ChainStretch` or None (its iterations depend on the batch
+  alone and draw one uniform per request: ``chain``); without either, fast-forward only
+  skips the policy's SimPy timeouts.
 
 Adding a policy touches its own file, the ``POLICIES`` dict in ``registry.py`` and its test;
 never the engine.

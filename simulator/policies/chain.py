@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.acceptance.sampling import geometric_counts
 from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft
@@ -63,15 +64,21 @@ class ChainSpeculation(PolicyBase):
         return draft_prefill_time(self.draft_cost, new_tokens, context, self.gamma,
                                   self.draft_max_context)
 
-    def chain_stretch(self):
+    def chain_stretch(self) -> ChainStretch | None:
         """What the engine needs to advance many iterations at once
-        (simulator/engine/chain_stretch.py): ``(gamma, draft cost model, draft max context,
-        alphas of request ids)``; None where acceptance depends on more than the request
-        (its context, its tokens) or nothing is drafted."""
+        (simulator/engine/chain_stretch.py); None where acceptance depends on more than the
+        request (its context, its tokens), the draft's time has no closed form over the
+        batch's context sum, or nothing is drafted."""
         alphas = getattr(self.acceptance, "chain_alphas", None)
-        if alphas is None or self.gamma < 1:
+        times = getattr(self.draft_cost, "chain_decode_times", None)
+        if alphas is None or times is None or self.gamma < 1:
             return None
-        return self.gamma, self.draft_cost, self.draft_max_context, alphas
+        g = self.gamma
+        # sample_chain's draws (sample_geometric) given its uniforms; chain_draft_time when
+        # every request drafts g: the draft cost's chain_decode_time
+        return ChainStretch(g, self.draft_max_context,
+                            lambda draws, ids: geometric_counts(draws, alphas(ids), g),
+                            lambda n, sums: times(n, sums, g))
 
     def draft_control(self, params: dict) -> ChainControl:
         """Per-request gammas: the draft model catches up on skipped iterations."""

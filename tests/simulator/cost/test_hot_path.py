@@ -105,6 +105,27 @@ def test_a_decode_stretch_in_one_call(profile):
     assert float(times.sum()) == pytest.approx(by_request, rel=REL)
 
 
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("execution", EXECUTIONS)
+def test_many_draft_chains_in_one_call(profile, execution):
+    # what a chain stretch asks (simulator/engine/chain_stretch.py): the draft's gamma
+    # forwards of K iterations, each bitwise chain_decode_time over its own batch
+    cm = _cost_model(profile, "opt-125m", 1, execution)
+    rng = np.random.default_rng([PROFILES.index(profile), EXECUTIONS.index(execution)])
+    for steps in (1, 2, 3, 4, 7, 8, 9, 16, 33, 64):
+        n = int(rng.integers(1, 300))
+        batches = [rng.integers(0, 2048, n).astype(np.float64) for _ in range(6)]
+        sums = np.array([int(c.sum()) for c in batches], dtype=np.int64)
+        many = cm.chain_decode_times(n, sums, steps)
+        one = np.array([cm.chain_decode_time(c, steps) for c in batches])
+        if many is None:  # no closed form: chain_decode_time takes another path
+            assert cm.uniform_step_times(n, 1, sums, n) is None
+            continue
+        assert many.shape == (6,) and np.array_equal(many, one)
+    assert cm.chain_decode_times(5, np.array([10]), 0) is None
+    assert cm.chain_decode_times(0, np.array([10]), 4) is None
+
+
 def test_piecewise_graphs_in_the_closed_form():
     # u > 128 is not vLLM's uniform-decode case: piecewise graphs while the tokens fit a
     # captured size.  Llama-2-70B at 200 queries a request is compute-bound at every context.
