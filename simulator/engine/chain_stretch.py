@@ -36,7 +36,7 @@ from simulator.engine.fast_forward import (
     admission_blocked,
 )
 from simulator.engine.plan import ChainStretch
-from simulator.engine.step import STEP_FIELDS
+from simulator.engine.step import STEP_FIELDS, StepRow
 
 FIRST_PASS, MAX_CHAIN_ITERATIONS = 8, 256  # iterations per pass (more take more passes)
 _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
@@ -73,15 +73,17 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
     return None if verify is None else (draft, np.asarray(verify, np.float64))
 
 
-def advance_chain(replica, spec: ChainStretch) -> int:
+def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
     """Advance ``replica`` over the chain stretch ahead: NONE if there is none, RETIRED if
-    its last iteration finished requests, ADVANCED otherwise (the next iteration goes
-    through the step-by-step path).  Passes of 8 iterations first (a stretch between two
-    arrivals is a few), four times longer after each pass that kept them all."""
+    its last iteration finished requests, ADVANCED otherwise, with the iteration that
+    crosses the next arrival planned and priced (``ChainCrossing``) where it is a chain
+    iteration too, else None (the next iteration goes through the step-by-step path).
+    Passes of 8 iterations first (a stretch between two arrivals is a few), four times
+    longer after each pass that kept them all."""
     done, k = NONE, FIRST_PASS
-    while (got := _pass(replica, spec, k)) == _FULL:
+    while (got := _pass(replica, spec, k))[0] == _FULL:
         done, k = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS)
-    return done if got == NONE else got
+    return (done, None) if got[0] == NONE else got
 
 
 def _opening(replica, spec: ChainStretch):
@@ -101,16 +103,18 @@ def _opening(replica, spec: ChainStretch):
     reserved = base + int(_SUM(-(-(c + (g + 1)) // bs)))
     if reserved > lim.kv_blocks:
         return None
+    # last: the step-by-step path makes this admission attempt in this very iteration
     if replica.waiting and not admission_blocked(replica, reserved, n * (g + 1)):
         return None
     return base
 
 
-def _pass(replica, spec: ChainStretch, k_max: int) -> int:
-    """One pass of at most ``k_max`` iterations: NONE, ADVANCED, RETIRED or _FULL."""
+def _pass(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:
+    """One pass of at most ``k_max`` iterations: (NONE, ADVANCED, RETIRED or _FULL, the
+    crossing iteration or None)."""
     base = _opening(replica, spec)
     if base is None:
-        return NONE
+        return NONE, None
     b, lim = replica.b, replica.limits
     n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
     k_max = min(k_max, int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
@@ -124,32 +128,93 @@ def _pass(replica, spec: ChainStretch, k_max: int) -> int:
     times = _times(replica, spec, n, sums)
     if times is None:
         rng.bit_generator.state = saved
-        return NONE
+        return NONE, None
     draft_s, verify_s = times
     clock = np.add.accumulate(np.concatenate(((replica.now,), draft_s + verify_s)))
-    # the iterations ending before the next arrival, fitting the KV, all speculable
-    k = int(clock[1:].searchsorted(replica.arrivals.horizon(replica.index), "left"))
-    over = _SUM(-(-(ctx + (g + 1)) // bs), axis=1) > lim.kv_blocks - base
-    if _ANY(over):
-        k = min(k, int(over.argmax()))
+    # the iterations ending before the next arrival, and the first that cannot run here
+    k_time = int(clock[1:].searchsorted(replica.arrivals.horizon(replica.index), "left"))
+    blocked = _first(_SUM(-(-(ctx + (g + 1)) // bs), axis=1) > lim.kv_blocks - base, k_max)
     if spec.max_context is not None:
-        late = _ANY(ctx - b.computed + (b.prompt_len + b.generated + g) >= spec.max_context,
-                    axis=1)
-        if _ANY(late):
-            k = min(k, int(late.argmax()))
-    finish = _ANY(got >= b.output_len - b.generated, axis=1)
-    ends_at = int(finish.argmax()) + 1 if _ANY(finish) else k_max + 1
-    k = min(k, ends_at)
-    if k < k_max:  # give back the draws of the iterations not kept
+        blocked = _first(_ANY(ctx - b.computed + (b.prompt_len + b.generated + g)
+                              >= spec.max_context, axis=1), blocked)
+    ends_at = _first(_ANY(got >= b.output_len - b.generated, axis=1), k_max) + 1
+    k = min(k_time, blocked, ends_at)
+    cross = k == k_time < blocked and k < ends_at  # the next one crosses the arrival
+    keep = k + cross
+    if keep < k_max:  # give back the draws of the iterations not kept
         rng.bit_generator.state = saved
-        if k:
-            rng.random((k, n))
-    if k == 0:
-        return NONE
-    retired = k == ends_at
-    _commit(replica, spec, emit[:k], got[:k], sums[:k], clock[:k + 1], draft_s[:k],
-            verify_s[:k], base, retired)
-    return RETIRED if retired else _FULL if k == k_max else ADVANCED
+        if keep:
+            rng.random((keep, n))
+    if k:
+        _commit(replica, spec, emit[:k], got[:k], sums[:k], clock[:k + 1], draft_s[:k],
+                verify_s[:k], base, k == ends_at)
+    if cross:
+        return ADVANCED, _crossing(replica, spec, emit[k], float(sums[k]),
+                                   float(draft_s[k]), float(verify_s[k]))
+    if not k:
+        return NONE, None
+    return (RETIRED if k == ends_at else _FULL if k == k_max else ADVANCED), None
+
+
+def _first(flags: np.ndarray, default: int) -> int:
+    """The index of the first True in ``flags``, ``default`` if none (or if later)."""
+    return min(int(flags.argmax()), default) if _ANY(flags) else default
+
+
+class ChainCrossing:
+    """The chain iteration that crosses the next arrival: planned (its KV reserved) and
+    priced before it, with its accepted drafts already drawn (+1 each, uncapped); the
+    replica yields to SimPy until it ends, then ``complete_crossing`` completes it."""
+
+    __slots__ = ("start_s", "draft_s", "verify_s", "duration_s", "emit", "sums")
+
+    def __init__(self, start_s, draft_s, verify_s, emit, sums) -> None:
+        self.start_s = start_s
+        self.draft_s = draft_s
+        self.verify_s = verify_s
+        self.duration_s = draft_s + verify_s  # Step.duration_s: draft, then verify
+        self.emit = emit
+        self.sums = sums
+
+
+def _crossing(replica, spec: ChainStretch, emit: np.ndarray, sums: float, draft_s: float,
+              verify_s: float) -> ChainCrossing:
+    """Reserve the crossing iteration's KV as ``_reserve_decodes`` does (checked to fit:
+    every decode gets the blocks its context + gamma + 1 tokens need)."""
+    b, bs = replica.b, replica.limits.block_size
+    blocks = -(-(b.computed + (spec.gamma + 1)) // bs)
+    replica.used_blocks += int(_SUM(blocks - b.blocks))
+    b.blocks[:] = blocks
+    return ChainCrossing(replica.now, draft_s, verify_s, emit, sums)
+
+
+def complete_crossing(replica, spec: ChainStretch, step: ChainCrossing, now: float) -> None:
+    """Complete the crossing iteration at ``now`` as ``Completion._complete`` completes a
+    chain step: emit (never past the output length), roll back the rejected drafts' KV,
+    retire, record the row (the queue as it is after the arrivals it crossed)."""
+    b, lim = replica.b, replica.limits
+    n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
+    accepted = step.emit - 1
+    emitted = np.minimum(step.emit, b.output_len - b.generated)
+    replica.rec.record_itl(now - b.last_emit)
+    b.generated += emitted
+    b.computed += emitted
+    b.last_emit.fill(now)
+    decoded = int(_SUM(emitted))
+    replica.outstanding_tokens -= decoded
+    b.num_drafts += 1
+    b.num_draft_tokens += g
+    b.num_accepted += accepted
+    replica.rec.record_acceptance(np.full(n, g, np.int64), accepted)
+    keep = -(-b.computed // bs)
+    replica.used_blocks -= int(_SUM(b.blocks - keep))
+    b.blocks[:] = keep
+    replica._retire(now)
+    used, u = replica.used_blocks, g + 1
+    replica.rec.record_step(StepRow(
+        replica.index, step.start_s, step.duration_s, step.draft_s, step.verify_s, n, 0, n,
+        0, n * u, decoded, n * g, int(_SUM(accepted)), used, used / lim.kv_blocks,
+        len(replica.waiting), step.sums + n * u, u * step.sums + n * (u * (u + 1) // 2), 0))
 
 
 def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,

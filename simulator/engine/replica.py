@@ -42,7 +42,12 @@ import numpy as np
 import simpy
 
 from simulator.engine.batch import RunningBatch
-from simulator.engine.chain_stretch import advance_chain, chain_stretch_of
+from simulator.engine.chain_stretch import (
+    ChainCrossing,
+    advance_chain,
+    chain_stretch_of,
+    complete_crossing,
+)
 from simulator.engine.completion import Completion
 from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
 from simulator.engine.forward import Forward
@@ -119,7 +124,7 @@ class Replica(PlainSteps, Completion, Forward):
             step = None
             if self.fast_forward:
                 done, step = advance_decodes(self) if self._chain is None \
-                    else (advance_chain(self, self._chain), None)
+                    else advance_chain(self, self._chain)
                 if done == RETIRED:
                     continue  # the batch changed: idle now, or another stretch
             if step is None and self.plain:
@@ -139,6 +144,8 @@ class Replica(PlainSteps, Completion, Forward):
             self.now = end
             if step.__class__ is PlainStep:
                 self._plain_complete(step, end)
+            elif step.__class__ is ChainCrossing:
+                complete_crossing(self, self._chain, step, end)
             else:
                 self._complete(step, end)
 
