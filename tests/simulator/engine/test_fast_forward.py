@@ -89,7 +89,8 @@ def cases(draw):
             "batched": draw(st.integers(16, 512)), "chunked": draw(st.booleans()),
             "replicas": draw(st.integers(1, 3)),
             "router": draw(st.sampled_from(["round_robin", "least_outstanding_tokens"])),
-            "seed": draw(st.integers(0, 2**31))}
+            "seed": draw(st.integers(0, 2**31)),
+            "per_request": draw(st.booleans())}  # per-request alphas (beta-drawn) or one
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,  # same examples every run
@@ -108,6 +109,9 @@ def test_random_scenarios_are_identical(case):
                             "enable_chunked_prefill": case["chunked"],
                             "gpu_memory_utilization": util})
     sc = dataclasses.replace(sc, policy=PolicyConfig(name, params))
+    if case["per_request"]:
+        sc = dataclasses.replace(sc, acceptance={"model": "per_request", "mean": case["alpha"],
+                                                 "concentration": 3.0})
     wl = workload(case["arrival"], case["prompt"], case["output"])
     try:
         on, off = _both(sc, wl)
