@@ -46,8 +46,8 @@ _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
                                     "kv_occupancy", "kv_read_tokens", "attn_pairs"))
 _CONST = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode",
                                              "decode_tokens", "draft_tokens", "queue_len")])
-_ALL, _ANY, _MIN, _SUM = (np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce,
-                          np.add.reduce)
+_ALL, _ANY, _MIN, _MAX, _SUM = (np.logical_and.reduce, np.logical_or.reduce,
+                                np.minimum.reduce, np.maximum.reduce, np.add.reduce)
 _FULL = 3  # a pass that kept all its iterations: the stretch may go on
 
 
@@ -133,10 +133,16 @@ def _pass(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing |
     clock = np.add.accumulate(np.concatenate(((replica.now,), draft_s + verify_s)))
     # the iterations ending before the next arrival, and the first that cannot run here
     k_time = int(clock[1:].searchsorted(replica.arrivals.horizon(replica.index), "left"))
-    blocked = _first(_SUM(-(-(ctx + (g + 1)) // bs), axis=1) > lim.kv_blocks - base, k_max)
+    # (each test exact where its cheap bound does not clear every iteration: a request's
+    # blocks are at most tokens / bs + 1; contexts and lengths only grow)
+    blocked, free = k_max, lim.kv_blocks - base
+    if (int(sums[-1]) + n * (g + 1)) // bs + n > free:
+        blocked = _first(_SUM(-(-(ctx + (g + 1)) // bs), axis=1) > free, k_max)
     if spec.max_context is not None:
-        blocked = _first(_ANY(ctx - b.computed + (b.prompt_len + b.generated + g)
-                              >= spec.max_context, axis=1), blocked)
+        seq = b.prompt_len + b.generated + g
+        if int(_MAX(seq)) + int(_MAX(got[-1])) >= spec.max_context:
+            blocked = _first(_ANY(ctx - b.computed + seq >= spec.max_context, axis=1),
+                             blocked)
     ends_at = _first(_ANY(got >= b.output_len - b.generated, axis=1), k_max) + 1
     k = min(k_time, blocked, ends_at)
     cross = k == k_time < blocked and k < ends_at  # the next one crosses the arrival
