@@ -27,7 +27,8 @@ step); the run's ``RequestTable`` holds everyone else's.
 a replica reads or changes it (each replica draws from its own random stream; the recorder's
 tables do not depend on the order replicas report in), so a replica completes every step that
 ends before the next arrival at once, on its own clock ``now``, with no SimPy timeout; a
-pure-decode stretch is advanced in one vectorised pass (fast_forward.py).  It yields to SimPy
+pure-decode stretch is advanced in one vectorised pass (fast_forward.py), and so is an
+all-decoding stretch under ``chain`` (chain_stretch.py: its draws made in order).  It yields to SimPy
 only for a step that ends at or after the next arrival, landing exactly where the step ends.
 Same decisions, same draws, same floating-point operations in the same order: the results
 are identical to the step-by-step reference (``fast_forward: false``), which tests check.
