@@ -44,6 +44,30 @@ class ItlSamples:
         self._exact: GrowingArray | None = GrowingArray(np.float64, limit=max(1, self.cap))
         self._sketch: QuantileSketch | None = None
         self._pending = GrowingArray(np.float64, capacity=_SKETCH_CHUNK)
+        self._runs: list = []  # samples added as (value or values, times each), not yet stored
+        self._times: list[int] = []
+        self._in_runs = 0
+
+    def repeat(self, values, times: int) -> None:
+        """Add each of ``values`` (a float or an array) ``times`` times: the gaps every
+        request of a batch shares (stored when a chunk of them has come; the samples are
+        sorted or binned, so the order they are stored in does not show)."""
+        self._runs.append(values)
+        self._times.append(times)
+        self._in_runs += times * (values.size if values.__class__ is np.ndarray else 1)
+        if self._in_runs >= _SKETCH_CHUNK:
+            self._store_runs()
+
+    def _store_runs(self) -> None:
+        runs, times = self._runs, self._times
+        if not runs:
+            return
+        self._runs, self._times, self._in_runs = [], [], 0
+        scalar = [i for i, v in enumerate(runs) if v.__class__ is not np.ndarray]
+        parts = [np.repeat(np.array([runs[i] for i in scalar], np.float64),
+                           np.array([times[i] for i in scalar], np.int64))]
+        parts += [np.repeat(v, t) for v, t in zip(runs, times) if v.__class__ is np.ndarray]
+        self.extend(np.concatenate(parts))
 
     def extend(self, values: np.ndarray) -> None:
         """Add ITL samples (seconds) of one replica."""
@@ -66,11 +90,12 @@ class ItlSamples:
     @property
     def count(self) -> int:
         if self._exact is not None:
-            return self._exact.size
-        return self._sketch.count + self._pending.size
+            return self._exact.size + self._in_runs
+        return self._sketch.count + self._pending.size + self._in_runs
 
     def finish(self) -> tuple[np.ndarray, QuantileSketch | None]:
         """(every sample sorted, None) within the cap; (no samples, the sketch) beyond it."""
+        self._store_runs()
         if self._exact is not None:
             return np.sort(self._exact.values()), None
         self._flush()
@@ -114,6 +139,11 @@ class Recorder:
     def record_itl(self, values: np.ndarray) -> None:
         """ITL samples (seconds) of one replica, in that replica's order."""
         self.itl.extend(values)
+
+    def record_itl_repeated(self, values, times: int) -> None:
+        """ITL samples of one replica: each of ``values`` (a float or an array) ``times``
+        times (every decode of a batch has the same gap)."""
+        self.itl.repeat(values, times)
 
     def record_acceptance(self, num_draft: np.ndarray, accepted: np.ndarray) -> None:
         """Count this step's draft and accepted lengths (request-steps that drafted)."""

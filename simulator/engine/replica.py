@@ -52,6 +52,7 @@ from simulator.engine.chain_stretch import (
 from simulator.engine.completion import Completion
 from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
 from simulator.engine.forward import Forward
+from simulator.engine.lazy_decode import LazyDecodes
 from simulator.engine.plain_step import PlainStep, PlainSteps
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
 from simulator.engine.recorder import Recorder
@@ -61,7 +62,7 @@ from simulator.engine.step import NO_FLOATS, NO_IDS, Step
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
 
-class Replica(PlainSteps, Completion, Forward):
+class Replica(LazyDecodes, PlainSteps, Completion, Forward):
     """One model instance: a waiting queue, a running batch and its own SimPy process."""
 
     def __init__(self, env: simpy.Environment, index: int, table: RequestTable,
@@ -97,7 +98,9 @@ class Replica(PlainSteps, Completion, Forward):
         self.now = 0.0  # this replica's clock (ahead of env.now while it fast-forwards)
         self.stats = {"iterations": 0, "vectorised": 0, "timeouts": 0}  # how it ran
         self.wakeup = env.event()
-        self.process = env.process(self.run())
+        # under fast-forward a plain-decode policy's decodes advance lazily (lazy_decode.py)
+        self.process = env.process(self._run_lazy() if self.fast_forward and self.plain
+                                   else self.run())
 
     # ------------------------------------------------------------------ arrivals
     def submit(self, rid: int) -> None:

@@ -1,0 +1,375 @@
+"""Plain decodes advanced lazily (``LazyDecodes``, mixed into ``Replica``): the fast-forward
+loop of a replica under a plain-decode policy (``none``).
+
+Under ``none`` every running decode verifies one token and emits one, every iteration, so
+while nothing preempts, the decodes' state moves in lockstep: after ``tick`` iterations each
+holds ``tick`` more tokens in its KV, has emitted ``tick`` more, and last emitted at the end
+of the previous iteration.  The loop (``_run_lazy``) keeps, instead of touching every decode
+every iteration, a few numbers that change in O(1) an iteration:
+
+- each decode's ``computed`` and ``generated`` in the running batch are stored minus the
+  ``tick`` at which they were current (``stored + tick`` is the value), and its blocks are
+  ``ceil(computed / block_size)`` (plain_step.py's invariant: no drafts, no cached prefix);
+- ``_lz_sum``: the decodes' context sum (the cost model prices a decode batch from it);
+- ``_lz_hist``: how many decodes hold ``stored mod block_size`` tokens: the decodes that take
+  a new KV block in iteration ``tick`` are those holding a multiple of the block size,
+  ``_lz_hist[-tick mod block_size]`` of them;
+- ``_lz_fin``: the ``tick`` at which the first decode emits its last token.
+
+A finish, a completed prefill joining the decodes and an admission touch their own requests
+only.  An iteration that carries prefill chunks is planned, priced and completed as the fused
+iteration does it (plain_step.py: ``_plan_prefills``, ``_forward``, ``_emit_prefills``, the
+same row); a pure-decode stretch, when no admission can happen, in one vectorised pass as
+fast_forward.py's (the step times from the context sums, the KV from the histogram).  What
+the lockstep does not cover (no decode, more decodes than the token budget, a preemption, a
+decode whose last emission was not the previous iteration's end) leaves the lazy form
+(``_lazy_exit``: every value written back) for the fused or ordinary iteration, and the next
+iteration comes back to it.  The same decisions and floating-point operations in the same
+order: results identical to the step-by-step reference (tests/simulator/engine/).
+"""
+from __future__ import annotations
+
+from math import isnan
+
+import numpy as np
+
+from simulator.engine.fast_forward import admission_blocked, delay_to
+from simulator.engine.plain_step import PlainStep
+from simulator.engine.step import NO_IDS, STEP_FIELDS, StepRow
+
+MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
+_FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
+_COL = {name: i for i, name in enumerate(STEP_FIELDS)}
+_SHARED = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode",
+                                              "decode_tokens", "emitted_tokens", "queue_len")])
+_DURATIONS = np.array([_COL["duration_s"], _COL["verify_s"]])  # no draft: the verify time
+_SUMS = np.array([_COL["kv_read_tokens"], _COL["attn_pairs"]])  # one new token each
+_START, _KV_USED, _KV_OCCUPANCY = _COL["start_s"], _COL["kv_blocks_used"], _COL["kv_occupancy"]
+_ALL, _MIN, _SUM = np.logical_and.reduce, np.minimum.reduce, np.add.reduce
+_NEVER = 1 << 62  # no decode: no finish ahead
+
+
+class ChunkStep:
+    """A planned and priced iteration of decodes and one prefill chunk (``_lazy_chunk``)."""
+
+    __slots__ = ("start_s", "draft_s", "verify_s", "duration_s", "num_decode", "pos", "chunk",
+                 "computed", "completes", "kv_read_tokens", "attn_pairs")
+
+    def __init__(self, start_s, draft_s, verify_s, num_decode, pos, chunk, computed,
+                 completes, kv_read_tokens, attn_pairs) -> None:
+        self.start_s = start_s
+        self.draft_s = draft_s
+        self.verify_s = verify_s
+        self.duration_s = draft_s + verify_s  # Step.duration_s: draft, then verify
+        self.num_decode = num_decode
+        self.pos = pos
+        self.chunk = chunk
+        self.computed = computed
+        self.completes = completes
+        self.kv_read_tokens = kv_read_tokens
+        self.attn_pairs = attn_pairs
+
+
+class LazyDecodes:
+    """The lazily advanced decodes of a replica (see the module docstring)."""
+
+    _lz = False  # whether the decodes are in the lazy form
+
+    def _run_lazy(self):
+        """The replica's process under fast-forward with a plain-decode policy."""
+        env = self.env
+        while True:
+            if not self.b.ids.size and not self.waiting:
+                self._lz = False  # nothing runs: nothing is stored lazily
+                self.wakeup = env.event()
+                yield self.wakeup
+                self.now = env.now
+                continue
+            if self._lz or self._lazy_enter():
+                step = self._lazy_stretch()
+                if step is True:
+                    continue
+                step = step or self._lazy_schedule(self.now)
+                if step is None:
+                    self._lazy_exit()  # the fused or ordinary iteration below takes it
+            else:
+                step = None
+            eager = step is None
+            if eager:
+                step = self._plain_schedule(self.now) or self._schedule(self.now)
+                if step is None:  # cannot happen with valid limits
+                    raise RuntimeError("scheduler made no progress")
+            end = step.start_s + step.duration_s  # SimPy's now + delay
+            if end >= self.arrivals.horizon(self.index):
+                yield env.timeout(delay_to(env.now, end))
+                self.stats["timeouts"] += 1
+            self.stats["iterations"] += 1
+            self.now = end
+            if step.__class__ is ChunkStep:
+                self._lazy_chunk_done(step, end)
+            elif not eager:
+                self._lazy_complete(step, end)
+            elif step.__class__ is PlainStep:
+                self._plain_complete(step, end)
+            else:
+                self._complete(step, end)
+
+    # ------------------------------------------------------------------ the lazy form
+    def _decode_slice(self):
+        """The decodes' positions: a slice when the prefilling ones come last (the usual
+        order: admitted last), else a mask."""
+        b = self.b
+        nd, n = b.decoding, int(b.ids.size)
+        if nd == n or _ALL(b.in_prefill[nd:]):
+            return slice(0, nd)
+        return ~b.in_prefill
+
+    def _lazy_enter(self) -> bool:
+        """Take the decodes into the lazy form (tick 0: stored values are the values);
+        False where they are not in lockstep: none, or one that did not emit at ``now``."""
+        b = self.b
+        if not b.decoding:
+            return False
+        dec = self._decode_slice()
+        if not _ALL(b.last_emit[dec] == self.now):
+            return False
+        c = b.computed[dec]
+        bs = self.limits.block_size
+        self._lz_tick = 0
+        self._lz_sum = int(_SUM(c))
+        self._lz_hist = np.bincount(c % bs, minlength=bs).tolist()
+        self._lz_fin = int(_MIN(b.output_len[dec] - b.generated[dec]))
+        self._lz = True
+        return True
+
+    def _lazy_exit(self) -> None:
+        """Write every decode's values back (computed, generated, blocks, last emission)."""
+        self._lz = False
+        b, tick = self.b, self._lz_tick
+        if not tick or not b.decoding:
+            return
+        dec = self._decode_slice()
+        b.computed[dec] += tick
+        b.generated[dec] += tick
+        bs = self.limits.block_size
+        b.blocks[dec] = (b.computed[dec] + (bs - 1)) // bs
+        b.last_emit[dec] = self.now
+
+    def _lazy_contexts(self) -> np.ndarray:
+        """The decodes' contexts in batch order, as floats (what the fused path prices)."""
+        b = self.b
+        return (b.computed[self._decode_slice()] + self._lz_tick).astype(np.float64)
+
+    # ------------------------------------------------------------------ one iteration
+    def _lazy_schedule(self, now: float) -> PlainStep | None:
+        """``_plain_schedule`` on the lazy form; None: the eager paths must (no decode, more
+        decodes than the budget, a preemption)."""
+        b, lim = self.b, self.limits
+        nd, n = b.decoding, int(b.ids.size)
+        budget = lim.max_num_batched_tokens
+        if not nd or nd > budget:
+            return None
+        taken = self._lz_hist[-self._lz_tick % lim.block_size]
+        if self.used_blocks + taken > lim.kv_blocks:
+            return None
+        self.used_blocks += taken  # the decodes' reservation, before the prefills'
+        if n - nd == 1 and not self.waiting:  # the usual mixed step: no admission
+            step = self._lazy_chunk(now, nd, n, budget - nd)
+            if step is not None:
+                return step
+        ctx = self._lazy_contexts()  # before admissions replace the batch's arrays
+        if nd == n:
+            mid = NO_IDS
+        elif _ALL(b.in_prefill[nd:]):
+            mid = np.arange(nd, n)
+        else:
+            mid = np.flatnonzero(b.in_prefill)
+        pf, chunks, prefill_tokens = self._plan_prefills(mid, budget - nd, now)
+        draft_s, verify_s, completes, kv_read, attn_pairs = self._forward(
+            np.ones(nd), ctx, pf, chunks, 0.0)
+        return PlainStep(now, draft_s, verify_s, None, nd, pf, chunks, completes,
+                         prefill_tokens, kv_read, attn_pairs)
+
+    def _lazy_chunk(self, now: float, nd: int, n: int, budget: int) -> ChunkStep | None:
+        """The fused iteration of ``nd`` decodes and the one prefilling request, when the
+        queue is empty: ``_plan_prefills`` and ``_forward`` (its ``mixed_step_time``) on
+        Python numbers; None (nothing changed) where it has no chunk or no mixed price."""
+        b = self.b
+        p = n - 1 if b.in_prefill[n - 1] else int(np.flatnonzero(b.in_prefill)[0])
+        computed, blocks, target = int(b.computed[p]), int(b.blocks[p]), \
+            int(b.prefill_target[p])
+        chunk = self._fit_chunk(computed, blocks, target - computed, budget) \
+            if budget > 0 else 0
+        if chunk <= 0 or self._mixed is None:
+            return None
+        completes = computed + chunk >= target
+        s = float(self._lz_sum)
+        verify_s = self._mixed(nd, s, [chunk], [computed], float(nd + completes))
+        if verify_s is None:
+            return None
+        add = self._blocks_for(computed, blocks, chunk)
+        b.blocks[p] += add
+        self.used_blocks += add  # no prefix cache under the lazy form
+        draft_s = 0.0 + self.policy.prefill_time(np.array([float(chunk)]),
+                                                 np.array([float(computed)]))
+        pairs = chunk * computed + chunk * (chunk + 1) // 2
+        return ChunkStep(now, draft_s, verify_s, nd, p, chunk, computed, completes,
+                         s + nd + float(chunk + computed), s + nd + float(pairs))
+
+    def _lazy_chunk_done(self, step: ChunkStep, now: float) -> None:
+        """``_lazy_complete`` of a ``ChunkStep``: ``_emit_prefills`` on Python numbers."""
+        b, p, nd = self.b, step.pos, step.num_decode
+        b.computed[p] = step.computed + step.chunk
+        self.outstanding_tokens -= step.chunk
+        if step.completes:
+            b.in_prefill[p] = False
+            b.decoding += 1
+            generated = int(b.generated[p])
+            if generated:  # a preempted request resuming: its ITL runs on
+                self.rec.record_itl(np.array([now - b.last_emit[p]]))
+            b.generated[p] = generated + 1
+            self.outstanding_tokens -= 1
+            rid = int(b.ids[p])
+            if isnan(self.t.first_token_s[rid]):
+                self.t.first_token_s[rid] = now
+            b.last_emit[p] = now
+        self.rec.record_itl_repeated(now - step.start_s, nd)
+        self._lz_tick += 1
+        self._lz_sum += nd
+        self.outstanding_tokens -= nd
+        if step.completes:
+            self._lazy_join(np.array([p]))
+        if self._lz_fin <= self._lz_tick:
+            self._lazy_retire(now)
+        used = self.used_blocks
+        self.rec.record_step(StepRow(
+            self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s, nd + 1, 1,
+            nd, step.chunk, nd, int(step.completes) + nd, 0, 0, used,
+            used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
+            step.attn_pairs, 0))
+
+    def _lazy_complete(self, step: PlainStep, now: float) -> None:
+        """``_plain_complete`` on the lazy form: the prefills' tokens, one per decode (all of
+        them last emitted when this step started), the finished retired, the row."""
+        prefilled = self._emit_prefills(step, now)
+        nd = step.num_decode
+        self.rec.record_itl_repeated(now - step.start_s, nd)
+        self._lz_tick += 1
+        self._lz_sum += nd
+        self.outstanding_tokens -= nd
+        if prefilled.size:
+            self._lazy_join(prefilled)
+        if self._lz_fin <= self._lz_tick:
+            self._lazy_retire(now)
+        n_pf, used = int(step.prefill_pos.size), self.used_blocks
+        self.rec.record_step(StepRow(
+            self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s,
+            nd + n_pf, n_pf, nd, step.prefill_tokens, nd, int(prefilled.size) + nd, 0, 0,
+            used, used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
+            step.attn_pairs, 0))
+
+    def _lazy_join(self, pos: np.ndarray) -> None:
+        """The requests at ``pos`` finished their prefill this iteration: decodes now."""
+        b, tick = self.b, self._lz_tick
+        c = b.computed[pos]
+        stored = c - tick
+        b.computed[pos] = stored
+        b.generated[pos] -= tick
+        self._lz_sum += int(_SUM(c))
+        hist = self._lz_hist
+        for r in (stored % self.limits.block_size).tolist():
+            hist[r] += 1
+        self._lz_fin = min(self._lz_fin, int(_MIN(b.output_len[pos] - b.generated[pos])))
+
+    def _lazy_retire(self, now: float) -> None:
+        """Retire the decodes that emitted their last token (``_retire`` on their values)."""
+        b, tick, bs = self.b, self._lz_tick, self.limits.block_size
+        decoding = ~b.in_prefill
+        finished = b.generated + tick * decoding >= b.output_len
+        done = np.flatnonzero(finished)
+        stored = b.computed[done]
+        c = stored + tick
+        b.computed[done] = c
+        b.generated[done] += tick
+        b.blocks[done] = (c + (bs - 1)) // bs
+        b.last_emit[done] = now
+        self._lz_sum -= int(_SUM(c))
+        hist = self._lz_hist
+        for r in (stored % bs).tolist():
+            hist[r] -= 1
+        self._retire_finished(now, finished, done)
+        left = decoding[~finished]
+        self._lz_fin = int(_MIN(b.output_len[left] - b.generated[left])) if left.any() \
+            else _NEVER
+
+    # ------------------------------------------------------------------ a stretch
+    def _lazy_stretch(self) -> bool | PlainStep:
+        """Advance every iteration of the pure-decode stretch ahead that ends before the
+        next arrival, fits the KV cache and precedes the first finish (that one included),
+        in one pass (True); when the first one crosses the arrival, that iteration planned
+        and priced (its KV reserved; ``uniform_step_times`` is bitwise ``step_time``); False
+        (nothing done) where there is no stretch."""
+        b, lim = self.b, self.limits
+        n = int(b.ids.size)
+        if b.decoding != n or n > lim.max_num_batched_tokens:
+            return False
+        tick, bs = self._lz_tick, lim.block_size
+        first = self.used_blocks + self._lz_hist[-tick % bs]
+        if first > lim.kv_blocks:
+            return False
+        if self.waiting and not admission_blocked(self, first, n):
+            return False
+        uniform = getattr(self.target_cost, "uniform_step_times", None)
+        if uniform is None:
+            return False
+        horizon = self.arrivals.horizon(self.index)
+        k, bound = 0, min(self._lz_fin - tick, MAX_STRETCH_ITERATIONS)
+        while True:  # a first block, then the rest: most stretches end at an arrival soon
+            k = min(bound, max(2 * k, _FIRST_BLOCK))
+            sums = self._lz_sum + n * np.arange(k, dtype=np.int64)  # contexts before each
+            v = uniform(n, 1, sums, n)
+            if v is None:
+                return False
+            clock = np.add.accumulate(np.concatenate(((self.now,), v)))  # now + delay
+            if clock[-1] >= horizon or k == bound:
+                break
+        k = int(np.searchsorted(clock[1:], horizon, side="left"))
+        if not k:  # the next iteration crosses the arrival: planned and priced here
+            self.used_blocks = first
+            sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each
+            return PlainStep(self.now, 0.0, float(v[0]), None, n, NO_IDS, NO_IDS, None, 0,
+                             sums, sums)
+        blocks = np.asarray(self._lz_hist)[(-(tick + np.arange(k))) % bs]
+        used = self.used_blocks + np.cumsum(blocks)  # blocks in use after each reservation
+        if used[-1] > lim.kv_blocks:  # stop before the first that cannot fit
+            k = int(np.argmax(used > lim.kv_blocks))
+        self._lazy_commit(np.asarray(v[:k], np.float64), clock[:k + 1], used[:k], sums[:k])
+        return True
+
+    def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
+                     sums: np.ndarray) -> None:
+        """Move the lazy form ``len(v)`` iterations on, retire what the last one finished,
+        record the iterations (fast_forward.py's ``_commit`` on the lazy form)."""
+        lim, k, n = self.limits, v.size, int(self.b.ids.size)
+        cols = np.zeros((len(STEP_FIELDS), k))  # the stretch's rows, a column per row here
+        cols[_SHARED] = np.array((self.index, n, n, n, n, len(self.waiting)),
+                                 np.float64)[:, None]
+        cols[_START] = clock[:-1]
+        cols[_DURATIONS] = v
+        cols[_KV_USED] = used
+        np.divide(used, lim.kv_blocks, out=cols[_KV_OCCUPANCY])
+        cols[_SUMS] = sums + float(n)  # KV read and attention pairs: one token each
+        # each decode's gaps: the first from the last emission (``now``), then step to step
+        self.rec.record_itl_repeated(clock[1:] - clock[:-1], n)
+        self._lz_tick += k
+        self._lz_sum += n * k
+        self.used_blocks = int(used[-1])
+        self.outstanding_tokens -= n * k
+        self.now = float(clock[-1])
+        self.stats["iterations"] += k
+        self.stats["vectorised"] += k
+        if self._lz_fin <= self._lz_tick:  # as the last iteration's completion does
+            self._lazy_retire(self.now)
+            cols[_KV_USED, -1] = self.used_blocks
+            cols[_KV_OCCUPANCY, -1] = self.used_blocks / lim.kv_blocks
+        self.rec.record_steps(cols.T)
