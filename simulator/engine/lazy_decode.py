@@ -177,16 +177,25 @@ class LazyDecodes:
             step = self._lazy_chunk(now, nd, n, budget - nd)
             if step is not None:
                 return step
-        ctx = self._lazy_contexts()  # before admissions replace the batch's arrays
-        if nd == n:
-            mid = NO_IDS
-        elif _ALL(b.in_prefill[nd:]):
-            mid = np.arange(nd, n)
+        if nd == n and self.waiting:  # admissions (``_plan_prefills`` with none mid-prefill)
+            pos, sizes = self._admit(budget - nd, now)
+            if len(pos) == 1:  # the usual one: priced on Python numbers
+                step = self._chunk_step(now, nd, pos[0], sizes[0])
+                if step is not None:
+                    return step
+            pf, chunks = np.asarray(pos, np.int64), np.asarray(sizes, np.int64)
+            prefill_tokens = sum(sizes)
         else:
-            mid = np.flatnonzero(b.in_prefill)
-        pf, chunks, prefill_tokens = self._plan_prefills(mid, budget - nd, now)
+            if nd == n:
+                mid = NO_IDS
+            elif _ALL(b.in_prefill[nd:]):
+                mid = np.arange(nd, n)
+            else:
+                mid = np.flatnonzero(b.in_prefill)
+            pf, chunks, prefill_tokens = self._plan_prefills(mid, budget - nd, now)
+        # the decodes keep their positions: admissions append to the batch
         draft_s, verify_s, completes, kv_read, attn_pairs = self._forward(
-            np.ones(nd), ctx, pf, chunks, 0.0)
+            np.ones(nd), self._lazy_contexts(), pf, chunks, 0.0)
         return PlainStep(now, draft_s, verify_s, None, nd, pf, chunks, completes,
                          prefill_tokens, kv_read, attn_pairs)
 
@@ -200,16 +209,27 @@ class LazyDecodes:
             int(b.prefill_target[p])
         chunk = self._fit_chunk(computed, blocks, target - computed, budget) \
             if budget > 0 else 0
-        if chunk <= 0 or self._mixed is None:
+        if chunk <= 0:
             return None
-        completes = computed + chunk >= target
+        step = self._chunk_step(now, nd, p, chunk)
+        if step is not None:
+            add = self._blocks_for(computed, blocks, chunk)
+            b.blocks[p] += add
+            self.used_blocks += add  # no prefix cache under the lazy form
+        return step
+
+    def _chunk_step(self, now: float, nd: int, p: int, chunk: int) -> ChunkStep | None:
+        """``_forward`` of ``nd`` decodes and the chunk of the request at ``p`` by
+        ``mixed_step_time`` (None where it gives way); changes nothing."""
+        if self._mixed is None:
+            return None
+        b = self.b
+        computed = int(b.computed[p])
+        completes = computed + chunk >= int(b.prefill_target[p])
         s = float(self._lz_sum)
         verify_s = self._mixed(nd, s, [chunk], [computed], float(nd + completes))
         if verify_s is None:
             return None
-        add = self._blocks_for(computed, blocks, chunk)
-        b.blocks[p] += add
-        self.used_blocks += add  # no prefix cache under the lazy form
         draft_s = 0.0 + self.policy.prefill_time(np.array([float(chunk)]),
                                                  np.array([float(computed)]))
         pairs = chunk * computed + chunk * (chunk + 1) // 2
