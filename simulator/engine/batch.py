@@ -94,6 +94,16 @@ class RunningBatch:
         self._view(m)
         self.decoding = m - int(_COUNT(self.in_prefill))
 
+    def remove(self, p: int) -> None:
+        """Remove the request at position ``p`` (order preserved; written back already)."""
+        n = int(self.ids.size)
+        self.decoding -= not self._flags[p]
+        # overlapping slices: numpy copies as if through a buffer
+        self._ints[:, p:n - 1] = self._ints[:, p + 1:n]
+        self._flags[p:n - 1] = self._flags[p + 1:n]
+        self._emit[p:n - 1] = self._emit[p + 1:n]
+        self._view(n - 1)
+
     def pop_last(self, table: RequestTable) -> int:
         """Remove the most recently admitted request (written back first); returns its id."""
         last = int(self.ids.size) - 1

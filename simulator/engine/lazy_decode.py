@@ -35,6 +35,7 @@ import numpy as np
 
 from simulator.engine.fast_forward import admission_blocked, delay_to
 from simulator.engine.plain_step import PlainStep
+from simulator.engine.requests import FINISHED
 from simulator.engine.step import NO_IDS, STEP_FIELDS, StepRow
 
 MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
@@ -307,6 +308,9 @@ class LazyDecodes:
         decoding = ~b.in_prefill
         finished = b.generated + tick * decoding >= b.output_len
         done = np.flatnonzero(finished)
+        if done.size == 1:
+            self._lazy_retire_one(now, int(done[0]))
+            return
         stored = b.computed[done]
         c = stored + tick
         b.computed[done] = c
@@ -321,6 +325,30 @@ class LazyDecodes:
         left = decoding[~finished]
         self._lz_fin = int(_MIN(b.output_len[left] - b.generated[left])) if left.any() \
             else _NEVER
+
+    def _lazy_retire_one(self, now: float, p: int) -> None:
+        """``_lazy_retire`` of the one request at ``p`` on Python numbers: its values
+        written back (no blocks), its column removed."""
+        b, t, tick, bs = self.b, self.t, self._lz_tick, self.limits.block_size
+        stored = int(b.computed[p])
+        c = stored + tick
+        b.computed[p] = c
+        b.generated[p] += tick
+        b.blocks[p] = 0
+        b.last_emit[p] = now
+        rid = int(b.ids[p])
+        t.finish_s[rid] = now
+        t.status[rid] = FINISHED
+        self.used_blocks -= -(-c // bs)
+        self._lz_sum -= c
+        self._lz_hist[stored % bs] -= 1
+        b.write_back(t, p)
+        b.remove(p)
+        if self.on_finish is not None:
+            self.on_finish(1)
+        dec = self._decode_slice() if b.decoding else None
+        self._lz_fin = _NEVER if dec is None else \
+            int(_MIN(b.output_len[dec] - b.generated[dec]))
 
     # ------------------------------------------------------------------ a stretch
     def _lazy_stretch(self) -> bool | PlainStep:
@@ -353,7 +381,7 @@ class LazyDecodes:
             clock = np.add.accumulate(np.concatenate(((self.now,), v)))  # now + delay
             if clock[-1] >= horizon or k == bound:
                 break
-        k = int(np.searchsorted(clock[1:], horizon, side="left"))
+        k = int(clock[1:].searchsorted(horizon, "left"))
         if not k:  # the next iteration crosses the arrival: planned and priced here
             self.used_blocks = first
             sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each

@@ -1,6 +1,6 @@
 """The packed running batch (simulator/engine/batch.py) against a plain list-of-rows model:
 admissions past its capacity, in-place updates through the field views, compaction by a
-mask, popping the last request, and the table written back (its packed rows) for every
+mask, removing one request anywhere, popping the last request, and the table written back (its packed rows) for every
 request that leaves."""
 import numpy as np
 
@@ -58,6 +58,13 @@ def test_the_packed_batch_matches_a_list_of_rows():
                 assert _row(t, rid) == row
             b.keep(mask)
             model = [m for m, k in zip(model, mask.tolist()) if k]
+            _check(b, model)
+        if step % 4 == 1 and model:  # one request finishing: written back, its column gone
+            i = int(rng.integers(len(model)))
+            b.write_back(t, i)
+            b.remove(i)
+            rid, row = model.pop(i)
+            assert _row(t, rid) == row
             _check(b, model)
         if step % 5 == 4 and model:  # a preemption of the last admitted
             b.in_prefill[-1] = True  # as the replica marks it before popping
