@@ -40,6 +40,7 @@ from simulator.engine.step import NO_IDS, STEP_FIELDS, StepRow
 
 MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
 _FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
+_STEPS = np.arange(MAX_STRETCH_ITERATIONS, dtype=np.float64)  # iteration j of a stretch
 _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
 _SHARED = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode",
                                               "decode_tokens", "emitted_tokens", "queue_len")])
@@ -374,10 +375,12 @@ class LazyDecodes:
         k, bound = 0, min(self._lz_fin - tick, MAX_STRETCH_ITERATIONS)
         while True:  # a first block, then the rest: most stretches end at an arrival soon
             k = min(bound, max(2 * k, _FIRST_BLOCK))
-            sums = self._lz_sum + n * np.arange(k, dtype=np.int64)  # contexts before each
+            # contexts before each: whole numbers below 2**53, exact as floats
+            sums = float(self._lz_sum) + float(n) * _STEPS[:k]
             v = uniform(n, 1, sums, n)
             if v is None:
                 return False
+            v = np.asarray(v, np.float64)  # a user's pricer may give a list
             clock = np.add.accumulate(np.concatenate(((self.now,), v)))  # now + delay
             if clock[-1] >= horizon or k == bound:
                 break
@@ -387,11 +390,15 @@ class LazyDecodes:
             sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each
             return PlainStep(self.now, 0.0, float(v[0]), None, n, NO_IDS, NO_IDS, None, 0,
                              sums, sums)
-        blocks = np.asarray(self._lz_hist)[(-(tick + np.arange(k))) % bs]
-        used = self.used_blocks + np.cumsum(blocks)  # blocks in use after each reservation
+        # iteration j takes _lz_hist[-(tick + j) mod bs] blocks: the histogram read backwards
+        # from -tick mod bs, cyclically
+        backwards = np.array(self._lz_hist[::-1] * 2)
+        at = bs - 1 - (-tick % bs)
+        blocks = backwards[at:at + k] if k <= bs else np.resize(backwards[at:at + bs], k)
+        used = self.used_blocks + blocks.cumsum()  # blocks in use after each reservation
         if used[-1] > lim.kv_blocks:  # stop before the first that cannot fit
             k = int(np.argmax(used > lim.kv_blocks))
-        self._lazy_commit(np.asarray(v[:k], np.float64), clock[:k + 1], used[:k], sums[:k])
+        self._lazy_commit(v[:k], clock[:k + 1], used[:k], sums[:k])
         return True
 
     def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
@@ -406,7 +413,7 @@ class LazyDecodes:
         cols[_DURATIONS] = v
         cols[_KV_USED] = used
         np.divide(used, lim.kv_blocks, out=cols[_KV_OCCUPANCY])
-        cols[_SUMS] = sums + float(n)  # KV read and attention pairs: one token each
+        cols[_SUMS] = sums + n  # KV read and attention pairs: one token each (exact)
         # each decode's gaps: the first from the last emission (``now``), then step to step
         self.rec.record_itl_repeated(clock[1:] - clock[:-1], n)
         self._lz_tick += k
