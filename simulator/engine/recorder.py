@@ -63,11 +63,14 @@ class ItlSamples:
         if not runs:
             return
         self._runs, self._times, self._in_runs = [], [], 0
-        scalar = [i for i, v in enumerate(runs) if v.__class__ is not np.ndarray]
-        parts = [np.repeat(np.array([runs[i] for i in scalar], np.float64),
-                           np.array([times[i] for i in scalar], np.int64))]
-        parts += [np.repeat(v, t) for v, t in zip(runs, times) if v.__class__ is np.ndarray]
-        self.extend(np.concatenate(parts))
+        arrays = [i for i, v in enumerate(runs) if v.__class__ is np.ndarray]
+        scalars = [i for i, v in enumerate(runs) if v.__class__ is not np.ndarray]
+        values = np.concatenate([np.array([runs[i] for i in scalars], np.float64)]
+                                + [runs[i] for i in arrays])
+        counts = np.concatenate([np.array([times[i] for i in scalars], np.int64),
+                                 np.repeat(np.array([times[i] for i in arrays], np.int64),
+                                           [runs[i].size for i in arrays])])
+        self.extend(np.repeat(values, counts))
 
     def extend(self, values: np.ndarray) -> None:
         """Add ITL samples (seconds) of one replica."""

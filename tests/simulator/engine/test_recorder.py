@@ -216,6 +216,46 @@ def test_itl_exact_up_to_the_cap_then_sketched():
     assert (err <= sketch.relative_accuracy * np.quantile(x, q) * (1 + 1e-9)).all()
 
 
+@pytest.mark.parametrize("cap", [10**6, 20_000])  # exact to the end; sketched part way
+def test_repeated_itl_samples_are_those_samples_repeated(cap):
+    """``record_itl_repeated`` (a batch's shared gap, or a stretch's gaps, times its size),
+    mixed with ordinary samples and past the sketch's chunk: the same exact samples, or the
+    same sketch, as recording every sample one by one."""
+    rng = np.random.default_rng(8)
+    runs, plain = Recorder(itl_exact_cap=cap), Recorder(itl_exact_cap=cap)
+    every = []
+    for i in range(3000):
+        times = int(rng.integers(1, 40))
+        if i % 3 == 0:  # a stretch: several gaps, each shared by the batch
+            values = rng.lognormal(-3.5, 0.8, int(rng.integers(1, 20)))
+        elif i % 3 == 1:  # one iteration: one gap shared by the batch
+            values = float(rng.lognormal(-3.5, 0.8))
+        else:  # per-request gaps
+            values, times = rng.lognormal(-3.5, 0.8, int(rng.integers(1, 30))), 1
+        if times == 1 and isinstance(values, np.ndarray):
+            runs.record_itl(values)
+        else:
+            runs.record_itl_repeated(values, times)
+        expanded = np.repeat(np.atleast_1d(values), times)
+        plain.record_itl(expanded)
+        every.append(expanded)
+    every = np.concatenate(every)
+    assert runs.itl.count == plain.itl.count == every.size > 65536
+    (a, sketch_a), (b, sketch_b) = runs.itl_samples(), plain.itl_samples()
+    np.testing.assert_array_equal(a, b)
+    if cap > every.size:
+        np.testing.assert_array_equal(a, np.sort(every))
+        assert sketch_a is None and sketch_b is None
+    else:
+        assert a.size == 0
+        np.testing.assert_array_equal(sketch_a.counts, sketch_b.counts)
+        assert (sketch_a.count, sketch_a.zero_count, sketch_a.offset) == \
+            (sketch_b.count, sketch_b.zero_count, sketch_b.offset) == \
+            (every.size, 0, sketch_b.offset)
+        assert (sketch_a.min, sketch_a.max, sketch_a.total) == \
+            (every.min(), every.max(), math.fsum(every))
+
+
 def test_acceptance_histograms_count_drafting_request_steps():
     rec = Recorder()
     rec.record_acceptance(np.zeros(4, np.int64), np.zeros(4, np.int64))  # nothing drafted
