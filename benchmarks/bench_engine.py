@@ -12,11 +12,14 @@ Cases (each child pinned to CPU 0 with ``taskset`` when there is one, BLAS threa
   Azure LLM inference conversation trace, Poisson arrivals at 4 req/s, Llama-2-70B TP2 on
   A100-80GB, chunked prefill 512, batch cap 128, 4 replicas round robin, no speculation: the
   workload Vidur was measured on.  Run with fast-forward on and off; the ratio is what
-  fast-forward alone buys.  ``vidur10k-unfused``: fast-forward on, the fused plain-decode
-  iteration (simulator/engine/plain_step.py) off, so every iteration a stretch does not
-  cover goes through the ordinary ``_schedule``/``_complete``, the one that crosses an
-  arrival included (patched in the child; there is no option for it); the ratio to
-  ``vidur10k`` is what the fused iteration buys.  Without ../shared/traces the lengths are lognormal with the
+  fast-forward alone buys.  ``vidur10k-eager``: fast-forward on without the lazy form
+  (simulator/engine/lazy_decode.py; ``Replica.lazy_decodes`` patched in the child, there is
+  no option for it): the fused plain-decode iteration (plain_step.py) and fast_forward.py's
+  stretches, every decode's state updated every iteration; the ratio to ``vidur10k`` is what
+  the lazy form buys.  ``vidur10k-unfused``: that, with the fused iteration off too, so every
+  iteration a stretch does not cover goes through the ordinary ``_schedule``/``_complete``,
+  the one that crosses an arrival included; its ratio to ``vidur10k-eager`` is what the fused
+  iteration buys.  Without ../shared/traces the lengths are lognormal with the
   trace's means and medians (a fixed seed), and the output says so.
 - ``azure-chain``: the whole conversation trace (19,366 requests) replayed with chain
   speculation, Llama-3.1-8B with a Llama-3.2-1B draft (same tokenizer), gamma 4, A100-80GB.
@@ -86,8 +89,11 @@ def measure(job: dict) -> dict:
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
+    from simulator.engine.replica import Replica
+    if not job.get("lazy", True):  # the fused iteration and stretches, not the lazy form
+        Replica.lazy_decodes = False
     if not job.get("fused", True):  # the ordinary path for every iteration
-        from simulator.engine.replica import Replica
+        Replica.lazy_decodes = False
         init = Replica.__init__
 
         def ordinary(self, *args, **kwargs):
@@ -172,6 +178,8 @@ def jobs(args: argparse.Namespace, trace: Path | None) -> list[dict]:
 
     out = [{"label": "vidur10k", "n": count(10_000), "fast_forward": ff,
             "overrides": vidur_overrides(count(10_000), trace, ff)} for ff in (True, False)]
+    out.append({"label": "vidur10k-eager", "n": count(10_000), "fast_forward": True,
+                "lazy": False, "overrides": vidur_overrides(count(10_000), trace, True)})
     out.append({"label": "vidur10k-unfused", "n": count(10_000), "fast_forward": True,
                 "fused": False, "overrides": vidur_overrides(count(10_000), trace, True)})
     if AZURE.exists():
@@ -230,19 +238,22 @@ def report(rows: list[dict], scaled: bool) -> None:
             print(f"  {label}: fast-forward alone: {off['wall_s'] / on['wall_s']:.2f}x "
                   f"(off {off['wall_s']:.2f} s / on {on['wall_s']:.2f} s); requests and steps "
                   f"tables {same}")
-    on, plain = ok.get(("vidur10k", True)), ok.get(("vidur10k-unfused", True))
-    if on and plain:
-        same = "identical" if on["digest"] == plain["digest"] else "DIFFERENT"
-        print(f"  vidur10k: the fused plain-decode iteration alone: "
-              f"{plain['wall_s'] / on['wall_s']:.2f}x (unfused {plain['wall_s']:.2f} s / fused "
-              f"{on['wall_s']:.2f} s); requests and steps tables {same}")
+    for faster, slower, what in (("vidur10k", "vidur10k-eager", "the lazy form"),
+                                 ("vidur10k-eager", "vidur10k-unfused",
+                                  "the fused plain-decode iteration")):
+        a, b = ok.get((faster, True)), ok.get((slower, True))
+        if a and b:
+            same = "identical" if a["digest"] == b["digest"] else "DIFFERENT"
+            print(f"  vidur10k: {what} alone: {b['wall_s'] / a['wall_s']:.2f}x ({slower} "
+                  f"{b['wall_s']:.2f} s / {faster} {a['wall_s']:.2f} s); requests and steps "
+                  f"tables {same}")
     base = ok.get(("vidur10k", True))
     if base is not None:
         unit = base["wall_s"] / base["requests"]
         print("  us/request relative to vidur10k: " + ", ".join(
             f"{r['requests']:,}: {r['wall_s'] / r['requests'] / unit:.2f}x"
             for r in ok.values() if r["label"].startswith("vidur") and r["fast_forward"]
-            and r["label"] != "vidur10k-unfused"))
+            and r["label"] not in ("vidur10k-eager", "vidur10k-unfused")))
     if base is not None and base["rejected"]:
         print(f"  vidur10k: {base['rejected']:,} of {base['requests']:,} requests rejected "
               f"({base['reject_reasons']})")
@@ -260,8 +271,8 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is shown")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child run")
     p.add_argument("--only", default=None, metavar="LABELS",
-                   help="comma-separated cases to run (vidur10k, vidur10k-unfused, azure-chain, "
-                        "vidur100k, vidur1m)")
+                   help="comma-separated cases to run (vidur10k, vidur10k-eager, "
+                        "vidur10k-unfused, azure-chain, vidur100k, vidur1m)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:

@@ -65,6 +65,11 @@ _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise 
 class Replica(LazyDecodes, PlainSteps, Completion, Forward):
     """One model instance: a waiting queue, a running batch and its own SimPy process."""
 
+    # under fast-forward, a plain-decode policy's decodes advance in the lazy form
+    # (lazy_decode.py); off, they take the fused iteration and fast_forward.py's stretches
+    # (the same results: the engine benchmark turns it off to measure what it buys)
+    lazy_decodes = True
+
     def __init__(self, env: simpy.Environment, index: int, table: RequestTable,
                  limits: EngineLimits, target_cost: StepPricer, policy: Policy,
                  rng: np.random.Generator, recorder: Recorder,
@@ -98,9 +103,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self.now = 0.0  # this replica's clock (ahead of env.now while it fast-forwards)
         self.stats = {"iterations": 0, "vectorised": 0, "timeouts": 0}  # how it ran
         self.wakeup = env.event()
-        # under fast-forward a plain-decode policy's decodes advance lazily (lazy_decode.py)
-        self.process = env.process(self._run_lazy() if self.fast_forward and self.plain
-                                   else self.run())
+        lazy = self.fast_forward and self.plain and self.lazy_decodes
+        self.process = env.process(self._run_lazy() if lazy else self.run())
 
     # ------------------------------------------------------------------ arrivals
     def submit(self, rid: int) -> None:

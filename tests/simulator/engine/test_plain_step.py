@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from simulator.engine.lazy_decode import LazyDecodes
 from simulator.engine.plain_step import PlainSteps
+from simulator.engine.replica import Replica
 from simulator.scenario import EngineOptions
 from simulator.simulate import simulate
 from tests.helpers import scenario, workload
@@ -76,6 +77,35 @@ def test_random_none_runs_match_the_ordinary_path(monkeypatch, case):
         assert "max_num_batched_tokens" in str(exc) or "no request can be served" in str(exc)
         return
     assert_identical(fused, ordinary)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cases())
+def test_fast_forward_without_the_lazy_form_is_exact(monkeypatch, case):
+    """``Replica.lazy_decodes`` off (what the engine benchmark compares against): the fused
+    iteration, fast_forward.py's stretches and their crossing steps give the step-by-step
+    reference's DataFrames too."""
+    util = _utilisation_for_blocks(case["blocks"], case["block_size"], case["batched"],
+                                   False, case["seqs"])
+    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
+                  replicas=case["replicas"], router=case["router"],
+                  batching={"block_size": case["block_size"], "max_num_seqs": case["seqs"],
+                            "max_num_batched_tokens": case["batched"],
+                            "enable_chunked_prefill": case["chunked"],
+                            "gpu_memory_utilization": util})
+    wl = workload(case["arrival"], case["prompt"], case["output"])
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(Replica, "lazy_decodes", False)
+            eager = simulate(dataclasses.replace(sc, engine=EngineOptions(fast_forward=True)),
+                             workload=wl)
+        reference = simulate(dataclasses.replace(sc, engine=EngineOptions(fast_forward=False)),
+                             workload=wl)
+    except ValueError as exc:  # a configuration that can serve nothing says so, in both
+        assert "max_num_batched_tokens" in str(exc) or "no request can be served" in str(exc)
+        return
+    assert_identical(eager, reference)
 
 
 @pytest.mark.parametrize("fast_forward", [True, False])
