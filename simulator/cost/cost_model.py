@@ -288,6 +288,12 @@ class CostModel:
         return None if k is None else \
             sm.uniform_time(k, np.asarray(ctx_sums, dtype=np.float64), np.maximum)
 
+    def uniform_step_time(self, n: int, u: int, ctx_sum: float, logits: int) -> float | None:
+        """``uniform_step_times`` of one batch, on Python numbers (the same operations: bitwise
+        the same float); None where the closed form does not apply."""
+        k = self._uniform(int(n), float(u), float(logits))
+        return None if k is None else sm.uniform_time(k, float(ctx_sum), max)
+
     def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int],
                         chunk_ctx: list[int], logits: float) -> float | None:
         """Seconds of one forward of ``n`` one-token decodes whose contexts sum to ``ctx_sum``

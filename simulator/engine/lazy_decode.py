@@ -41,6 +41,7 @@ from simulator.engine.step import NO_IDS, STEP_FIELDS, StepRow
 MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
 _FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
 _STEPS = np.arange(MAX_STRETCH_ITERATIONS, dtype=np.float64)  # iteration j of a stretch
+_SHORT = 24  # a stretch is first tried iteration by iteration this far (Python numbers)
 _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
 _SHARED = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode",
                                               "decode_tokens", "emitted_tokens", "queue_len")])
@@ -373,6 +374,9 @@ class LazyDecodes:
             return False
         horizon = self.arrivals.horizon(self.index)
         k, bound = 0, min(self._lz_fin - tick, MAX_STRETCH_ITERATIONS)
+        short = self._short_stretch(n, bound, horizon, first)
+        if short is not None:
+            return short
         while True:  # a first block, then the rest: most stretches end at an arrival soon
             k = min(bound, max(2 * k, _FIRST_BLOCK))
             # contexts before each: whole numbers below 2**53, exact as floats
@@ -399,6 +403,45 @@ class LazyDecodes:
         if used[-1] > lim.kv_blocks:  # stop before the first that cannot fit
             k = int(np.argmax(used > lim.kv_blocks))
         self._lazy_commit(v[:k], clock[:k + 1], used[:k], sums[:k])
+        return True
+
+    def _short_stretch(self, n: int, bound: int, horizon: float,
+                       first: int) -> bool | PlainStep | None:
+        """``_lazy_stretch`` iteration by iteration on Python numbers (the cost model's
+        ``uniform_step_time``, bitwise ``uniform_step_times``), for a stretch that ends within
+        ``_SHORT`` iterations (most end at the next arrival soon); None where it does not
+        (or the pricer has no scalar form): the vectorised pass takes it."""
+        price = getattr(self.target_cost, "uniform_step_time", None)
+        if price is None:
+            return None
+        lim, tick, hist = self.limits, self._lz_tick, self._lz_hist
+        bs, kv, ctx = lim.block_size, lim.kv_blocks, self._lz_sum
+        now, used = self.now, self.used_blocks
+        ends, durations, reserved = [now], [], []
+        for j in range(min(bound, _SHORT)):
+            d = price(n, 1, ctx + n * j, n)
+            if d is None:
+                return None
+            end = now + d  # SimPy's now + delay
+            if end >= horizon:  # iteration j crosses the arrival
+                if j:
+                    break
+                self.used_blocks = first  # planned and priced here (``_lazy_stretch``)
+                sums = float(ctx + n)  # KV read and attention pairs: one token each
+                return PlainStep(now, 0.0, d, None, n, NO_IDS, NO_IDS, None, 0, sums, sums)
+            u = used + hist[-(tick + j) % bs]
+            if u > kv:  # stop before the first that cannot fit (never the first one)
+                break
+            ends.append(end)
+            durations.append(d)
+            reserved.append(u)
+            now, used = end, u
+        else:
+            if bound > _SHORT:
+                return None
+        k = len(durations)
+        self._lazy_commit(np.array(durations), np.array(ends), np.array(reserved, np.int64),
+                          float(ctx) + float(n) * _STEPS[:k])
         return True
 
     def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,

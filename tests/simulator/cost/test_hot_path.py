@@ -85,6 +85,8 @@ def test_uniform_batches_bitwise_and_within_rounding(profile, model, tp, executi
     vector = cm.uniform_step_times(n, u, sums, n * u)
     scalar = np.array([cm.step_time(np.full(n, float(u)), c) for c in batches])
     assert np.array_equal(vector, scalar)
+    # one batch on Python numbers (the engine's short stretches), bit for bit
+    assert [cm.uniform_step_time(n, u, int(s), n * u) for s in sums] == vector.tolist()
     # and the closed form is the per-request path's sum within rounding
     for new, ctx, logits in _batches(rng, u, 8):
         closed = cm.uniform_step_times(new.size, u, np.array([int(ctx.sum())]), new.size * u)
@@ -100,6 +102,8 @@ def test_a_decode_stretch_in_one_call(profile):
     times = cm.uniform_step_times(48, 1, int(ctx.sum()) + 48 * np.arange(steps), 48)
     expected = [cm.step_time(np.ones(48), ctx + j, np.ones(48)) for j in range(steps)]
     assert np.array_equal(times, np.array(expected))
+    assert [cm.uniform_step_time(48, 1, int(ctx.sum()) + 48 * j, 48)
+            for j in range(steps)] == expected
     assert cm.chain_decode_time(ctx, steps) == pytest.approx(sum(expected), rel=REL)
     by_request = sum(cm.breakdown(np.ones(48), ctx + j).time_s for j in range(steps))
     assert float(times.sum()) == pytest.approx(by_request, rel=REL)
@@ -153,6 +157,7 @@ def test_no_closed_form_where_the_roof_can_switch_or_the_step_model_differs():
     }
     for name, (cm, u) in cases.items():
         assert cm.uniform_step_times(32, u, sums, 32 * u) is None, name
+        assert cm.uniform_step_time(32, u, int(sums[0]), 32 * u) is None, name
         new = np.full(32, float(u))
         assert cm.step_time(new, ctx) == pytest.approx(cm.breakdown(new, ctx).time_s,
                                                        rel=REL), name
