@@ -20,6 +20,10 @@ ordinary path, except the one that crosses the next arrival under the fused iter
 (``replica.plain``): that one is still a plain decode iteration, planned before the arrival,
 so the pass hands it back planned and priced (``_crossing_step``) and the caller yields to
 SimPy until it ends.
+
+Where the fused iteration applies, fast-forward runs lazy_decode.py's loop instead, which
+reuses ``admission_blocked`` and ``delay_to``; this pass serves a ``none`` run with a prefix
+cache, and ``Replica.lazy_decodes = False`` (the engine benchmark's comparison).
 """
 from __future__ import annotations
 

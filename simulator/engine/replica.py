@@ -28,7 +28,9 @@ a replica reads or changes it (each replica draws from its own random stream; th
 tables do not depend on the order replicas report in), so a replica completes every step that
 ends before the next arrival at once, on its own clock ``now``, with no SimPy timeout; a
 pure-decode stretch is advanced in one vectorised pass (fast_forward.py), and so is an
-all-decoding stretch under ``chain`` (chain_stretch.py: its draws made in order).  It yields to SimPy
+all-decoding stretch under ``chain`` (chain_stretch.py: its draws made in order).  Under
+``none`` (the fused iteration's cases) the replica's process is ``_run_lazy`` instead of
+``run``: its decodes advance in lockstep, O(1) an iteration (lazy_decode.py).  It yields to SimPy
 only for a step that ends at or after the next arrival, landing exactly where the step ends.
 Same decisions, same draws, same floating-point operations in the same order: the results
 are identical to the step-by-step reference (``fast_forward: false``), which tests check.
