@@ -168,15 +168,7 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray, sums: n
     b, lim = replica.b, replica.limits
     k, n = v.size, int(b.ids.size)
     ends = clock[1:]
-    sums = sums + float(n)  # KV read and attention pairs: one token each (whole numbers)
-    cols = np.zeros((len(STEP_FIELDS), k))  # the stretch's rows, a column per row here
-    cols[_SHARED] = np.array((replica.index, n, n, n, n, len(replica.waiting)),
-                             np.float64)[:, None]
-    cols[_START] = clock[:-1]
-    cols[_DURATIONS] = v
-    cols[_KV_USED] = used
-    np.divide(used, lim.kv_blocks, out=cols[_KV_OCCUPANCY])
-    cols[_SUMS] = sums
+    cols = stretch_rows(replica, n, v, clock, used, sums)
     first = ends[0] - b.last_emit
     replica.rec.record_itl(np.concatenate((first, np.repeat(ends[1:] - ends[:-1], n)))
                            if k > 1 else first)
@@ -194,10 +186,31 @@ def _commit(replica, v: np.ndarray, clock: np.ndarray, used: np.ndarray, sums: n
     replica.stats["vectorised"] += k
     if retired:  # as the last iteration's completion does; its row reads the freed KV
         replica._retire(replica.now)
-        cols[_KV_USED, -1] = replica.used_blocks
-        cols[_KV_OCCUPANCY, -1] = replica.used_blocks / lim.kv_blocks
+        reread_kv(cols, replica)
     replica.rec.record_steps(cols.T)
     return RETIRED if retired else ADVANCED
+
+
+def stretch_rows(replica, n: int, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
+                 sums: np.ndarray) -> np.ndarray:
+    """The steps-table rows of ``len(v)`` pure-decode iterations of ``n`` requests, a column
+    per row: started at ``clock[:-1]``, lasting ``v`` (all verification), ``used`` KV blocks
+    after each one's reservation, ``sums`` the contexts' sums before each."""
+    cols = np.zeros((len(STEP_FIELDS), v.size))
+    cols[_SHARED] = np.array((replica.index, n, n, n, n, len(replica.waiting)),
+                             np.float64)[:, None]
+    cols[_START] = clock[:-1]
+    cols[_DURATIONS] = v
+    cols[_KV_USED] = used
+    np.divide(used, replica.limits.kv_blocks, out=cols[_KV_OCCUPANCY])
+    cols[_SUMS] = sums + float(n)  # KV read and attention pairs: one token each (whole)
+    return cols
+
+
+def reread_kv(cols: np.ndarray, replica) -> None:
+    """The last row reads the KV the iteration's retirements left (as its completion does)."""
+    cols[_KV_USED, -1] = replica.used_blocks
+    cols[_KV_OCCUPANCY, -1] = replica.used_blocks / replica.limits.kv_blocks
 
 
 def delay_to(now: float, end: float) -> float:

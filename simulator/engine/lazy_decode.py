@@ -19,8 +19,8 @@ every iteration, a few numbers that change in O(1) an iteration:
 A finish, a completed prefill joining the decodes and an admission touch their own requests
 only.  An iteration that carries prefill chunks is planned, priced and completed as the fused
 iteration does it (plain_step.py: ``_plan_prefills``, ``_forward``, ``_emit_prefills``, the
-same row); a pure-decode stretch, when no admission can happen, in one vectorised pass as
-fast_forward.py's (the step times from the context sums, the KV from the histogram).  What
+same row); a pure-decode stretch, when no admission can happen, in one pass
+(lazy_stretch.py: the step times from the context sums, the KV from the histogram).  What
 the lockstep does not cover (no decode, more decodes than the token budget, a preemption, a
 decode whose last emission was not the previous iteration's end) leaves the lazy form
 (``_lazy_exit``: every value written back) for the fused or ordinary iteration, and the next
@@ -33,47 +33,31 @@ from math import isnan
 
 import numpy as np
 
-from simulator.engine.fast_forward import admission_blocked, delay_to
+from simulator.engine.fast_forward import delay_to
+from simulator.engine.lazy_stretch import LazyStretches
 from simulator.engine.plain_step import PlainStep
 from simulator.engine.requests import FINISHED
-from simulator.engine.step import NO_IDS, STEP_FIELDS, StepRow
+from simulator.engine.step import NO_IDS
 
-MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
-_FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
-_STEPS = np.arange(MAX_STRETCH_ITERATIONS, dtype=np.float64)  # iteration j of a stretch
-_SHORT = 24  # a stretch is first tried iteration by iteration this far (Python numbers)
-_COL = {name: i for i, name in enumerate(STEP_FIELDS)}
-_SHARED = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode",
-                                              "decode_tokens", "emitted_tokens", "queue_len")])
-_DURATIONS = np.array([_COL["duration_s"], _COL["verify_s"]])  # no draft: the verify time
-_SUMS = np.array([_COL["kv_read_tokens"], _COL["attn_pairs"]])  # one new token each
-_START, _KV_USED, _KV_OCCUPANCY = _COL["start_s"], _COL["kv_blocks_used"], _COL["kv_occupancy"]
 _ALL, _MIN, _SUM = np.logical_and.reduce, np.minimum.reduce, np.add.reduce
 _NEVER = 1 << 62  # no decode: no finish ahead
 
 
-class ChunkStep:
-    """A planned and priced iteration of decodes and one prefill chunk (``_lazy_chunk``)."""
+class ChunkStep(PlainStep):
+    """A planned and priced iteration of decodes and one prefill chunk (``_lazy_chunk``): a
+    ``PlainStep`` whose prefill position, chunk and completion are Python numbers, with the
+    request's ``computed`` tokens before the chunk."""
 
-    __slots__ = ("start_s", "draft_s", "verify_s", "duration_s", "num_decode", "pos", "chunk",
-                 "computed", "completes", "kv_read_tokens", "attn_pairs")
+    __slots__ = ("computed",)
 
-    def __init__(self, start_s, draft_s, verify_s, num_decode, pos, chunk, computed,
-                 completes, kv_read_tokens, attn_pairs) -> None:
-        self.start_s = start_s
-        self.draft_s = draft_s
-        self.verify_s = verify_s
-        self.duration_s = draft_s + verify_s  # Step.duration_s: draft, then verify
-        self.num_decode = num_decode
-        self.pos = pos
-        self.chunk = chunk
+    def __init__(self, start_s, draft_s, verify_s, num_decode, pos, chunk, computed, completes,
+                 kv_read_tokens, attn_pairs) -> None:
+        super().__init__(start_s, draft_s, verify_s, None, num_decode, pos, chunk, completes,
+                         chunk, kv_read_tokens, attn_pairs)
         self.computed = computed
-        self.completes = completes
-        self.kv_read_tokens = kv_read_tokens
-        self.attn_pairs = attn_pairs
 
 
-class LazyDecodes:
+class LazyDecodes(LazyStretches):
     """The lazily advanced decodes of a replica (see the module docstring)."""
 
     _lz = False  # whether the decodes are in the lazy form
@@ -241,9 +225,9 @@ class LazyDecodes:
 
     def _lazy_chunk_done(self, step: ChunkStep, now: float) -> None:
         """``_lazy_complete`` of a ``ChunkStep``: ``_emit_prefills`` on Python numbers."""
-        b, p, nd = self.b, step.pos, step.num_decode
-        b.computed[p] = step.computed + step.chunk
-        self.outstanding_tokens -= step.chunk
+        b, p, nd, chunk = self.b, step.prefill_pos, step.num_decode, step.chunks
+        b.computed[p] = step.computed + chunk
+        self.outstanding_tokens -= chunk
         if step.completes:
             b.in_prefill[p] = False
             b.decoding += 1
@@ -264,12 +248,7 @@ class LazyDecodes:
             self._lazy_join(np.array([p]))
         if self._lz_fin <= self._lz_tick:
             self._lazy_retire(now)
-        used = self.used_blocks
-        self.rec.record_step(StepRow(
-            self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s, nd + 1, 1,
-            nd, step.chunk, nd, int(step.completes) + nd, 0, 0, used,
-            used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
-            step.attn_pairs, 0))
+        self._plain_row(step, 1, int(step.completes))
 
     def _lazy_complete(self, step: PlainStep, now: float) -> None:
         """``_plain_complete`` on the lazy form: the prefills' tokens, one per decode (all of
@@ -284,12 +263,7 @@ class LazyDecodes:
             self._lazy_join(prefilled)
         if self._lz_fin <= self._lz_tick:
             self._lazy_retire(now)
-        n_pf, used = int(step.prefill_pos.size), self.used_blocks
-        self.rec.record_step(StepRow(
-            self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s,
-            nd + n_pf, n_pf, nd, step.prefill_tokens, nd, int(prefilled.size) + nd, 0, 0,
-            used, used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
-            step.attn_pairs, 0))
+        self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size))
 
     def _lazy_join(self, pos: np.ndarray) -> None:
         """The requests at ``pos`` finished their prefill this iteration: decodes now."""
@@ -351,123 +325,3 @@ class LazyDecodes:
         dec = self._decode_slice() if b.decoding else None
         self._lz_fin = _NEVER if dec is None else \
             int(_MIN(b.output_len[dec] - b.generated[dec]))
-
-    # ------------------------------------------------------------------ a stretch
-    def _lazy_stretch(self) -> bool | PlainStep:
-        """Advance every iteration of the pure-decode stretch ahead that ends before the
-        next arrival, fits the KV cache and precedes the first finish (that one included),
-        in one pass (True); when the first one crosses the arrival, that iteration planned
-        and priced (its KV reserved; ``uniform_step_times`` is bitwise ``step_time``); False
-        (nothing done) where there is no stretch."""
-        b, lim = self.b, self.limits
-        n = int(b.ids.size)
-        if b.decoding != n or n > lim.max_num_batched_tokens:
-            return False
-        tick, bs = self._lz_tick, lim.block_size
-        first = self.used_blocks + self._lz_hist[-tick % bs]
-        if first > lim.kv_blocks:
-            return False
-        if self.waiting and not admission_blocked(self, first, n):
-            return False
-        uniform = getattr(self.target_cost, "uniform_step_times", None)
-        if uniform is None:
-            return False
-        horizon = self.arrivals.horizon(self.index)
-        k, bound = 0, min(self._lz_fin - tick, MAX_STRETCH_ITERATIONS)
-        short = self._short_stretch(n, bound, horizon, first)
-        if short is not None:
-            return short
-        while True:  # a first block, then the rest: most stretches end at an arrival soon
-            k = min(bound, max(2 * k, _FIRST_BLOCK))
-            # contexts before each: whole numbers below 2**53, exact as floats
-            sums = float(self._lz_sum) + float(n) * _STEPS[:k]
-            v = uniform(n, 1, sums, n)
-            if v is None:
-                return False
-            v = np.asarray(v, np.float64)  # a user's pricer may give a list
-            clock = np.add.accumulate(np.concatenate(((self.now,), v)))  # now + delay
-            if clock[-1] >= horizon or k == bound:
-                break
-        k = int(clock[1:].searchsorted(horizon, "left"))
-        if not k:  # the next iteration crosses the arrival: planned and priced here
-            self.used_blocks = first
-            sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each
-            return PlainStep(self.now, 0.0, float(v[0]), None, n, NO_IDS, NO_IDS, None, 0,
-                             sums, sums)
-        # iteration j takes _lz_hist[-(tick + j) mod bs] blocks: the histogram read backwards
-        # from -tick mod bs, cyclically
-        backwards = np.array(self._lz_hist[::-1] * 2)
-        at = bs - 1 - (-tick % bs)
-        blocks = backwards[at:at + k] if k <= bs else np.resize(backwards[at:at + bs], k)
-        used = self.used_blocks + blocks.cumsum()  # blocks in use after each reservation
-        if used[-1] > lim.kv_blocks:  # stop before the first that cannot fit
-            k = int(np.argmax(used > lim.kv_blocks))
-        self._lazy_commit(v[:k], clock[:k + 1], used[:k], sums[:k])
-        return True
-
-    def _short_stretch(self, n: int, bound: int, horizon: float,
-                       first: int) -> bool | PlainStep | None:
-        """``_lazy_stretch`` iteration by iteration on Python numbers (the cost model's
-        ``uniform_step_time``, bitwise ``uniform_step_times``), for a stretch that ends within
-        ``_SHORT`` iterations (most end at the next arrival soon); None where it does not
-        (or the pricer has no scalar form): the vectorised pass takes it."""
-        price = getattr(self.target_cost, "uniform_step_time", None)
-        if price is None:
-            return None
-        lim, tick, hist = self.limits, self._lz_tick, self._lz_hist
-        bs, kv, ctx = lim.block_size, lim.kv_blocks, self._lz_sum
-        now, used = self.now, self.used_blocks
-        ends, durations, reserved = [now], [], []
-        for j in range(min(bound, _SHORT)):
-            d = price(n, 1, ctx + n * j, n)
-            if d is None:
-                return None
-            end = now + d  # SimPy's now + delay
-            if end >= horizon:  # iteration j crosses the arrival
-                if j:
-                    break
-                self.used_blocks = first  # planned and priced here (``_lazy_stretch``)
-                sums = float(ctx + n)  # KV read and attention pairs: one token each
-                return PlainStep(now, 0.0, d, None, n, NO_IDS, NO_IDS, None, 0, sums, sums)
-            u = used + hist[-(tick + j) % bs]
-            if u > kv:  # stop before the first that cannot fit (never the first one)
-                break
-            ends.append(end)
-            durations.append(d)
-            reserved.append(u)
-            now, used = end, u
-        else:
-            if bound > _SHORT:
-                return None
-        k = len(durations)
-        self._lazy_commit(np.array(durations), np.array(ends), np.array(reserved, np.int64),
-                          float(ctx) + float(n) * _STEPS[:k])
-        return True
-
-    def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
-                     sums: np.ndarray) -> None:
-        """Move the lazy form ``len(v)`` iterations on, retire what the last one finished,
-        record the iterations (fast_forward.py's ``_commit`` on the lazy form)."""
-        lim, k, n = self.limits, v.size, int(self.b.ids.size)
-        cols = np.zeros((len(STEP_FIELDS), k))  # the stretch's rows, a column per row here
-        cols[_SHARED] = np.array((self.index, n, n, n, n, len(self.waiting)),
-                                 np.float64)[:, None]
-        cols[_START] = clock[:-1]
-        cols[_DURATIONS] = v
-        cols[_KV_USED] = used
-        np.divide(used, lim.kv_blocks, out=cols[_KV_OCCUPANCY])
-        cols[_SUMS] = sums + n  # KV read and attention pairs: one token each (exact)
-        # each decode's gaps: the first from the last emission (``now``), then step to step
-        self.rec.record_itl_repeated(clock[1:] - clock[:-1], n)
-        self._lz_tick += k
-        self._lz_sum += n * k
-        self.used_blocks = int(used[-1])
-        self.outstanding_tokens -= n * k
-        self.now = float(clock[-1])
-        self.stats["iterations"] += k
-        self.stats["vectorised"] += k
-        if self._lz_fin <= self._lz_tick:  # as the last iteration's completion does
-            self._lazy_retire(self.now)
-            cols[_KV_USED, -1] = self.used_blocks
-            cols[_KV_OCCUPANCY, -1] = self.used_blocks / lim.kv_blocks
-        self.rec.record_steps(cols.T)

@@ -94,9 +94,15 @@ class PlainSteps:
         b.last_emit[dec] = now
         self.outstanding_tokens -= nd
         self._retire(now)
-        n_pf, used = int(step.prefill_pos.size), self.used_blocks
+        self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size))
+
+    def _plain_row(self, step: PlainStep, n_pf: int, prefilled: int) -> None:
+        """Record the row of a completed plain iteration: its ``n_pf`` prefill chunks, of
+        which ``prefilled`` completed (after retirement: KV and queue as the next step finds
+        them)."""
+        nd, used = step.num_decode, self.used_blocks
         self.rec.record_step(StepRow(
             self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s,
-            nd + n_pf, n_pf, nd, step.prefill_tokens, nd, int(prefilled.size) + nd, 0, 0,
+            nd + n_pf, n_pf, nd, step.prefill_tokens, nd, prefilled + nd, 0, 0,
             used, used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
             step.attn_pairs, 0))

@@ -58,10 +58,8 @@ def cases(draw):
             "router": draw(st.sampled_from(["round_robin", "least_outstanding_tokens"]))}
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,  # same examples every run
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(cases())
-def test_random_none_runs_match_the_ordinary_path(monkeypatch, case):
+def _none_run(case: dict):
+    """The ``none`` scenario and workload of a drawn case."""
     util = _utilisation_for_blocks(case["blocks"], case["block_size"], case["batched"],
                                    False, case["seqs"])
     sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
@@ -70,7 +68,14 @@ def test_random_none_runs_match_the_ordinary_path(monkeypatch, case):
                             "max_num_batched_tokens": case["batched"],
                             "enable_chunked_prefill": case["chunked"],
                             "gpu_memory_utilization": util})
-    wl = workload(case["arrival"], case["prompt"], case["output"])
+    return sc, workload(case["arrival"], case["prompt"], case["output"])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,  # same examples every run
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cases())
+def test_random_none_runs_match_the_ordinary_path(monkeypatch, case):
+    sc, wl = _none_run(case)
     try:
         fused, ordinary, _ = _fused_and_ordinary(monkeypatch, sc, wl, case["fast_forward"])
     except ValueError as exc:  # a configuration that can serve nothing says so, in both
@@ -86,15 +91,7 @@ def test_fast_forward_without_the_lazy_form_is_exact(monkeypatch, case):
     """``Replica.lazy_decodes`` off (what the engine benchmark compares against): the fused
     iteration, fast_forward.py's stretches and their crossing steps give the step-by-step
     reference's DataFrames too."""
-    util = _utilisation_for_blocks(case["blocks"], case["block_size"], case["batched"],
-                                   False, case["seqs"])
-    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
-                  replicas=case["replicas"], router=case["router"],
-                  batching={"block_size": case["block_size"], "max_num_seqs": case["seqs"],
-                            "max_num_batched_tokens": case["batched"],
-                            "enable_chunked_prefill": case["chunked"],
-                            "gpu_memory_utilization": util})
-    wl = workload(case["arrival"], case["prompt"], case["output"])
+    sc, wl = _none_run(case)
     try:
         with monkeypatch.context() as m:
             m.setattr(Replica, "lazy_decodes", False)

@@ -1,0 +1,141 @@
+"""The pure-decode stretches of the lazy form (``LazyStretches``, lazy_decode.py's base).
+
+When every running request decodes and no admission can happen, a replica under ``none``
+repeats the same iteration until a request finishes, the next arrival comes or the KV cache
+runs out.  ``_lazy_stretch`` advances every iteration before the first of those (the one that
+retires a request included) at once: their step times from the decodes' context sum (one more
+token each per iteration), the clock as SimPy would add the timeouts, each one's KV reservation
+from the block-residue histogram, the rows and the ITL runs, and the lazy form ``k`` ticks on.
+A short stretch (most end at the next arrival within a few iterations) is priced iteration by
+iteration on Python numbers (``uniform_step_time``); a longer one in vectorised blocks
+(``uniform_step_times``); both give the floats ``step_time`` gives.  The iteration that
+crosses the next arrival comes out planned and priced, and the caller yields to SimPy until
+it ends.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.engine.fast_forward import admission_blocked, reread_kv, stretch_rows
+from simulator.engine.plain_step import PlainStep
+from simulator.engine.step import NO_IDS
+
+MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
+_FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
+_STEPS = np.arange(MAX_STRETCH_ITERATIONS, dtype=np.float64)  # iteration j of a stretch
+_SHORT = 24  # a stretch is first tried iteration by iteration this far (Python numbers)
+
+
+class LazyStretches:
+    """The stretches of the lazy form (see the module docstring)."""
+
+    def _lazy_stretch(self) -> bool | PlainStep:
+        """Advance every iteration of the pure-decode stretch ahead that ends before the
+        next arrival, fits the KV cache and precedes the first finish (that one included),
+        in one pass (True); when the first one crosses the arrival, that iteration planned
+        and priced (its KV reserved; ``uniform_step_times`` is bitwise ``step_time``); False
+        (nothing done) where there is no stretch."""
+        b, lim = self.b, self.limits
+        n = int(b.ids.size)
+        if b.decoding != n or n > lim.max_num_batched_tokens:
+            return False
+        tick, bs = self._lz_tick, lim.block_size
+        first = self.used_blocks + self._lz_hist[-tick % bs]
+        if first > lim.kv_blocks:
+            return False
+        if self.waiting and not admission_blocked(self, first, n):
+            return False
+        uniform = getattr(self.target_cost, "uniform_step_times", None)
+        if uniform is None:
+            return False
+        horizon = self.arrivals.horizon(self.index)
+        k, bound = 0, min(self._lz_fin - tick, MAX_STRETCH_ITERATIONS)
+        short = self._short_stretch(n, bound, horizon, first)
+        if short is not None:
+            return short
+        while True:  # a first block, then the rest: most stretches end at an arrival soon
+            k = min(bound, max(2 * k, _FIRST_BLOCK))
+            # contexts before each: whole numbers below 2**53, exact as floats
+            sums = float(self._lz_sum) + float(n) * _STEPS[:k]
+            v = uniform(n, 1, sums, n)
+            if v is None:
+                return False
+            v = np.asarray(v, np.float64)  # a user's pricer may give a list
+            clock = np.add.accumulate(np.concatenate(((self.now,), v)))  # now + delay
+            if clock[-1] >= horizon or k == bound:
+                break
+        k = int(clock[1:].searchsorted(horizon, "left"))
+        if not k:  # the next iteration crosses the arrival: planned and priced here
+            self.used_blocks = first
+            sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each
+            return PlainStep(self.now, 0.0, float(v[0]), None, n, NO_IDS, NO_IDS, None, 0,
+                             sums, sums)
+        # iteration j takes _lz_hist[-(tick + j) mod bs] blocks: the histogram read backwards
+        # from -tick mod bs, cyclically
+        backwards = np.array(self._lz_hist[::-1] * 2)
+        at = bs - 1 - (-tick % bs)
+        blocks = backwards[at:at + k] if k <= bs else np.resize(backwards[at:at + bs], k)
+        used = self.used_blocks + blocks.cumsum()  # blocks in use after each reservation
+        if used[-1] > lim.kv_blocks:  # stop before the first that cannot fit
+            k = int(np.argmax(used > lim.kv_blocks))
+        self._lazy_commit(v[:k], clock[:k + 1], used[:k], sums[:k])
+        return True
+
+    def _short_stretch(self, n: int, bound: int, horizon: float,
+                       first: int) -> bool | PlainStep | None:
+        """``_lazy_stretch`` iteration by iteration on Python numbers (the cost model's
+        ``uniform_step_time``, bitwise ``uniform_step_times``), for a stretch that ends within
+        ``_SHORT`` iterations (most end at the next arrival soon); None where it does not
+        (or the pricer has no scalar form): the vectorised pass takes it."""
+        price = getattr(self.target_cost, "uniform_step_time", None)
+        if price is None:
+            return None
+        lim, tick, hist = self.limits, self._lz_tick, self._lz_hist
+        bs, kv, ctx = lim.block_size, lim.kv_blocks, self._lz_sum
+        now, used = self.now, self.used_blocks
+        ends, durations, reserved = [now], [], []
+        for j in range(min(bound, _SHORT)):
+            d = price(n, 1, ctx + n * j, n)
+            if d is None:
+                return None
+            end = now + d  # SimPy's now + delay
+            if end >= horizon:  # iteration j crosses the arrival
+                if j:
+                    break
+                self.used_blocks = first  # planned and priced here (``_lazy_stretch``)
+                sums = float(ctx + n)  # KV read and attention pairs: one token each
+                return PlainStep(now, 0.0, d, None, n, NO_IDS, NO_IDS, None, 0, sums, sums)
+            u = used + hist[-(tick + j) % bs]
+            if u > kv:  # stop before the first that cannot fit (never the first one)
+                break
+            ends.append(end)
+            durations.append(d)
+            reserved.append(u)
+            now, used = end, u
+        else:
+            if bound > _SHORT:
+                return None
+        k = len(durations)
+        self._lazy_commit(np.array(durations), np.array(ends), np.array(reserved, np.int64),
+                          float(ctx) + float(n) * _STEPS[:k])
+        return True
+
+    def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
+                     sums: np.ndarray) -> None:
+        """Move the lazy form ``len(v)`` iterations on, retire what the last one finished,
+        record the iterations (fast_forward.py's ``_commit`` on the lazy form)."""
+        k, n = v.size, int(self.b.ids.size)
+        cols = stretch_rows(self, n, v, clock, used, sums)
+        # each decode's gaps: the first from the last emission (``now``), then step to step
+        self.rec.record_itl_repeated(clock[1:] - clock[:-1], n)
+        self._lz_tick += k
+        self._lz_sum += n * k
+        self.used_blocks = int(used[-1])
+        self.outstanding_tokens -= n * k
+        self.now = float(clock[-1])
+        self.stats["iterations"] += k
+        self.stats["vectorised"] += k
+        if self._lz_fin <= self._lz_tick:  # as the last iteration's completion does
+            self._lazy_retire(self.now)
+            reread_kv(cols, self)
+        self.rec.record_steps(cols.T)
