@@ -122,7 +122,15 @@ def main(args: argparse.Namespace) -> int:
         raise SpecsimError("no device given", field="--device",
                            fix="add --device cpu or --device cuda (or --from-measurements DIR / "
                                "--measurements DIR for published kernel timings)")
-    from calibrate.timing import resolve_device, set_threads  # only these commands pay for torch
+    try:  # only these commands pay for torch
+        from calibrate.timing import resolve_device, set_threads
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise SpecsimError("measuring a device needs torch, which is not installed",
+                           field="--device",
+                           fix="pip install 'specsim[calibrate]', or use --from-measurements "
+                               "DIR / --measurements DIR (published kernel timings)") from None
     resolve_device(args.device)
     if args.threads is not None:
         set_threads(args.threads)

@@ -131,3 +131,15 @@ def test_the_engine_imports_without_pandas():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_measuring_a_device_without_torch_says_how_to_get_it():
+    """A core install (no ``calibrate`` extra): one line naming the extra, exit 2, no
+    traceback.  torch is hidden from the child (``sys.modules['torch'] = None``)."""
+    code = ("import sys; sys.modules['torch'] = None; from simulator.cli import main; "
+            "sys.exit(main(['calibrate', '--device', 'cpu', '--quick']))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "specsim[calibrate]" in out.stderr and "--device" in out.stderr
