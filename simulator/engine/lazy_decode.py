@@ -241,12 +241,17 @@ class LazyDecodes(LazyStretches):
                 self.t.first_token_s[rid] = now
             b.last_emit[p] = now
         self.rec.record_itl_repeated(now - step.start_s, nd)
-        self._lz_tick += 1
+        tick = self._lz_tick = self._lz_tick + 1
         self._lz_sum += nd
         self.outstanding_tokens -= nd
-        if step.completes:
-            self._lazy_join(np.array([p]))
-        if self._lz_fin <= self._lz_tick:
+        if step.completes:  # ``_lazy_join`` of this one request
+            c = step.computed + chunk
+            b.computed[p] = c - tick
+            b.generated[p] = generated + 1 - tick
+            self._lz_sum += c
+            self._lz_hist[(c - tick) % self.limits.block_size] += 1
+            self._lz_fin = min(self._lz_fin, int(b.output_len[p]) - (generated + 1 - tick))
+        if self._lz_fin <= tick:
             self._lazy_retire(now)
         self._plain_row(step, 1, int(step.completes))
 
