@@ -97,14 +97,11 @@ class Completion:
 
     def _retire(self, now: float) -> None:
         """Finish the running requests that reached their output length."""
-        finished = self.b.generated >= self.b.output_len
-        if _ANY(finished):
-            self._retire_finished(now, finished, np.flatnonzero(finished))
-
-    def _retire_finished(self, now: float, finished: np.ndarray, done: np.ndarray) -> None:
-        """Finish the running requests where ``finished`` (at positions ``done``): their
-        time and status, their KV blocks freed, their state written back, the batch kept."""
         b, t = self.b, self.t
+        finished = b.generated >= b.output_len
+        if not _ANY(finished):
+            return
+        done = np.flatnonzero(finished)
         rids = b.ids[done]
         t.finish_s[rids] = now
         t.status[rids] = FINISHED

@@ -244,13 +244,8 @@ class LazyDecodes(LazyStretches):
         tick = self._lz_tick = self._lz_tick + 1
         self._lz_sum += nd
         self.outstanding_tokens -= nd
-        if step.completes:  # ``_lazy_join`` of this one request
-            c = step.computed + chunk
-            b.computed[p] = c - tick
-            b.generated[p] = generated + 1 - tick
-            self._lz_sum += c
-            self._lz_hist[(c - tick) % self.limits.block_size] += 1
-            self._lz_fin = min(self._lz_fin, int(b.output_len[p]) - (generated + 1 - tick))
+        if step.completes:
+            self._lazy_join(p)
         if self._lz_fin <= tick:
             self._lazy_retire(now)
         self._plain_row(step, 1, int(step.completes))
@@ -264,52 +259,34 @@ class LazyDecodes(LazyStretches):
         self._lz_tick += 1
         self._lz_sum += nd
         self.outstanding_tokens -= nd
-        if prefilled.size:
-            self._lazy_join(prefilled)
+        for p in prefilled.tolist():
+            self._lazy_join(p)
         if self._lz_fin <= self._lz_tick:
             self._lazy_retire(now)
         self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size))
 
-    def _lazy_join(self, pos: np.ndarray) -> None:
-        """The requests at ``pos`` finished their prefill this iteration: decodes now."""
+    def _lazy_join(self, p: int) -> None:
+        """The request at ``p`` finished its prefill this iteration: a decode now, its values
+        stored minus the tick."""
         b, tick = self.b, self._lz_tick
-        c = b.computed[pos]
-        stored = c - tick
-        b.computed[pos] = stored
-        b.generated[pos] -= tick
-        self._lz_sum += int(_SUM(c))
-        hist = self._lz_hist
-        for r in (stored % self.limits.block_size).tolist():
-            hist[r] += 1
-        self._lz_fin = min(self._lz_fin, int(_MIN(b.output_len[pos] - b.generated[pos])))
+        c, g = int(b.computed[p]), int(b.generated[p])
+        b.computed[p] = c - tick
+        b.generated[p] = g - tick
+        self._lz_sum += c
+        self._lz_hist[(c - tick) % self.limits.block_size] += 1
+        self._lz_fin = min(self._lz_fin, int(b.output_len[p]) - (g - tick))
 
     def _lazy_retire(self, now: float) -> None:
-        """Retire the decodes that emitted their last token (``_retire`` on their values)."""
-        b, tick, bs = self.b, self._lz_tick, self.limits.block_size
-        decoding = ~b.in_prefill
-        finished = b.generated + tick * decoding >= b.output_len
-        done = np.flatnonzero(finished)
-        if done.size == 1:
-            self._lazy_retire_one(now, int(done[0]))
-            return
-        stored = b.computed[done]
-        c = stored + tick
-        b.computed[done] = c
-        b.generated[done] += tick
-        b.blocks[done] = (c + (bs - 1)) // bs
-        b.last_emit[done] = now
-        self._lz_sum -= int(_SUM(c))
-        hist = self._lz_hist
-        for r in (stored % bs).tolist():
-            hist[r] -= 1
-        self._retire_finished(now, finished, done)
-        left = decoding[~finished]
-        self._lz_fin = int(_MIN(b.output_len[left] - b.generated[left])) if left.any() \
-            else _NEVER
+        """Retire the decodes that emitted their last token, last position first (the
+        earlier positions stay put)."""
+        b = self.b
+        finished = b.generated + self._lz_tick * ~b.in_prefill >= b.output_len
+        for p in np.flatnonzero(finished)[::-1].tolist():
+            self._lazy_retire_one(now, p)
 
     def _lazy_retire_one(self, now: float, p: int) -> None:
-        """``_lazy_retire`` of the one request at ``p`` on Python numbers: its values
-        written back (no blocks), its column removed."""
+        """Retire the decode at ``p`` (``_retire`` on Python numbers): its values written
+        back (no blocks), its column removed, the first finish ahead found again."""
         b, t, tick, bs = self.b, self.t, self._lz_tick, self.limits.block_size
         stored = int(b.computed[p])
         c = stored + tick

@@ -65,11 +65,8 @@ class LazyStretches:
             if clock[-1] >= horizon or k == bound:
                 break
         k = int(clock[1:].searchsorted(horizon, "left"))
-        if not k:  # the next iteration crosses the arrival: planned and priced here
-            self.used_blocks = first
-            sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each
-            return PlainStep(self.now, 0.0, float(v[0]), None, n, NO_IDS, NO_IDS, None, 0,
-                             sums, sums)
+        if not k:  # the next iteration crosses the arrival
+            return self._crossing(n, first, float(v[0]))
         # iteration j takes _lz_hist[-(tick + j) mod bs] blocks: the histogram read backwards
         # from -tick mod bs, cyclically
         backwards = np.array(self._lz_hist[::-1] * 2)
@@ -102,9 +99,7 @@ class LazyStretches:
             if end >= horizon:  # iteration j crosses the arrival
                 if j:
                     break
-                self.used_blocks = first  # planned and priced here (``_lazy_stretch``)
-                sums = float(ctx + n)  # KV read and attention pairs: one token each
-                return PlainStep(now, 0.0, d, None, n, NO_IDS, NO_IDS, None, 0, sums, sums)
+                return self._crossing(n, first, d)
             u = used + hist[-(tick + j) % bs]
             if u > kv:  # stop before the first that cannot fit (never the first one)
                 break
@@ -119,6 +114,13 @@ class LazyStretches:
         self._lazy_commit(np.array(durations), np.array(ends), np.array(reserved, np.int64),
                           float(ctx) + float(n) * _STEPS[:k])
         return True
+
+    def _crossing(self, n: int, first: int, verify_s: float) -> PlainStep:
+        """The next iteration, which crosses the arrival, planned (its KV reserved: ``first``
+        blocks in use) and priced at ``verify_s``; the caller yields to SimPy until it ends."""
+        self.used_blocks = first
+        sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each
+        return PlainStep(self.now, 0.0, verify_s, None, n, NO_IDS, NO_IDS, None, 0, sums, sums)
 
     def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
                      sums: np.ndarray) -> None:
