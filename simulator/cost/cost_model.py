@@ -284,15 +284,20 @@ class CostModel:
         Bitwise what ``step_time`` returns for each of those batches; None where the closed
         form does not apply (``step_models.uniform_step`` says when).
         """
-        k = self._uniform(int(n), float(u), float(logits))
-        return None if k is None else \
-            sm.uniform_time(k, np.asarray(ctx_sums, dtype=np.float64), np.maximum)
+        k, sums = self._uniform(int(n), float(u), float(logits)), np.asarray(ctx_sums, np.float64)
+        return None if k is None else sm.uniform_time(k, sums, np.maximum)
 
     def uniform_step_time(self, n: int, u: int, ctx_sum: float, logits: int) -> float | None:
         """``uniform_step_times`` of one batch, on Python numbers (the same operations: bitwise
         the same float); None where the closed form does not apply."""
         k = self._uniform(int(n), float(u), float(logits))
         return None if k is None else sm.uniform_time(k, float(ctx_sum), max)
+
+    def uniform_pricer(self, n: int, u: int, logits: int):
+        """``uniform_step_time(n, u, x, logits)`` as a function of the context sum ``x`` alone
+        (bitwise the same float), None where the closed form does not apply."""
+        k = self._uniform(int(n), float(u), float(logits))
+        return None if k is None else sm.scalar_time(k)
 
     def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int],
                         chunk_ctx: list[int], logits: float) -> float | None:

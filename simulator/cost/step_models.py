@@ -156,6 +156,32 @@ def uniform_time(k: UniformStep, ctx_sum, maximum):
     return device + k.host_s
 
 
+def scalar_time(k: UniformStep):
+    """``uniform_time(k, x, max)`` as a function of the context sum ``x`` alone, ``k``'s
+    numbers bound once: the same operations in the same order (the same float) at a third of
+    the cost (the lazy form's short stretches price every iteration by it)."""
+    slope, base, floor, layers, launch = k.slope_s, k.base_s, k.floor_s, k.layers, k.launch_s
+    fixed, replay, replays, host, overlap = k.fixed_s, k.replay_s, k.replays_s, k.host_s, \
+        k.overlap
+    full, piecewise = k.mode == "full", k.mode == "piecewise"
+
+    def price(x: float) -> float:
+        attention = max(slope * x + base, floor) * layers
+        if launch is not None:
+            attention = max(attention, launch)
+        device = fixed + attention
+        if full:
+            device = device + replay
+        elif piecewise:
+            device = max(device, replays) + replay
+        if host is None:
+            return device
+        if overlap:
+            return device + max(host - device, 0.0)
+        return device + host
+    return price
+
+
 def chain_decode(cm, ctx: np.ndarray, steps: int) -> float:
     """``CostModel.chain_decode_time``: the uniform closed form over the steps' context sums,
     else every request's attention at every step in one array (a flat roofline whose roof

@@ -34,7 +34,7 @@ from math import isnan
 import numpy as np
 
 from simulator.engine.fast_forward import delay_to
-from simulator.engine.lazy_stretch import LazyStretches
+from simulator.engine.lazy_stretch import DecodeRun, LazyStretches
 from simulator.engine.plain_step import PlainStep
 from simulator.engine.requests import FINISHED
 from simulator.engine.step import NO_IDS
@@ -94,6 +94,8 @@ class LazyDecodes(LazyStretches):
             self.now = end
             if step.__class__ is ChunkStep:
                 self._lazy_chunk_done(step, end)
+            elif step.__class__ is DecodeRun:
+                self._run_done(step, end)
             elif not eager:
                 self._lazy_complete(step, end)
             elif step.__class__ is PlainStep:

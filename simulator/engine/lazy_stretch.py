@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.fast_forward import admission_blocked, reread_kv, stretch_rows
-from simulator.engine.plain_step import PlainStep
-from simulator.engine.step import NO_IDS
+from simulator.engine.fast_forward import QUEUE, admission_blocked, reread_kv, stretch_rows
 
 MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
 _FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
@@ -26,10 +24,34 @@ _STEPS = np.arange(MAX_STRETCH_ITERATIONS, dtype=np.float64)  # iteration j of a
 _SHORT = 24  # a stretch is first tried iteration by iteration this far (Python numbers)
 
 
+class DecodeRun:
+    """The iterations of a short stretch that precede the next arrival (their durations,
+    ends and KV reservations; ``first_s``: when the first started; ``ctx``: the decodes'
+    context sum then; ``queue``: the queue's length throughout) and the iteration that
+    crosses the arrival, which starts at ``start_s`` and lasts ``verify_s``: advanced when
+    planned, recorded when the crossing one completes."""
+
+    __slots__ = ("first_s", "start_s", "verify_s", "duration_s", "n", "durations", "ends",
+                 "reserved", "ctx", "queue")
+
+    def __init__(self, first_s, start_s, verify_s, n, durations, ends, reserved, ctx,
+                 queue) -> None:
+        self.first_s = first_s
+        self.start_s = start_s
+        self.verify_s = verify_s
+        self.duration_s = verify_s  # no draft
+        self.n = n
+        self.durations = durations
+        self.ends = ends
+        self.reserved = reserved
+        self.ctx = ctx
+        self.queue = queue
+
+
 class LazyStretches:
     """The stretches of the lazy form (see the module docstring)."""
 
-    def _lazy_stretch(self) -> bool | PlainStep:
+    def _lazy_stretch(self) -> bool | DecodeRun:
         """Advance every iteration of the pure-decode stretch ahead that ends before the
         next arrival, fits the KV cache and precedes the first finish (that one included),
         in one pass (True); when the first one crosses the arrival, that iteration planned
@@ -66,7 +88,7 @@ class LazyStretches:
                 break
         k = int(clock[1:].searchsorted(horizon, "left"))
         if not k:  # the next iteration crosses the arrival
-            return self._crossing(n, first, float(v[0]))
+            return self._decode_run(n, [], [], [], float(v[0]), first)
         # iteration j takes _lz_hist[-(tick + j) mod bs] blocks: the histogram read backwards
         # from -tick mod bs, cyclically
         backwards = np.array(self._lz_hist[::-1] * 2)
@@ -79,30 +101,29 @@ class LazyStretches:
         return True
 
     def _short_stretch(self, n: int, bound: int, horizon: float,
-                       first: int) -> bool | PlainStep | None:
+                       first: int) -> bool | DecodeRun | None:
         """``_lazy_stretch`` iteration by iteration on Python numbers (the cost model's
-        ``uniform_step_time``, bitwise ``uniform_step_times``), for a stretch that ends within
+        ``uniform_pricer``, bitwise ``uniform_step_times``), for a stretch that ends within
         ``_SHORT`` iterations (most end at the next arrival soon); None where it does not
-        (or the pricer has no scalar form): the vectorised pass takes it."""
-        price = getattr(self.target_cost, "uniform_step_time", None)
+        (or the pricer has no scalar form): the vectorised pass takes it.  A stretch that
+        ends at the arrival comes out with the crossing iteration as one ``DecodeRun``."""
+        price = self._pricer(n)
         if price is None:
             return None
         lim, tick, hist = self.limits, self._lz_tick, self._lz_hist
         bs, kv, ctx = lim.block_size, lim.kv_blocks, self._lz_sum
         now, used = self.now, self.used_blocks
-        ends, durations, reserved = [now], [], []
+        ends, durations, reserved = [], [], []
         for j in range(min(bound, _SHORT)):
-            d = price(n, 1, ctx + n * j, n)
+            d = price(ctx + n * j)
             if d is None:
                 return None
             end = now + d  # SimPy's now + delay
-            if end >= horizon:  # iteration j crosses the arrival
-                if j:
-                    break
-                return self._crossing(n, first, d)
             u = used + hist[-(tick + j) % bs]
             if u > kv:  # stop before the first that cannot fit (never the first one)
                 break
+            if end >= horizon:  # iteration j crosses the arrival
+                return self._decode_run(n, durations, ends, reserved, d, u)
             ends.append(end)
             durations.append(d)
             reserved.append(u)
@@ -111,23 +132,65 @@ class LazyStretches:
             if bound > _SHORT:
                 return None
         k = len(durations)
-        self._lazy_commit(np.array(durations), np.array(ends), np.array(reserved, np.int64),
-                          float(ctx) + float(n) * _STEPS[:k])
+        self._lazy_commit(np.array(durations), np.array([self.now, *ends]),
+                          np.array(reserved, np.int64), float(ctx) + float(n) * _STEPS[:k])
         return True
 
-    def _crossing(self, n: int, first: int, verify_s: float) -> PlainStep:
-        """The next iteration, which crosses the arrival, planned (its KV reserved: ``first``
-        blocks in use) and priced at ``verify_s``; the caller yields to SimPy until it ends."""
-        self.used_blocks = first
-        sums = float(self._lz_sum + n)  # KV read and attention pairs: one token each
-        return PlainStep(self.now, 0.0, verify_s, None, n, NO_IDS, NO_IDS, None, 0, sums, sums)
+    def _pricer(self, n: int):
+        """The price of a uniform batch of ``n`` one-token decodes as a function of its
+        context sum (the cost model's ``uniform_pricer``, else its ``uniform_step_time``),
+        None where there is none."""
+        cost = self.target_cost
+        pricer = getattr(cost, "uniform_pricer", None)
+        if pricer is not None:
+            return pricer(n, 1, n)
+        scalar = getattr(cost, "uniform_step_time", None)
+        return None if scalar is None else lambda x: scalar(n, 1, x, n)
+
+    def _decode_run(self, n: int, durations: list, ends: list, reserved: list,
+                    verify_s: float, used: int) -> DecodeRun:
+        """The iterations of a short stretch before the arrival (``durations``, ``ends``,
+        ``reserved``) advanced on the lazy form without their rows, and the one that crosses
+        it planned (its KV reserved: ``used`` blocks) and priced at ``verify_s``: one
+        ``DecodeRun`` the caller yields to SimPy for, then ``_run_done`` records."""
+        j = len(durations)
+        run = DecodeRun(self.now, ends[-1] if j else self.now, verify_s, n, durations, ends,
+                        reserved, self._lz_sum, len(self.waiting))
+        if j:  # nothing retires before the crossing (j < the first finish)
+            self._lz_tick += j
+            self._lz_sum += n * j
+            self.outstanding_tokens -= n * j
+            self.now = ends[-1]
+            self.stats["iterations"] += j
+            self.stats["vectorised"] += j
+        self.used_blocks = used
+        return run
+
+    def _run_done(self, run: DecodeRun, now: float) -> None:
+        """Complete a ``DecodeRun``'s crossing iteration at ``now`` (one token each, the
+        finished retired) and record the whole run: its rows (the crossing's reads the KV and
+        the queue as they are now) and its ITL runs."""
+        n = run.n
+        self._lz_tick += 1
+        self._lz_sum += n
+        self.outstanding_tokens -= n
+        if self._lz_fin <= self._lz_tick:
+            self._lazy_retire(now)
+        k = len(run.durations) + 1
+        clock = np.array([run.first_s, *run.ends, now])
+        self.rec.record_itl_repeated(clock[1:] - clock[:-1], n)
+        rows = stretch_rows(self, n, np.array([*run.durations, run.verify_s]), clock,
+                            np.array([*run.reserved, self.used_blocks], np.int64),
+                            float(run.ctx) + float(n) * _STEPS[:k], run.queue)
+        rows[-1, QUEUE] = len(self.waiting)
+        self.rec.record_steps(rows)
 
     def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
                      sums: np.ndarray) -> None:
         """Move the lazy form ``len(v)`` iterations on, retire what the last one finished,
         record the iterations (fast_forward.py's ``_commit`` on the lazy form)."""
         k, n = v.size, int(self.b.ids.size)
-        cols = stretch_rows(self, n, v, clock, used, sums)
+        rows = stretch_rows(self, n, v, clock, used, sums, len(self.waiting))
         # each decode's gaps: the first from the last emission (``now``), then step to step
         self.rec.record_itl_repeated(clock[1:] - clock[:-1], n)
         self._lz_tick += k
@@ -139,5 +202,5 @@ class LazyStretches:
         self.stats["vectorised"] += k
         if self._lz_fin <= self._lz_tick:  # as the last iteration's completion does
             self._lazy_retire(self.now)
-            reread_kv(cols, self)
-        self.rec.record_steps(cols.T)
+            reread_kv(rows, self)
+        self.rec.record_steps(rows)
