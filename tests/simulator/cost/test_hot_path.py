@@ -87,6 +87,8 @@ def test_uniform_batches_bitwise_and_within_rounding(profile, model, tp, executi
     assert np.array_equal(vector, scalar)
     # one batch on Python numbers (the engine's short stretches), bit for bit
     assert [cm.uniform_step_time(n, u, int(s), n * u) for s in sums] == vector.tolist()
+    price = cm.uniform_pricer(n, u, n * u)  # the same as a function of the sum alone
+    assert [price(float(s)) for s in sums] == vector.tolist()
     # and the closed form is the per-request path's sum within rounding
     for new, ctx, logits in _batches(rng, u, 8):
         closed = cm.uniform_step_times(new.size, u, np.array([int(ctx.sum())]), new.size * u)
@@ -158,6 +160,7 @@ def test_no_closed_form_where_the_roof_can_switch_or_the_step_model_differs():
     for name, (cm, u) in cases.items():
         assert cm.uniform_step_times(32, u, sums, 32 * u) is None, name
         assert cm.uniform_step_time(32, u, int(sums[0]), 32 * u) is None, name
+        assert cm.uniform_pricer(32, u, 32 * u) is None, name
         new = np.full(32, float(u))
         assert cm.step_time(new, ctx) == pytest.approx(cm.breakdown(new, ctx).time_s,
                                                        rel=REL), name

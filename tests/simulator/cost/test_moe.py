@@ -244,6 +244,7 @@ def test_uniform_step_times_bitwise_on_moe(case, u):
         new = np.full(n, float(u))
         assert np.array_equal(vector, [cm.step_time(new, c) for c in batches])
         assert [cm.uniform_step_time(n, u, s, n * u) for s in sums] == vector.tolist()
+        assert [cm.uniform_pricer(n, u, n * u)(s) for s in sums] == vector.tolist()
         assert vector[0] == pytest.approx(cm.breakdown(new, batches[0]).time_s, rel=1e-12)
     # a mixed batch (decodes and a chunk) through the tables and the scalar path alike
     new, ctx = np.array([1.0] * 9 + [300.0]), rng.integers(0, 4000, 10).astype(np.float64)

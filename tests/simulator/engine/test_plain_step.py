@@ -131,3 +131,26 @@ def test_the_fused_path_carries_the_mixed_steps(monkeypatch, fast_forward):
     else:
         assert calls == stepped
     assert int(fused.steps["preemptions"].sum()) > 0  # the ordinary path's part is exercised
+
+
+def test_a_pricer_without_uniform_pricer_prices_short_stretches_the_same(monkeypatch):
+    """A user's pricer with ``uniform_step_time`` but no ``uniform_pricer``: the lazy form's
+    short stretches price each iteration through it, and the run is the same bit for bit."""
+    from simulator.cost.cost_model import CostModel
+    sc = dataclasses.replace(scenario("none", replicas=2),
+                             engine=EngineOptions(fast_forward=True))
+    sc = dataclasses.replace(sc, workload={**sc.workload, "max_requests": 200})
+    closure = simulate(sc)
+    calls = [0]
+    scalar = CostModel.uniform_step_time
+
+    def counted(self, *args):
+        calls[0] += 1
+        return scalar(self, *args)
+
+    with monkeypatch.context() as m:
+        m.delattr(CostModel, "uniform_pricer")
+        m.setattr(CostModel, "uniform_step_time", counted)
+        fallback = simulate(sc)
+    assert calls[0] > 100  # the short stretches did price through it
+    assert_identical(closure, fallback)
