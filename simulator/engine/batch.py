@@ -74,15 +74,20 @@ class RunningBatch:
 
     def write_back(self, table: RequestTable, pos) -> None:
         """Copy the state of the requests at ``pos`` (an index or an array) to the table."""
+        if not np.ndim(pos):
+            return self.write_back_one(table, int(pos))
         n = int(self.ids.size)
         rows = self.ids[pos]
-        state = self._ints[_WRITE_BACK_ROWS, :n][:, pos]
-        if np.ndim(rows):
-            table.packed[_TABLE_ROWS[:, None], rows] = state
-        else:
-            table.packed[_TABLE_ROWS, rows] = state
+        table.packed[_TABLE_ROWS[:, None], rows] = self._ints[_WRITE_BACK_ROWS, :n][:, pos]
         table.in_prefill[rows] = self.in_prefill[pos]
         table.last_emit_s[rows] = self.last_emit[pos]
+
+    def write_back_one(self, table: RequestTable, p: int) -> None:
+        """``write_back`` of the request at position ``p`` (a Python int: two gathers)."""
+        rid = int(self._ints[0, p])
+        table.packed[_TABLE_ROWS, rid] = self._ints[_WRITE_BACK_ROWS, p]
+        table.in_prefill[rid] = self._flags[p]
+        table.last_emit_s[rid] = self._emit[p]
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the requests where ``mask`` is True (order preserved)."""

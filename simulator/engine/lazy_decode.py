@@ -14,7 +14,8 @@ every iteration, a few numbers that change in O(1) an iteration:
 - ``_lz_hist``: how many decodes hold ``stored mod block_size`` tokens: the decodes that take
   a new KV block in iteration ``tick`` are those holding a multiple of the block size,
   ``_lz_hist[-tick mod block_size]`` of them;
-- ``_lz_fin``: the ``tick`` at which the first decode emits its last token.
+- ``_lz_ends``: a heap of the ticks at which each decode emits its last token
+  (``output_len`` minus the stored ``generated``), and ``_lz_fin``, its least.
 
 A finish, a completed prefill joining the decodes and an admission touch their own requests
 only.  An iteration that carries prefill chunks is planned, priced and completed as the fused
@@ -29,6 +30,7 @@ order: results identical to the step-by-step reference (tests/simulator/engine/)
 """
 from __future__ import annotations
 
+from heapq import heapify, heappop, heappush
 from math import isnan
 
 import numpy as np
@@ -39,7 +41,7 @@ from simulator.engine.plain_step import PlainStep
 from simulator.engine.requests import FINISHED
 from simulator.engine.step import NO_IDS
 
-_ALL, _MIN, _SUM = np.logical_and.reduce, np.minimum.reduce, np.add.reduce
+_ALL, _SUM = np.logical_and.reduce, np.add.reduce
 _NEVER = 1 << 62  # no decode: no finish ahead
 
 
@@ -65,6 +67,7 @@ class LazyDecodes(LazyStretches):
     def _run_lazy(self):
         """The replica's process under fast-forward with a plain-decode policy."""
         env = self.env
+        self._prices = {}  # a short stretch's pricer by batch size (lazy_stretch.py)
         while True:
             if not self.b.ids.size and not self.waiting:
                 self._lz = False  # nothing runs: nothing is stored lazily
@@ -127,7 +130,9 @@ class LazyDecodes(LazyStretches):
         self._lz_tick = 0
         self._lz_sum = int(_SUM(c))
         self._lz_hist = np.bincount(c % bs, minlength=bs).tolist()
-        self._lz_fin = int(_MIN(b.output_len[dec] - b.generated[dec]))
+        ends = (b.output_len[dec] - b.generated[dec]).tolist()
+        heapify(ends)
+        self._lz_ends, self._lz_fin = ends, ends[0]
         self._lz = True
         return True
 
@@ -276,7 +281,8 @@ class LazyDecodes(LazyStretches):
         b.generated[p] = g - tick
         self._lz_sum += c
         self._lz_hist[(c - tick) % self.limits.block_size] += 1
-        self._lz_fin = min(self._lz_fin, int(b.output_len[p]) - (g - tick))
+        heappush(self._lz_ends, int(b.output_len[p]) - (g - tick))
+        self._lz_fin = self._lz_ends[0]
 
     def _lazy_retire(self, now: float) -> None:
         """Retire the decodes that emitted their last token, last position first (the
@@ -302,10 +308,10 @@ class LazyDecodes(LazyStretches):
         self.used_blocks -= -(-c // bs)
         self._lz_sum -= c
         self._lz_hist[stored % bs] -= 1
-        b.write_back(t, p)
+        b.write_back_one(t, p)
         b.remove(p)
         if self.on_finish is not None:
             self.on_finish(1)
-        dec = self._decode_slice() if b.decoding else None
-        self._lz_fin = _NEVER if dec is None else \
-            int(_MIN(b.output_len[dec] - b.generated[dec]))
+        ends = self._lz_ends  # every decode finishing now is at or below the tick
+        heappop(ends)
+        self._lz_fin = ends[0] if ends else _NEVER

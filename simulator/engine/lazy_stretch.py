@@ -22,6 +22,7 @@ MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its a
 _FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
 _STEPS = np.arange(MAX_STRETCH_ITERATIONS, dtype=np.float64)  # iteration j of a stretch
 _SHORT = 24  # a stretch is first tried iteration by iteration this far (Python numbers)
+_MISSING = object()
 
 
 class DecodeRun:
@@ -140,12 +141,15 @@ class LazyStretches:
         """The price of a uniform batch of ``n`` one-token decodes as a function of its
         context sum (the cost model's ``uniform_pricer``, else its ``uniform_step_time``),
         None where there is none."""
-        cost = self.target_cost
-        pricer = getattr(cost, "uniform_pricer", None)
-        if pricer is not None:
-            return pricer(n, 1, n)
-        scalar = getattr(cost, "uniform_step_time", None)
-        return None if scalar is None else lambda x: scalar(n, 1, x, n)
+        price = self._prices.get(n, _MISSING)
+        if price is _MISSING:
+            cost = self.target_cost
+            pricer = getattr(cost, "uniform_pricer", None)
+            scalar = getattr(cost, "uniform_step_time", None)
+            price = pricer(n, 1, n) if pricer is not None else None if scalar is None \
+                else lambda x: scalar(n, 1, x, n)
+            self._prices[n] = price  # at most one per batch size up to max_num_seqs
+        return price
 
     def _decode_run(self, n: int, durations: list, ends: list, reserved: list,
                     verify_s: float, used: int) -> DecodeRun:
