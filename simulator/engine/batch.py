@@ -37,14 +37,17 @@ class RunningBatch:
         self._ints = np.zeros((len(_ROWS), max(1, int(capacity))), np.int64)
         self._flags = np.zeros(self._ints.shape[1], bool)
         self._emit = np.zeros(self._ints.shape[1], np.float64)
+        self._rows = list(self._ints)
         self.decoding = 0  # how many are past their prefill (``~in_prefill``)
         self._view(0)
 
     def _view(self, n: int) -> None:
         """Point the field names at the first ``n`` columns."""
+        r = self._rows  # the rows' full-capacity views: one slice each (no 2-D slice to unpack)
         (self.ids, self.computed, self.generated, self.output_len, self.prompt_len, self.blocks,
-         self.prefill_target, self.num_drafts, self.num_draft_tokens,
-         self.num_accepted) = self._ints[:, :n]
+         self.prefill_target, self.num_drafts, self.num_draft_tokens, self.num_accepted) = (
+            r[0][:n], r[1][:n], r[2][:n], r[3][:n], r[4][:n], r[5][:n], r[6][:n], r[7][:n],
+            r[8][:n], r[9][:n])
         self.in_prefill = self._flags[:n]
         self.last_emit = self._emit[:n]
 
@@ -58,6 +61,7 @@ class RunningBatch:
         flags, emit = np.zeros(2 * cap, bool), np.zeros(2 * cap, np.float64)
         flags[:cap], emit[:cap] = self._flags, self._emit
         self._ints, self._flags, self._emit = ints, flags, emit
+        self._rows = list(ints)
 
     def add(self, table: RequestTable, rid: int) -> int:
         """Append request ``rid`` (its state from the table); returns its position."""
@@ -83,9 +87,10 @@ class RunningBatch:
         table.last_emit_s[rows] = self.last_emit[pos]
 
     def write_back_one(self, table: RequestTable, p: int) -> None:
-        """``write_back`` of the request at position ``p`` (a Python int: two gathers)."""
+        """``write_back`` of the request at position ``p`` (a Python int)."""
         rid = int(self._ints[0, p])
-        table.packed[_TABLE_ROWS, rid] = self._ints[_WRITE_BACK_ROWS, p]
+        column = table.packed[:, rid]  # a view: basic indexing, then one gather and scatter
+        column[_TABLE_ROWS] = self._ints[:, p][_WRITE_BACK_ROWS]
         table.in_prefill[rid] = self._flags[p]
         table.last_emit_s[rid] = self._emit[p]
 

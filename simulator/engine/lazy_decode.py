@@ -14,8 +14,8 @@ every iteration, a few numbers that change in O(1) an iteration:
 - ``_lz_hist``: how many decodes hold ``stored mod block_size`` tokens: the decodes that take
   a new KV block in iteration ``tick`` are those holding a multiple of the block size,
   ``_lz_hist[-tick mod block_size]`` of them;
-- ``_lz_ends``: a heap of the ticks at which each decode emits its last token
-  (``output_len`` minus the stored ``generated``), and ``_lz_fin``, its least.
+- ``_lz_ends``: a heap of (the tick at which a decode emits its last token: ``output_len``
+  minus the stored ``generated``; its id), and ``_lz_fin``, its least tick.
 
 A finish, a completed prefill joining the decodes and an admission touch their own requests
 only.  An iteration that carries prefill chunks is planned, priced and completed as the fused
@@ -130,9 +130,9 @@ class LazyDecodes(LazyStretches):
         self._lz_tick = 0
         self._lz_sum = int(_SUM(c))
         self._lz_hist = np.bincount(c % bs, minlength=bs).tolist()
-        ends = (b.output_len[dec] - b.generated[dec]).tolist()
+        ends = list(zip((b.output_len[dec] - b.generated[dec]).tolist(), b.ids[dec].tolist()))
         heapify(ends)
-        self._lz_ends, self._lz_fin = ends, ends[0]
+        self._lz_ends, self._lz_fin = ends, ends[0][0]
         self._lz = True
         return True
 
@@ -281,20 +281,23 @@ class LazyDecodes(LazyStretches):
         b.generated[p] = g - tick
         self._lz_sum += c
         self._lz_hist[(c - tick) % self.limits.block_size] += 1
-        heappush(self._lz_ends, int(b.output_len[p]) - (g - tick))
-        self._lz_fin = self._lz_ends[0]
+        heappush(self._lz_ends, (int(b.output_len[p]) - (g - tick), int(b.ids[p])))
+        self._lz_fin = self._lz_ends[0][0]
 
     def _lazy_retire(self, now: float) -> None:
-        """Retire the decodes that emitted their last token, last position first (the
-        earlier positions stay put)."""
-        b = self.b
-        finished = b.generated + self._lz_tick * ~b.in_prefill >= b.output_len
-        for p in np.flatnonzero(finished)[::-1].tolist():
+        """Retire the decodes that emitted their last token (the heap's entries at or below
+        the tick), last position first (the earlier positions stay put)."""
+        ends, tick, done = self._lz_ends, self._lz_tick, []
+        while ends and ends[0][0] <= tick:  # the heap's entries at or below the tick
+            done.append(heappop(ends)[1])
+        ids = self.b.ids.tolist()
+        for p in sorted((ids.index(rid) for rid in done), reverse=True):
             self._lazy_retire_one(now, p)
+        self._lz_fin = ends[0][0] if ends else _NEVER
 
     def _lazy_retire_one(self, now: float, p: int) -> None:
         """Retire the decode at ``p`` (``_retire`` on Python numbers): its values written
-        back (no blocks), its column removed, the first finish ahead found again."""
+        back (no blocks), its column removed."""
         b, t, tick, bs = self.b, self.t, self._lz_tick, self.limits.block_size
         stored = int(b.computed[p])
         c = stored + tick
@@ -312,6 +315,3 @@ class LazyDecodes(LazyStretches):
         b.remove(p)
         if self.on_finish is not None:
             self.on_finish(1)
-        ends = self._lz_ends  # every decode finishing now is at or below the tick
-        heappop(ends)
-        self._lz_fin = ends[0] if ends else _NEVER
