@@ -34,7 +34,7 @@ from simulator.engine.step import NO_IDS, STEP_FIELDS
 
 MAX_STRETCH_CELLS = 1 << 18  # iterations x requests per pass (bounds the arrays)
 _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
-_REPLICA, QUEUE = _COL["replica"], _COL["queue_len"]
+_REPLICA, _QUEUE = _COL["replica"], _COL["queue_len"]
 _SHARED_LIST = [_COL[name] for name in ("batch_size", "num_decode", "decode_tokens",
                                         "emitted_tokens")]  # n each
 _START, _DURATION, _VERIFY = _COL["start_s"], _COL["duration_s"], _COL["verify_s"]
@@ -202,7 +202,7 @@ def stretch_rows(replica, n: int, v: np.ndarray, clock: np.ndarray, used: np.nda
     row = [0.0] * len(STEP_FIELDS)
     for i in _SHARED_LIST:
         row[i] = n
-    row[_REPLICA], row[QUEUE] = replica.index, queue
+    row[_REPLICA], row[_QUEUE] = replica.index, queue
     rows = np.empty((v.size, len(STEP_FIELDS)))
     rows[:] = row
     rows[:, _START] = clock[:-1]

@@ -39,6 +39,7 @@ from simulator.engine.fast_forward import delay_to
 from simulator.engine.lazy_stretch import DecodeRun, LazyStretches
 from simulator.engine.plain_step import PlainStep
 from simulator.engine.requests import FINISHED
+from simulator.engine.row_log import RowLog
 from simulator.engine.step import NO_IDS
 
 _ALL, _SUM = np.logical_and.reduce, np.add.reduce
@@ -68,9 +69,11 @@ class LazyDecodes(LazyStretches):
         """The replica's process under fast-forward with a plain-decode policy."""
         env = self.env
         self._prices = {}  # a short stretch's pricer by batch size (lazy_stretch.py)
+        self._log = RowLog(self.rec, self.index, self.limits.kv_blocks)  # flushed when eager
         while True:
             if not self.b.ids.size and not self.waiting:
                 self._lz = False  # nothing runs: nothing is stored lazily
+                self._log.flush()
                 self.wakeup = env.event()
                 yield self.wakeup
                 self.now = env.now
@@ -86,6 +89,7 @@ class LazyDecodes(LazyStretches):
                 step = None
             eager = step is None
             if eager:
+                self._log.flush()  # the rows so far before any the eager paths record
                 step = self._plain_schedule(self.now) or self._schedule(self.now)
                 if step is None:  # cannot happen with valid limits
                     raise RuntimeError("scheduler made no progress")
@@ -255,7 +259,7 @@ class LazyDecodes(LazyStretches):
             self._lazy_join(p)
         if self._lz_fin <= tick:
             self._lazy_retire(now)
-        self._plain_row(step, 1, int(step.completes))
+        self._plain_row(step, 1, int(step.completes), self._log.row)
 
     def _lazy_complete(self, step: PlainStep, now: float) -> None:
         """``_plain_complete`` on the lazy form: the prefills' tokens, one per decode (all of
@@ -270,7 +274,7 @@ class LazyDecodes(LazyStretches):
             self._lazy_join(p)
         if self._lz_fin <= self._lz_tick:
             self._lazy_retire(now)
-        self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size))
+        self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size), self._log.row)
 
     def _lazy_join(self, p: int) -> None:
         """The request at ``p`` finished its prefill this iteration: a decode now, its values

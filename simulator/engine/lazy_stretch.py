@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.fast_forward import QUEUE, admission_blocked, reread_kv, stretch_rows
+from simulator.engine.fast_forward import admission_blocked, reread_kv, stretch_rows
 
 MAX_STRETCH_ITERATIONS = 1 << 16  # iterations per vectorised pass (bounds its arrays)
 _FIRST_BLOCK = 32  # iterations priced first (then twice as many, ... up to the bound)
@@ -132,10 +132,26 @@ class LazyStretches:
         else:
             if bound > _SHORT:
                 return None
-        k = len(durations)
-        self._lazy_commit(np.array(durations), np.array([self.now, *ends]),
-                          np.array(reserved, np.int64), float(ctx) + float(n) * _STEPS[:k])
+        self._short_commit(n, durations, ends, reserved, ctx)
         return True
+
+    def _short_commit(self, n: int, durations: list, ends: list, reserved: list,
+                      ctx: int) -> None:
+        """``_lazy_commit`` of a short stretch's Python numbers: the rows and gaps go to the
+        replica's ``RowLog``."""
+        k, first_s = len(durations), self.now
+        self._lz_tick += k
+        self._lz_sum += n * k
+        self.used_blocks = reserved[-1]
+        self.outstanding_tokens -= n * k
+        self.now = ends[-1]
+        self.stats["iterations"] += k
+        self.stats["vectorised"] += k
+        queue = len(self.waiting)
+        if self._lz_fin <= self._lz_tick:  # as the last iteration's completion does
+            self._lazy_retire(self.now)
+            reserved[-1] = self.used_blocks  # the last row reads the KV it left
+        self._log.decodes(n, first_s, ends, durations, reserved, ctx, queue)
 
     def _pricer(self, n: int):
         """The price of a uniform batch of ``n`` one-token decodes as a function of its
@@ -180,19 +196,17 @@ class LazyStretches:
         self.outstanding_tokens -= n
         if self._lz_fin <= self._lz_tick:
             self._lazy_retire(now)
-        k = len(run.durations) + 1
-        clock = np.array([run.first_s, *run.ends, now])
-        self.rec.record_itl_repeated(clock[1:] - clock[:-1], n)
-        rows = stretch_rows(self, n, np.array([*run.durations, run.verify_s]), clock,
-                            np.array([*run.reserved, self.used_blocks], np.int64),
-                            float(run.ctx) + float(n) * _STEPS[:k], run.queue)
-        rows[-1, QUEUE] = len(self.waiting)
-        self.rec.record_steps(rows)
+        run.ends.append(now)
+        run.durations.append(run.verify_s)
+        run.reserved.append(self.used_blocks)
+        self._log.decodes(n, run.first_s, run.ends, run.durations, run.reserved, run.ctx,
+                          run.queue, len(self.waiting))
 
     def _lazy_commit(self, v: np.ndarray, clock: np.ndarray, used: np.ndarray,
                      sums: np.ndarray) -> None:
         """Move the lazy form ``len(v)`` iterations on, retire what the last one finished,
         record the iterations (fast_forward.py's ``_commit`` on the lazy form)."""
+        self._log.flush()  # the rows before these
         k, n = v.size, int(self.b.ids.size)
         rows = stretch_rows(self, n, v, clock, used, sums, len(self.waiting))
         # each decode's gaps: the first from the last emission (``now``), then step to step

@@ -96,12 +96,12 @@ class PlainSteps:
         self._retire(now)
         self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size))
 
-    def _plain_row(self, step: PlainStep, n_pf: int, prefilled: int) -> None:
+    def _plain_row(self, step: PlainStep, n_pf: int, prefilled: int, record=None) -> None:
         """Record the row of a completed plain iteration: its ``n_pf`` prefill chunks, of
         which ``prefilled`` completed (after retirement: KV and queue as the next step finds
-        them)."""
+        them), through ``record`` (default: the recorder's ``record_step``)."""
         nd, used = step.num_decode, self.used_blocks
-        self.rec.record_step(StepRow(
+        (record or self.rec.record_step)(StepRow(
             self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s,
             nd + n_pf, n_pf, nd, step.prefill_tokens, nd, prefilled + nd, 0, 0,
             used, used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
