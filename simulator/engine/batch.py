@@ -20,6 +20,8 @@ _WRITE_BACK = tuple(f for f in INT_FIELDS if f not in ("output_len", "prompt_len
 _ROWS = ("ids",) + INT_FIELDS  # the rows of the packed integer state
 _WRITE_BACK_ROWS = np.array([_ROWS.index(f) for f in _WRITE_BACK])
 _TABLE_ROWS = np.array([INT_FIELDS.index(f) for f in _WRITE_BACK])  # the same in the table
+_WRITE_BACK_PAIRS = tuple(zip(_TABLE_ROWS.tolist(), _WRITE_BACK_ROWS.tolist()))
+_VIEW_CACHE = 1024  # batch sizes whose field views are kept (a dozen views each)
 _COUNT = np.count_nonzero
 
 
@@ -38,18 +40,23 @@ class RunningBatch:
         self._flags = np.zeros(self._ints.shape[1], bool)
         self._emit = np.zeros(self._ints.shape[1], np.float64)
         self._rows = list(self._ints)
+        self._views: dict[int, tuple] = {}
         self.decoding = 0  # how many are past their prefill (``~in_prefill``)
         self._view(0)
 
     def _view(self, n: int) -> None:
-        """Point the field names at the first ``n`` columns."""
-        r = self._rows  # the rows' full-capacity views: one slice each (no 2-D slice to unpack)
+        """Point the field names at the first ``n`` columns (the views of each size made
+        once per buffer, for sizes up to ``_VIEW_CACHE``)."""
+        views = self._views.get(n)
+        if views is None:
+            r = self._rows  # the rows' full-capacity views: one slice each
+            views = (r[0][:n], r[1][:n], r[2][:n], r[3][:n], r[4][:n], r[5][:n], r[6][:n],
+                     r[7][:n], r[8][:n], r[9][:n], self._flags[:n], self._emit[:n])
+            if n <= _VIEW_CACHE:
+                self._views[n] = views
         (self.ids, self.computed, self.generated, self.output_len, self.prompt_len, self.blocks,
-         self.prefill_target, self.num_drafts, self.num_draft_tokens, self.num_accepted) = (
-            r[0][:n], r[1][:n], r[2][:n], r[3][:n], r[4][:n], r[5][:n], r[6][:n], r[7][:n],
-            r[8][:n], r[9][:n])
-        self.in_prefill = self._flags[:n]
-        self.last_emit = self._emit[:n]
+         self.prefill_target, self.num_drafts, self.num_draft_tokens, self.num_accepted,
+         self.in_prefill, self.last_emit) = views
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -61,7 +68,7 @@ class RunningBatch:
         flags, emit = np.zeros(2 * cap, bool), np.zeros(2 * cap, np.float64)
         flags[:cap], emit[:cap] = self._flags, self._emit
         self._ints, self._flags, self._emit = ints, flags, emit
-        self._rows = list(ints)
+        self._rows, self._views = list(ints), {}
 
     def add(self, table: RequestTable, rid: int) -> int:
         """Append request ``rid`` (its state from the table); returns its position."""
@@ -88,9 +95,10 @@ class RunningBatch:
 
     def write_back_one(self, table: RequestTable, p: int) -> None:
         """``write_back`` of the request at position ``p`` (a Python int)."""
-        rid = int(self._ints[0, p])
-        column = table.packed[:, rid]  # a view: basic indexing, then one gather and scatter
-        column[_TABLE_ROWS] = self._ints[:, p][_WRITE_BACK_ROWS]
+        state = self._ints[:, p].tolist()  # Python ints: a few scalar stores
+        rid, packed = state[0], table.packed
+        for row, i in _WRITE_BACK_PAIRS:
+            packed[row, rid] = state[i]
         table.in_prefill[rid] = self._flags[p]
         table.last_emit_s[rid] = self._emit[p]
 

@@ -206,7 +206,6 @@ class LazyStretches:
                      sums: np.ndarray) -> None:
         """Move the lazy form ``len(v)`` iterations on, retire what the last one finished,
         record the iterations (fast_forward.py's ``_commit`` on the lazy form)."""
-        self._log.flush()  # the rows before these
         k, n = v.size, int(self.b.ids.size)
         rows = stretch_rows(self, n, v, clock, used, sums, len(self.waiting))
         # each decode's gaps: the first from the last emission (``now``), then step to step
@@ -221,4 +220,4 @@ class LazyStretches:
         if self._lz_fin <= self._lz_tick:  # as the last iteration's completion does
             self._lazy_retire(self.now)
             reread_kv(rows, self)
-        self.rec.record_steps(rows)
+        self._log.block(rows)

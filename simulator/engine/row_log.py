@@ -7,8 +7,9 @@ each stretch's numbers to plain lists instead (a few ``list.extend`` calls) and 
 ``FLUSH_ROWS`` rows builds all of them at once: the same values, in the same order (the
 recorder's ``record_steps`` takes them as consecutive steps of the replica).  A row the lazy
 form records one at a time (an iteration with a prefill chunk) goes in between, in its place.
-The replica flushes the log before it records any row another way (an eager iteration, a
-vectorised stretch) and when it goes idle, so the recorder sees each replica's rows in order.
+A vectorised stretch's rows come as an array, also in their place.  The replica flushes the
+log before it records any row another way (an eager iteration) and when it goes idle, so the
+recorder sees each replica's rows in order.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ _REPLICA, _START, _QUEUE = _COL["replica"], _COL["start_s"], _COL["queue_len"]
 _DURATION, _VERIFY = _COL["duration_s"], _COL["verify_s"]
 _KV_USED, _KV_OCCUPANCY = _COL["kv_blocks_used"], _COL["kv_occupancy"]
 _KV_READ, _PAIRS = _COL["kv_read_tokens"], _COL["attn_pairs"]
+_DECODE, _SINGLE, _BLOCK = 0, 1, 2  # where a row is held until the flush
 _N_COLS = [_COL[name] for name in ("batch_size", "num_decode", "decode_tokens",
                                    "emitted_tokens")]  # n each: one token per decode
 
@@ -40,17 +42,16 @@ class RowLog:
 
     def _clear(self) -> None:
         self.single: list[tuple] = []  # rows recorded one at a time
-        self.is_single: list[bool] = []  # per row, in order: which list it is in
-        # decode rows: start, duration, KV blocks after the reservation, the decodes'
-        # context sum before the iteration, batch size, queue length
+        self.blocks: list[np.ndarray] = []  # rows recorded as arrays
+        self.kind: list[int] = []  # per row, in order: _DECODE, _SINGLE or _BLOCK
+        # decode rows: start, duration, KV blocks after the reservation, ITL gap (shared by
+        # the row's decodes); and per call of ``decodes``: (rows, decodes, their context sum
+        # before the first, queue length, queue length in the last row)
         self.start: list[float] = []
         self.dur: list[float] = []
         self.used: list[int] = []
-        self.ctx: list[int] = []
-        self.n: list[int] = []
-        self.queue: list[int] = []
-        self.gaps: list[float] = []  # ITL gaps, each shared by ``counts`` decodes
-        self.counts: list[int] = []
+        self.gaps: list[float] = []
+        self.runs: list[tuple[int, int, int, int, int]] = []
 
     def decodes(self, n: int, first_s: float, ends: list, durations: list, used: list,
                 ctx: int, queue: int, last_queue: int | None = None) -> None:
@@ -64,14 +65,9 @@ class RowLog:
         self.start += starts
         self.dur += durations
         self.used += used
-        self.ctx += range(ctx, ctx + n * k, n)
-        self.n += repeat(n, k)
-        self.queue += repeat(queue, k)
-        if last_queue is not None:
-            self.queue[-1] = last_queue
-        self.is_single += repeat(False, k)
         self.gaps += map(sub, ends, starts)
-        self.counts += repeat(n, k)
+        self.runs.append((k, n, ctx, queue, queue if last_queue is None else last_queue))
+        self.kind += repeat(_DECODE, k)
         self.size += k
         if self.size >= FLUSH_ROWS:
             self.flush()
@@ -79,8 +75,16 @@ class RowLog:
     def row(self, row: tuple) -> None:
         """One row in column order (the replica's next)."""
         self.single.append(row)
-        self.is_single.append(True)
+        self.kind.append(_SINGLE)
         self.size += 1
+        if self.size >= FLUSH_ROWS:
+            self.flush()
+
+    def block(self, rows: np.ndarray) -> None:
+        """The replica's next rows as an array (K, len(STEP_FIELDS))."""
+        self.blocks.append(rows)
+        self.kind += repeat(_BLOCK, len(rows))
+        self.size += len(rows)
         if self.size >= FLUSH_ROWS:
             self.flush()
 
@@ -88,38 +92,115 @@ class RowLog:
         """Build the rows held and hand them, and the ITL gaps, to the recorder."""
         if not self.size:
             return
-        decodes = self._decode_rows() if self.start else None
-        if not self.single:
-            rows = decodes
-        else:
-            rows = np.array(self.single, np.float64)
-            if decodes is not None:
-                mask = np.array(self.is_single, bool)
-                both = np.empty((mask.size, _WIDTH))
-                both[mask] = rows
-                both[~mask] = decodes
-                rows = both
+        parts = []  # (kind, its rows)
+        if self.start:
+            decodes, n = self._decode_rows()
+            parts.append((_DECODE, decodes))
+            # each decode row's gap, once for each of its decodes
+            self.rec.record_itl(np.repeat(np.array(self.gaps, np.float64), n))
+        if self.single:
+            parts.append((_SINGLE, np.array(self.single, np.float64)))
+        if self.blocks:
+            parts.append((_BLOCK, np.concatenate(self.blocks)))
+        if len(parts) == 1:
+            rows = parts[0][1]
+        else:  # interleaved in the order they came
+            kind, rows = np.array(self.kind, np.int8), np.empty((self.size, _WIDTH))
+            for k, part in parts:
+                rows[kind == k] = part
         self.rec.record_steps(rows)
-        if self.gaps:
-            self.rec.record_itl(np.repeat(np.array(self.gaps, np.float64),
-                                          np.array(self.counts, np.int64)))
         self.size = 0
         self._clear()
 
-    def _decode_rows(self) -> np.ndarray:
-        """The decode rows (as ``fast_forward.stretch_rows`` builds them)."""
-        rows = np.zeros((len(self.start), _WIDTH))
+    def _clear(self) -> None:
+        self.single: list[tuple] = []  # rows recorded one at a time
+        self.blocks: list[np.ndarray] = []  # rows recorded as arrays
+        self.kind: list[int] = []  # per row, in order: _DECODE, _SINGLE or _BLOCK
+        # decode rows: start, duration, KV blocks after the reservation, ITL gap (shared by
+        # the row's decodes); and per call of ``decodes``: (rows, decodes, their context sum
+        # before the first, queue length, queue length in the last row)
+        self.start: list[float] = []
+        self.dur: list[float] = []
+        self.used: list[int] = []
+        self.gaps: list[float] = []
+        self.runs: list[tuple[int, int, int, int, int]] = []
+
+    def decodes(self, n: int, first_s: float, ends: list, durations: list, used: list,
+                ctx: int, queue: int, last_queue: int | None = None) -> None:
+        """K = len(durations) iterations of ``n`` one-token decodes, back to back from
+        ``first_s``: the k-th ends at ``ends[k]``, lasts ``durations[k]``, leaves ``used[k]``
+        KV blocks in use and starts from contexts summing to ``ctx + n k``; ``queue``
+        requests wait (``last_queue`` in the last row, where given).  Each decode's gaps:
+        from ``first_s`` (its last emission), then from end to end."""
+        k = len(durations)
+        starts = [first_s, *ends[:-1]]
+        self.start += starts
+        self.dur += durations
+        self.used += used
+        self.gaps += map(sub, ends, starts)
+        self.runs.append((k, n, ctx, queue, queue if last_queue is None else last_queue))
+        self.kind += repeat(_DECODE, k)
+        self.size += k
+        if self.size >= FLUSH_ROWS:
+            self.flush()
+
+    def row(self, row: tuple) -> None:
+        """One row in column order (the replica's next)."""
+        self.single.append(row)
+        self.kind.append(_SINGLE)
+        self.size += 1
+        if self.size >= FLUSH_ROWS:
+            self.flush()
+
+    def block(self, rows: np.ndarray) -> None:
+        """The replica's next rows as an array (K, len(STEP_FIELDS))."""
+        self.blocks.append(rows)
+        self.kind += repeat(_BLOCK, len(rows))
+        self.size += len(rows)
+        if self.size >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Build the rows held and hand them, and the ITL gaps, to the recorder."""
+        if not self.size:
+            return
+        decodes, n = self._decode_rows() if self.start else (None, None)
+        parts = [(kind, part) for kind, part in (
+            (_DECODE, decodes), (_SINGLE, np.array(self.single, np.float64) if self.single
+                                 else None),
+            (_BLOCK, np.concatenate(self.blocks) if self.blocks else None)) if part is not None]
+        if len(parts) == 1:
+            rows = parts[0][1]
+        else:  # interleaved in the order they came
+            kind, rows = np.array(self.kind, np.int8), np.empty((self.size, _WIDTH))
+            for k, part in parts:
+                rows[kind == k] = part
+        self.rec.record_steps(rows)
+        if n is not None:  # each row's gap, once for each of its decodes
+            self.rec.record_itl(np.repeat(np.array(self.gaps, np.float64), n))
+        self.size = 0
+        self._clear()
+
+    def _decode_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The decode rows (as ``fast_forward.stretch_rows`` builds them) and each one's
+        batch size."""
+        k, n, ctx, queue, last = np.array(self.runs, np.int64).T
+        n = np.repeat(n, k)
+        last_row = np.cumsum(k) - 1
+        j = np.arange(n.size) - np.repeat(last_row - (k - 1), k)  # the row within its call
+        rows = np.zeros((n.size, _WIDTH))
         rows[:, _REPLICA] = self.index
         rows[:, _START] = self.start
         rows[:, _DURATION] = rows[:, _VERIFY] = self.dur  # no draft
-        n = np.array(self.n, np.float64)
         for c in _N_COLS:
             rows[:, c] = n
         used = np.array(self.used, np.int64)
         rows[:, _KV_USED] = used
         np.divide(used, float(self.kv_blocks), out=rows[:, _KV_OCCUPANCY])
-        rows[:, _QUEUE] = self.queue
-        read = np.array(self.ctx, np.float64) + n  # KV read and attention pairs: one token each
+        rows[:, _QUEUE] = np.repeat(queue, k)
+        rows[last_row, _QUEUE] = last
+        # KV read and attention pairs: one token each, from contexts summing to ctx + n j
+        read = (np.repeat(ctx, k) + n * j).astype(np.float64) + n
         rows[:, _KV_READ] = read
         rows[:, _PAIRS] = read
-        return rows
+        return rows, n

@@ -36,6 +36,9 @@ def test_rows_and_gaps_in_order():
     log.decodes(5, 1.0, [1.25, 1.75, 2.5], [0.25, 0.5, 0.75], [10, 12, 13], 100, 2)
     log.row(single)
     log.decodes(4, 2.5, [3.0, 3.125], [0.5, 0.125], [14, 9], 115, 2, last_queue=7)
+    block = np.arange(2.0 * len(STEP_FIELDS)).reshape(2, -1)  # a vectorised stretch's rows
+    log.block(block)
+    log.row(single[::-1])
     assert not sink.rows  # nothing handed over before a flush
     log.flush()
     log.flush()  # an empty log hands nothing
@@ -46,7 +49,7 @@ def test_rows_and_gaps_in_order():
     second = stretch_rows(replica, 4, np.array([0.5, 0.125]), np.array([2.5, 3.0, 3.125]),
                           np.array([14, 9]), 115.0 + 4.0 * np.arange(2), 2)
     second[-1, STEP_FIELDS.index("queue_len")] = 7
-    expected = np.vstack([first, np.array([single]), second])
+    expected = np.vstack([first, np.array([single]), second, block, np.array([single[::-1]])])
     assert np.array_equal(sink.rows[0], expected)
     # each decode's gaps: from the stretch's first start, then end to end
     assert sorted(sink.itl[0].tolist()) == sorted([0.25] * 5 + [0.5] * 5 + [0.75] * 5
