@@ -164,6 +164,8 @@ def scalar_time(k: UniformStep):
     fixed, replay, replays, host, overlap = k.fixed_s, k.replay_s, k.replays_s, k.host_s, \
         k.overlap
     full, piecewise = k.mode == "full", k.mode == "piecewise"
+    if launch is None and full and host is not None and not overlap:  # the usual graphs
+        return lambda x: fixed + max(slope * x + base, floor) * layers + replay + host
 
     def price(x: float) -> float:
         attention = max(slope * x + base, floor) * layers

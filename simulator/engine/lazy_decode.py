@@ -69,6 +69,9 @@ class LazyDecodes(LazyStretches):
         """The replica's process under fast-forward with a plain-decode policy."""
         env = self.env
         self._prices = {}  # a short stretch's pricer by batch size (lazy_stretch.py)
+        # the policy's prefill_time, where it is the base's (0.0 whatever the chunk), uncalled
+        self._no_prefill_time = getattr(getattr(type(self.policy), "prefill_time", None),
+                                        "adds_nothing", False)
         self._log = RowLog(self.rec, self.index, self.limits.kv_blocks)  # flushed when eager
         while True:
             if not self.b.ids.size and not self.waiting:
@@ -228,8 +231,8 @@ class LazyDecodes(LazyStretches):
         verify_s = self._mixed(nd, s, [chunk], [computed], float(nd + completes))
         if verify_s is None:
             return None
-        draft_s = 0.0 + self.policy.prefill_time(np.array([float(chunk)]),
-                                                 np.array([float(computed)]))
+        draft_s = 0.0 if self._no_prefill_time else 0.0 + self.policy.prefill_time(
+            np.array([float(chunk)]), np.array([float(computed)]))
         pairs = chunk * computed + chunk * (chunk + 1) // 2
         return ChunkStep(now, draft_s, verify_s, nd, p, chunk, computed, completes,
                          s + nd + float(chunk + computed), s + nd + float(pairs))

@@ -125,6 +125,8 @@ class PolicyBase(ABC):
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """Extra proposer time for prefill chunks (a draft model prefilling its own KV)."""
         return 0.0
+    # the engine's lazy form skips the call where this default is not overridden (it adds 0)
+    prefill_time.adds_nothing = True
 
     def speculable(self, batch: BatchView) -> np.ndarray:
         """Requests the proposer can speculate on (the others decode normally)."""

@@ -154,3 +154,22 @@ def test_a_pricer_without_uniform_pricer_prices_short_stretches_the_same(monkeyp
         fallback = simulate(sc)
     assert calls[0] > 100  # the short stretches did price through it
     assert_identical(closure, fallback)
+
+
+def test_a_plain_policy_with_a_prefill_time_has_it_called(monkeypatch):
+    """The lazy form skips ``prefill_time`` only where it is the base's (which adds 0): a
+    plain-decode policy that overrides it gets its time added, as the ordinary path adds it."""
+    from simulator.policies.none import NoSpeculation
+    sc = scenario("none", replicas=2, batching={"max_num_batched_tokens": 256})
+    sc = dataclasses.replace(sc, workload={**sc.workload, "max_requests": 120})
+    calls = [0]
+
+    def prefill_time(self, new_tokens, context):
+        calls[0] += 1
+        return 1e-4 * float(new_tokens.sum())
+
+    monkeypatch.setattr(NoSpeculation, "prefill_time", prefill_time)
+    fused, ordinary, taken = _fused_and_ordinary(monkeypatch, sc, None, True)
+    assert calls[0] > 0 and taken[1] > 0
+    assert fused.steps["draft_s"].gt(0).any()  # the chunks' proposer time is there
+    assert_identical(fused, ordinary)
