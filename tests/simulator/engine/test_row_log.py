@@ -5,6 +5,7 @@ import dataclasses
 import types
 
 import numpy as np
+import pytest
 
 from simulator.engine import row_log
 from simulator.engine.fast_forward import stretch_rows
@@ -66,12 +67,26 @@ def test_a_full_log_flushes_itself():
     assert log.size == 0
 
 
-def test_when_the_log_flushes_does_not_change_a_run(monkeypatch):
-    sc = dataclasses.replace(scenario("none", replicas=2),
-                             engine=EngineOptions(fast_forward=True))
+@pytest.mark.parametrize("steps_table", ["all", "sampled"])
+def test_when_the_log_flushes_does_not_change_a_run(monkeypatch, steps_table):
+    """Flushing every 5 rows gives the run of the usual flushes and of the step-by-step
+    reference, with every row kept, or a sample of 64 rows and ITL sketched past 500."""
+    from simulator import simulate as simulate_module
+    if steps_table == "sampled":  # small caps: rows sampled, ITL samples sketched
+        recorder = simulate_module.Recorder
+        monkeypatch.setattr(simulate_module, "Recorder", lambda *args, **kwargs: recorder(
+            *args, rows_cap=64, itl_exact_cap=500, **kwargs))
+    sc = dataclasses.replace(scenario("none", replicas=2), engine=EngineOptions(
+        fast_forward=True, steps_table=steps_table))
     sc = dataclasses.replace(sc, workload={**sc.workload, "max_requests": 200})
     usual = simulate(sc)
+    reference = simulate(dataclasses.replace(sc, engine=dataclasses.replace(
+        sc.engine, fast_forward=False)))
     monkeypatch.setattr(row_log, "FLUSH_ROWS", 5)
     often = simulate(sc)
     assert_identical(usual, often)
-    assert usual.info["steps_table"]["rows_total"] == len(usual.steps)
+    assert_identical(usual, reference)
+    assert usual.info["steps_table"]["rows_total"] == usual.info["engine"]["iterations"]
+    if steps_table == "sampled":
+        assert len(usual.steps) <= 64 < usual.info["steps_table"]["rows_total"]
+        assert usual.itl_count() > 500
