@@ -7,10 +7,12 @@ retires a request included) at once: their step times from the decodes' context 
 token each per iteration), the clock as SimPy would add the timeouts, each one's KV reservation
 from the block-residue histogram, the rows and the ITL runs, and the lazy form ``k`` ticks on.
 A short stretch (most end at the next arrival within a few iterations) is priced iteration by
-iteration on Python numbers (``uniform_step_time``); a longer one in vectorised blocks
+iteration on Python numbers (the cost model's ``uniform_pricer``), its rows and gaps left in
+the replica's ``RowLog`` (row_log.py); a longer one in vectorised blocks
 (``uniform_step_times``); both give the floats ``step_time`` gives.  The iteration that
-crosses the next arrival comes out planned and priced, and the caller yields to SimPy until
-it ends.
+crosses the next arrival comes out planned and priced, with the short stretch before it, as
+one ``DecodeRun``: the caller yields to SimPy until it ends and ``_run_done`` records the
+run.
 """
 from __future__ import annotations
 
