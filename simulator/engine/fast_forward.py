@@ -197,20 +197,28 @@ def stretch_rows(replica, n: int, v: np.ndarray, clock: np.ndarray, used: np.nda
     """The steps-table rows of ``len(v)`` pure-decode iterations of ``n`` requests, shape
     (K, len(STEP_FIELDS)): started at ``clock[:-1]``, lasting ``v`` (all verification),
     ``used`` KV blocks after each one's reservation, ``sums`` the contexts' sums before each,
-    ``queue`` requests waiting.  (Whole rows from one list, then a column at a time: a
-    third of the time fancy indexing takes on a few rows.)"""
-    row = [0.0] * len(STEP_FIELDS)
-    for i in _SHARED_LIST:
-        row[i] = n
-    row[_REPLICA], row[_QUEUE] = replica.index, queue
-    rows = np.empty((v.size, len(STEP_FIELDS)))
-    rows[:] = row
-    rows[:, _START] = clock[:-1]
-    rows[:, _DURATION] = v
-    rows[:, _VERIFY] = v
+    ``queue`` requests waiting."""
+    # KV read and attention pairs: one token each (whole numbers)
+    return decode_rows(replica.index, n, clock[:-1], v, used, sums + float(n), queue,
+                       replica.limits.kv_blocks)
+
+
+def decode_rows(index: int, n, starts, durations, used, read, queue,
+                kv_blocks: int) -> np.ndarray:
+    """Steps-table rows of pure-decode iterations of replica ``index`` (no draft, no
+    prefill, one token per decode): ``n`` decodes, ``queue`` waiting (each a number or one
+    per row), starting at ``starts``, lasting ``durations``, ``used`` KV blocks after the
+    reservation, ``read`` KV tokens read (and as many attention pairs)."""
+    rows = np.zeros((len(starts), len(STEP_FIELDS)))
+    rows[:, _REPLICA] = index
+    rows[:, _START] = starts
+    rows[:, _DURATION] = durations
+    rows[:, _VERIFY] = durations
+    for c in _SHARED_LIST:
+        rows[:, c] = n
     rows[:, _KV_USED] = used
-    np.divide(used, float(replica.limits.kv_blocks), out=rows[:, _KV_OCCUPANCY])
-    read = sums + float(n)  # KV read and attention pairs: one token each (whole numbers)
+    np.divide(used, float(kv_blocks), out=rows[:, _KV_OCCUPANCY])
+    rows[:, _QUEUE] = queue
     rows[:, _KV_READ] = read
     rows[:, _PAIRS] = read
     return rows

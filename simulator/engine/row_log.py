@@ -18,18 +18,12 @@ from operator import sub
 
 import numpy as np
 
+from simulator.engine.fast_forward import decode_rows
 from simulator.engine.step import STEP_FIELDS
 
 FLUSH_ROWS = 4096  # rows held before they are built and recorded (bounds the lists)
-_COL = {name: i for i, name in enumerate(STEP_FIELDS)}
 _WIDTH = len(STEP_FIELDS)
-_REPLICA, _START, _QUEUE = _COL["replica"], _COL["start_s"], _COL["queue_len"]
-_DURATION, _VERIFY = _COL["duration_s"], _COL["verify_s"]
-_KV_USED, _KV_OCCUPANCY = _COL["kv_blocks_used"], _COL["kv_occupancy"]
-_KV_READ, _PAIRS = _COL["kv_read_tokens"], _COL["attn_pairs"]
 _DECODE, _SINGLE, _BLOCK = 0, 1, 2  # where a row is held until the flush
-_N_COLS = [_COL[name] for name in ("batch_size", "num_decode", "decode_tokens",
-                                   "emitted_tokens")]  # n each: one token per decode
 
 
 class RowLog:
@@ -113,25 +107,14 @@ class RowLog:
         self._clear()
 
     def _decode_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """The decode rows (as ``fast_forward.stretch_rows`` builds them) and each one's
-        batch size."""
+        """The decode rows (``fast_forward.decode_rows``) and each one's batch size."""
         k, n, ctx, queue, last = np.array(self.runs, np.int64).T
         n = np.repeat(n, k)
         last_row = np.cumsum(k) - 1
         j = np.arange(n.size) - np.repeat(last_row - (k - 1), k)  # the row within its call
-        rows = np.zeros((n.size, _WIDTH))
-        rows[:, _REPLICA] = self.index
-        rows[:, _START] = self.start
-        rows[:, _DURATION] = rows[:, _VERIFY] = self.dur  # no draft
-        for c in _N_COLS:
-            rows[:, c] = n
-        used = np.array(self.used, np.int64)
-        rows[:, _KV_USED] = used
-        np.divide(used, float(self.kv_blocks), out=rows[:, _KV_OCCUPANCY])
-        rows[:, _QUEUE] = np.repeat(queue, k)
-        rows[last_row, _QUEUE] = last
+        queue = np.repeat(queue, k)
+        queue[last_row] = last
         # KV read and attention pairs: one token each, from contexts summing to ctx + n j
         read = (np.repeat(ctx, k) + n * j).astype(np.float64) + n
-        rows[:, _KV_READ] = read
-        rows[:, _PAIRS] = read
-        return rows, n
+        return decode_rows(self.index, n, self.start, self.dur, np.array(self.used, np.int64),
+                           read, queue, self.kv_blocks), n
