@@ -7,7 +7,12 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
-from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
+from simulator.acceptance.sampling import (
+    check_batch,
+    geometric_counter,
+    sample_chain_tree,
+    sample_geometric,
+)
 from simulator.speculation.closed_forms import expected_tokens
 
 
@@ -35,6 +40,12 @@ class IIDAcceptance:
         """The per-request alphas ``sample_chain`` draws with (context-free: a chain
         stretch may draw many iterations at once, simulator/engine/chain_stretch.py)."""
         return np.full(request_ids.shape, self.alpha)
+
+    def chain_counter(self, gamma: int):
+        """``sample_chain``'s accepted counts of requests drafting ``gamma`` given its
+        uniforms, as ``counts(draws, request_ids)``, faster where alpha is in (0, 1)
+        (``geometric_counter``); None elsewhere."""
+        return geometric_counter(self.alpha, gamma)
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         return sample_chain_tree(self, tree, contexts, request_ids, rng)

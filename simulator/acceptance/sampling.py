@@ -76,6 +76,19 @@ def geometric_counts(draws: np.ndarray, alpha: np.ndarray, gammas) -> np.ndarray
     return np.minimum(n, gammas).astype(np.int64)
 
 
+def geometric_counter(alpha: float, gammas):
+    """``geometric_counts(draws, alpha, gammas)`` for one ``alpha`` in (0, 1) shared by every
+    request, with its logarithm taken once: the same floats (the same division by the same
+    ``np.log(alpha)``, no 0 or infinite logarithm to guard); None for another alpha."""
+    if not 0.0 < alpha < 1.0:
+        return None
+    log_alpha = np.log(np.full(1, float(alpha)))[0]  # as geometric_counts' array takes it
+
+    def counts(draws: np.ndarray, request_ids=None) -> np.ndarray:
+        return np.minimum(np.log(1.0 - draws) / log_alpha, gammas).astype(np.int64)
+    return counts
+
+
 def sample_leading(success_prob: np.ndarray, gammas: np.ndarray,
                    rng: np.random.Generator) -> np.ndarray:
     """Leading successes given per-request, per-position probabilities (B, G)."""

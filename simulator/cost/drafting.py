@@ -118,6 +118,26 @@ def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> 
     return total
 
 
+def chain_draft_pricer(draft_cost, n: int, steps: int):
+    """``chain_draft_time`` of ``n`` requests all drafting ``steps`` tokens as a function of
+    their context sum alone, on Python numbers: bitwise a row of the draft cost's
+    ``chain_decode_times`` (its ``uniform_pricer`` at each forward's sum, added left to
+    right as numpy adds fewer than 8 numbers; from 8 on its sum is pairwise); None where
+    the cost has no ``uniform_pricer``, no closed form applies, or ``steps`` is not 1-7."""
+    make = getattr(draft_cost, "uniform_pricer", None)
+    price = make(n, 1, n) if make is not None and 0 < steps < 8 and n >= 1 else None
+    if price is None:
+        return None
+    offsets = [float(n * j) for j in range(1, steps)]  # chain_decode_times' s + n j
+
+    def draft(ctx_sum: float) -> float:
+        total = price(ctx_sum)
+        for offset in offsets:
+            total += price(ctx_sum + offset)
+        return total
+    return draft
+
+
 def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
                        num_draft: int = 1, max_context: int | None = None) -> float:
     """A draft model prefilling its own KV over the step's prompt chunks (no logits).

@@ -58,7 +58,27 @@ def chain_stretch_of(replica) -> ChainStretch | None:
     if hook is None or replica.cache is not None \
             or getattr(replica.target_cost, "uniform_step_times", None) is None:
         return None
+    replica._chain_prices = {}  # chain_prices' memo, by batch size
     return hook()
+
+
+def chain_prices(replica, spec: ChainStretch, n: int):
+    """(draft, verify): the seconds of one chain iteration of ``n`` requests as functions of
+    their context sum (Python floats), bitwise ``_times``'s; None where either has no such
+    form (the draft's ``draft_pricer``, the target's ``uniform_pricer``).  Memoised."""
+    memo = replica._chain_prices
+    got = memo.get(n, memo)
+    if got is memo:
+        u, got = spec.gamma + 1, None
+        draft = spec.draft_pricer(n) if spec.draft_pricer is not None else None
+        make = getattr(replica.target_cost, "uniform_pricer", None)
+        verify = make(n, u, n * u) if draft is not None and make is not None else None
+        if verify is not None:
+            got = (draft, verify)
+        if len(memo) >= 1024:
+            memo.clear()
+        memo[n] = got
+    return got
 
 
 def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
@@ -80,9 +100,9 @@ def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | Non
     iteration too, else None (the next iteration goes through the step-by-step path).
     Passes of 8 iterations first (a stretch between two arrivals is a few), four times
     longer after each pass that kept them all."""
-    done, k = NONE, FIRST_PASS
-    while (got := _pass(replica, spec, k))[0] == _FULL:
-        done, k = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS)
+    done, k, step = NONE, FIRST_PASS, _short
+    while (got := step(replica, spec, k))[0] == _FULL:
+        done, k, step = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS), _pass
     return (done, None) if got[0] == NONE else got
 
 
@@ -109,10 +129,70 @@ def _opening(replica, spec: ChainStretch):
     return base
 
 
-def _pass(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:
-    """One pass of at most ``k_max`` iterations: (NONE, ADVANCED, RETIRED or _FULL, the
-    crossing iteration or None)."""
+def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:
+    """``_pass`` iteration by iteration, for the first pass of a stretch (between two
+    arrivals a stretch is a few iterations): each iteration's checks before its draws
+    (nothing drawn is given back), its price from ``chain_prices``; ``_pass`` where those
+    have no scalar form."""
     base = _opening(replica, spec)
+    if base is None:
+        return NONE, None
+    b = replica.b
+    n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
+    prices = chain_prices(replica, spec, n)
+    if prices is None:
+        return _pass(replica, spec, k_max, base)
+    draft, verify = prices
+    u, c0, ids, rng, accepted = g + 1, b.computed, b.ids, replica.rng, spec.accepted
+    left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
+    seq = None if spec.max_context is None else b.prompt_len + b.generated + g
+    seq_max = 0 if seq is None else int(_MAX(seq))
+    horizon = replica.arrivals.horizon(replica.index)
+    s, clock, got = int(_SUM(c0)), replica.now, 0
+    emits, gots, sums, drafts, verifies, clocks = [], [], [], [], [], [clock]
+    cross = retired = False
+    while len(emits) < k_max:
+        # _pass's blocking, exact where the bound does not clear it (got <= u k each)
+        if (s + n * u) // bs + n > free and int(_SUM(-(-(c0 + got + u) // bs))) > free:
+            break
+        if seq is not None and seq_max + len(emits) * u >= spec.max_context \
+                and _ANY(seq + got >= spec.max_context):
+            break
+        d, v = draft(s), verify(s)
+        end = clock + (d + v)
+        emit = accepted(rng.random(n), ids)
+        emit += 1
+        if end >= horizon:  # the next arrival comes first: this one crosses it
+            cross = True
+            break
+        got = got + emit
+        emits.append(emit)
+        gots.append(got)
+        sums.append(s)
+        drafts.append(d)
+        verifies.append(v)
+        clocks.append(end)
+        s, clock = s + int(_SUM(emit)), end
+        if _ANY(got >= left):
+            retired = True
+            break
+    k = len(emits)
+    if k:
+        _commit(replica, spec, np.array(emits), np.array(gots), np.array(sums, np.int64),
+                np.array(clocks), np.array(drafts), np.array(verifies), base, retired)
+    if cross:
+        return ADVANCED, _crossing(replica, spec, emit, float(s), d, v)
+    if not k:
+        return NONE, None
+    return (RETIRED if retired else _FULL if k == k_max else ADVANCED), None
+
+
+def _pass(replica, spec: ChainStretch, k_max: int,
+          base: int | None = None) -> tuple[int, ChainCrossing | None]:
+    """One pass of at most ``k_max`` iterations: (NONE, ADVANCED, RETIRED or _FULL, the
+    crossing iteration or None); ``base``: ``_opening``'s, where the caller has it."""
+    if base is None:
+        base = _opening(replica, spec)
     if base is None:
         return NONE, None
     b, lim = replica.b, replica.limits

@@ -64,6 +64,9 @@ class ChainStretch:
     # draft_times(n, ctx_sums): the proposer's seconds of K iterations of n requests whose
     # contexts sum to ctx_sums (K,), bitwise ``propose``'s; None: no closed form
     draft_times: Callable[[int, np.ndarray], np.ndarray | None]
+    # draft_pricer(n): draft_times of one iteration of n requests as a function of their
+    # context sum (a Python float), bitwise; None (or returning None): use draft_times
+    draft_pricer: Callable[[int], Callable[[float], float] | None] | None = None
 
 
 class Policy(Protocol):

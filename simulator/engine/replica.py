@@ -2,38 +2,35 @@
 
 Shaped as SimPy's own examples: ``Arrivals`` (router.py) is a plain generator process that
 routes each request to a replica; a ``Replica`` starts its own process in ``__init__`` and
-sleeps on an ``env.event()`` while it has nothing to do.  An iteration is DESIGN section 5
-inside vLLM-style continuous batching, one token budget shared by decodes and prefills:
+sleeps on an ``env.event()`` while idle.  An iteration is DESIGN section 5 inside vLLM-style
+continuous batching, one token budget shared by decodes and prefills:
 
-1. plan the decodes (``_plan_decodes``): the policy drafts for the running decodes; while
-   their KV does not fit, the most recently admitted request is preempted (recompute, as vLLM
-   does) and the policy asked again; ``_reserve_decodes`` fits them to the budget and grows
-   their KV;
+1. plan the decodes (``_plan_decodes``): the policy drafts for the running decodes; while their
+   KV does not fit, the most recently admitted request is preempted (recompute, as vLLM does)
+   and the policy asked again; ``_reserve_decodes`` fits them to the budget, grows their KV;
 2. plan the prefills (``_plan_prefills``): running requests' unfinished prefill chunks
    first, then admissions (``_admit``), FIFO while the token budget, the sequence limit and
    the KV blocks allow (chunked prefill optional);
 3. price the step (``_price``): draft (the proposer's time, serial), then verify (one target
    forward over every request's exact token count: 1 + drafts for a decode, the chunk for a
-   prefill), the two priced into a frozen ``Step``;
+   prefill) into a frozen ``Step``;
 4. advance time by the step's duration, then complete it (completion.py).
 
 Under ``none`` the four run fused (``_plain_schedule`` / ``_plain_complete``, plain_step.py),
 with the same results; a preemption, a prefix cache or the event log take the path above.
-
-The running requests' state lives in the replica's ``RunningBatch`` (dense arrays kept in
-step); the run's ``RequestTable`` holds everyone else's.
+The running requests' state lives in the ``RunningBatch``, everyone else's in the run's table.
 
 **Fast-forward** (``engine.fast_forward``, the default).  Between two arrivals nothing outside
 a replica reads or changes it (each replica draws from its own random stream; the recorder's
 tables do not depend on the order replicas report in), so a replica completes every step that
 ends before the next arrival at once, on its own clock ``now``, with no SimPy timeout; a
 pure-decode stretch is advanced in one vectorised pass (fast_forward.py), and so is an
-all-decoding stretch under ``chain`` (chain_stretch.py: its draws made in order).  Under
-``none`` (the fused iteration's cases) the replica's process is ``_run_lazy`` instead of
-``run``: its decodes advance in lockstep, O(1) an iteration (lazy_decode.py).  It yields to SimPy
-only for a step that ends at or after the next arrival, landing exactly where the step ends.
-Same decisions, same draws, same floating-point operations in the same order: the results
-are identical to the step-by-step reference (``fast_forward: false``), which tests check.
+all-decoding stretch under ``chain`` (chain_stretch.py: its draws made in order), whose other
+iterations (admissions) run fused (chain_step.py).  Under ``none`` (the fused iteration's
+cases) the process is ``_run_lazy``: its decodes advance in lockstep, O(1) an iteration
+(lazy_decode.py).  It yields to SimPy only for a step that ends at or after the next arrival,
+landing exactly where the step ends.  The same decisions, draws and floating-point operations
+in the same order: results identical to the step-by-step reference (``fast_forward: false``).
 """
 from __future__ import annotations
 
@@ -51,6 +48,7 @@ from simulator.engine.chain_stretch import (
     chain_stretch_of,
     complete_crossing,
 )
+from simulator.engine.chain_step import ChainStep, chain_complete, chain_schedule
 from simulator.engine.completion import Completion
 from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
 from simulator.engine.forward import Forward
@@ -139,6 +137,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
                     continue  # the batch changed: idle now, or another stretch
             if step is None and self.plain:
                 step = self._plain_schedule(self.now)
+            elif step is None and self._chain is not None:
+                step = chain_schedule(self, self._chain, self.now)
             if step is None:
                 step = self._schedule(self.now)
             if step is None:  # nothing could be scheduled (cannot happen with valid limits)
@@ -156,6 +156,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
                 self._plain_complete(step, end)
             elif step.__class__ is ChainCrossing:
                 complete_crossing(self, self._chain, step, end)
+            elif step.__class__ is ChainStep:
+                chain_complete(self, self._chain, step, end)
             else:
                 self._complete(step, end)
 

@@ -15,7 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.acceptance.sampling import geometric_counts
-from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
+from simulator.cost.drafting import (
+    chain_draft_pricer,
+    chain_draft_time,
+    draft_max_context,
+    draft_prefill_time,
+)
 from simulator.engine.plan import BatchView, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
@@ -73,12 +78,16 @@ class ChainSpeculation(PolicyBase):
         times = getattr(self.draft_cost, "chain_decode_times", None)
         if alphas is None or times is None or self.gamma < 1:
             return None
-        g = self.gamma
-        # sample_chain's draws (sample_geometric) given its uniforms; chain_draft_time when
-        # every request drafts g: the draft cost's chain_decode_time
-        return ChainStretch(g, self.draft_max_context,
-                            lambda draws, ids: geometric_counts(draws, alphas(ids), g),
-                            lambda n, sums: times(n, sums, g))
+        g, cost = self.gamma, self.draft_cost
+        # sample_chain's draws (sample_geometric) given its uniforms, with one alpha bound
+        # once where the model has a counter; chain_draft_time when every request drafts g:
+        # the draft cost's chain_decode_time
+        counter = getattr(self.acceptance, "chain_counter", None)
+        counts = counter(g) if counter is not None else None
+        return ChainStretch(g, self.draft_max_context, counts or (
+                            lambda draws, ids: geometric_counts(draws, alphas(ids), g)),
+                            lambda n, sums: times(n, sums, g),
+                            lambda n: chain_draft_pricer(cost, n, g))
 
     def draft_control(self, params: dict) -> ChainControl:
         """Per-request gammas: the draft model catches up on skipped iterations."""

@@ -227,3 +227,33 @@ def test_every_shipped_curve_fits_within_its_reported_error():
             # Only curves whose AL falls with gamma (DSpark at gamma 7-8) miss by > 0.2.
             if np.all(np.diff(measured) > -0.1):
                 assert model.max_fit_error < 0.2, (file.name, leaf)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.5, 0.7, 0.999])
+@pytest.mark.parametrize("gamma", [1, 4, 7])
+def test_the_bound_geometric_counter_is_bitwise_geometric_counts(alpha, gamma):
+    # the chain stretch and the fused chain step count acceptances with the counter an iid
+    # model binds once (its log alpha taken once); they must be sample_chain's exactly
+    from simulator.acceptance.iid import IIDAcceptance
+    from simulator.acceptance.sampling import geometric_counts
+    rng = np.random.default_rng(int(alpha * 1000) + gamma)
+    count = IIDAcceptance(alpha).chain_counter(gamma)
+    for shape in ((1,), (7,), (33,), (5, 17)):
+        draws = rng.random(shape)
+        draws.flat[0] = 0.0  # u = 1 - draw = 1: log 0, no accepted draft
+        expected = geometric_counts(draws, np.full(shape, alpha), gamma)
+        got = count(draws, np.arange(shape[-1]))
+        assert got.dtype == np.int64 and np.array_equal(got, expected)
+        assert got.flat[0] == 0
+    # and what sample_chain draws for one iteration, from the same generator state
+    ids = np.arange(40)
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    chain = IIDAcceptance(alpha).sample_chain(np.full(40, gamma), np.zeros(40), ids, a)
+    assert np.array_equal(count(b.random(40), ids), chain)
+
+
+def test_the_geometric_counter_gives_way_at_alpha_0_and_1():
+    # log 0 and log 1 need geometric_counts' guards: no counter there
+    from simulator.acceptance.iid import IIDAcceptance
+    assert IIDAcceptance(0.0).chain_counter(4) is None
+    assert IIDAcceptance(1.0).chain_counter(4) is None

@@ -18,6 +18,7 @@ from hardware.kernels import ATTENTION_DECODE, ATTENTION_PREFILL
 from hardware.profile import load_profile
 from simulator.cost import token_terms
 from simulator.cost.cost_model import CostModel
+from simulator.cost.drafting import chain_draft_pricer
 from simulator.cost.execution import eager, resolve_execution
 from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
@@ -126,8 +127,16 @@ def test_many_draft_chains_in_one_call(profile, execution):
         one = np.array([cm.chain_decode_time(c, steps) for c in batches])
         if many is None:  # no closed form: chain_decode_time takes another path
             assert cm.uniform_step_times(n, 1, sums, n) is None
+            assert chain_draft_pricer(cm, n, steps) is None
             continue
         assert many.shape == (6,) and np.array_equal(many, one)
+        # one batch's as a function of its context sum: bitwise, where numpy adds the
+        # forwards left to right (fewer than 8 of them)
+        price = chain_draft_pricer(cm, n, steps)
+        if steps >= 8:
+            assert price is None
+        else:
+            assert [price(float(s)) for s in sums] == one.tolist()
     assert cm.chain_decode_times(5, np.array([10]), 0) is None
     assert cm.chain_decode_times(0, np.array([10]), 4) is None
 

@@ -221,3 +221,32 @@ def test_chain_stretch_gives_back_unused_draws():
     assert on.info["engine"]["vectorised"] > 0
     for a, b in zip(states[True], states[False]):
         assert a.bit_generator.state == b.bit_generator.state
+
+
+@pytest.mark.parametrize("gamma", [4, 9])
+def test_chain_admissions_run_fused_and_identical(gamma, monkeypatch):
+    """Under fast-forward the chain iterations a stretch does not take (mostly admissions:
+    every decode drafting, a new prompt's chunk) run fused (simulator/engine/chain_step.py):
+    the same results as the ordinary path.  gamma 9: the draft's nine forwards are summed
+    pairwise by numpy, so no scalar price applies and both the fused step and the stretch's
+    first pass take the vectorised prices."""
+    import simulator.engine.replica as replica_module
+    fused = []
+    complete = replica_module.chain_complete
+
+    def counted(replica, spec, step, now):
+        fused.append(int(step.prefill_pos.size))
+        complete(replica, spec, step, now)
+
+    monkeypatch.setattr(replica_module, "chain_complete", counted)
+    rng = np.random.default_rng(gamma)
+    n = 60
+    sc = scenario(f"chain:num_speculative_tokens={gamma}", hardware="a100-40gb",
+                  target="llama-2-7b", draft="llama-68m", replicas=2,
+                  batching={"max_num_seqs": 24, "max_num_batched_tokens": 1024})
+    wl = workload(np.sort(rng.uniform(0, 12, n)), rng.integers(8, 1500, n),
+                  rng.integers(10, 150, n))
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    assert len(fused) > n / 2 and sum(1 for p in fused if p) > n / 2  # admissions, fused
+    assert on.info["engine"]["vectorised"] > 0
