@@ -23,6 +23,12 @@ and including the first iteration that finishes a request (emitted tokens capped
 output length there, as ``emitted_tokens`` caps them).  The draws of the iterations not kept
 are given back: the generator's state is restored and only the kept ones drawn again.  Same
 floats in the same order throughout; tests compare the results with ``fast_forward: false``.
+
+A stretch's first pass (``_short``, up to 8 iterations: between two arrivals a stretch is a
+few) goes iteration by iteration instead: each iteration's checks before its draws (nothing
+to give back), its price from ``chain_prices`` (the draft's and the target's closed forms as
+functions of the context sum, bitwise ``_times``'s, memoised by batch size), its rows built
+by ``_commit`` as the pass's are.  A longer stretch continues in passes of 32, 128, 256.
 """
 from __future__ import annotations
 

@@ -102,6 +102,8 @@ class Completion:
         if not _ANY(finished):
             return
         done = np.flatnonzero(finished)
+        if done.size == 1 and self.cache is None:  # the usual case: scalar stores
+            return self._retire_one(int(done[0]), now)
         rids = b.ids[done]
         t.finish_s[rids] = now
         t.status[rids] = FINISHED
@@ -117,6 +119,21 @@ class Completion:
         b.keep(~finished)
         if self.on_finish is not None:
             self.on_finish(int(done.size))
+
+    def _retire_one(self, p: int, now: float) -> None:
+        """``_retire`` of the one finished request, at position ``p`` (no prefix cache)."""
+        b, t = self.b, self.t
+        rid = int(b.ids[p])
+        t.finish_s[rid] = now
+        t.status[rid] = FINISHED
+        self.used_blocks -= int(b.blocks[p])
+        b.blocks[p] = 0
+        if self.rec.record_events:
+            self.rec.events.append((now, "finish", rid, 0))
+        b.write_back_one(t, p)
+        b.remove(p)
+        if self.on_finish is not None:
+            self.on_finish(1)
 
     def _record(self, step: Step, emitted_tokens: int, accepted: np.ndarray | None) -> None:
         """Record the step's row (after retirement: KV and queue as the next step finds them)."""
