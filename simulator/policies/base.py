@@ -27,8 +27,9 @@ A built policy (``cls(params, ctx)``, one per replica) says:
 - for fast-forward, optionally: ``plain_decode = True`` (it proposes, draws and learns
   nothing: ``none``), or ``chain_stretch()`` -> a
   :class:`~simulator.engine.plan.ChainStretch` or None (its iterations depend on the batch
-  alone and draw one uniform per request: ``chain``); without either, fast-forward only
-  skips the policy's SimPy timeouts.
+  alone and draw one uniform per request: ``chain``; the engine then also runs its other
+  iterations fused where every decode drafts); without either, fast-forward only skips the
+  policy's SimPy timeouts.
 
 Adding a policy touches its own file, the ``POLICIES`` dict in ``registry.py`` and its test;
 never the engine.
