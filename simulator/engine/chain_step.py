@@ -16,8 +16,7 @@ results are bit-for-bit the ordinary path's.
 It returns None (the ordinary path runs the iteration) where that does not hold: nothing
 decodes, a decode the draft cannot speculate (prompt + generated + gamma reaches its max
 context), the decodes' tokens over the budget (the plan would be trimmed), their KV not
-fitting (a preemption), a prefilling request among the decodes (not the usual order:
-admitted last), or a draft time with no closed form.  Like the stretch, it relies on the
+fitting (a preemption), or a draft time with no closed form.  Like the stretch, it relies on the
 ``ChainStretch`` contract: the policy's per-iteration work depends on the batch alone (its
 ``observe`` learns nothing).
 """
@@ -27,8 +26,8 @@ import numpy as np
 
 from simulator.engine.chain_stretch import chain_prices
 from simulator.engine.plain_step import PlainStep
-from simulator.engine.plan import ChainStretch, emitted_tokens
-from simulator.engine.step import NO_IDS, StepRow
+from simulator.engine.plan import ChainStretch
+from simulator.engine.step import StepRow
 
 _ALL, _SUM = np.logical_and.reduce, np.add.reduce  # no method layer
 
@@ -50,12 +49,7 @@ def chain_schedule(replica, spec: ChainStretch, now: float) -> ChainStep | None:
     budget = lim.max_num_batched_tokens
     if not nd or nd * u > budget:
         return None
-    if nd == n:
-        pos, mid = slice(0, n), NO_IDS
-    elif _ALL(b.in_prefill[nd:]):  # the usual order: the prefilling ones admitted last
-        pos, mid = slice(0, nd), np.arange(nd, n)
-    else:
-        return None
+    pos, mid = replica._decode_split(nd, n)
     if spec.max_context is not None and \
             not _ALL(b.prompt_len[pos] + b.generated[pos] + g < spec.max_context):
         return None  # the policy would not draft for some (chain.py's speculable)
@@ -90,19 +84,9 @@ def chain_complete(replica, spec: ChainStretch, step: ChainStep, now: float) -> 
     draws them) and emissions, the roll-back of the rejected drafts' KV, retirements, the
     row."""
     prefilled = replica._emit_prefills(step, now)
-    b, dec, nd, g = replica.b, step.decode_pos, step.num_decode, spec.gamma
-    accepted = spec.accepted(replica.rng.random(nd), b.ids[dec])  # in [0, g]: no clamp
-    emitted = emitted_tokens(accepted, b.generated[dec], b.output_len[dec])
-    replica.rec.record_itl(now - b.last_emit[dec])
-    b.generated[dec] += emitted
-    b.computed[dec] += emitted
-    b.last_emit[dec] = now
-    decoded = int(_SUM(emitted))
-    replica.outstanding_tokens -= decoded
-    b.num_drafts[dec] += 1
-    b.num_draft_tokens[dec] += g
-    b.num_accepted[dec] += accepted
-    replica.rec.record_acceptance(np.full(nd, g, np.int64), accepted)
+    dec, nd, g = step.decode_pos, step.num_decode, spec.gamma
+    accepted = spec.accepted(replica.rng.random(nd), replica.b.ids[dec])  # in [0, g]
+    _, decoded = replica._emit_accepted(dec, accepted, np.full(nd, g, np.int64), now)
     replica._roll_back(dec)
     replica._retire(now)
     n_pf, used = int(step.prefill_pos.size), replica.used_blocks

@@ -67,9 +67,18 @@ class Completion:
     def _emit_decodes(self, step: Step, now: float) -> tuple[np.ndarray, np.ndarray, int]:
         """Accept, then emit accepted + 1 tokens per decode; returns (emitted, accepted) per
         decode and the tokens emitted in all."""
-        b, plan, dec = self.b, step.plan, step.decode_pos
+        plan = step.plan
         accepted = np.asarray(self.policy.accept(plan, step.batch, self.rng), np.int64)
         accepted = np.minimum(np.maximum(accepted, 0), plan.num_draft)
+        emitted, decoded = self._emit_accepted(step.decode_pos, accepted, plan.num_draft, now)
+        return emitted, accepted, decoded
+
+    def _emit_accepted(self, dec, accepted: np.ndarray, num_draft: np.ndarray,
+                       now: float) -> tuple[np.ndarray, int]:
+        """Each decode at ``dec`` emits its ``accepted`` drafts + 1 tokens (never past its
+        output length) and counts its ``num_draft`` drafts; returns (emitted per decode,
+        tokens emitted in all)."""
+        b = self.b
         emitted = emitted_tokens(accepted, b.generated[dec], b.output_len[dec])
         self.rec.record_itl(now - b.last_emit[dec])
         b.generated[dec] += emitted
@@ -77,12 +86,12 @@ class Completion:
         b.last_emit[dec] = now
         decoded = int(_SUM(emitted))
         self.outstanding_tokens -= decoded
-        if _ANY(plan.num_draft):
-            b.num_drafts[dec] += plan.num_draft > 0
-            b.num_draft_tokens[dec] += plan.num_draft
+        if _ANY(num_draft):
+            b.num_drafts[dec] += num_draft > 0
+            b.num_draft_tokens[dec] += num_draft
             b.num_accepted[dec] += accepted
-            self.rec.record_acceptance(plan.num_draft, accepted)
-        return emitted, accepted, decoded
+            self.rec.record_acceptance(num_draft, accepted)
+        return emitted, decoded
 
     def _roll_back(self, dec) -> None:
         """Free the KV blocks that held only rejected draft tokens."""

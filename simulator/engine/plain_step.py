@@ -63,12 +63,7 @@ class PlainSteps:
         budget = lim.max_num_batched_tokens
         if not nd or nd > budget:
             return None
-        if nd == n:
-            pos, mid = slice(0, n), NO_IDS
-        elif _ALL(b.in_prefill[nd:]):  # the usual order: the prefilling ones admitted last
-            pos, mid = slice(0, nd), np.arange(nd, n)
-        else:
-            pos, mid = np.flatnonzero(~b.in_prefill), np.flatnonzero(b.in_prefill)
+        pos, mid = self._decode_split(nd, n)
         c = b.computed[pos]
         need = c == b.blocks[pos] * lim.block_size  # the decodes that take a new block
         taken = int(_COUNT(need))
@@ -83,6 +78,17 @@ class PlainSteps:
             np.ones(nd), ctx, pf, chunks, 0.0)
         return PlainStep(now, draft_s, verify_s, pos, nd, pf, chunks, completes,
                          prefill_tokens, kv_read, attn_pairs)
+
+    def _decode_split(self, nd: int, n: int):
+        """The positions of the ``nd`` decodes and of the other ``n - nd`` running requests
+        (mid-prefill): slices where the prefilling ones come last (the usual order: admitted
+        last), else index arrays."""
+        b = self.b
+        if nd == n:
+            return slice(0, n), NO_IDS
+        if _ALL(b.in_prefill[nd:]):
+            return slice(0, nd), np.arange(nd, n)
+        return np.flatnonzero(~b.in_prefill), np.flatnonzero(b.in_prefill)
 
     def _plain_complete(self, step: PlainStep, now: float) -> None:
         """Emit (the prefills' tokens, then one per decode), retire, record the step."""

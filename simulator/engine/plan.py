@@ -1,6 +1,7 @@
 """The socket between the engine and a policy: what the engine hands a policy each iteration
 (``BatchView``), what the policy returns (``DraftPlan``), what a chain policy offers its
-stretches (``ChainStretch``), and the ``Policy`` and ``StepPricer`` protocols the engine calls.  The engine imports nothing else of the project."""
+stretches (``ChainStretch``), and the ``Policy`` and ``StepPricer`` protocols the engine
+calls.  The engine imports nothing else of the project."""
 from __future__ import annotations
 
 from dataclasses import dataclass
