@@ -115,7 +115,7 @@ class CostModel:
         self._inv_mrate = self._roof.inverse_memory_rate
         self._tables = tt.TokenTables(self, tables=tables)
         self._uniform_cache: dict[tuple, sm.UniformStep | None] = {}
-        self._decode_line = _MISSING  # step_models.decode_line, on first use
+        self._decode_line, self._verify_lines = _MISSING, {}  # sm.decode_line's, by u
         self._general_only = (parallel.pipeline_parallel > 1 and parallel.micro_batches > 1) \
             or self.execution.step_model != "sum_of_operators"  # step_time: breakdown's
 
@@ -299,20 +299,20 @@ class CostModel:
         k = self._uniform(int(n), float(u), float(logits))
         return None if k is None else sm.scalar_time(k)
 
-    def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int],
-                        chunk_ctx: list[int], logits: float) -> float | None:
-        """Seconds of one forward of ``n`` one-token decodes whose contexts sum to ``ctx_sum``
-        and of prefill chunks (``chunks[i]`` new tokens over ``chunk_ctx[i]`` cached), with
-        ``logits`` tokens through the LM head: the decodes' attention by the uniform closed
-        form's line, the chunks' by request (``step_models.mixed_time``).  Equal to
-        ``step_time`` over the concatenated batch within rounding; None where no line applies
-        or no chunk is longer than one token (the caller prices the batch by ``step_time``)."""
-        line = self._decode_line
-        if line is _MISSING:
-            line = self._decode_line = sm.decode_line(self)
-        if line is None or n < 1:
-            return None
-        return sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
+    def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
+                        logits: float, u: int = 1) -> float | None:
+        """One forward of ``n`` decodes of ``u`` tokens each (gamma + 1: chain verification),
+        contexts summing to ``ctx_sum``, and chunks (``chunks[i]`` tokens over ``chunk_ctx[i]``),
+        ``logits`` through the head: the decodes by the closed form's line, the chunks by
+        request (``step_models.mixed_time``, ``mixed_verify_time``); ``step_time`` within
+        rounding.  None where no line applies or the batch is uniform: ``step_time`` prices."""
+        if u == 1:
+            line = self._decode_line
+            if line is _MISSING:
+                line = self._decode_line = sm.decode_line(self)
+            return None if line is None or n < 1 else \
+                sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
+        return sm.mixed_verify_time(self, n, u, ctx_sum, chunks, chunk_ctx, logits)
 
     def _uniform(self, n: int, u: float, logits: float) -> sm.UniformStep | None:
         """The closed form of a uniform batch, memoised (None where none applies)."""

@@ -147,6 +147,14 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
     """
     if draft_cost is None or not new_tokens.size:
         return 0.0
+    one = getattr(draft_cost, "uniform_step_time", None) if new_tokens.size == 1 else None
+    if one is not None:  # one chunk (the usual case): step_time's closed form, on numbers
+        c, x = float(new_tokens[0]), float(context[0])
+        if max_context is not None and not (x + c) + 1.0 + int(num_draft) < int(max_context):
+            return 0.0  # draft_prefill_mask's test
+        t = one(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
+        if t is not None:
+            return t
     if max_context is not None:
         keep = draft_prefill_mask(new_tokens, context, num_draft, max_context)
         if not keep.all():

@@ -13,7 +13,8 @@ sum of the contexts: ``uniform_step`` gathers what does not depend on S, ``unifo
 finishes the sum for one S or a vector of them with the same IEEE operations.  A batch of
 one-token decodes that also carries prefill chunks (about two steps a request under chunked
 prefill) prices its decodes by the same line and its few chunks one by one (``mixed_time``):
-no per-request arrays for the decodes.
+no per-request arrays for the decodes; so does a chain's step of gamma + 1 token
+verifications with chunks (``mixed_verify_time``: one multi-query kernel for all of them).
 """
 from __future__ import annotations
 
@@ -213,16 +214,20 @@ def chain_decode(cm, ctx: np.ndarray, steps: int) -> float:
     return steps * (fixed + host + replay) + float(per_step.sum())
 
 
-def decode_line(cm) -> tuple[float, float, float, float] | None:
-    """One 1-token decode's attention in one layer as a line in its context ``x``: ``(slope,
-    intercept, latency, floor)`` (``Roofline.attention_line``), the line ``uniform_step``
-    uses at ``u = 1``; None where the roof can switch or the efficiencies curve."""
+def decode_line(cm, u: float = 1.0) -> tuple[float, float, float, float] | None:
+    """One request's attention in one layer at ``u`` new tokens (1: a decode; gamma + 1: a
+    chain's verification) as a line in its context ``x``: ``(slope, intercept, latency,
+    floor)`` (``Roofline.attention_line``), the line ``uniform_step`` uses; None where the
+    roof can switch or the efficiencies curve."""
     if (cm.parallel.pipeline_parallel > 1 and cm.parallel.micro_batches > 1) \
             or cm.execution.step_model != "sum_of_operators":
         return None
-    pair, kv, q_io, up = cm._attention_coefficients(1.0)
-    # u = 1: the kernel's 1 x (x + 1) pairs with shapes, the causal 1 x (x + 1) without
-    return cm._roof.attention_line(ATTENTION_DECODE, pair + up, pair, kv, kv + q_io)
+    pair, kv, q_io, up = cm._attention_coefficients(u)
+    if u == 1:  # the kernel's 1 x (x + 1) pairs with shapes, the causal 1 x (x + 1) without
+        return cm._roof.attention_line(ATTENTION_DECODE, pair + up, pair, kv, kv + q_io)
+    width = u if cm._shapes else 0.5 * (u + 1.0)  # as uniform_step
+    return cm._roof.attention_line(ATTENTION_PREFILL, pair * u + up, pair * u * width, kv,
+                                   u * kv + u * q_io)
 
 
 def mixed_time(cm, line: tuple[float, float, float, float], n: int, ctx_sum: float,
@@ -250,6 +255,43 @@ def mixed_time(cm, line: tuple[float, float, float, float], n: int, ctx_sum: flo
     fixed = cm._fixed(tokens, logits, mode, padded)
     decode = max(slope * ctx_sum + (float(n) * intercept + latency), floor)
     return cm._step_from(mode, fixed, decode + _chunk_attention(cm, long_c, long_x), active)
+
+
+def mixed_verify_time(cm, n: int, u: int, ctx_sum: float, chunks: list[int],
+                      chunk_ctx: list[int], logits: float) -> float | None:
+    """``mixed_time`` for ``n >= 1`` verifications of ``u > 1`` tokens each (a chain's decodes)
+    beside prefill chunks of at least 2 tokens, not all of ``u``: with kernel shapes every
+    request is in one multi-query kernel, the verifications' part by ``decode_line`` at
+    ``u`` (memoised in ``cm._verify_lines``: ``n`` intercepts, the slope times their context
+    sum), each chunk's as ``step_time`` prices it, one latency and floor for the kernel;
+    without, the per-request sum.  None where no line applies, for MLA, a 1-token chunk (a
+    kernel of its own) or a uniform batch (``step_time``'s closed form)."""
+    if n < 1 or cm._mla is not None or min(chunks) < 2 or all(c == u for c in chunks):
+        return None
+    line = cm._verify_lines.get(u, cm)
+    if line is cm:
+        line = cm._verify_lines[u] = decode_line(cm, float(u))
+    if line is None:
+        return None
+    slope, intercept, latency, floor = line
+    total = slope * ctx_sum + float(n) * intercept
+    pair, kvb, qb = cm._attn_flops_per_pair, cm._kv_bytes_per_token, cm._q_io_bytes_per_token
+    roof = cm._roof
+    if cm._shapes:
+        crate, mrate, _, _ = roof.kind_rates(ATTENTION_PREFILL)
+        for c, x in zip(chunks, chunk_ctx):
+            kv = float(x + c)
+            total += max(pair * c * kv / crate, (kv * kvb + c * qb) / mrate)
+        total = max(total + latency, floor)
+    else:
+        inv_c, inv_m = roof.inverse_compute_rate, roof.inverse_memory_rate
+        for c, x in zip(chunks, chunk_ctx):
+            total += max(pair * c * (x + 0.5 * (c + 1.0)) * inv_c,
+                         ((x + c) * kvb + c * qb) * inv_m)
+    tokens = float(n * u + sum(chunks))
+    mode, padded = cm.execution.graph_tokens(tokens, False)
+    fixed = cm._fixed(tokens, logits, mode, padded)
+    return cm._step_from(mode, fixed, total, n + len(chunks))
 
 
 def _chunk_attention(cm, chunks: list[int], chunk_ctx: list[int]) -> float:

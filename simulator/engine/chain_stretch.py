@@ -99,19 +99,6 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
     return None if verify is None else (draft, np.asarray(verify, np.float64))
 
 
-def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
-    """Advance ``replica`` over the chain stretch ahead: NONE if there is none, RETIRED if
-    its last iteration finished requests, ADVANCED otherwise, with the iteration that
-    crosses the next arrival planned and priced (``ChainCrossing``) where it is a chain
-    iteration too, else None (the next iteration goes through the step-by-step path).
-    Passes of 8 iterations first (a stretch between two arrivals is a few), four times
-    longer after each pass that kept them all."""
-    done, k, step = NONE, FIRST_PASS, _short
-    while (got := step(replica, spec, k))[0] == _FULL:
-        done, k, step = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS), _pass
-    return (done, None) if got[0] == NONE else got
-
-
 def _opening(replica, spec: ChainStretch):
     """The stretch's first iteration's checks: None (no stretch) or the KV blocks the
     running requests do not hold (``base``)."""
@@ -133,64 +120,6 @@ def _opening(replica, spec: ChainStretch):
     if replica.waiting and not admission_blocked(replica, reserved, n * (g + 1)):
         return None
     return base
-
-
-def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:
-    """``_pass`` iteration by iteration, for the first pass of a stretch (between two
-    arrivals a stretch is a few iterations): each iteration's checks before its draws
-    (nothing drawn is given back), its price from ``chain_prices``; ``_pass`` where those
-    have no scalar form."""
-    base = _opening(replica, spec)
-    if base is None:
-        return NONE, None
-    b = replica.b
-    n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
-    prices = chain_prices(replica, spec, n)
-    if prices is None:
-        return _pass(replica, spec, k_max, base)
-    draft, verify = prices
-    u, c0, ids, rng, accepted = g + 1, b.computed, b.ids, replica.rng, spec.accepted
-    left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
-    seq = None if spec.max_context is None else b.prompt_len + b.generated + g
-    seq_max = 0 if seq is None else int(_MAX(seq))
-    horizon = replica.arrivals.horizon(replica.index)
-    s, clock, got = int(_SUM(c0)), replica.now, 0
-    emits, gots, sums, drafts, verifies, clocks = [], [], [], [], [], [clock]
-    cross = retired = False
-    while len(emits) < k_max:
-        # _pass's blocking, exact where the bound does not clear it (got <= u k each)
-        if (s + n * u) // bs + n > free and int(_SUM(-(-(c0 + got + u) // bs))) > free:
-            break
-        if seq is not None and seq_max + len(emits) * u >= spec.max_context \
-                and _ANY(seq + got >= spec.max_context):
-            break
-        d, v = draft(s), verify(s)
-        end = clock + (d + v)
-        emit = accepted(rng.random(n), ids)
-        emit += 1
-        if end >= horizon:  # the next arrival comes first: this one crosses it
-            cross = True
-            break
-        got = got + emit
-        emits.append(emit)
-        gots.append(got)
-        sums.append(s)
-        drafts.append(d)
-        verifies.append(v)
-        clocks.append(end)
-        s, clock = s + int(_SUM(emit)), end
-        if _ANY(got >= left):
-            retired = True
-            break
-    k = len(emits)
-    if k:
-        _commit(replica, spec, np.array(emits), np.array(gots), np.array(sums, np.int64),
-                np.array(clocks), np.array(drafts), np.array(verifies), base, retired)
-    if cross:
-        return ADVANCED, _crossing(replica, spec, emit, float(s), d, v)
-    if not k:
-        return NONE, None
-    return (RETIRED if retired else _FULL if k == k_max else ADVANCED), None
 
 
 def _pass(replica, spec: ChainStretch, k_max: int,

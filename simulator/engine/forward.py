@@ -7,7 +7,8 @@ prefill chunks.  Under a plain-decode policy every decode verifies one token, an
 also carries chunks (about two a request under chunked prefill) is priced by the cost model's
 ``mixed_step_time`` where it has one: the decodes by the uniform closed form's line in their
 context sum, the chunks one by one, without concatenating the batch (simulator/cost/
-step_models.py's ``mixed_time``).  Everything else goes through ``step_time``.
+step_models.py's ``mixed_time``).  So is a chain step whose decodes all verify gamma + 1
+tokens (``mixed_verify_time``: one multi-query kernel).  Everything else: ``step_time``.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from simulator.engine.step import NO_FLAGS
 
-_SUM, _COUNT = np.add.reduce, np.count_nonzero  # no method layer
+_SUM, _COUNT, _ALL = np.add.reduce, np.count_nonzero, np.logical_and.reduce
 
 
 class Forward:
@@ -51,14 +52,18 @@ class Forward:
         return draft_s, verify_s, completes, kv_read, attn_pairs
 
     def _mixed_forward(self, verify, dec_ctx, chunks, pf_ctx, completes):
-        """(verify_s, KV tokens read, attention pairs) of one-token decodes and chunks by
-        ``mixed_step_time``; None where it gives way (the caller uses ``step_time``).  The
-        sums are whole numbers (a chunk of ``c`` over ``x``: ``c x + c (c + 1) / 2`` pairs,
-        a decode ``x + 1``), equal to the concatenated batch's float sums."""
+        """(verify_s, KV tokens read, attention pairs) of decodes verifying ``u`` tokens each
+        (one under a plain-decode policy) and chunks by ``mixed_step_time``; None where it
+        gives way or the decodes' counts differ (the caller uses ``step_time``).  The sums are
+        whole numbers (``c x + c (c + 1) / 2`` pairs for ``c`` tokens over ``x``), equal to
+        the concatenated batch's float sums."""
         n, s = int(verify.size), float(_SUM(dec_ctx))
+        u = 1 if self._one_token else int(verify[0])
+        if not self._one_token and not _ALL(verify == u):
+            return None
         ch, cx = chunks.tolist(), pf_ctx.tolist()
-        verify_s = self._mixed(n, s, ch, cx, float(n + int(_COUNT(completes))))
+        verify_s = self._mixed(n, s, ch, cx, float(n * u + int(_COUNT(completes))), u)
         if verify_s is None:
             return None
-        pairs = sum(c * x + c * (c + 1) // 2 for c, x in zip(ch, cx))
-        return verify_s, s + n + float(sum(ch) + sum(cx)), s + n + float(pairs)
+        pairs = sum(c * x + c * (c + 1) // 2 for c, x in zip(ch, cx)) + n * (u * (u + 1) // 2)
+        return verify_s, s + n * u + float(sum(ch) + sum(cx)), u * s + float(pairs)

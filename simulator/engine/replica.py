@@ -42,12 +42,8 @@ import numpy as np
 import simpy
 
 from simulator.engine.batch import RunningBatch
-from simulator.engine.chain_stretch import (
-    ChainCrossing,
-    advance_chain,
-    chain_stretch_of,
-    complete_crossing,
-)
+from simulator.engine.chain_short import advance_chain
+from simulator.engine.chain_stretch import ChainCrossing, chain_stretch_of, complete_crossing
 from simulator.engine.chain_step import ChainStep, chain_complete, chain_schedule
 from simulator.engine.completion import Completion
 from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
@@ -91,8 +87,9 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         plain_decode = bool(getattr(policy, "plain_decode", False))  # one token per decode
         self.plain = plain_decode and prefix_cache is None \
             and not recorder.record_events  # the fused iteration applies (plain_step.py)
-        # a step of decodes with chunks has a mixed price (forward.py)
-        self._mixed = getattr(target_cost, "mixed_step_time", None) if plain_decode else None
+        # a step of decodes with chunks has a mixed price (forward.py): none's, chain's
+        self._mixed, self._one_token = getattr(target_cost, "mixed_step_time", None) if \
+            plain_decode or hasattr(policy, "chain_stretch") else None, plain_decode
         # chain speculation's stretches (chain_stretch.py), None: the policy has none
         self._chain = chain_stretch_of(self) if self.fast_forward else None
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones

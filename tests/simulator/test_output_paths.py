@@ -225,6 +225,10 @@ def _wait_for_temp(folder: Path, proc, timeout_s: float = 120.0) -> bool:
     return False
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig, code, delay_s", [
     (signal.SIGINT, 130, 0.0),     # while importing and loading (1 s after the start)
     (signal.SIGINT, 130, None),    # while simulating (the temporary folder exists)
@@ -234,9 +238,11 @@ def _wait_for_temp(folder: Path, proc, timeout_s: float = 120.0) -> bool:
 def test_signal_leaves_no_temporaries_and_no_traceback(long_run, sig, code, delay_s):
     scenario, work = long_run
     before = snapshot(work)
+    # Ctrl-C's default handling in the child, as in a terminal: a shell starts a background
+    # job (a test run launched with `&`) with SIGINT ignored, and children inherit that
     proc = subprocess.Popen(EXE + ["run", str(scenario)], cwd=work, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     try:
         if delay_s is None or delay_s > 0:
             assert _wait_for_temp(work, proc), proc.communicate(timeout=10)

@@ -53,3 +53,22 @@ def test_operator_prices_match_the_roofline_by_hand():
         assert prices.square_linear_s(t) == pytest.approx(square, rel=1e-12)
         assert prices.lm_head_s(t) == pytest.approx(head, rel=1e-12)
     assert prices.square_linear_s(0) == prices.lm_head_s(0) == 0.0
+
+
+@pytest.mark.parametrize("profile", ["a100-80gb", "a100-80gb-flat", "h100-sxm", "tpu-v4"])
+@pytest.mark.parametrize("execution", ["graphs", "eager", "async"])
+def test_a_single_chunk_prefill_is_step_times_to_the_bit(profile, execution):
+    # the draft's prefill of one chunk (the usual case) is priced on numbers by the closed
+    # form step_time takes for a one-request batch; it must be step_time's float
+    from simulator.cost.drafting import draft_prefill_time
+    from tests.simulator.cost.test_hot_path import _cost_model
+    cm = _cost_model(profile, "llama-68m", 1, execution)
+    rng = np.random.default_rng(len(profile) + len(execution))
+    for _ in range(40):
+        c, x = float(rng.integers(1, 3000)), float(rng.integers(0, 3000))
+        got = draft_prefill_time(cm, np.array([c]), np.array([x]), 4, None)
+        assert got == cm.step_time(np.array([c]), np.array([x]), np.zeros(1))
+        # past the draft's context: skipped, as draft_prefill_mask skips it
+        limit = int(x + c + 1 + 4)
+        assert draft_prefill_time(cm, np.array([c]), np.array([x]), 4, limit) == 0.0
+        assert draft_prefill_time(cm, np.array([c]), np.array([x]), 4, limit + 1) == got

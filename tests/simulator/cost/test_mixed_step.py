@@ -104,3 +104,49 @@ def test_no_mixed_price_where_no_line_applies():
     cm = CostModel(hw, model, Parallelism(tensor_parallel=2))
     assert cm.mixed_step_time(0, 0.0, [300], [0], 1.0) is None  # no decode: step_time's
     assert cm.mixed_step_time(3, 900.0, [1, 1], [10, 20], 5.0) is None  # uniform
+
+
+def _verifications(rng, u: int, n_max: int = 120):
+    """n chain verifications of u tokens (contexts to 8k) and one to three chunks of 2 to 600
+    tokens (contexts to 4k), the completing ones sending a token through the LM head."""
+    n = int(rng.integers(1, n_max + 1))
+    k = int(rng.integers(1, 4))
+    chunks = rng.integers(2, 601, k)
+    return rng.integers(0, 8192, n), chunks, rng.integers(0, 4096, k), rng.random(k) < 0.5
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("execution", EXECUTIONS)
+@pytest.mark.parametrize("u", [2, 5, 9])
+def test_chain_verifications_with_chunks_match_step_time(profile, execution, u):
+    # what a chain step that admits a prompt prices (simulator/engine/forward.py): the
+    # verifications share the multi-query kernel with the chunks
+    cm = _cost_model(profile, "llama-2-7b", 1, execution)
+    rng = np.random.default_rng([PROFILES.index(profile), EXECUTIONS.index(execution), u])
+    priced = 0
+    for _ in range(25):
+        dec_ctx, chunks, chunk_ctx, completes = _verifications(rng, u)
+        n = dec_ctx.size
+        got = cm.mixed_step_time(n, float(dec_ctx.sum()), chunks.tolist(), chunk_ctx.tolist(),
+                                 float(n * u + completes.sum()), u)
+        new = np.concatenate((np.full(n, float(u)), chunks.astype(np.float64)))
+        ctx = np.concatenate((dec_ctx, chunk_ctx)).astype(np.float64)
+        logits = np.concatenate((np.full(n, float(u)), completes.astype(np.float64)))
+        if got is None:  # no line: the verifications' roof switches with the context
+            assert cm._verify_lines[u] is None
+            continue
+        priced += 1
+        assert got == pytest.approx(cm.step_time(new, ctx, logits), rel=REL, abs=0.0)
+        assert got == pytest.approx(cm.breakdown(new, ctx, logits).time_s, rel=REL, abs=0.0)
+    assert priced > 0 or cm._verify_lines[u] is None
+
+
+def test_no_chain_mixed_price_where_a_kernel_or_the_closed_form_differs():
+    cm = CostModel(load_profile("a100-80gb"), load_model("llama-2-7b"))
+    assert cm.mixed_step_time(4, 4000.0, [300, 1], [0, 7], 21.0, u=5) is None  # 1-token chunk
+    assert cm.mixed_step_time(4, 4000.0, [5, 5], [0, 7], 21.0, u=5) is None  # uniform batch
+    assert cm.mixed_step_time(0, 0.0, [300], [0], 1.0, u=5) is None  # no decode
+    mla = CostModel(load_profile("h200"), load_model("deepseek-v3"),
+                    Parallelism(tensor_parallel=8))
+    assert mla.mixed_step_time(4, 4000.0, [300], [0], 21.0, u=5) is None  # MLA: step_time's
+    assert cm.mixed_step_time(4, 4000.0, [300], [0], 21.0, u=5) is not None

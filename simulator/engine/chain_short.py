@@ -1,0 +1,153 @@
+"""A chain stretch's first pass, iteration by iteration (``advance_chain`` starts here).
+
+Between two arrivals a chain stretch (chain_stretch.py) is a few iterations: on the Azure
+conversation trace about three.  Its vectorised pass draws 8 iterations' uniforms at once,
+gives back the ones it does not keep (the generator's state saved and restored) and builds
+its rows as a column block, a fixed cost that dominates such short stretches.  ``_short``
+takes the first (up to 8) iterations one at a time instead:
+
+- each iteration's checks (the KV reservation, the draft's context: ``_pass``'s, exact where
+  their cheap bounds do not clear them) come before its draws, so nothing is given back;
+- its price comes from ``chain_prices`` (the draft's and the target's closed forms as
+  functions of the context sum, bitwise ``_times``'s);
+- its row is built from Python numbers and the iterations are committed by
+  ``_commit_rows``, which moves the batch as ``_commit`` does, the same values in the same
+  order (the ITL gaps every decode of an iteration shares recorded as runs: the samples are
+  sorted or binned, their order does not show).
+
+Where the prices have no scalar form it hands over to ``_pass``; a stretch that goes on past
+8 iterations continues in vectorised passes of 32, 128 and 256.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.engine.chain_stretch import (
+    _FULL,
+    FIRST_PASS,
+    MAX_CHAIN_ITERATIONS,
+    ChainCrossing,
+    _crossing,
+    _opening,
+    _pass,
+    chain_prices,
+)
+from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
+from simulator.engine.plan import ChainStretch
+from simulator.engine.step import STEP_FIELDS
+
+_ANY, _MAX, _SUM = np.logical_or.reduce, np.maximum.reduce, np.add.reduce
+_EMITTED = STEP_FIELDS.index("emitted_tokens")
+
+
+def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
+    """Advance ``replica`` over the chain stretch ahead: NONE if there is none, RETIRED if
+    its last iteration finished requests, ADVANCED otherwise, with the iteration that
+    crosses the next arrival planned and priced (``ChainCrossing``) where it is a chain
+    iteration too, else None (the next iteration goes through the step-by-step path).
+    The first pass takes up to 8 iterations one by one (``_short``), the next ones four
+    times as many each, vectorised (``_pass``)."""
+    done, k, step = NONE, FIRST_PASS, _short
+    while (got := step(replica, spec, k))[0] == _FULL:
+        done, k, step = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS), _pass
+    return (done, None) if got[0] == NONE else got
+
+
+def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:
+    """``_pass`` iteration by iteration (see the module docstring)."""
+    base = _opening(replica, spec)
+    if base is None:
+        return NONE, None
+    b = replica.b
+    n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
+    prices = chain_prices(replica, spec, n)
+    if prices is None:
+        return _pass(replica, spec, k_max, base)
+    draft, verify = prices
+    u, c0, ids, rng, accepted = g + 1, b.computed, b.ids, replica.rng, spec.accepted
+    left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
+    seq = None if spec.max_context is None else b.prompt_len + b.generated + g
+    seq_max = 0 if seq is None else int(_MAX(seq))
+    horizon = replica.arrivals.horizon(replica.index)
+    s, clock, got = int(_SUM(c0)), replica.now, 0
+    emits, gots, rows = [], [], []  # rows: (start, draft, verify, context sum, emitted)
+    cross = retired = False
+    while len(emits) < k_max:
+        # _pass's blocking, exact where the bound does not clear it (got <= u k each)
+        if (s + n * u) // bs + n > free and int(_SUM(-(-(c0 + got + u) // bs))) > free:
+            break
+        if seq is not None and seq_max + len(emits) * u >= spec.max_context \
+                and _ANY(seq + got >= spec.max_context):
+            break
+        d, v = draft(s), verify(s)
+        end = clock + (d + v)
+        emit = accepted(rng.random(n), ids)
+        emit += 1
+        if end >= horizon:  # the next arrival comes first: this one crosses it
+            cross = True
+            break
+        got = got + emit
+        emitted = int(_SUM(emit))
+        emits.append(emit)
+        gots.append(got)
+        rows.append((clock, d, v, s, emitted))
+        s, clock = s + emitted, end
+        if _ANY(got >= left):
+            retired = True
+            break
+    if emits:
+        _commit_rows(replica, spec, emits, gots, rows, clock, base, retired)
+    if cross:
+        return ADVANCED, _crossing(replica, spec, emit, float(s), d, v)
+    if not emits:
+        return NONE, None
+    return (RETIRED if retired else _FULL if len(emits) == k_max else ADVANCED), None
+
+
+def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: list,
+                 end: float, base: int, retired: bool) -> None:
+    """``_commit`` of ``_short``'s iterations: ``emits`` (accepted + 1 per request, uncapped)
+    and ``gots`` (their running sums) per iteration, ``rows`` their (start, draft, verify,
+    context sum, tokens emitted uncapped), ``end`` the last one's end."""
+    b, lim, rec = replica.b, replica.limits, replica.rec
+    k, n, g, bs = len(emits), int(b.ids.size), spec.gamma, lim.block_size
+    u = g + 1
+    accepted = np.concatenate(emits) - 1 if k > 1 else emits[0] - 1
+    rec.record_acceptance(np.full(k * n, g, np.int64), accepted)
+    num_accepted = gots[-1] - k  # the accepted drafts of each request, in all
+    capped = rows[-1][4]  # the last iteration's tokens emitted
+    if retired:  # its emissions, never past the output length
+        last = gots[-1] - emits[-1]
+        emit = np.minimum(emits[-1], b.output_len - b.generated - last)
+        gots[-1] = last + emit
+        capped = int(_SUM(emit))
+    first_end = rows[1][0] if k > 1 else end
+    rec.record_itl(first_end - b.last_emit)
+    for j in range(1, k):  # every decode shares the gap between two iterations' ends
+        rec.record_itl_repeated((rows[j + 1][0] if j + 1 < k else end) - rows[j][0], n)
+    got = np.array(gots) if k > 1 else gots[0][None, :]
+    used = (base + _SUM(-(-(b.computed + got) // bs), axis=1)).tolist()  # after roll-backs
+    total = gots[-1]
+    b.generated += total
+    b.computed += total
+    np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)
+    b.last_emit.fill(end)
+    b.num_drafts += k
+    b.num_draft_tokens += k * g
+    b.num_accepted += num_accepted
+    replica.used_blocks = used[-1]
+    replica.outstanding_tokens -= int(_SUM(total))
+    replica.now = end
+    replica.stats["iterations"] += k
+    replica.stats["vectorised"] += k
+    if retired:  # as the last iteration's completion does; its row reads the freed KV
+        replica._retire(end)
+        used[-1] = replica.used_blocks
+    index, kv, queue, pairs = replica.index, lim.kv_blocks, len(replica.waiting), \
+        n * (u * (u + 1) // 2)  # u tokens each: u (x + (u + 1) / 2) pairs at context x
+    table = np.array(  # accepted drafts: the uncapped emissions less one each
+        [(index, start, d + v, d, v, n, 0, n, 0, n * u, emitted, n * g, emitted - n, used_j,
+          used_j / kv, queue, s + n * u, u * s + pairs, 0)
+         for (start, d, v, s, emitted), used_j in zip(rows, used)], np.float64)
+    table[-1, _EMITTED] = capped
+    rec.record_steps(table)
