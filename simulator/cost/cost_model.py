@@ -300,18 +300,18 @@ class CostModel:
         return None if k is None else sm.scalar_time(k)
 
     def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
-                        logits: float, u: int = 1) -> float | None:
-        """One forward of ``n`` decodes of ``u`` tokens each (gamma + 1: chain verification),
-        contexts summing to ``ctx_sum``, and chunks (``chunks[i]`` tokens over ``chunk_ctx[i]``),
-        ``logits`` through the head: the decodes by the closed form's line, the chunks by
-        request (``step_models.mixed_time``, ``mixed_verify_time``); ``step_time`` within
-        rounding.  None where no line applies or the batch is uniform: ``step_time`` prices."""
-        if u == 1:
-            line = self._decode_line
-            if line is _MISSING:
-                line = self._decode_line = sm.decode_line(self)
-            return None if line is None or n < 1 else \
-                sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
+                        logits: float) -> float | None:
+        """One forward of ``n`` 1-token decodes (contexts summing to ``ctx_sum``) by the closed
+        form's line, and chunks (``chunks[i]`` over ``chunk_ctx[i]``) by request: ``step_time``
+        within rounding (``step_models.mixed_time``); None where no line applies, or uniform."""
+        line = self._decode_line
+        if line is _MISSING:
+            line = self._decode_line = sm.decode_line(self)
+        return None if line is None or n < 1 else \
+            sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
+
+    def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks, chunk_ctx, logits):
+        """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens each."""
         return sm.mixed_verify_time(self, n, u, ctx_sum, chunks, chunk_ctx, logits)
 
     def _uniform(self, n: int, u: float, logits: float) -> sm.UniformStep | None:

@@ -8,7 +8,7 @@ also carries chunks (about two a request under chunked prefill) is priced by the
 ``mixed_step_time`` where it has one: the decodes by the uniform closed form's line in their
 context sum, the chunks one by one, without concatenating the batch (simulator/cost/
 step_models.py's ``mixed_time``).  So is a chain step whose decodes all verify gamma + 1
-tokens (``mixed_verify_time``: one multi-query kernel).  Everything else: ``step_time``.
+tokens (the cost model's ``mixed_verify_time``).  Everything else: ``step_time``.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Forward:
         completes = (pf_ctx + chunks) >= b.prefill_target[pf]
         chunks_f, pf_ctx_f = chunks.astype(np.float64), pf_ctx.astype(np.float64)
         priced = self._mixed_forward(verify, dec_ctx, chunks, pf_ctx, completes) \
-            if self._mixed is not None and verify.size else None
+            if verify.size and (self._mixed or self._mixed_verify) is not None else None
         if priced is None:
             new = np.concatenate((verify, chunks_f))
             ctx = np.concatenate((dec_ctx, pf_ctx_f))
@@ -53,16 +53,19 @@ class Forward:
 
     def _mixed_forward(self, verify, dec_ctx, chunks, pf_ctx, completes):
         """(verify_s, KV tokens read, attention pairs) of decodes verifying ``u`` tokens each
-        (one under a plain-decode policy) and chunks by ``mixed_step_time``; None where it
+        and chunks: one token each under a plain-decode policy (``mixed_step_time``), the
+        same ``u`` > 1 for every decode of a chain step (``mixed_verify_time``); None where it
         gives way or the decodes' counts differ (the caller uses ``step_time``).  The sums are
         whole numbers (``c x + c (c + 1) / 2`` pairs for ``c`` tokens over ``x``), equal to
         the concatenated batch's float sums."""
         n, s = int(verify.size), float(_SUM(dec_ctx))
-        u = 1 if self._one_token else int(verify[0])
-        if not self._one_token and not _ALL(verify == u):
+        u = 1 if self._mixed is not None else int(verify[0])
+        if u == 1 and self._mixed is None or u > 1 and not _ALL(verify == u):
             return None
         ch, cx = chunks.tolist(), pf_ctx.tolist()
-        verify_s = self._mixed(n, s, ch, cx, float(n * u + int(_COUNT(completes))), u)
+        logits = float(n * u + int(_COUNT(completes)))
+        verify_s = self._mixed(n, s, ch, cx, logits) if u == 1 else \
+            self._mixed_verify(n, u, s, ch, cx, logits)
         if verify_s is None:
             return None
         pairs = sum(c * x + c * (c + 1) // 2 for c, x in zip(ch, cx)) + n * (u * (u + 1) // 2)

@@ -127,8 +127,8 @@ def test_chain_verifications_with_chunks_match_step_time(profile, execution, u):
     for _ in range(25):
         dec_ctx, chunks, chunk_ctx, completes = _verifications(rng, u)
         n = dec_ctx.size
-        got = cm.mixed_step_time(n, float(dec_ctx.sum()), chunks.tolist(), chunk_ctx.tolist(),
-                                 float(n * u + completes.sum()), u)
+        got = cm.mixed_verify_time(n, u, float(dec_ctx.sum()), chunks.tolist(),
+                                   chunk_ctx.tolist(), float(n * u + completes.sum()))
         new = np.concatenate((np.full(n, float(u)), chunks.astype(np.float64)))
         ctx = np.concatenate((dec_ctx, chunk_ctx)).astype(np.float64)
         logits = np.concatenate((np.full(n, float(u)), completes.astype(np.float64)))
@@ -143,10 +143,10 @@ def test_chain_verifications_with_chunks_match_step_time(profile, execution, u):
 
 def test_no_chain_mixed_price_where_a_kernel_or_the_closed_form_differs():
     cm = CostModel(load_profile("a100-80gb"), load_model("llama-2-7b"))
-    assert cm.mixed_step_time(4, 4000.0, [300, 1], [0, 7], 21.0, u=5) is None  # 1-token chunk
-    assert cm.mixed_step_time(4, 4000.0, [5, 5], [0, 7], 21.0, u=5) is None  # uniform batch
-    assert cm.mixed_step_time(0, 0.0, [300], [0], 1.0, u=5) is None  # no decode
+    assert cm.mixed_verify_time(4, 5, 4000.0, [300, 1], [0, 7], 21.0) is None  # 1-token chunk
+    assert cm.mixed_verify_time(4, 5, 4000.0, [5, 5], [0, 7], 21.0) is None  # uniform batch
+    assert cm.mixed_verify_time(0, 5, 0.0, [300], [0], 1.0) is None  # no decode
     mla = CostModel(load_profile("h200"), load_model("deepseek-v3"),
                     Parallelism(tensor_parallel=8))
-    assert mla.mixed_step_time(4, 4000.0, [300], [0], 21.0, u=5) is None  # MLA: step_time's
-    assert cm.mixed_step_time(4, 4000.0, [300], [0], 21.0, u=5) is not None
+    assert mla.mixed_verify_time(4, 5, 4000.0, [300], [0], 21.0) is None  # MLA: step_time's
+    assert cm.mixed_verify_time(4, 5, 4000.0, [300], [0], 21.0) is not None
