@@ -113,7 +113,7 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
     k, n, g, bs = len(emits), int(b.ids.size), spec.gamma, lim.block_size
     u = g + 1
     accepted = np.concatenate(emits) - 1 if k > 1 else emits[0] - 1
-    rec.record_acceptance(np.full(k * n, g, np.int64), accepted)
+    rec.record_acceptance_of(g, accepted)
     num_accepted = gots[-1] - k  # the accepted drafts of each request, in all
     capped = rows[-1][4]  # the last iteration's tokens emitted
     if retired:  # its emissions, never past the output length

@@ -226,7 +226,7 @@ def complete_crossing(replica, spec: ChainStretch, step: ChainCrossing, now: flo
     b.num_drafts += 1
     b.num_draft_tokens += g
     b.num_accepted += accepted
-    replica.rec.record_acceptance(np.full(n, g, np.int64), accepted)
+    replica.rec.record_acceptance_of(g, accepted)
     keep = -(-b.computed // bs)
     replica.used_blocks -= int(_SUM(b.blocks - keep))
     b.blocks[:] = keep
@@ -254,7 +254,7 @@ def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,
     first = ends[0] - b.last_emit
     replica.rec.record_itl(np.concatenate((first, (ends[1:] - ends[:-1]).repeat(n)))
                            if k > 1 else first)
-    replica.rec.record_acceptance(np.full(k * n, g, np.int64), accepted.ravel())
+    replica.rec.record_acceptance_of(g, accepted.ravel())
     used = base + _SUM(-(-(b.computed + got) // bs), axis=1)  # after each roll-back
     u = g + 1
     cols = np.zeros((len(STEP_FIELDS), k))

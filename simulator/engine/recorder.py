@@ -128,6 +128,7 @@ class Recorder:
         self.itl = ItlSamples(itl_exact_cap, relative_accuracy)
         self._drafted = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)
         self._accepted = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)
+        self._accepted_of = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)  # drafted: hist
         self._accepted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
         self._drafted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
 
@@ -157,14 +158,25 @@ class Recorder:
         if self._drafted.size >= _ACCEPTANCE_CHUNK:
             self._bin_acceptance()
 
+    def record_acceptance_of(self, gamma: int, accepted: np.ndarray) -> None:
+        """``record_acceptance`` of request-steps that all drafted ``gamma`` >= 1 tokens (a
+        chain's): the same histograms, the drafted length counted at once."""
+        self._drafted_hist[min(gamma, MAX_POSITIONS)] += accepted.size
+        self._accepted_of.extend(np.minimum(accepted, MAX_POSITIONS))
+        if self._accepted_of.size >= _ACCEPTANCE_CHUNK:
+            self._bin_acceptance()
+
     def _bin_acceptance(self) -> None:
         k = self._drafted.values().astype(np.int64)
         mask = k > 0
         a = self._accepted.values().astype(np.int64)[mask]
         self._accepted_hist += np.bincount(a, minlength=MAX_POSITIONS + 1)
         self._drafted_hist += np.bincount(k[mask], minlength=MAX_POSITIONS + 1)
+        self._accepted_hist += np.bincount(self._accepted_of.values().astype(np.int64),
+                                           minlength=MAX_POSITIONS + 1)
         self._drafted.clear()
         self._accepted.clear()
+        self._accepted_of.clear()
 
     def histograms(self) -> tuple[np.ndarray, np.ndarray]:
         """(accepted-length, draft-length) histograms over every drafting request-step."""

@@ -348,3 +348,26 @@ def test_results_folder_keeps_the_sketch_and_the_totals(two_replica_run, tmp_pat
     for key in ("mean_itl_s", "p99_itl_s", "mfu", "mbu", "mean_kv_occupancy"):
         assert loaded.summary()[key] == pytest.approx(two_replica_run.summary()[key],
                                                       rel=1e-12)
+
+
+def test_acceptance_of_one_gamma_counts_as_the_general_record():
+    # a chain's request-steps all drafted gamma: counted without a drafted-length array, the
+    # histograms are those of record_acceptance, across the binning chunk (65,536) and with
+    # lengths past the last position counter clipped as it clips them
+    rng = np.random.default_rng(8)
+    general, one = Recorder(), Recorder()
+    for gamma in (4, 4, 9, 300):
+        for size in (1, 40_000, 70_000, 3):
+            accepted = rng.integers(0, gamma + 1, size)
+            general.record_acceptance(np.full(size, gamma, np.int64), accepted)
+            one.record_acceptance_of(gamma, accepted)
+    got, want = one.histograms(), general.histograms()
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert want[1][MAX_POSITIONS] == 110_004  # gamma 300, clipped
+    # mixed with the general record in one recorder: still the sum of both
+    both = Recorder()
+    both.record_acceptance(np.array([0, 2, 3]), np.array([0, 1, 3]))
+    both.record_acceptance_of(2, np.array([2, 0]))
+    accepted_hist, drafted_hist = both.histograms()
+    assert accepted_hist[:4].tolist() == [1, 1, 1, 1] and accepted_hist.sum() == 4
+    assert drafted_hist[:4].tolist() == [0, 0, 3, 1] and drafted_hist.sum() == 4
