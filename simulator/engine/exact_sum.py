@@ -44,7 +44,19 @@ class ExactSum:
         for start in range(0, values.shape[0], _CHUNK_VALUES):
             self._add(values[start:start + _CHUNK_VALUES], slice(col, col + 1))
 
-    def _add(self, block: np.ndarray, cols: slice) -> None:
+    def add_counts(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """Add each of ``values`` ``counts`` times (one column; whole counts in [1, 2**26)):
+        exactly ``add(np.repeat(values, counts))``, without the repeat."""
+        values = np.asarray(values, dtype=np.float64).reshape(-1, 1)
+        counts = np.asarray(counts, dtype=np.float64).reshape(-1, 1)
+        if not values.size:
+            return
+        # a mantissa half times a count, summed over a chunk, stays below 2**53: exact
+        rows = min(_CHUNK_VALUES, max(1, (1 << 26) // int(counts.max())))
+        for start in range(0, values.shape[0], rows):
+            self._add(values[start:start + rows], slice(0, 1), counts[start:start + rows])
+
+    def _add(self, block: np.ndarray, cols: slice, counts: np.ndarray | None = None) -> None:
         if not block.size:
             return
         finite = np.isfinite(block)
@@ -55,6 +67,8 @@ class ExactSum:
         mant, exp = np.frexp(block)                  # block = mant * 2**exp, |mant| < 1
         hi = np.floor(mant * 2.0 ** (53 - _HALF))    # integers in float64, no casts:
         lo = mant * 2.0 ** 53 - hi * 2.0 ** _HALF    # |hi| <= 2**27, 0 <= lo < 2**26, exact
+        if counts is not None:  # whole numbers below 2**53: exact
+            hi, lo = hi * counts, lo * counts
         keys = (exp + self._keys[cols]).ravel()
         size = self.width * _EXP_SPAN
         hi = np.bincount(keys, weights=hi.ravel(), minlength=size)

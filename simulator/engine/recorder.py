@@ -70,7 +70,15 @@ class ItlSamples:
         counts = np.concatenate([np.array([times[i] for i in scalars], np.int64),
                                  np.repeat(np.array([times[i] for i in arrays], np.int64),
                                            [runs[i].size for i in arrays])])
-        self.extend(np.repeat(values, counts))
+        self.extend_counts(values, counts)
+
+    def extend_counts(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """Add each of ``values`` ``counts`` (>= 1) times: as ``extend(np.repeat(values,
+        counts))``, without the repeat once the samples are sketched."""
+        if self._exact is not None:
+            self.extend(np.repeat(values, counts))
+        else:
+            self._sketch.add_counts(values, counts)
 
     def extend(self, values: np.ndarray) -> None:
         """Add ITL samples (seconds) of one replica."""
@@ -143,6 +151,10 @@ class Recorder:
     def record_itl(self, values: np.ndarray) -> None:
         """ITL samples (seconds) of one replica, in that replica's order."""
         self.itl.extend(values)
+
+    def record_itl_counts(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """ITL samples of one replica: each of ``values`` ``counts`` (>= 1) times."""
+        self.itl.extend_counts(values, counts)
 
     def record_itl_repeated(self, values, times: int) -> None:
         """ITL samples of one replica: each of ``values`` (a float or an array) ``times``

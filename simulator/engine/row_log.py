@@ -91,7 +91,7 @@ class RowLog:
             decodes, n = self._decode_rows()
             parts.append((_DECODE, decodes))
             # each decode row's gap, once for each of its decodes
-            self.rec.record_itl(np.repeat(np.array(self.gaps, np.float64), n))
+            self.rec.record_itl_counts(np.array(self.gaps, np.float64), n)
         if self.single:
             parts.append((_SINGLE, np.array(self.single, np.float64)))
         if self.blocks:

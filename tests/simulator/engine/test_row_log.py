@@ -27,6 +27,9 @@ class _Sink:
     def record_itl(self, values) -> None:
         self.itl.append(np.array(values, copy=True))
 
+    def record_itl_counts(self, values, counts) -> None:  # the recorder's: each, counts times
+        self.itl.append(np.repeat(values, counts))
+
 
 def test_rows_and_gaps_in_order():
     sink, kv = _Sink(), 977

@@ -169,3 +169,59 @@ def test_exact_sums_of_special_values():
     assert np.isnan(exact_sums(np.array([np.inf, -np.inf]))[0])
     assert exact_sums(np.zeros(0)).tolist() == [0.0]
     assert exact_sums(np.array([0.1, 0.2, -0.3])).tolist() == [math.fsum([0.1, 0.2, -0.3])]
+
+
+def _state(sk: QuantileSketch):
+    return (sk.offset, sk.counts.tolist(), sk.zero_count, sk.count, sk.min, sk.max, sk.total)
+
+
+def test_counted_values_are_the_repeated_values():
+    # the ITL gap every decode of an iteration shares comes as (gap, batch size): the sketch
+    # and its exact total count it as the repeated samples would be counted, whatever the size
+    rng = np.random.default_rng(21)
+    for size, top in ((1, 1), (50, 300), (70_000, 4), (4, 1 << 20)):
+        values = _values(rng, size)
+        counts = rng.integers(1, top + 1, size)
+        counted, repeated = QuantileSketch(), QuantileSketch()
+        counted.add_counts(values, counts)
+        repeated.add(np.repeat(values, counts))
+        assert _state(counted) == _state(repeated)
+
+
+def _values(rng, size: int) -> np.ndarray:
+    values = np.where(rng.random(size) < 0.05, 0.0,
+                      rng.lognormal(-3.0, 1.5, size) * 10.0 ** rng.integers(-3, 3, size))
+    values[0] = 1e-13  # below MIN_VALUE: the zero bin
+    return values
+
+
+def test_exact_sum_of_counted_values_is_correctly_rounded():
+    # counts up to 2**25 force add_counts' chunks down to a few rows (a mantissa half times
+    # a count, summed over a chunk, must stay below 2**53); the reference is the exact
+    # rational sum, rounded once
+    from fractions import Fraction
+    rng = np.random.default_rng(23)
+    for size, top in ((3, 1), (500, 1 << 25), (200_000, 64)):
+        values = _values(rng, size) * np.where(rng.random(size) < 0.5, -1.0, 1.0)
+        counts = rng.integers(1, top + 1, size)
+        total = ExactSum()
+        total.add_counts(values, counts)
+        exact = sum((Fraction(v) * int(c) for v, c in zip(values.tolist(), counts.tolist())),
+                    Fraction(0))
+        assert total.total() == float(exact)
+
+
+def test_itl_samples_counted_match_repeated_below_and_past_the_cap():
+    from simulator.engine.recorder import ItlSamples
+    rng = np.random.default_rng(22)
+    for cap in (10_000_000, 5_000):  # exact throughout; sketched part of the way
+        counted, repeated = ItlSamples(cap), ItlSamples(cap)
+        for _ in range(40):
+            values, counts = rng.random(30) * 0.1, rng.integers(1, 64, 30)
+            counted.extend_counts(values, counts)
+            repeated.extend(np.repeat(values, counts))
+        (a, sa), (b, sb) = counted.finish(), repeated.finish()
+        assert np.array_equal(a, b)
+        assert (sa is None) == (sb is None) == (cap > 1_000_000)
+        if sa is not None:
+            assert _state(sa) == _state(sb)
