@@ -352,8 +352,11 @@ def as_bool(value: Any, *, source: str, field: str) -> bool:
 def as_str(value: Any, *, source: str, field: str, choices: Iterable[str] | None = None) -> str:
     """Validate a string, optionally one of ``choices``."""
     if not isinstance(value, str) or not value:
+        # YAML 1.1 reads unquoted on/off/yes/no as booleans ("steps_table: off")
+        fix = "quote it (YAML reads unquoted on, off, yes and no as true or false)" \
+            if isinstance(value, bool) else None
         raise SpecsimError(f"expected a non-empty string, got {short(value)}", source=source,
-                           field=field)
+                           field=field, fix=fix)
     if choices is not None:
         choices = list(choices)
         if value not in choices:

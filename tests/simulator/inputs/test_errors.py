@@ -105,3 +105,13 @@ def test_relocated_leaves_the_original_untouched():
     assert moved is not err
     assert (err.source, err.field) == ("acceptance.yaml", "alpha")
     assert str(err) == "acceptance.yaml: alpha: must be at least 1, got 0 (fix: raise it)"
+
+
+def test_an_unquoted_off_is_told_to_be_quoted():
+    # YAML 1.1 reads `steps_table: off` as false: the message names the field and the fix
+    from simulator.scenario import load_scenario
+    with pytest.raises(SpecsimError) as err:
+        load_scenario(None, ["engine={steps_table: off}"])
+    assert err.value.field == "engine.steps_table"
+    assert "quote it" in err.value.fix
+    assert load_scenario(None, ["engine={steps_table: 'off'}"]).engine.steps_table == "off"
