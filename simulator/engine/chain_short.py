@@ -31,6 +31,7 @@ from simulator.engine.chain_stretch import (
     _opening,
     _pass,
     chain_prices,
+    move_on,
 )
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch
@@ -127,22 +128,8 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
         rec.record_itl_repeated((rows[j + 1][0] if j + 1 < k else end) - rows[j][0], n)
     got = np.array(gots) if k > 1 else gots[0][None, :]
     used = (base + _SUM(-(-(b.computed + got) // bs), axis=1)).tolist()  # after roll-backs
-    total = gots[-1]
-    b.generated += total
-    b.computed += total
-    np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)
-    b.last_emit.fill(end)
-    b.num_drafts += k
-    b.num_draft_tokens += k * g
-    b.num_accepted += num_accepted
-    replica.used_blocks = used[-1]
-    replica.outstanding_tokens -= int(_SUM(total))
-    replica.now = end
-    replica.stats["iterations"] += k
-    replica.stats["vectorised"] += k
-    if retired:  # as the last iteration's completion does; its row reads the freed KV
-        replica._retire(end)
-        used[-1] = replica.used_blocks
+    if move_on(replica, spec, k, gots[-1], num_accepted, used[-1], end, retired):
+        used[-1] = replica.used_blocks  # the last row reads the KV retirements freed
     index, kv, queue, pairs = replica.index, lim.kv_blocks, len(replica.waiting), \
         n * (u * (u + 1) // 2)  # u tokens each: u (x + (u + 1) / 2) pairs at context x
     table = np.array(  # accepted drafts: the uncapped emissions less one each

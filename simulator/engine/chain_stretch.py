@@ -24,11 +24,9 @@ output length there, as ``emitted_tokens`` caps them).  The draws of the iterati
 are given back: the generator's state is restored and only the kept ones drawn again.  Same
 floats in the same order throughout; tests compare the results with ``fast_forward: false``.
 
-A stretch's first pass (``_short``, up to 8 iterations: between two arrivals a stretch is a
-few) goes iteration by iteration instead: each iteration's checks before its draws (nothing
-to give back), its price from ``chain_prices`` (the draft's and the target's closed forms as
-functions of the context sum, bitwise ``_times``'s, memoised by batch size), its rows built
-by ``_commit`` as the pass's are.  A longer stretch continues in passes of 32, 128, 256.
+A stretch's first pass (up to 8 iterations: between two arrivals a stretch is a few) goes
+iteration by iteration instead (chain_short.py, where ``advance_chain`` starts), priced by
+``chain_prices``; a longer stretch continues here, in passes of 32, 128 and 256.
 """
 from __future__ import annotations
 
@@ -270,21 +268,32 @@ def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,
     # u tokens each: u (x + (u + 1) / 2) pairs at context x, whole numbers
     cols[_KV_READ] = sums + n * u
     cols[_PAIRS] = u * sums + n * (u * (u + 1) // 2)
-    total = got[-1]
-    b.generated += total
-    b.computed += total
-    np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)
-    b.last_emit.fill(ends[-1])
-    b.num_drafts += k
-    b.num_draft_tokens += k * g
-    b.num_accepted += _SUM(accepted, axis=0)
-    replica.used_blocks = int(used[-1])
-    replica.outstanding_tokens -= int(_SUM(total))
-    replica.now = float(ends[-1])
-    replica.stats["iterations"] += k
-    replica.stats["vectorised"] += k
-    if retired:  # as the last iteration's completion does; its row reads the freed KV
-        replica._retire(replica.now)
+    if move_on(replica, spec, k, got[-1], _SUM(accepted, axis=0), int(used[-1]),
+               float(ends[-1]), retired):  # the last row reads the KV retirements freed
         cols[_KV_USED, -1] = replica.used_blocks
     np.divide(cols[_KV_USED], lim.kv_blocks, out=cols[_OCCUPANCY])
     replica.rec.record_steps(cols.T)
+
+
+def move_on(replica, spec: ChainStretch, k: int, total: np.ndarray, accepted: np.ndarray,
+            used: int, end: float, retired: bool) -> bool:
+    """Move the batch ``k`` chain iterations on, to ``end``: ``total`` tokens emitted and
+    ``accepted`` drafts accepted per request, ``used`` KV blocks in use after the last
+    roll-back; retire the last iteration's finishers (``retired``: some) as its completion
+    does.  Returns ``retired``."""
+    b, bs = replica.b, replica.limits.block_size
+    b.generated += total
+    b.computed += total
+    np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)
+    b.last_emit.fill(end)
+    b.num_drafts += k
+    b.num_draft_tokens += k * spec.gamma
+    b.num_accepted += accepted
+    replica.used_blocks = used
+    replica.outstanding_tokens -= int(_SUM(total))
+    replica.now = end
+    replica.stats["iterations"] += k
+    replica.stats["vectorised"] += k
+    if retired:
+        replica._retire(end)
+    return retired
