@@ -7,8 +7,8 @@ prefill chunks.  Under a plain-decode policy every decode verifies one token, an
 also carries chunks (about two a request under chunked prefill) is priced by the cost model's
 ``mixed_step_time`` where it has one: the decodes by the uniform closed form's line in their
 context sum, the chunks one by one, without concatenating the batch (simulator/cost/
-step_models.py's ``mixed_time``).  So is a chain step whose decodes all verify gamma + 1
-tokens (the cost model's ``mixed_verify_time``).  Everything else: ``step_time``.
+step_models.py's ``mixed_time``).  So is any policy's step whose decodes all verify the same
+count (the cost model's ``mixed_verify_time`` past one).  Everything else: ``step_time``.
 """
 from __future__ import annotations
 
@@ -52,20 +52,22 @@ class Forward:
         return draft_s, verify_s, completes, kv_read, attn_pairs
 
     def _mixed_forward(self, verify, dec_ctx, chunks, pf_ctx, completes):
-        """(verify_s, KV tokens read, attention pairs) of decodes verifying ``u`` tokens each
-        and chunks: one token each under a plain-decode policy (``mixed_step_time``), the
-        same ``u`` > 1 for every decode of a chain step (``mixed_verify_time``); None where it
+        """(verify_s, KV tokens read, attention pairs) of decodes verifying the same ``u``
+        tokens each (one under a plain-decode policy: ``mixed_step_time``; more, a
+        speculative policy's verification: ``mixed_verify_time``) and chunks; None where it
         gives way or the decodes' counts differ (the caller uses ``step_time``).  The sums are
         whole numbers (``c x + c (c + 1) / 2`` pairs for ``c`` tokens over ``x``), equal to
         the concatenated batch's float sums."""
         n, s = int(verify.size), float(_SUM(dec_ctx))
-        u = 1 if self._mixed is not None else int(verify[0])
-        if u == 1 and self._mixed is None or u > 1 and not _ALL(verify == u):
+        u = 1 if self._one_token else int(verify[0])
+        if not self._one_token and not _ALL(verify == u):
+            return None
+        price = self._mixed if u == 1 else self._mixed_verify
+        if price is None:
             return None
         ch, cx = chunks.tolist(), pf_ctx.tolist()
         logits = float(n * u + int(_COUNT(completes)))
-        verify_s = self._mixed(n, s, ch, cx, logits) if u == 1 else \
-            self._mixed_verify(n, u, s, ch, cx, logits)
+        verify_s = price(n, s, ch, cx, logits) if u == 1 else price(n, u, s, ch, cx, logits)
         if verify_s is None:
             return None
         pairs = sum(c * x + c * (c + 1) // 2 for c, x in zip(ch, cx)) + n * (u * (u + 1) // 2)

@@ -87,10 +87,11 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         plain_decode = bool(getattr(policy, "plain_decode", False))  # one token per decode
         self.plain = plain_decode and prefix_cache is None \
             and not recorder.record_events  # the fused iteration applies (plain_step.py)
-        # a step of decodes with chunks has a mixed price (forward.py): none's, chain's
-        self._mixed = getattr(target_cost, "mixed_step_time", None) if plain_decode else None
-        self._mixed_verify = getattr(target_cost, "mixed_verify_time", None) \
-            if hasattr(policy, "chain_stretch") else None
+        # a step of decodes verifying the same count (1 under a plain-decode policy) with
+        # chunks has a mixed price (forward.py)
+        self._mixed, self._mixed_verify, self._one_token = getattr(
+            target_cost, "mixed_step_time", None), getattr(
+            target_cost, "mixed_verify_time", None), plain_decode
         # chain speculation's stretches (chain_stretch.py), None: the policy has none
         self._chain = chain_stretch_of(self) if self.fast_forward else None
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
