@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built (cold start)
 __all__ = ["ITL_EXACT_CAP", "MAX_POSITIONS", "ItlSamples", "Recorder"]
 
 MAX_POSITIONS = 257  # per-position acceptance counters (tree nodes can exceed gamma)
-ITL_EXACT_CAP = 1 << 22  # exact ITL samples kept up to this many (32 MiB); a sketch beyond
+ITL_EXACT_CAP = 1 << 22  # exact ITL samples kept up to this many (32 MiB, 48 MiB at worst as
+#                          (value, count) pairs); a sketch beyond
 _SKETCH_CHUNK = 1 << 16  # ITL samples buffered before they are counted in the sketch
 _ACCEPTANCE_CHUNK = 1 << 16  # drafting request-steps buffered before they are binned
 
@@ -41,7 +42,11 @@ class ItlSamples:
                  relative_accuracy: float = RELATIVE_ACCURACY) -> None:
         self.cap = int(cap)
         self.relative_accuracy = relative_accuracy
+        # exactly, while at most ``cap`` samples: single samples, and (value, count) pairs
         self._exact: GrowingArray | None = GrowingArray(np.float64, limit=max(1, self.cap))
+        self._pair_values = GrowingArray(np.float64, limit=max(1, self.cap))
+        self._pair_counts = GrowingArray(np.int32, limit=max(1, self.cap))
+        self._exact_count = 0
         self._sketch: QuantileSketch | None = None
         self._pending = GrowingArray(np.float64, capacity=_SKETCH_CHUNK)
         self._runs: list = []  # samples added as (value or values, times each), not yet stored
@@ -74,25 +79,46 @@ class ItlSamples:
 
     def extend_counts(self, values: np.ndarray, counts: np.ndarray) -> None:
         """Add each of ``values`` ``counts`` (>= 1) times: as ``extend(np.repeat(values,
-        counts))``, without the repeat once the samples are sketched."""
+        counts))``, without the repeat (kept as pairs, or counted in the sketch)."""
         if self._exact is not None:
-            self.extend(np.repeat(values, counts))
-        else:
-            self._sketch.add_counts(values, counts)
+            added = int(counts.sum())
+            if self._exact_count + added <= self.cap:
+                self._pair_values.extend(values)
+                self._pair_counts.extend(counts)
+                self._exact_count += added
+                return
+            self._to_sketch()
+        self._sketch.add_counts(values, counts)
 
     def extend(self, values: np.ndarray) -> None:
         """Add ITL samples (seconds) of one replica."""
         exact = self._exact
         if exact is not None:
-            if exact.size + len(values) <= self.cap:
+            if self._exact_count + len(values) <= self.cap:
                 exact.extend(values)
+                self._exact_count += len(values)
                 return
-            self._sketch = QuantileSketch(self.relative_accuracy)
-            self._sketch.add(exact.values())
-            self._exact = None
+            self._to_sketch()
         self._pending.extend(values)
         if self._pending.size >= _SKETCH_CHUNK:
             self._flush()
+
+    def _to_sketch(self) -> None:
+        """Past the cap: every sample kept so far goes into a new sketch."""
+        self._sketch = QuantileSketch(self.relative_accuracy)
+        self._sketch.add(self._exact.values())
+        if self._pair_values.size:
+            self._sketch.add_counts(self._pair_values.values(), self._pair_counts.values())
+        self._exact = self._pair_values = self._pair_counts = None
+
+    def _sorted(self) -> np.ndarray:
+        """Every exactly kept sample, sorted: the pairs are sorted before they are repeated
+        (a run's shared gap is sorted once, not once per request that had it)."""
+        values, counts = self._pair_values.values(), self._pair_counts.values()
+        if not self._exact.size:
+            order = np.argsort(values, kind="stable")
+            return np.repeat(values[order], counts[order])
+        return np.sort(np.concatenate((self._exact.values(), np.repeat(values, counts))))
 
     def _flush(self) -> None:
         self._sketch.add(self._pending.values())
@@ -101,14 +127,14 @@ class ItlSamples:
     @property
     def count(self) -> int:
         if self._exact is not None:
-            return self._exact.size + self._in_runs
+            return self._exact_count + self._in_runs
         return self._sketch.count + self._pending.size + self._in_runs
 
     def finish(self) -> tuple[np.ndarray, QuantileSketch | None]:
         """(every sample sorted, None) within the cap; (no samples, the sketch) beyond it."""
         self._store_runs()
         if self._exact is not None:
-            return np.sort(self._exact.values()), None
+            return self._sorted(), None
         self._flush()
         return np.zeros(0), self._sketch
 

@@ -216,34 +216,44 @@ def test_itl_exact_up_to_the_cap_then_sketched():
     assert (err <= sketch.relative_accuracy * np.quantile(x, q) * (1 + 1e-9)).all()
 
 
-@pytest.mark.parametrize("cap", [10**6, 20_000])  # exact to the end; sketched part way
-def test_repeated_itl_samples_are_those_samples_repeated(cap):
-    """``record_itl_repeated`` (a batch's shared gap, or a stretch's gaps, times its size),
-    mixed with ordinary samples and past the sketch's chunk: the same exact samples, or the
-    same sketch, as recording every sample one by one."""
+def _itl_calls(per_request: bool):
+    """3000 recorder calls: (values, times, per-request gaps?) as an engine makes them."""
     rng = np.random.default_rng(8)
-    runs, plain = Recorder(itl_exact_cap=cap), Recorder(itl_exact_cap=cap)
-    every = []
+    calls = []
     for i in range(3000):
-        times = int(rng.integers(1, 40))
+        times, single = int(rng.integers(1, 40)), False
         if i % 3 == 0:  # a stretch: several gaps, each shared by the batch
             values = rng.lognormal(-3.5, 0.8, int(rng.integers(1, 20)))
-        elif i % 3 == 1:  # one iteration: one gap shared by the batch
+        elif i % 3 == 1 or not per_request:  # one iteration: one gap shared by the batch
             values = float(rng.lognormal(-3.5, 0.8))
         else:  # per-request gaps
             values, times = rng.lognormal(-3.5, 0.8, int(rng.integers(1, 30))), 1
-        if times == 1 and isinstance(values, np.ndarray):
+            single = True
+        calls.append((values, times, single))
+    return calls
+
+
+@pytest.mark.parametrize("per_request", [True, False])  # shared gaps only: kept as pairs alone
+@pytest.mark.parametrize("cap", ["above", "equal", "one_below", 20_000])  # of the sample count
+def test_repeated_itl_samples_are_those_samples_repeated(cap, per_request):
+    """``record_itl_repeated`` (a batch's shared gap, or a stretch's gaps, times its size),
+    with or without ordinary samples, past the sketch's chunk and at the cap's edge: the same
+    exact samples, or the same sketch, as recording every sample one by one."""
+    calls = _itl_calls(per_request)
+    every = np.concatenate([np.repeat(np.atleast_1d(v), t) for v, t, _ in calls])
+    cap = {"above": every.size + 1, "equal": every.size,
+           "one_below": every.size - 1}.get(cap, cap)
+    runs, plain = Recorder(itl_exact_cap=cap), Recorder(itl_exact_cap=cap)
+    for values, times, single in calls:
+        if single:
             runs.record_itl(values)
         else:
             runs.record_itl_repeated(values, times)
-        expanded = np.repeat(np.atleast_1d(values), times)
-        plain.record_itl(expanded)
-        every.append(expanded)
-    every = np.concatenate(every)
+        plain.record_itl(np.repeat(np.atleast_1d(values), times))
     assert runs.itl.count == plain.itl.count == every.size > 65536
     (a, sketch_a), (b, sketch_b) = runs.itl_samples(), plain.itl_samples()
     np.testing.assert_array_equal(a, b)
-    if cap > every.size:
+    if cap >= every.size:
         np.testing.assert_array_equal(a, np.sort(every))
         assert sketch_a is None and sketch_b is None
     else:
