@@ -45,3 +45,46 @@ class GrowingArray:
 
     def clear(self) -> None:
         self.size = 0
+
+
+class RowBlocks:
+    """Append-only rows in blocks of ``block_rows``: memory grows a block at a time and
+    nothing is copied as it grows (a doubling buffer allocates about twice its final size,
+    and fresh memory is what costs on a large table)."""
+
+    def __init__(self, width: int, block_rows: int = 1 << 15) -> None:
+        self.width, self.block_rows = int(width), int(block_rows)
+        self._full: list[np.ndarray] = []
+        self._cur = np.empty((self.block_rows, self.width))
+        self._used = 0  # rows of the current block
+        self.size = 0
+
+    def _next_block(self) -> None:
+        self._full.append(self._cur)
+        self._cur, self._used = np.empty((self.block_rows, self.width)), 0
+
+    def append(self, row) -> None:
+        if self._used == self.block_rows:
+            self._next_block()
+        self._cur[self._used] = row
+        self._used += 1
+        self.size += 1
+
+    def extend(self, rows: np.ndarray) -> None:
+        done, k = 0, len(rows)
+        while done < k:
+            if self._used == self.block_rows:
+                self._next_block()
+            take = min(k - done, self.block_rows - self._used)
+            self._cur[self._used:self._used + take] = rows[done:done + take]
+            self._used += take
+            done += take
+        self.size += k
+
+    def blocks(self) -> list[np.ndarray]:
+        """The rows, in order, as a list of blocks (views, not copies)."""
+        return self._full + [self._cur[:self._used]]
+
+    def values(self) -> np.ndarray:
+        """Every row as one array (a copy)."""
+        return np.concatenate(self.blocks())

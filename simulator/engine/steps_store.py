@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.buffers import GrowingArray
+from simulator.engine.buffers import GrowingArray, RowBlocks
 from simulator.engine.exact_sum import ExactSum
 from simulator.engine.step import FLOAT_FIELDS, STEP_FIELDS
 
@@ -29,7 +29,8 @@ SAMPLED_ROWS_CAP = 1_000_000      # rows a sampled table keeps at most, split am
 ALL_ROWS_CAP = 2_000_000          # rows ``auto`` keeps in full (about 300 MB) before sampling
 STEPS_POLICIES = ("all", "sampled", "off")
 _PENDING_ROWS = 4096              # rows buffered before their totals are added
-_GATHER_ROWS = 8192               # rows sorted into columns per block
+_BLOCK_ROWS = 1 << 15             # rows per block of the ``all`` table (5 MB)
+_GATHER_ROWS = 8192               # rows re-added per call when ``auto`` turns sampled
 
 SUMMED = ("duration_s", "draft_s", "verify_s", "kv_read_tokens", "attn_pairs")
 WEIGHTED = ("kv_occupancy",)      # summed weighted by duration_s
@@ -139,7 +140,7 @@ class StepsStore:
         self.rows_cap = int(rows_cap)
         self.width = len(STEP_FIELDS)
         self._totals = StepTotals()
-        self._all = GrowingArray(np.float64, width=self.width) if policy == "all" else None
+        self._all = RowBlocks(self.width, _BLOCK_ROWS) if policy == "all" else None
         self._pending = GrowingArray(np.float64, width=self.width, capacity=_PENDING_ROWS)
         self._samples: dict[int, _Sample] = {}
         self._finished: tuple[dict, dict] | None = None
@@ -230,12 +231,12 @@ class StepsStore:
         are released, so the columns are the only copy (the caller may wrap them uncopied)."""
         if self._finished is None:
             if self._all is not None:
-                cols = _sorted_columns(self._all.values())
+                cols = _sorted_columns(self._all.blocks())
                 self._totals.add_columns(cols)
             else:
                 self._flush()
-                cols = _sorted_columns(np.concatenate([np.zeros((0, self.width))] + [
-                    self._samples[r].rows.values() for r in sorted(self._samples)]))
+                cols = _sorted_columns([np.zeros((0, self.width))] + [
+                    self._samples[r].rows.values() for r in sorted(self._samples)])
             self._finished = (cols, self._totals.as_dict())
             self._all, self._pending = None, None
             self._samples = {r: _Sample(s.cap, s.stride, s.seen)
@@ -253,15 +254,25 @@ class StepsStore:
         return out
 
 
-def _sorted_columns(data: np.ndarray) -> dict[str, np.ndarray]:
-    """The rows column by column (counts as int64), sorted by (start_s, replica), stable:
-    each replica's own order is kept, the interleaving of replicas forgotten."""
-    by_replica = np.argsort(data[:, 0], kind="stable")
-    order = by_replica[np.argsort(data[by_replica, _START], kind="stable")]
-    cols = {name: np.empty(len(data), np.float64 if name in FLOAT_FIELDS else np.int64)
-            for name in STEP_FIELDS}
-    for start in range(0, len(data), _GATHER_ROWS):  # rows gathered in cache-sized blocks
-        block = data[order[start:start + _GATHER_ROWS]]
-        for i, name in enumerate(STEP_FIELDS):
-            cols[name][start:start + len(block)] = block[:, i]  # counts: exact integers
+def _sorted_columns(blocks: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows of ``blocks`` (in order) column by column (counts as int64), sorted by
+    (start_s, replica), stable: each replica's own order is kept, the interleaving of
+    replicas forgotten.  A column at a time, through two scratch columns (the fresh memory
+    is the table's columns and those two)."""
+    n = sum(len(b) for b in blocks)
+    column, scratch = np.empty(n), np.empty(n)
+    np.concatenate([b[:, 0] for b in blocks], out=column)
+    by_replica = np.argsort(column, kind="stable")
+    np.concatenate([b[:, _START] for b in blocks], out=column)
+    np.take(column, by_replica, out=scratch)
+    order = by_replica[np.argsort(scratch, kind="stable")]
+    del by_replica
+    cols = {}
+    for i, name in enumerate(STEP_FIELDS):
+        np.concatenate([b[:, i] for b in blocks], out=column)
+        if name in FLOAT_FIELDS:
+            cols[name] = column.take(order)
+        else:
+            np.take(column, order, out=scratch)
+            cols[name] = scratch.astype(np.int64)  # counts: exact integers
     return cols

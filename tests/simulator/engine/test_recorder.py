@@ -13,6 +13,8 @@ import pytest
 
 from reports import frames
 from simulator.engine.recorder import MAX_POSITIONS, Recorder
+from simulator.engine import steps_store
+from simulator.engine.buffers import RowBlocks
 from simulator.engine.sketch import QuantileSketch
 from simulator.engine.step import FLOAT_FIELDS, STEP_FIELDS, StepRow
 from simulator.engine.steps_store import (
@@ -117,7 +119,9 @@ def test_interleaving_of_replicas_changes_nothing(policy, kw, itl_cap):
         np.testing.assert_array_equal(x, y)
 
 
-def test_table_is_sorted_by_start_then_replica_and_keeps_every_row():
+@pytest.mark.parametrize("block_rows", [1 << 15, 64, 1])  # one block; many; a row each
+def test_table_is_sorted_by_start_then_replica_and_keeps_every_row(block_rows, monkeypatch):
+    monkeypatch.setattr(steps_store, "_BLOCK_ROWS", block_rows)
     streams = replica_streams()
     rec = Recorder(steps_table="all", replicas=3)
     feed_interleaved(rec, streams, np.random.default_rng(3))
@@ -129,6 +133,26 @@ def test_table_is_sorted_by_start_then_replica_and_keeps_every_row():
     assert df["batch_size"].dtype == np.int64 and df["duration_s"].dtype == np.float64
     assert rec.steps_info() == {"option": "all", "policy": "all", "rows_kept": rows.shape[0],
                                 "rows_total": rows.shape[0]}
+
+
+@pytest.mark.parametrize("block_rows", [1, 7, 1000])
+def test_row_blocks_hold_the_rows_appended_in_order(block_rows):
+    """Single rows and runs of rows (empty, shorter and longer than a block), in order."""
+    rng = np.random.default_rng(11)
+    store, every = RowBlocks(3, block_rows), []
+    for _ in range(300):
+        if rng.random() < 0.5:
+            row = rng.random(3)
+            store.append(row)
+            every.append(row[None, :])
+        else:
+            rows = rng.random((int(rng.integers(0, 20)), 3))
+            store.extend(rows)
+            every.append(rows)
+    expected = np.concatenate(every)
+    assert store.size == len(expected)
+    np.testing.assert_array_equal(store.values(), expected)
+    assert all(len(b) <= block_rows for b in store.blocks())
 
 
 def test_sampled_rows_are_the_multiples_of_the_smallest_fitting_stride():
