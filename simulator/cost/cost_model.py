@@ -311,7 +311,7 @@ class CostModel:
             sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
 
     def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks, chunk_ctx, logits):
-        """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens each."""
+        """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens (0: chunks only)."""
         return sm.mixed_verify_time(self, n, u, ctx_sum, chunks, chunk_ctx, logits)
 
     def _uniform(self, n: int, u: float, logits: float) -> sm.UniformStep | None:

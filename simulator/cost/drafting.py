@@ -161,6 +161,11 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
             new_tokens, context = new_tokens[keep], context[keep]
             if not new_tokens.size:
                 return 0.0
+    many = getattr(draft_cost, "mixed_verify_time", None) if new_tokens.size > 1 else None
+    if many is not None:  # several chunks: step_time's sum on numbers (within 1e-12)
+        t = many(0, 1, 0.0, new_tokens.tolist(), context.tolist(), 0.0)
+        if t is not None:
+            return t
     return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))
 
 

@@ -264,15 +264,24 @@ def mixed_verify_time(cm, n: int, u: int, ctx_sum: float, chunks: list[int],
     request is in one multi-query kernel, the verifications' part by ``decode_line`` at
     ``u`` (memoised in ``cm._verify_lines``: ``n`` intercepts, the slope times their context
     sum), each chunk's as ``step_time`` prices it, one latency and floor for the kernel;
-    without, the per-request sum.  None where no line applies, for MLA, a 1-token chunk (a
-    kernel of its own) or a uniform batch (``step_time``'s closed form)."""
-    if n < 1 or cm._mla is not None or min(chunks) < 2 or all(c == u for c in chunks):
+    without, the per-request sum.  ``n == 0``: the chunks alone (a draft model's prefill;
+    ``u`` unused), ``_chunk_attention``.  None where no line applies (the multi-query
+    kernel's, at ``u`` or 2), for MLA, a 1-token chunk (a kernel of its own) or a uniform
+    batch (``step_time``'s closed form)."""
+    u = u if n else 2
+    if cm._mla is not None or min(chunks) < 2 or \
+            all(c == (u if n else chunks[0]) for c in chunks):
         return None
     line = cm._verify_lines.get(u, cm)
     if line is cm:
         line = cm._verify_lines[u] = decode_line(cm, float(u))
     if line is None:
         return None
+    if not n:
+        tokens = float(sum(chunks))
+        mode, padded = cm.execution.graph_tokens(tokens, False)
+        fixed = cm._fixed(tokens, logits, mode, padded)
+        return cm._step_from(mode, fixed, _chunk_attention(cm, chunks, chunk_ctx), len(chunks))
     slope, intercept, latency, floor = line
     total = slope * ctx_sum + float(n) * intercept
     pair, kvb, qb = cm._attn_flops_per_pair, cm._kv_bytes_per_token, cm._q_io_bytes_per_token

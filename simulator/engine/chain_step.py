@@ -86,7 +86,7 @@ def chain_complete(replica, spec: ChainStretch, step: ChainStep, now: float) -> 
     prefilled = replica._emit_prefills(step, now)
     dec, nd, g = step.decode_pos, step.num_decode, spec.gamma
     accepted = spec.accepted(replica.rng.random(nd), replica.b.ids[dec])  # in [0, g]
-    _, decoded = replica._emit_accepted(dec, accepted, np.full(nd, g, np.int64), now)
+    _, decoded = replica._emit_accepted(dec, accepted, g, now)  # g >= 1 drafts each
     replica._roll_back(dec)
     replica._retire(now)
     n_pf, used = int(step.prefill_pos.size), replica.used_blocks

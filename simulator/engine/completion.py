@@ -73,11 +73,11 @@ class Completion:
         emitted, decoded = self._emit_accepted(step.decode_pos, accepted, plan.num_draft, now)
         return emitted, accepted, decoded
 
-    def _emit_accepted(self, dec, accepted: np.ndarray, num_draft: np.ndarray,
+    def _emit_accepted(self, dec, accepted: np.ndarray, num_draft: np.ndarray | int,
                        now: float) -> tuple[np.ndarray, int]:
         """Each decode at ``dec`` emits its ``accepted`` drafts + 1 tokens (never past its
-        output length) and counts its ``num_draft`` drafts; returns (emitted per decode,
-        tokens emitted in all)."""
+        output length) and counts its ``num_draft`` drafts (an int >= 1: every decode drafted
+        that many, as a chain's do); returns (emitted per decode, tokens emitted in all)."""
         b = self.b
         emitted = emitted_tokens(accepted, b.generated[dec], b.output_len[dec])
         self.rec.record_itl(now - b.last_emit[dec])
@@ -86,7 +86,12 @@ class Completion:
         b.last_emit[dec] = now
         decoded = int(_SUM(emitted))
         self.outstanding_tokens -= decoded
-        if _ANY(num_draft):
+        if num_draft.__class__ is int:
+            b.num_drafts[dec] += 1
+            b.num_draft_tokens[dec] += num_draft
+            b.num_accepted[dec] += accepted
+            self.rec.record_acceptance_of(num_draft, accepted)
+        elif _ANY(num_draft):
             b.num_drafts[dec] += num_draft > 0
             b.num_draft_tokens[dec] += num_draft
             b.num_accepted[dec] += accepted

@@ -72,3 +72,23 @@ def test_a_single_chunk_prefill_is_step_times_to_the_bit(profile, execution):
         limit = int(x + c + 1 + 4)
         assert draft_prefill_time(cm, np.array([c]), np.array([x]), 4, limit) == 0.0
         assert draft_prefill_time(cm, np.array([c]), np.array([x]), 4, limit + 1) == got
+
+
+@pytest.mark.parametrize("profile", ["a100-80gb", "a100-80gb-flat", "h100-sxm", "tpu-v4"])
+@pytest.mark.parametrize("execution", ["graphs", "eager", "async"])
+def test_a_several_chunk_prefill_is_step_times_within_rounding(profile, execution):
+    # several prompts' chunks (the cost model's chunks-only price, on numbers): step_time's
+    # float within rounding, the chunks past the draft's context skipped first
+    from simulator.cost.drafting import draft_prefill_time
+    from tests.simulator.cost.test_hot_path import _cost_model
+    cm = _cost_model(profile, "llama-68m", 1, execution)
+    rng = np.random.default_rng(len(profile) * len(execution))
+    for _ in range(40):
+        k = int(rng.integers(2, 5))
+        c, x = rng.integers(1, 3000, k).astype(float), rng.integers(0, 3000, k).astype(float)
+        got = draft_prefill_time(cm, c, x, 4, None)
+        assert got == pytest.approx(cm.step_time(c, x, np.zeros(k)), rel=1e-12, abs=0.0)
+        limit = int((x + c).max() + 1 + 4)  # the longest one is skipped
+        keep = x + c < (x + c).max()
+        want = cm.step_time(c[keep], x[keep], np.zeros(int(keep.sum()))) if keep.any() else 0.0
+        assert draft_prefill_time(cm, c, x, 4, limit) == pytest.approx(want, rel=1e-12, abs=0.0)

@@ -145,8 +145,44 @@ def test_no_chain_mixed_price_where_a_kernel_or_the_closed_form_differs():
     cm = CostModel(load_profile("a100-80gb"), load_model("llama-2-7b"))
     assert cm.mixed_verify_time(4, 5, 4000.0, [300, 1], [0, 7], 21.0) is None  # 1-token chunk
     assert cm.mixed_verify_time(4, 5, 4000.0, [5, 5], [0, 7], 21.0) is None  # uniform batch
-    assert cm.mixed_verify_time(0, 5, 0.0, [300], [0], 1.0) is None  # no decode
+    assert cm.mixed_verify_time(0, 5, 0.0, [300], [0], 1.0) is None  # one chunk: uniform
+    assert cm.mixed_verify_time(0, 5, 0.0, [300, 300], [0, 9], 1.0) is None  # uniform
+    assert cm.mixed_verify_time(0, 5, 0.0, [300, 2], [0, 9], 1.0) is not None  # chunks only
     mla = CostModel(load_profile("h200"), load_model("deepseek-v3"),
                     Parallelism(tensor_parallel=8))
     assert mla.mixed_verify_time(4, 5, 4000.0, [300], [0], 21.0) is None  # MLA: step_time's
     assert cm.mixed_verify_time(4, 5, 4000.0, [300], [0], 21.0) is not None
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("execution", EXECUTIONS)
+def test_chunks_alone_match_step_time(profile, execution):
+    # a draft model prefilling several prompts' chunks (drafting.draft_prefill_time): no
+    # decode, no logits, or a token through the LM head for each completing chunk
+    cm = _cost_model(profile, "llama-2-7b", 1, execution)
+    rng = np.random.default_rng([PROFILES.index(profile), EXECUTIONS.index(execution)])
+    priced = 0
+    for _ in range(25):
+        k = int(rng.integers(2, 6))
+        chunks, ctx = rng.integers(2, 601, k), rng.integers(0, 4096, k)
+        logits = (rng.random(k) < 0.5).astype(np.float64) * rng.integers(0, 2)
+        got = cm.mixed_verify_time(0, 1, 0.0, chunks.astype(float).tolist(),
+                                   ctx.astype(float).tolist(), float(logits.sum()))
+        if got is None:  # no line: the multi-query kernel's roof switches
+            assert cm._verify_lines[2] is None or (chunks == chunks[0]).all()
+            continue
+        priced += 1
+        new = chunks.astype(np.float64)
+        assert got == pytest.approx(cm.step_time(new, ctx, logits), rel=REL, abs=0.0)
+        assert got == pytest.approx(cm.breakdown(new, ctx, logits).time_s, rel=REL, abs=0.0)
+    assert priced > 0 or cm._verify_lines[2] is None
+
+
+def test_no_chunks_price_where_no_line_applies():
+    hw, model = load_profile("a100-80gb"), load_model("llama-2-7b")
+    curved = dataclasses.replace(hw, memory_efficiency_curve=((1e3, 0.3), (1e9, 0.9)))
+    for cm in (CostModel(curved, model),
+               CostModel(hw, model, Parallelism(pipeline_parallel=2, micro_batches=2)),
+               CostModel(hw, model, execution=dataclasses.replace(
+                   resolve_execution(hw), step_model="single_roofline"))):
+        assert cm.mixed_verify_time(0, 1, 0.0, [300, 40], [0, 9], 0.0) is None
