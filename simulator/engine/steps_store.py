@@ -148,13 +148,13 @@ class StepsStore:
 
     def _to_sampled(self) -> None:
         """Past ``all_rows_cap``: keep what ``sampled`` would have kept from the start."""
-        rows = self._all.values()
+        blocks = self._all.blocks()
         self._all, self.policy = None, "sampled"
-        replica = rows[:, 0]
-        for r in np.unique(replica):  # each replica's rows, in its own order
-            mine = rows[replica == r]
-            for start in range(0, len(mine), _GATHER_ROWS):
-                self.add_rows(mine[start:start + _GATHER_ROWS])
+        for r in np.unique(np.concatenate([b[:, 0] for b in blocks])):
+            for block in blocks:  # each replica's rows, in its own order, a block at a time
+                mine = block[block[:, 0] == r]
+                for start in range(0, len(mine), _GATHER_ROWS):
+                    self.add_rows(mine[start:start + _GATHER_ROWS])
 
     def _sample(self, replica: int) -> _Sample:
         s = self._samples.get(replica)

@@ -194,10 +194,13 @@ def test_totals_are_exact_over_every_step_whatever_the_policy():
     assert Recorder(steps_table="off").steps_frame().columns.tolist() == list(STEP_FIELDS)
 
 
+@pytest.mark.parametrize("block_rows", [1 << 15, 16])  # the all-rows table in one block; many
 @pytest.mark.parametrize("feed", [feed_blocks, feed_interleaved])
-def test_auto_turns_sampled_past_its_row_cap_as_if_sampled_from_the_start(feed):
+def test_auto_turns_sampled_past_its_row_cap_as_if_sampled_from_the_start(feed, block_rows,
+                                                                          monkeypatch):
     """``auto`` keeps every row until it holds more than ``all_rows_cap``, then keeps what
     ``sampled`` would have kept from the start, whenever the switch happened."""
+    monkeypatch.setattr(steps_store, "_BLOCK_ROWS", block_rows)
     streams = replica_streams()
     auto = Recorder(steps_table="auto", replicas=3, rows_cap=300, all_rows_cap=150)
     sampled = Recorder(steps_table="sampled", replicas=3, rows_cap=300)
