@@ -42,10 +42,13 @@ class ItlSamples:
                  relative_accuracy: float = RELATIVE_ACCURACY) -> None:
         self.cap = int(cap)
         self.relative_accuracy = relative_accuracy
-        # exactly, while at most ``cap`` samples: single samples, and (value, count) pairs
-        self._exact: GrowingArray | None = GrowingArray(np.float64, limit=max(1, self.cap))
-        self._pair_values = GrowingArray(np.float64, limit=max(1, self.cap))
-        self._pair_counts = GrowingArray(np.int32, limit=max(1, self.cap))
+        # exactly, while at most ``cap`` samples: single samples, and (value, count) pairs,
+        # with room for the cap from the start (untouched memory costs nothing until written;
+        # a doubling buffer copies and touches about twice what it ends with)
+        room = max(1, self.cap)
+        self._exact: GrowingArray | None = GrowingArray(np.float64, capacity=room, limit=room)
+        self._pair_values = GrowingArray(np.float64, capacity=room, limit=room)
+        self._pair_counts = GrowingArray(np.int32, capacity=room, limit=room)
         self._exact_count = 0
         self._sketch: QuantileSketch | None = None
         self._pending = GrowingArray(np.float64, capacity=_SKETCH_CHUNK)

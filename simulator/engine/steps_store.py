@@ -114,8 +114,12 @@ def totals_of(rows: np.ndarray) -> dict:
 class _Sample:
     """One replica's sampled rows: the multiples of ``stride`` among its steps seen so far."""
 
-    def __init__(self, cap: int, stride: int = 1, seen: int = 0) -> None:
-        self.rows = GrowingArray(np.float64, width=len(STEP_FIELDS), capacity=64)
+    def __init__(self, cap: int, stride: int = 1, seen: int = 0, room: bool = True) -> None:
+        # ``room``: for the cap and one more call's rows from the start (untouched memory
+        # costs nothing until rows are written; a buffer doubling from small copies and
+        # touches about twice the rows it ends with)
+        self.rows = GrowingArray(np.float64, width=len(STEP_FIELDS),
+                                 capacity=cap + _GATHER_ROWS if room else 1)
         self.seen = seen
         self.stride = stride
         self.cap = cap
@@ -239,7 +243,7 @@ class StepsStore:
                     self._samples[r].rows.values() for r in sorted(self._samples)])
             self._finished = (cols, self._totals.as_dict())
             self._all, self._pending = None, None
-            self._samples = {r: _Sample(s.cap, s.stride, s.seen)
+            self._samples = {r: _Sample(s.cap, s.stride, s.seen, room=False)
                              for r, s in self._samples.items()}  # counts kept, rows dropped
         return self._finished
 
