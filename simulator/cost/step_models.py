@@ -268,9 +268,9 @@ def mixed_verify_time(cm, n: int, u: int, ctx_sum: float, chunks: list[int],
     ``u`` unused), ``_chunk_attention``.  None where no line applies (the multi-query
     kernel's, at ``u`` or 2), for MLA, a 1-token chunk (a kernel of its own) or a uniform
     batch (``step_time``'s closed form)."""
-    u = u if n else 2
-    if cm._mla is not None or min(chunks) < 2 or \
-            all(c == (u if n else chunks[0]) for c in chunks):
+    uniform = u if n else chunks[0]  # the length every request would share
+    u = u if n else 2  # the chunks alone: the multi-query kernel's line says if it applies
+    if cm._mla is not None or min(chunks) < 2 or all(c == uniform for c in chunks):
         return None
     line = cm._verify_lines.get(u, cm)
     if line is cm:

@@ -84,7 +84,3 @@ class RowBlocks:
     def blocks(self) -> list[np.ndarray]:
         """The rows, in order, as a list of blocks (views, not copies)."""
         return self._full + [self._cur[:self._used]]
-
-    def values(self) -> np.ndarray:
-        """Every row as one array (a copy)."""
-        return np.concatenate(self.blocks())

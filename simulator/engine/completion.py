@@ -86,16 +86,15 @@ class Completion:
         b.last_emit[dec] = now
         decoded = int(_SUM(emitted))
         self.outstanding_tokens -= decoded
-        if num_draft.__class__ is int:
-            b.num_drafts[dec] += 1
+        same = num_draft.__class__ is int  # every decode drafted num_draft >= 1
+        if same or _ANY(num_draft):
+            b.num_drafts[dec] += 1 if same else num_draft > 0
             b.num_draft_tokens[dec] += num_draft
             b.num_accepted[dec] += accepted
-            self.rec.record_acceptance_of(num_draft, accepted)
-        elif _ANY(num_draft):
-            b.num_drafts[dec] += num_draft > 0
-            b.num_draft_tokens[dec] += num_draft
-            b.num_accepted[dec] += accepted
-            self.rec.record_acceptance(num_draft, accepted)
+            if same:
+                self.rec.record_acceptance_of(num_draft, accepted)
+            else:
+                self.rec.record_acceptance(num_draft, accepted)
         return emitted, decoded
 
     def _roll_back(self, dec) -> None:

@@ -151,7 +151,7 @@ def test_row_blocks_hold_the_rows_appended_in_order(block_rows):
             every.append(rows)
     expected = np.concatenate(every)
     assert store.size == len(expected)
-    np.testing.assert_array_equal(store.values(), expected)
+    np.testing.assert_array_equal(np.concatenate(store.blocks()), expected)
     assert all(len(b) <= block_rows for b in store.blocks())
 
 
