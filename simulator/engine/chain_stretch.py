@@ -99,23 +99,25 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
 
 def _opening(replica, spec: ChainStretch):
     """The stretch's first iteration's checks: None (no stretch) or the KV blocks the
-    running requests do not hold (``base``)."""
+    running requests do not hold (``base``).  Any failed check means no stretch, so their
+    order is free: the admission attempt (the step-by-step path makes it in this very
+    iteration, and the usual reason for no stretch right after an arrival) comes before the
+    batch's invariant and the draft's context are checked."""
     b, lim = replica.b, replica.limits
     n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
     if not n or b.decoding != n or n * (g + 1) > lim.max_num_batched_tokens:
         return None
-    c = b.computed
-    if not _ALL(b.blocks == -(-c // bs)):  # the invariant every completion restores
+    c = b.computed  # ceil((c + g + 1) / bs) as (c + g + bs) // bs: integers, exact
+    base = replica.used_blocks - int(_SUM(b.blocks))
+    reserved = base + int(_SUM((c + (g + bs)) // bs))
+    if reserved > lim.kv_blocks:
+        return None
+    if replica.waiting and not admission_blocked(replica, reserved, n * (g + 1)):
+        return None
+    if not _ALL(b.blocks == (c + (bs - 1)) // bs):  # the invariant every completion restores
         return None
     if spec.max_context is not None and \
             not _ALL(b.prompt_len + b.generated + g < spec.max_context):
-        return None
-    base = replica.used_blocks - int(_SUM(b.blocks))
-    reserved = base + int(_SUM(-(-(c + (g + 1)) // bs)))
-    if reserved > lim.kv_blocks:
-        return None
-    # last: the step-by-step path makes this admission attempt in this very iteration
-    if replica.waiting and not admission_blocked(replica, reserved, n * (g + 1)):
         return None
     return base
 

@@ -51,10 +51,11 @@ class ItlSamples:
         self._pair_counts = GrowingArray(np.int32, capacity=room, limit=room)
         self._exact_count = 0
         self._sketch: QuantileSketch | None = None
-        self._pending = GrowingArray(np.float64, capacity=_SKETCH_CHUNK)
         self._runs: list = []  # samples added as (value or values, times each), not yet stored
         self._times: list[int] = []
         self._in_runs = 0
+        self._parts: list[np.ndarray] = []  # single samples added, not yet stored
+        self._in_parts = 0
 
     def repeat(self, values, times: int) -> None:
         """Add each of ``values`` (a float or an array) ``times`` times: the gaps every
@@ -94,7 +95,20 @@ class ItlSamples:
         self._sketch.add_counts(values, counts)
 
     def extend(self, values: np.ndarray) -> None:
-        """Add ITL samples (seconds) of one replica."""
+        """Add ITL samples (seconds) of one replica: a 1-d array the caller does not change
+        afterwards (it is kept until a chunk of samples has come, then stored at once: the
+        samples are sorted or binned, so the order they are stored in does not show)."""
+        self._parts.append(values)
+        self._in_parts += len(values)
+        if self._in_parts >= _SKETCH_CHUNK:
+            self._store_parts()
+
+    def _store_parts(self) -> None:
+        parts = self._parts
+        if not parts:
+            return
+        values = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        self._parts, self._in_parts = [], 0
         exact = self._exact
         if exact is not None:
             if self._exact_count + len(values) <= self.cap:
@@ -102,9 +116,7 @@ class ItlSamples:
                 self._exact_count += len(values)
                 return
             self._to_sketch()
-        self._pending.extend(values)
-        if self._pending.size >= _SKETCH_CHUNK:
-            self._flush()
+        self._sketch.add(values)
 
     def _to_sketch(self) -> None:
         """Past the cap: every sample kept so far goes into a new sketch."""
@@ -123,22 +135,18 @@ class ItlSamples:
             return np.repeat(values[order], counts[order])
         return np.sort(np.concatenate((self._exact.values(), np.repeat(values, counts))))
 
-    def _flush(self) -> None:
-        self._sketch.add(self._pending.values())
-        self._pending.clear()
-
     @property
     def count(self) -> int:
         if self._exact is not None:
-            return self._exact_count + self._in_runs
-        return self._sketch.count + self._pending.size + self._in_runs
+            return self._exact_count + self._in_runs + self._in_parts
+        return self._sketch.count + self._in_runs + self._in_parts
 
     def finish(self) -> tuple[np.ndarray, QuantileSketch | None]:
         """(every sample sorted, None) within the cap; (no samples, the sketch) beyond it."""
         self._store_runs()
+        self._store_parts()
         if self._exact is not None:
             return self._sorted(), None
-        self._flush()
         return np.zeros(0), self._sketch
 
 
@@ -165,7 +173,8 @@ class Recorder:
         self.itl = ItlSamples(itl_exact_cap, relative_accuracy)
         self._drafted = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)
         self._accepted = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)
-        self._accepted_of = GrowingArray(np.uint16, capacity=_ACCEPTANCE_CHUNK)  # drafted: hist
+        self._accepted_of: list[np.ndarray] = []  # record_acceptance_of's, not yet binned
+        self._in_accepted_of = 0
         self._accepted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
         self._drafted_hist = np.zeros(MAX_POSITIONS + 1, np.int64)
 
@@ -178,7 +187,8 @@ class Recorder:
         self.steps.add_rows(rows)
 
     def record_itl(self, values: np.ndarray) -> None:
-        """ITL samples (seconds) of one replica, in that replica's order."""
+        """ITL samples (seconds) of one replica: a 1-d array, kept (not copied) until a chunk
+        of samples has come, so one that is not changed afterwards."""
         self.itl.extend(values)
 
     def record_itl_counts(self, values: np.ndarray, counts: np.ndarray) -> None:
@@ -201,10 +211,13 @@ class Recorder:
 
     def record_acceptance_of(self, gamma: int, accepted: np.ndarray) -> None:
         """``record_acceptance`` of request-steps that all drafted ``gamma`` >= 1 tokens (a
-        chain's): the same histograms, the drafted length counted at once."""
+        chain's): the same histograms, the drafted length counted at once; ``accepted`` (a
+        1-d array of counts >= 0) is kept, not copied, until it is binned: pass one that is
+        not changed afterwards."""
         self._drafted_hist[min(gamma, MAX_POSITIONS)] += accepted.size
-        self._accepted_of.extend(np.minimum(accepted, MAX_POSITIONS))
-        if self._accepted_of.size >= _ACCEPTANCE_CHUNK:
+        self._accepted_of.append(accepted)  # kept (not copied) until a chunk has come
+        self._in_accepted_of += accepted.size
+        if self._in_accepted_of >= _ACCEPTANCE_CHUNK:
             self._bin_acceptance()
 
     def _bin_acceptance(self) -> None:
@@ -213,11 +226,13 @@ class Recorder:
         a = self._accepted.values().astype(np.int64)[mask]
         self._accepted_hist += np.bincount(a, minlength=MAX_POSITIONS + 1)
         self._drafted_hist += np.bincount(k[mask], minlength=MAX_POSITIONS + 1)
-        self._accepted_hist += np.bincount(self._accepted_of.values().astype(np.int64),
-                                           minlength=MAX_POSITIONS + 1)
+        if self._accepted_of:
+            of = np.concatenate(self._accepted_of).astype(np.int64, copy=False)
+            self._accepted_hist += np.bincount(np.minimum(of, MAX_POSITIONS),
+                                               minlength=MAX_POSITIONS + 1)
         self._drafted.clear()
         self._accepted.clear()
-        self._accepted_of.clear()
+        self._accepted_of, self._in_accepted_of = [], 0
 
     def histograms(self) -> tuple[np.ndarray, np.ndarray]:
         """(accepted-length, draft-length) histograms over every drafting request-step."""
