@@ -10,6 +10,7 @@ from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import (
     check_batch,
     geometric_counter,
+    geometric_thresholds,
     sample_chain_tree,
     sample_geometric,
 )
@@ -34,7 +35,12 @@ class IIDAcceptance:
 
     def sample_chain(self, gammas, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         g, _, _ = check_batch(gammas, contexts, request_ids)
-        return sample_geometric(np.full(g.shape, self.alpha), g, rng)
+        if not 0.0 < self.alpha < 1.0 or not g.size:  # 0 or gamma each: log's guards
+            return sample_geometric(np.full(g.shape, self.alpha), g, rng)
+        # one uniform each against 1 - alpha**j (geometric_thresholds): P(>= j) = alpha**j
+        cut = geometric_thresholds(self.alpha, int(np.maximum.reduce(g)))
+        return np.minimum(cut.searchsorted(rng.random(g.shape), "right"), g).astype(
+            np.int64, copy=False)
 
     def chain_alphas(self, request_ids: np.ndarray) -> np.ndarray:
         """The per-request alphas ``sample_chain`` draws with (context-free: a chain
@@ -43,8 +49,8 @@ class IIDAcceptance:
 
     def chain_counter(self, gamma: int):
         """``sample_chain``'s accepted counts of requests drafting ``gamma`` given its
-        uniforms, as ``counts(draws, request_ids)``, faster where alpha is in (0, 1)
-        (``geometric_counter``); None elsewhere."""
+        uniforms, as ``counts(draws, request_ids)``, where alpha is in (0, 1)
+        (``geometric_counter``: the same thresholds); None elsewhere."""
         return geometric_counter(self.alpha, gamma)
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:

@@ -76,16 +76,28 @@ def geometric_counts(draws: np.ndarray, alpha: np.ndarray, gammas) -> np.ndarray
     return np.minimum(n, gammas).astype(np.int64)
 
 
-def geometric_counter(alpha: float, gammas):
-    """``geometric_counts(draws, alpha, gammas)`` for one ``alpha`` in (0, 1) shared by every
-    request, with its logarithm taken once: the same floats (the same division by the same
-    ``np.log(alpha)``, no 0 or infinite logarithm to guard); None for another alpha."""
+def geometric_thresholds(alpha: float, gamma: int) -> np.ndarray:
+    """``1 - alpha**j`` for j = 1..``gamma``, ascending: a uniform draw ``u`` in [0, 1) gives
+    ``#{j : u >= 1 - alpha**j}`` accepted drafts (``searchsorted(u, "right")``), so
+    P(>= j accepted) = alpha**j.  In exact arithmetic this is ``geometric_counts``' floor(log(1 -
+    u) / log alpha) capped at gamma (log(1 - u) <= j log alpha iff 1 - u <= alpha**j); in
+    floats the two can differ only for a draw within a rounding of a threshold.  Element j does
+    not depend on ``gamma`` (one power each), so a longer list extends a shorter one."""
+    return 1.0 - float(alpha) ** np.arange(1, int(gamma) + 1, dtype=np.float64)
+
+
+def geometric_counter(alpha: float, gamma: int):
+    """The accepted drafts of requests all drafting ``gamma`` for one ``alpha`` in (0, 1)
+    shared by every request, given their uniforms: one binary search each against
+    ``geometric_thresholds`` (one numpy call, against five for the logarithm's form: the
+    chain stretches count every iteration's acceptances with it); None for another alpha.
+    ``IIDAcceptance.sample_chain`` draws by the same thresholds: the same counts."""
     if not 0.0 < alpha < 1.0:
         return None
-    log_alpha = np.log(np.full(1, float(alpha)))[0]  # as geometric_counts' array takes it
+    search = geometric_thresholds(alpha, gamma).searchsorted
 
     def counts(draws: np.ndarray, request_ids=None) -> np.ndarray:
-        return np.minimum(np.log(1.0 - draws) / log_alpha, gammas).astype(np.int64)
+        return search(draws, "right")  # intp: int64 on every 64-bit platform
     return counts
 
 

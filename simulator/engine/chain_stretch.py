@@ -6,11 +6,11 @@ request decodes repeats one kind of iteration until something changes the batch:
 finishing, the next arrival, a request outgrowing the draft's context (it stops being
 speculated), the KV cache running out (a preemption) or an admission.  Unlike a plain decode
 stretch (fast_forward.py), the batch's contexts move by random amounts: each iteration draws
-one uniform per request (``sample_geometric``), and the accepted counts decide the next
+one uniform per request (the model's ``sample_chain``), and the accepted counts decide the next
 iteration's contexts, hence its price.  ``advance_chain`` draws the uniforms of K iterations in
 one ``rng.random((K, n))`` (the same numbers, in the same order, as K calls of
-``rng.random(n)``), turns them into accepted counts element by element as
-``geometric_counts`` does for one iteration, and from their running sums gets every
+``rng.random(n)``), turns them into accepted counts element by element as ``sample_chain``
+does for one iteration (``ChainStretch.accepted``), and from their running sums gets every
 iteration's contexts, KV reservation, draft time (``chain_decode``'s closed form over the
 gamma draft forwards) and verify time (the target's ``uniform_step_times`` at gamma + 1 tokens
 a request), the clock, the emitted tokens, the ITL samples and the steps' rows.

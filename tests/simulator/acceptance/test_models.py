@@ -231,25 +231,56 @@ def test_every_shipped_curve_fits_within_its_reported_error():
 
 @pytest.mark.parametrize("alpha", [0.05, 0.5, 0.7, 0.999])
 @pytest.mark.parametrize("gamma", [1, 4, 7])
-def test_the_bound_geometric_counter_is_bitwise_geometric_counts(alpha, gamma):
+def test_the_geometric_counter_is_sample_chains_and_the_logarithms_count(alpha, gamma):
     # the chain stretch and the fused chain step count acceptances with the counter an iid
-    # model binds once (its log alpha taken once); they must be sample_chain's exactly
+    # model binds once (thresholds 1 - alpha**j); they must be sample_chain's exactly, and
+    # the count floor(log(1 - u) / log alpha) capped at gamma wherever a draw is not within
+    # a rounding of a threshold (the two are equal in exact arithmetic)
     from simulator.acceptance.iid import IIDAcceptance
-    from simulator.acceptance.sampling import geometric_counts
+    from simulator.acceptance.sampling import geometric_counts, geometric_thresholds
     rng = np.random.default_rng(int(alpha * 1000) + gamma)
     count = IIDAcceptance(alpha).chain_counter(gamma)
-    for shape in ((1,), (7,), (33,), (5, 17)):
+    cut = 1.0 - alpha ** np.arange(1, gamma + 1)
+    assert np.array_equal(geometric_thresholds(alpha, gamma), cut)
+    compared = 0
+    for shape in ((1,), (7,), (33,), (5, 17), (20_000,)):
         draws = rng.random(shape)
         draws.flat[0] = 0.0  # u = 1 - draw = 1: log 0, no accepted draft
         expected = geometric_counts(draws, np.full(shape, alpha), gamma)
         got = count(draws, np.arange(shape[-1]))
-        assert got.dtype == np.int64 and np.array_equal(got, expected)
-        assert got.flat[0] == 0
+        assert got.dtype == np.int64 and got.shape == shape and got.flat[0] == 0
+        clear = np.min(np.abs(draws[..., None] - cut), axis=-1) > 1e-12
+        assert np.array_equal(got[clear], expected[clear])
+        compared += int(clear.sum())
+    assert compared > 20_000  # nearly every draw is clear of the thresholds
+    # at a threshold the count includes it; one float below, it does not
+    at = count(cut, None)
+    below = count(np.nextafter(cut, 0.0), None)
+    assert at.tolist() == list(range(1, gamma + 1))
+    assert below.tolist() == list(range(0, gamma))
     # and what sample_chain draws for one iteration, from the same generator state
     ids = np.arange(40)
     a, b = np.random.default_rng(5), np.random.default_rng(5)
     chain = IIDAcceptance(alpha).sample_chain(np.full(40, gamma), np.zeros(40), ids, a)
-    assert np.array_equal(count(b.random(40), ids), chain)
+    assert chain.dtype == np.int64 and np.array_equal(count(b.random(40), ids), chain)
+
+
+def test_iid_sample_chain_caps_each_requests_gamma_and_matches_alpha_to_the_k():
+    # per-request gammas against one threshold list (the longest): each count capped at its
+    # own gamma; P(>= k accepted) = alpha**k (the i.i.d. model's survival), 200k draws
+    from simulator.acceptance.iid import IIDAcceptance
+    alpha, n = 0.6, 200_000
+    gammas = np.tile(np.array([0, 1, 3, 6], np.int64), n // 4)
+    got = IIDAcceptance(alpha).sample_chain(gammas, np.zeros(n), np.arange(n),
+                                           np.random.default_rng(11))
+    assert got.dtype == np.int64 and np.all(got <= gammas) and np.all(got >= 0)
+    six = got[gammas == 6]
+    for k in range(1, 7):
+        p = alpha ** k
+        se = np.sqrt(p * (1 - p) / six.size)
+        assert abs(np.mean(six >= k) - p) < 5 * se, k
+    three = got[gammas == 3]
+    assert abs(np.mean(three == 3) - alpha ** 3) < 5 * np.sqrt(alpha ** 3 / three.size)
 
 
 def test_the_geometric_counter_gives_way_at_alpha_0_and_1():
