@@ -42,9 +42,15 @@ class Completion:
     def _emit_prefills(self, step: Step, now: float) -> np.ndarray:
         """Advance the prefill chunks; a completed prefill emits a token. Returns the
         positions of those."""
-        b, pf = self.b, step.prefill_pos
-        if not pf.size:
+        if not step.prefill_pos.size:
             return NO_IDS
+        if step.prefill_pos.size == 1 and self.cache is None:
+            return self._emit_prefill_one(step, now)
+        return self._emit_prefill_many(step, now)
+
+    def _emit_prefill_many(self, step: Step, now: float) -> np.ndarray:
+        """``_emit_prefills`` of any chunks, on arrays."""
+        b, pf = self.b, step.prefill_pos
         b.computed[pf] += step.chunks
         self.outstanding_tokens -= step.prefill_tokens
         if self.cache is not None:  # the prompt blocks now full are cached
@@ -63,6 +69,28 @@ class Completion:
             t.first_token_s[rids[first]] = now
             b.last_emit[done] = now
         return done
+
+    def _emit_prefill_one(self, step: Step, now: float) -> np.ndarray:
+        """``_emit_prefills`` of one chunk (the usual admission) by scalar stores: the same
+        integers, and the same float subtraction for a resuming request's gap."""
+        b, t, p = self.b, self.t, int(step.prefill_pos[0])
+        b.computed[p] += int(step.chunks[0])
+        self.outstanding_tokens -= step.prefill_tokens
+        if not step.completes[0]:
+            return NO_IDS
+        if b.in_prefill[p]:  # set_prefill_done: it decodes from now on
+            b.in_prefill[p] = False
+            b.decoding += 1
+        generated = int(b.generated[p])
+        if generated > 0:  # a preempted request resuming: its ITL runs on
+            self.rec.record_itl(np.array([now - float(b.last_emit[p])]))
+        b.generated[p] = generated + 1
+        self.outstanding_tokens -= 1
+        rid = int(b.ids[p])
+        if t.first_token_s[rid] != t.first_token_s[rid]:  # NaN: its first token
+            t.first_token_s[rid] = now
+        b.last_emit[p] = now
+        return step.prefill_pos
 
     def _emit_decodes(self, step: Step, now: float) -> tuple[np.ndarray, np.ndarray, int]:
         """Accept, then emit accepted + 1 tokens per decode; returns (emitted, accepted) per

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simulator.engine.completion import Completion
 from simulator.engine.lazy_decode import LazyDecodes
 from simulator.engine.plain_step import PlainSteps
 from simulator.engine.replica import Replica
@@ -131,6 +132,47 @@ def test_the_fused_path_carries_the_mixed_steps(monkeypatch, fast_forward):
     else:
         assert calls == stepped
     assert int(fused.steps["preemptions"].sum()) > 0  # the ordinary path's part is exercised
+
+
+@pytest.mark.parametrize("policy", ["none", "chain:num_speculative_tokens=3"])
+@pytest.mark.parametrize("chunked", [True, False])
+def test_one_chunk_by_scalar_stores_is_the_array_path(monkeypatch, policy, chunked):
+    """``_emit_prefills`` takes a lone chunk by scalar stores (``_emit_prefill_one``): with
+    the array path in its place the results are identical, on runs whose KV cache is small
+    enough to preempt, so that lone chunks resume preempted requests (whose gaps run on from
+    their last token) as well as start new ones, and some do not finish their prefill."""
+    rng = np.random.default_rng(5)
+    n = 40
+    chain = policy != "none"
+    util = _utilisation_for_blocks(40, 16, 256, chain, 8 * (4 if chain else 1))
+    sc = scenario(policy, hardware="a10", target="opt-1.3b",
+                  draft="opt-125m" if chain else None,
+                  batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
+                            "enable_chunked_prefill": chunked, "gpu_memory_utilization": util})
+    prompts = rng.integers(100, 300 if chunked else 200, n)
+    wl = workload(np.sort(rng.uniform(0, 4, n)), prompts, rng.integers(20, 120, n))
+    seen = {"calls": 0, "resumed": 0, "unfinished": 0}
+    one = Completion._emit_prefill_one
+
+    def watched(self, step, now):
+        p = int(step.prefill_pos[0])
+        seen["calls"] += 1
+        seen["unfinished"] += not bool(step.completes[0])
+        seen["resumed"] += bool(step.completes[0]) and int(self.b.generated[p]) > 0
+        return one(self, step, now)
+
+    for fast_forward in (True, False):  # (none's lazy form completes its chunks itself)
+        sc = dataclasses.replace(sc, engine=EngineOptions(fast_forward=fast_forward))
+        with monkeypatch.context() as m:
+            m.setattr(Completion, "_emit_prefill_one", watched)
+            scalar = simulate(sc, workload=wl)
+        with monkeypatch.context() as m:
+            m.setattr(Completion, "_emit_prefill_one", Completion._emit_prefill_many)
+            arrays = simulate(sc, workload=wl)
+        assert_identical(scalar, arrays)
+        assert int(scalar.requests["preemptions"].sum()) > 0
+    assert seen["calls"] > 0 and seen["resumed"] > 0
+    assert seen["unfinished"] > 0 or not chunked
 
 
 def test_a_pricer_without_uniform_pricer_prices_short_stretches_the_same(monkeypatch):
