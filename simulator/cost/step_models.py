@@ -165,7 +165,9 @@ def scalar_time(k: UniformStep):
     fixed, replay, replays, host, overlap = k.fixed_s, k.replay_s, k.replays_s, k.host_s, \
         k.overlap
     full, piecewise = k.mode == "full", k.mode == "piecewise"
-    if launch is None and full and host is not None and not overlap:  # the usual graphs
+    if launch is None and full and not overlap:  # the usual graphs, with a host or without
+        if host is None:
+            return lambda x: fixed + max(slope * x + base, floor) * layers + replay
         return lambda x: fixed + max(slope * x + base, floor) * layers + replay + host
 
     def price(x: float) -> float:
