@@ -127,7 +127,8 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
     for j in range(1, k):  # every decode shares the gap between two iterations' ends
         rec.record_itl_repeated((rows[j + 1][0] if j + 1 < k else end) - rows[j][0], n)
     got = np.array(gots) if k > 1 else gots[0][None, :]
-    used = (base + _SUM(-(-(b.computed + got) // bs), axis=1)).tolist()  # after roll-backs
+    # after the roll-backs: ceil((computed + got) / bs) blocks each (integers: exact)
+    used = (base + _SUM((got + (b.computed + (bs - 1))) // bs, axis=1)).tolist()
     if move_on(replica, spec, k, gots[-1], num_accepted, used[-1], end, retired):
         used[-1] = replica.used_blocks  # the last row reads the KV retirements freed
     index, kv, queue, pairs = replica.index, lim.kv_blocks, len(replica.waiting), \

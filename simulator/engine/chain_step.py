@@ -55,7 +55,7 @@ def chain_schedule(replica, spec: ChainStretch, now: float) -> ChainStep | None:
         return None  # the policy would not draft for some (chain.py's speculable)
     c = b.computed[pos]
     bs = lim.block_size
-    need = np.maximum(-(-(c + u) // bs) - b.blocks[pos], 0)  # Replica._blocks_needed
+    need = np.maximum((c + (u + bs - 1)) // bs - b.blocks[pos], 0)  # Replica._blocks_needed
     taken = int(_SUM(need))
     if replica.used_blocks + taken > lim.kv_blocks:
         return None  # a preemption: the ordinary path makes it
@@ -73,7 +73,7 @@ def chain_schedule(replica, spec: ChainStretch, now: float) -> ChainStep | None:
     replica.used_blocks += taken
     pf, chunks, prefill_tokens = replica._plan_prefills(mid, budget - nd * u, now)
     draft_s, verify_s, completes, kv_read, attn_pairs = replica._forward(
-        np.full(nd, float(u)), ctx, pf, chunks, draft + 0.0)
+        np.full(nd, float(u)), ctx, pf, chunks, draft + 0.0, u)
     return ChainStep(now, draft_s, verify_s, pos, nd, pf, chunks, completes, prefill_tokens,
                      kv_read, attn_pairs)
 

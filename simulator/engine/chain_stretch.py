@@ -203,7 +203,7 @@ def _crossing(replica, spec: ChainStretch, emit: np.ndarray, sums: float, draft_
     """Reserve the crossing iteration's KV as ``_reserve_decodes`` does (checked to fit:
     every decode gets the blocks its context + gamma + 1 tokens need)."""
     b, bs = replica.b, replica.limits.block_size
-    blocks = -(-(b.computed + (spec.gamma + 1)) // bs)
+    blocks = (b.computed + (spec.gamma + bs)) // bs  # ceil((computed + gamma + 1) / bs)
     replica.used_blocks += int(_SUM(blocks - b.blocks))
     b.blocks[:] = blocks
     return ChainCrossing(replica.now, draft_s, verify_s, emit, sums)
@@ -227,7 +227,7 @@ def complete_crossing(replica, spec: ChainStretch, step: ChainCrossing, now: flo
     b.num_draft_tokens += g
     b.num_accepted += accepted
     replica.rec.record_acceptance_of(g, accepted)
-    keep = -(-b.computed // bs)
+    keep = (b.computed + (bs - 1)) // bs
     replica.used_blocks -= int(_SUM(b.blocks - keep))
     b.blocks[:] = keep
     replica._retire(now)
@@ -255,7 +255,7 @@ def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,
     replica.rec.record_itl(np.concatenate((first, (ends[1:] - ends[:-1]).repeat(n)))
                            if k > 1 else first)
     replica.rec.record_acceptance_of(g, accepted.ravel())
-    used = base + _SUM(-(-(b.computed + got) // bs), axis=1)  # after each roll-back
+    used = base + _SUM((got + (b.computed + (bs - 1))) // bs, axis=1)  # after each roll-back
     u = g + 1
     cols = np.zeros((len(STEP_FIELDS), k))
     cols[_CONST] = np.array((replica.index, n, n, n * u, n * g, len(replica.waiting)),

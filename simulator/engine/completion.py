@@ -127,11 +127,17 @@ class Completion:
 
     def _roll_back(self, dec) -> None:
         """Free the KV blocks that held only rejected draft tokens."""
-        b = self.b
-        keep_blocks = -(-b.computed[dec] // self.limits.block_size)
-        freed = np.maximum(b.blocks[dec] - keep_blocks, 0)
-        b.blocks[dec] -= freed
-        n = int(_SUM(freed))
+        b, bs = self.b, self.limits.block_size
+        keep_blocks = (b.computed[dec] + (bs - 1)) // bs  # ceil(computed / bs): exact
+        if dec.__class__ is slice:  # a view: min(blocks, keep) in place, freed by the sums
+            blocks = b.blocks[dec]
+            held = int(_SUM(blocks))
+            np.minimum(blocks, keep_blocks, out=blocks)
+            n = held - int(_SUM(blocks))
+        else:
+            freed = np.maximum(b.blocks[dec] - keep_blocks, 0)
+            b.blocks[dec] -= freed
+            n = int(_SUM(freed))
         self.used_blocks -= n
         if self.cache is not None:
             self.cache.give_back(n)

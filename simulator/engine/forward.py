@@ -23,11 +23,12 @@ class Forward:
     """The target forward of a replica's iteration (see the module docstring)."""
 
     def _forward(self, verify: np.ndarray, dec_ctx: np.ndarray, pf: np.ndarray,
-                 chunks: np.ndarray, draft_s: float):
+                 chunks: np.ndarray, draft_s: float, uniform: int | None = None):
         """Price the target forward over the decodes (``verify`` tokens each over ``dec_ctx``,
         floats) then the prefill chunks of the requests at ``pf``; the proposer's prefill
         time is added to ``draft_s``.  Returns (draft_s, verify_s, which chunks complete
-        their prefill, KV tokens read, attention pairs)."""
+        their prefill, KV tokens read, attention pairs).  ``uniform``: the caller knows
+        every decode verifies that many (>= 1) tokens (``verify`` is all of it)."""
         if not pf.size:  # no prefill: nothing to gather
             verify_s = self.target_cost.step_time(verify, dec_ctx, verify)
             kv_read = float(_SUM(dec_ctx) + _SUM(verify))  # whole numbers: exact
@@ -37,7 +38,7 @@ class Forward:
         pf_ctx = b.computed[pf]
         completes = (pf_ctx + chunks) >= b.prefill_target[pf]
         chunks_f, pf_ctx_f = chunks.astype(np.float64), pf_ctx.astype(np.float64)
-        priced = self._mixed_forward(verify, dec_ctx, chunks, pf_ctx, completes) \
+        priced = self._mixed_forward(verify, dec_ctx, chunks, pf_ctx, completes, uniform) \
             if verify.size and (self._mixed or self._mixed_verify) is not None else None
         if priced is None:
             new = np.concatenate((verify, chunks_f))
@@ -51,7 +52,7 @@ class Forward:
         draft_s += self.policy.prefill_time(chunks_f, pf_ctx_f)
         return draft_s, verify_s, completes, kv_read, attn_pairs
 
-    def _mixed_forward(self, verify, dec_ctx, chunks, pf_ctx, completes):
+    def _mixed_forward(self, verify, dec_ctx, chunks, pf_ctx, completes, uniform=None):
         """(verify_s, KV tokens read, attention pairs) of decodes verifying the same ``u``
         tokens each (one under a plain-decode policy: ``mixed_step_time``; more, a
         speculative policy's verification: ``mixed_verify_time``) and chunks; None where it
@@ -59,9 +60,14 @@ class Forward:
         whole numbers (``c x + c (c + 1) / 2`` pairs for ``c`` tokens over ``x``), equal to
         the concatenated batch's float sums."""
         n, s = int(verify.size), float(_SUM(dec_ctx))
-        u = 1 if self._one_token else int(verify[0])
-        if not self._one_token and not _ALL(verify == u):
-            return None
+        if uniform is not None:
+            u = uniform
+        elif self._one_token:
+            u = 1
+        else:
+            u = int(verify[0])
+            if not _ALL(verify == u):
+                return None
         price = self._mixed if u == 1 else self._mixed_verify
         if price is None:
             return None
