@@ -101,11 +101,19 @@ def _opening(replica, spec: ChainStretch):
     """The stretch's first iteration's checks: None (no stretch) or the KV blocks the
     running requests do not hold (``base``).  Any failed check means no stretch, so their
     order is free: the admission attempt (the step-by-step path makes it in this very
-    iteration, and the usual reason for no stretch right after an arrival) comes before the
-    batch's invariant and the draft's context are checked."""
+    iteration, and the usual reason for no stretch right after an arrival) comes first, on
+    numbers, then again at the exact reservation, before the batch's invariant and the
+    draft's context are checked."""
     b, lim = replica.b, replica.limits
     n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
     if not n or b.decoding != n or n * (g + 1) > lim.max_num_batched_tokens:
+        return None
+    # an admission first against a bound of the reservation, on numbers: each request holds
+    # ceil(c / bs) blocks (the invariant tested below: where it fails there is no stretch
+    # either) and needs at most ceil((g + 1) / bs) more; more blocks in use only make an
+    # admission harder, so one that goes through at the bound goes through at the exact count
+    if replica.waiting and not admission_blocked(
+            replica, replica.used_blocks + n * ((g + bs) // bs), n * (g + 1)):
         return None
     c = b.computed  # ceil((c + g + 1) / bs) as (c + g + bs) // bs: integers, exact
     base = replica.used_blocks - int(_SUM(b.blocks))
