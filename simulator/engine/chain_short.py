@@ -123,7 +123,7 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
         gots[-1] = last + emit
         capped = int(_SUM(emit))
     first_end = rows[1][0] if k > 1 else end
-    rec.record_itl(first_end - b.last_emit)
+    rec.record_itl_shared(first_end - b.last_emit)
     for j in range(1, k):  # every decode shares the gap between two iterations' ends
         rec.record_itl_repeated((rows[j + 1][0] if j + 1 < k else end) - rows[j][0], n)
     got = np.array(gots) if k > 1 else gots[0][None, :]

@@ -225,7 +225,7 @@ def complete_crossing(replica, spec: ChainStretch, step: ChainCrossing, now: flo
     n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
     accepted = step.emit - 1
     emitted = np.minimum(step.emit, b.output_len - b.generated)
-    replica.rec.record_itl(now - b.last_emit)
+    replica.rec.record_itl_shared(now - b.last_emit)
     b.generated += emitted
     b.computed += emitted
     b.last_emit.fill(now)
@@ -260,8 +260,9 @@ def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,
         got[-1] = last + emit[-1]
     ends = clock[1:]
     first = ends[0] - b.last_emit
-    replica.rec.record_itl(np.concatenate((first, (ends[1:] - ends[:-1]).repeat(n)))
-                           if k > 1 else first)
+    replica.rec.record_itl_shared(first)
+    if k > 1:  # every decode shares the gap between two iterations' ends
+        replica.rec.record_itl_repeated(ends[1:] - ends[:-1], n)
     replica.rec.record_acceptance_of(g, accepted.ravel())
     used = base + _SUM((got + (b.computed + (bs - 1))) // bs, axis=1)  # after each roll-back
     u = g + 1

@@ -108,7 +108,7 @@ class Completion:
         that many, as a chain's do); returns (emitted per decode, tokens emitted in all)."""
         b = self.b
         emitted = emitted_tokens(accepted, b.generated[dec], b.output_len[dec])
-        self.rec.record_itl(now - b.last_emit[dec])
+        self.rec.record_itl_shared(now - b.last_emit[dec])
         b.generated[dec] += emitted
         b.computed[dec] += emitted
         b.last_emit[dec] = now

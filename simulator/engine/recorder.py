@@ -32,6 +32,7 @@ ITL_EXACT_CAP = 1 << 22  # exact ITL samples kept up to this many (32 MiB, 48 Mi
 #                          (value, count) pairs); a sketch beyond
 _SKETCH_CHUNK = 1 << 16  # ITL samples buffered before they are counted in the sketch
 _ACCEPTANCE_CHUNK = 1 << 16  # drafting request-steps buffered before they are binned
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce  # no method layer
 
 
 class ItlSamples:
@@ -127,13 +128,20 @@ class ItlSamples:
         self._exact = self._pair_values = self._pair_counts = None
 
     def _sorted(self) -> np.ndarray:
-        """Every exactly kept sample, sorted: the pairs are sorted before they are repeated
-        (a run's shared gap is sorted once, not once per request that had it)."""
+        """Every exactly kept sample, sorted.  Fewer singles than pairs: the singles join the
+        pairs (count 1 each), the pairs are sorted, then repeated, so the only array of
+        every sample is the result (fresh memory is what costs on a large one); else every
+        sample is sorted at once.  Equal floats are the same bits: the order among them
+        does not show."""
         values, counts = self._pair_values.values(), self._pair_counts.values()
-        if not self._exact.size:
-            order = np.argsort(values, kind="stable")
-            return np.repeat(values[order], counts[order])
-        return np.sort(np.concatenate((self._exact.values(), np.repeat(values, counts))))
+        singles = self._exact.values()
+        if singles.size > values.size:
+            return np.sort(np.concatenate((singles, np.repeat(values, counts))))
+        if singles.size:
+            values = np.concatenate((values, singles))
+            counts = np.concatenate((counts, np.ones(singles.size, counts.dtype)))
+        order = np.argsort(values, kind="stable")
+        return np.repeat(values[order], counts[order])
 
     @property
     def count(self) -> int:
@@ -190,6 +198,17 @@ class Recorder:
         """ITL samples (seconds) of one replica: a 1-d array, kept (not copied) until a chunk
         of samples has come, so one that is not changed afterwards."""
         self.itl.extend(values)
+
+    def record_itl_shared(self, gaps: np.ndarray) -> None:
+        """``record_itl`` of gaps that are usually all equal (decodes of a batch that last
+        emitted together): kept as one value and its count where they are (fewer samples to
+        sort at the end), else one by one."""
+        if gaps.size > 1:
+            low = _MIN(gaps)
+            if low == _MAX(gaps):  # (NaN is never equal: kept one by one)
+                self.itl.repeat(float(low), int(gaps.size))
+                return
+        self.itl.extend(gaps)
 
     def record_itl_counts(self, values: np.ndarray, counts: np.ndarray) -> None:
         """ITL samples of one replica: each of ``values`` ``counts`` (>= 1) times."""

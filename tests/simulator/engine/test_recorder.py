@@ -293,6 +293,45 @@ def test_repeated_itl_samples_are_those_samples_repeated(cap, per_request):
             (every.min(), every.max(), math.fsum(every))
 
 
+@pytest.mark.parametrize("singles", [3, 5000])  # fewer singles than pairs, and more
+def test_sorted_itl_samples_with_singles_and_pairs_either_way_round(singles):
+    """The exact samples come sorted whichever way ``_sorted`` goes: singles joined to the
+    pairs (fewer singles than pairs) or everything sorted at once (more); values shared
+    between singles and pairs included."""
+    rng = np.random.default_rng(9)
+    shared = np.round(rng.lognormal(-3.5, 0.8, 400), 4)  # rounded: some values repeat
+    times = rng.integers(1, 50, shared.size)
+    alone = np.concatenate((shared[:2], np.round(rng.lognormal(-3.5, 0.8, singles - 2), 4)))
+    rec = Recorder()
+    for v, t in zip(shared.tolist(), times.tolist()):
+        rec.record_itl_repeated(v, t)
+    for chunk in np.array_split(alone, 3):
+        rec.record_itl(chunk)
+    itl = rec.itl
+    itl._store_runs()
+    itl._store_parts()
+    assert (itl._exact.size > itl._pair_values.size) == (singles > shared.size)
+    got, sketch = rec.itl_samples()
+    assert sketch is None
+    np.testing.assert_array_equal(got, np.sort(np.concatenate((np.repeat(shared, times), alone))))
+
+
+def test_shared_gaps_are_kept_once_with_their_count():
+    """``record_itl_shared``: gaps all equal (a batch that last emitted together) are one
+    value and its count, others one by one; the samples are those of ``record_itl``."""
+    gaps = [np.full(7, 0.25), np.array([0.1, 0.2, 0.1]), np.array([0.3]), np.full(5, 0.5),
+            np.array([0.25, 0.25 + 2**-50])]
+    shared, plain = Recorder(), Recorder()
+    for g in gaps:
+        shared.record_itl_shared(g)
+        plain.record_itl(g)
+    assert shared.itl._in_runs == 12 and shared.itl._in_parts == 6  # 7 + 5 as two pairs
+    assert shared.itl.count == plain.itl.count == 18
+    (a, _), (b, _) = shared.itl_samples(), plain.itl_samples()
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, np.sort(np.concatenate(gaps)))
+
+
 def test_acceptance_histograms_count_drafting_request_steps():
     rec = Recorder()
     rec.record_acceptance(np.zeros(4, np.int64), np.zeros(4, np.int64))  # nothing drafted
