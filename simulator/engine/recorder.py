@@ -32,7 +32,6 @@ ITL_EXACT_CAP = 1 << 22  # exact ITL samples kept up to this many (32 MiB, 48 Mi
 #                          (value, count) pairs); a sketch beyond
 _SKETCH_CHUNK = 1 << 16  # ITL samples buffered before they are counted in the sketch
 _ACCEPTANCE_CHUNK = 1 << 16  # drafting request-steps buffered before they are binned
-_MIN, _MAX = np.minimum.reduce, np.maximum.reduce  # no method layer
 
 
 class ItlSamples:
@@ -204,9 +203,9 @@ class Recorder:
         emitted together): kept as one value and its count where they are (fewer samples to
         sort at the end), else one by one."""
         if gaps.size > 1:
-            low = _MIN(gaps)
-            if low == _MAX(gaps):  # (NaN is never equal: kept one by one)
-                self.itl.repeat(float(low), int(gaps.size))
+            values = gaps.tolist()  # a list's count beats two array reductions on a batch
+            if values.count(values[0]) == len(values):  # (NaN: never equal, one by one)
+                self.itl.repeat(values[0], len(values))
                 return
         self.itl.extend(gaps)
 
