@@ -13,6 +13,12 @@ the file.
 
 Azure arrivals are made relative to the first row (its timestamps are wall-clock dates);
 the other formats already carry offsets and keep them.
+
+The usual file is read without pandas' string operations: token counts written as plain
+digits (``_digit_counts``) and Azure timestamps all in one fixed layout
+(``_azure_ns_fast``: numpy's calendar behind a byte-layout check) are parsed on arrays, twice
+as fast on the conversation trace; any other spelling, valid or not, goes to the general
+parser, which decides as it would alone (tests compare the two).
 """
 from __future__ import annotations
 
@@ -128,8 +134,69 @@ def _seconds(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path,
 
 
 def _csv_counts(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path) -> np.ndarray:
-    values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(np.float64)
-    return _counts(values, frame[column].to_numpy(), lines, path, column)
+    raw = frame[column].to_numpy()
+    values = _digit_counts(raw)  # the usual file; anything else parsed by pandas below
+    if values is None:
+        values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(np.float64)
+    return _counts(values, raw, lines, path, column)
+
+
+def _fixed_bytes(raw: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The strings of ``raw`` as fixed-width bytes and as an (n, ``width``) uint8 array (NUL
+    after a shorter one); None where one is not ASCII."""
+    try:
+        fixed = raw.astype(f"S{width}")
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return None
+    return fixed, fixed.view(np.uint8).reshape(raw.size, width)
+
+
+def _digit_counts(raw: np.ndarray) -> np.ndarray | None:
+    """Counts written as 1 to 15 plain digits and nothing else (no space, sign or point), as
+    float64 (what ``pd.to_numeric`` gives them, exactly: below 2**53); None where any row is
+    written otherwise (the general parser then reads the column)."""
+    lens = np.fromiter(map(len, raw), np.int64, raw.size)
+    if not raw.size or lens.min() < 1 or lens.max() > 15:
+        return None
+    got = _fixed_bytes(raw, int(lens.max()))
+    if got is None:
+        return None
+    fixed, u8 = got
+    # every byte a digit or the padding, and as many digits as characters (no NUL inside);
+    # uint8: a byte below "0" wraps past 9
+    if not ((u8 - 48 <= 9) | (u8 == 0)).all() or ((u8 != 0).sum(axis=1) != lens).any():
+        return None
+    return fixed.astype(np.int64).astype(np.float64)
+
+
+_STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]  # YYYY-MM-DD HH:MM:SS
+
+
+def _azure_ns_fast(raw: np.ndarray) -> np.ndarray | None:
+    """Integer nanoseconds of timestamps all written ``YYYY-MM-DD HH:MM:SS`` or with the same
+    count (1 to 9) of fraction digits after a point, years 1970-2200, as numpy's calendar
+    reads them (it rejects a day, hour, minute or second out of range); None for anything
+    else (the general parser then decides, and names the bad row)."""
+    lens = np.fromiter(map(len, raw), np.int64, raw.size)
+    width = int(lens[0]) if raw.size else 0
+    if not (width == 19 or 21 <= width <= 29) or (lens != width).any():
+        return None
+    got = _fixed_bytes(raw, width)
+    if got is None:
+        return None
+    u8 = got[1]
+    digits = u8[:, _STAMP_DIGITS + list(range(20, width))] - 48
+    if (digits > 9).any() or not ((u8[:, [4, 7]] == 45).all() and (u8[:, 10] == 32).all()
+                                  and (u8[:, [13, 16]] == 58).all()
+                                  and (width == 19 or (u8[:, 19] == 46).all())):
+        return None
+    year = digits[:, :4].astype(np.int64) @ np.array([1000, 100, 10, 1])
+    if year.min() < 1970 or year.max() > 2200:
+        return None
+    try:
+        return raw.astype("datetime64[ns]").astype(np.int64)
+    except ValueError:  # a date, hour, minute or second out of range
+        return None
 
 
 def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray:
@@ -138,6 +205,10 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
     Epoch seconds as a float64 (about 1.7e9) keep only ~0.2 microsecond resolution, so
     the date and the fraction are parsed separately and combined as integers.
     """
+    fast = _azure_ns_fast(text.to_numpy())  # the usual file, without pandas' string ops
+    if fast is not None:
+        _check_order(fast, text.to_numpy(), lines, path, "TIMESTAMP")
+        return (fast - fast[0]) / 1e9
     parts = text.str.strip().str.partition(".")
     whole, dot, fraction = parts[0], parts[1], parts[2]
     base = pd.to_datetime(whole, format="%Y-%m-%d %H:%M:%S", errors="coerce")

@@ -183,3 +183,100 @@ def test_missing_file_unknown_format_and_undetectable_header(tmp_path):
     assert info.value.field == "format"
     with pytest.raises(SpecsimError, match="cannot tell the trace format"):
         read_trace(path)
+
+
+def _read_both(monkeypatch, reader, path):
+    """(the reader's result or its error, and the same with the fast paths declined: pandas'
+    string parsing alone)."""
+    import workloads.traces as traces
+
+    def run():
+        try:
+            w = reader(path)
+            return w.arrival_s, w.prompt_tokens, w.output_tokens
+        except SpecsimError as exc:
+            return str(exc)
+    fast = run()
+    with monkeypatch.context() as m:
+        m.setattr(traces, "_azure_ns_fast", lambda raw: None)
+        m.setattr(traces, "_digit_counts", lambda raw: None)
+        general = run()
+    return fast, general
+
+
+def _same(fast, general) -> None:
+    if isinstance(general, str):
+        assert fast == general
+    else:
+        assert not isinstance(fast, str), fast
+        for a, b in zip(fast, general):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_the_fast_parse_is_pandas_parse_on_the_conversation_trace(monkeypatch):
+    from workloads import traces
+    path = shared("AzureLLMInferenceTrace_conv.csv")
+    fast, general = _read_both(monkeypatch, read_azure, path)
+    _same(fast, general)
+    frame = traces._read_csv(path, traces.AZURE_COLUMNS)  # and it is the fast path that ran
+    assert traces._azure_ns_fast(frame["TIMESTAMP"].to_numpy()) is not None
+    assert traces._digit_counts(frame["ContextTokens"].to_numpy()) is not None
+
+
+@pytest.mark.parametrize("digits", [0, 1, 3, 7, 9])  # fraction digits (0: none, no point)
+def test_the_fast_timestamp_parse_is_pandas_on_random_dates(tmp_path, monkeypatch, digits):
+    # leap days, month ends, year and century edges, fractions of every width: the fast
+    # path (numpy's calendar behind a layout check) gives pandas' integer nanoseconds
+    from workloads import traces
+    rng = np.random.default_rng(digits)
+    n = 400
+    start = np.datetime64("1970-01-01T00:00:00", "s").astype(np.int64)
+    stop = np.datetime64("2200-12-31T23:59:59", "s").astype(np.int64)
+    edges = np.array(["2000-02-29T23:59:59", "2024-02-29T00:00:00", "2100-02-28T12:00:00",
+                      "1999-12-31T23:59:59", "2000-01-01T00:00:00"], "datetime64[s]")
+    secs = np.sort(np.concatenate((rng.integers(start, stop, n), edges.astype(np.int64))))
+    stamps = [str(np.datetime64(int(s), "s")).replace("T", " ") for s in secs]
+    if digits:
+        stamps = [f"{s}.{int(rng.integers(0, 10 ** digits)):0{digits}d}" for s in stamps]
+    path = write(tmp_path, "dates.csv", AZURE_HEAD + "".join(f"{s},5,6\n" for s in stamps))
+    assert traces._azure_ns_fast(np.array(stamps, dtype=object)) is not None
+    fast, general = _read_both(monkeypatch, read_azure, path)
+    _same(fast, general)
+
+
+@pytest.mark.parametrize("stamp", [
+    " 2023-11-16 18:15:47.1234567", "2023-11-16 18:15:47.1234567 ", "2023-11-16T18:15:47.1234567",
+    "2023-02-29 18:15:47.1234567", "2023-04-31 18:15:47.1234567", "2023-11-16 24:00:00.1234567",
+    "2023-11-16 18:60:47.1234567", "2023-11-16 18:15:60.1234567", "1969-12-31 23:59:59.1234567",
+    "2300-01-01 00:00:00.1234567", "2023-11-16 18:15:47.123456789", "2023-11-16 18:15:47.",
+    "2023-11-16 18:15:47,1234567", "2023-11-16 18:15:4７.1234567", "2023-1-16 18:15:47.12345678",
+    "2023-11-16 18:15:47.1234567Z"])
+def test_the_fast_timestamp_parse_declines_what_it_does_not_cover(tmp_path, monkeypatch,
+                                                                   stamp):
+    # spaces, another separator, an impossible date or time, years out of its range, other
+    # widths (a row unlike the others), a comma, a non-ASCII digit, a zone: the general
+    # parser reads (or rejects, naming the row) exactly as it would alone
+    from workloads import traces
+    stamps = ["2023-11-16 18:15:46.6805900", stamp]
+    assert traces._azure_ns_fast(np.array([stamp], dtype=object)) is None or len(stamp) == 29
+    path = write(tmp_path, "odd.csv", AZURE_HEAD + "".join(f'"{s}",5,6\n' for s in stamps))
+    fast, general = _read_both(monkeypatch, read_azure, path)
+    _same(fast, general)
+
+
+@pytest.mark.parametrize("counts", [["12", "7", "1000"], ["012", "7", "3"], ["12", " 7", "3"],
+                                    ["12", "+7", "3"], ["12", "7.0", "3"], ["12", "1e3", "3"],
+                                    ["12", "0", "3"], ["12", "", "3"], ["12", "٣", "3"],
+                                    ["12", "1234567890123456", "3"], ["12", "7_0", "3"],
+                                    ["12", "-7", "3"], ["12", "2000001", "3"]])
+def test_the_fast_count_parse_is_pandas_or_declines(tmp_path, monkeypatch, counts):
+    # plain digits (leading zeros too) by the fast path; a space, a sign, a point, an
+    # exponent, an empty or non-ASCII cell, 16 digits, an underscore: pandas as before,
+    # errors included (zero, too many tokens)
+    from workloads import traces
+    plain = all(c.isascii() and c.isdigit() and len(c) <= 15 for c in counts)
+    assert (traces._digit_counts(np.array(counts, dtype=object)) is not None) == plain
+    rows = "".join(f"2023-11-16 18:15:4{i}.0000000,{c},5\n" for i, c in enumerate(counts))
+    path = write(tmp_path, "counts.csv", AZURE_HEAD + rows)
+    fast, general = _read_both(monkeypatch, read_azure, path)
+    _same(fast, general)
