@@ -37,7 +37,7 @@ from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch
 from simulator.engine.step import STEP_FIELDS
 
-_ANY, _MAX, _SUM = np.logical_or.reduce, np.maximum.reduce, np.add.reduce
+_ANY, _SUM = np.logical_or.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 
 
@@ -56,19 +56,18 @@ def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | Non
 
 def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:
     """``_pass`` iteration by iteration (see the module docstring)."""
-    base = _opening(replica, spec)
-    if base is None:
+    opened = _opening(replica, spec)
+    if opened is None:
         return NONE, None
+    base, seq_max = opened
     b = replica.b
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
     prices = chain_prices(replica, spec, n)
     if prices is None:
-        return _pass(replica, spec, k_max, base)
+        return _pass(replica, spec, k_max, opened)
     draft, verify = prices
     u, c0, ids, rng, accepted = g + 1, b.computed, b.ids, replica.rng, spec.accepted
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
-    seq = None if spec.max_context is None else b.prompt_len + b.generated + g
-    seq_max = 0 if seq is None else int(_MAX(seq))
     horizon = replica.arrivals.horizon(replica.index)
     s, clock, got = int(_SUM(c0)), replica.now, 0
     emits, gots, rows = [], [], []  # rows: (start, draft, verify, context sum, emitted)
@@ -77,8 +76,8 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
         # _pass's blocking, exact where the bound does not clear it (got <= u k each)
         if (s + n * u) // bs + n > free and int(_SUM(-(-(c0 + got + u) // bs))) > free:
             break
-        if seq is not None and seq_max + len(emits) * u >= spec.max_context \
-                and _ANY(seq + got >= spec.max_context):
+        if spec.max_context is not None and seq_max + len(emits) * u >= spec.max_context \
+                and _ANY(b.prompt_len + b.generated + (g + got) >= spec.max_context):
             break
         d, v = draft(s), verify(s)
         end = clock + (d + v)

@@ -97,13 +97,14 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
     return None if verify is None else (draft, np.asarray(verify, np.float64))
 
 
-def _opening(replica, spec: ChainStretch):
-    """The stretch's first iteration's checks: None (no stretch) or the KV blocks the
-    running requests do not hold (``base``).  Any failed check means no stretch, so their
-    order is free: the admission attempt (the step-by-step path makes it in this very
-    iteration, and the usual reason for no stretch right after an arrival) comes first, on
-    numbers, then again at the exact reservation, before the batch's invariant and the
-    draft's context are checked."""
+def _opening(replica, spec: ChainStretch) -> tuple[int, int] | None:
+    """The stretch's first iteration's checks: None (no stretch) or (the KV blocks the
+    running requests do not hold, ``base``; the longest context a draft reaches,
+    max(prompt + generated) + gamma, 0 without a draft context limit).  Any failed check
+    means no stretch, so their order is free: the admission attempt (the step-by-step path
+    makes it in this very iteration, and the usual reason for no stretch right after an
+    arrival) comes first, on numbers, then again at the exact reservation, before the
+    batch's invariant and the draft's context are checked."""
     b, lim = replica.b, replica.limits
     n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
     if not n or b.decoding != n or n * (g + 1) > lim.max_num_batched_tokens:
@@ -124,20 +125,21 @@ def _opening(replica, spec: ChainStretch):
         return None
     if not _ALL(b.blocks == (c + (bs - 1)) // bs):  # the invariant every completion restores
         return None
-    if spec.max_context is not None and \
-            not _ALL(b.prompt_len + b.generated + g < spec.max_context):
-        return None
-    return base
+    if spec.max_context is None:
+        return base, 0
+    seq_max = int(_MAX(b.prompt_len + b.generated)) + g  # every one < max_context: speculable
+    return None if seq_max >= spec.max_context else (base, seq_max)
 
 
 def _pass(replica, spec: ChainStretch, k_max: int,
-          base: int | None = None) -> tuple[int, ChainCrossing | None]:
+          opened: tuple[int, int] | None = None) -> tuple[int, ChainCrossing | None]:
     """One pass of at most ``k_max`` iterations: (NONE, ADVANCED, RETIRED or _FULL, the
-    crossing iteration or None); ``base``: ``_opening``'s, where the caller has it."""
-    if base is None:
-        base = _opening(replica, spec)
-    if base is None:
+    crossing iteration or None); ``opened``: ``_opening``'s, where the caller has it."""
+    if opened is None:
+        opened = _opening(replica, spec)
+    if opened is None:
         return NONE, None
+    base, seq_max = opened
     b, lim = replica.b, replica.limits
     n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
     k_max = min(k_max, int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
@@ -161,11 +163,9 @@ def _pass(replica, spec: ChainStretch, k_max: int,
     blocked, free = k_max, lim.kv_blocks - base
     if (int(sums[-1]) + n * (g + 1)) // bs + n > free:
         blocked = _first(_SUM(-(-(ctx + (g + 1)) // bs), axis=1) > free, k_max)
-    if spec.max_context is not None:
+    if spec.max_context is not None and seq_max + int(_MAX(got[-1])) >= spec.max_context:
         seq = b.prompt_len + b.generated + g
-        if int(_MAX(seq)) + int(_MAX(got[-1])) >= spec.max_context:
-            blocked = _first(_ANY(ctx - b.computed + seq >= spec.max_context, axis=1),
-                             blocked)
+        blocked = _first(_ANY(ctx - b.computed + seq >= spec.max_context, axis=1), blocked)
     ends_at = _first(_ANY(got >= b.output_len - b.generated, axis=1), k_max) + 1
     k = min(k_time, blocked, ends_at)
     cross = k == k_time < blocked and k < ends_at  # the next one crosses the arrival
