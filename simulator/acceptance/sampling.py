@@ -79,10 +79,11 @@ def geometric_counts(draws: np.ndarray, alpha: np.ndarray, gammas) -> np.ndarray
 def geometric_thresholds(alpha: float, gamma: int) -> np.ndarray:
     """``1 - alpha**j`` for j = 1..``gamma``, ascending: a uniform draw ``u`` in [0, 1) gives
     ``#{j : u >= 1 - alpha**j}`` accepted drafts (``searchsorted(u, "right")``), so
-    P(>= j accepted) = alpha**j.  In exact arithmetic this is ``geometric_counts``' floor(log(1 -
-    u) / log alpha) capped at gamma (log(1 - u) <= j log alpha iff 1 - u <= alpha**j); in
-    floats the two can differ only for a draw within a rounding of a threshold.  Element j does
-    not depend on ``gamma`` (one power each), so a longer list extends a shorter one."""
+    P(>= j accepted) = alpha**j.  In exact arithmetic this is ``geometric_counts``' count,
+    ``floor(log(1 - u) / log alpha)`` capped at gamma (log(1 - u) <= j log alpha iff
+    1 - u <= alpha**j); in floats the two can differ only for a draw within a rounding of a
+    threshold.  Element j does not depend on ``gamma`` (one power each), so a longer list
+    extends a shorter one."""
     return 1.0 - float(alpha) ** np.arange(1, int(gamma) + 1, dtype=np.float64)
 
 
