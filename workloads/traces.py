@@ -141,6 +141,14 @@ def _csv_counts(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path)
     return _counts(values, raw, lines, path, column)
 
 
+def _lengths(raw: np.ndarray) -> np.ndarray | None:
+    """The length of every string of ``raw``; None where a cell is not a string (pandas
+    gives strings here, "" for a missing field: a guard, not a path)."""
+    if not all(isinstance(cell, str) for cell in raw):
+        return None
+    return np.fromiter(map(len, raw), np.int64, raw.size)
+
+
 def _fixed_bytes(raw: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray] | None:
     """The strings of ``raw`` as fixed-width bytes and as an (n, ``width``) uint8 array (NUL
     after a shorter one); None where one is not ASCII."""
@@ -155,8 +163,8 @@ def _digit_counts(raw: np.ndarray) -> np.ndarray | None:
     """Counts written as 1 to 15 plain digits and nothing else (no space, sign or point), as
     float64 (what ``pd.to_numeric`` gives them, exactly: below 2**53); None where any row is
     written otherwise (the general parser then reads the column)."""
-    lens = np.fromiter(map(len, raw), np.int64, raw.size)
-    if not raw.size or lens.min() < 1 or lens.max() > 15:
+    lens = _lengths(raw)
+    if lens is None or not raw.size or lens.min() < 1 or lens.max() > 15:
         return None
     got = _fixed_bytes(raw, int(lens.max()))
     if got is None:
@@ -177,8 +185,8 @@ def _azure_ns_fast(raw: np.ndarray) -> np.ndarray | None:
     count (1 to 9) of fraction digits after a point, years 1970-2200, as numpy's calendar
     reads them (it rejects a day, hour, minute or second out of range); None for anything
     else (the general parser then decides, and names the bad row)."""
-    lens = np.fromiter(map(len, raw), np.int64, raw.size)
-    width = int(lens[0]) if raw.size else 0
+    lens = _lengths(raw)
+    width = int(lens[0]) if lens is not None and raw.size else 0
     if not (width == 19 or 21 <= width <= 29) or (lens != width).any():
         return None
     got = _fixed_bytes(raw, width)

@@ -280,3 +280,14 @@ def test_the_fast_count_parse_is_pandas_or_declines(tmp_path, monkeypatch, count
     path = write(tmp_path, "counts.csv", AZURE_HEAD + rows)
     fast, general = _read_both(monkeypatch, read_azure, path)
     _same(fast, general)
+
+
+def test_the_fast_parses_decline_cells_that_are_not_strings():
+    # pandas gives strings here ("" for a missing field); anything else goes to the
+    # general parser rather than raising from the fast one
+    from workloads import traces
+    for cells in (["12", None], ["12", float("nan")], [b"12", "7"]):
+        assert traces._digit_counts(np.array(cells, dtype=object)) is None
+    stamp = "2023-11-16 18:15:46.6805900"
+    assert traces._azure_ns_fast(np.array([stamp, None], dtype=object)) is None
+    assert traces._azure_ns_fast(np.array([stamp, stamp], dtype=object)) is not None
