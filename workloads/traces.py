@@ -213,9 +213,10 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
     Epoch seconds as a float64 (about 1.7e9) keep only ~0.2 microsecond resolution, so
     the date and the fraction are parsed separately and combined as integers.
     """
-    fast = _azure_ns_fast(text.to_numpy())  # the usual file, without pandas' string ops
+    raw = text.to_numpy()
+    fast = _azure_ns_fast(raw)  # the usual file, without pandas' string ops
     if fast is not None:
-        _check_order(fast, text.to_numpy(), lines, path, "TIMESTAMP")
+        _check_order(fast, raw, lines, path, "TIMESTAMP")
         return (fast - fast[0]) / 1e9
     parts = text.str.strip().str.partition(".")
     whole, dot, fraction = parts[0], parts[1], parts[2]

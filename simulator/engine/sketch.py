@@ -53,51 +53,44 @@ class QuantileSketch:
 
     def add(self, values: np.ndarray) -> None:
         """Count ``values`` (finite float64; NaN and inf are not latencies)."""
-        values = np.asarray(values, dtype=np.float64).ravel()
-        if values.size > _CHUNK:  # bounded temporaries, and faster in cache
-            for start in range(0, values.size, _CHUNK):
-                self.add(values[start:start + _CHUNK])
-            return
-        if not values.size:
-            return
-        self.count += int(values.size)
-        self.min = min(self.min, float(values.min()))
-        self.max = max(self.max, float(values.max()))
-        self._sum.add(values)
-        positive = values[values > MIN_VALUE]
-        self.zero_count += int(values.size - positive.size)
-        if not positive.size:
-            return
-        idx = np.ceil(np.log(positive) / self._log_gamma).astype(np.int64)
-        self._grow(int(idx.min()), int(idx.max()))
-        self.counts += np.bincount(idx - self.offset, minlength=self.counts.size)
+        self._add(np.asarray(values, dtype=np.float64).ravel(), None)
 
     def add_counts(self, values: np.ndarray, counts: np.ndarray) -> None:
         """Count each of ``values`` ``counts`` times (whole counts in [1, 2**26)): the same
         state as ``add(np.repeat(values, counts))`` (counts, extremes, exact total), without
         the repeat."""
-        values = np.asarray(values, dtype=np.float64).ravel()
-        counts = np.asarray(counts, dtype=np.int64).ravel()
-        if values.size > _CHUNK:
+        self._add(np.asarray(values, dtype=np.float64).ravel(),
+                  np.asarray(counts, dtype=np.int64).ravel())
+
+    def _add(self, values: np.ndarray, counts: np.ndarray | None) -> None:
+        """``add`` (``counts`` None: each value once) and ``add_counts``."""
+        if values.size > _CHUNK:  # bounded temporaries, and faster in cache
             for start in range(0, values.size, _CHUNK):
-                self.add_counts(values[start:start + _CHUNK], counts[start:start + _CHUNK])
+                self._add(values[start:start + _CHUNK],
+                          None if counts is None else counts[start:start + _CHUNK])
             return
         if not values.size:
             return
-        self.count += int(counts.sum())
+        self.count += int(values.size) if counts is None else int(counts.sum())
         self.min = min(self.min, float(values.min()))
         self.max = max(self.max, float(values.max()))
-        self._sum.add_counts(values, counts)
+        if counts is None:
+            self._sum.add(values)
+        else:
+            self._sum.add_counts(values, counts)
         keep = values > MIN_VALUE
-        self.zero_count += int(counts[~keep].sum())
-        positive, weights = values[keep], counts[keep]
+        positive = values[keep]
+        self.zero_count += int(values.size - positive.size) if counts is None \
+            else int(counts[~keep].sum())
         if not positive.size:
             return
         idx = np.ceil(np.log(positive) / self._log_gamma).astype(np.int64)
         self._grow(int(idx.min()), int(idx.max()))
-        # float sums of whole counts below 2**53: exact
-        self.counts += np.bincount(idx - self.offset, weights=weights,
-                                   minlength=self.counts.size).astype(np.int64)
+        if counts is None:
+            self.counts += np.bincount(idx - self.offset, minlength=self.counts.size)
+        else:  # float sums of whole counts below 2**53: exact
+            self.counts += np.bincount(idx - self.offset, weights=counts[keep],
+                                       minlength=self.counts.size).astype(np.int64)
 
     def _grow(self, lo: int, hi: int) -> None:
         if self.counts.size and self.offset <= lo and hi < self.offset + self.counts.size:
