@@ -266,11 +266,8 @@ def _sorted_columns(blocks: list[np.ndarray]) -> dict[str, np.ndarray]:
     n = sum(len(b) for b in blocks)
     column, scratch = np.empty(n), np.empty(n)
     np.concatenate([b[:, 0] for b in blocks], out=column)
-    by_replica = np.argsort(column, kind="stable")
-    np.concatenate([b[:, _START] for b in blocks], out=column)
-    np.take(column, by_replica, out=scratch)
-    order = by_replica[np.argsort(scratch, kind="stable")]
-    del by_replica
+    np.concatenate([b[:, _START] for b in blocks], out=scratch)
+    order = np.lexsort((column, scratch))  # by start, then replica, then row: stable
     cols = {}
     for i, name in enumerate(STEP_FIELDS):
         np.concatenate([b[:, i] for b in blocks], out=column)
