@@ -50,23 +50,25 @@ class GrowingArray:
 class RowBlocks:
     """Append-only rows in blocks of ``block_rows``: memory grows a block at a time and
     nothing is copied as it grows (a doubling buffer allocates about twice its final size,
-    and fresh memory is what costs on a large table)."""
+    and fresh memory is what costs on a large table).  Each block is stored column by
+    column, so reading the table a column at a time (``steps_store._sorted_columns``) reads
+    contiguous memory, not one element of every row's cache line."""
 
     def __init__(self, width: int, block_rows: int = 1 << 15) -> None:
         self.width, self.block_rows = int(width), int(block_rows)
-        self._full: list[np.ndarray] = []
-        self._cur = np.empty((self.block_rows, self.width))
+        self._full: list[np.ndarray] = []  # (width, block_rows) each: a row is a column
+        self._cur = np.empty((self.width, self.block_rows))
         self._used = 0  # rows of the current block
         self.size = 0
 
     def _next_block(self) -> None:
         self._full.append(self._cur)
-        self._cur, self._used = np.empty((self.block_rows, self.width)), 0
+        self._cur, self._used = np.empty((self.width, self.block_rows)), 0
 
     def append(self, row) -> None:
         if self._used == self.block_rows:
             self._next_block()
-        self._cur[self._used] = row
+        self._cur[:, self._used] = row
         self._used += 1
         self.size += 1
 
@@ -76,11 +78,12 @@ class RowBlocks:
             if self._used == self.block_rows:
                 self._next_block()
             take = min(k - done, self.block_rows - self._used)
-            self._cur[self._used:self._used + take] = rows[done:done + take]
+            self._cur[:, self._used:self._used + take] = rows[done:done + take].T
             self._used += take
             done += take
         self.size += k
 
     def blocks(self) -> list[np.ndarray]:
-        """The rows, in order, as a list of blocks (views, not copies)."""
-        return self._full + [self._cur[:self._used]]
+        """The rows, in order, as a list of blocks of shape (rows, width) (views, not
+        copies: transposes of the stored blocks, so a block's column is contiguous)."""
+        return [b.T for b in self._full] + [self._cur[:, :self._used].T]

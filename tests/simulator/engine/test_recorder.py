@@ -153,6 +153,8 @@ def test_row_blocks_hold_the_rows_appended_in_order(block_rows):
     assert store.size == len(expected)
     np.testing.assert_array_equal(np.concatenate(store.blocks()), expected)
     assert all(len(b) <= block_rows for b in store.blocks())
+    # stored column by column: the table is read a column at a time (_sorted_columns)
+    assert all(b[:, j].flags.c_contiguous for b in store.blocks() for j in range(3))
 
 
 def test_sampled_rows_are_the_multiples_of_the_smallest_fitting_stride():
