@@ -29,8 +29,9 @@ Cases (each child pinned to CPU 0 with ``taskset`` when there is one, BLAS threa
 
 Wall time is that of ``simulate(scenario)`` (trace reading included, imports not); iterations
 are engine steps over all replicas (``info["engine"]["iterations"]``: every step, also when
-the steps table is sampled); peak RSS is the child's ``ru_maxrss``.  A missed target, a failed or timed-out case is
-reported, never raised: the exit status is 0.
+the steps table is sampled); peak RSS is the child's ``ru_maxrss``.  With ``--repeat R`` the
+cases run in R rounds, every case once a round, and each shows its fastest run.  A missed
+target, a failed or timed-out case is reported, never raised: the exit status is 0.
 """
 from __future__ import annotations
 
@@ -155,9 +156,8 @@ def spawn(job: dict, timeout_s: float) -> dict:
     return {**row, **json.loads(lines[-1])}
 
 
-def best_of(job: dict, repeat: int, timeout_s: float) -> dict:
-    """The fastest of ``repeat`` runs of ``job`` (peak RSS: the largest)."""
-    rows = [spawn(job, timeout_s) for _ in range(repeat)]
+def best_of(rows: list[dict]) -> dict:
+    """The fastest of a case's runs (peak RSS: the largest); the first if every one failed."""
     good = [r for r in rows if "error" not in r]
     if not good:
         return rows[0]
@@ -273,7 +273,8 @@ def main() -> int:
     p.add_argument("--full", action="store_true", help="azure-chain with fast-forward off too")
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply every request count by this (targets are not judged)")
-    p.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is shown")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs per case, in rounds (each case once a round); the fastest is shown")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child run")
     p.add_argument("--only", default=None, metavar="LABELS",
                    help="comma-separated cases to run (vidur10k, vidur10k-eager, "
@@ -292,13 +293,19 @@ def main() -> int:
     if trace is None:
         print(f"  {AZURE} not found: vidur lengths are lognormal with the trace's means and "
               "medians (seed 0); azure-chain skipped")
-    rows = []
     only = None if args.only is None else set(args.only.split(","))
-    for job in jobs(args, trace):
-        if only is not None and job["label"] not in only:
-            continue
-        rows.append(best_of(job, args.repeat, args.timeout))
-        show(rows[-1])
+    cases = [job for job in jobs(args, trace) if only is None or job["label"] in only]
+    runs: list[list[dict]] = [[] for _ in cases]
+    rows = []
+    # round by round (every case once a round): a slow spell of this machine, which drifts
+    # by tens of percent within minutes, then falls on every case alike, not on one case's
+    # repeats, and the ratios between cases (flatness included) stay comparable
+    for last in [False] * (args.repeat - 1) + [True]:
+        for job, mine in zip(cases, runs):
+            mine.append(spawn(job, args.timeout))
+            if last:
+                rows.append(best_of(mine))
+                show(rows[-1])
     report(rows, scaled=args.scale != 1)
     return 0
 
