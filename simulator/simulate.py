@@ -21,7 +21,8 @@ from simulator.deployment import (
     plan_deployment,
     resolve_deployment,
 )
-from simulator.engine.prefix_cache import PrefixCache, block_keys
+from simulator.engine.block_keys import BlockKeys, block_keys, may_preempt
+from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.requests import EngineLimits, RequestTable
@@ -129,10 +130,8 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     replicas: list[Replica] = []
     source = Arrivals(env, table, replicas, scenario.router, ok)
     streams = replica_streams(rng, len(policies))
-    keys = block_keys(workload.prompt_tokens, b.block_size,
-                      prefix_hashes=workload.prefix_hashes,
-                      hash_block_tokens=workload.hash_block_tokens,
-                      prompt_ids=workload.prompt_ids) if b.enable_prefix_caching else None
+    keys = cache_keys(workload, table, ok, limits, max_verify) \
+        if b.enable_prefix_caching else None
     replicas.extend(Replica(env, i, table, limits, tcost, pol, streams[i], recorder,
                             on_finish=on_finish, arrivals=source,
                             fast_forward=scenario.engine.fast_forward,
@@ -147,12 +146,30 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     return results
 
 
+def cache_keys(workload, table: RequestTable, ok: np.ndarray, limits: EngineLimits,
+               max_verify: int) -> BlockKeys | None:
+    """The prefix cache's block keys (block_keys.py), or None where no block could ever be
+    found again: no shared prefix is named and no request can be preempted (then the cache
+    would change nothing, and the engine keeps its fast paths)."""
+    bs = limits.block_size
+    shared = block_keys(workload.prompt_tokens, bs, prefix_hashes=workload.prefix_hashes,
+                        hash_block_tokens=workload.hash_block_tokens,
+                        prompt_ids=workload.prompt_ids, prefix_group=workload.prefix_group,
+                        shared_prefix_tokens=workload.shared_prefix_tokens)
+    blocks = -(-(table.prompt_len + table.output_len + max_verify) // bs)
+    if shared is None and not may_preempt(blocks[ok], limits.max_num_seqs, limits.kv_blocks):
+        return None
+    return BlockKeys(shared, blocks)
+
+
 def prefix_cache_stats(scenario: Scenario, workload, replicas: list[Replica]) -> dict:
     """Whether prefix caching ran, on which block names, and its totals over the replicas
     (tokens looked up and found at admissions, cached blocks evicted)."""
     caches = [r.cache for r in replicas if r.cache is not None]
     keys = "token ids" if workload.prompt_ids is not None else \
-        "hash_ids" if workload.prefix_hashes is not None else None
+        "hash_ids" if workload.prefix_hashes is not None else \
+        "shared prefix" if workload.prefix_group is not None else \
+        "own blocks" if caches else None
     return {"enabled": bool(scenario.batching.enable_prefix_caching), "keys": keys,
             "queries_tokens": sum(c.queries for c in caches),
             "hits_tokens": sum(c.hits for c in caches),

@@ -1,8 +1,9 @@
 """The ``workload:`` section of a scenario: YAML mapping in, Workload out.
 
 Exactly one source, then optional shaping applied in this order: ``max_requests`` (keep
-the first N), ``rate_per_s`` (rescale the arrival times of what is left), and
-``max_duration_s`` (keep the requests arriving within that many seconds of the first)::
+the first N), ``rate_per_s`` (rescale the arrival times of what is left),
+``max_duration_s`` (keep the requests arriving within that many seconds of the first), and
+``shared_prefix`` (a prefix every prompt of a group starts with: workloads/shared_prefix.py)::
 
     workload: {trace: default}
     workload: {trace: traces/azure_conv.csv, format: azure, rate_per_s: 5, max_requests: 1000}
@@ -33,12 +34,13 @@ from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
 from workloads.arrivals import ARRIVAL_PROCESSES
 from workloads.lengths import LENGTH_DISTRIBUTIONS, EmpiricalLength, check_count
+from workloads.shared_prefix import shared_prefix_arrays
 from workloads.token_streams import TOKEN_WORKLOADS, token_workload
 from workloads.traces import DEFAULT_TRACE_PATH, TRACE_READERS, read_trace
 from workloads.workload import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, Workload
 
 SOURCES = ("trace", "synthetic", "tokens")
-SHAPING = ("rate_per_s", "max_requests", "max_duration_s")
+SHAPING = ("rate_per_s", "max_requests", "max_duration_s", "shared_prefix")
 TRACE_FORMATS = ("auto",) + tuple(TRACE_READERS)
 EMPIRICAL_KEYS = ("dist", "trace", "format", "column", "values", "max_tokens")
 EMPIRICAL_COLUMNS = ("prompt_tokens", "output_tokens")
@@ -229,4 +231,12 @@ def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Pa
         workload = workload.truncate(max_duration_s=as_number(
             data["max_duration_s"], source=source, field="workload.max_duration_s",
             strictly_positive=True))
+    if "shared_prefix" in data:
+        group, shared = shared_prefix_arrays(data["shared_prefix"], workload.prompt_tokens,
+                                             source=source)
+        try:
+            workload = dataclasses.replace(workload, prefix_group=group,
+                                           shared_prefix_tokens=shared)
+        except SpecsimError as exc:
+            raise exc.relocated(source=source, field="workload.shared_prefix") from None
     return workload

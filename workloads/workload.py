@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.inputs.errors import SpecsimError
+from workloads.shared_prefix import check_prefix_arrays
 
 # Limits on a workload (README.md, "Limits"), checked before anything is allocated from them.
 # Arrival times: at 1e9 s (31.7 years) float64 still resolves 1.2e-7 s, far below one
@@ -158,6 +159,10 @@ class Workload:
     # prompt prefix up to the end of its block of ``hash_block_tokens`` tokens
     prefix_hashes: tuple[np.ndarray, ...] | None = None
     hash_block_tokens: int = 512
+    # a declared shared prefix (workloads/shared_prefix.py): request i's first
+    # shared_prefix_tokens[i] prompt tokens are those of every request of its prefix_group
+    prefix_group: np.ndarray | None = None
+    shared_prefix_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -215,6 +220,18 @@ class Workload:
         if self.prefix_hashes is not None:
             object.__setattr__(self, "prefix_hashes", _as_prefix_hashes(
                 self.prefix_hashes, prompt, self.hash_block_tokens, source=src))
+        if (self.prefix_group is None) != (self.shared_prefix_tokens is None):
+            raise SpecsimError("give prefix_group and shared_prefix_tokens together",
+                               field="shared_prefix_tokens", source=src)
+        if self.prefix_group is not None:
+            if self.prefix_hashes is not None or self.prompt_ids is not None:
+                raise SpecsimError("the prompts' hash_ids or token ids already name their "
+                                   "shared prefixes", field="shared_prefix", source=src,
+                                   fix="drop shared_prefix")
+            group, shared = check_prefix_arrays(self.prefix_group, self.shared_prefix_tokens,
+                                                prompt, source=src)
+            object.__setattr__(self, "prefix_group", group)
+            object.__setattr__(self, "shared_prefix_tokens", shared)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -249,7 +266,8 @@ class Workload:
             prompt_tokens=self.prompt_tokens[:stop], output_tokens=self.output_tokens[:stop],
             task=cut(self.task), prompt_ids=cut(self.prompt_ids),
             output_ids=cut(self.output_ids), prefix_hashes=cut(self.prefix_hashes),
-            hash_block_tokens=self.hash_block_tokens)
+            hash_block_tokens=self.hash_block_tokens, prefix_group=cut(self.prefix_group),
+            shared_prefix_tokens=cut(self.shared_prefix_tokens))
 
     def truncate(self, max_requests: int | None = None,
                  max_duration_s: float | None = None) -> Workload:

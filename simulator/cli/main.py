@@ -24,6 +24,7 @@ COMMANDS = {
     "gamma-map": ("simulator.cli.gamma_map", "best gamma per batch and context, and the crossover batch"),
     "plan": ("simulator.cli.plan", "max sustainable rate, replicas and cost per deployment"),
     "compare-measured": ("simulator.cli.compare_measured", "replay a 'vllm bench serve --save-result' run; predicted vs measured per metric"),
+    "validate-serving": ("simulator.cli.validate_serving", "replay measured serving runs (vLLM request spans); predicted vs measured TTFT, TPOT, E2E"),
     "tokenize": ("simulator.cli.tokenize", "turn prompts and completions (text) into a token-id trace for prompt lookup, suffix, lookahead"),
     "report": ("simulator.cli.report", "write the self-contained HTML report of a results folder"),
 }

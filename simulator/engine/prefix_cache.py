@@ -22,58 +22,21 @@ Blocks freed when drafts are rejected go back to the queue's head (vLLM keeps th
 request; here they are freed and re-taken by the same request's next step, so they must not
 push cached blocks out).  A request that computes a block another request already cached
 keeps its copy private (vLLM keeps both copies under one hash; lookups find the first).
-Keys: a workload's prefix hashes (Mooncake ``hash_ids``) or its prompt token ids
-(``block_keys``); without either, no request has keys and nothing is cached.
+Keys (block_keys.py): a request's shared prefix (Mooncake ``hash_ids``, its prompt token
+ids, or a declared shared prefix), then keys of its own, so that a preempted request finds
+the blocks it computed (prompt and output) where they were not evicted, as in vLLM V1.
 """
 from __future__ import annotations
 
 from collections import deque
+from typing import Sequence
 
 import numpy as np
-
-_HASH_OFFSET_LIMIT = 1 << 22  # a hash block's tokens, within a key (hash id < 2**40)
-
-
-def block_keys(prompt_len: np.ndarray, block_size: int, *, prefix_hashes=None,
-               hash_block_tokens: int = 512, prompt_ids=None) -> list[np.ndarray] | None:
-    """Each request's key per full prompt block of ``block_size`` tokens (None: no keys).
-
-    From prefix hashes, the block ending at token ``e`` is named by the hash of the hash
-    block holding token ``e - 1`` and by ``e``'s offset in it (a prefix hash names the whole
-    prefix up to its block's end, so this names the prefix up to ``e``).  From token ids, a
-    block's key is its number in a table of (parent key, block tokens): exact, no collisions.
-    Prompt ids take precedence (they are the tokens themselves).
-    """
-    bs = int(block_size)
-    if prompt_ids is not None:
-        table: dict[tuple[int, bytes], int] = {}
-        out = []
-        for ids in prompt_ids:
-            keys, parent = [], -1
-            for j in range(ids.size // bs):
-                parent = table.setdefault((parent, ids[j * bs:(j + 1) * bs].tobytes()),
-                                          len(table))
-                keys.append(parent)
-            out.append(np.asarray(keys, np.int64))
-        return out
-    if prefix_hashes is None:
-        return None
-    h = int(hash_block_tokens)
-    if h >= _HASH_OFFSET_LIMIT:
-        raise ValueError(f"hash blocks of {h} tokens are over the limit {_HASH_OFFSET_LIMIT}")
-    out = []
-    for n, hashes in zip(np.asarray(prompt_len).tolist(), prefix_hashes):
-        ends = bs * np.arange(1, n // bs + 1, dtype=np.int64)
-        which = (ends - 1) // h
-        ends, which = ends[which < hashes.size], which[which < hashes.size]
-        out.append(hashes[which] * _HASH_OFFSET_LIMIT + (ends - which * h))
-    return out
-
 
 class PrefixCache:
     """One replica's cached blocks and free block queue (see the module docstring)."""
 
-    def __init__(self, kv_blocks: int, block_size: int, keys: list[np.ndarray]) -> None:
+    def __init__(self, kv_blocks: int, block_size: int, keys: Sequence[np.ndarray]) -> None:
         self.block_size = int(block_size)
         self.keys = keys
         self.queue: deque = deque([[int(kv_blocks)]])

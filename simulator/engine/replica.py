@@ -163,10 +163,10 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
     # ------------------------------------------------------------------ KV blocks
     def _preempt_last(self) -> int:
         """Preempt the most recently admitted running request (recompute)."""
-        t, b = self.t, self.b
-        blocks = int(b.blocks[-1])
-        self.used_blocks -= blocks if self.cache is None \
-            else self.cache.release(int(b.ids[-1]), blocks)
+        t, b, blocks, rid = self.t, self.b, int(self.b.blocks[-1]), int(self.b.ids[-1])
+        if self.cache is not None:  # its full blocks stay cached until evicted (vLLM V1)
+            self.cache.register(rid, int(b.computed[-1]))
+        self.used_blocks -= blocks if self.cache is None else self.cache.release(rid, blocks)
         b.blocks[-1] = 0
         self.outstanding_tokens += int(b.computed[-1])
         b.computed[-1] = 0

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.engine.prefix_cache import PrefixCache, block_keys
+from simulator.engine.block_keys import block_keys
+from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.replica import Replica
 from simulator.scenario import PolicyConfig
 from simulator.simulate import simulate

@@ -1,0 +1,79 @@
+"""``specsim validate-serving PATH [PATH ...] --profile NAME``: replay measured serving runs
+request by request and print predicted against measured TTFT, TPOT, E2E (mean, p50, p90,
+p99) and output throughput per run, then ``median APE: TTFT x% TPOT y% E2E z% over N runs``.
+
+A PATH is one run or a folder of runs (its sub-folders, in name order).  A run is vLLM's
+OpenTelemetry request spans as inference-sim publishes them (``exp-config.yaml``,
+``profile.yaml``, ``traces.json``: simulator/sim2real/otel.py).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simulator.inputs.errors import SpecsimError
+
+MAX_RUNS = 200  # runs one call replays (README "Limits")
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="a measured run's folder, or a folder of them")
+    p.add_argument("--profile", default=None,
+                   help="hardware profile of the GPU the runs were measured on (for runs "
+                        "that do not name theirs), e.g. h100-sxm")
+    p.add_argument("--stats", choices=("mean", "all"), default="all",
+                   help="which statistics to print per run (default: mean, p50, p90, p99)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+
+def find_runs(paths: list[str]) -> list[Path]:
+    """The run folders named by ``paths`` (a run, or a folder of runs)."""
+    from simulator.sim2real.otel import is_otel_run
+
+    found: list[Path] = []
+    for text in paths:
+        path = Path(text).expanduser()
+        if not path.is_dir():
+            raise SpecsimError(f"{text!r} is not a folder", field="PATH",
+                               fix="give a measured run's folder or a folder of runs")
+        runs = [path] if is_otel_run(path) else \
+            sorted(p for p in path.iterdir() if p.is_dir() and is_otel_run(p))
+        if not runs:
+            raise SpecsimError(f"{text!r} holds no measured run (a folder with "
+                               "exp-config.yaml and traces.json)", field="PATH")
+        found.extend(runs)
+        if len(found) > MAX_RUNS:
+            raise SpecsimError(f"more than {MAX_RUNS} runs", field="PATH",
+                               fix="validate fewer runs per call")
+    return found
+
+
+def main(args: argparse.Namespace) -> int:
+    from simulator.cli.output import render, wrap_text
+    from simulator.sim2real.compare import compare_runs, headline
+    from simulator.sim2real.otel import read_otel_run
+
+    runs = [read_otel_run(p) for p in find_runs(args.paths)]
+    for run in runs:  # every run resolves before any is simulated
+        from simulator.sim2real.compare import run_scenario
+        run_scenario(run, args.profile)
+    table = compare_runs(runs, args.profile)
+    if args.stats == "mean":
+        table = table[table["metric"].str.contains("mean|throughput")]
+    if args.format != "table":
+        print(render(table, args.format))
+        return 0
+    for run in runs:
+        part = table[table["run"] == run.name].drop(columns=["run", "saturated"]).copy()
+        sat = bool(table.loc[table["run"] == run.name, "saturated"].any())
+        print(wrap_text(f"{run.name}: {run.model} TP{run.tensor_parallel} on "
+                        f"{run.hardware or args.profile}, {run.engine}, "
+                        f"{len(run.workload):,} requests"
+                        + "".join(f"; {n}" for n in run.notes)
+                        + ("; SATURATED in the simulation" if sat else "")))
+        part["error_%"] = [f"{e:+.1f}%" for e in part["error_%"]]
+        print(render(part, "table"))
+        print()
+    print(headline(table))
+    return 0
