@@ -2,9 +2,11 @@
 request by request and print predicted against measured TTFT, TPOT, E2E (mean, p50, p90,
 p99) and output throughput per run, then ``median APE: TTFT x% TPOT y% E2E z% over N runs``.
 
-A PATH is one run or a folder of runs (its sub-folders, in name order).  A run is vLLM's
-OpenTelemetry request spans as inference-sim publishes them (``exp-config.yaml``,
-``profile.yaml``, ``traces.json``: simulator/sim2real/otel.py).
+A PATH is one run or a folder of runs (in name order).  A run is vLLM's OpenTelemetry
+request spans as inference-sim publishes them (a folder with ``exp-config.yaml``,
+``profile.yaml``, ``traces.json``: simulator/sim2real/otel.py), or a ``*.run.yaml`` manifest
+of a ``vllm bench serve --save-result`` file or of a published aggregate
+(simulator/sim2real/manifest.py).
 """
 from __future__ import annotations
 
@@ -27,21 +29,27 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
 
-def find_runs(paths: list[str]) -> list[Path]:
-    """The run folders named by ``paths`` (a run, or a folder of runs)."""
+def _is_run(path: Path) -> bool:
+    from simulator.sim2real.manifest import SUFFIX
     from simulator.sim2real.otel import is_otel_run
+    return is_otel_run(path) if path.is_dir() else path.name.endswith(SUFFIX)
 
+
+def find_runs(paths: list[str]) -> list[Path]:
+    """The runs named by ``paths``: a run (a span folder or a ``*.run.yaml`` manifest), or a
+    folder of them (in name order)."""
     found: list[Path] = []
     for text in paths:
         path = Path(text).expanduser()
-        if not path.is_dir():
-            raise SpecsimError(f"{text!r} is not a folder", field="PATH",
-                               fix="give a measured run's folder or a folder of runs")
-        runs = [path] if is_otel_run(path) else \
-            sorted(p for p in path.iterdir() if p.is_dir() and is_otel_run(p))
+        if not path.exists():
+            raise SpecsimError(f"{text!r} does not exist", field="PATH",
+                               fix="give a measured run, or a folder of runs")
+        runs = [path] if _is_run(path) else sorted(p for p in path.iterdir() if _is_run(p)) \
+            if path.is_dir() else []
         if not runs:
             raise SpecsimError(f"{text!r} holds no measured run (a folder with "
-                               "exp-config.yaml and traces.json)", field="PATH")
+                               "exp-config.yaml and traces.json, or a *.run.yaml manifest)",
+                               field="PATH")
         found.extend(runs)
         if len(found) > MAX_RUNS:
             raise SpecsimError(f"more than {MAX_RUNS} runs", field="PATH",
@@ -51,12 +59,13 @@ def find_runs(paths: list[str]) -> list[Path]:
 
 def main(args: argparse.Namespace) -> int:
     from simulator.cli.output import render, wrap_text
-    from simulator.sim2real.compare import compare_runs, headline
+    from simulator.sim2real.compare import compare_runs, headline, run_scenario
+    from simulator.sim2real.manifest import read_manifest
     from simulator.sim2real.otel import read_otel_run
 
-    runs = [read_otel_run(p) for p in find_runs(args.paths)]
+    runs = [read_otel_run(p) if p.is_dir() else read_manifest(p)
+            for p in find_runs(args.paths)]
     for run in runs:  # every run resolves before any is simulated
-        from simulator.sim2real.compare import run_scenario
         run_scenario(run, args.profile)
     table = compare_runs(runs, args.profile)
     if args.stats == "mean":

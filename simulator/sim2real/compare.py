@@ -51,7 +51,10 @@ def predict(run: MeasuredRun, profile: str | None) -> tuple[dict[str, float], bo
     wl = run.workload
     metrics = latency_metrics(wl.arrival_s, wl.output_tokens, req["ttft_s"].to_numpy(),
                               req["e2e_s"].to_numpy())
-    return metrics, bool(res.summary().get("saturated", False))
+    summary = res.summary()
+    for stat in ("mean", "p50", "p90", "p99"):  # every token gap, from the recorder
+        metrics[f"itl_{stat}_ms"] = float(summary[f"{stat}_itl_s"]) * 1e3
+    return metrics, bool(summary.get("saturated", False))
 
 
 def compare_run(run: MeasuredRun, profile: str | None) -> pd.DataFrame:

@@ -36,11 +36,14 @@ class MeasuredRun:
     ttft_s: np.ndarray | None = None
     e2e_s: np.ndarray | None = None
     itl_s: np.ndarray | None = None
+    aggregates: Mapping[str, float] | None = None  # measured statistics, where only these
     source: str = ""
     notes: tuple[str, ...] = field(default=())
 
     def measured(self) -> dict[str, float]:
         """The run's measured statistics (see ``latency_metrics``)."""
+        if self.ttft_s is None:
+            return dict(self.aggregates or {})
         wl = self.workload
         return latency_metrics(wl.arrival_s, wl.output_tokens, self.ttft_s, self.e2e_s,
                                self.itl_s)
