@@ -21,7 +21,7 @@ from simulator.deployment import (
     plan_deployment,
     resolve_deployment,
 )
-from simulator.engine.block_keys import BlockKeys, block_keys, may_preempt
+from simulator.engine.block_keys import BlockKeys, block_keys
 from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
@@ -130,13 +130,13 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     replicas: list[Replica] = []
     source = Arrivals(env, table, replicas, scenario.router, ok)
     streams = replica_streams(rng, len(policies))
-    keys = cache_keys(workload, table, ok, limits, max_verify) \
-        if b.enable_prefix_caching else None
+    keys = cache_keys(workload, table, limits, max_verify) if b.enable_prefix_caching else None
+    shared = keys is not None and keys.shared is not None
     replicas.extend(Replica(env, i, table, limits, tcost, pol, streams[i], recorder,
                             on_finish=on_finish, arrivals=source,
                             fast_forward=scenario.engine.fast_forward,
-                            prefix_cache=None if keys is None
-                            else PrefixCache(limits.kv_blocks, b.block_size, keys))
+                            prefix_cache=PrefixCache(limits.kv_blocks, b.block_size, keys)
+                            if shared else None, own_keys=None if shared else keys)
                     for i, pol in enumerate(policies))
     env.run()  # no until: returns when no event is left (idle replicas wait on untriggered ones)
     results = Results.from_run(scenario, table, recorder, dep, workload)
@@ -146,20 +146,17 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     return results
 
 
-def cache_keys(workload, table: RequestTable, ok: np.ndarray, limits: EngineLimits,
-               max_verify: int) -> BlockKeys | None:
-    """The prefix cache's block keys (block_keys.py), or None where no block could ever be
-    found again: no shared prefix is named and no request can be preempted (then the cache
-    would change nothing, and the engine keeps its fast paths)."""
+def cache_keys(workload, table: RequestTable, limits: EngineLimits,
+               max_verify: int) -> BlockKeys:
+    """The prefix cache's block keys (block_keys.py): the workload's shared prefixes, if it
+    names any (the cache runs from the start), then each request's own blocks (without
+    shared prefixes the cache starts at the first preemption: prefix_cache.py)."""
     bs = limits.block_size
     shared = block_keys(workload.prompt_tokens, bs, prefix_hashes=workload.prefix_hashes,
                         hash_block_tokens=workload.hash_block_tokens,
                         prompt_ids=workload.prompt_ids, prefix_group=workload.prefix_group,
                         shared_prefix_tokens=workload.shared_prefix_tokens)
-    blocks = -(-(table.prompt_len + table.output_len + max_verify) // bs)
-    if shared is None and not may_preempt(blocks[ok], limits.max_num_seqs, limits.kv_blocks):
-        return None
-    return BlockKeys(shared, blocks)
+    return BlockKeys(shared, -(-(table.prompt_len + table.output_len + max_verify) // bs))
 
 
 def prefix_cache_stats(scenario: Scenario, workload, replicas: list[Replica]) -> dict:

@@ -92,13 +92,3 @@ class BlockKeys:
         own = -1 - int(rid) * _OWN - np.arange(base.size, n, dtype=np.int64)
         return np.concatenate((base, own)) if base.size else own
 
-
-def may_preempt(blocks: np.ndarray, max_num_seqs: int, kv_blocks: int) -> bool:
-    """Whether the KV cache can ever run out: the ``max_num_seqs`` largest requests, each
-    at the most blocks it can hold (``blocks``), need more than ``kv_blocks``.  If not, no
-    request is ever preempted and own keys could never be found again."""
-    k = min(int(max_num_seqs), int(blocks.size))
-    if k <= 0:
-        return False
-    top = np.partition(blocks, blocks.size - k)[blocks.size - k:]
-    return int(top.sum()) > int(kv_blocks)

@@ -17,7 +17,8 @@ continuous batching, one token budget shared by decodes and prefills:
 4. advance time by the step's duration, then complete it (completion.py).
 
 Under ``none`` the four run fused (``_plain_schedule`` / ``_plain_complete``, plain_step.py),
-with the same results; a preemption, a prefix cache or the event log take the path above.
+with the same results; a preemption, a prefix cache (from the first preemption on, if the
+workload names no shared prefix: prefix_cache.py) or the event log take the path above.
 The running requests' state lives in the ``RunningBatch``, everyone else's in the run's table.
 
 **Fast-forward** (``engine.fast_forward``, the default).  Between two arrivals nothing outside
@@ -50,6 +51,7 @@ from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
 from simulator.engine.forward import Forward
 from simulator.engine.lazy_decode import LazyDecodes
 from simulator.engine.plain_step import PlainStep, PlainSteps
+from simulator.engine.prefix_cache import start_own_cache
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
@@ -70,20 +72,16 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
                  limits: EngineLimits, target_cost: StepPricer, policy: Policy,
                  rng: np.random.Generator, recorder: Recorder,
                  on_finish: Callable[[int], None] | None = None, *,
-                 arrivals=None, fast_forward: bool = False, prefix_cache=None) -> None:
-        self.env = env
+                 arrivals=None, fast_forward: bool = False, prefix_cache=None,
+                 own_keys=None) -> None:
+        self.env, self.index, self.t, self.limits = env, index, table, limits
+        self.target_cost, self.policy, self.rng, self.rec = target_cost, policy, rng, recorder
         self.on_finish = on_finish  # on_finish(n): n requests just finished (progress)
-        self.index = index
-        self.t = table
-        self.limits = limits
-        self.target_cost = target_cost
-        self.policy = policy
-        self.rng = rng
-        self.rec = recorder
         self.arrivals = arrivals  # the run's Arrivals (its next_time), None: never ahead
         self.fast_forward = bool(fast_forward) and arrivals is not None \
             and not recorder.record_events
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
+        self.own_keys = own_keys  # keys to start a cache with at the first preemption
         plain_decode = bool(getattr(policy, "plain_decode", False))  # one token per decode
         self.plain = plain_decode and prefix_cache is None \
             and not recorder.record_events  # the fused iteration applies (plain_step.py)
@@ -164,6 +162,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
     def _preempt_last(self) -> int:
         """Preempt the most recently admitted running request (recompute)."""
         t, b, blocks, rid = self.t, self.b, int(self.b.blocks[-1]), int(self.b.ids[-1])
+        if self.cache is None and self.own_keys is not None:  # the ordinary paths from now
+            self.cache, self.plain, self._chain = start_own_cache(self, self.own_keys), False, None
         if self.cache is not None:  # its full blocks stay cached until evicted (vLLM V1)
             self.cache.register(rid, int(b.computed[-1]))
         self.used_blocks -= blocks if self.cache is None else self.cache.release(rid, blocks)

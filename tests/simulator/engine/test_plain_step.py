@@ -1,7 +1,9 @@
 """The fused plain-decode iteration (simulator/engine/plain_step.py) is exact: with it, a
 ``none`` run gives the DataFrames of the ordinary ``_schedule`` / ``_complete`` path bit for
 bit, in both engine modes, with preemptions (small KV caches), token budgets smaller than the
-batch, chunked and unchunked prefill, several replicas under both routers."""
+batch, chunked and unchunked prefill, several replicas under both routers.  Prefix caching
+is off in the runs that preempt: with it, a preempted request's blocks are cached for its
+re-admission (block_keys.py) and the engine takes the cached path, not the fused one."""
 import dataclasses
 
 import numpy as np
@@ -68,7 +70,8 @@ def _none_run(case: dict):
                   batching={"block_size": case["block_size"], "max_num_seqs": case["seqs"],
                             "max_num_batched_tokens": case["batched"],
                             "enable_chunked_prefill": case["chunked"],
-                            "gpu_memory_utilization": util})
+                            "gpu_memory_utilization": util,
+                            "enable_prefix_caching": False})
     return sc, workload(case["arrival"], case["prompt"], case["output"])
 
 
@@ -118,7 +121,8 @@ def test_the_fused_path_carries_the_mixed_steps(monkeypatch, fast_forward):
     util = _utilisation_for_blocks(60, 16, 256, False, 8)
     sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
                   batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
-                            "enable_chunked_prefill": True, "gpu_memory_utilization": util})
+                            "enable_chunked_prefill": True, "gpu_memory_utilization": util,
+                            "enable_prefix_caching": False})
     wl = workload(np.sort(rng.uniform(0, 4, n)), rng.integers(100, 600, n),
                   rng.integers(20, 120, n))
     fused, ordinary, (calls, taken) = _fused_and_ordinary(monkeypatch, sc, wl, fast_forward)
@@ -148,7 +152,8 @@ def test_one_chunk_by_scalar_stores_is_the_array_path(monkeypatch, policy, chunk
     sc = scenario(policy, hardware="a10", target="opt-1.3b",
                   draft="opt-125m" if chain else None,
                   batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
-                            "enable_chunked_prefill": chunked, "gpu_memory_utilization": util})
+                            "enable_chunked_prefill": chunked, "gpu_memory_utilization": util,
+                            "enable_prefix_caching": False})
     prompts = rng.integers(100, 300 if chunked else 200, n)
     wl = workload(np.sort(rng.uniform(0, 4, n)), prompts, rng.integers(20, 120, n))
     seen = {"calls": 0, "resumed": 0, "unfinished": 0}

@@ -1,13 +1,15 @@
 """Block keys of the prefix cache (simulator/engine/block_keys.py): a declared shared prefix,
 a request's own blocks found again after a preemption (vLLM V1's recompute preemption with
 prefix caching: vllm/v1/core/sched/scheduler.py frees a preempted request's blocks, which
-stay cached in the free block queue until evicted), and the bound that keeps the engine's
-fast paths where no preemption can happen."""
+stay cached in the free block queue until evicted), started at the first preemption where
+no prefix is shared, so that runs that never preempt keep the engine's fast paths."""
 import numpy as np
+import pytest
 
-from simulator.engine.block_keys import BlockKeys, block_keys, may_preempt
+from simulator.engine.block_keys import BlockKeys, block_keys
 from simulator.simulate import simulate
 from tests.helpers import scenario
+from tests.simulator.engine.test_fast_forward import assert_identical
 from tests.simulator.engine.test_invariants import _utilisation_for_blocks
 from workloads.workload import Workload
 
@@ -32,23 +34,20 @@ def test_own_keys_never_collide_with_hash_or_id_keys():
     assert not np.isin(own[0], own[1]).any()
 
 
-def test_may_preempt_is_the_sum_of_the_largest_requests():
-    blocks = np.array([5, 1, 9, 3])
-    assert may_preempt(blocks, 2, 13)          # 9 + 5 = 14 > 13
-    assert not may_preempt(blocks, 2, 14)
-    assert not may_preempt(blocks, 10, 18)     # all four: 18
-
-
-def _preempting(caching: bool):
+def _preempting(caching: bool, policy: str = "none", declared: bool = False):
     rng = np.random.default_rng(5)
     n = 30
-    util = _utilisation_for_blocks(60, 16, 256, False, 8)
-    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
+    chain = policy != "none"
+    util = _utilisation_for_blocks(60, 16, 256, chain, 8 * (4 if chain else 1))
+    sc = scenario(policy, hardware="a10", target="opt-1.3b",
+                  draft="opt-125m" if chain else None,
                   batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
                             "enable_chunked_prefill": True, "gpu_memory_utilization": util,
                             "enable_prefix_caching": caching})
+    zero = {"prefix_group": np.zeros(n, np.int64), "shared_prefix_tokens": np.zeros(n, np.int64)}
     wl = Workload(name="p", arrival_s=np.sort(rng.uniform(0, 2, n)),
-                  prompt_tokens=rng.integers(100, 600, n), output_tokens=rng.integers(20, 120, n))
+                  prompt_tokens=rng.integers(100, 600, n), output_tokens=rng.integers(20, 120, n),
+                  **(zero if declared else {}))
     return simulate(sc, workload=wl)
 
 
@@ -68,8 +67,21 @@ def test_a_preempted_request_finds_its_own_blocks_again():
     assert int(cached.steps["prefill_tokens"].sum()) + pc["hits_tokens"] >= prompts
 
 
-def test_no_keys_where_nothing_can_be_preempted():
-    """The default scenario's KV holds every batch it can form: no keys, the fast paths."""
+def test_no_cache_where_nothing_is_preempted():
+    """The default scenario on an A100-80GB never preempts: no cache was started."""
     res = simulate(scenario("none", hardware="a100-80gb", target="opt-1.3b", draft=None))
     assert res.info["prefix_cache"]["keys"] is None
     assert res.requests["preemptions"].sum() == 0
+
+
+@pytest.mark.parametrize("policy", ["none", "chain"])
+def test_a_cache_started_at_the_first_preemption_is_the_one_run_from_the_start(policy):
+    """Own keys only: starting the cache at the first preemption (the engine's fast paths
+    until then) gives the DataFrames of a cache that ran from the start (a shared prefix of
+    0 tokens makes the workload name keys, so its cache starts with the run)."""
+    lazy, eager = _preempting(True, policy), _preempting(True, policy, declared=True)
+    assert lazy.requests["preemptions"].sum() > 0
+    assert lazy.info["prefix_cache"]["hits_tokens"] == eager.info["prefix_cache"]["hits_tokens"]
+    assert lazy.info["prefix_cache"]["queries_tokens"] == \
+        eager.info["prefix_cache"]["queries_tokens"]
+    assert_identical(lazy, eager)
