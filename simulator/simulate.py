@@ -22,6 +22,7 @@ from simulator.deployment import (
     resolve_deployment,
 )
 from simulator.engine.block_keys import BlockKeys, block_keys
+from simulator.engine.closed_loop import ClosedLoopArrivals
 from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
@@ -128,13 +129,14 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     on_finish = None if progress is None else _finish_counter(progress, table.arrival_s.size,
                                                                int(np.count_nonzero(~ok)))
     replicas: list[Replica] = []
-    source = Arrivals(env, table, replicas, scenario.router, ok)
+    source, on_finish = _client(env, table, replicas, scenario, ok, workload, on_finish)
     streams = replica_streams(rng, len(policies))
     keys = cache_keys(workload, table, limits, max_verify) if b.enable_prefix_caching else None
     shared = keys is not None and keys.shared is not None
     replicas.extend(Replica(env, i, table, limits, tcost, pol, streams[i], recorder,
                             on_finish=on_finish, arrivals=source,
-                            fast_forward=scenario.engine.fast_forward,
+                            fast_forward=scenario.engine.fast_forward
+                            and workload.max_concurrency is None,
                             prefix_cache=PrefixCache(limits.kv_blocks, b.block_size, keys)
                             if shared else None, own_keys=None if shared else keys)
                     for i, pol in enumerate(policies))
@@ -188,6 +190,23 @@ def replica_streams(rng: np.random.Generator, replicas: int) -> list[np.random.G
     ``spawn``-ed children, one per replica, so that a replica's draws do not depend on when
     the other replicas draw (what lets a replica fast-forward with identical results)."""
     return [rng] if replicas == 1 else rng.spawn(replicas)
+
+
+def _client(env, table: RequestTable, replicas: list, scenario: Scenario, ok: np.ndarray,
+            workload, on_finish):
+    """The run's arrivals and the replicas' ``on_finish``: open loop, or closed loop under
+    the workload's ``max_concurrency`` (finishes free its slots: closed_loop.py)."""
+    cap = workload.max_concurrency
+    if cap is None:
+        return Arrivals(env, table, replicas, scenario.router, ok), on_finish
+    client = ClosedLoopArrivals(env, table, replicas, scenario.router, ok, cap)
+    if on_finish is None:
+        return client, client.finished
+
+    def both(n: int) -> None:
+        client.finished(n)
+        on_finish(n)
+    return client, both
 
 
 def _finish_counter(progress: Callable[[int, int], None], total: int, settled: int):

@@ -2,8 +2,10 @@
 
 Exactly one source, then optional shaping applied in this order: ``max_requests`` (keep
 the first N), ``rate_per_s`` (rescale the arrival times of what is left),
-``max_duration_s`` (keep the requests arriving within that many seconds of the first), and
-``shared_prefix`` (a prefix every prompt of a group starts with: workloads/shared_prefix.py)::
+``max_duration_s`` (keep the requests arriving within that many seconds of the first),
+``shared_prefix`` (a prefix every prompt of a group starts with: workloads/shared_prefix.py)
+and ``max_concurrency`` (a closed-loop client, as ``vllm bench serve --max-concurrency``: at
+most that many requests in flight, each sent at its arrival or when a slot frees)::
 
     workload: {trace: default}
     workload: {trace: traces/azure_conv.csv, format: azure, rate_per_s: 5, max_requests: 1000}
@@ -40,7 +42,7 @@ from workloads.traces import DEFAULT_TRACE_PATH, TRACE_READERS, read_trace
 from workloads.workload import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, Workload
 
 SOURCES = ("trace", "synthetic", "tokens")
-SHAPING = ("rate_per_s", "max_requests", "max_duration_s", "shared_prefix")
+SHAPING = ("rate_per_s", "max_requests", "max_duration_s", "shared_prefix", "max_concurrency")
 TRACE_FORMATS = ("auto",) + tuple(TRACE_READERS)
 EMPIRICAL_KEYS = ("dist", "trace", "format", "column", "values", "max_tokens")
 EMPIRICAL_COLUMNS = ("prompt_tokens", "output_tokens")
@@ -216,6 +218,11 @@ def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Pa
         workload = _synthetic(data["synthetic"], rng=rng, base_dir=base_dir, source=source)
     else:
         workload = _tokens(data["tokens"], rng=rng, base_dir=base_dir, source=source)
+    return _shape(workload, data, source)
+
+
+def _shape(workload: Workload, data: Mapping[str, Any], source: str) -> Workload:
+    """The shaping keys, in the module docstring's order."""
     if "max_requests" in data:
         workload = workload.truncate(max_requests=as_number(
             data["max_requests"], source=source, field="workload.max_requests", minimum=1,
@@ -239,4 +246,9 @@ def workload_from_config(cfg: Mapping, *, rng: np.random.Generator, base_dir: Pa
                                            shared_prefix_tokens=shared)
         except SpecsimError as exc:
             raise exc.relocated(source=source, field="workload.shared_prefix") from None
+    if "max_concurrency" in data:
+        cap = as_number(data["max_concurrency"], source=source,
+                        field="workload.max_concurrency", minimum=1, maximum=MAX_REQUESTS,
+                        integer=True)
+        workload = dataclasses.replace(workload, max_concurrency=int(cap))
     return workload

@@ -163,6 +163,9 @@ class Workload:
     # shared_prefix_tokens[i] prompt tokens are those of every request of its prefix_group
     prefix_group: np.ndarray | None = None
     shared_prefix_tokens: np.ndarray | None = None
+    # a closed-loop client (vllm bench serve --max-concurrency): at most this many requests
+    # in flight, each sent at its arrival time or when a slot frees (None: open loop)
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -220,6 +223,10 @@ class Workload:
         if self.prefix_hashes is not None:
             object.__setattr__(self, "prefix_hashes", _as_prefix_hashes(
                 self.prefix_hashes, prompt, self.hash_block_tokens, source=src))
+        self._check_client(prompt, src)
+
+    def _check_client(self, prompt: np.ndarray, src: str) -> None:
+        """The declared shared prefixes and the closed-loop cap."""
         if (self.prefix_group is None) != (self.shared_prefix_tokens is None):
             raise SpecsimError("give prefix_group and shared_prefix_tokens together",
                                field="shared_prefix_tokens", source=src)
@@ -232,6 +239,11 @@ class Workload:
                                                 prompt, source=src)
             object.__setattr__(self, "prefix_group", group)
             object.__setattr__(self, "shared_prefix_tokens", shared)
+        cap = self.max_concurrency
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer))
+                                or not 1 <= cap <= MAX_REQUESTS):
+            raise SpecsimError(f"expected a whole number from 1 to {MAX_REQUESTS:,}, got "
+                               f"{cap!r}", field="max_concurrency", source=src)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -267,7 +279,8 @@ class Workload:
             task=cut(self.task), prompt_ids=cut(self.prompt_ids),
             output_ids=cut(self.output_ids), prefix_hashes=cut(self.prefix_hashes),
             hash_block_tokens=self.hash_block_tokens, prefix_group=cut(self.prefix_group),
-            shared_prefix_tokens=cut(self.shared_prefix_tokens))
+            shared_prefix_tokens=cut(self.shared_prefix_tokens),
+            max_concurrency=self.max_concurrency)
 
     def truncate(self, max_requests: int | None = None,
                  max_duration_s: float | None = None) -> Workload:

@@ -4,12 +4,12 @@ measured, metric by metric, with the relative error.
 
 The replayed workload is the result's own: its requests in the order vLLM sent them, each
 with its measured prompt length (``input_lens``) and output length (``output_lens``),
-arriving as ``vllm bench serve`` sends them (``request_rate`` requests/s with gamma gaps of
-shape ``burstiness``, Poisson at 1; every request at once when the rate is ``inf``), drawn
-from the scenario's seed.  Requests that failed in the measurement (an output length of 0,
-or an error) are left out and counted.  ``max_concurrency`` (vLLM's client-side cap on
-requests in flight) is not modelled: specsim's arrivals are open loop, and the output says
-so when the result used one.
+arriving at the measured ``start_times`` where the result has them, else as ``vllm bench
+serve`` sends them (``request_rate`` requests/s with gamma gaps of shape ``burstiness``,
+Poisson at 1; every request at once when the rate is ``inf``), drawn from the scenario's
+seed; under the result's ``max_concurrency`` (vLLM's client-side cap on requests in flight)
+the client is closed loop, as vLLM's is (simulator/engine/closed_loop.py).  Requests that
+failed in the measurement (an output length of 0, or an error) are left out and counted.
 """
 from __future__ import annotations
 
@@ -120,13 +120,42 @@ def result_workload(data: dict, rng: np.random.Generator):
         raise SpecsimError("no request of the result completed", field=f"{FIELD}.output_lens")
     rate, burst = _rate(data)
     n = int(prompts.size)  # arrivals drawn for every request sent, as the client did
-    if math.isinf(rate):
+    starts = _start_times(data, n)
+    if starts is not None:
+        arrivals = starts
+    elif math.isinf(rate):
         arrivals = np.zeros(n)
     else:
         arrivals = GammaArrivals(rate, 1.0 / math.sqrt(burst)).sample(n, rng)
-    wl = Workload(name="vllm bench serve result", arrival_s=arrivals[ok],
-                  prompt_tokens=prompts[ok], output_tokens=outputs[ok])
+    order = np.argsort(arrivals[ok], kind="stable")
+    wl = Workload(name="vllm bench serve result", arrival_s=arrivals[ok][order],
+                  prompt_tokens=prompts[ok][order], output_tokens=outputs[ok][order],
+                  max_concurrency=_concurrency(data))
     return wl, int((~ok).sum())
+
+
+def _start_times(data: dict, n: int) -> np.ndarray | None:
+    """The measured send times (seconds from the first), where the result has them."""
+    starts = data.get("start_times")
+    if starts is None:
+        return None
+    if not isinstance(starts, list) or len(starts) != n or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in starts):
+        raise SpecsimError(f"expected {n} finite times, one per request",
+                           field=f"{FIELD}.start_times")
+    arrivals = np.asarray(starts, dtype=np.float64)
+    return arrivals - arrivals.min()
+
+
+def _concurrency(data: dict) -> int | None:
+    cap = data.get("max_concurrency")
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_REQUESTS:
+        raise SpecsimError(f"expected a whole number from 1 to {MAX_REQUESTS:,}, got "
+                           f"{cap!r}", field=f"{FIELD}.max_concurrency")
+    return cap
 
 
 def comparison_rows(measured: dict, predicted: dict[str, Any]) -> list[dict]:
@@ -167,10 +196,10 @@ def main(args: argparse.Namespace) -> int:
                     f"{len(workload):,} requests of {args.result}"
                     + (f" ({dropped:,} failed in the measurement, left out)"
                        if dropped else "")))
-    if data.get("max_concurrency"):
-        print(wrap_text(f"note: the measurement capped requests in flight at "
-                        f"{data['max_concurrency']} (max_concurrency); specsim replays "
-                        f"open-loop arrivals, so queueing under that cap is not reproduced"))
+    if workload.max_concurrency is not None:
+        print(wrap_text(f"closed loop: at most {workload.max_concurrency} requests in flight "
+                        f"(the result's max_concurrency), each sent when its arrival came and "
+                        f"a slot was free"))
     shown = frame.copy()
     shown["error"] = [f"{e:+.1%}" if e == e else "n/a" for e in shown["error"]]
     print(render(shown, "table"))

@@ -4,6 +4,7 @@ np.median, population np.std, throughputs over the benchmark's duration) and
 ``specsim compare-measured``."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -99,6 +100,36 @@ def test_replaying_a_result_reproduces_its_own_numbers(tmp_path, capsys):
     assert all(r["error"] == 0.0 for r in rows), rows
 
 
+def test_a_closed_loop_result_replays_with_zero_error(tmp_path, capsys):
+    """``--request-rate inf --max-concurrency 3`` (the commonest bench shape): a result
+    written from this model's own closed-loop run of the same requests is replayed closed
+    loop, to zero error on every metric (open loop, all 12 requests at once, it was not)."""
+    scenario = load_scenario(None, [])
+    rng = np.random.default_rng(2)
+    lens_in, lens_out = rng.integers(50, 400, 12).tolist(), rng.integers(5, 60, 12).tolist()
+    wl = Workload(name="w", arrival_s=np.zeros(12), prompt_tokens=np.array(lens_in),
+                  output_tokens=np.array(lens_out), max_concurrency=3)
+    measured = bench_serve_metrics(simulate(scenario, workload=wl))
+    result = _write(tmp_path / "r.json", {"request_rate": "inf", "max_concurrency": 3,
+                                          "input_lens": lens_in, "output_lens": lens_out,
+                                          **measured})
+    assert cli_main(["compare-measured", result, "--scenario", DEFAULT, "--format",
+                     "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all(r["error"] == 0.0 for r in rows), rows
+    open_loop = bench_serve_metrics(simulate(scenario, workload=dataclasses.replace(
+        wl, max_concurrency=None)))
+    assert open_loop["mean_ttft_ms"] > 1.5 * measured["mean_ttft_ms"]
+
+
+def test_measured_start_times_are_the_arrivals():
+    data = {"request_rate": 1.0, "input_lens": [10, 20, 30], "output_lens": [5, 5, 5],
+            "start_times": [1000.5, 1000.0, 1003.0]}
+    wl, _ = result_workload(data, np.random.default_rng(0))
+    assert wl.arrival_s.tolist() == [0.0, 0.5, 3.0]
+    assert wl.prompt_tokens.tolist() == [20, 10, 30]  # sorted by the time each was sent
+
+
 def test_result_arrivals_follow_vllms_rate_and_burstiness():
     data = {"request_rate": 4.0, "burstiness": 0.25, "input_lens": [10] * 4001,
             "output_lens": [5] * 4001}
@@ -117,6 +148,8 @@ def test_result_arrivals_follow_vllms_rate_and_burstiness():
     ({"input_lens": [1], "output_lens": [2], "burstiness": 0}, "RESULT.burstiness"),
     ({"input_lens": [1.5], "output_lens": [2]}, "RESULT.input_lens"),
     ({"input_lens": [1], "output_lens": [0]}, "RESULT.output_lens"),
+    ({"input_lens": [1], "output_lens": [2], "max_concurrency": 0}, "RESULT.max_concurrency"),
+    ({"input_lens": [1], "output_lens": [2], "start_times": [0, 1]}, "RESULT.start_times"),
     ([1, 2], "RESULT"),
 ])
 def test_bad_results_are_one_line_naming_the_field(tmp_path, capsys, data, field):
