@@ -14,10 +14,11 @@ aggregate (a blog's or a paper's table).  Keys::
     measured: {mean_ttft_ms: 41.2, mean_tpot_ms: 7.9, output_throughput: 980}    # published
     source: "where it was measured (URL)"
 
-A detailed bench file gives per-request TTFT and ITL (E2E = TTFT + the sum of its ITLs) and,
-where it has them, each request's ``start_times`` as arrivals; otherwise arrivals are drawn as
-``vllm bench serve`` sends them (Poisson at ``request_rate``, from ``seed``) and the run is
-compared on the aggregates the file holds, labelled as such.
+A bench file's requests are read as ``compare-measured`` reads them (bench_result.py: its
+``start_times`` or its rate, its ``max_concurrency``); a detailed file gives per-request TTFT
+and ITL (E2E = TTFT + the sum of its ITLs), a default one is compared on the aggregates it
+holds, labelled as such.  A published aggregate's requests arrive as ``vllm bench serve``
+sends them (Poisson at ``load.request_rate``, from ``seed``).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from simulator.inputs.yaml_io import as_number, as_str, check_keys, load_yaml_fi
     require_mapping
 from simulator.sim2real.measured_run import VLLM_BATCHING, MeasuredRun
 from workloads.shared_prefix import shared_prefix_arrays
+from simulator.sim2real.bench_result import result_requests
 from workloads.workload import MAX_REQUESTS, Workload
 
 SUFFIX = ".run.yaml"
@@ -71,48 +73,34 @@ def _read_json(path: Path) -> dict:
     return require_mapping(data, source=str(path))
 
 
-def _poisson(n: int, rate: float, seed: int) -> np.ndarray:
+def _arrivals(n: int, rate: float, seed: int) -> np.ndarray:
+    """Poisson arrivals at ``rate`` (all at once at ``inf``), as vllm bench serve sends."""
+    from workloads.arrivals import GammaArrivals
     if math.isinf(rate):
         return np.zeros(n)
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
-    return np.cumsum(gaps) - gaps[0]
+    return GammaArrivals(rate, 1.0).sample(n, np.random.default_rng(seed))
 
 
-def _lists(data: Mapping, src: str) -> tuple[np.ndarray, np.ndarray] | None:
-    ins, outs = data.get("input_lens"), data.get("output_lens")
-    if not isinstance(ins, list) or not isinstance(outs, list):
-        return None
-    if len(ins) != len(outs) or not 0 < len(ins) <= MAX_REQUESTS:
-        raise SpecsimError(f"input_lens and output_lens must be two lists of one length "
-                           f"(1 to {MAX_REQUESTS:,})", source=src, field="input_lens")
-    return np.asarray(ins, np.int64), np.asarray(outs, np.int64)
-
-
-def _bench_requests(data: Mapping, src: str, seed: int):
-    """(arrivals, prompts, outputs, ttft_s, e2e_s, itl_s) of a bench file; the per-request
-    latencies are None unless the file is detailed."""
-    lens = _lists(data, src)
-    if lens is None:
-        raise SpecsimError("the result has no input_lens/output_lens", source=src,
-                           fix="save it with vllm bench serve --save-result")
-    prompts, outputs = lens
-    ok = outputs > 0
-    rate = data.get("request_rate", "inf")
-    rate = math.inf if isinstance(rate, str) else float(rate)
-    starts = data.get("start_times")
-    arrivals = np.asarray(starts, np.float64) - min(starts) \
-        if isinstance(starts, list) and len(starts) == len(prompts) else \
-        _poisson(len(prompts), rate, seed)
+def _bench_requests(data: dict, src: str, seed: int):
+    """(workload, ttft_s, e2e_s, itl_s) of a bench file; the per-request latencies are None
+    unless the file is detailed (per-request ``ttfts`` and ``itls``)."""
+    try:
+        wl, kept = result_requests(data, np.random.default_rng(seed))
+    except SpecsimError as exc:
+        raise exc.relocated(source=src) from None
     ttfts, itls = data.get("ttfts"), data.get("itls")
-    if not (isinstance(ttfts, list) and isinstance(itls, list) and len(ttfts) == len(prompts)):
-        return arrivals[ok], prompts[ok], outputs[ok], None, None, None
-    ttft = np.asarray(ttfts, np.float64)
-    e2e = ttft + np.array([sum(g) for g in itls])
-    flat = np.concatenate([np.asarray(g, np.float64) for g, k in zip(itls, ok) if k] or
-                          [np.zeros(0)])
-    order = np.argsort(arrivals[ok], kind="stable")
-    return (arrivals[ok][order], prompts[ok][order], outputs[ok][order], ttft[ok][order],
-            e2e[ok][order], flat)
+    n = len(data["input_lens"])
+    if not (isinstance(ttfts, list) and isinstance(itls, list) and len(ttfts) == n
+            and len(itls) == n):
+        return wl, None, None, None
+    try:
+        gaps = [np.asarray(itls[i], np.float64) for i in kept.tolist()]
+        ttft = np.asarray(ttfts, np.float64)[kept]
+    except (TypeError, ValueError):
+        raise SpecsimError("ttfts and itls must hold numbers", source=src,
+                           field="ttfts") from None
+    e2e = ttft + np.array([g.sum() for g in gaps])
+    return wl, ttft, e2e, np.concatenate(gaps) if gaps else np.zeros(0)
 
 
 def _batching(value: Any, src: str) -> dict:
@@ -137,8 +125,9 @@ def _published(m: Mapping, src: str, seed: int):
     if not measured:
         raise SpecsimError("no metric given", source=src, field="measured",
                            fix="give vllm bench serve's keys: " + ", ".join(AGGREGATES))
-    return (_poisson(n, rate, seed), np.full(n, lens[0]), np.full(n, lens[1]), None, None,
-            None), measured
+    wl = Workload(name="published", arrival_s=_arrivals(n, rate, seed),
+                  prompt_tokens=np.full(n, lens[0]), output_tokens=np.full(n, lens[1]))
+    return (wl, None, None, None), measured
 
 
 def read_manifest(path: str | Path) -> MeasuredRun:
@@ -166,10 +155,9 @@ def read_manifest(path: str | Path) -> MeasuredRun:
         result = path.parent / as_str(m.get("result"), source=src, field="result")
         data = _read_json(result)
         requests = _bench_requests(data, str(result), seed)
-        aggregates = _aggregates(data, str(result)) if requests[3] is None else None
-    arrivals, prompts, outputs, ttft, e2e, itl = requests
-    wl = Workload(name=path.name[:-len(SUFFIX)], arrival_s=arrivals, prompt_tokens=prompts,
-                  output_tokens=outputs)
+        aggregates = _aggregates(data, str(result)) if requests[1] is None else None
+    wl, ttft, e2e, itl = requests
+    wl = dataclasses.replace(wl, name=path.name[:-len(SUFFIX)])
     if "shared_prefix" in m:
         group, shared = shared_prefix_arrays(m["shared_prefix"], wl.prompt_tokens,
                                              source=src, field="shared_prefix")
