@@ -136,7 +136,8 @@ class PromptLookup(PolicyBase):
                 drafts[rid] = ngram_lookup(self.text.known(rid, g), self.min_n, self.max_n, cap)
             else:
                 drafts[rid] = self.text.full(rid)[:0]
-        return chain_plan(drafts, batch, looked * self.cpu_s + self.host(looked))
+        found = sum(1 for d in drafts.values() if d.size)  # requests verifying a draft
+        return chain_plan(drafts, batch, looked * self.cpu_s + self.host(found))
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         return self.propose_limited(batch, rng, np.full(len(batch), self.k, np.int64))
