@@ -27,10 +27,15 @@ OUTPUT_TOKENS = 256
 REQUESTS_PER_BATCH_SLOT = 16
 
 # The engine each source measured on, as the scenario's ``execution:`` block (one per engine,
-# never per case).  vLLM and SGLang: the defaults (CUDA graphs on, the draft loop captured).
-# Hugging Face-style code: eager launches, and each draft forward its own host step.
-ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop": False},
-                            "vllm": {}, "sglang": {}}
+# never per case).  vLLM and SGLang: the defaults (CUDA graphs on, the draft loop captured)
+# and the speculative path's host work of the named version (simulator/cost/engines.yaml):
+# vLLM V1 0.9.2's EagleProposer path (also v0.10.1's), SGLang 0.4.1's EAGLE worker.
+# Hugging Face-style code: eager launches, each draft forward its own host step, and the
+# official EAGLE code's speculative host work (its tree building, posterior, syncs).
+ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop": False,
+                                   "engine": "eagle-official"},
+                            "vllm": {"engine": "vllm-v0.9"},
+                            "sglang": {"engine": "sglang-v0.4"}}
 
 
 @dataclass(frozen=True)
