@@ -124,3 +124,11 @@ def tpot_speedup(hardware: str, target: str, policy: dict, **kw) -> float:
 def tau(hardware: str, target: str, policy: dict, **kw) -> float:
     """Mean acceptance length (1 + accepted / drafts) of ``policy``'s run."""
     return run(hardware, target, policy, **kw).tau
+
+
+def throughput(hardware: str, target: str, policy: dict, **kw) -> float:
+    """Output tokens per second of the whole run (prefill included): every request's
+    ``output`` tokens over the makespan."""
+    rounds, batch = kw.get("rounds", REQUESTS_PER_BATCH_SLOT), kw.get("batch", 1)
+    return rounds * batch * kw.get("output", OUTPUT_TOKENS) / run(
+        hardware, target, policy, **kw).makespan_s
