@@ -50,6 +50,14 @@ def test_overlap_hides_the_launches_but_not_the_syncs():
     assert spec_host_s(hidden, SpecWork(draft_forwards=3), 4) == pytest.approx(2 * STEP)
 
 
+def test_tensorrt_llm_shows_only_its_drafts_sync_and_nothing_in_one_model_mode():
+    work = SpecWork(draft_forwards=3)
+    two = dataclasses.replace(VLLM, spec=load_engine("trtllm-1.0"))
+    one = dataclasses.replace(VLLM, spec=load_engine("trtllm-1.0-one-model"))
+    assert spec_host_s(two, work, 2) == pytest.approx(STEP)
+    assert spec_host_s(one, work, 2) == 0.0
+
+
 def test_nothing_is_charged_without_an_engine_or_a_drafting_request():
     assert spec_host_s(dataclasses.replace(VLLM, spec=Execution().spec),
                        SpecWork(draft_forwards=3), 8) == 0.0
