@@ -25,7 +25,7 @@ show.  Everything is a per-iteration constant in the batch's size: no per-reques
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -159,5 +159,3 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
                                            field=f"{name}.{key}.source"))
     return SpecHost(**out, sources=tuple(sources))
 
-
-SPEC_HOST_FIELDS = tuple(f.name for f in fields(SpecHost))
