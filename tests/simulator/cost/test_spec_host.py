@@ -189,3 +189,27 @@ def test_the_rule_covers_every_shipped_method():
     covered = {m.split("-")[0] for m in MODEL_METHODS} | {"prompt_lookup", "suffix", "jacobi",
                                                           "lookahead"}
     assert set(BASES) <= covered
+
+
+def test_chain_stretches_stay_exact_with_an_engines_host_work():
+    """The chain's fast-forwarded stretches add the same host work its ``propose`` adds, so
+    fast-forward and the step-by-step reference stay identical, and the engine's work shows
+    in every speculative iteration's draft time."""
+    from simulator.scenario import EngineOptions
+    from simulator.simulate import simulate
+    from tests.helpers import scenario, workload
+    from tests.simulator.engine.test_fast_forward import assert_identical
+
+    rng = np.random.default_rng(5)
+    wl = workload(np.sort(rng.uniform(0, 5, 24)), rng.integers(8, 300, 24),
+                  rng.integers(20, 150, 24))
+    base = scenario("chain:num_speculative_tokens=3", hardware="a10", target="opt-1.3b",
+                    draft="opt-125m")
+    sc = dataclasses.replace(base, execution={"spec": load_engine("vllm-v0.9")})
+    on, off = (simulate(dataclasses.replace(sc, engine=EngineOptions(fast_forward=f)),
+                        workload=wl) for f in (True, False))
+    assert_identical(on, off)
+    assert on.info["engine"]["vectorised"] > 0
+    plain = simulate(dataclasses.replace(base, engine=EngineOptions(fast_forward=False)),
+                     workload=wl)
+    assert on.steps["start_s"].iloc[-1] > plain.steps["start_s"].iloc[-1]  # it costs time
