@@ -31,7 +31,9 @@ REQUESTS_PER_BATCH_SLOT = 16
 # and the speculative path's host work of the named version (simulator/cost/engines.yaml):
 # vLLM V1 0.9.2's EagleProposer path (also v0.10.1's), SGLang 0.4.1's EAGLE worker.
 # Hugging Face-style code: eager launches, each draft forward its own host step, and the
-# official EAGLE code's speculative host work (its tree building, posterior, syncs).
+# official EAGLE code's speculative host work (its tree building, posterior, syncs) -- also
+# charged, for the same kinds of work, to the Medusa and assisted-generation code Spec-Bench
+# times, whose own counts were not read (an approximation of those two codebases).
 ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop": False,
                                    "engine": "eagle-official"},
                             "vllm": {"engine": "vllm-v0.9"},
