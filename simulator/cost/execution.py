@@ -40,6 +40,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.cost.spec_host import SpecHost, load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_bool, as_number, as_str, check_keys, require_mapping
 
@@ -91,6 +92,9 @@ class Execution:
     # draft forwards run inside the target's engine step (vLLM, SGLang); False: each is its
     # own host step (Hugging Face assisted generation, a Python loop of model calls)
     captured_draft_loop: bool = True
+    # the speculative iteration's host work (``execution.engine``; spec_host.py); none by
+    # default: only a named engine's counts are charged
+    spec: SpecHost = SpecHost()
 
     def __post_init__(self) -> None:
         if self.step_model not in STEP_MODELS:
@@ -131,6 +135,8 @@ class Execution:
         parts = [launch, host]
         if not self.captured_draft_loop:
             parts.append("drafts step by step")
+        if self.spec.name != "none":
+            parts.append(f"speculative path of {self.spec.name}")
         if self.step_model != "sum_of_operators":
             parts.append(self.step_model)
         return "; ".join(parts)
@@ -147,7 +153,7 @@ _KEYS = ("enforce_eager", "disable_custom_all_reduce", "cudagraph_capture_sizes"
          "max_cudagraph_capture_size",
          "async_scheduling", "captured_draft_loop", "step_model", "kernel_launch_us",
          "graph_launch_us",
-         "cpu_step_us", "cpu_per_seq_us")
+         "cpu_step_us", "cpu_per_seq_us", "engine")
 
 
 def parse_execution(data: Any, *, source: str) -> dict:
@@ -185,6 +191,9 @@ def parse_execution(data: Any, *, source: str) -> dict:
     if "captured_draft_loop" in data:
         out["captured_draft_loop"] = as_bool(data["captured_draft_loop"], source=source,
                                              field="execution.captured_draft_loop")
+    if "engine" in data:
+        out["spec"] = load_engine(as_str(data["engine"], source=source,
+                                         field="execution.engine"), source=source)
     if "step_model" in data:
         out["step_model"] = as_str(data["step_model"], source=source,
                                    field="execution.step_model", choices=STEP_MODELS)
@@ -201,6 +210,7 @@ def resolve_execution(hardware, overrides: dict | None = None, *, max_num_seqs: 
     """The execution of a deployment: the profile's host and launch costs, vLLM's defaults
     for the features, the scenario's ``execution:`` overrides on top."""
     if not overheads:  # no launches, no host time; the step model and collectives stay
+        # (and no speculative host work: it is priced in launches and host steps)
         keep = {k: v for k, v in (overrides or {}).items()
                 if k in ("step_model", "custom_all_reduce")}
         return dataclasses.replace(Execution.free(), **keep)

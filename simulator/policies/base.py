@@ -45,6 +45,7 @@ import numpy as np
 from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import fits_draft_context
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import ModelSpec
@@ -155,6 +156,12 @@ def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | Non
     separate = execution is not None and not execution.captured_draft_loop
     return CostModel(policy_hardware(ctx), spec, Parallelism(tensor_parallel=tensor_parallel),
                      execution=execution, host=separate)
+
+
+def spec_charge(ctx: PolicyContext, work: SpecWork) -> SpecCharge:
+    """The engine's host work of one speculative iteration of ``work`` (spec_host.py), as a
+    function of the drafting requests: every policy charges its iterations by it."""
+    return SpecCharge(getattr(ctx.target_cost, "execution", None), work)
 
 
 def policy_hardware(ctx: PolicyContext):

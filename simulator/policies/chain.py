@@ -21,10 +21,16 @@ from simulator.cost.drafting import (
     draft_max_context,
     draft_prefill_time,
 )
+from simulator.cost.spec_host import SpecWork
 from simulator.engine.plan import BatchView, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
-from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft
+from simulator.policies.base import (
+    PolicyBase,
+    PolicyContext,
+    batch_fits_draft,
+    spec_charge,
+)
 from simulator.policies.chain_acceptance import accept_chain
 from simulator.policies.draft_control import ChainControl
 
@@ -45,6 +51,7 @@ class ChainSpeculation(PolicyBase):
         self.gamma = int(params["num_speculative_tokens"])
         self.draft_cost = ctx.draft_cost
         self.acceptance = ctx.acceptance
+        self.host = spec_charge(ctx, SpecWork(draft_forwards=self.gamma))
         self.draft_max_context = draft_max_context(
             ctx.draft_model if ctx.draft_model is not None
             else getattr(ctx.draft_cost, "model", None))
@@ -63,7 +70,8 @@ class ChainSpeculation(PolicyBase):
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = np.where(self.speculable(batch), self.gamma, 0).astype(np.int64)
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
-                         draft_time_s=chain_draft_time(self.draft_cost, batch.context, k))
+                         draft_time_s=chain_draft_time(self.draft_cost, batch.context, k)
+                         + self.host(int(np.count_nonzero(k))))
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         return draft_prefill_time(self.draft_cost, new_tokens, context, self.gamma,
@@ -78,7 +86,7 @@ class ChainSpeculation(PolicyBase):
         times = getattr(self.draft_cost, "chain_decode_times", None)
         if alphas is None or times is None or self.gamma < 1:
             return None
-        g, cost = self.gamma, self.draft_cost
+        g, cost, host = self.gamma, self.draft_cost, self.host
         # sample_chain's draws (sample_geometric) given its uniforms, with one alpha bound
         # once where the model has a counter; chain_draft_time when every request drafts g:
         # the draft cost's chain_decode_time
@@ -86,9 +94,22 @@ class ChainSpeculation(PolicyBase):
         counts = counter(g) if counter is not None else None
         return ChainStretch(g, self.draft_max_context, counts or (
                             lambda draws, ids: geometric_counts(draws, alphas(ids), g)),
-                            lambda n, sums: times(n, sums, g),
-                            lambda n: chain_draft_pricer(cost, n, g))
+                            lambda n, sums: _plus(times(n, sums, g), host(n)),
+                            lambda n: _pricer_plus(chain_draft_pricer(cost, n, g), host(n)))
 
     def draft_control(self, params: dict) -> ChainControl:
         """Per-request gammas: the draft model catches up on skipped iterations."""
-        return ChainControl(self.draft_cost, self.gamma)
+        return ChainControl(self.draft_cost, self.gamma, self.host.execution)
+
+
+def _plus(times, host_s: float):
+    """The stretch's draft times with the iteration's host work added, as ``propose`` adds
+    it (the same float operation, element by element); None stays None."""
+    return None if times is None else times + host_s
+
+
+def _pricer_plus(pricer, host_s: float):
+    """``chain_draft_pricer``'s function with the iteration's host work added."""
+    if pricer is None:
+        return None
+    return lambda x: pricer(x) + host_s

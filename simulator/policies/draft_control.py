@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost.drafting import chain_draft_time
+from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import BatchView, DraftPlan
 
 
@@ -65,9 +66,10 @@ class ChainControl:
 
     per_request = True
 
-    def __init__(self, draft_cost, gamma: int) -> None:
+    def __init__(self, draft_cost, gamma: int, execution=None) -> None:
         self.max_draft = int(gamma)
         self.draft_cost = draft_cost
+        self.execution = execution  # the engine's speculative host work (spec_host.py)
         self._lags: dict[int, int] = {}
         self._drafted: dict[int, bool] = {}
         self._memo: dict[tuple[int, int], float] = {}
@@ -91,7 +93,10 @@ class ChainControl:
         time_s = chain_draft_time(self.draft_cost, batch.context, k)
         if on.any():  # the first forward also feeds the tokens the draft model skipped
             time_s += self._catch_up_s(batch.context[on], self._lag(batch)[on])
-        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=time_s)
+        # the longest chain sets the draft loop's forwards
+        host = SpecCharge(self.execution, SpecWork(draft_forwards=int(k.max(initial=0))))
+        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=time_s,
+                         cpu_time_s=host(int(np.count_nonzero(on))))
 
     def draft_predictor(self, batch: BatchView):
         """k -> predicted draft time: memoised decode steps (contexts rounded to 128 tokens)."""

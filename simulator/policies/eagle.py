@@ -114,6 +114,7 @@ class Eagle2Speculation(_EagleDraft):
     """EAGLE-2: a dynamic draft tree, expanded by top-k and reranked to a node budget."""
 
     name = "eagle2"
+    reranks = True
     PARAMS = {
         "model": _MODEL,
         "speculative_num_steps": Param("int", default=5, minimum=1, maximum=32,

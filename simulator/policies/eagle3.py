@@ -124,6 +124,7 @@ class Eagle3Speculation(FeatureDraft):
             self.acceptance, self.tree = dynamic_draft_tree(params, ctx, steps, topk, tokens,
                                                             policy=self.name)
             self.levels = np.array([1] + [topk] * (steps - 1), np.int64)
+            self.reranks = True  # EAGLE-2's dynamic tree on EAGLE-3's layer
         self.logits = self.levels
         self._start(ctx)
 

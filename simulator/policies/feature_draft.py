@@ -23,9 +23,10 @@ import numpy as np
 from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import level_draft_time
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.spec_host import SpecWork
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware
+from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware, spec_charge
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
     exclusive_table,
@@ -39,8 +40,25 @@ from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 class FeatureDraft(PolicyBase):
     """A one-layer drafter on the target's features (see the module docstring)."""
 
+    # EAGLE-2's tree (and EAGLE-3's with topk > 1) is rebuilt and reranked every iteration
+    reranks: bool = False
+
     def _start(self, ctx: PolicyContext) -> None:
         self._emitted = np.ones(len(ctx.workload) if ctx.workload is not None else 0)
+        self._ctx = ctx
+        self._host = None
+
+    @property
+    def host(self):
+        """The engine's host work of one iteration (built on first use: the subclass sets
+        its tree after ``_start``)."""
+        if self._host is None:
+            forwards = len(self.levels)
+            tree = self.tree.num_nodes > self.tree.max_depth
+            self._host = spec_charge(self._ctx, SpecWork(
+                draft_forwards=forwards, tree_levels=forwards if tree else 0,
+                tree_nodes=self.tree.num_nodes, rerank=tree and self.reranks))
+        return self._host
 
     def _extra_s(self, first_tokens: float, later_tokens: list[float]) -> float:
         """Seconds of the policy's linears around the layer: ``first_tokens`` in the first
@@ -78,7 +96,7 @@ class FeatureDraft(PolicyBase):
         ctx = batch.context.astype(np.float64)
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
                          draft_time_s=self.draft_time(ctx, self._reread(batch.request_ids)),
-                         payload=self.tree)
+                         cpu_time_s=self.host(len(batch)), payload=self.tree)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)

@@ -30,7 +30,8 @@ import numpy as np
 
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.params import Param
-from simulator.policies.base import PolicyBase, PolicyContext
+from simulator.cost.spec_host import SpecWork
+from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.token_text import (
     TokenText,
     finished_mask,
@@ -91,6 +92,7 @@ class JacobiDecoding(PolicyBase):
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
         self.target = InContextTarget(self.text)
+        self.host = spec_charge(ctx, SpecWork())  # model-free: the verification's work
         self.w = int(params["window_size"])
         self.init = params["init"]
         self._window: dict[int, list[int]] = {}
@@ -113,7 +115,8 @@ class JacobiDecoding(PolicyBase):
                 window = self._window[rid] = self._initial(rid, g, rng)
             drafts[rid] = np.asarray(window, np.int64)
         k = np.full(len(batch), self.w, np.int64)
-        return DraftPlan(num_draft=k, verify_tokens=k + 1, payload=drafts)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1, cpu_time_s=self.host(len(batch)),
+                         payload=drafts)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         out = np.zeros(len(batch), np.int64)
@@ -167,6 +170,7 @@ class LookaheadDecoding(PolicyBase):
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
         self.target = InContextTarget(self.text)
+        self.host = spec_charge(ctx, SpecWork())  # model-free: the verification's work
         self.w = int(params["window_size"])
         self.n = int(params["ngram_size"])
         self.g = int(params["guess_set_size"])
@@ -195,7 +199,8 @@ class LookaheadDecoding(PolicyBase):
             num_draft[i] = len(cands) * (self.n - 1)
             verify[i] = 1 + sum(len(lane) for lane in lanes) + num_draft[i]
         return DraftPlan(num_draft=num_draft, verify_tokens=verify,
-                         cpu_time_s=self.cpu_s * len(batch), payload=drafts)
+                         cpu_time_s=self.cpu_s * len(batch) + self.host(len(batch)),
+                         payload=drafts)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         out = np.zeros(len(batch), np.int64)

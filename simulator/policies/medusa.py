@@ -30,11 +30,12 @@ import numpy as np
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
 from simulator.cost.drafting import OperatorPrices
+from simulator.cost.spec_host import SpecWork
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import ModelSpec, attached_model
-from simulator.policies.base import PolicyBase, PolicyContext, side_cost
+from simulator.policies.base import PolicyBase, PolicyContext, side_cost, spec_charge
 from simulator.policies.tree_acceptance import (
     check_acceptance_param,
     exclusive_table,
@@ -100,6 +101,8 @@ class MedusaSpeculation(PolicyBase):
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.spec, self.num_heads = _heads(params, ctx.draft_model, ctx.target_model)
         self.prices = OperatorPrices(side_cost(ctx, self.spec))
+        # the heads draft in one forward; the candidates come from precomputed tree buffers
+        self.host = spec_charge(ctx, SpecWork(draft_forwards=1))
         ranked = params["choices"] is None or params["typical_acceptance"]
         if params["choices"] is not None:
             self.tree = tree_from_choices(params["choices"], field="policy.choices")
@@ -152,7 +155,8 @@ class MedusaSpeculation(PolicyBase):
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = np.full(len(batch), self.tree.num_nodes, dtype=np.int64)
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
-                         draft_time_s=self.heads_time(len(batch)), payload=self.tree)
+                         draft_time_s=self.heads_time(len(batch)),
+                         cpu_time_s=self.host(len(batch)), payload=self.tree)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         if self._cond is None:

@@ -24,7 +24,8 @@ import numpy as np
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
-from simulator.policies.base import PolicyBase, PolicyContext
+from simulator.cost.spec_host import SpecWork
+from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl
 from simulator.policies.token_text import (
     TokenText,
@@ -113,6 +114,7 @@ class PromptLookup(PolicyBase):
         self.min_n = int(params["prompt_lookup_min"])
         self.max_n = int(params["prompt_lookup_max"])
         self.cpu_s = float(params["cpu_time_per_request_s"])
+        self.host = spec_charge(ctx, SpecWork())  # model-free: the verification's work
 
     @property
     def max_verify_tokens(self) -> int:
@@ -134,7 +136,8 @@ class PromptLookup(PolicyBase):
                 drafts[rid] = ngram_lookup(self.text.known(rid, g), self.min_n, self.max_n, cap)
             else:
                 drafts[rid] = self.text.full(rid)[:0]
-        return chain_plan(drafts, batch, looked * self.cpu_s)
+        found = sum(1 for d in drafts.values() if d.size)  # requests verifying a draft
+        return chain_plan(drafts, batch, looked * self.cpu_s + self.host(found))
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         return self.propose_limited(batch, rng, np.full(len(batch), self.k, np.int64))

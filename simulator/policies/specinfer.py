@@ -41,6 +41,7 @@ from simulator.cost.drafting import (
     level_draft_time,
     sharded_time,
 )
+from simulator.cost.spec_host import SpecWork
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
@@ -50,6 +51,7 @@ from simulator.policies.base import (
     PolicyContext,
     batch_fits_draft,
     side_cost,
+    spec_charge,
 )
 from simulator.policies.tree_acceptance import check_acceptance_param, resolve_acceptance
 from simulator.speculation.token_tree import TokenTree
@@ -140,6 +142,10 @@ class SpecInferSpeculation(PolicyBase):
         self.verification = params["verification"] or getattr(
             self.acceptance.model, "tree_method", "as measured")
         self._levels = forward_tokens(self.tree)
+        depth = self.tree.max_depth  # one draft forward a level; a tree where it branches
+        self.host = spec_charge(ctx, SpecWork(
+            draft_forwards=depth, tree_nodes=self.tree.num_nodes,
+            tree_levels=depth if self.tree.num_nodes > depth else 0))
 
     @property
     def max_verify_tokens(self) -> int:
@@ -176,7 +182,7 @@ class SpecInferSpeculation(PolicyBase):
         k = np.where(on, self.tree.num_nodes, 0).astype(np.int64)
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
                          draft_time_s=self.draft_time(batch.context[on].astype(np.float64)),
-                         payload=self.tree)
+                         cpu_time_s=self.host(int(np.count_nonzero(on))), payload=self.tree)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)

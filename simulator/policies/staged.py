@@ -31,6 +31,7 @@ import numpy as np
 
 from simulator.acceptance.iid import IIDAcceptance
 from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
+from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
@@ -99,6 +100,7 @@ class StagedSpeculation(PolicyBase):
         if alpha is None:
             alpha = float(np.asarray(ctx.acceptance.position_rates(1))[0])
         self.inner = IIDAcceptance(alpha)
+        self.execution = getattr(ctx.target_cost, "execution", None)
 
     @property
     def max_verify_tokens(self) -> int:
@@ -143,9 +145,12 @@ class StagedSpeculation(PolicyBase):
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         on = self.speculable(batch)
         k = np.where(on, self.gamma, 0).astype(np.int64)
-        gpu, cpu, _ = self.draft_time(batch.context[on].astype(np.float64),
-                                      batch.request_ids[on], rng)
-        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu, cpu_time_s=cpu)
+        gpu, cpu, rounds = self.draft_time(batch.context[on].astype(np.float64),
+                                           batch.request_ids[on], rng)
+        # the outer draft runs one forward a round: the draft loop's work
+        host = SpecCharge(self.execution, SpecWork(draft_forwards=rounds))
+        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu,
+                         cpu_time_s=cpu + host(int(np.count_nonzero(on))))
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         limit = (self.gamma, self.draft_max_context)

@@ -28,7 +28,8 @@ import numpy as np
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
-from simulator.policies.base import PolicyBase, PolicyContext
+from simulator.cost.spec_host import SpecWork
+from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl
 from simulator.policies.token_text import TokenText, finished_mask, require_token_ids
 from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
@@ -84,6 +85,7 @@ class SuffixDecoding(PolicyBase):
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
+        self.host = spec_charge(ctx, SpecWork())  # model-free: the verification's work
         p = params
         self.k = int(p["num_speculative_tokens"])
         self.depth = int(p["suffix_decoding_max_tree_depth"])
@@ -166,6 +168,7 @@ class SuffixDecoding(PolicyBase):
             else:
                 specs[rid] = Speculation([], [], [])
         n = np.fromiter((len(specs[r]) for r in batch.request_ids.tolist()), np.int64, len(batch))
+        cpu += self.host(int(np.count_nonzero(n)))
         return DraftPlan(num_draft=n, verify_tokens=n + 1, cpu_time_s=cpu, payload=specs)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:

@@ -1,0 +1,161 @@
+"""The speculative iteration's host and framework work, per engine (``execution.engine``).
+
+Every speculative iteration does work beside the draft and verification forwards: the
+rejection sampler and the verification metadata, the proposer's input preparation and its
+bookkeeping between draft forwards, building (and for a dynamic tree, reranking) the token
+tree, and the device-to-host syncs the draft loop forces.  Measured from outside, engines'
+speculative speedups ran above the cost model's forwards alone; this module prices that
+work, per engine, from counts read in each engine's code at a named version
+(``engines.yaml``, each number with its source), with the execution's own unit costs:
+
+- an **eager kernel** (or host-to-device upload) launched outside any CUDA graph costs one
+  ``kernel_launch_s`` of host time (the profile's eager launch cost);
+- a **host op** on CPU tensors or Python per tree node costs the same dispatch;
+- a **sync** (a ``.tolist()`` / ``.item()`` the next launch waits on) drains the GPU queue,
+  so the host work that follows it -- one engine step's worth (``Execution.host_s``) --
+  shows in full, whatever ``async_scheduling`` says;
+- an **extra host step** (SGLang's draft extend as a batch of its own) costs the same.
+
+Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, nodes,
+whether it reranks a dynamic tree), never its name: every policy calls ``spec_host_s``, so
+the same work costs the same (tests/simulator/cost/test_spec_host.py holds every shipped
+policy to it).  With ``overlap`` (the engine runs the speculative path's host work under
+the device's, as TensorRT-LLM's overlap scheduler does) only the syncs and extra host steps
+show.  Everything is a per-iteration constant in the batch's size: no per-request loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import (
+    as_bool,
+    as_number,
+    as_str,
+    check_keys,
+    load_yaml_file,
+    require_mapping,
+)
+
+CATALOG = Path(__file__).with_name("engines.yaml")
+COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_level_kernels",
+          "rerank_kernels", "rerank_node_ops", "syncs", "rerank_syncs", "host_steps")
+MAX_COUNT = 10_000
+
+
+@dataclass(frozen=True)
+class SpecWork:
+    """What one speculative iteration of a method does, in kinds of work."""
+
+    draft_forwards: int = 0   # sequential draft forwards (0: a model-free proposer)
+    tree_levels: int = 0      # draft forwards that pick top-k children (0: a chain)
+    tree_nodes: int = 0       # nodes of a dynamic tree reranked each iteration
+    rerank: bool = False      # the tree is rebuilt and reranked every iteration (EAGLE-2)
+
+
+@dataclass(frozen=True)
+class SpecHost:
+    """An engine's per-iteration speculative-path work (counts; see the module docstring)."""
+
+    name: str = "none"
+    version: str = ""
+    verify_kernels: int = 0      # rejection sampler + verification metadata, per iteration
+    draft_prep_kernels: int = 0  # the proposer's input preparation, once per iteration
+    draft_step_kernels: int = 0  # bookkeeping between draft forwards, per forward after one
+    tree_level_kernels: int = 0  # top-k / score / parent bookkeeping per tree level
+    rerank_kernels: int = 0      # a dynamic tree's final top-N, sort, mask build
+    rerank_node_ops: int = 0     # host ops per reranked node (Python mask / index loops)
+    syncs: int = 0               # device->host syncs per iteration (accepted counts, drafts)
+    rerank_syncs: int = 0        # syncs of a dynamic tree's build
+    host_steps: int = 0          # extra engine host steps per iteration
+    overlap: bool = False        # launches and host ops hidden under the device's work
+    sources: tuple[str, ...] = field(default=(), compare=False)
+
+    def kernels(self, work: SpecWork) -> int:
+        """Eager launches and host ops of one iteration of ``work``."""
+        n = self.verify_kernels
+        if work.draft_forwards:
+            n += self.draft_prep_kernels + self.draft_step_kernels * (work.draft_forwards - 1)
+        n += self.tree_level_kernels * work.tree_levels
+        if work.rerank:
+            n += self.rerank_kernels + self.rerank_node_ops * work.tree_nodes
+        return n
+
+    def steps(self, work: SpecWork) -> int:
+        """Host steps the iteration exposes: its syncs and extra steps."""
+        return self.syncs + self.host_steps + (self.rerank_syncs if work.rerank else 0)
+
+
+def spec_host_s(execution, work: SpecWork, sequences: int) -> float:
+    """Seconds of one speculative iteration's host work over ``sequences`` drafting
+    requests: the one cost function every policy's iteration is charged by."""
+    spec = execution.spec
+    if sequences <= 0 or spec.name == "none":
+        return 0.0
+    launches = 0.0 if spec.overlap else spec.kernels(work) * execution.kernel_launch_s
+    return launches + spec.steps(work) * execution.host_s(sequences)
+
+
+class SpecCharge:
+    """``spec_host_s`` bound to one execution and one method's work, memoised by batch
+    size (a policy holds one and calls it per iteration)."""
+
+    __slots__ = ("execution", "work", "_memo")
+
+    def __init__(self, execution, work: SpecWork) -> None:
+        self.execution, self.work, self._memo = execution, work, {}
+
+    def __call__(self, sequences: int) -> float:
+        got = self._memo.get(sequences)
+        if got is None:
+            got = self._memo[sequences] = (0.0 if self.execution is None else
+                                           spec_host_s(self.execution, self.work, sequences))
+        return got
+
+
+def engine_names() -> tuple[str, ...]:
+    """The engines of the catalog."""
+    return tuple(_catalog())
+
+
+def load_engine(name: str, *, source: str = "scenario",
+                field_name: str = "execution.engine") -> SpecHost:
+    """The catalog's engine ``name``."""
+    catalog = _catalog()
+    if name not in catalog:
+        raise SpecsimError(f"unknown engine {name!r}", source=source, field=field_name,
+                           fix="use one of: " + ", ".join(catalog))
+    return catalog[name]
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, SpecHost]:
+    src = str(CATALOG.name)
+    data = require_mapping(load_yaml_file(CATALOG), source=src)
+    return {str(k): _entry(str(k), v, src) for k, v in data.items()}
+
+
+def _entry(name: str, data: Any, src: str) -> SpecHost:
+    data = require_mapping(data, source=src, field=name)
+    check_keys(data, allowed=("version", "overlap", *COUNTS), required=("version",),
+               source=src, prefix=f"{name}.")
+    out: dict[str, Any] = {"name": name, "version": as_str(
+        data["version"], source=src, field=f"{name}.version")}
+    sources = []
+    for key in ("overlap", *COUNTS):
+        if key not in data:
+            continue
+        item = require_mapping(data[key], source=src, field=f"{name}.{key}")
+        check_keys(item, allowed=("value", "source"), required=("value", "source"),
+                   source=src, prefix=f"{name}.{key}.")
+        where = f"{name}.{key}.value"
+        out[key] = as_bool(item["value"], source=src, field=where) if key == "overlap" \
+            else int(as_number(item["value"], source=src, field=where, integer=True,
+                               minimum=0, maximum=MAX_COUNT))
+        sources.append(f"{key}: " + as_str(item["source"], source=src,
+                                           field=f"{name}.{key}.source"))
+    return SpecHost(**out, sources=tuple(sources))
+

@@ -1,0 +1,215 @@
+"""The speculative iteration's host work per engine (simulator/cost/spec_host.py): its closed
+form, the catalog's sources, the ``execution.engine`` field, and the method-accounting rule:
+every shipped policy's iteration is charged by the one function ``spec_host_s`` for the work
+the method does (draft forwards, tree levels, reranked nodes), written here from each
+method's description, never read back from the policy."""
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from simulator.cost.execution import Execution, parse_execution
+from simulator.cost.spec_host import (
+    COUNTS,
+    SpecWork,
+    engine_names,
+    load_engine,
+    spec_host_s,
+)
+from simulator.deployment import resolve_deployment
+from simulator.engine.plan import BatchView
+from simulator.inputs.errors import SpecsimError
+from simulator.policies.lookahead import JacobiDecoding, LookaheadDecoding
+from simulator.policies.prompt_lookup import PromptLookup
+from simulator.policies.base import PolicyContext
+from simulator.policies.registry import BASES
+from simulator.policies.suffix import SuffixDecoding
+from simulator.scenario import scenario_from_dict
+from simulator.simulate import prepare
+from workloads.workload import Workload
+
+LAUNCH, STEP = 10e-6, 200e-6
+VLLM = Execution(kernel_launch_s=LAUNCH, cpu_step_s=STEP, spec=load_engine("vllm-v0.9"))
+
+
+def test_a_chain_on_vllm_pays_its_counted_launches_and_two_synced_steps():
+    # vLLM 0.9.2, K = 3: 8 verification launches, 6 of input preparation, 15 between each
+    # of the 2 later draft forwards; 2 syncs, each exposing one host step
+    work = SpecWork(draft_forwards=3)
+    assert spec_host_s(VLLM, work, 1) == pytest.approx((8 + 6 + 2 * 15) * LAUNCH + 2 * STEP)
+    per_seq = dataclasses.replace(VLLM, cpu_per_seq_s=1e-6)
+    assert spec_host_s(per_seq, work, 32) == pytest.approx(
+        (8 + 6 + 30) * LAUNCH + 2 * (STEP + 32e-6))
+
+
+def test_overlap_hides_the_launches_but_not_the_syncs():
+    hidden = dataclasses.replace(VLLM, spec=dataclasses.replace(VLLM.spec, overlap=True))
+    assert spec_host_s(hidden, SpecWork(draft_forwards=3), 4) == pytest.approx(2 * STEP)
+
+
+def test_tensorrt_llm_shows_only_its_drafts_sync_and_nothing_in_one_model_mode():
+    work = SpecWork(draft_forwards=3)
+    two = dataclasses.replace(VLLM, spec=load_engine("trtllm-1.0"))
+    one = dataclasses.replace(VLLM, spec=load_engine("trtllm-1.0-one-model"))
+    assert spec_host_s(two, work, 2) == pytest.approx(STEP)
+    assert spec_host_s(one, work, 2) == 0.0
+
+
+def test_nothing_is_charged_without_an_engine_or_a_drafting_request():
+    assert spec_host_s(dataclasses.replace(VLLM, spec=Execution().spec),
+                       SpecWork(draft_forwards=3), 8) == 0.0
+    assert spec_host_s(VLLM, SpecWork(draft_forwards=3), 0) == 0.0
+
+
+def test_a_reranked_tree_pays_its_levels_nodes_and_syncs():
+    hf = Execution(kernel_launch_s=LAUNCH, cpu_step_s=STEP, spec=load_engine("eagle-official"))
+    # EAGLE-2's code, depth 6, 59 nodes: 14 + 4 + 6 * 11 + 11 + 59 launches or host ops,
+    # 1 + 2 syncs (cnets.py topK_genrate, utils.py, ea_model.py; engines.yaml)
+    work = SpecWork(draft_forwards=6, tree_levels=6, tree_nodes=59, rerank=True)
+    assert spec_host_s(hf, work, 1) == pytest.approx((14 + 4 + 66 + 11 + 59) * LAUNCH
+                                                     + 3 * STEP)
+    static = dataclasses.replace(work, rerank=False)
+    assert spec_host_s(hf, static, 1) == pytest.approx((14 + 4 + 66) * LAUNCH + STEP)
+
+
+def test_every_catalog_engine_names_its_version_and_sources_every_count():
+    assert {"vllm-v0.9", "sglang-v0.4", "eagle-official"} <= set(engine_names())
+    for name in engine_names():
+        spec = load_engine(name)
+        given = [f for f in COUNTS + ("overlap",) if getattr(spec, f)]
+        assert spec.version and len(spec.sources) >= len(given)
+        assert all(any(s.startswith(f + ":") and len(s) > 40 for s in spec.sources)
+                   for f in given), name
+
+
+def test_the_execution_block_names_an_engine_or_says_which_exist():
+    assert parse_execution({"engine": "sglang-v0.4"}, source="t")["spec"].name == "sglang-v0.4"
+    with pytest.raises(SpecsimError) as err:
+        parse_execution({"engine": "tgi"}, source="t")
+    assert err.value.field == "execution.engine" and "vllm-v0.9" in str(err.value)
+
+
+# ------------------------------------------------------------ the method-accounting rule
+def _scenario(policy: dict, target: str, draft: str | None, engine: str | None):
+    big = target == "deepseek-v3"  # one 8 x H200 node holds it
+    data = {"name": "t", "seed": 0, "hardware": "h200" if big else "h100-sxm",
+            "target": target, "parallelism": {"tensor_parallel": 8 if big else 1},
+            "policy": policy,
+            "acceptance": {"model": "tree_topk", "coverage": [[0.6, 0.8, 0.9]]},
+            "execution": {"engine": engine} if engine else {},
+            "workload": {"synthetic": {"num_requests": 4,
+                                       "arrival": {"process": "poisson", "rate_per_s": 1.0},
+                                       "prompt": {"dist": "fixed", "tokens": 64},
+                                       "output": {"dist": "fixed", "tokens": 32}}}}
+    if draft:
+        data["draft"] = draft
+    return scenario_from_dict(data, source="test")
+
+
+def _batch(n: int) -> BatchView:
+    return BatchView(request_ids=np.arange(n), context=np.full(n, 100), generated=np.ones(n),
+                     output_len=np.full(n, 32), prompt_len=np.full(n, 64), batch_size=n,
+                     now_s=0.0)
+
+
+def _proposer_s(sc, n: int) -> float:
+    pol = prepare(sc).policies[0]
+    plan = pol.propose(_batch(n), np.random.default_rng(0))
+    return plan.draft_time_s + plan.cpu_time_s
+
+
+# each method: (policy, target, draft, the work its description says one iteration does)
+MODEL_METHODS = {
+    "chain": ({"name": "chain", "num_speculative_tokens": 4}, "llama-2-7b", "llama-68m",
+              SpecWork(draft_forwards=4)),
+    "specinfer": ({"name": "specinfer", "expansion": [1, 2, 1]}, "llama-2-7b", "llama-68m",
+                  SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=1 + 2 + 2)),
+    "medusa": ({"name": "medusa", "node_budget": 16}, "vicuna-7b", "medusa-vicuna-7b",
+               SpecWork(draft_forwards=1)),
+    "eagle": ({"name": "eagle", "num_speculative_tokens": 3}, "vicuna-7b", "eagle-vicuna-7b",
+              SpecWork(draft_forwards=3)),
+    "eagle2": ({"name": "eagle2", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
+                "speculative_num_draft_tokens": 6}, "vicuna-7b", "eagle-vicuna-7b",
+               SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True)),
+    "eagle3": ({"name": "eagle3", "num_speculative_tokens": 2}, "llama-3.1-8b",
+               "eagle3-llama-3.1-8b-instruct", SpecWork(draft_forwards=2)),
+    "eagle3-tree": ({"name": "eagle3", "num_speculative_tokens": 3,
+                     "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
+                    "llama-3.1-8b", "eagle3-llama-3.1-8b-instruct",
+                    SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True)),
+    "mtp": ({"name": "mtp", "num_speculative_tokens": 2}, "deepseek-v3", None,
+            SpecWork(draft_forwards=2)),
+    # inner acceptance 0: each round of the outer draft yields one token, so 4 rounds (4
+    # forwards of the outer draft) make its 4 drafts
+    "staged": ({"name": "staged", "num_speculative_tokens": 4, "inner_alpha": 0.0},
+               "llama-2-7b", "llama-68m", SpecWork(draft_forwards=4)),
+}
+
+
+@pytest.mark.parametrize("engine", ["vllm-v0.9", "sglang-v0.4", "eagle-official"])
+@pytest.mark.parametrize("name", list(MODEL_METHODS))
+def test_each_model_drafting_method_pays_spec_host_s_for_its_work(name, engine):
+    policy, target, draft, work = MODEL_METHODS[name]
+    with_engine = _scenario(policy, target, draft, engine)
+    ex = resolve_deployment(with_engine).target_cost.execution
+    extra = _proposer_s(with_engine, 3) - _proposer_s(_scenario(policy, target, draft, None), 3)
+    assert extra == pytest.approx(spec_host_s(ex, work, 3), rel=1e-9, abs=1e-12)
+    assert extra > 0
+
+
+def _text_workload():
+    ids = (np.array([1, 2, 3, 1, 2, 3, 1, 2]),)
+    return Workload(name="hand", arrival_s=np.zeros(1), prompt_tokens=[8], output_tokens=[8],
+                    prompt_ids=ids, output_ids=(np.array([3, 1, 2, 3, 1, 2, 3, 1]),))
+
+
+@pytest.mark.parametrize("cls", [PromptLookup, SuffixDecoding, JacobiDecoding,
+                                 LookaheadDecoding])
+def test_each_model_free_method_pays_the_verification_work_alone(cls):
+    ex = dataclasses.replace(VLLM, spec=load_engine("sglang-v0.4"))
+    plans = []
+    for execution in (ex, None):
+        ctx = PolicyContext(target_cost=SimpleNamespace(execution=execution),
+                            workload=_text_workload())
+        pol = cls(cls.parse_params({}, source="t"), ctx)
+        batch = BatchView(request_ids=np.array([0]), context=np.array([10]),
+                          generated=np.array([2]), output_len=np.array([8]),
+                          prompt_len=np.array([8]), batch_size=1, now_s=0.0)
+        plans.append(pol.propose(batch, np.random.default_rng(0)))
+    drafting = int(np.count_nonzero(plans[0].verify_tokens > 1))  # requests verifying guesses
+    assert drafting == 1
+    assert plans[0].cpu_time_s - plans[1].cpu_time_s == pytest.approx(
+        spec_host_s(ex, SpecWork(), drafting))
+
+
+def test_the_rule_covers_every_shipped_method():
+    covered = {m.split("-")[0] for m in MODEL_METHODS} | {"prompt_lookup", "suffix", "jacobi",
+                                                          "lookahead"}
+    assert set(BASES) <= covered
+
+
+def test_chain_stretches_stay_exact_with_an_engines_host_work():
+    """The chain's fast-forwarded stretches add the same host work its ``propose`` adds, so
+    fast-forward and the step-by-step reference stay identical, and the engine's work shows
+    in every speculative iteration's draft time."""
+    from simulator.scenario import EngineOptions
+    from simulator.simulate import simulate
+    from tests.helpers import scenario, workload
+    from tests.simulator.engine.test_fast_forward import assert_identical
+
+    rng = np.random.default_rng(5)
+    wl = workload(np.sort(rng.uniform(0, 5, 24)), rng.integers(8, 300, 24),
+                  rng.integers(20, 150, 24))
+    base = scenario("chain:num_speculative_tokens=3", hardware="a10", target="opt-1.3b",
+                    draft="opt-125m")
+    sc = dataclasses.replace(base, execution={"spec": load_engine("vllm-v0.9")})
+    on, off = (simulate(dataclasses.replace(sc, engine=EngineOptions(fast_forward=f)),
+                        workload=wl) for f in (True, False))
+    assert_identical(on, off)
+    assert on.info["engine"]["vectorised"] > 0
+    plain = simulate(dataclasses.replace(base, engine=EngineOptions(fast_forward=False)),
+                     workload=wl)
+    assert on.steps["start_s"].iloc[-1] > plain.steps["start_s"].iloc[-1]  # it costs time
