@@ -46,6 +46,8 @@ from simulator.inputs.yaml_io import load_yaml_file
 MAX_EFFICIENCY = 1.0
 MIN_EFFICIENCY = 1e-3
 MAX_LATENCY_S = 1e-3
+# the memory-bound kinds (hardware/kernels.py) that ``fit_kinds`` refits by default
+SMALL_KINDS = ("embedding", "norm", "activation", "rope", "elementwise")
 
 
 @dataclass(frozen=True)
@@ -150,14 +152,15 @@ def _fit_transfer(rows: pd.DataFrame, measured: np.ndarray, kind: str, shapes: K
     row_bytes = b / np.maximum(rows["tokens"].to_numpy(float), 1.0)
     params = [("eff", start[0]), ("time", start[1]), ("time", start[2])]
     use_l2, use_rows = shapes.l2_bytes is not None, kind in ROW_KINDS
-    if use_l2:
-        params.append(("l2", start[0]))
+    l2_bw = shapes.l2_bandwidth_bytes_per_s or bw   # what the L2 efficiency is a fraction of
+    if use_l2:   # started at the HBM rate: the L2 rate is never below it
+        params.append(("l2", start[0] * bw / l2_bw))
     if use_rows:
         params.append(("rate", 1e10))   # bytes/s one block reaches; vLLM's rows: ~10 GB/s
 
     def model(e, t, f, *rest):
         rest = list(rest)
-        rate = bw * (np.where(fits, rest.pop(0), e) if use_l2 else e)
+        rate = np.where(fits, max(l2_bw * rest.pop(0), bw * e), bw * e) if use_l2 else bw * e
         roof = b / rate
         if use_rows:
             roof = np.maximum(roof, row_bytes / rest.pop(0))
@@ -213,26 +216,59 @@ def fit_kernels(kernels: pd.DataFrame, base: HardwareProfile) -> KernelFit:
                                             (base.memory_efficiency, lat, floor))
         counts[kd] = int(rows.sum())
     for kd in ("attention_prefill", "attention_decode"):
-        rows = np.flatnonzero(kind == kd)
-        if not rows.size:
-            continue
-        terms = [attention_terms(r) for r in kernels.iloc[rows].itertuples(index=False)]
-        f_ = np.array([t[0][0] for t in terms])
-        b_ = np.array([t[1][0] for t in terms])
-        reqs = np.array([len(t[0]) for t in terms], dtype=float)
-        if kd == "attention_prefill":
-            def model(e, t, f):
-                return np.maximum(t + reqs * np.maximum(f_ / (peak * e), b_ / (bw * em)), f)
-        else:
-            def model(e, t, f):
-                return np.maximum(t + reqs * np.maximum(f_ / (peak * ec), b_ / (bw * e)), f)
-        (e, t0, fl), err = _fit_kind(model, measured[rows],
-                                     (("eff", 0.5), ("time", lat), ("time", floor)))
-        kinds[kd] = KindRates(compute_efficiency=e) if kd == "attention_prefill" \
-            else KindRates(memory_efficiency=e)
-        kinds[kd] = dataclasses.replace(kinds[kd], latency_s=t0, min_kernel_s=fl)
-        counts[kd], mape[kd] = int(rows.size), err
+        rows = kind == kd
+        if rows.any():
+            kinds[kd], mape[kd] = _fit_attention(kernels[rows], measured[rows], kd, peak, bw,
+                                                 (ec, em, lat, floor))
+            counts[kd] = int(rows.sum())
     return KernelFit(ec, em, lat, floor, kinds, counts, mape)
+
+
+def _fit_attention(rows: pd.DataFrame, measured: np.ndarray, kd: str, peak: float, bw: float,
+                   start: tuple[float, float, float, float]) -> tuple[KindRates, float]:
+    """One attention kind: prefill's compute efficiency or decode's memory efficiency, its
+    latency and floor; the other roof at ``start``'s GEMM efficiencies (compute, memory)."""
+    ec, em, lat, floor = start
+    terms = [attention_terms(r) for r in rows.itertuples(index=False)]
+    f_ = np.array([t[0][0] for t in terms])
+    b_ = np.array([t[1][0] for t in terms])
+    reqs = np.array([len(t[0]) for t in terms], dtype=float)
+    if kd == "attention_prefill":
+        def model(e, t, f):
+            return np.maximum(t + reqs * np.maximum(f_ / (peak * e), b_ / (bw * em)), f)
+    else:
+        def model(e, t, f):
+            return np.maximum(t + reqs * np.maximum(f_ / (peak * ec), b_ / (bw * e)), f)
+    (e, t0, fl), err = _fit_kind(model, measured, (("eff", 0.5), ("time", lat), ("time", floor)))
+    rates = KindRates(compute_efficiency=e) if kd == "attention_prefill" \
+        else KindRates(memory_efficiency=e)
+    return dataclasses.replace(rates, latency_s=t0, min_kernel_s=fl), err
+
+
+def fit_kinds(kernels: pd.DataFrame, base: HardwareProfile,
+              kinds=SMALL_KINDS) -> dict[str, tuple[KindRates, float, int]]:
+    """Refit only ``kinds`` of ``base`` to the rows of ``kernels`` of those kinds, the GEMM
+    numbers, latency and floor left as ``base`` has them: ``{kind: (rates, in-sample MAPE,
+    rows)}`` for each kind present.  How the built-in A100 profiles' memory-bound kinds were
+    fitted to Vidur's A100 kernels (hardware/profiles/a100-80gb.yaml says so, kind by kind)."""
+    shapes = _shapes(base)
+    peak, bw = base.peak_flops(DTYPE), base.memory_bandwidth_bytes_per_s
+    start = (base.compute_efficiency, base.memory_efficiency, shapes.latency_s,
+             shapes.min_kernel_s)
+    measured = kernels["measured_s"].to_numpy(float)
+    kind = kernels["kind"].to_numpy()
+    out = {}
+    for kd in kinds:
+        rows = kind == kd
+        if not rows.any():
+            continue
+        if kd.startswith("attention"):
+            rates, err = _fit_attention(kernels[rows], measured[rows], kd, peak, bw, start)
+        else:
+            rates, err = _fit_transfer(kernels[rows], measured[rows], kd, shapes, bw,
+                                       (base.memory_efficiency, start[2], start[3]))
+        out[kd] = (rates, err, int(rows.sum()))
+    return out
 
 
 def fitted_profile(base: HardwareProfile, fit: KernelFit) -> HardwareProfile:

@@ -19,8 +19,10 @@ efficiency, no floor).  With it, hardware/roofline.py's ``gemm_time``, ``transfe
   over the bandwidth one block reaches alone, however few the rows: a latency-bound floor
   that grows with the row's width.
 - ``l2_cache_mib`` (optional): a memory-bound kernel whose bytes fit in the L2 cache (its input
-  was just written by the kernel before it) streams at its kind's ``l2_memory_efficiency``, a
-  fraction of the HBM bandwidth that may exceed 1; weights and KV caches are streamed from HBM.
+  was just written by the kernel before it) streams at its kind's ``l2_memory_efficiency`` times
+  ``l2_bandwidth_gb_per_s`` (optional, the device's L2 read bandwidth; without it the HBM
+  bandwidth, so that the efficiency is a fraction of HBM's that may exceed 1); weights and KV
+  caches are streamed from HBM.
 - per kind of kernel, optional overrides of the compute efficiency, memory efficiency, latency,
   floor, L2-resident efficiency and row bandwidth, each with its source.  The kinds are kernel
   implementations: ``gemm``; ``attention_prefill`` and ``attention_decode`` (FlashAttention with
@@ -46,7 +48,7 @@ ELEMENTWISE = "elementwise"               # any memory-bound kernel without its 
 TRANSFER_KINDS = (ELEMENTWISE, "embedding", "norm", "activation", "rope")
 KINDS = (GEMM, ATTENTION_PREFILL, ATTENTION_DECODE) + TRANSFER_KINDS
 _SCALARS = ("sm_count", "gemm_tiles", "latency_us", "min_kernel_us")
-_OPTIONAL = ("l2_cache_mib",)
+_OPTIONAL = ("l2_cache_mib", "l2_bandwidth_gb_per_s")
 _KIND_NUMBERS = ("compute_efficiency", "memory_efficiency", "latency_us", "min_kernel_us",
                  "l2_memory_efficiency", "row_bandwidth_gb_per_s")
 MAX_L2_EFFICIENCY = 10.0    # L2 bandwidth over HBM bandwidth is a few times at most
@@ -77,6 +79,7 @@ class KernelShapes:
     kinds: Mapping[str, KindRates] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
     l2_bytes: float | None = None
+    l2_bandwidth_bytes_per_s: float | None = None   # None: L2 efficiencies are of HBM's
 
     def __post_init__(self) -> None:
         if self.sm_count < 1 or not self.gemm_tiles:
@@ -140,7 +143,8 @@ def _kind(data: Any, *, source: str, field: str, sources: dict) -> KindRates:
         l2 = float(as_number(data["l2_memory_efficiency"], source=source,
                              field=f"{field}.l2_memory_efficiency", strictly_positive=True,
                              maximum=MAX_L2_EFFICIENCY,
-                             fix=f"a fraction of the HBM bandwidth, in (0, {MAX_L2_EFFICIENCY:g}]"))
+                             fix="a fraction of l2_bandwidth_gb_per_s (of the HBM bandwidth "
+                                 f"without one), in (0, {MAX_L2_EFFICIENCY:g}]"))
     row = None
     if "row_bandwidth_gb_per_s" in data:
         row = 1e9 * as_number(data["row_bandwidth_gb_per_s"], source=source,
@@ -175,9 +179,12 @@ def parse_kernels(data: Any, *, source: str) -> KernelShapes | None:
     l2 = 2.0 ** 20 * number("l2_cache_mib", strictly_positive=True, maximum=1e6,
                             fix="the datasheet's L2 size in MiB") \
         if "l2_cache_mib" in data else None
+    l2_bw = 1e9 * number("l2_bandwidth_gb_per_s", strictly_positive=True, maximum=1e6,
+                         fix="the L2 cache's read bandwidth in GB/s") \
+        if "l2_bandwidth_gb_per_s" in data else None
     kinds = {k: _kind(data[k], source=source, field=f"kernels.{k}", sources=sources)
              for k in KINDS if k in data}
-    return KernelShapes(sm_count, tiles, latency, floor, kinds, sources, l2)
+    return KernelShapes(sm_count, tiles, latency, floor, kinds, sources, l2, l2_bw)
 
 
 def _r(x: float) -> float:
@@ -199,6 +206,9 @@ def kernels_to_dict(shapes: KernelShapes) -> dict:
     }
     if shapes.l2_bytes is not None:
         out["l2_cache_mib"] = sourced(_r(shapes.l2_bytes / 2.0 ** 20), "l2_cache_mib")
+    if shapes.l2_bandwidth_bytes_per_s is not None:
+        out["l2_bandwidth_gb_per_s"] = sourced(_r(shapes.l2_bandwidth_bytes_per_s / 1e9),
+                                               "l2_bandwidth_gb_per_s")
     for kind in KINDS:
         if kind not in shapes.kinds:
             continue

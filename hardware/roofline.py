@@ -142,9 +142,14 @@ class Roofline:
             else self.peak_flops_per_s * r.compute_efficiency
         m = self.flat_memory_rate if r.memory_efficiency is None \
             else self.bandwidth_bytes_per_s * r.memory_efficiency
+        # an L2-resident transfer's rate: its efficiency times the L2 bandwidth (HBM's
+        # where the profile gives none), never below the HBM rate (bytes in L2 are not
+        # fetched slower than from HBM); None where the kind or the profile has no L2 figure
+        l2_rate = None if r.l2_memory_efficiency is None or k.l2_bytes is None else max(
+            m, r.l2_memory_efficiency * (k.l2_bandwidth_bytes_per_s or self.bandwidth_bytes_per_s))
         out = (c, m, k.latency_s if r.latency_s is None else r.latency_s,
                k.min_kernel_s if r.min_kernel_s is None else r.min_kernel_s,
-               r.l2_memory_efficiency, r.row_bandwidth_bytes_per_s)
+               l2_rate, r.row_bandwidth_bytes_per_s)
         self._kind_cache[kind] = out  # a kind's numbers never change: asked every step
         return out[:4]
 
@@ -185,9 +190,10 @@ class Roofline:
         activation, rope, embedding gather: hardware/kernels.py's kinds); vectorised.
 
         A transfer that fits in the L2 cache streams at its kind's ``l2_memory_efficiency``
-        where the profile gives one.  ``rows`` (the tokens of a one-block-per-token kernel)
-        bounds the time below by one row over the kind's ``row_bandwidth_gb_per_s``.  Without
-        a kernels block: ``nbytes / (bw eta_m)``, today's formula.
+        times the L2 bandwidth (hardware/kernels.py) where the profile gives one.  ``rows``
+        (the tokens of a one-block-per-token kernel) bounds the time below by one row over
+        the kind's ``row_bandwidth_gb_per_s``.  Without a kernels block: ``nbytes / (bw
+        eta_m)``, today's formula.
         """
         if self.kernels is None:
             return self.memory_time(nbytes)
@@ -196,16 +202,14 @@ class Roofline:
         if not np.ndim(nbytes) and not np.ndim(rows):  # scalar fast path (the cost model's)
             if nbytes <= 0:
                 return 0.0
-            if l2 is not None and self.kernels.l2_bytes is not None \
-                    and nbytes <= self.kernels.l2_bytes:
-                mrate = self.bandwidth_bytes_per_s * l2
+            if l2 is not None and nbytes <= self.kernels.l2_bytes:
+                mrate = l2
             roof = nbytes / mrate
             if rows is not None and row_bw is not None:
                 roof = max(roof, nbytes / (max(rows, 1) * row_bw))
             return max(roof + latency, floor)
-        if l2 is not None and self.kernels.l2_bytes is not None:
-            mrate = np.where(np.asarray(nbytes) <= self.kernels.l2_bytes,
-                             self.bandwidth_bytes_per_s * l2, mrate)
+        if l2 is not None:
+            mrate = np.where(np.asarray(nbytes) <= self.kernels.l2_bytes, l2, mrate)
             mrate = mrate if np.ndim(mrate) else float(mrate)
         roof = np.asarray(nbytes) / mrate if np.ndim(nbytes) or np.ndim(mrate) \
             else nbytes / mrate

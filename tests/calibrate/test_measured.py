@@ -3,11 +3,13 @@
 The measurements are Vidur's (github.com/microsoft/vidur, commit 7d47513), read in place from
 ../shared/measured; every test here skips cleanly when that folder is absent.  Checked: the
 reader against the raw CSVs, the shapes against hand arithmetic, that every prediction goes
-through the Roofline kernel methods, leave-one-model-out accuracy of the fit, the shipped
-(unfitted) a100-80gb profile over every A100 kernel, and the two commands end to end.
+through the Roofline kernel methods, leave-one-model-out accuracy of the fits, the shipped
+a100-80gb profile (its memory-bound and attention kinds fitted to these files, its GEMMs not)
+over every A100 kernel, and the two commands end to end.
 """
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -23,7 +25,7 @@ from calibrate.measured import (
     predict,
     transfer_bytes,
 )
-from calibrate.measured_fit import fit_kernels, fitted_profile, nelder_mead
+from calibrate.measured_fit import fit_kernels, fit_kinds, fitted_profile, nelder_mead
 from calibrate.writer import load_calibrated
 from hardware.profile import load_profile
 from simulator.cli import main
@@ -120,17 +122,58 @@ def test_every_prediction_goes_through_the_roofline_methods(measured, a100):
         assert got[i] == pytest.approx(float(want), rel=1e-12), (row.model, row.op)
 
 
-def test_the_shipped_a100_profile_is_within_25_percent_over_the_a100_kernels(measured, a100):
-    """Not fitted to these files: datasheet SMs, CUTLASS tiles, cited latency and floor.
-    Measured (this commit): 23.0% over 105,687 kernels (mlp.csv 21.9%, attention 29.8%);
-    the flat roofline of the same profile (no kernels: block) 29.9%."""
-    import dataclasses
+def test_the_shipped_a100_profile_is_within_15_percent_over_the_a100_kernels(measured, a100):
+    """Its GEMMs are not fitted to these files (datasheet SMs, CUTLASS tiles, cited latency and
+    efficiencies), but its memory-bound kinds (embedding, norm, activation, rope, residual add)
+    and its two attention kinds ARE: calibrate.measured_fit.fit_kinds fitted them to these very
+    files (hardware/profiles/a100-80gb.yaml says so kind by kind), so for those operators this
+    bound is in-sample; the leave-one-model-out test below and the half-KV attention test
+    judge the same fit on rows it did not see.  Measured (this commit): 7.6% over 105,687
+    kernels, every operator's mean signed error within +-4.4% (mlp_down_proj +4.4%); before
+    the per-kind numbers 23.0%, with emb -43.1%, add +27.7%, mlp_act -33.8%, the norms -26.2%
+    and -29.0%, attn_prefill -34.6%, attn_decode -27.7%; the flat roofline 29.9%."""
     k = measured.kernels
-    _, mape = compare(k, predict(k, a100.roofline("fp16")))
+    table, mape = compare(k, predict(k, a100.roofline("fp16")))
     flat = dataclasses.replace(a100, kernels=None)
     _, flat_mape = compare(k, predict(k, flat.roofline("fp16")))
-    assert mape < 0.25
+    assert mape <= 0.15
+    assert table["bias_%"].abs().max() <= 20.0, table
     assert mape < flat_mape
+
+
+def test_the_per_kind_fit_leave_one_model_out(measured, a100):
+    """The shipped A100 memory-bound kinds are fit_kinds over the seven RMSNorm models: fitted
+    on six, the seventh's small kernels are predicted.  Measured (this commit): every operator
+    of every held-out model within 9.4% MAPE (Meta-Llama-3-8B attn_rope) and 6.8% mean signed
+    error (Meta-Llama-3-70B attn_rope -6.8%)."""
+    k = measured.kernels
+    k = k[(k["model"] != PHI2) & ~k["op"].isin(ATTENTION_OPS)]
+    bad = {}
+    for model in sorted(set(k["model"])):
+        fit = fit_kinds(k[k["model"] != model], a100)
+        kinds = {**a100.kernels.kinds, **{kd: rates for kd, (rates, _, _) in fit.items()}}
+        held = k[(k["model"] == model) & (k["kind"] != "gemm")]
+        profile = dataclasses.replace(a100, kernels=dataclasses.replace(a100.kernels,
+                                                                        kinds=kinds))
+        table, _ = compare(held, predict(held, profile.roofline("fp16")))
+        for row in table.itertuples(index=False):
+            if row[2] >= 11.0 or abs(row[4]) >= 10.0:     # mape_%, bias_%
+                bad[(model, row[0])] = (row[2], row[4])
+    assert not bad, bad
+
+
+def test_the_attention_kinds_fitted_on_half_the_kv_lengths(measured, a100):
+    """The shipped A100 attention kinds are fit_kinds over the one attention file: fitted on
+    every other KV length measured, the rest predicted.  Measured (this commit): prefill
+    9.4% and decode 11.0% MAPE."""
+    att = measured.kernels[measured.kernels["op"].isin(ATTENTION_OPS)]
+    step = att["context"].isin(sorted(set(att["context"]))[::2])
+    fit = fit_kinds(att[step], a100, ("attention_prefill", "attention_decode"))
+    kinds = {**a100.kernels.kinds, **{kd: rates for kd, (rates, _, _) in fit.items()}}
+    profile = dataclasses.replace(a100, kernels=dataclasses.replace(a100.kernels, kinds=kinds))
+    per_op = _per_op_mape(att[~step], profile)
+    assert per_op["attn_prefill"] < 0.11
+    assert per_op["attn_decode"] < 0.12
 
 
 def _per_op_mape(kernels, profile) -> dict[str, float]:

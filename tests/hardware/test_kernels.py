@@ -2,8 +2,8 @@
 
 Closed forms and hand-computed cases: tile and wave quantisation of a GEMM that fills exactly
 one wave against one with a tile more, the no-``kernels:`` reduction to the flat formula bit
-for bit, Hockney's half-performance size, the floor, the L2 rule, and the shipped blocks
-against the datasheets' SM counts.
+for bit, Hockney's half-performance size, the floor, the L2 rules, and the shipped blocks
+against the datasheets' SM counts and a source for every kind of small kernel.
 """
 from __future__ import annotations
 
@@ -151,6 +151,38 @@ def test_kind_overrides_and_the_l2_rule():
         r.transfer_time(big, "softmax")
 
 
+def test_the_l2_rate_is_a_fraction_of_the_l2_bandwidth_and_never_below_hbm():
+    l2_bw = 5400e9                       # the A100 L2 read rate a100-80gb.yaml cites
+    add = KindRates(memory_efficiency=0.9, latency_s=1e-6, l2_memory_efficiency=0.5)
+    slow = KindRates(memory_efficiency=0.9, latency_s=1e-6, l2_memory_efficiency=0.1)
+    r = roof(shapes(kinds={"elementwise": add, "norm": slow}, l2_bytes=40 * 2**20,
+                    l2_bandwidth_bytes_per_s=l2_bw))
+    small, big = 8 * 2**20, 400 * 2**20
+    assert r.transfer_time(small) == pytest.approx(1e-6 + small / (0.5 * l2_bw), rel=1e-12)
+    assert r.transfer_time(big) == pytest.approx(1e-6 + big / (0.9 * BW), rel=1e-12)
+    # 0.1 x 5400 GB/s is below 0.9 x 2039 GB/s: bytes in L2 stream at the HBM rate then
+    assert r.transfer_time(small, "norm") == pytest.approx(1e-6 + small / (0.9 * BW), rel=1e-12)
+    # vectorised the same, element by element
+    got = r.transfer_time(np.array([small, big]))
+    assert list(got) == [r.transfer_time(small), r.transfer_time(big)]
+
+
+SMALL = ("embedding", "norm", "activation", "rope", "elementwise")
+
+
+@pytest.mark.parametrize("name", GPUS + ["b200", "b300"])
+def test_every_gpu_profile_prices_each_small_kernel_kind_with_a_source(name):
+    hw = load_profile(name)
+    for kind in SMALL:
+        rates = hw.kernels.kinds[kind]
+        assert rates.memory_efficiency is not None and rates.latency_s is not None, kind
+        assert len(hw.sources[f"kernels.{kind}"]) >= 100, kind
+    if hw.kernels.l2_bandwidth_bytes_per_s is not None:
+        # an L2 faster than the HBM it caches (its source: a whitepaper or a measurement)
+        assert hw.kernels.l2_bandwidth_bytes_per_s > hw.memory_bandwidth_bytes_per_s
+        assert len(hw.sources["kernels.l2_bandwidth_gb_per_s"]) >= 30
+
+
 def test_attention_runs_one_kernel_per_kind_of_request():
     dec = KindRates(memory_efficiency=0.8, latency_s=10e-6)
     pre = KindRates(compute_efficiency=0.4, latency_s=20e-6)
@@ -199,6 +231,8 @@ def test_non_gpu_profiles_keep_the_flat_formula(name):
     (lambda b: b.update(norm={"source": "x" * 20}), "kernels.norm"),
     (lambda b: b.update(latency_us={"value": -1, "source": "x" * 20}), "kernels.latency_us.value"),
     (lambda b: b.pop("min_kernel_us"), "kernels.min_kernel_us"),
+    (lambda b: b.update(l2_bandwidth_gb_per_s={"value": 0, "source": "x" * 20}),
+     "kernels.l2_bandwidth_gb_per_s.value"),
 ])
 def test_a_bad_block_names_its_field(mutate, field):
     block = _block("a100-80gb")
