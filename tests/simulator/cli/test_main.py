@@ -148,6 +148,26 @@ def test_a_command_imports_only_what_it_needs(argv, absent):
     assert out.stdout.split(None, 1) == ["0", "[]\n"], out.stdout + out.stderr
 
 
+def test_no_commands_help_imports_pandas():
+    """Every ``specsim COMMAND --help`` starts without pandas, pyarrow, SimPy, torch or
+    altair (they load where frames are built and runs happen): one interpreter asks each
+    command for its help in turn and notes what each one added."""
+    from simulator.cli.main import COMMANDS
+
+    heavy = ("pandas", "pyarrow", "simpy", "torch", "altair")
+    code = ("import sys, contextlib, io\n"
+            "from simulator.cli import main\n"
+            f"for name in {sorted(COMMANDS)!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        rc = main([name, '--help'])\n"
+            f"    print(name, rc, [m for m in {heavy!r} if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(COMMANDS), out.stdout + out.stderr
+    assert [line for line in lines if not line.endswith(" 0 []")] == [], out.stdout
+
+
 def test_the_engine_imports_without_pandas():
     # the engine builds DataFrames only when a run ends (cold start, issue 14)
     code = "import sys, simulator.simulate; print('pandas' in sys.modules)"
