@@ -2,10 +2,10 @@
 
 Its layout: ``manifest.json`` (specsim's mark, every file it wrote, the scenario name, seed,
 format, versions and one entry per policy), ``summary.csv``, ``scenario.yaml``, and per
-policy ``NN-<label>.{requests,steps,acceptance}.<fmt>`` (``parquet`` by default: a 10k-request
-run's 133k-row steps table takes about a tenth of the time CSV takes to write, and reads
-back with its types; ``csv`` on request; a folder whose manifest names no format is CSV, as
-they were before Parquet was the default), plus ``NN-<label>.itl.npy`` (the
+policy ``NN-<label>.{requests,steps,acceptance}.<fmt>`` (``parquet`` by default: the steps
+table of a 10k-request run, about 140k rows, writes in a tenth of CSV's time and reads back
+with its types; ``csv`` on request; a folder whose manifest names no format is CSV, as they
+were before Parquet was the default), plus ``NN-<label>.itl.npy`` (the
 exact ITL samples; empty when the run had too many to keep, and then
 ``NN-<label>.itl_sketch.npz`` holds their quantile sketch); a policy's manifest entry also
 keeps its exact step totals (``step_totals``), which the summary reads when the steps table
@@ -33,8 +33,7 @@ from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 from simulator.results import Results
 from simulator.scenario import Scenario, parse_compare, scenario_from_dict
 
-RESULTS_FORMATS = ("parquet", "csv")  # simulator/cli/run.py spells them too (no import)
-DEFAULT_FORMAT = "parquet"
+RESULTS_FORMATS = ("parquet", "csv")  # the first is run's default; cli/run.py spells them too
 
 
 def software_versions() -> dict:

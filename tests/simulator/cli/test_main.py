@@ -73,6 +73,18 @@ def test_run_default_writes_results(tmp_path):
     assert len(req) == 30 and (req["status"] == "finished").all()
 
 
+def test_run_offers_exactly_the_formats_a_results_folder_is_read_in():
+    from simulator.cli.main import build_parser
+    from simulator.results_dir import RESULTS_FORMATS
+
+    parser = build_parser(["run"])
+    assert parser.parse_args(["run"]).results_format == RESULTS_FORMATS[0] == "parquet"
+    for fmt in RESULTS_FORMATS:
+        assert parser.parse_args(["run", "--results-format", fmt]).results_format == fmt
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--results-format", "feather"])
+
+
 def test_csv_on_request_reads_back_as_the_parquet_folder_does(tmp_path):
     """The same run written both ways loads into the same Results: the tables' values and
     the summary (CSV keeps no types: dtypes aside); summary.csv is CSV either way."""
