@@ -11,7 +11,13 @@ Cases (each child pinned to CPU 0 with ``taskset`` when there is one, BLAS threa
 - ``vidur10k``: 10,000 requests, prompt and output lengths resampled (independently) from the
   Azure LLM inference conversation trace, Poisson arrivals at 4 req/s, Llama-2-70B TP2 on
   A100-80GB, chunked prefill 512, batch cap 128, 4 replicas round robin, no speculation: the
-  workload Vidur was measured on.  Run with fast-forward on and off; the ratio is what
+  workload Vidur was measured on.  As Vidur does with a trace longer than the model's
+  context (``TraceRequestLengthGenerator``, microsoft/vidur
+  vidur/request_generator/trace_request_length_generator.py), a request whose prompt +
+  output exceed the target's ``max_context`` (4,096) is clipped to it, not rejected: the
+  excess is taken from both in proportion (each share rounded up, each kept >= 1).  The
+  clipped trace is drawn once, written as a specsim CSV trace into a temporary folder, and
+  every vidur case replays that file.  Run with fast-forward on and off; the ratio is what
   fast-forward alone buys.  ``vidur10k-eager``: fast-forward on without the lazy form
   (simulator/engine/lazy_decode.py; ``Replica.lazy_decodes`` patched in the child, there is
   no option for it): the fused plain-decode iteration (plain_step.py) and fast_forward.py's
@@ -24,6 +30,11 @@ Cases (each child pinned to CPU 0 with ``taskset`` when there is one, BLAS threa
 - ``azure-chain``: the whole conversation trace (19,366 requests) replayed with chain
   speculation, Llama-3.1-8B with a Llama-3.2-1B draft (same tokenizer), gamma 4, A100-80GB.
   Skipped without ../shared.
+- ``vidur10k-cli``: ``specsim run`` as a user types it, a whole process timed from outside
+  (interpreter start, imports, trace, simulation, the results folder with its default
+  Parquet tables and summary.csv, the printed table) on the vidur10k scenario given as
+  ``--set`` overrides; its ratio to ``vidur10k``'s ``simulate()`` in the same run is the
+  whole-process overhead (issue 36's target: within 1.5x).
 - scaling: the vidur10k workload at 100,000 and 1,000,000 requests, same arrival rate (the
   run gets longer, the load per replica stays the same); us/request relative to 10k.
 
@@ -36,48 +47,28 @@ target, a failed or timed-out case is reported, never raised: the exit status is
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-# AzureLLMInferenceTrace_conv.csv (19,366 rows): ContextTokens mean 1154.7, median 1020, max
-# 14,050; GeneratedTokens mean 211.1, median 129, max 1,000.  The stand-in when it is absent.
-LOGNORMAL_PROMPT = "{dist: lognormal, mean_tokens: 1154.7, median_tokens: 1020, max_tokens: 14050}"
-LOGNORMAL_OUTPUT = "{dist: lognormal, mean_tokens: 211.1, median_tokens: 129, max_tokens: 1000}"
-AZURE_REQUESTS = 19_366
-VIDUR = ["target=llama-2-70b", "hardware=a100-80gb", "parallelism.tensor_parallel=2",
-         "batching.max_num_seqs=128", "batching.max_num_batched_tokens=512",
-         "batching.enable_chunked_prefill=true", "replicas=4", "router=round_robin",
-         "draft=null", "policy={name: none}", "seed=0"]
-CHAIN = ["target=llama-3.1-8b", "draft=llama-3.2-1b", "hardware=a100-80gb",
-         "batching.max_num_seqs=256", "batching.max_num_batched_tokens=8192",
-         "policy={name: chain, num_speculative_tokens: 4}", "seed=0"]
+from bench_workloads import (  # beside this file: the script's folder is on sys.path
+    AZURE,
+    AZURE_REQUESTS,
+    ROOT,
+    azure_overrides,
+    vidur_overrides,
+    write_scenario,
+    write_vidur_trace,
+)
+
 TARGETS = {"vidur10k_s": 2.0, "azure_chain_s": 3.0, "1m_s": 120.0, "flat": 0.15,
-           "rss_1m_bytes": 2e9}
-
-
-def vidur_overrides(n: int, trace: Path | None, fast_forward: bool) -> list[str]:
-    """Scenario overrides of the vidur workload with ``n`` requests."""
-    if trace is None:
-        prompt, output = LOGNORMAL_PROMPT, LOGNORMAL_OUTPUT
-    else:  # json.dumps: a YAML double-quoted string, whatever the path holds
-        prompt = output = f"{{dist: empirical, trace: {json.dumps(str(trace))}, format: azure}}"
-    workload = (f"workload={{synthetic: {{num_requests: {n}, arrival: {{process: poisson, "
-                f"rate_per_s: 4}}, prompt: {prompt}, output: {output}}}}}")
-    return [workload, *VIDUR, f"engine={{fast_forward: {str(fast_forward).lower()}}}"]
-
-
-def azure_overrides(max_requests: int | None, fast_forward: bool) -> list[str]:
-    """Scenario overrides of the full Azure conversation trace with chain speculation."""
-    cap = "" if max_requests is None else f", max_requests: {max_requests}"
-    return [f"workload={{trace: {json.dumps(str(AZURE))}, format: azure{cap}}}", *CHAIN,
-            f"engine={{fast_forward: {str(fast_forward).lower()}}}"]
+           "rss_1m_bytes": 2e9, "cli_ratio": 1.5}
 
 
 def measure(job: dict) -> dict:
@@ -137,11 +128,54 @@ def pin() -> list[str]:
     return ["taskset", "-c", "0"] if ok and shutil.which("taskset") else []
 
 
+def child_env() -> dict:
+    """One BLAS thread, and this checkout's packages first (before any installed copy)."""
+    return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [
+                    os.environ.get("PYTHONPATH")])]))
+
+
+def specsim_command() -> list[str]:
+    """What a user types: the ``specsim`` script beside this Python (it imports this
+    checkout, first on PYTHONPATH), else ``python -m simulator.cli``."""
+    script = Path(sys.executable).parent / "specsim"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "simulator.cli"]
+
+
+def spawn_cli(job: dict, timeout_s: float) -> dict:
+    """Time ``specsim run SCENARIO.yaml`` as one whole process, in a fresh folder (its
+    results go to the default specsim-out there); the counts come from its summary.csv."""
+    row = {"label": job["label"], "fast_forward": job["fast_forward"], "cli": True}
+    cmd = [*pin(), *specsim_command(), "run", job["scenario"]]
+    # as an install leaves it: the project's modules compiled to bytecode once (untimed), not
+    # compiled again by every process (PYTHONDONTWRITEBYTECODE, if set here, would: +0.3 s)
+    env = {k: v for k, v in child_env().items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(ROOT / pkg) for pkg in (
+        "simulator", "hardware", "workloads", "calibrate", "reports", "specsim"))], env=env,
+        check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as folder:
+        start = time.perf_counter()
+        try:
+            out = subprocess.run(cmd, cwd=folder, env=env, capture_output=True,
+                                 text=True, check=False, timeout=timeout_s,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return {**row, "error": f"timed out after {timeout_s:g} s"}
+        wall = time.perf_counter() - start
+        if out.returncode != 0:
+            tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            return {**row, "error": f"exit {out.returncode}: {tail[:300]}"}
+        with open(Path(folder) / "specsim-out" / "summary.csv", encoding="utf-8") as fh:
+            summary = next(csv.DictReader(fh))
+    return {**row, "wall_s": wall, "requests": int(summary["requests"]),
+            "finished": int(summary["finished"]), "rejected": int(summary["rejected"])}
+
+
 def spawn(job: dict, timeout_s: float) -> dict:
     """Run ``job`` in a fresh interpreter on one core; a failure is a row with ``error``."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [
-                   os.environ.get("PYTHONPATH")])]))
+    if job.get("cli"):
+        return spawn_cli(job, timeout_s)
+    env = child_env()
     cmd = [*pin(), sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
     row = {"label": job["label"], "fast_forward": job["fast_forward"]}
     try:
@@ -162,6 +196,8 @@ def best_of(rows: list[dict]) -> dict:
     if not good:
         return rows[0]
     best = min(good, key=lambda r: r["wall_s"])
+    if best.get("cli"):  # timed from outside: no RSS of its own
+        return best
     return {**best, "peak_rss_bytes": max(r["peak_rss_bytes"] for r in good)}
 
 
@@ -171,31 +207,55 @@ def show(r: dict) -> None:
         print(f"  {r['label']:<16} {mode}  failed: {r['error']}")
         return
     n, wall = r["requests"], r["wall_s"]
+    if r.get("cli"):
+        print(f"  {r['label']:<16} {mode} {n:>9,} requests ({r['rejected']:,} rejected): "
+              f"{wall:8.2f} s wall, the whole `specsim run` process as typed")
+        return
     print(f"  {r['label']:<16} {mode} {n:>9,} requests ({r['rejected']:,} rejected): "
           f"{wall:8.2f} s wall, {r['iterations'] / wall:9,.0f} iterations/s "
           f"({r['iterations']:,}), {wall / n * 1e6:7.1f} us/request, peak RSS "
           f"{r['peak_rss_bytes'] / 1e9:.2f} GB")
 
 
-def jobs(args: argparse.Namespace, trace: Path | None) -> list[dict]:
-    """Every case of this run, in order."""
+def jobs(args: argparse.Namespace, trace: Path | None, folder: Path,
+         only: set[str] | None) -> list[dict]:
+    """Every case of this run, in order (the clipped traces they replay written into
+    ``folder``: only those the selected cases use)."""
     def count(n: int) -> int:
         return max(1, round(n * args.scale))
 
-    out = [{"label": "vidur10k", "n": count(10_000), "fast_forward": ff,
-            "overrides": vidur_overrides(count(10_000), trace, ff)} for ff in (True, False)]
-    out.append({"label": "vidur10k-eager", "n": count(10_000), "fast_forward": True,
-                "lazy": False, "overrides": vidur_overrides(count(10_000), trace, True)})
-    out.append({"label": "vidur10k-unfused", "n": count(10_000), "fast_forward": True,
-                "fused": False, "overrides": vidur_overrides(count(10_000), trace, True)})
+    traces: dict[int, Path] = {}
+
+    def vidur(n: int, ff: bool) -> list[str]:
+        if n not in traces:
+            traces[n] = write_vidur_trace(n, trace, folder)
+        return vidur_overrides(traces[n], ff)
+
+    def wanted(label: str) -> bool:
+        return only is None or label in only
+
+    ten = count(10_000)
+    out = [{"label": "vidur10k", "n": ten, "fast_forward": ff, "overrides": vidur(ten, ff)}
+           for ff in (True, False) if wanted("vidur10k")]
+    if wanted("vidur10k-cli"):
+        out.append({"label": "vidur10k-cli", "n": ten, "fast_forward": True, "cli": True,
+                    "scenario": str(write_scenario(vidur(ten, True), folder / "vidur10k.yaml"))})
+    if wanted("vidur10k-eager"):
+        out.append({"label": "vidur10k-eager", "n": ten, "fast_forward": True,
+                    "lazy": False, "overrides": vidur(ten, True)})
+    if wanted("vidur10k-unfused"):
+        out.append({"label": "vidur10k-unfused", "n": ten, "fast_forward": True,
+                    "fused": False, "overrides": vidur(ten, True)})
     if AZURE.exists():
         cap = None if args.scale == 1 else count(AZURE_REQUESTS)
         out += [{"label": "azure-chain", "n": count(AZURE_REQUESTS), "fast_forward": ff,
                  "overrides": azure_overrides(cap, ff)} for ff in (True, False)[:1 + args.full]]
     for n in (100_000,) if args.quick else (100_000, 1_000_000):
-        out.append({"label": f"vidur{n // 1000}k" if n < 10**6 else "vidur1m", "n": count(n),
-                    "fast_forward": True, "overrides": vidur_overrides(count(n), trace, True)})
-    return out
+        label = f"vidur{n // 1000}k" if n < 10**6 else "vidur1m"
+        if wanted(label):
+            out.append({"label": label, "n": count(n), "fast_forward": True,
+                        "overrides": vidur(count(n), True)})
+    return [job for job in out if wanted(job["label"])]
 
 
 def verdicts(rows: list[dict], scaled: bool) -> list[tuple[str, str, str]]:
@@ -223,6 +283,12 @@ def verdicts(rows: list[dict], scaled: bool) -> list[tuple[str, str, str]]:
                  ("vidur1m", True), lambda r: f"{r['peak_rss_bytes'] / 1e9:.2f} GB",
                  lambda r: r["peak_rss_bytes"] < TARGETS["rss_1m_bytes"])]
     base = ok.get(("vidur10k", True))
+    cli = ok.get(("vidur10k-cli", True))
+    if base is not None and cli is not None:
+        ratio = cli["wall_s"] / base["wall_s"]
+        out.append((f"vidur10k `specsim run` process / simulate() < {TARGETS['cli_ratio']:g}x",
+                    f"{ratio:.2f}x", "n/a (scaled)" if scaled else
+                    ("pass" if ratio < TARGETS["cli_ratio"] else "fail")))
     big = [r for r in ok.values() if r["label"] in ("vidur100k", "vidur1m")]
     if base is not None and big:
         unit = base["wall_s"] / base["requests"]
@@ -253,12 +319,19 @@ def report(rows: list[dict], scaled: bool) -> None:
             print(f"  {what}: {b['wall_s'] / a['wall_s']:.2f}x ({names[1]} {b['wall_s']:.2f} s"
                   f" / {names[0]} {a['wall_s']:.2f} s); requests and steps tables {same}")
     base = ok.get(("vidur10k", True))
+    cli = ok.get(("vidur10k-cli", True))
+    if base is not None and cli is not None:
+        same = "the same" if (cli["finished"], cli["rejected"]) == (
+            base["finished"], base["rejected"]) else "DIFFERENT"
+        print(f"  vidur10k: whole `specsim run` process / simulate(): "
+              f"{cli['wall_s'] / base['wall_s']:.2f}x (process {cli['wall_s']:.2f} s / "
+              f"simulate() {base['wall_s']:.2f} s); {same} finished and rejected counts")
     if base is not None:
         unit = base["wall_s"] / base["requests"]
         print("  us/request relative to vidur10k: " + ", ".join(
             f"{r['requests']:,}: {r['wall_s'] / r['requests'] / unit:.2f}x"
             for r in ok.values() if r["label"].startswith("vidur") and r["fast_forward"]
-            and r["label"] not in ("vidur10k-eager", "vidur10k-unfused")))
+            and r["label"] not in ("vidur10k-eager", "vidur10k-unfused", "vidur10k-cli")))
     if base is not None and base["rejected"]:
         print(f"  vidur10k: {base['rejected']:,} of {base['requests']:,} requests rejected "
               f"({base['reject_reasons']})")
@@ -277,8 +350,8 @@ def main() -> int:
                    help="runs per case, in rounds (each case once a round); the fastest is shown")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child run")
     p.add_argument("--only", default=None, metavar="LABELS",
-                   help="comma-separated cases to run (vidur10k, vidur10k-eager, "
-                        "vidur10k-unfused, azure-chain, vidur100k, vidur1m)")
+                   help="comma-separated cases to run (vidur10k, vidur10k-cli, "
+                        "vidur10k-eager, vidur10k-unfused, azure-chain, vidur100k, vidur1m)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -294,7 +367,15 @@ def main() -> int:
         print(f"  {AZURE} not found: vidur lengths are lognormal with the trace's means and "
               "medians (seed 0); azure-chain skipped")
     only = None if args.only is None else set(args.only.split(","))
-    cases = [job for job in jobs(args, trace) if only is None or job["label"] in only]
+    with tempfile.TemporaryDirectory(prefix="bench-traces-") as folder:
+        cases = jobs(args, trace, Path(folder), only)
+        rows = run_rounds(cases, args)
+    report(rows, scaled=args.scale != 1)
+    return 0
+
+
+def run_rounds(cases: list[dict], args: argparse.Namespace) -> list[dict]:
+    """Every case ``--repeat`` times; each case's fastest run, shown as it is known."""
     runs: list[list[dict]] = [[] for _ in cases]
     rows = []
     # round by round (every case once a round): a slow spell of this machine, which drifts
@@ -306,8 +387,7 @@ def main() -> int:
             if last:
                 rows.append(best_of(mine))
                 show(rows[-1])
-    report(rows, scaled=args.scale != 1)
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

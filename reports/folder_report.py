@@ -1,7 +1,7 @@
 """The report of a ``specsim run --out`` folder (``specsim report``): the folder is read
 back into Results by ``simulator.results_dir.load_results_dir``; optional tables beside it
-(sweep.csv, plan.csv, validation.csv, calibration.csv) are shown when present, and a report
-written into the folder is added to its manifest.
+(sweep, plan, validation, calibration: ``.csv`` or ``.parquet``) are shown when present, and
+a report written into the folder is added to its manifest.
 """
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ def render_report_from_dir(results_dir: str | Path, path: str | Path, *,
     check_report_target(path, field=field, overwrite=overwrite)
     results, scenario, manifest = load_results_dir(results_dir)
     d = Path(results_dir).expanduser()
-    extra = {name: read_table(d / f"{name}.csv", "csv") for name in OPTIONAL_TABLES
-             if (d / f"{name}.csv").exists()}
+    extra = {}
+    for name in OPTIONAL_TABLES:  # CSV or Parquet, whichever the folder holds (CSV first)
+        found = [fmt for fmt in ("csv", "parquet") if (d / f"{name}.{fmt}").exists()]
+        if found:
+            extra[name] = read_table(d / f"{name}.{found[0]}", found[0])
     versions = {**report_versions(), **(manifest.get("versions") or {})}
     out = render_report(results, path, scenario=scenario, versions=versions, field=field,
                         overwrite=overwrite, **extra)

@@ -74,6 +74,10 @@ class Results:
     events: pd.DataFrame | None = None
     itl_sketch: QuantileSketch | None = None  # every ITL sample, when too many to keep exactly
     step_totals: dict | None = None           # exact sums over every step (None: from steps)
+    # the summary, computed on the first summary() call: a run's CLI, its vLLM-keyed metrics
+    # and its report all read it, and on a 10k-request run each computation costs tens of ms.
+    # A Results is not changed after it is built; dataclasses.replace() starts a fresh one.
+    _summary: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_run(cls, scenario, table: RequestTable, rec: Recorder, dep, workload) -> "Results":
@@ -196,7 +200,13 @@ class Results:
                              "position_rate": np.concatenate(([np.nan], rates))})
 
     def summary(self) -> dict:
-        """The headline metrics of the run as one flat dict."""
+        """The headline metrics of the run as one flat dict (a copy of the one computed on
+        the first call: the caller may change it)."""
+        if self._summary is None:
+            self._summary = self._compute_summary()
+        return dict(self._summary)
+
+    def _compute_summary(self) -> dict:
         req = self.requests
         done = req[req["status"] == "finished"]
         out: dict[str, Any] = {"policy": self.label,

@@ -6,7 +6,7 @@ import fnmatch
 
 from tests.helpers import REPO
 
-PACKAGES = ("simulator", "hardware", "workloads", "reports", "calibrate")
+PACKAGES = ("simulator", "hardware", "workloads", "reports", "calibrate", "specsim")
 
 
 def _cfg() -> configparser.ConfigParser:

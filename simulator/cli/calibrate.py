@@ -9,14 +9,17 @@ import argparse
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.cli.args import MAX_GAMMA, bounded_int, positive_float, unit_float
 from simulator.cli.output import FORMATS, render
 from simulator.cli.progress import Progress
 from simulator.inputs.errors import SpecsimError
+
+if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
+    import pandas as pd
 
 MAX_THREADS = 1024   # torch CPU threads
 MAX_REPS = 10_000    # timed repetitions of one micro-benchmark

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simulator.cli.output import render
 from simulator.inputs.errors import SpecsimError
+
+if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
+    import pandas as pd
 
 
 def calibrate(args: argparse.Namespace, command: str, check_targets) -> int:
@@ -75,6 +77,7 @@ def _profile(name: str):
 
 def validate(args: argparse.Namespace) -> int:
     """Predict every kernel under ``--measurements`` with ``--profile``; print the table."""
+    import pandas as pd
     from calibrate.measured import DTYPE, compare, load_measurements, predict
     for flag, value in (("--out", args.out), ("--report", args.report)):
         if value:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from hardware.profile import list_profiles, load_profile
 from simulator.cli.output import FORMATS, render, render_fields, table_width
 from simulator.models.spec import list_models, load_model
+
+if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
+    import pandas as pd
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -216,6 +218,7 @@ def _hardware_block(hw, sources: bool) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """List or show one entry."""
+    import pandas as pd
     is_hw = args.command == "hardware"
     hw_dir = getattr(args, "hardware_dir", None)
     if args.action == "list":

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from hardware.profile import load_profile
 from simulator.cli.args import (
@@ -26,6 +26,9 @@ from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import check_shared_vocabulary, load_model
 from simulator.planning.analytic import estimate_table, point_cost_models
 from simulator.speculation.closed_forms import optimal_gamma, speedup_curve, stationary_gamma
+
+if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
+    import pandas as pd
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -102,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _gamma(args: argparse.Namespace) -> int:
+    import pandas as pd
     gammas = np.arange(0, args.max_gamma + 1)
     curve = speedup_curve(args.alpha, args.c, gammas)
     best, best_speedup = optimal_gamma(args.alpha, args.c, args.max_gamma)

@@ -8,8 +8,7 @@ engine's meaning, ``simulator.planning.analytic``); speedups are over policy non
 from __future__ import annotations
 
 import argparse
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simulator.cli.args import (
     MAX_BATCH,
@@ -24,6 +23,9 @@ from simulator.cli.output import FORMATS, render, wrap_text
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.gamma_map import MAX_GAMMA_MAP_POINTS, check_gamma_map_size, map_gammas
 from simulator.scenario import Batching
+
+if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
+    import pandas as pd
 
 __all__ = ["MAX_GAMMA_MAP_POINTS", "add_arguments", "main"]  # the limit: README, "Limits"
 MARKS = {"kv": "x KV", "memory": "x mem", "max_context": "x ctx",
@@ -74,6 +76,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``specsim gamma-map``: check every flag, build the map, print it."""
+    import pandas as pd
     from simulator.planning.gamma_map import crossover_table, gamma_map
     policies = _policies(args)
     acceptance = _acceptance(args, policies)

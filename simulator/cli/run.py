@@ -37,7 +37,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="a vLLM engine-arguments file (YAML or JSON: max_num_seqs, "
                         "tensor_parallel_size, speculative_config, ...) over the scenario")
     p.add_argument("--out", default="specsim-out", help="output folder (default specsim-out)")
-    p.add_argument("--results-format", choices=("csv", "parquet"), default="csv")
+    p.add_argument("--results-format", choices=("parquet", "csv"), default="parquet",
+                   help="the per-policy requests, steps and acceptance tables: parquet "
+                        "(default; fast to write, typed) or csv; summary.csv is CSV either way")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--report", default=None, help="also write an HTML report to this path")
     p.add_argument("--timeline", default=None, metavar="FILE.json",

@@ -4,14 +4,18 @@ mtp or eagle3) a chain drafted by the target's MTP modules or an EAGLE-3 layer, 
 an analytic point of that policy is (``simulator.planning.head_drafts``)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_time
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.head_drafts import HEAD_POLICIES, head_draft_time, head_pass_ratio
 from simulator.speculation.closed_forms import expected_tokens
+
+if TYPE_CHECKING:  # pandas loads where the frame is built: `estimate --help` is fast
+    import pandas as pd
 
 
 def estimate_table(target, draft: CostModel | None, *, batch: int, context: float,
@@ -25,6 +29,7 @@ def estimate_table(target, draft: CostModel | None, *, batch: int, context: floa
     Gamma 0 is chain with nothing drafted (the module docstring): plain decoding's step
     time, speedup exactly 1; memory and context limits are not checked here.  ``mtp`` and
     ``eagle3`` have no gamma 0 (their engine policies draft at least one token)."""
+    import pandas as pd
     if batch < 1:
         raise SpecsimError("must be >= 1", field="--batch")
     if context < 0:

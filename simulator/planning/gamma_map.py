@@ -13,12 +13,13 @@ says where the feasible ones stop).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.analytic import analytic_point
+
+if TYPE_CHECKING:  # pandas loads where frames are built: `gamma-map --help` is fast
+    import pandas as pd
 
 # Most points one gamma map evaluates (policies x batches x contexts x widths x gammas),
 # checked before any point is built: about 150 us each, so 15 s at the limit.
@@ -105,6 +106,7 @@ def gamma_map(*, hardware: str = "a100-40gb", target: str = "opt-13b",
 def best_cells(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (policy, batch, context) of an analytic sweep: its best feasible point,
     or, where none is feasible, its smallest point (fewest drafted tokens) unranked."""
+    import pandas as pd
     cell = ["policy", "batch", "context"]
     df = df.assign(feasible=df["feasible"].astype(bool))
     ok = df[df["feasible"] & df["speedup"].notna()]
@@ -205,6 +207,7 @@ def crossover_table(params: Mapping[str, Any], contexts: Sequence[float], *,
                     gammas: Sequence[int] = range(1, 17), tree_widths: Sequence[int] = (1,),
                     max_batch: int = 4096) -> pd.DataFrame:
     """The crossover batch for each context length."""
+    import pandas as pd
     rows = [{"context": float(ctx), **crossover_batch(
         {**params, "context": float(ctx)}, gammas=gammas, tree_widths=tree_widths,
         max_batch=max_batch)} for ctx in contexts]

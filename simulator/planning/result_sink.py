@@ -33,7 +33,8 @@ class ResultSink:
                 import pyarrow  # noqa: F401
             except ImportError:
                 raise SpecsimError("parquet output needs pyarrow, which is not installed",
-                                   field="--out", fix="pip install 'specsim[parquet]', or "
+                                   field="--out", fix="pip install 'pyarrow>=14,<27' (a "
+                                   "dependency of specsim), or "
                                    "write .csv") from None
         self._check_target()  # before anything is read, truncated or removed
         if restart:

@@ -68,3 +68,22 @@ def test_efficiency_curve_chart():
     assert spec["encoding"]["color"]["field"] == "curve"
     vl_convert = pytest.importorskip("vl_convert")
     assert vl_convert.vegalite_to_svg(spec).lstrip().startswith("<svg")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_results_folder_shows_a_validation_table_in_either_format(tmp_path, fmt):
+    """``specsim report`` reads validation.csv or validation.parquet beside the results."""
+    from reports import render_report_from_dir
+    from simulator.cli import main as cli_main
+
+    out = tmp_path / "out"
+    assert cli_main(["run", "--no-progress", "--out", str(out), "--compare", "none",
+                     "--set", "workload.max_requests=10", "--format", "json"]) == 0
+    path = out / f"validation.{fmt}"
+    getattr(validation_table(), f"to_{fmt}")(path, index=False)
+    html = render_report_from_dir(out, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert ">Validation</h2>" in html
+    assert "20.0%" in html  # the base profile's decode MAPE, (0.1 + 0.2 + 0.3) / 3
+    path.unlink()  # without it, no such section
+    plain = render_report_from_dir(out, tmp_path / "p.html").read_text(encoding="utf-8")
+    assert ">Validation</h2>" not in plain and "20.0%" not in plain

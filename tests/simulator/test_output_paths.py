@@ -125,7 +125,7 @@ def test_results_folder_is_replaced_whole_with_its_old_report(tmp_path):
                 "specsim-out/report.html", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     old = set(os.listdir(tmp_path / "specsim-out"))
-    assert "02-chain_gamma_2.requests.csv" in old and "report.html" in old
+    assert "02-chain_gamma_2.requests.parquet" in old and "report.html" in old
     assert "report.html" in json.loads((tmp_path / "specsim-out" / "manifest.json")
                                        .read_text())["files"]
     second = cli("run", *FAST, "--compare", "none", cwd=tmp_path)
@@ -154,8 +154,8 @@ def test_overwrite_writes_into_a_foreign_folder_and_touches_nothing_else(user_fi
     out = cli("run", *FAST, "--compare", "chain", "--out", "data", "--overwrite", cwd=user_files)
     assert out.returncode == 0, out.stderr
     names = set(os.listdir(user_files / "data"))
-    assert "a.csv" in names and "00-chain.requests.csv" in names
-    assert "00-none.requests.csv" not in names
+    assert "a.csv" in names and "00-chain.requests.parquet" in names
+    assert "00-none.requests.parquet" not in names
 
 
 def test_empty_folder_is_used(user_files):

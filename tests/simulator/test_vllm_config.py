@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pandas.testing as pdt
 import pytest
 import yaml
@@ -214,10 +215,13 @@ def test_run_vllm_args_equals_the_native_scenario(tmp_path, as_json):
                  str(tmp_path / "a"), *common]) == 0
     assert main(["run", str(native_path), "--out", str(tmp_path / "b"), *common]) == 0
     a, b = (sorted(p.name for p in (tmp_path / d).iterdir()) for d in "ab")
-    assert a == b and "summary.csv" in a and any(n.endswith(".steps.csv") for n in a)
+    assert a == b and "summary.csv" in a and any(n.endswith(".steps.parquet") for n in a)
     for name in a:
         if name.endswith(".csv"):
             assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+        if name.endswith(".parquet"):
+            pdt.assert_frame_equal(pd.read_parquet(tmp_path / "a" / name),
+                                   pd.read_parquet(tmp_path / "b" / name))
 
 
 def test_vllm_args_values_in_vllms_spelling(tmp_path):

@@ -68,8 +68,43 @@ def test_run_default_writes_results(tmp_path):
     assert summary["policy"].tolist() == ["none", "chain"]
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert [p["label"] for p in manifest["policies"]] == ["none", "chain"]
-    req = pd.read_csv(out_dir / f"{manifest['policies'][1]['stem']}.requests.csv")
+    assert manifest["format"] == "parquet"  # the default: the big tables in Parquet
+    req = pd.read_parquet(out_dir / f"{manifest['policies'][1]['stem']}.requests.parquet")
     assert len(req) == 30 and (req["status"] == "finished").all()
+
+
+def test_run_offers_exactly_the_formats_a_results_folder_is_read_in():
+    from simulator.cli.main import build_parser
+    from simulator.results_dir import RESULTS_FORMATS
+
+    parser = build_parser(["run"])
+    assert parser.parse_args(["run"]).results_format == RESULTS_FORMATS[0] == "parquet"
+    for fmt in RESULTS_FORMATS:
+        assert parser.parse_args(["run", "--results-format", fmt]).results_format == fmt
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--results-format", "feather"])
+
+
+def test_csv_on_request_reads_back_as_the_parquet_folder_does(tmp_path):
+    """The same run written both ways loads into the same Results: the tables' values and
+    the summary (CSV keeps no types: dtypes aside); summary.csv is CSV either way."""
+    from simulator.results_dir import load_results_dir
+
+    runs = {}
+    for fmt in ("parquet", "csv"):
+        out_dir = tmp_path / fmt
+        assert main(["run", "--no-progress", "--out", str(out_dir), "--results-format", fmt,
+                     "--set", "workload.max_requests=30", "--format", "json"]) == 0
+        stems = [p["stem"] for p in json.loads((out_dir / "manifest.json").read_text())
+                 ["policies"]]
+        assert all((out_dir / f"{s}.{t}.{fmt}").is_file() for s in stems
+                   for t in ("requests", "steps", "acceptance"))
+        assert (out_dir / "summary.csv").is_file()
+        runs[fmt] = load_results_dir(out_dir)[0]
+    for a, b in zip(runs["parquet"], runs["csv"]):
+        pd.testing.assert_frame_equal(a.requests, b.requests, check_dtype=False)
+        pd.testing.assert_frame_equal(a.steps, b.steps, check_dtype=False)
+        assert a.summary() == pytest.approx(b.summary(), nan_ok=True)
 
 
 def test_failed_run_writes_nothing(tmp_path):
@@ -125,6 +160,26 @@ def test_a_command_imports_only_what_it_needs(argv, absent):
     assert out.stdout.split(None, 1) == ["0", "[]\n"], out.stdout + out.stderr
 
 
+def test_no_commands_help_imports_pandas():
+    """Every ``specsim COMMAND --help`` starts without pandas, pyarrow, SimPy, torch or
+    altair (they load where frames are built and runs happen): one interpreter asks each
+    command for its help in turn and notes what each one added."""
+    from simulator.cli.main import COMMANDS
+
+    heavy = ("pandas", "pyarrow", "simpy", "torch", "altair")
+    code = ("import sys, contextlib, io\n"
+            "from simulator.cli import main\n"
+            f"for name in {sorted(COMMANDS)!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        rc = main([name, '--help'])\n"
+            f"    print(name, rc, [m for m in {heavy!r} if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(COMMANDS), out.stdout + out.stderr
+    assert [line for line in lines if not line.endswith(" 0 []")] == [], out.stdout
+
+
 def test_the_engine_imports_without_pandas():
     # the engine builds DataFrames only when a run ends (cold start, issue 14)
     code = "import sys, simulator.simulate; print('pandas' in sys.modules)"
@@ -143,3 +198,30 @@ def test_measuring_a_device_without_torch_says_how_to_get_it():
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert "specsim[calibrate]" in out.stderr and "--device" in out.stderr
+
+
+def test_run_computes_each_policys_summary_once(tmp_path, monkeypatch):
+    """The table, the vLLM-keyed metrics, summary.csv and the report all read one summary
+    per policy (it was computed three times, five with --report)."""
+    from simulator.results import Results
+
+    calls = []
+    real = Results._compute_summary
+    monkeypatch.setattr(Results, "_compute_summary",
+                        lambda self: calls.append(self.label) or real(self))
+    out_dir = tmp_path / "out"
+    assert main(["run", "--no-progress", "--out", str(out_dir), "--set",
+                 "workload.max_requests=20", "--report", str(out_dir / "report.html")]) == 0
+    assert sorted(calls) == ["chain", "none"]
+    summary = pd.read_csv(out_dir / "summary.csv")
+    assert summary["requests"].tolist() == [20, 20]
+
+
+def test_a_summary_is_the_callers_to_change():
+    from simulator.simulate import simulate
+    from tests.helpers import scenario, workload
+
+    res = simulate(scenario("none"), workload=workload([0.0, 1.0], [4, 4], [3, 2]))
+    first = res.summary()
+    first["requests"] = -1
+    assert res.summary()["requests"] == 2 and res.summary() is not res.summary()
