@@ -37,6 +37,7 @@ from simulator.cost import mla
 from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
 from simulator.cost.execution import Execution, resolve_execution
+from simulator.cost.moe_kernels import small_kernel_count
 from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.precision import check_kv_cache_dtype, compute_dtype, linear_roofline
@@ -107,8 +108,9 @@ class CostModel:
         self._vocab_per_device = v / tp
         self._offload = parallel.offload_fraction
         self._launch_s = self.execution.kernel_launch_s
+        self._quantised = compute_dtype(m.dtype) != m.dtype  # dynamic activation quant
         self._kernels = m.num_layers * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) \
-            + KERNELS_PER_STEP + lo.extra_kernels(m)
+            + KERNELS_PER_STEP + lo.extra_kernels(m) + small_kernel_count(self)
         self._collectives = hw.collectives
         self._custom_ar = self.execution.custom_all_reduce
         self._inv_crate = self._roof.inverse_compute_rate

@@ -60,7 +60,8 @@ def mlp_width(m: ModelSpec) -> float:
 
 def extra_kernels(m: ModelSpec) -> int:
     """Launches per forward beyond KERNELS_PER_LAYER's dense layer: a MoE layer's router and
-    fused-MoE kernels and shared experts, MLA's extra projections."""
+    grouped GEMMs and shared experts, MLA's extra projections (the small kernels around them:
+    moe_kernels.small_kernel_count)."""
     n = 0
     if m.is_moe:
         n += m.moe_layers * (1 + moe.LAUNCHES_UP + moe.LAUNCHES_DOWN - 2

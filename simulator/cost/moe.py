@@ -32,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from hardware.kernels import GEMM
+from simulator.cost import moe_kernels
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, check_keys, require_mapping
 
-# vLLM's fused_moe launches per MoE layer beside the two grouped GEMMs: topk_softmax and
-# moe_align_block_size before w13, moe_sum after w2 (vllm/model_executor/layers/fused_moe).
-LAUNCHES_UP, LAUNCHES_DOWN = 3, 2
+# one grouped GEMM launch per projection; the routing, align, sum and quantisation kernels
+# around them are simulator/cost/moe_kernels.py's ``moe_routing`` term
+LAUNCHES_UP, LAUNCHES_DOWN = 1, 1
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,10 @@ def routed_terms(cm, tokens: np.ndarray) -> list[tuple]:
     # and the routed token rows it computes
     d_dev = s.distinct(tokens) / s.ep
     rows = tokens * s.k / s.ep
+    if cm._shapes:  # the busiest rank sets the pace (moe_kernels.busiest_experts)
+        d_busy = moe_kernels.busiest_experts(moe_kernels.touched_probabilities(s, tokens),
+                                             s.ep)
+        rows_busy = rows * d_busy / np.maximum(d_dev, 1e-12)
     out = []
     for name, weight, t_in, t_out, launches in (
             ("experts_up", s.up_weight, s.hidden, s.up_out, LAUNCHES_UP),
@@ -148,9 +152,8 @@ def routed_terms(cm, tokens: np.ndarray) -> list[tuple]:
         compute_s = roof.compute_time(flops, hbm)
         memory_s = roof.memory_time(hbm)
         if cm._shapes:
-            crate, mrate, latency, floor = roof.kind_rates(GEMM)
-            gpu = np.where(tokens > 0, np.maximum(
-                np.maximum(flops / crate, hbm / mrate) + latency, floor), 0.0)
+            gpu = moe_kernels.grouped_gemm_s(roof, cm.hardware.moe_gemm_memory_efficiency,
+                                             d_busy, rows_busy, t_out, t_in, wb, b)
         else:
             gpu = np.maximum(compute_s, memory_s)
         out.append((name, flops, hbm, host, compute_s, memory_s, host_s,

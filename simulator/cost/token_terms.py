@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost import moe
+from simulator.cost import moe_kernels as mk
 
 # Entries kept in each memo (token totals, uniform batches) before the oldest is dropped.
 MEMO_SIZE = 4096
@@ -114,6 +115,10 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
         for name, *arr, launches in moe.routed_terms(cm, np.array([tokens], dtype=np.float64)):
             fl, hbm, host, c_s, m_s, h_s, gpu = (float(a[0]) * n for a in arr)
             terms.append((name, fl, hbm, host, c_s, m_s, h_s, launches * k * n, gpu))
+    for name, nb, gpu, kernels, n in mk.small_kernel_terms(cm, tokens):
+        n = n * layers / cm._layers
+        g = float(gpu) * n
+        terms.append((name, 0.0, float(nb) * n, 0.0, 0.0, g, 0.0, kernels * k * n, g))
     e_flops, e_bytes, e_s, e_kernels = elementwise(cm, tokens, layers)
     terms.append(("elementwise", e_flops, e_bytes, 0.0, 0.0, e_s, 0.0,
                   e_kernels * k * layers, e_s))
@@ -196,6 +201,8 @@ def layer_times(cm, tokens: np.ndarray, eager: bool) -> np.ndarray:
         n = cm._moe.layers
         for *_, gpu, launches in moe.routed_terms(cm, tokens):
             total = total + np.maximum(launches * k * n, gpu * n)
+    for _, _, gpu, kernels, n in mk.small_kernel_terms(cm, tokens):
+        total = total + np.maximum(kernels * k * n, gpu * n)
     if cm._shapes:
         e_s = np.zeros_like(tokens)
         kernels = _elementwise_kernels(cm, tokens)
