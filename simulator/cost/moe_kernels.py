@@ -32,13 +32,15 @@ tiles run in waves of ``sm_count`` blocks, and each block computes its whole til
 compute roof is the padded work of the waves at the GEMM kind's rate per SM.  The touched
 experts' weights are read from HBM once: the blocks of an expert's M tiles share each weight
 tile through the L2 cache, as the kernel's ``GROUP_SIZE_M`` ordering runs them together (16 to
-64 in vLLM's tuned Mixtral H100 configs from 128 tokens up, E=8,N=7168,device_name=
-NVIDIA_H100_80GB_HBM3.json).  Weights stream at the profile's ``moe.grouped_gemm_memory_efficiency`` (the
-fused-MoE kernels' measured rate, below a dense GEMM's); the routed rows are gathered in and
-scattered out (permute and unpermute traffic).  BLOCK_M is 16 while an
-expert gets at most 16 rows and 64 beyond (the tuned fused_moe configs of small batches,
-e.g. sgl-project/sglang PR #11816 and #11730, and vLLM's default config for FP8 block weights
-and for M > E, ``get_default_config``); BLOCK_N 128 (the FP8 block scale's 128 columns).
+64 in vLLM's tuned Mixtral H100 configs from 256 tokens up, E=8,N=7168,device_name=
+NVIDIA_H100_80GB_HBM3.json).  Weights stream at the profile's
+``moe.grouped_gemm_memory_efficiency`` (the fused-MoE kernels' measured rate, below a dense
+GEMM's); the routed rows are gathered in and scattered out (permute and unpermute traffic).
+BLOCK_M is 16 while an expert gets at most 16 rows and 64 beyond (the tuned configs of small
+batches: BLOCK_SIZE_M 16 up to 32 tokens in that Mixtral file and at 1-16 tokens in
+sgl-project/sglang PR #11816's DeepSeek-R1 runs; 64 in vLLM's ``get_default_config`` for FP8
+block weights); BLOCK_N 128 (the FP8 block scale's 128 columns).  Where few rows reach each
+expert the weights bound the time and the tile choice does not matter.
 
 The busiest device (``busiest_experts``).  Under expert parallelism every rank waits for the
 slowest before the layer's all-reduce, so the rank with the most touched experts is priced:
@@ -53,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from hardware.kernels import GEMM
+from simulator.cost.precision import compute_dtype
 
 BLOCK_M_SMALL, BLOCK_M, BLOCK_N = 16, 64, 128
 QUANT_GROUP = 128          # FP8 block scales: one fp32 scale per 128 activations
@@ -122,13 +125,14 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
     (module docstring), the GPU seconds and bytes for one layer; ``tokens`` a float or an
     array (the same operations either way, so the tables and the scalar path agree)."""
     m, T, b, h = cm.model, tokens, cm._b, cm._h
+    quantised = compute_dtype(m.dtype) != m.dtype  # activations quantised on the fly
     out = []
     s = cm._moe
     if s is not None:
         E, k = s.num_experts, s.k
         kern = [(T * (E * 4.0 + k * 8.0), None), (T * k * 4.0 * 3, None),
                 (T * k * h * b + T * h * b, None)]
-        if cm._quantised:
+        if quantised:
             kern += [(_quant_bytes(cm, T, h), None),
                      (_quant_bytes(cm, T * k / s.ep, s.down_in), None)]
         out.append(("moe_routing", kern, s.layers))
@@ -138,7 +142,7 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
         kern += [(T * L * 2 * b, "norm"), (T * (L + R) * 2 * b, None),
                  (T * hd * L * 4.0 * 2, None), (T * hd * (L + v) * b, None)]
         out.append(("mla_kernels", kern, m.num_layers))
-    if cm._quantised:
+    if quantised:
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
     return [(name, sum(nb for nb, _ in kern),

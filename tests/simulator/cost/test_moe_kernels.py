@@ -98,8 +98,9 @@ def test_busiest_rank_prices_the_expert_gemms(tokens):
     assert busy > s.distinct(tokens) / 8
     up = moe.routed_terms(ep, np.array([tokens]))[0]
     rows = tokens * s.k / 8 * busy / (s.distinct(tokens) / 8)
-    assert float(up[-2][0]) == pytest.approx(float(moe_kernels.grouped_gemm_s(
-        ep._lin_roof, hw.moe_gemm_memory_efficiency, busy, rows, s.up_out, s.hidden, ep._wb, ep._b)), rel=1e-9)
+    priced = moe_kernels.grouped_gemm_s(ep._lin_roof, hw.moe_gemm_memory_efficiency, busy,
+                                        rows, s.up_out, s.hidden, ep._wb, ep._b)
+    assert float(up[-2][0]) == pytest.approx(float(priced), rel=1e-9)
 
 
 # The fused-MoE call (routing, align, quantisations, two grouped GEMMs, activation, sum)
