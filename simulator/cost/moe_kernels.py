@@ -67,8 +67,9 @@ def busiest_experts(probs_touched: np.ndarray, ep: int) -> np.ndarray:
     q = np.asarray(probs_touched, dtype=np.float64)
     if ep <= 1:
         return q.sum(axis=-1)
-    per = q.shape[-1] // ep
-    ranks = q.reshape(q.shape[:-1] + (ep, per))
+    per = -(-q.shape[-1] // ep)  # a rank's experts; the last ranks hold fewer when E % ep
+    pad = np.zeros(q.shape[:-1] + (per * ep - q.shape[-1],))
+    ranks = np.concatenate([q, pad], axis=-1).reshape(q.shape[:-1] + (ep, per))
     pmf = np.zeros(q.shape[:-1] + (ep, per + 1))
     pmf[..., 0] = 1.0
     for j in range(per):  # Poisson-binomial by convolution, one expert at a time

@@ -28,6 +28,8 @@ def test_busiest_rank_expected_max_against_the_binomial_closed_form():
         assert got == pytest.approx(closed, rel=1e-9)
         assert got > E * q / ep  # the busiest rank holds more than the mean
     assert moe_kernels.busiest_experts(np.full(E, 0.25), 1) == pytest.approx(64.0)
+    # fewer experts than a whole number per rank: 3 experts on 2 ranks, all touched
+    assert moe_kernels.busiest_experts(np.ones(3), 2) == pytest.approx(2.0)
 
 
 def test_busiest_rank_against_monte_carlo_under_skew():
