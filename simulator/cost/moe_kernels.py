@@ -16,7 +16,10 @@ adds, the activation, rope, attention, the collectives):
   RMSNorms (``q_a_layernorm``, ``kv_a_layernorm``), ``concat_and_cache_mla`` (the latent and
   rope key written to the cache), the split-KV combine of ``flash_mla_with_kvcache``, and
   the second of the two absorbed ``kv_b`` batched GEMMs (W_UK before attention, W_UV after;
-  the linear term prices its weight once, with one kernel);
+  the linear term prices its weight once, with one kernel).  The last two run on the decode
+  path only (prefill chunks attend in the expanded form, mla.py), and their bytes are a few
+  KB a request, so they are priced at one request's bytes, i.e. at their latency, whatever
+  the step's tokens (the token tables know the total, not how many are decodes);
 - ``fp8_quant`` (W8A8/W4A4 weights): the dynamic activation quantisation before each FP8
   linear input (vLLM's Fp8LinearMethod quantises per token on the fly: one kernel per distinct
   input: the attention's input, q_b's, o_proj's, the dense MLP's or shared experts' two).
@@ -140,8 +143,9 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
     if m.is_mla:
         hd, L, R, v = m.num_heads / cm._tp, m.kv_lora_rank, m.qk_rope_head_dim, m.value_head_dim
         kern = [(T * m.q_lora_rank * 2 * b, "norm")] if m.q_lora_rank else []
+        one = np.minimum(T, 1.0)  # decode-path kernels: one request's bytes (see below)
         kern += [(T * L * 2 * b, "norm"), (T * (L + R) * 2 * b, None),
-                 (T * hd * L * 4.0 * 2, None), (T * hd * (L + v) * b, None)]
+                 (one * hd * L * 4.0 * 2, None), (one * hd * (L + v) * b, None)]
         out.append(("mla_kernels", kern, m.num_layers))
     if quantised:
         for name, widths, layers in _quant_inputs(cm):
