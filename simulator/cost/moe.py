@@ -136,8 +136,7 @@ def routed_terms(cm, tokens: np.ndarray) -> list[tuple]:
     d_dev = s.distinct(tokens) / s.ep
     rows = tokens * s.k / s.ep
     if cm._shapes:  # the busiest rank sets the pace (moe_kernels.busiest_experts)
-        d_busy = moe_kernels.busiest_experts(moe_kernels.touched_probabilities(s, tokens),
-                                             s.ep)
+        d_busy = moe_kernels.busiest_experts(s, tokens)
         rows_busy = rows * d_busy / np.maximum(d_dev, 1e-12)
     out = []
     for name, weight, t_in, t_out, launches in (

@@ -45,7 +45,7 @@ sgl-project/sglang PR #11816's DeepSeek-R1 runs; 64 in vLLM's ``get_default_conf
 block weights); BLOCK_N 128 (the FP8 block scale's 128 columns).  Where few rows reach each
 expert the weights bound the time and the tile choice does not matter.
 
-The busiest device (``busiest_experts``).  Under expert parallelism every rank waits for the
+The busiest device (``busiest_experts``, ``expected_max_count``).  Under expert parallelism every rank waits for the
 slowest before the layer's all-reduce, so the rank with the most touched experts is priced:
 each expert is touched with probability ``1 - (1 - p_e)^T`` (simulator/cost/moe.py), experts
 independently (the k-of-E picks of one token are slightly anti-correlated: an approximation),
@@ -54,6 +54,8 @@ Poisson-binomial (exact by convolution) and the expected maximum over the ranks 
 ``sum_j 1 - prod_r P(count_r < j)``.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -64,9 +66,29 @@ BLOCK_M_SMALL, BLOCK_M, BLOCK_N = 16, 64, 128
 QUANT_GROUP = 128          # FP8 block scales: one fp32 scale per 128 activations
 
 
-def busiest_experts(probs_touched: np.ndarray, ep: int) -> np.ndarray:
-    """Expected touched experts on the busiest of ``ep`` ranks, from each expert's chance of
-    being touched (``probs_touched[..., E]``, experts in index order); ``ep`` 1: the sum."""
+def busiest_experts(shape, tokens) -> np.ndarray:
+    """Expected touched experts on the busiest EP rank of a MoeShape at ``tokens`` tokens (a
+    float or an array); without EP, every touched expert (each rank a slice of each).  Under
+    uniform routing with whole ranks the rank counts are iid Binomial(E/ep, q): its closed
+    form; otherwise the Poisson-binomial convolution (``expected_max_count``)."""
+    t = np.asarray(tokens, dtype=np.float64)
+    E, ep = shape.num_experts, shape.ep
+    if ep <= 1:
+        return np.asarray(shape.distinct(t), dtype=np.float64)
+    if shape.probs is not None or E % ep:
+        return expected_max_count(touched_probabilities(shape, t), ep)
+    per = E // ep
+    q = (1.0 - (1.0 - shape.k / E) ** t)[..., None]
+    j = np.arange(per + 1, dtype=np.float64)
+    comb = np.array([math.comb(per, int(i)) for i in j], dtype=np.float64)
+    cdf = np.cumsum(comb * q ** j * (1.0 - q) ** (per - j), axis=-1)
+    return (1.0 - np.minimum(cdf[..., :-1], 1.0) ** ep).sum(axis=-1)
+
+
+def expected_max_count(probs_touched: np.ndarray, ep: int) -> np.ndarray:
+    """Expected maximum over ``ep`` ranks of the touched experts a rank holds, from each
+    expert's chance of being touched (``probs_touched[..., E]``, experts in index order, rank
+    r holding a contiguous block of ceil(E/ep)); ``ep`` 1: the sum."""
     q = np.asarray(probs_touched, dtype=np.float64)
     if ep <= 1:
         return q.sum(axis=-1)
