@@ -7,6 +7,7 @@ FP8 activation quantisations, the two grouped GEMMs, the SiLU-and-multiply and `
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -32,16 +33,21 @@ DEEPSEEK_R1_B200 = ("b200", "deepseek-v3", 8,
 
 
 @functools.cache
-def _cost_model(profile: str, model: str, tp: int) -> CostModel:
+def _cost_model(profile: str, model: str, tp: int, eta: float | None = -1.0) -> CostModel:
+    """``eta`` -1: the profile's fused-MoE streaming efficiency; else that value instead."""
     hw = load_profile(profile)
+    if eta is None or eta >= 0:
+        hw = dataclasses.replace(hw, moe_gemm_memory_efficiency=eta)
     return CostModel(hw, with_precision(load_model(model), hw, "fp8"),
                      Parallelism(tensor_parallel=tp))
 
 
-def fused_moe_call_s(profile: str, model: str, tp: int, tokens: float) -> float:
+def fused_moe_call_s(profile: str, model: str, tp: int, tokens: float,
+                     eta: float | None = -1.0) -> float:
     """The cost model's seconds for one fused-MoE call of ``tokens`` tokens: the grouped
-    GEMMs, the routing/align/sum/quantisation kernels, and the activation of the routed rows."""
-    cm = _cost_model(profile, model, tp)
+    GEMMs, the routing/align/sum/quantisation kernels, and the activation of the routed rows
+    (``eta``: a streaming efficiency to price it with instead of the profile's)."""
+    cm = _cost_model(profile, model, tp, eta)
     t = np.array([float(tokens)])
     gemms = sum(float(term[-2][0]) for term in moe.routed_terms(cm, t))
     routing = next(float(gpu) for name, _, gpu, _, _ in moe_kernels.small_kernel_terms(
@@ -53,8 +59,14 @@ def fused_moe_call_s(profile: str, model: str, tp: int, tokens: float) -> float:
     return gemms + routing + act
 
 
-def errors(series) -> np.ndarray:
+def errors(series, eta: float | None = -1.0) -> np.ndarray:
     """Relative error of the priced call at each batch size of a series."""
     profile, model, tp, measured = series
-    return np.array([fused_moe_call_s(profile, model, tp, t) * 1e6 / us - 1.0
+    return np.array([fused_moe_call_s(profile, model, tp, t, eta) * 1e6 / us - 1.0
                      for t, us in measured.items()])
+
+
+def best_efficiency(series, grid=tuple(np.round(np.arange(0.40, 0.951, 0.05), 2))) -> float:
+    """The streaming efficiency of ``grid`` whose priced calls have the least rms error over
+    the series (how the profiles' moe.grouped_gemm_memory_efficiency was fitted)."""
+    return min(grid, key=lambda eta: float(np.mean(errors(series, float(eta)) ** 2)))
