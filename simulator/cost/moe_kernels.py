@@ -37,8 +37,12 @@ experts' weights are read from HBM once: the blocks of an expert's M tiles share
 tile through the L2 cache, as the kernel's ``GROUP_SIZE_M`` ordering runs them together (16 to
 64 in vLLM's tuned Mixtral H100 configs from 256 tokens up, E=8,N=7168,device_name=
 NVIDIA_H100_80GB_HBM3.json).  Weights stream at the profile's
-``moe.grouped_gemm_memory_efficiency`` (the fused-MoE kernels' measured rate, below a dense
-GEMM's); the routed rows are gathered in and scattered out (permute and unpermute traffic).
+``moe.quantized_grouped_gemm_memory_efficiency`` for block-scaled FP8/FP4 weights (the
+fused-MoE kernels' measured rate, below a dense GEMM's: the kernel loads and applies a scale
+per 128 x 128 block in its K loop), at the GEMM kind's memory efficiency for 16-bit weights
+(vLLM PR #19049's BF16 Qwen3-30B-A3B series on an A100 PCIe 40GB, 1-64 tokens, is within
+-3% to -8% of that from 8 tokens; tests/simulator/cost/fused_moe_measured.py); the routed
+rows are gathered in and scattered out (permute and unpermute traffic).
 BLOCK_M is 16 while an expert gets at most 16 rows and 64 beyond (the tuned configs of small
 batches: BLOCK_SIZE_M 16 up to 32 tokens in that Mixtral file and at 1-16 tokens in
 sgl-project/sglang PR #11816's DeepSeek-R1 runs; 64 in vLLM's ``get_default_config`` for FP8
@@ -131,6 +135,14 @@ def grouped_gemm_s(roof, eta, experts, rows, n: float, k: float, wb: float, ab: 
     hbm = experts * n * k * wb + rows * (n + k) * ab
     return np.where(rows > 0, np.maximum(np.maximum(compute, hbm / mrate) + latency, floor),
                     0.0)
+
+
+def streaming_efficiency(cm) -> float | None:
+    """The fraction of the bandwidth the grouped GEMMs stream expert weights at: the profile's
+    measured rate for block-scaled 8-/4-bit weights; None (the GEMM kind's memory
+    efficiency) for 16-bit weights or a profile without one (module docstring)."""
+    quantised = compute_dtype(cm.model.dtype) != cm.model.dtype
+    return cm.hardware.moe_quantized_gemm_efficiency if quantised else None
 
 
 def _transfer(cm, nbytes, kind: str = "elementwise", rows=None):

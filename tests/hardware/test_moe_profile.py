@@ -16,18 +16,18 @@ def _h200_data():
 
 def test_moe_block_is_read_with_its_source_and_optional():
     p = load_profile("h200")
-    assert p.moe_gemm_memory_efficiency == 0.65
-    assert "PR #11730" in p.sources["moe.grouped_gemm_memory_efficiency"]
-    assert load_profile("a100-80gb").moe_gemm_memory_efficiency is None
+    assert p.moe_quantized_gemm_efficiency == 0.65
+    assert "PR #11730" in p.sources["moe.quantized_grouped_gemm_memory_efficiency"]
+    assert load_profile("a100-80gb").moe_quantized_gemm_efficiency is None
 
 
 @pytest.mark.parametrize("block, field", [
-    ({"grouped_gemm_memory_efficiency": {"value": 1.5, "source": "x"}},
-     "moe.grouped_gemm_memory_efficiency.value"),
-    ({"grouped_gemm_memory_efficiency": {"value": 0.5}},
-     "moe.grouped_gemm_memory_efficiency.source"),
+    ({"quantized_grouped_gemm_memory_efficiency": {"value": 1.5, "source": "x"}},
+     "moe.quantized_grouped_gemm_memory_efficiency.value"),
+    ({"quantized_grouped_gemm_memory_efficiency": {"value": 0.5}},
+     "moe.quantized_grouped_gemm_memory_efficiency.source"),
     ({"grouped_gemm_efficiency": {"value": 0.5, "source": "x"}}, "moe.grouped_gemm_efficiency"),
-    ({}, "moe.grouped_gemm_memory_efficiency"),
+    ({}, "moe.quantized_grouped_gemm_memory_efficiency"),
 ])
 def test_bad_moe_block_names_the_field(tmp_path, block, field):
     data = _h200_data()
@@ -42,6 +42,6 @@ def test_bad_moe_block_names_the_field(tmp_path, block, field):
 def test_moe_block_round_trips_through_the_writer():
     p = load_profile("h200")
     back = profile_from_dict(profile_to_dict(p), source="round trip")
-    assert back.moe_gemm_memory_efficiency == p.moe_gemm_memory_efficiency
-    assert back.sources["moe.grouped_gemm_memory_efficiency"] == \
-        p.sources["moe.grouped_gemm_memory_efficiency"]
+    assert back.moe_quantized_gemm_efficiency == p.moe_quantized_gemm_efficiency
+    assert back.sources["moe.quantized_grouped_gemm_memory_efficiency"] == \
+        p.sources["moe.quantized_grouped_gemm_memory_efficiency"]

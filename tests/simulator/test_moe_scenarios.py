@@ -69,8 +69,8 @@ def test_mixtral_chunk_step_prices_the_grouped_gemm_at_its_real_rows():
     # the 32 decodes alone.  No published kernel timing of these shapes was found, so the
     # check is the mechanism's closed form: 1214 routed rows over the 8 experts, 151.75 an
     # expert, run as 3 tiles of 64 rows per expert (tile quantisation per expert), each
-    # projection max(its padded tiles at the per-SM rate, the experts' weights at the
-    # profile's fused-MoE streaming rate) plus the kernel latency; and the chunk step dearer.
+    # projection max(its padded tiles at the per-SM rate, the experts' 16-bit weights at the
+    # GEMM kind's memory rate) plus the kernel latency; and the chunk step dearer.
     from math import ceil
 
     import numpy as np
@@ -85,8 +85,7 @@ def test_mixtral_chunk_step_prices_the_grouped_gemm_at_its_real_rows():
     cm = CostModel(hw, m, Parallelism(tensor_parallel=2))
     new, ctx = np.array([1.0] * 32 + [575.0]), np.array([500.0] * 32 + [0.0])
     ops = {op.name: op for op in cm.breakdown(new, ctx).ops}
-    crate, _, latency, _ = hw.roofline("bf16").kind_rates("gemm")
-    bw = hw.memory_bandwidth_bytes_per_s * hw.moe_gemm_memory_efficiency
+    crate, bw, latency, _ = hw.roofline("bf16").kind_rates("gemm")
     rows, f = 607 * 2, m.expert_ffn_size / 2
     for name, n, k in (("experts_up", 2 * f, m.hidden_size), ("experts_down", m.hidden_size, f)):
         tiles = 8 * ceil(rows / 8 / 64) * ceil(n / 128)
