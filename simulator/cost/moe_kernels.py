@@ -9,9 +9,12 @@ adds, the activation, rope, attention, the collectives):
 - ``moe_routing`` (every MoE layer; vLLM's ``fused_experts``, vllm/model_executor/layers/
   fused_moe/fused_moe.py): the routing kernel (``topk_softmax``, or DeepSeek's biased
   ``grouped_topk``), ``moe_align_block_size`` (the routed rows sorted by expert and padded to
-  the GEMM's BLOCK_M), ``moe_sum`` (the k weighted rows of each token added), and under FP8/FP4
+  the GEMM's BLOCK_M), ``moe_sum`` (the k weighted rows of each token added), under FP8/FP4
   weights the two activation quantisations of the routed GEMMs' inputs
   (``per_token_group_quant_fp8`` of the hidden states and of the activated intermediate);
+- ``moe_shared_add`` (MoE layers with shared experts): the routed output scaled by
+  ``routed_scaling_factor`` and the shared output added, two in-place elementwise kernels
+  (vLLM's ``DeepseekV2MoE.forward``);
 - ``mla_kernels`` (every MLA layer; vLLM's MLA attention with FlashMLA): the two latent
   RMSNorms (``q_a_layernorm``, ``kv_a_layernorm``), ``concat_and_cache_mla`` (the latent and
   rope key written to the cache), the split-KV combine of ``flash_mla_with_kvcache``, and
@@ -174,6 +177,9 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
             kern += [(_quant_bytes(cm, T, h), None),
                      (_quant_bytes(cm, T * k / s.ep, s.down_in), None)]
         out.append(("moe_routing", kern, s.layers))
+        if cm.model.shared_experts:  # routed output scaled, shared output added (in place)
+            out.append(("moe_shared_add", [(2 * T * h * b, None), (3 * T * h * b, None)],
+                        s.layers))
     if m.is_mla:
         hd, L, R, v = m.num_heads / cm._tp, m.kv_lora_rank, m.qk_rope_head_dim, m.value_head_dim
         kern = [(T * m.q_lora_rank * 2 * b, "norm")] if m.q_lora_rank else []

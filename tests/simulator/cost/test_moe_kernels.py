@@ -78,8 +78,10 @@ def test_small_kernels_follow_the_model():
     ds = CostModel(hw, load_model("deepseek-v3"), Parallelism(tensor_parallel=8,
                                                               expert_parallel=8))
     terms = _terms(ds, 1.0)
-    # routing, align, sum + two FP8 quantisations on 58 MoE layers; MLA's 5 on all 61
+    # routing, align, sum + two FP8 quantisations on 58 MoE layers, the shared expert's
+    # scale and add there too; MLA's 5 on all 61
     assert terms["moe_routing"][1:] == (5, 58) and terms["mla_kernels"][1:] == (5, 61)
+    assert terms["moe_shared_add"][1:] == (2, 58)
     # FP8 inputs: attention 3 (hidden, q_lora, o_proj) a layer, dense MLP 2, shared 2
     assert terms["fp8_quant"][1:] == (3, 61) and terms["fp8_quant_mlp"][1:] == (2, 3)
     assert terms["fp8_quant_shared"][1:] == (2, 58)
