@@ -90,6 +90,9 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
         data["kernels"] = kernels_to_dict(profile.kernels)
     if collectives_to_dict(profile.collectives):
         data["collectives"] = collectives_to_dict(profile.collectives)
+    if profile.moe_quantized_gemm_efficiency is not None:
+        key = "quantized_grouped_gemm_memory_efficiency"
+        data["moe"] = {key: sourced(profile.moe_quantized_gemm_efficiency, f"moe.{key}")}
     cal: dict[str, Any] = {}
     if profile.provenance:
         cal["provenance"] = dict(profile.provenance)

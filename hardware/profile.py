@@ -87,6 +87,9 @@ class HardwareProfile:
     # collectives (hardware/collectives.py) from the profile's collectives: block; None here
     # becomes Collectives.from_link(interconnect), today's ring formulas on the link
     collectives: Collectives | None = None
+    # moe: block: the fraction of the bandwidth a fused-MoE grouped GEMM streams block-scaled
+    # 8-/4-bit expert weights at (simulator/cost/moe_kernels.py); None: the GEMM kind's
+    moe_quantized_gemm_efficiency: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -162,7 +165,7 @@ class HardwareProfile:
 
 _TOP_KEYS = {"name", "description", "calibrated", "memory_gib", "memory_bandwidth_gb_per_s",
              "peak_tflops", "interconnect", "host_link", "defaults", "calibration", "kernels",
-             "collectives"}
+             "collectives", "moe"}
 _REQUIRED = ("name", "description", "memory_gib", "memory_bandwidth_gb_per_s", "peak_tflops",
              "interconnect", "host_link", "defaults")
 _LINK_KEYS = ("name", "bandwidth_gb_per_s", "latency_us", "source")
@@ -223,6 +226,17 @@ def _collectives(data: Mapping[str, Any], *, source: str, sources: dict) -> Coll
     if collectives is not None:
         sources.update(collectives.sources)
     return collectives
+
+
+def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> float | None:
+    """The optional ``moe: {quantized_grouped_gemm_memory_efficiency: {value, source}}``."""
+    if "moe" not in data:
+        return None
+    key = "quantized_grouped_gemm_memory_efficiency"
+    moe = require_mapping(data["moe"], source=source, field="moe")
+    check_keys(moe, allowed=(key,), required=(key,), source=source, prefix="moe.")
+    return _sourced(moe[key], source=source, field=f"moe.{key}", sources=sources,
+                    strictly_positive=True, maximum=1.0)
 
 
 def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
@@ -298,6 +312,7 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
         compute_efficiency_axis=axis,
         kernels=kernels,
         collectives=_collectives(data, source=source, sources=sources),
+        moe_quantized_gemm_efficiency=_moe(data, source=source, sources=sources),
         sources=sources,
         provenance=provenance,
         path=source,

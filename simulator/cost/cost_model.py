@@ -17,15 +17,15 @@ mask), which is why verification is nearly free while decoding is memory-bound.
 
 Models of 2025-26 (issue 15): a mixture-of-experts layer reads the experts its step's tokens
 touch, ``D(T)`` of them (simulator/cost/moe.py), a function of the token total alone, so it
-sits in the token tables beside the dense linears (simulator/cost/layer_ops.py); expert
-parallelism adds two all-to-alls a MoE layer; MLA caches a latent every TP rank holds whole
-and attends in its absorbed form for decode, expanded for prefill (simulator/cost/mla.py);
-FP8/FP4 weights price the linears at their bytes and their peak, everything else at 16 bits
-(simulator/cost/precision.py).
+sits in the token tables beside the dense linears (simulator/cost/layer_ops.py) and the small
+kernels around the grouped GEMMs (moe_kernels.py); expert parallelism keeps the all-reduce
+(one data-parallel rank); MLA caches a latent every TP rank holds whole and attends in its
+absorbed form for decode, expanded for prefill (mla.py); FP8/FP4 weights price the linears at
+their bytes and their peak, everything else at 16 bits (precision.py).
 
-This module is pure: no SimPy, no I/O.  ``step_time`` is the engine's hot path (attention vectorised
-over requests, the rest read from per-token-count tables: simulator/cost/token_terms.py);
-``breakdown`` returns the same numbers per operator for reports and tests.
+Pure: no SimPy, no I/O.  ``step_time`` is the engine's hot path (attention vectorised over
+requests, the rest read from per-token-count tables: simulator/cost/token_terms.py);
+``breakdown`` gives the same numbers per operator.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class CostModel:
         self._offload = parallel.offload_fraction
         self._launch_s = self.execution.kernel_launch_s
         self._kernels = m.num_layers * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) \
-            + KERNELS_PER_STEP + lo.extra_kernels(m)
+            + KERNELS_PER_STEP + lo.extra_kernels(self)
         self._collectives = hw.collectives
         self._custom_ar = self.execution.custom_all_reduce
         self._inv_crate = self._roof.inverse_compute_rate

@@ -7,7 +7,7 @@ routed experts (simulator/cost/moe.py).
 """
 from __future__ import annotations
 
-from simulator.cost import mla, moe
+from simulator.cost import mla, moe, moe_kernels
 from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
@@ -58,10 +58,12 @@ def mlp_width(m: ModelSpec) -> float:
     return ((m.num_layers - m.moe_layers) * m.ffn_size + m.moe_layers * moe_f) / m.num_layers
 
 
-def extra_kernels(m: ModelSpec) -> int:
-    """Launches per forward beyond KERNELS_PER_LAYER's dense layer: a MoE layer's router and
-    fused-MoE kernels and shared experts, MLA's extra projections."""
-    n = 0
+def extra_kernels(cm) -> int:
+    """Launches per forward of a CostModel ``cm`` beyond KERNELS_PER_LAYER's dense layer: a
+    MoE layer's router and grouped GEMMs and shared experts, MLA's extra projections, and the
+    small kernels around them (moe_kernels.small_kernel_count)."""
+    m = cm.model
+    n = moe_kernels.small_kernel_count(cm)
     if m.is_moe:
         n += m.moe_layers * (1 + moe.LAUNCHES_UP + moe.LAUNCHES_DOWN - 2
                              + (3 if m.shared_experts else 0))

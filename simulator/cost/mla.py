@@ -5,8 +5,10 @@ decoupled rope key (``qk_rope_head_dim``), one copy for all heads, so every tens
 rank holds the whole of it (vLLM's MLA backends do not split the latent over TP ranks).
 
 Linears per layer (vLLM's DeepseekV2MLAAttention): ``q_a_proj`` h -> q_lora and
-``kv_a_proj_with_mqa`` h -> (kv_lora + rope) replicated on every rank; ``q_b_proj`` q_lora ->
-heads x (nope + rope) (or ``q_proj`` h -> heads x (nope + rope) without a q latent),
+``kv_a_proj_with_mqa`` h -> (kv_lora + rope) replicated on every rank, run as one GEMM
+(``fused_qkv_a_proj``, a MergedColumnParallelLinear with disable_tp, when there is a q latent);
+``q_b_proj`` q_lora -> heads x (nope + rope) (or ``q_proj`` h -> heads x (nope + rope) and
+``kv_a_proj`` alone without a q latent),
 ``kv_b_proj`` kv_lora -> heads x (nope + v) and ``o_proj`` heads x v -> h sharded over the
 heads.  Their weights plus the two latent norms (q_lora + kv_lora) sum to
 ``ModelSpec.attention_params_per_layer``.
@@ -40,10 +42,11 @@ def linears(m, tp: int) -> tuple[tuple, ...]:
     h, heads, r, L = m.hidden_size, m.num_heads, m.q_lora_rank, m.kv_lora_rank
     qk, rope, v = m.head_dim + m.qk_rope_head_dim, m.qk_rope_head_dim, m.value_head_dim
     hd = heads / tp
-    q = ((("q_a_proj", h * r, r, h), ("q_b_proj", r * heads * qk / tp, hd * qk, r)) if r
-         else (("q_proj", h * heads * qk / tp, hd * qk, h),))
-    return q + (("kv_a_proj", h * (L + rope), L + rope, h),
-                ("kv_b_proj", L * heads * (m.head_dim + v) / tp, hd * (m.head_dim + v), L),
+    a = L + rope
+    q = ((("fused_qkv_a_proj", h * (r + a), r + a, h),
+          ("q_b_proj", r * heads * qk / tp, hd * qk, r)) if r
+         else (("q_proj", h * heads * qk / tp, hd * qk, h), ("kv_a_proj", h * a, a, h)))
+    return q + (("kv_b_proj", L * heads * (m.head_dim + v) / tp, hd * (m.head_dim + v), L),
                 ("o_proj", heads * v * h / tp, h, hd * v))
 
 

@@ -13,17 +13,15 @@ closed form; a larger s concentrates the picks and lowers D at every T > 1.
 
 Cost of one MoE layer on one device at T tokens (``MoeShape``).  The routed experts run as one
 grouped GEMM per projection (vLLM's fused_moe: one Triton launch over all experts' token
-blocks for w13, one for w2), so each projection is priced as ONE kernel with the flat roofline
-at the profile's GEMM efficiencies plus one GEMM latency (and floor) rather than
-``Roofline.gemm_time`` per expert, which would repeat a launch latency per expert that the
-fused kernel does not pay.  Its weight bytes are those of the experts touched on the device:
-all ``D(T)`` of them, a 1/TP slice of each, when every expert is sharded over the TP ranks;
-``D(T) / EP`` whole experts when they are spread over the EP ranks (in both cases 1/TP of
-the touched experts' bytes, since EP = TP here); its FLOPs ``2 T k P / TP`` (P one expert's
-parameters); the tokens per touched expert ``T k / D(T)``.  The per-expert
-tile padding of few tokens is not modelled: it costs compute only, and the layer is
-memory-bound wherever few tokens reach each expert (at large T, padding is small).  Under
-skew the mean device is priced, not the busiest one.
+blocks for w13, one for w2), so each projection is priced as ONE kernel, not one per expert.
+Its weight bytes are those of the experts touched on the device: all ``D(T)`` of them, a 1/TP
+slice of each, when every expert is sharded over the TP ranks; ``D(T) / EP`` whole experts on
+the mean rank when they are spread over the EP ranks (in both cases 1/TP of the touched
+experts' bytes, since EP = TP here); its FLOPs ``2 T k P / TP`` (P one expert's parameters);
+the tokens per touched expert ``T k / D(T)``.  With the profile's kernel shapes its GPU time
+is simulator/cost/moe_kernels.py's grouped GEMM on the busiest rank (tiles of BLOCK_M rows
+per expert, the measured fused-MoE streaming rate), the routing, align, sum and quantisation
+kernels around it a term of their own; without them, the flat roofline of the mean device.
 """
 from __future__ import annotations
 
@@ -32,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from hardware.kernels import GEMM
+from simulator.cost import moe_kernels
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, check_keys, require_mapping
 
-# vLLM's fused_moe launches per MoE layer beside the two grouped GEMMs: topk_softmax and
-# moe_align_block_size before w13, moe_sum after w2 (vllm/model_executor/layers/fused_moe).
-LAUNCHES_UP, LAUNCHES_DOWN = 3, 2
+# one grouped GEMM launch per projection; the routing, align, sum and quantisation kernels
+# around them are simulator/cost/moe_kernels.py's ``moe_routing`` term
+LAUNCHES_UP, LAUNCHES_DOWN = 1, 1
 
 
 @dataclass(frozen=True)
@@ -137,6 +135,10 @@ def routed_terms(cm, tokens: np.ndarray) -> list[tuple]:
     # and the routed token rows it computes
     d_dev = s.distinct(tokens) / s.ep
     rows = tokens * s.k / s.ep
+    if cm._shapes:  # the busiest rank sets the pace (moe_kernels.busiest_experts)
+        d_busy = moe_kernels.busiest_experts(s, tokens)
+        rows_busy = rows * d_busy / np.maximum(d_dev, 1e-12)
+        eta = moe_kernels.streaming_efficiency(cm)
     out = []
     for name, weight, t_in, t_out, launches in (
             ("experts_up", s.up_weight, s.hidden, s.up_out, LAUNCHES_UP),
@@ -148,23 +150,12 @@ def routed_terms(cm, tokens: np.ndarray) -> list[tuple]:
         compute_s = roof.compute_time(flops, hbm)
         memory_s = roof.memory_time(hbm)
         if cm._shapes:
-            crate, mrate, latency, floor = roof.kind_rates(GEMM)
-            gpu = np.where(tokens > 0, np.maximum(
-                np.maximum(flops / crate, hbm / mrate) + latency, floor), 0.0)
+            gpu = moe_kernels.grouped_gemm_s(roof, eta, d_busy, rows_busy, t_out, t_in, wb, b)
         else:
             gpu = np.maximum(compute_s, memory_s)
         out.append((name, flops, hbm, host, compute_s, memory_s, host_s,
                     np.maximum(gpu, host_s), launches))
     return out
-
-
-def all_to_all_s(cm, tokens):
-    """Dispatch and combine of one MoE layer under expert parallelism: two all-to-alls of
-    ``T k h`` activation bytes per device (``Collectives.all_to_all_s``); 0 without EP."""
-    s: MoeShape = cm._moe
-    if s.ep <= 1:
-        return 0.0 * tokens
-    return 2.0 * cm._collectives.all_to_all_s(tokens * s.k * s.hidden * cm._b, s.ep)
 
 
 def verify_decode_ratio(cost, batches, tokens: int, context: float) -> np.ndarray:

@@ -26,7 +26,7 @@ from hardware.kernels import ATTENTION_DECODE, ATTENTION_PREFILL
 from simulator.cost.execution import KERNELS_OUTSIDE_GRAPH
 from simulator.cost.op_cost import OpCost, StepCost
 
-COLLECTIVE_OPS = ("all_reduce", "all_to_all", "logits_gather")
+COLLECTIVE_OPS = ("all_reduce", "logits_gather")
 # Equal query lengths up to this count are a "uniform decode" batch (vLLM's full-graph
 # case: 1 + num_speculative_tokens per request); longer ones are prefill chunks.
 UNIFORM_MAX_QUERY = 128

@@ -1,9 +1,10 @@
 """What a forward's token totals cost, apart from attention: priced per operator, and
 tabulated per token count for the engine's hot path.
 
-The layer terms (the dense linears, a MoE layer's grouped expert GEMMs, the elementwise
-kernels, the all-reduces and all-to-alls, the embedding gather) depend on the tokens the forward computes (padded to a captured size under CUDA
-graphs) and on whether its kernels are launched eagerly; the head terms (LM head, logits
+The layer terms (the dense linears, a MoE layer's grouped expert GEMMs and the small kernels
+around them, the elementwise kernels, the all-reduces, the embedding gather) depend on the
+tokens the forward computes (padded to a captured size under CUDA graphs) and on whether its
+kernels are launched eagerly; the head terms (LM head, logits
 gather) on the tokens through the LM head alone; the pipeline transfer on the tokens sent.
 ``token_terms`` and ``head_terms`` give each operator's numbers (``CostModel.breakdown``'s
 per-operator truth); ``TokenTables`` gives ``CostModel.step_time`` their summed times.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost import moe
+from simulator.cost import moe_kernels as mk
 
 # Entries kept in each memo (token totals, uniform batches) before the oldest is dropped.
 MEMO_SIZE = 4096
@@ -114,6 +116,10 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
         for name, *arr, launches in moe.routed_terms(cm, np.array([tokens], dtype=np.float64)):
             fl, hbm, host, c_s, m_s, h_s, gpu = (float(a[0]) * n for a in arr)
             terms.append((name, fl, hbm, host, c_s, m_s, h_s, launches * k * n, gpu))
+    for name, nb, gpu, kernels, n in mk.small_kernel_terms(cm, tokens):
+        n = n * layers / cm._layers
+        g = float(gpu) * n
+        terms.append((name, 0.0, float(nb) * n, 0.0, 0.0, g, 0.0, kernels * k * n, g))
     e_flops, e_bytes, e_s, e_kernels = elementwise(cm, tokens, layers)
     terms.append(("elementwise", e_flops, e_bytes, 0.0, 0.0, e_s, 0.0,
                   e_kernels * k * layers, e_s))
@@ -122,10 +128,6 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
         ar_s = ar * float(cm._collectives.all_reduce_s(
             tokens * cm._h * cm._b, cm._tp, custom=cm._custom_ar))
         terms.append(("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0, ar_k, ar_s))
-    if cm._moe is not None and cm._moe.ep > 1:
-        n = cm._moe.layers
-        a_s = n * float(moe.all_to_all_s(cm, tokens))
-        terms.append(("all_to_all", 0.0, 0.0, 0.0, 0.0, a_s, 0.0, 2 * k * n, a_s))
     if with_head:
         g_bytes = tokens * cm._h * cm._b
         if cm._shapes:  # a gather: an int64 index per element as well
@@ -137,13 +139,12 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
 
 
 def _all_reduces(cm, layers: int, k: float) -> tuple[int, float]:
-    """All-reduces per forward and their eager launch time: two a layer under TP; a MoE
-    layer under expert parallelism combines its output by all-to-all instead of its
-    second all-reduce."""
-    if cm._moe is None or cm._moe.ep == 1:
-        return 2 * layers, 2 * k * layers
-    ar = 2 * layers - cm._moe.layers
-    return ar, k * ar
+    """All-reduces per forward and their eager launch time: two a layer under TP, expert
+    parallelism included: with one data-parallel rank every TP rank holds all the tokens, its
+    local experts compute their share and the MoE output is all-reduced as without EP (vLLM's
+    ``FusedMoEParallelConfig.use_all2all_kernels`` is ``dp_size > 1 and use_ep``: no
+    dispatch/combine all-to-all below DP 2)."""
+    return 2 * layers, 2 * k * layers
 
 
 def head_terms(cm, logits_tokens: float) -> list[tuple]:
@@ -196,6 +197,8 @@ def layer_times(cm, tokens: np.ndarray, eager: bool) -> np.ndarray:
         n = cm._moe.layers
         for *_, gpu, launches in moe.routed_terms(cm, tokens):
             total = total + np.maximum(launches * k * n, gpu * n)
+    for _, _, gpu, kernels, n in mk.small_kernel_terms(cm, tokens):
+        total = total + np.maximum(kernels * k * n, gpu * n)
     if cm._shapes:
         e_s = np.zeros_like(tokens)
         kernels = _elementwise_kernels(cm, tokens)
@@ -212,9 +215,6 @@ def layer_times(cm, tokens: np.ndarray, eager: bool) -> np.ndarray:
         ar_s = ar * cm._collectives.all_reduce_s(tokens * cm._h * cm._b, cm._tp,
                                                  custom=cm._custom_ar)
         total = total + np.maximum(ar_k, ar_s)
-    if cm._moe is not None and cm._moe.ep > 1:
-        n = cm._moe.layers
-        total = total + np.maximum(2 * k * n, n * moe.all_to_all_s(cm, tokens))
     if cm._shapes:
         g_s = roof.transfer_time(tokens * cm._h * (2 * cm._b + 8), "embedding")
     else:

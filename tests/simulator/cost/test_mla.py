@@ -74,12 +74,14 @@ def test_mla_linears_sum_to_the_attention_parameters(model):
     assert sum(w for _, w, _, _ in ops) + mla.norm_params(model) \
         == model.attention_params_per_layer()
     names = [name for name, *_ in ops]
-    assert names[:2] == (["q_a_proj", "q_b_proj"] if model.q_lora_rank else ["q_proj", "kv_a_proj"])
+    # vLLM runs q_a_proj and kv_a_proj_with_mqa as one GEMM (fused_qkv_a_proj) with a q latent
+    assert names[:2] == (["fused_qkv_a_proj", "q_b_proj"] if model.q_lora_rank
+                         else ["q_proj", "kv_a_proj"])
     # under TP the replicated latent projections stay whole, the rest splits by heads
     by_name = {name: w for name, w, _, _ in ops}
     split = {name: w for name, w, _, _ in mla.linears(model, 8)}
     for name in by_name:
-        replicated = name in ("q_a_proj", "kv_a_proj")
+        replicated = name in ("fused_qkv_a_proj", "kv_a_proj")
         assert split[name] == pytest.approx(by_name[name] / (1 if replicated else 8))
 
 

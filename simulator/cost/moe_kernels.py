@@ -1,0 +1,219 @@
+"""What a MoE or MLA layer launches beside its weight GEMMs, and the grouped expert GEMM at
+the rows each expert really gets.
+
+Small kernels.  Under CUDA graphs a kernel costs its GPU time however little it does (the
+profile's per-kernel latency and floor, hardware/kernels.py), and DeepSeek-class layers launch
+many.  Per layer, beside what ``token_terms`` already prices (the linears, 2 norms, 2 residual
+adds, the activation, rope, attention, the collectives):
+
+- ``moe_routing`` (every MoE layer; vLLM's ``fused_experts``, vllm/model_executor/layers/
+  fused_moe/fused_moe.py): the routing kernel (``topk_softmax``, or DeepSeek's biased
+  ``grouped_topk``), ``moe_align_block_size`` (the routed rows sorted by expert and padded to
+  the GEMM's BLOCK_M), ``moe_sum`` (the k weighted rows of each token added), under FP8/FP4
+  weights the two activation quantisations of the routed GEMMs' inputs
+  (``per_token_group_quant_fp8`` of the hidden states and of the activated intermediate);
+- ``moe_shared_add`` (MoE layers with shared experts): the routed output scaled by
+  ``routed_scaling_factor`` and the shared output added, two in-place elementwise kernels
+  (vLLM's ``DeepseekV2MoE.forward``);
+- ``mla_kernels`` (every MLA layer; vLLM's MLA attention with FlashMLA): the two latent
+  RMSNorms (``q_a_layernorm``, ``kv_a_layernorm``), ``concat_and_cache_mla`` (the latent and
+  rope key written to the cache), the split-KV combine of ``flash_mla_with_kvcache``, and
+  the second of the two absorbed ``kv_b`` batched GEMMs (W_UK before attention, W_UV after;
+  the linear term prices its weight once, with one kernel).  The last two run on the decode
+  path only (prefill chunks attend in the expanded form, mla.py), and their bytes are a few
+  KB a request, so they are priced at one request's bytes, i.e. at their latency, whatever
+  the step's tokens (the token tables know the total, not how many are decodes);
+- ``fp8_quant`` (W8A8/W4A4 weights): the dynamic activation quantisation before each FP8
+  linear input (vLLM's Fp8LinearMethod quantises per token on the fly: one kernel per distinct
+  input: the attention's input, q_b's, o_proj's, the dense MLP's or shared experts' two).
+
+Each is priced with ``Roofline.transfer_time`` at the bytes it loads and stores, so a small
+kernel costs the profile's latency and floor; without kernel shapes, its bytes at the flat
+memory roof (as ``token_terms.elementwise``).
+
+The grouped GEMM (``grouped_gemm_s``).  The fused-MoE GEMM runs one thread block per
+(BLOCK_M rows of one expert) x (BLOCK_N columns): each touched expert's routed rows are padded
+to whole BLOCK_M tiles (tile quantisation per expert, not over the step's total rows), the
+tiles run in waves of ``sm_count`` blocks, and each block computes its whole tile; the
+compute roof is the padded work of the waves at the GEMM kind's rate per SM.  The touched
+experts' weights are read from HBM once: the blocks of an expert's M tiles share each weight
+tile through the L2 cache, as the kernel's ``GROUP_SIZE_M`` ordering runs them together (16 to
+64 in vLLM's tuned Mixtral H100 configs from 256 tokens up, E=8,N=7168,device_name=
+NVIDIA_H100_80GB_HBM3.json).  Weights stream at the profile's
+``moe.quantized_grouped_gemm_memory_efficiency`` for block-scaled FP8/FP4 weights (the
+fused-MoE kernels' measured rate, below a dense GEMM's: the kernel loads and applies a scale
+per 128 x 128 block in its K loop), at the GEMM kind's memory efficiency for 16-bit weights
+(vLLM PR #19049's BF16 Qwen3-30B-A3B series on an A100 PCIe 40GB, 1-64 tokens, is within
+-3% to -8% of that from 8 tokens; tests/simulator/cost/fused_moe_measured.py); the routed
+rows are gathered in and scattered out (permute and unpermute traffic).
+BLOCK_M is 16 while an expert gets at most 16 rows and 64 beyond (the tuned configs of small
+batches: BLOCK_SIZE_M 16 up to 32 tokens in that Mixtral file and at 1-16 tokens in
+sgl-project/sglang PR #11816's DeepSeek-R1 runs; 64 in vLLM's ``get_default_config`` for FP8
+block weights); BLOCK_N 128 (the FP8 block scale's 128 columns).  Where few rows reach each
+expert the weights bound the time and the tile choice does not matter.
+
+The busiest device (``busiest_experts``, ``expected_max_count``).  Under expert parallelism every rank waits for the
+slowest before the layer's all-reduce, so the rank with the most touched experts is priced:
+each expert is touched with probability ``1 - (1 - p_e)^T`` (simulator/cost/moe.py), experts
+independently (the k-of-E picks of one token are slightly anti-correlated: an approximation),
+rank r holding experts [r E/ep, (r+1) E/ep) as vLLM assigns them; the count on each rank is
+Poisson-binomial (exact by convolution) and the expected maximum over the ranks is
+``sum_j 1 - prod_r P(count_r < j)``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hardware.kernels import GEMM
+from simulator.cost.precision import compute_dtype
+
+BLOCK_M_SMALL, BLOCK_M, BLOCK_N = 16, 64, 128
+QUANT_GROUP = 128          # FP8 block scales: one fp32 scale per 128 activations
+
+
+def busiest_experts(shape, tokens) -> np.ndarray:
+    """Expected touched experts on the busiest EP rank of a MoeShape at ``tokens`` tokens (a
+    float or an array); without EP, every touched expert (each rank a slice of each).  Under
+    uniform routing with whole ranks the rank counts are iid Binomial(E/ep, q): its closed
+    form; otherwise the Poisson-binomial convolution (``expected_max_count``)."""
+    t = np.asarray(tokens, dtype=np.float64)
+    E, ep = shape.num_experts, shape.ep
+    if ep <= 1:
+        return np.asarray(shape.distinct(t), dtype=np.float64)
+    if shape.probs is not None or E % ep:
+        return expected_max_count(touched_probabilities(shape, t), ep)
+    per = E // ep
+    q = (1.0 - (1.0 - shape.k / E) ** t)[..., None]
+    j = np.arange(per + 1, dtype=np.float64)
+    comb = np.array([math.comb(per, int(i)) for i in j], dtype=np.float64)
+    cdf = np.cumsum(comb * q ** j * (1.0 - q) ** (per - j), axis=-1)
+    return (1.0 - np.minimum(cdf[..., :-1], 1.0) ** ep).sum(axis=-1)
+
+
+def expected_max_count(probs_touched: np.ndarray, ep: int) -> np.ndarray:
+    """Expected maximum over ``ep`` ranks of the touched experts a rank holds, from each
+    expert's chance of being touched (``probs_touched[..., E]``, experts in index order, rank
+    r holding a contiguous block of ceil(E/ep)); ``ep`` 1: the sum."""
+    q = np.asarray(probs_touched, dtype=np.float64)
+    if ep <= 1:
+        return q.sum(axis=-1)
+    per = -(-q.shape[-1] // ep)  # a rank's experts; the last ranks hold fewer when E % ep
+    pad = np.zeros(q.shape[:-1] + (per * ep - q.shape[-1],))
+    ranks = np.concatenate([q, pad], axis=-1).reshape(q.shape[:-1] + (ep, per))
+    pmf = np.zeros(q.shape[:-1] + (ep, per + 1))
+    pmf[..., 0] = 1.0
+    for j in range(per):  # Poisson-binomial by convolution, one expert at a time
+        p = ranks[..., j:j + 1]
+        pmf[..., 1:] = pmf[..., 1:] * (1.0 - p) + pmf[..., :-1] * p
+        pmf[..., 0] *= 1.0 - p[..., 0]
+    cdf = np.cumsum(pmf, axis=-1)                        # P(count_r <= j)
+    below = np.prod(np.minimum(cdf, 1.0), axis=-2)       # P(max <= j), j = 0..per
+    return (1.0 - below[..., :-1]).sum(axis=-1)          # E[max] = sum_{j>=1} P(max >= j)
+
+
+def touched_probabilities(shape, tokens) -> np.ndarray:
+    """Each expert's chance of being touched by ``tokens`` tokens: ``[..., E]``."""
+    t = np.asarray(tokens, dtype=np.float64)[..., None]
+    p = np.full(shape.num_experts, shape.k / shape.num_experts) if shape.probs is None \
+        else shape.probs
+    return 1.0 - (1.0 - p) ** t
+
+
+def grouped_gemm_s(roof, eta, experts, rows, n: float, k: float, wb: float, ab: float):
+    """GPU seconds of one grouped GEMM: ``experts`` touched (fractional: an expectation) with
+    ``rows`` routed rows between them, each expert an ``[m x k] @ [k x n]`` of ``wb``-byte
+    weights and ``ab``-byte activations (module docstring); arrays broadcast."""
+    crate, mrate, latency, floor = roof.kind_rates(GEMM)
+    if eta is not None:
+        mrate = roof.bandwidth_bytes_per_s * eta
+    sms = roof.kernels.sm_count
+    experts = np.asarray(experts, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.float64)
+    m_e = rows / np.maximum(experts, 1e-12)
+    bm = np.where(m_e <= BLOCK_M_SMALL, BLOCK_M_SMALL, BLOCK_M)
+    blocks = experts * np.ceil(m_e / bm) * np.ceil(n / BLOCK_N)
+    compute = np.ceil(blocks / sms) * (2.0 * bm * BLOCK_N * k) / (crate / sms)
+    hbm = experts * n * k * wb + rows * (n + k) * ab
+    return np.where(rows > 0, np.maximum(np.maximum(compute, hbm / mrate) + latency, floor),
+                    0.0)
+
+
+def streaming_efficiency(cm) -> float | None:
+    """The fraction of the bandwidth the grouped GEMMs stream expert weights at: the profile's
+    measured rate for block-scaled 8-/4-bit weights; None (the GEMM kind's memory
+    efficiency) for 16-bit weights or a profile without one (module docstring)."""
+    quantised = compute_dtype(cm.model.dtype) != cm.model.dtype
+    return cm.hardware.moe_quantized_gemm_efficiency if quantised else None
+
+
+def _transfer(cm, nbytes, kind: str = "elementwise", rows=None):
+    """One small kernel's GPU seconds at ``nbytes`` (tokens an array or a float)."""
+    if cm._shapes:
+        return cm._roof.transfer_time(nbytes, kind, rows=rows)
+    return np.where(np.asarray(nbytes) > 0, cm._roof.memory_time(nbytes), 0.0)
+
+
+def _quant_bytes(cm, tokens, width: float):
+    """Bytes of one dynamic FP8 activation quantisation of ``width`` elements per token:
+    16-bit in, 8-bit out, one fp32 scale per 128."""
+    return tokens * width * (cm._b + 1.0 + 4.0 / QUANT_GROUP)
+
+
+def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]:
+    """``(name, bytes, GPU s, kernels, layers)`` per forward of each family of small kernels
+    (module docstring), the GPU seconds and bytes for one layer; ``tokens`` a float or an
+    array (the same operations either way, so the tables and the scalar path agree)."""
+    m, T, b, h = cm.model, tokens, cm._b, cm._h
+    quantised = compute_dtype(m.dtype) != m.dtype  # activations quantised on the fly
+    out = []
+    s = cm._moe
+    if s is not None:
+        E, k = s.num_experts, s.k
+        kern = [(T * (E * 4.0 + k * 8.0), None), (T * k * 4.0 * 3, None),
+                (T * k * h * b + T * h * b, None)]
+        if quantised:
+            kern += [(_quant_bytes(cm, T, h), None),
+                     (_quant_bytes(cm, T * k / s.ep, s.down_in), None)]
+        out.append(("moe_routing", kern, s.layers))
+        if cm.model.shared_experts:  # routed output scaled, shared output added (in place)
+            out.append(("moe_shared_add", [(2 * T * h * b, None), (3 * T * h * b, None)],
+                        s.layers))
+    if m.is_mla:
+        hd, L, R, v = m.num_heads / cm._tp, m.kv_lora_rank, m.qk_rope_head_dim, m.value_head_dim
+        kern = [(T * m.q_lora_rank * 2 * b, "norm")] if m.q_lora_rank else []
+        one = np.minimum(T, 1.0)  # decode-path kernels: one request's bytes (see below)
+        kern += [(T * L * 2 * b, "norm"), (T * (L + R) * 2 * b, None),
+                 (one * hd * L * 4.0 * 2, None), (one * hd * (L + v) * b, None)]
+        out.append(("mla_kernels", kern, m.num_layers))
+    if quantised:
+        for name, widths, layers in _quant_inputs(cm):
+            out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
+    return [(name, sum(nb for nb, _ in kern),
+             sum(_transfer(cm, nb, "elementwise" if kind is None else kind,
+                           rows=None if kind is None else T) for nb, kind in kern),
+             len(kern), layers) for name, kern, layers in out]
+
+
+def small_kernel_count(cm) -> int:
+    """Kernels per forward of the small-kernel families (the eager launch count)."""
+    return sum(kernels * layers for *_, kernels, layers in small_kernel_terms(cm, 1.0))
+
+
+def _quant_inputs(cm) -> list[tuple[str, list[float], int]]:
+    """The distinct inputs of a quantised model's dense FP8 linears, by the layers they are in."""
+    m, tp = cm.model, cm._tp
+    if m.is_mla:
+        attn = [m.hidden_size] + ([m.q_lora_rank] if m.q_lora_rank else []) \
+            + [m.num_heads * m.value_head_dim / tp]
+    else:
+        attn = [m.hidden_size, m.q_size / tp]
+    out = [("fp8_quant", attn, m.num_layers)]
+    dense = m.num_layers - m.moe_layers
+    if dense:
+        out.append(("fp8_quant_mlp", [m.hidden_size, m.ffn_size / tp], dense))
+    if m.is_moe and m.shared_experts:
+        out.append(("fp8_quant_shared",
+                    [m.hidden_size, m.shared_experts * m.expert_ffn_size / tp], m.moe_layers))
+    return out

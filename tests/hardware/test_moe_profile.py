@@ -1,0 +1,47 @@
+"""The optional ``moe:`` block of a hardware profile (the fused-MoE grouped GEMM's streaming
+rate): read with its source, refused with the field named, written back by the calibrator."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from calibrate.writer import profile_to_dict
+from hardware.profile import PROFILE_DIR, load_profile, load_profile_file, profile_from_dict
+from simulator.inputs.errors import SpecsimError
+
+
+def _h200_data():
+    return yaml.safe_load((PROFILE_DIR / "h200.yaml").read_text(encoding="utf-8"))
+
+
+def test_moe_block_is_read_with_its_source_and_optional():
+    p = load_profile("h200")
+    assert p.moe_quantized_gemm_efficiency == 0.65
+    assert "PR #11730" in p.sources["moe.quantized_grouped_gemm_memory_efficiency"]
+    assert load_profile("a100-80gb").moe_quantized_gemm_efficiency is None
+
+
+@pytest.mark.parametrize("block, field", [
+    ({"quantized_grouped_gemm_memory_efficiency": {"value": 1.5, "source": "x"}},
+     "moe.quantized_grouped_gemm_memory_efficiency.value"),
+    ({"quantized_grouped_gemm_memory_efficiency": {"value": 0.5}},
+     "moe.quantized_grouped_gemm_memory_efficiency.source"),
+    ({"grouped_gemm_efficiency": {"value": 0.5, "source": "x"}}, "moe.grouped_gemm_efficiency"),
+    ({}, "moe.quantized_grouped_gemm_memory_efficiency"),
+])
+def test_bad_moe_block_names_the_field(tmp_path, block, field):
+    data = _h200_data()
+    data["moe"] = block
+    path = tmp_path / "h200.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    with pytest.raises(SpecsimError) as err:
+        load_profile_file(path)
+    assert err.value.field == field and str(path) in str(err.value)
+
+
+def test_moe_block_round_trips_through_the_writer():
+    p = load_profile("h200")
+    back = profile_from_dict(profile_to_dict(p), source="round trip")
+    assert back.moe_quantized_gemm_efficiency == p.moe_quantized_gemm_efficiency
+    assert back.sources["moe.quantized_grouped_gemm_memory_efficiency"] == \
+        p.sources["moe.quantized_grouped_gemm_memory_efficiency"]

@@ -1,0 +1,79 @@
+"""Published timings of the fused-MoE Triton kernel at small batch, and the cost model's price
+of the same call (the kernels one ``fused_moe`` benchmark call times, under a CUDA graph).
+
+Each series is a kernel benchmark's "Kernel time" (us) by batch size (tokens), with the
+tensor-parallel shard it ran: the call times the routing, ``moe_align_block_size``, the two
+FP8 activation quantisations, the two grouped GEMMs, the SiLU-and-multiply and ``moe_sum``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from hardware.profile import load_profile
+from simulator.cost import moe, moe_kernels
+from simulator.cost.cost_model import CostModel
+from simulator.cost.parallelism import Parallelism
+from simulator.cost.precision import with_precision
+from simulator.models.spec import load_model
+
+# sgl-project/sglang PR #11730 ("add tuned fuse moe kernel for qwen3 235b fp8 on h200"):
+# tuning_fused_moe_triton.py --model Qwen/Qwen3-235B-A22B-Instruct-2507 --tp-size 8
+# --dtype fp8_w8a8, the "Without tuned kernel" block, H200.
+QWEN3_235B_H200 = ("h200", "qwen3-235b-a22b", 8, "fp8",
+                   {1: 31.70, 2: 36.56, 4: 49.67, 8: 66.87, 16: 92.36, 24: 117.38,
+                    32: 124.99})
+# sgl-project/sglang PR #11816 (comment by b8zhong, 2025-10-19): tuning_fused_moe_triton.py
+# --model deepseek-ai/DeepSeek-R1 --tp 8 --dtype w8a8, the "Before" block, B200 (the PR's
+# "b200 fp8 dpsk"); DeepSeek-R1 has DeepSeek-V3's shapes.
+DEEPSEEK_R1_B200 = ("b200", "deepseek-v3", 8, "fp8",
+                    {1: 52.65, 2: 60.35, 4: 79.09, 8: 95.47, 16: 138.68})
+# vllm-project/vllm PR #19049 ("Create E=128,N=768,device_name=NVIDIA_A100-PCIE-40GB.json"),
+# "Before this PR" (default config): Qwen3-30B-A3B in bf16 at TP 1 on an A100 PCIe 40GB,
+# priced on the a100-40gb profile (the SXM4 card: the same 1,555 GB/s and 108 SMs).
+QWEN3_30B_A100_BF16 = ("a100-40gb", "qwen3-30b-a3b", 1, "bf16",
+                       {1: 109.21, 2: 159.81, 4: 268.89, 8: 403.13, 16: 611.19, 24: 730.19,
+                        32: 808.53, 48: 885.97, 64: 917.45})
+
+
+@functools.cache
+def _cost_model(profile: str, model: str, tp: int, dtype: str,
+                eta: float | None = -1.0) -> CostModel:
+    """``eta`` -1: the profile's fused-MoE streaming efficiency; else that value instead."""
+    hw = load_profile(profile)
+    if eta is None or eta >= 0:
+        hw = dataclasses.replace(hw, moe_quantized_gemm_efficiency=eta)
+    return CostModel(hw, with_precision(load_model(model), hw, dtype),
+                     Parallelism(tensor_parallel=tp))
+
+
+def fused_moe_call_s(profile: str, model: str, tp: int, dtype: str, tokens: float,
+                     eta: float | None = -1.0) -> float:
+    """The cost model's seconds for one fused-MoE call of ``tokens`` tokens: the grouped
+    GEMMs, the routing/align/sum/quantisation kernels, and the activation of the routed rows
+    (``eta``: a streaming efficiency to price it with instead of the profile's)."""
+    cm = _cost_model(profile, model, tp, dtype, eta)
+    t = np.array([float(tokens)])
+    gemms = sum(float(term[-2][0]) for term in moe.routed_terms(cm, t))
+    routing = next(float(gpu) for name, _, gpu, _, _ in moe_kernels.small_kernel_terms(
+        cm, float(tokens)) if name == "moe_routing")
+    s = cm._moe
+    rows = tokens * s.k
+    act = float(cm._roof.transfer_time(3.0 * rows * s.down_in * cm._b, "activation",
+                                       rows=rows))
+    return gemms + routing + act
+
+
+def errors(series, eta: float | None = -1.0) -> np.ndarray:
+    """Relative error of the priced call at each batch size of a series."""
+    profile, model, tp, dtype, measured = series
+    return np.array([fused_moe_call_s(profile, model, tp, dtype, t, eta) * 1e6 / us - 1.0
+                     for t, us in measured.items()])
+
+
+def best_efficiency(series, grid=tuple(np.round(np.arange(0.40, 0.951, 0.05), 2))) -> float:
+    """The streaming efficiency of ``grid`` whose priced calls have the least rms error over
+    the series (how the profiles' moe.quantized_grouped_gemm_memory_efficiency was fitted)."""
+    return min(grid, key=lambda eta: float(np.mean(errors(series, float(eta)) ** 2)))
