@@ -27,7 +27,9 @@ efficiency, no floor).  With it, hardware/roofline.py's ``gemm_time``, ``transfe
   floor, L2-resident efficiency and row bandwidth, each with its source.  The kinds are kernel
   implementations: ``gemm``; ``attention_prefill`` and ``attention_decode`` (FlashAttention with
   more than one query per request, or one); ``elementwise`` (PyTorch's vectorised elementwise
-  kernels: residual adds, GELU, and any memory-bound kernel without an entry of its own);
+  kernels: residual adds, GELU); ``other`` (a small kernel of no modelled kind: the MoE
+  routing, alignment and sum, activation quantisation, MLA's cache write: the block's own
+  latency and the flat rates unless the profile gives the kind an entry);
   ``embedding`` (the index_select gather); ``norm`` (vLLM's RMSNorm); ``activation`` (vLLM's
   SiLU-and-multiply); ``rope`` (vLLM's rotary embedding).
 
@@ -44,8 +46,9 @@ from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapp
 GEMM = "gemm"
 ATTENTION_PREFILL = "attention_prefill"   # attention of requests with more than one query
 ATTENTION_DECODE = "attention_decode"     # attention of requests with one query token
-ELEMENTWISE = "elementwise"               # any memory-bound kernel without its own entry
-TRANSFER_KINDS = (ELEMENTWISE, "embedding", "norm", "activation", "rope")
+ELEMENTWISE = "elementwise"               # residual adds and plain elementwise kernels
+OTHER = "other"  # a small kernel of no modelled kind (MoE routing, quantisation, cache writes)
+TRANSFER_KINDS = (ELEMENTWISE, "embedding", "norm", "activation", "rope", OTHER)
 KINDS = (GEMM, ATTENTION_PREFILL, ATTENTION_DECODE) + TRANSFER_KINDS
 _SCALARS = ("sm_count", "gemm_tiles", "latency_us", "min_kernel_us")
 _OPTIONAL = ("l2_cache_mib", "l2_bandwidth_gb_per_s")

@@ -66,7 +66,7 @@ import math
 
 import numpy as np
 
-from hardware.kernels import GEMM
+from hardware.kernels import GEMM, OTHER
 from simulator.cost.precision import compute_dtype
 
 BLOCK_M_SMALL, BLOCK_M, BLOCK_N = 16, 64, 128
@@ -148,7 +148,7 @@ def streaming_efficiency(cm) -> float | None:
     return cm.hardware.moe_quantized_gemm_efficiency if quantised else None
 
 
-def _transfer(cm, nbytes, kind: str = "elementwise", rows=None):
+def _transfer(cm, nbytes, kind: str = OTHER, rows=None):
     """One small kernel's GPU seconds at ``nbytes`` (tokens an array or a float)."""
     if cm._shapes:
         return cm._roof.transfer_time(nbytes, kind, rows=rows)
@@ -191,7 +191,7 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
     return [(name, sum(nb for nb, _ in kern),
-             sum(_transfer(cm, nb, "elementwise" if kind is None else kind,
+             sum(_transfer(cm, nb, OTHER if kind is None else kind,
                            rows=None if kind is None else T) for nb, kind in kern),
              len(kern), layers) for name, kern, layers in out]
 
