@@ -115,6 +115,8 @@ def main(args: argparse.Namespace) -> int:
         from reports.page import check_report_target
         check_report_target(report, overwrite=args.overwrite)
     timeline, timeline_inside = _timeline_target(args, scenario, out)
+    _check_not_inputs(args, scenario, [("--out", out), ("--report", report),
+                                       ("--timeline", timeline)])
     names = result_names([p.label for p in policies], args.results_format) + \
         ([report.name] if report_inside else []) + ([timeline.name] if timeline_inside else [])
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
@@ -146,6 +148,14 @@ def main(args: argparse.Namespace) -> int:
         path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def _check_not_inputs(args, scenario: Scenario, outputs: list) -> None:
+    """No output may be the scenario, the --vllm-args file or a trace the workload reads."""
+    from simulator.input_clash import check_outputs_not_inputs, workload_files
+    check_outputs_not_inputs(outputs, [args.scenario, args.vllm_args,
+                                       *workload_files(scenario.workload, scenario.base_dir)],
+                             folders=("--out",))
 
 
 def _timeline_target(args, scenario: Scenario, out: Path) -> tuple[Path | None, bool]:

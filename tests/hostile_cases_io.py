@@ -1,0 +1,52 @@
+"""Hostile cases of issue 37, part 5 ("nothing lost, no traceback"): an output naming the
+command's own input, JSON nested past the parser's recursion, out-of-range integers, CSVs
+above their row limit, truncated results folders and a full disk.  The bases and helpers
+are hostile_cases.py's."""
+from __future__ import annotations
+
+from tests.hostile_cases import (
+                           ANALYTIC,
+                           PLAN,
+                           PROFILE,
+                           Case,
+                           dump_yaml,
+                           run,
+                           scenario,
+)
+
+JSONL = '{"prompt": "a b c", "output": "d e"}\n'
+TRACE = "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n"
+TRACE_SCENARIO = scenario("workload", {"trace": "t.csv"})
+
+IO_CASES: list[Case] = [
+    # ---- an output that is one of the command's inputs (even with --overwrite) ----
+    Case("clash-tokenize-same-file", ("tokenize", "in.jsonl", "-o", "in.jsonl", "--overwrite",
+                                      "--tokenizer", "words"), "is the input",
+         {"in.jsonl": JSONL}),
+    Case("clash-tokenize-dotdot", ("tokenize", "in.jsonl", "-o", "./sub/../in.jsonl",
+                                   "--overwrite", "--tokenizer", "words"), "is the input",
+         {"in.jsonl": JSONL, "sub/": ""}),
+    Case("clash-tokenize-folder-pair", ("tokenize", "d", "-o", "d/a.prompt.txt",
+                                        "--overwrite", "--tokenizer", "words"), "is the input",
+         {"d/a.prompt.txt": "a b", "d/a.output.txt": "c"}),
+    Case("clash-run-report-is-scenario", run("s.yaml", "--report", "s.yaml", "--overwrite"),
+         "--report", {"s.yaml": TRACE_SCENARIO, "t.csv": TRACE}),
+    Case("clash-run-report-is-trace", run("s.yaml", "--report", "t.csv", "--overwrite"),
+         "is the input", {"s.yaml": TRACE_SCENARIO, "t.csv": TRACE}),
+    Case("clash-run-timeline-is-trace", run("s.yaml", "--timeline", "./t.csv", "--overwrite"),
+         "--timeline", {"s.yaml": TRACE_SCENARIO, "t.csv": TRACE}),
+    Case("clash-run-out-holds-scenario", run("r/s.yaml", "--out", "r", "--overwrite"),
+         "holds the input", {"r/s.yaml": scenario()}),
+    Case("clash-report-output-is-table", ("report", "r", "-o", "r/summary.csv",
+                                          "--overwrite"), "--output",
+         {"r/": "", "r/summary.csv": "policy\nnone\n", "r/manifest.json": "{}"}),
+    Case("clash-sweep-report-is-sweep", ("sweep", "w.yaml", "--report", "w.yaml",
+                                         "--overwrite"), "is the input",
+         {"w.yaml": dump_yaml(ANALYTIC)}),
+    Case("clash-plan-out-is-plan", ("plan", "p.yaml", "--out", "p.yaml", "--overwrite"),
+         "is the input", {"p.yaml": dump_yaml(PLAN)}),
+    Case("clash-calibrate-out-is-base", ("calibrate", "--from-measurements", "m",
+                                         "--hardware", "base.yaml", "--out", "base.yaml",
+                                         "--overwrite"), "is the input",
+         {"base.yaml": dump_yaml(PROFILE), "m/": ""}),
+]
