@@ -236,7 +236,7 @@ def read_results_manifest(folder: Path) -> dict | None:
     """The manifest of a specsim results folder, or None if ``folder`` is not one."""
     try:
         data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # not specsim's
         return None
     if not isinstance(data, dict) or data.get("kind") != RESULTS_MARK:
         return None

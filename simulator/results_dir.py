@@ -25,6 +25,7 @@ from simulator.engine.requests import STATUS_NAMES
 from simulator.engine.sketch import QuantileSketch
 from simulator.engine.step import STEP_FIELDS
 from simulator.engine.steps_store import totals_of
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 from simulator.results import Results
@@ -195,7 +196,8 @@ def read_manifest(results_dir: str | Path) -> dict:
         raise SpecsimError("not a folder", source=str(d), field=FIELD, fix=FIX)
     path = d / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json_text.loads(path.read_text(encoding="utf-8"), source=str(path),
+                                   field=FIELD, fix=FIX)
     except FileNotFoundError:
         raise SpecsimError("no manifest.json here", source=str(d), field=FIELD, fix=FIX) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -17,6 +17,7 @@ from tests.hostile_cases import (
 JSONL = '{"prompt": "a b c", "output": "d e"}\n'
 TRACE = "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n"
 TRACE_SCENARIO = scenario("workload", {"trace": "t.csv"})
+DEEP_JSON = "[" * 100_000 + "]" * 100_000       # past the JSON decoder's recursion limit
 
 IO_CASES: list[Case] = [
     # ---- an output that is one of the command's inputs (even with --overwrite) ----
@@ -49,4 +50,21 @@ IO_CASES: list[Case] = [
                                          "--hardware", "base.yaml", "--out", "base.yaml",
                                          "--overwrite"), "is the input",
          {"base.yaml": dump_yaml(PROFILE), "m/": ""}),
+    # ---- JSON nested past the decoder's recursion limit: one line naming the file ----
+    Case("json-deep-compare-measured", ("compare-measured", "r.json", "--scenario", "s.yaml"),
+         "r.json: RESULT: JSON nested too deeply", {"r.json": DEEP_JSON, "s.yaml": scenario()}),
+    Case("json-deep-tokenize", ("tokenize", "in.jsonl", "-o", "o.jsonl", "--tokenizer",
+                                "words"), "in.jsonl: line 2: JSON nested too deeply",
+         {"in.jsonl": JSONL + '{"prompt": ' + DEEP_JSON + ', "output": "x"}\n'}),
+    Case("json-deep-mooncake", run("s.yaml"), "t.jsonl: line 1: JSON nested too deeply",
+         {"s.yaml": scenario("workload", {"trace": "t.jsonl", "format": "mooncake"}),
+          "t.jsonl": '{"timestamp": ' + DEEP_JSON + "}\n"}),
+    Case("json-deep-trace-auto", run("s.yaml"), "JSON nested too deeply",
+         {"s.yaml": scenario("workload", {"trace": "t.jsonl"}),
+          "t.jsonl": '{"prompt_ids": ' + DEEP_JSON + "}\n"}),
+    Case("json-deep-manifest-report", ("report", "r", "-o", "x.html"),
+         "manifest.json: RESULTS_DIR: JSON nested too deeply",
+         {"r/": "", "r/manifest.json": DEEP_JSON}),
+    Case("json-deep-manifest-out", run("--out", "r"), "not an empty folder",
+         {"r/": "", "r/manifest.json": DEEP_JSON}),
 ]

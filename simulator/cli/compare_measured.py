@@ -14,13 +14,13 @@ so when the result used one.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 
 MAX_REQUESTS = 1_000_000         # requests a result may hold (README "Limits")
@@ -60,7 +60,10 @@ def _read_result(path_text: str) -> dict:
         raise SpecsimError(f"{path_text!r} is not UTF-8 text", field=FIELD,
                            fix="give the JSON file 'vllm bench serve --save-result' wrote")
     try:
-        data = json.loads(text)
+        data = json_text.loads(text, source=path_text, field=FIELD,
+                               fix="give the JSON file 'vllm bench serve --save-result' wrote")
+    except SpecsimError:
+        raise
     except ValueError as exc:
         raise SpecsimError(f"{path_text!r} is not JSON ({exc})", field=FIELD,
                            fix="give the JSON file 'vllm bench serve --save-result' wrote") \

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from simulator.cli.args import bounded_int, positive_float
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import short
 
@@ -61,7 +62,7 @@ def _jsonl_records(path: Path, arrivals: list, tasks: list) -> Iterator[tuple[st
                 continue
             where = f"line {number}"
             try:
-                record = json.loads(line)
+                record = json_text.loads(line, source=source, where=f"{where}: ")
             except json.JSONDecodeError as exc:
                 raise SpecsimError(f"{where} is not valid JSON ({exc.msg})", source=source,
                                    fix="one JSON object per line") from None
