@@ -67,4 +67,9 @@ IO_CASES: list[Case] = [
          {"r/": "", "r/manifest.json": DEEP_JSON}),
     Case("json-deep-manifest-out", run("--out", "r"), "not an empty folder",
          {"r/": "", "r/manifest.json": DEEP_JSON}),
+    # ---- a Mooncake hash_ids entry beyond int64 (was an OverflowError) ----
+    Case("mooncake-hash-id-2-70", run("s.yaml"), "hash_ids[1] is 1180591620717411303424",
+         {"s.yaml": scenario("workload", {"trace": "t.jsonl"}),
+          "t.jsonl": '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": '
+                     f'[1, {2**70}]}}\n'}),
 ]
