@@ -26,6 +26,7 @@ from simulator.engine.sketch import QuantileSketch
 from simulator.engine.step import STEP_FIELDS
 from simulator.engine.steps_store import totals_of
 from simulator.inputs import json_text
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 from simulator.results import Results
@@ -112,11 +113,19 @@ FIELD = "RESULTS_DIR"
 FIX = "give the folder that 'specsim run --out' wrote"
 
 OPTIONAL_TABLES = ("sweep", "plan", "validation", "calibration")
+# rows of one results table read back, counted before it is parsed: a requests table has at
+# most MAX_REQUESTS rows, a sampled steps table at most 1,000,000; a steps table kept whole
+# (engine.steps_table: all) above this is refused rather than parsed into gigabytes
+MAX_RESULTS_ROWS = 10_000_000
 
 
 def read_table(path: Path, fmt: str) -> pd.DataFrame:
     if not path.exists():
         raise SpecsimError(f"missing {path.name}", source=str(path.parent), field=FIELD, fix=FIX)
+    if fmt != "parquet":
+        check_csv_rows(path, MAX_RESULTS_ROWS, what="a results table", field=FIELD,
+                       fix="rerun with engine.steps_table: sampled (a steps table of at most "
+                           "1,000,000 rows)")
     try:
         if fmt == "parquet":
             return pd.read_parquet(path)

@@ -18,6 +18,10 @@ JSONL = '{"prompt": "a b c", "output": "d e"}\n'
 TRACE = "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n"
 TRACE_SCENARIO = scenario("workload", {"trace": "t.csv"})
 DEEP_JSON = "[" * 100_000 + "]" * 100_000       # past the JSON decoder's recursion limit
+# one row above each limit (calibrate.measured.MAX_MEASUREMENT_ROWS, workloads.workload.
+# MAX_REQUESTS): refused from a line count, before pandas parses a byte
+KERNEL_CSV_TOO_LONG = "time_stats.emb.median\n" + "1\n" * 200_001
+TRACE_TOO_LONG = "arrival_s,prompt_tokens,output_tokens\n" + "0,1,1\n" * 1_000_001
 
 IO_CASES: list[Case] = [
     # ---- an output that is one of the command's inputs (even with --overwrite) ----
@@ -72,4 +76,13 @@ IO_CASES: list[Case] = [
          {"s.yaml": scenario("workload", {"trace": "t.jsonl"}),
           "t.jsonl": '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": '
                      f'[1, {2**70}]}}\n'}),
+    # ---- every CSV is counted against its row limit before it is parsed ----
+    Case("rows-calibrate-measurements", ("calibrate", "--from-measurements", "m",
+                                         "--hardware", "a100-80gb", "--out", "c.yaml"),
+         "more than 200,000 rows", {"m/org/model/mlp.csv": KERNEL_CSV_TOO_LONG}),
+    Case("rows-validate-measurements", ("validate", "--profile", "a100-80gb",
+                                        "--measurements", "m"), "more than 200,000 rows",
+         {"m/org/model/attention.csv": KERNEL_CSV_TOO_LONG}),
+    Case("rows-trace-csv", run("s.yaml"), "more than 1,000,000 rows",
+         {"s.yaml": TRACE_SCENARIO, "t.csv": TRACE_TOO_LONG}),
 ]

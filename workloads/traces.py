@@ -28,13 +28,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import clip, short
 from workloads.csv_columns import azure_ns_fast as _azure_ns_fast
 from workloads.csv_columns import digit_counts as _digit_counts
 from workloads.jsonl import json_lines
 from workloads.token_trace import looks_like_token_trace, read_token_trace
-from workloads.workload import MAX_ARRIVAL_S, MAX_BLOCK_ID, MAX_TOKENS_PER_REQUEST, Workload
+from workloads.workload import (
+    MAX_ARRIVAL_S,
+    MAX_BLOCK_ID,
+    MAX_REQUESTS,
+    MAX_TOKENS_PER_REQUEST,
+    Workload,
+)
 
 DEFAULT_TRACE_PATH = Path(__file__).resolve().parent / "data" / "default_trace.csv"
 
@@ -51,6 +58,9 @@ SPECSIM_OPTIONAL = ("task",)
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     """Read a CSV as strings (conversion and its errors are ours); require the columns."""
+    check_csv_rows(path, MAX_REQUESTS, what="a trace's requests (its lines)",
+                   fix=f"cut the trace to at most {MAX_REQUESTS:,} requests (head -n "
+                       f"{MAX_REQUESTS + 1} keeps the header and that many)")
     try:
         # Blank lines are kept so that row index + 2 is the line number in the file.
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
@@ -229,6 +239,10 @@ def read_mooncake(path: str | Path) -> Workload:
         if not isinstance(record, dict):
             raise SpecsimError(f"line {number} is not a JSON object", source=str(path),
                                fix="one JSON object per line")
+        if len(lines) == MAX_REQUESTS:  # refused as it streams, before it is all held
+            raise SpecsimError(f"line {number}: more than {MAX_REQUESTS:,} requests",
+                               source=str(path), fix=f"cut the trace to at most "
+                               f"{MAX_REQUESTS:,} lines")
         for key in MOONCAKE_KEYS:
             value = record.get(key)
             if type(value) not in (int, float):

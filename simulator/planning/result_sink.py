@@ -13,7 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
+
+# rows of a sweep's CSV, counted before it is read back: twice the largest sweep (2,000,000
+# analytic points), room for a failed point's row and its rerun's
+MAX_SINK_ROWS = 4_000_000
 
 
 class ResultSink:
@@ -99,6 +104,8 @@ class ResultSink:
         if self.fmt == "csv":
             if not self.path.exists() or self.path.stat().st_size == 0:
                 return pd.DataFrame()
+            check_csv_rows(self.path, MAX_SINK_ROWS, what="a sweep's results file",
+                           field="--out", fix="give a new --out, or add --restart")
             df = pd.read_csv(self.path, dtype={"key": str})  # an all-digit hash is no number
         else:
             parts = sorted(self.path.glob("part-*.parquet")) if self.path.is_dir() else []
