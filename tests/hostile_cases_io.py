@@ -85,4 +85,10 @@ IO_CASES: list[Case] = [
          {"m/org/model/attention.csv": KERNEL_CSV_TOO_LONG}),
     Case("rows-trace-csv", run("s.yaml"), "more than 1,000,000 rows",
          {"s.yaml": TRACE_SCENARIO, "t.csv": TRACE_TOO_LONG}),
+    # ---- a configuration error before any simulation (the default map: 612 points, 49 s
+    #      before the fix on a 2-core machine; the timeout is well below that) ----
+    Case("gamma-map-mtp-default-grid", ("gamma-map", "--policy", "mtp"),
+         "policy mtp, gamma 1", timeout_s=30),
+    Case("gamma-map-tp-default-grid", ("gamma-map", "--tensor-parallel", "3"),
+         "not divisible by tensor_parallel=3", timeout_s=30),
 ]
