@@ -105,18 +105,7 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     dep, policies, workload, rng, tcost = (run.deployment, run.policies, run.workload, run.rng,
                                            run.target_cost)
     b = scenario.batching
-    max_verify = dep.max_verify_tokens
-    if b.max_num_batched_tokens < max_verify:
-        raise SpecsimError(
-            f"max_num_batched_tokens={b.max_num_batched_tokens} cannot hold one request's "
-            f"verification step of {max_verify} tokens", field="batching.max_num_batched_tokens",
-            fix=f"raise it to at least {max_verify} or lower num_speculative_tokens")
-    table = RequestTable(workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
-    ok = admissible(table, scenario, dep)
-    if not ok.any():
-        raise SpecsimError(f"no request can be served: {table.reject_reason[0]}",
-                           field="workload", fix="use a model with a longer context, more "
-                           "memory or tensor parallelism, or shorter requests")
+    table, ok = _servable(scenario, run)
     limits = EngineLimits(max_num_seqs=b.max_num_seqs,
                           max_num_batched_tokens=b.max_num_batched_tokens,
                           enable_chunked_prefill=b.enable_chunked_prefill,
@@ -145,6 +134,46 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     results.info["engine"] = engine_stats(scenario, replicas)
     results.info["prefix_cache"] = prefix_cache_stats(scenario, workload, replicas)
     return results
+
+
+def _servable(scenario: Scenario, run: Prepared) -> tuple[RequestTable, np.ndarray]:
+    """The request table and which requests can be admitted; an error when a verification
+    step cannot fit a batch or no request can be served."""
+    b, dep, workload = scenario.batching, run.deployment, run.workload
+    max_verify = dep.max_verify_tokens
+    if b.max_num_batched_tokens < max_verify:
+        raise SpecsimError(
+            f"max_num_batched_tokens={b.max_num_batched_tokens} cannot hold one request's "
+            f"verification step of {max_verify} tokens", field="batching.max_num_batched_tokens",
+            fix=f"raise it to at least {max_verify} or lower num_speculative_tokens")
+    table = RequestTable(workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
+    ok = admissible(table, scenario, dep)
+    if not ok.any():
+        raise SpecsimError(f"no request can be served: {table.reject_reason[0]}",
+                           field="workload", fix="use a model with a longer context, more "
+                           "memory or tensor parallelism, or shorter requests")
+    return table, ok
+
+
+def check_runnable(scenario: Scenario, *, workload=None, where: str | None = None,
+                   infeasible_ok: bool = False):
+    """Every check ``simulate(scenario)`` makes before its first engine step (names, the
+    deployment and its memory plan, the policy against the models, the trace, a request it
+    can serve), without running the engine; returns the trace (``workload=`` passes it to
+    the next scenario of the same seed and workload).  ``where`` (a candidate, a --compare
+    entry) goes before the error's field.  With ``infeasible_ok`` (a plan, whose table
+    reports it) a deployment that does not fit passes and servability is not checked."""
+    try:
+        run = prepare(scenario, workload=workload)
+        if not infeasible_ok:
+            _servable(scenario, run)
+    except SpecsimError as exc:
+        if infeasible_ok and exc.field == "parallelism":  # "does not fit": a result
+            return workload
+        if where is None:
+            raise
+        raise exc.relocated(prefix=f"{where}: ") from None
+    return run.workload
 
 
 def prefix_cache_stats(scenario: Scenario, workload, replicas: list[Replica]) -> dict:

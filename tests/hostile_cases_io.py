@@ -91,4 +91,5 @@ IO_CASES: list[Case] = [
          "policy mtp, gamma 1", timeout_s=30),
     Case("gamma-map-tp-default-grid", ("gamma-map", "--tensor-parallel", "3"),
          "not divisible by tensor_parallel=3", timeout_s=30),
+    Case("run-compare-third-entry-bad", run("--compare", "none,chain,mtp"), "--compare mtp"),
 ]

@@ -62,10 +62,17 @@ def simulate(scenario: Scenario, **kwargs):
 
 
 def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
-    """Simulate ``scenario`` once per policy; same trace, same seed."""
+    """Simulate ``scenario`` once per policy; same trace, same seed.  Every policy is checked
+    first (``check_runnable``: the deployment, the policy against the models, a servable
+    request), so a bad third entry of --compare fails before the first one runs."""
+    from simulator.simulate import check_runnable
+    scenarios = [scenario.with_policy(pol) for pol in policies]
+    workload = None
+    for pol, sc in zip(policies, scenarios):  # the trace is drawn once
+        workload = check_runnable(sc, workload=workload, where=f"--compare {pol.label}"
+                                  if len(policies) > 1 else None)
     out = []
-    for pol in policies:
-        sc = scenario.with_policy(pol)
+    for pol, sc in zip(policies, scenarios):
         with Progress(pol.label, unit="requests", enabled=progress) as bar:
             out.append(simulate(sc, progress=bar.set))
     return out
