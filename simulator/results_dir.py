@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,18 @@ def result_names(labels: list[str], fmt: str) -> list[str]:
     return names
 
 
+@contextmanager
+def _writing(path: Path):
+    """An OSError while writing ``path`` names it: pandas' and numpy's writes raise a bare
+    ``[Errno 28] No space left on device`` that does not say which file."""
+    try:
+        yield path
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
 def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, scenario,
                          fmt: str) -> dict:
     """Write every table of ``results`` into ``folder``; return the manifest's content."""
@@ -91,20 +104,23 @@ def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, sce
             entry["step_totals"] = r.step_totals
         if r.itl_sketch is not None:
             entry["itl_sketch"] = f"{stem}.itl_sketch.npz"
-            np.savez(folder / entry["itl_sketch"], **r.itl_sketch.to_arrays())
+            with _writing(folder / entry["itl_sketch"]) as path:
+                np.savez(path, **r.itl_sketch.to_arrays())
         manifest["policies"].append(entry)
         tables = (("requests", r.requests), ("steps", r.steps),
                   ("acceptance", r.acceptance_frame()))
         for name, df in tables:
-            path = folder / f"{stem}.{name}.{fmt}"
-            if fmt == "parquet":
-                df.to_parquet(path, index=False)
-            else:
-                df.to_csv(path, index=False)
-        np.save(folder / f"{stem}.itl.npy", r.itl_s)
-    summary.to_csv(folder / "summary.csv", index=False)
-    (folder / "scenario.yaml").write_text(yaml.safe_dump(dict(scenario.raw), sort_keys=False),
-                                          encoding="utf-8")
+            with _writing(folder / f"{stem}.{name}.{fmt}") as path:
+                if fmt == "parquet":
+                    df.to_parquet(path, index=False)
+                else:
+                    df.to_csv(path, index=False)
+        with _writing(folder / f"{stem}.itl.npy") as path:
+            np.save(path, r.itl_s)
+    with _writing(folder / "summary.csv") as path:
+        summary.to_csv(path, index=False)
+    with _writing(folder / "scenario.yaml") as path:
+        path.write_text(yaml.safe_dump(dict(scenario.raw), sort_keys=False), encoding="utf-8")
     return manifest
 
 

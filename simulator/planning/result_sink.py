@@ -128,11 +128,20 @@ class ResultSink:
             self.flush()
 
     def flush(self) -> None:
+        """Write the buffered rows; an OSError (a full disk) is one error naming the file,
+        and an append cut short is undone (no half row left for the next resume)."""
         self._last = time.monotonic()
         if not self._buffer:
             return
         new = pd.DataFrame(self._buffer)
         self._buffer = []
+        try:
+            self._flush(new)
+        except OSError as exc:
+            from simulator.output_paths import os_error
+            raise os_error(exc, self.path, "--out") from None
+
+    def _flush(self, new: pd.DataFrame) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.fmt == "parquet":
             self.path.mkdir(exist_ok=True)
@@ -150,7 +159,13 @@ class ResultSink:
             return
         columns = list(pd.read_csv(self.path, nrows=0).columns)
         if set(new.columns) <= set(columns):
-            new.reindex(columns=columns).to_csv(self.path, mode="a", header=False, index=False)
+            size = self.path.stat().st_size
+            try:
+                new.reindex(columns=columns).to_csv(self.path, mode="a", header=False,
+                                                    index=False)
+            except BaseException:
+                os.truncate(self.path, size)  # the rows before stay whole
+                raise
             return
         old = pd.read_csv(self.path, dtype={"key": str})
         self._write_whole(pd.concat([old, new], ignore_index=True))  # new columns
