@@ -14,6 +14,7 @@ not write is never replaced.
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,9 +107,10 @@ def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, sce
             entry["itl_sketch"] = f"{stem}.itl_sketch.npz"
             with _writing(folder / entry["itl_sketch"]) as path:
                 np.savez(path, **r.itl_sketch.to_arrays())
-        manifest["policies"].append(entry)
         tables = (("requests", r.requests), ("steps", r.steps),
                   ("acceptance", r.acceptance_frame()))
+        entry["rows"] = {name: int(len(df)) for name, df in tables}  # read back: checked
+        manifest["policies"].append(entry)
         for name, df in tables:
             with _writing(folder / f"{stem}.{name}.{fmt}") as path:
                 if fmt == "parquet":
@@ -135,20 +137,55 @@ OPTIONAL_TABLES = ("sweep", "plan", "validation", "calibration")
 MAX_RESULTS_ROWS = 10_000_000
 
 
-def read_table(path: Path, fmt: str) -> pd.DataFrame:
+def read_table(path: Path, fmt: str, rows: int | None = None) -> pd.DataFrame:
+    """One table of a results folder; ``rows``: the count its manifest lists (folders since
+    issue 37), so that a file cut short or edited is refused, naming it, not reported on."""
     if not path.exists():
         raise SpecsimError(f"missing {path.name}", source=str(path.parent), field=FIELD, fix=FIX)
     if fmt != "parquet":
         check_csv_rows(path, MAX_RESULTS_ROWS, what="a results table", field=FIELD,
                        fix="rerun with engine.steps_table: sampled (a steps table of at most "
                            "1,000,000 rows)")
+        _check_last_line(path)
     try:
-        if fmt == "parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
+        df = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
     except (ValueError, OSError, ImportError) as exc:
         raise SpecsimError(f"cannot read {path.name}: {exc}", source=str(path.parent),
                            field=FIELD, fix=FIX) from None
+    if rows is not None and len(df) != rows:
+        raise SpecsimError(f"{len(df):,} rows where the manifest lists {rows:,}: the file was "
+                           "cut short or edited", source=str(path), field=FIELD, fix=REWRITE)
+    return df
+
+
+REWRITE = "run 'specsim run' again to write the folder whole"
+
+
+def _check_last_line(path: Path) -> None:
+    """pandas ends every CSV it writes with a newline: a last line without one is a file cut
+    in the middle of a row (a full disk, a killed copy)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() == 0:
+                return
+            handle.seek(-1, os.SEEK_END)
+            last = handle.read(1)
+    except OSError:
+        return  # read_csv names the problem
+    if last != b"\n":
+        raise SpecsimError("the last row is cut off (no newline at the end of the file)",
+                           source=str(path), field=FIELD, fix=REWRITE)
+
+
+def _row_counts(entry: dict, source: str) -> dict[str, int]:
+    """The manifest's ``rows`` of a policy (empty for folders written before it existed)."""
+    rows = entry.get("rows", {})
+    if not isinstance(rows, dict) or not all(
+            type(v) is int and v >= 0 for v in rows.values()):
+        raise SpecsimError("'rows' must map table names to row counts", source=source,
+                           field="rows", fix=REWRITE)
+    return rows
 
 
 def _requests(df: pd.DataFrame) -> pd.DataFrame:
@@ -254,12 +291,15 @@ def load_results_dir(results_dir: str | Path) -> tuple[list[Results], Scenario, 
     for entry in manifest["policies"]:
         stem, label = str(entry["stem"]), str(entry["label"])
         acc_path = d / f"{stem}.acceptance.{fmt}"
-        accepted, drafted = _histograms(read_table(acc_path, fmt), str(acc_path))
+        rows = _row_counts(entry, str(d / "manifest.json"))
+        accepted, drafted = _histograms(read_table(acc_path, fmt, rows.get("acceptance")),
+                                        str(acc_path))
         itl, sketch = _itl(d, stem, entry)
         results.append(Results(
             label=label,
-            requests=_requests(read_table(d / f"{stem}.requests.{fmt}", fmt)),
-            steps=read_table(d / f"{stem}.steps.{fmt}", fmt),
+            requests=_requests(read_table(d / f"{stem}.requests.{fmt}", fmt,
+                                          rows.get("requests"))),
+            steps=read_table(d / f"{stem}.steps.{fmt}", fmt, rows.get("steps")),
             itl_s=itl, accepted_hist=accepted, drafted_hist=drafted,
             scenario=_policy_scenario(scenario, label), info=dict(entry.get("info") or {}),
             itl_sketch=sketch, step_totals=_step_totals(entry, str(d / "manifest.json"))))
