@@ -92,4 +92,7 @@ IO_CASES: list[Case] = [
     Case("gamma-map-tp-default-grid", ("gamma-map", "--tensor-parallel", "3"),
          "not divisible by tensor_parallel=3", timeout_s=30),
     Case("run-compare-third-entry-bad", run("--compare", "none,chain,mtp"), "--compare mtp"),
+    # ---- estimate's default draft comes from the target's family, or is refused ----
+    Case("estimate-no-draft-for-target", ("estimate", "--target", "mixtral-8x7b"),
+         "the catalog holds no draft for mixtral-8x7b"),
 ]
