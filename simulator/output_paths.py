@@ -31,10 +31,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from simulator.inputs.errors import SpecsimError
-from simulator.output_lock import TEMP_PREFIX, OutputLock, describe_os_error, os_error
+from simulator.output_lock import (  # noqa: F401 - callers import the lock and helpers here
+    TEMP_PREFIX,
+    OutputLock,
+    describe_os_error,
+    os_error,
+)
 from simulator.output_lock import display_path as _display
-
-__all__ = ["TEMP_PREFIX", "OutputLock", "describe_os_error", "os_error"]  # re-exported
 
 RESULTS_MARK = "specsim-results"   # manifest.json: {"kind": RESULTS_MARK, "files": [...]}
 MANIFEST = "manifest.json"
