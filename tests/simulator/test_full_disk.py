@@ -75,3 +75,20 @@ def test_a_full_disk_while_appending_to_a_sweep_keeps_the_rows_before(tmp_path, 
 ])
 def test_describe_os_error_always_gives_a_reason(exc, text):
     assert describe_os_error(exc) == text
+
+
+def test_a_full_disk_while_writing_a_file_output_leaves_the_old_file(tmp_path):
+    """tokenize, plan --out, report -o, --timeline: a temporary sibling renamed into place;
+    a write cut short names the target and leaves the earlier file and no temporary."""
+    from simulator.inputs.errors import SpecsimError
+    from simulator.output_paths import write_file_atomic
+    target = tmp_path / "table.csv"
+    target.write_text("old,complete\n")
+
+    def half_then_full(tmp):
+        tmp.write_text("new,half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(SpecsimError, match=r"--out: cannot write '.*table\.csv': no space left"):
+        write_file_atomic(target, half_then_full, "--out")
+    assert target.read_text() == "old,complete\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["table.csv"]
