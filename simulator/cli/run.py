@@ -72,9 +72,9 @@ def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
         workload = check_runnable(sc, workload=workload, where=f"--compare {pol.label}"
                                   if len(policies) > 1 else None)
     out = []
-    for pol, sc in zip(policies, scenarios):
+    for pol, sc in zip(policies, scenarios):  # the checked trace: not drawn (read) again
         with Progress(pol.label, unit="requests", enabled=progress) as bar:
-            out.append(simulate(sc, progress=bar.set))
+            out.append(simulate(sc, workload=workload, progress=bar.set))
     return out
 
 
