@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from hardware.roofline import Roofline
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 
 STATISTICS = ("median", "min", "mean")
@@ -71,6 +72,10 @@ DTYPE = "fp16"          # Vidur profiles every operator in float16
 DTYPE_BYTES = 2
 INDEX_BYTES = 8         # int64 token ids
 MAX_FILES = 10_000
+# rows of one kernel CSV, counted before it is parsed: the largest published file (Vidur's
+# Llama-2-70b attention_tp2.csv on A100) has 14,658; a 1,000,000-row file took 500 s and
+# 3.5 GB in pandas before this limit
+MAX_MEASUREMENT_ROWS = 200_000
 # columns of the long table, one row per measured kernel
 COLUMNS = ("kind", "dtype", "model", "op", "tp", "tokens", "batch", "context", "chunk",
            "n_head", "n_kv_head", "n_embd", "n_expanded_embd", "gated", "count", "measured_s")
@@ -196,6 +201,9 @@ def load_measurements(root: str | Path, *, statistic: str = "median", models=Non
     if not keep:
         raise SpecsimError("every model is excluded", field="--exclude-model",
                            fix="leave at least one model in")
+    for _, path in keep:  # every file counted before any is parsed
+        check_csv_rows(path, MAX_MEASUREMENT_ROWS, what="one kernel CSV", field=field,
+                       fix="give Vidur-format kernel CSVs, or split the file")
     parts = []
     for model, path in keep:
         try:

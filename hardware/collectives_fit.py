@@ -26,9 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 
 KIB = 1024
+# rows of one collectives CSV, counted before it is read: Vidur's largest (a100_dgx
+# all_reduce.csv) has 6,958
+MAX_COLLECTIVE_ROWS = 200_000
 
 
 def _design(s: np.ndarray, knots: tuple[float, ...]) -> np.ndarray:
@@ -164,6 +168,8 @@ def measured_medians(path: str | Path, op: str) -> dict[int, tuple[np.ndarray, n
     rows of ``time_stats.<op>.median`` (ms) per (num_workers, size), packed placement only."""
     col = f"time_stats.{op}.median"
     groups: dict[tuple[int, int], list[float]] = {}
+    check_csv_rows(path, MAX_COLLECTIVE_ROWS, what="one collectives CSV",
+                   fix="give a Vidur network CSV")
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
             world, per_node = int(row["num_workers"]), int(row["devices_per_node"])

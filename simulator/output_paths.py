@@ -23,8 +23,6 @@ Every check runs before anything is removed.  OS errors on these paths become on
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import shutil
@@ -33,27 +31,16 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from simulator.inputs.errors import SpecsimError
+from simulator.output_lock import (  # noqa: F401 - callers import the lock and helpers here
+    TEMP_PREFIX,
+    OutputLock,
+    describe_os_error,
+    os_error,
+)
+from simulator.output_lock import display_path as _display
 
-TEMP_PREFIX = ".specsim-"
 RESULTS_MARK = "specsim-results"   # manifest.json: {"kind": RESULTS_MARK, "files": [...]}
 MANIFEST = "manifest.json"
-
-
-MAX_PATH_ECHO = 200  # characters of a path echoed in an error
-
-
-def describe_os_error(exc: OSError) -> str:
-    """``[Errno 13] Permission denied: 'x'`` -> ``permission denied``."""
-    text = exc.strerror or (errno.errorcode.get(exc.errno or 0) or type(exc).__name__)
-    return text[:1].lower() + text[1:]
-
-
-def os_error(exc: OSError, path: Path | str, field: str, action: str = "write") -> SpecsimError:
-    """An OS error on a user's path as one SpecsimError line."""
-    fix = "choose a shorter path" if exc.errno == errno.ENAMETOOLONG else \
-        "choose a path in a folder you can write to"
-    return SpecsimError(f"cannot {action} {_display(path)}: {describe_os_error(exc)}",
-                        field=field, fix=fix)
 
 
 def _umask() -> int:
@@ -69,11 +56,6 @@ def _umask() -> int:
     return mask
 
 
-def _display(path: Path | str) -> str:
-    from simulator.inputs.yaml_io import clip
-    return clip(repr(str(path)), MAX_PATH_ECHO)
-
-
 def check_parent(path: Path, field: str) -> Path:
     """The folder a new ``path`` would live in: it must exist and be a folder."""
     parent = path.parent
@@ -87,61 +69,6 @@ def check_parent(path: Path, field: str) -> Path:
     except OSError as exc:
         raise os_error(exc, path, field, "use") from None
     return parent
-
-
-# --------------------------------------------------------------------------- the lock
-class OutputLock:
-    """An exclusive, non-blocking lock on one output path, held until ``release``.
-
-    The lock file sits beside the target; ``flock`` is released by the kernel when the
-    holder dies, so a stale file never blocks a later run.  The path is re-checked after
-    locking (a releasing holder unlinks it), so two writers never both hold it.
-    """
-
-    def __init__(self, target: Path, field: str) -> None:
-        self.path = target.parent / f"{TEMP_PREFIX}{target.name}.lock"
-        self.field = field
-        self._fd: int | None = None
-        for _ in range(20):
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise os_error(exc, target, field) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise SpecsimError(f"another specsim command is writing {_display(target)}",
-                                       field=field, fix="wait for it to finish, or choose "
-                                       "another path") from None
-                raise os_error(exc, target, field) from None
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._fd = fd
-                return
-            os.close(fd)  # the previous holder unlinked it between our open and our lock
-        raise SpecsimError(f"cannot lock {_display(target)}", field=field,
-                           fix="retry, or choose another path")
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-        os.close(self._fd)
-        self._fd = None
-
-    def __enter__(self) -> "OutputLock":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
 
 # --------------------------------------------------------------------------- files
@@ -236,7 +163,7 @@ def read_results_manifest(folder: Path) -> dict | None:
     """The manifest of a specsim results folder, or None if ``folder`` is not one."""
     try:
         data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # not specsim's
         return None
     if not isinstance(data, dict) or data.get("kind") != RESULTS_MARK:
         return None
@@ -365,13 +292,19 @@ class ResultsFolderWriter:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        tmp = self.path
         try:
             if self.path is not None and self.path.exists():
                 shutil.rmtree(self.path, ignore_errors=True)  # our own fresh temporary
         finally:
             if self._lock is not None:
                 self._lock.release()
+        if isinstance(exc, OSError):  # filling the folder failed (a full disk): name the file
+            name = Path(exc.filename) if isinstance(exc.filename, (str, Path)) else None
+            where = self.out / name.name if name is not None and tmp is not None and \
+                name.parent == tmp else (name or self.out)
+            raise os_error(exc, where, self.field) from None
 
     def commit(self, manifest: dict) -> Path:
         """Write ``manifest`` (plus the mark and the file list) and put the folder in place."""

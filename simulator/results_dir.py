@@ -17,7 +17,9 @@ not write is never replaced.
 from __future__ import annotations
 
 import json
+import os
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,8 @@ from simulator.engine.requests import STATUS_NAMES
 from simulator.engine.sketch import QuantileSketch
 from simulator.engine.step import STEP_FIELDS
 from simulator.engine.steps_store import totals_of
+from simulator.inputs import json_text
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 from simulator.results import Results
@@ -81,6 +85,18 @@ def result_names(labels: list[str], fmt: str) -> list[str]:
     return names
 
 
+@contextmanager
+def _writing(path: Path):
+    """An OSError while writing ``path`` names it: pandas' and numpy's writes raise a bare
+    ``[Errno 28] No space left on device`` that does not say which file."""
+    try:
+        yield path
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
 def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, scenario,
                          fmt: str) -> dict:
     """Write every table of ``results`` into ``folder``; return the manifest's content."""
@@ -93,20 +109,24 @@ def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, sce
             entry["step_totals"] = r.step_totals
         if r.itl_sketch is not None:
             entry["itl_sketch"] = f"{stem}.itl_sketch.npz"
-            np.savez(folder / entry["itl_sketch"], **r.itl_sketch.to_arrays())
-        manifest["policies"].append(entry)
+            with _writing(folder / entry["itl_sketch"]) as path:
+                np.savez(path, **r.itl_sketch.to_arrays())
         tables = (("requests", r.requests), ("steps", r.steps),
                   ("acceptance", r.acceptance_frame()))
+        entry["rows"] = {name: int(len(df)) for name, df in tables}  # read back: checked
+        manifest["policies"].append(entry)
         for name, df in tables:
-            path = folder / f"{stem}.{name}.{fmt}"
-            if fmt == "parquet":
-                df.to_parquet(path, index=False)
-            else:
-                df.to_csv(path, index=False)
-        np.save(folder / f"{stem}.itl.npy", r.itl_s)
-    summary.to_csv(folder / "summary.csv", index=False)
-    (folder / "scenario.yaml").write_text(yaml.safe_dump(dict(scenario.raw), sort_keys=False),
-                                          encoding="utf-8")
+            with _writing(folder / f"{stem}.{name}.{fmt}") as path:
+                if fmt == "parquet":
+                    df.to_parquet(path, index=False)
+                else:
+                    df.to_csv(path, index=False)
+        with _writing(folder / f"{stem}.itl.npy") as path:
+            np.save(path, r.itl_s)
+    with _writing(folder / "summary.csv") as path:
+        summary.to_csv(path, index=False)
+    with _writing(folder / "scenario.yaml") as path:
+        path.write_text(yaml.safe_dump(dict(scenario.raw), sort_keys=False), encoding="utf-8")
     return manifest
 
 
@@ -115,18 +135,61 @@ FIELD = "RESULTS_DIR"
 FIX = "give the folder that 'specsim run --out' wrote"
 
 OPTIONAL_TABLES = ("sweep", "plan", "validation", "calibration")
+# rows of one results table read back, counted before it is parsed: a requests table has at
+# most MAX_REQUESTS rows, a sampled steps table at most 1,000,000; a steps table kept whole
+# (engine.steps_table: all) above this is refused rather than parsed into gigabytes
+MAX_RESULTS_ROWS = 10_000_000
 
 
-def read_table(path: Path, fmt: str) -> pd.DataFrame:
+def read_table(path: Path, fmt: str, rows: int | None = None) -> pd.DataFrame:
+    """One table of a results folder; ``rows``: the count its manifest lists (folders since
+    issue 37), so that a file cut short or edited is refused, naming it, not reported on."""
     if not path.exists():
         raise SpecsimError(f"missing {path.name}", source=str(path.parent), field=FIELD, fix=FIX)
+    if fmt != "parquet":
+        check_csv_rows(path, MAX_RESULTS_ROWS, what="a results table", field=FIELD,
+                       fix="rerun with engine.steps_table: sampled (a steps table of at most "
+                           "1,000,000 rows)")
+        _check_last_line(path)
     try:
-        if fmt == "parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
+        df = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
     except (ValueError, OSError, ImportError) as exc:
         raise SpecsimError(f"cannot read {path.name}: {exc}", source=str(path.parent),
                            field=FIELD, fix=FIX) from None
+    if rows is not None and len(df) != rows:
+        raise SpecsimError(f"{len(df):,} rows where the manifest lists {rows:,}: the file was "
+                           "cut short or edited", source=str(path), field=FIELD, fix=REWRITE)
+    return df
+
+
+REWRITE = "run 'specsim run' again to write the folder whole"
+
+
+def _check_last_line(path: Path) -> None:
+    """pandas ends every CSV it writes with a newline: a last line without one is a file cut
+    in the middle of a row (a full disk, a killed copy)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() == 0:
+                return
+            handle.seek(-1, os.SEEK_END)
+            last = handle.read(1)
+    except OSError:
+        return  # read_csv names the problem
+    if last != b"\n":
+        raise SpecsimError("the last row is cut off (no newline at the end of the file)",
+                           source=str(path), field=FIELD, fix=REWRITE)
+
+
+def _row_counts(entry: dict, source: str) -> dict[str, int]:
+    """The manifest's ``rows`` of a policy (empty for folders written before it existed)."""
+    rows = entry.get("rows", {})
+    if not isinstance(rows, dict) or not all(
+            type(v) is int and v >= 0 for v in rows.values()):
+        raise SpecsimError("'rows' must map table names to row counts", source=source,
+                           field="rows", fix=REWRITE)
+    return rows
 
 
 def _requests(df: pd.DataFrame) -> pd.DataFrame:
@@ -199,7 +262,8 @@ def read_manifest(results_dir: str | Path) -> dict:
         raise SpecsimError("not a folder", source=str(d), field=FIELD, fix=FIX)
     path = d / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json_text.loads(path.read_text(encoding="utf-8"), source=str(path),
+                                   field=FIELD, fix=FIX)
     except FileNotFoundError:
         raise SpecsimError("no manifest.json here", source=str(d), field=FIELD, fix=FIX) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -231,12 +295,15 @@ def load_results_dir(results_dir: str | Path) -> tuple[list[Results], Scenario, 
     for entry in manifest["policies"]:
         stem, label = str(entry["stem"]), str(entry["label"])
         acc_path = d / f"{stem}.acceptance.{fmt}"
-        accepted, drafted = _histograms(read_table(acc_path, fmt), str(acc_path))
+        rows = _row_counts(entry, str(d / "manifest.json"))
+        accepted, drafted = _histograms(read_table(acc_path, fmt, rows.get("acceptance")),
+                                        str(acc_path))
         itl, sketch = _itl(d, stem, entry)
         results.append(Results(
             label=label,
-            requests=_requests(read_table(d / f"{stem}.requests.{fmt}", fmt)),
-            steps=read_table(d / f"{stem}.steps.{fmt}", fmt),
+            requests=_requests(read_table(d / f"{stem}.requests.{fmt}", fmt,
+                                          rows.get("requests"))),
+            steps=read_table(d / f"{stem}.steps.{fmt}", fmt, rows.get("steps")),
             itl_s=itl, accepted_hist=accepted, drafted_hist=drafted,
             scenario=_policy_scenario(scenario, label), info=dict(entry.get("info") or {}),
             itl_sketch=sketch, step_totals=_step_totals(entry, str(d / "manifest.json"))))

@@ -107,18 +107,7 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     dep, policies, workload, rng, tcost = (run.deployment, run.policies, run.workload, run.rng,
                                            run.target_cost)
     b = scenario.batching
-    max_verify = dep.max_verify_tokens
-    if b.max_num_batched_tokens < max_verify:
-        raise SpecsimError(
-            f"max_num_batched_tokens={b.max_num_batched_tokens} cannot hold one request's "
-            f"verification step of {max_verify} tokens", field="batching.max_num_batched_tokens",
-            fix=f"raise it to at least {max_verify} or lower num_speculative_tokens")
-    table = RequestTable(workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
-    ok = admissible(table, scenario, dep)
-    if not ok.any():
-        raise SpecsimError(f"no request can be served: {table.reject_reason[0]}",
-                           field="workload", fix="use a model with a longer context, more "
-                           "memory or tensor parallelism, or shorter requests")
+    table, ok = _servable(scenario, run)
     limits = EngineLimits(max_num_seqs=b.max_num_seqs,
                           max_num_batched_tokens=b.max_num_batched_tokens,
                           enable_chunked_prefill=b.enable_chunked_prefill,
@@ -131,7 +120,8 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     replicas: list[Replica] = []
     source, on_finish = _client(env, table, replicas, scenario, ok, workload, on_finish)
     streams = replica_streams(rng, len(policies))
-    keys = cache_keys(workload, table, limits, max_verify) if b.enable_prefix_caching else None
+    keys = cache_keys(workload, table, limits, dep.max_verify_tokens) \
+        if b.enable_prefix_caching else None
     shared = keys is not None and keys.shared is not None
     replicas.extend(Replica(env, i, table, limits, tcost, pol, streams[i], recorder,
                             on_finish=on_finish, arrivals=source,
@@ -159,6 +149,46 @@ def cache_keys(workload, table: RequestTable, limits: EngineLimits,
                         prompt_ids=workload.prompt_ids, prefix_group=workload.prefix_group,
                         shared_prefix_tokens=workload.shared_prefix_tokens)
     return BlockKeys(shared, -(-(table.prompt_len + table.output_len + max_verify) // bs))
+
+
+def _servable(scenario: Scenario, run: Prepared) -> tuple[RequestTable, np.ndarray]:
+    """The request table and which requests can be admitted; an error when a verification
+    step cannot fit a batch or no request can be served."""
+    b, dep, workload = scenario.batching, run.deployment, run.workload
+    max_verify = dep.max_verify_tokens
+    if b.max_num_batched_tokens < max_verify:
+        raise SpecsimError(
+            f"max_num_batched_tokens={b.max_num_batched_tokens} cannot hold one request's "
+            f"verification step of {max_verify} tokens", field="batching.max_num_batched_tokens",
+            fix=f"raise it to at least {max_verify} or lower num_speculative_tokens")
+    table = RequestTable(workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
+    ok = admissible(table, scenario, dep)
+    if not ok.any():
+        raise SpecsimError(f"no request can be served: {table.reject_reason[0]}",
+                           field="workload", fix="use a model with a longer context, more "
+                           "memory or tensor parallelism, or shorter requests")
+    return table, ok
+
+
+def check_runnable(scenario: Scenario, *, workload=None, where: str | None = None,
+                   infeasible_ok: bool = False):
+    """Every check ``simulate(scenario)`` makes before its first engine step (names, the
+    deployment and its memory plan, the policy against the models, the trace, a request it
+    can serve), without running the engine; returns the trace (``workload=`` passes it to
+    the next scenario of the same seed and workload).  ``where`` (a candidate, a --compare
+    entry) goes before the error's field.  With ``infeasible_ok`` (a plan, whose table
+    reports it) a deployment that does not fit passes and servability is not checked."""
+    try:
+        run = prepare(scenario, workload=workload)
+        if not infeasible_ok:
+            _servable(scenario, run)
+    except SpecsimError as exc:
+        if infeasible_ok and exc.field == "parallelism":  # "does not fit": a result
+            return workload
+        if where is None:
+            raise
+        raise exc.relocated(prefix=f"{where}: ") from None
+    return run.workload
 
 
 def prefix_cache_stats(scenario: Scenario, workload, replicas: list[Replica]) -> dict:

@@ -10,7 +10,8 @@ address-space limit (``RLIMIT_AS``), and must:
 - print no traceback on either stream;
 - leave the folder as it found it (names, sizes and mtimes; no new files).
 
-The table is data (tests/hostile_cases.py, tests/hostile_cases_commands.py): append a
+The table is data (tests/hostile_cases.py, tests/hostile_cases_commands.py,
+tests/hostile_cases_io.py): append a
 ``Case`` there to add one.  The cases run in parallel
 (one subprocess per core) the first time a test of this module needs a result.
 
@@ -37,8 +38,9 @@ import yaml
 
 from tests.hostile_cases import REPO, SCENARIO_CASES, Case
 from tests.hostile_cases_commands import COMMAND_CASES
+from tests.hostile_cases_io import IO_CASES
 
-CASES: list[Case] = SCENARIO_CASES + COMMAND_CASES
+CASES: list[Case] = SCENARIO_CASES + COMMAND_CASES + IO_CASES
 
 GIB = 2**30
 MAX_LINE = 2000             # an error line longer than this echoes too much

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 
 
@@ -17,7 +18,8 @@ def json_lines(path: Path, fix: str = "one JSON object per line") -> Iterator[tu
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
+                    value = json_text.loads(line, source=str(path),
+                                            where=f"line {number}: ", fix=fix)
                 except json.JSONDecodeError as exc:
                     raise SpecsimError(f"line {number}: not valid JSON ({exc.msg})",
                                        source=str(path), fix=fix) from None

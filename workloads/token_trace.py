@@ -56,7 +56,7 @@ def looks_like_token_trace(first_line: str) -> bool:
     """Whether a file's first non-blank line is a token-trace header or request (auto-detect)."""
     try:
         record = json.loads(first_line)
-    except ValueError:
+    except (ValueError, RecursionError):  # the reader names the bad line
         return False
     if not isinstance(record, dict):
         return False

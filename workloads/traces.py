@@ -28,11 +28,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import clip, short
+from workloads.csv_columns import azure_ns_fast as _azure_ns_fast
+from workloads.csv_columns import digit_counts as _digit_counts
 from workloads.jsonl import json_lines
 from workloads.token_trace import looks_like_token_trace, read_token_trace
-from workloads.workload import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST, Workload
+from workloads.workload import (
+    MAX_ARRIVAL_S,
+    MAX_BLOCK_ID,
+    MAX_REQUESTS,
+    MAX_TOKENS_PER_REQUEST,
+    Workload,
+)
 
 DEFAULT_TRACE_PATH = Path(__file__).resolve().parent / "data" / "default_trace.csv"
 
@@ -49,6 +58,9 @@ SPECSIM_OPTIONAL = ("task",)
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     """Read a CSV as strings (conversion and its errors are ours); require the columns."""
+    check_csv_rows(path, MAX_REQUESTS, what="a trace's requests (its lines)",
+                   fix=f"cut the trace to at most {MAX_REQUESTS:,} requests (head -n "
+                       f"{MAX_REQUESTS + 1} keeps the header and that many)")
     try:
         # Blank lines are kept so that row index + 2 is the line number in the file.
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
@@ -141,72 +153,6 @@ def _csv_counts(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path)
     return _counts(values, raw, lines, path, column)
 
 
-def _lengths(raw: np.ndarray) -> np.ndarray | None:
-    """The length of every string of ``raw``; None where a cell is not a string (pandas
-    gives strings here, "" for a missing field: a guard, not a path)."""
-    if not all(isinstance(cell, str) for cell in raw):
-        return None
-    return np.fromiter(map(len, raw), np.int64, raw.size)
-
-
-def _fixed_bytes(raw: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The strings of ``raw`` as fixed-width bytes and as an (n, ``width``) uint8 array (NUL
-    after a shorter one); None where one is not ASCII."""
-    try:
-        fixed = raw.astype(f"S{width}")
-    except (UnicodeEncodeError, TypeError, ValueError):
-        return None
-    return fixed, fixed.view(np.uint8).reshape(raw.size, width)
-
-
-def _digit_counts(raw: np.ndarray) -> np.ndarray | None:
-    """Counts written as 1 to 15 plain digits and nothing else (no space, sign or point), as
-    float64 (what ``pd.to_numeric`` gives them, exactly: below 2**53); None where any row is
-    written otherwise (the general parser then reads the column)."""
-    lens = _lengths(raw)
-    if lens is None or not raw.size or lens.min() < 1 or lens.max() > 15:
-        return None
-    got = _fixed_bytes(raw, int(lens.max()))
-    if got is None:
-        return None
-    fixed, u8 = got
-    # every byte a digit or the padding, and as many digits as characters (no NUL inside);
-    # uint8: a byte below "0" wraps past 9
-    if not ((u8 - 48 <= 9) | (u8 == 0)).all() or ((u8 != 0).sum(axis=1) != lens).any():
-        return None
-    return fixed.astype(np.int64).astype(np.float64)
-
-
-_STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]  # YYYY-MM-DD HH:MM:SS
-
-
-def _azure_ns_fast(raw: np.ndarray) -> np.ndarray | None:
-    """Integer nanoseconds of timestamps all written ``YYYY-MM-DD HH:MM:SS`` or with the same
-    count (1 to 9) of fraction digits after a point, years 1970-2200, as numpy's calendar
-    reads them (it rejects a day, hour, minute or second out of range); None for anything
-    else (the general parser then decides, and names the bad row)."""
-    lens = _lengths(raw)
-    width = int(lens[0]) if lens is not None and raw.size else 0
-    if not (width == 19 or 21 <= width <= 29) or (lens != width).any():
-        return None
-    got = _fixed_bytes(raw, width)
-    if got is None:
-        return None
-    u8 = got[1]
-    digits = u8[:, _STAMP_DIGITS + list(range(20, width))] - 48
-    if (digits > 9).any() or not ((u8[:, [4, 7]] == 45).all() and (u8[:, 10] == 32).all()
-                                  and (u8[:, [13, 16]] == 58).all()
-                                  and (width == 19 or (u8[:, 19] == 46).all())):
-        return None
-    year = digits[:, :4].astype(np.int64) @ np.array([1000, 100, 10, 1])
-    if year.min() < 1970 or year.max() > 2200:
-        return None
-    try:
-        return raw.astype("datetime64[ns]").astype(np.int64)
-    except ValueError:  # a date, hour, minute or second out of range
-        return None
-
-
 def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray:
     """Parse ``2023-11-16 18:15:46.6805900`` exactly: integer nanoseconds, then seconds from row 1.
 
@@ -293,6 +239,10 @@ def read_mooncake(path: str | Path) -> Workload:
         if not isinstance(record, dict):
             raise SpecsimError(f"line {number} is not a JSON object", source=str(path),
                                fix="one JSON object per line")
+        if len(lines) == MAX_REQUESTS:  # refused as it streams, before it is all held
+            raise SpecsimError(f"line {number}: more than {MAX_REQUESTS:,} requests",
+                               source=str(path), fix=f"cut the trace to at most "
+                               f"{MAX_REQUESTS:,} lines")
         for key in MOONCAKE_KEYS:
             value = record.get(key)
             if type(value) not in (int, float):
@@ -339,10 +289,16 @@ def _hash_ids(record: dict, number: int, path: Path):
     value = record.get("hash_ids")
     if value is None:
         return None
-    if not isinstance(value, list) or any(type(v) is not int or v < 0 for v in value):
+    if not isinstance(value, list) or any(type(v) is not int for v in value):
         raise SpecsimError(f"line {number}: hash_ids is {short(value)}, not a list of whole "
-                           "numbers >= 0", source=str(path), field="hash_ids",
+                           "numbers", source=str(path), field="hash_ids",
                            fix="one block id per 512 prompt tokens, or drop the key")
+    bad = next((k for k, v in enumerate(value) if not 0 <= v <= MAX_BLOCK_ID), None)
+    if bad is not None:  # checked before int64 conversion: 2**70 was an OverflowError
+        raise SpecsimError(f"line {number}: hash_ids[{bad}] is {short(value[bad])}, outside "
+                           f"the allowed range 0 to {MAX_BLOCK_ID:,} (2**40 - 1)",
+                           source=str(path), field="hash_ids",
+                           fix=f"give block ids from 0 to {MAX_BLOCK_ID:,}, or drop the key")
     return np.asarray(value, np.int64)
 
 

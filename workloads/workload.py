@@ -31,6 +31,9 @@ MAX_REQUESTS = 1_000_000
 MAX_TOKENS_PER_REQUEST = 10_000_000
 # Token ids a token-level workload may hold in total (prompts and outputs): 400 MB as int64.
 MAX_TOKEN_IDS = 50_000_000
+# A prefix block id (Mooncake hash_ids): below 2**40, so that the prefix cache packs an id
+# and a token offset within its block (22 bits) into one int64 key.
+MAX_BLOCK_ID = 2**40 - 1
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -124,7 +127,7 @@ def _as_token_ids(seqs: Sequence[Any], counts: np.ndarray, *, field: str,
 
 def _as_prefix_hashes(seqs: Sequence[Any], counts: np.ndarray, block_tokens: Any, *,
                       source: str) -> tuple[np.ndarray, ...]:
-    """Each request's prefix block ids: whole numbers in [0, 2**40), at most one per
+    """Each request's prefix block ids: whole numbers in [0, MAX_BLOCK_ID], at most one per
     ``block_tokens`` tokens of its prompt (Mooncake: ceil(input_length / 512))."""
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, (int, np.integer)) \
             or not 1 <= block_tokens <= 1_000_000:
@@ -133,9 +136,10 @@ def _as_prefix_hashes(seqs: Sequence[Any], counts: np.ndarray, block_tokens: Any
     out = []
     for i, ids in _integer_rows(seqs, len(counts), field="hash_ids", source=source,
                                 what="block id"):
-        if ids.size and ids.max() >= 2**40:
-            raise SpecsimError(f"request {i} has a block id of 2**40 or more",
-                               field="hash_ids", source=source)
+        if ids.size and ids.max() > MAX_BLOCK_ID:
+            raise SpecsimError(f"request {i} has a block id above {MAX_BLOCK_ID:,} (2**40 - 1)",
+                               field="hash_ids", source=source,
+                               fix=f"give block ids from 0 to {MAX_BLOCK_ID:,}")
         if ids.size > -(-int(counts[i]) // int(block_tokens)):
             raise SpecsimError(f"request {i} has {ids.size} block ids for {counts[i]} prompt "
                                f"tokens in blocks of {block_tokens}", field="hash_ids",

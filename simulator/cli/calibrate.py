@@ -154,6 +154,9 @@ def _calibrate(args: argparse.Namespace, limit: float | None) -> int:
     base = args.base or detect_base(args.device, device_name(resolve_device(args.device)))
     out = Path(args.out or f"{base or 'gpu'}-calibrated.yaml")
     check_calibration_targets(out, overwrite=args.overwrite)  # before minutes of benchmarks
+    from calibrate.writer import measurements_path
+    from simulator.input_clash import check_outputs_not_inputs
+    check_outputs_not_inputs([("--out", out), ("--out", measurements_path(out))], [args.base])
     with Progress("calibrate", unit="benchmarks", enabled=not args.no_progress) as bar:
         cal = calibrate_device(plan, rng=np.random.default_rng(args.seed), name=out.stem,
                                base=args.base, statistic=args.statistic,
@@ -211,6 +214,10 @@ def _validate(args: argparse.Namespace, limit: float | None) -> int:
     if args.report:
         from reports.page import check_report_target
         check_report_target(args.report, overwrite=args.overwrite)
+    from simulator.input_clash import check_outputs_not_inputs
+    check_outputs_not_inputs([("--out", args.out), ("--report", args.report)],
+                             [args.profile, after.path, args.before, before.path],
+                             folders=("--out",))
     rng = np.random.default_rng(args.seed)
     with Progress("validate", unit="steps", enabled=not args.no_progress) as bar:
         measured = run_validation(plan, rng=rng, progress=bar.set)

@@ -38,6 +38,10 @@ def calibrate(args: argparse.Namespace, command: str, check_targets) -> int:
     base = load_profile(base_name)
     out = Path(args.out or f"{base.name}-calibrated.yaml")
     check_targets(out, overwrite=args.overwrite)
+    from calibrate.writer import measurements_path
+    from simulator.input_clash import check_outputs_not_inputs
+    check_outputs_not_inputs([("--out", out), ("--out", measurements_path(out))],
+                             [base.path, args.from_measurements], folders=())
     ms = load_measurements(args.from_measurements, statistic=args.statistic,
                            exclude=tuple(args.exclude_model or ()), field="--from-measurements")
     fit = fit_kernels(ms.kernels, base)

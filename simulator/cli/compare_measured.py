@@ -14,13 +14,13 @@ failed in the measurement (an output length of 0, or an error) are left out and 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 from simulator.sim2real.bench_result import FIELD, MAX_REQUESTS, result_workload
 
@@ -59,7 +59,10 @@ def _read_result(path_text: str) -> dict:
         raise SpecsimError(f"{path_text!r} is not UTF-8 text", field=FIELD,
                            fix="give the JSON file 'vllm bench serve --save-result' wrote")
     try:
-        data = json.loads(text)
+        data = json_text.loads(text, source=path_text, field=FIELD,
+                               fix="give the JSON file 'vllm bench serve --save-result' wrote")
+    except SpecsimError:
+        raise
     except ValueError as exc:
         raise SpecsimError(f"{path_text!r} is not JSON ({exc})", field=FIELD,
                            fix="give the JSON file 'vllm bench serve --save-result' wrote") \

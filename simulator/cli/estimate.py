@@ -23,6 +23,7 @@ from simulator.cli.args import (
 )
 from simulator.cli.output import FORMATS, render
 from simulator.inputs.errors import SpecsimError
+from simulator.models.default_draft import resolve_draft
 from simulator.models.spec import check_shared_vocabulary, load_model
 from simulator.planning.analytic import estimate_table, point_cost_models
 from simulator.speculation.closed_forms import optimal_gamma, speedup_curve, stationary_gamma
@@ -46,7 +47,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", default="a100-40gb")
     p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")
     p.add_argument("--target", default="opt-13b")
-    p.add_argument("--draft", default="opt-125m")
+    p.add_argument("--draft", default=None,
+                   help="draft model of the chain policy (default: the catalog's smallest "
+                        "model of the target's family and tokenizer; opt-13b: opt-125m)")
     p.add_argument("--policy", choices=("chain", "mtp", "eagle3"), default="chain",
                    help="chain (a draft model), mtp (the target's MTP modules) or eagle3 "
                         "(the target's EAGLE-3 head); mtp and eagle3 ignore --draft")
@@ -72,6 +75,8 @@ def main(args: argparse.Namespace) -> int:
     hw = load_profile(args.hardware, args.hardware_dir)
     target = load_model(args.target)
     chain = args.policy == "chain"
+    if chain:
+        args.draft = resolve_draft(args.draft, target)
     draft = load_model(args.draft) if chain else None
     if chain and draft.kind != "decoder":
         raise SpecsimError(f"{draft.name} is a {draft.kind} model, not a draft decoder",
@@ -87,21 +92,53 @@ def main(args: argparse.Namespace) -> int:
                                  not args.no_overheads, args.draft_tensor_parallel,
                                  args.policy, gamma)
 
-    df = estimate_table(models, None, batch=args.batch, context=args.context, gammas=gammas,
-                        alpha=args.alpha, policy=args.policy)
-    if args.format == "table":
-        shown = df.drop(columns=["best_gamma", "is_best"]).copy()
-        for col in ("draft_s", "verify_s", "decode_s"):
-            shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
-        shown[""] = np.where(df["is_best"], "<- best", "")
-        drafter = f"draft {draft.name}" if chain else args.policy
-        print(f"{target.name} ({drafter}) on {hw.name}, batch {args.batch}, "
-              f"context {args.context:g}, alpha {args.alpha}")
-        print(render(shown, "table"))
-        print(f"best gamma: {int(df['best_gamma'].iloc[0])}")
+    df = _with_feasibility(estimate_table(models, None, batch=args.batch,
+                                          context=args.context, gammas=gammas,
+                                          alpha=args.alpha, policy=args.policy), args, chain)
+    if args.format != "table":
+        print(render(df.astype(object).where(df.notna(), None), args.format))
+        return 0
+    shown = df.drop(columns=["best_gamma", "is_best", "infeasible_reason"]).copy()
+    for col in ("draft_s", "verify_s", "decode_s"):
+        shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
+    shown = shown.drop(columns=["limit", "fits"])
+    shown["fits"] = np.where(df["fits"], "yes", "NO: " + df["limit"].fillna("").astype(str))
+    shown[""] = np.where(df["is_best"], "<- best", "")
+    drafter = f"draft {draft.name}" if chain else args.policy
+    print(f"{target.name} ({drafter}) on {hw.name} x{args.tensor_parallel}, batch "
+          f"{args.batch}, context {args.context:g}, alpha {args.alpha}")
+    print(render(shown, "table"))
+    for _, row in df[~df["fits"]].drop_duplicates("limit").iterrows():  # one per limit
+        print(f"does not fit (gamma {int(row['gamma'])}): {row['infeasible_reason']}")
+    if df["fits"].any():
+        print(f"best gamma: {int(df['best_gamma'].iloc[0])}" +
+              (" (among those that fit)" if not df["fits"].all() else ""))
     else:
-        print(render(df, args.format))
+        print("best gamma: none: no gamma fits this batch and context (the speedups above "
+              "are of a deployment that cannot exist)")
     return 0
+
+
+def _with_feasibility(df: pd.DataFrame, args: argparse.Namespace, chain: bool) -> pd.DataFrame:
+    """``fits`` (the weights, activations and this batch's KV cache fit the devices, and the
+    context the models), ``limit`` and ``infeasible_reason`` per gamma, as a gamma-map point
+    checks them; the best gamma is the fastest that fits (none when none does)."""
+    from simulator.planning.analytic import point_feasibility
+    point = {"hardware": args.hardware, "hardware_dir": args.hardware_dir,
+             "target": args.target, "draft": args.draft if chain else None,
+             "policy": args.policy, "tensor_parallel": args.tensor_parallel,
+             "batch": args.batch, "context": args.context, "overheads": not args.no_overheads}
+    if args.draft_tensor_parallel is not None:
+        point["draft_tensor_parallel"] = args.draft_tensor_parallel
+    rows = [point_feasibility({**point, "gamma": int(g)}) for g in df["gamma"]]
+    df["fits"] = [r["feasible"] for r in rows]
+    df["limit"] = [r["limit"] for r in rows]
+    df["infeasible_reason"] = [r["infeasible_reason"] for r in rows]
+    ok = df[df["fits"]]
+    best = int(ok.loc[ok["speedup"].idxmax(), "gamma"]) if len(ok) else None
+    df["best_gamma"] = best if best is not None else np.nan
+    df["is_best"] = df["gamma"] == best if best is not None else False
+    return df
 
 
 def _gamma(args: argparse.Namespace) -> int:

@@ -43,7 +43,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", default="a100-40gb")
     p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")
     p.add_argument("--target", default="opt-13b")
-    p.add_argument("--draft", default="opt-125m")
+    p.add_argument("--draft", default=None,
+                   help="draft model of chain and tree (default: the catalog's smallest "
+                        "model of the target's family and tokenizer; opt-13b: opt-125m)")
     p.add_argument("--tensor-parallel", type=bounded_int(MAX_TENSOR_PARALLEL), default=1)
     p.add_argument("--draft-tensor-parallel", type=bounded_int(MAX_TENSOR_PARALLEL),
                    default=None, help="the draft's TP: 1 or --tensor-parallel "
@@ -79,6 +81,10 @@ def main(args: argparse.Namespace) -> int:
     import pandas as pd
     from simulator.planning.gamma_map import crossover_table, gamma_map
     policies = _policies(args)
+    if {"chain", "tree"} & set(policies):
+        from simulator.models.default_draft import resolve_draft
+        from simulator.models.spec import load_model
+        args.draft = resolve_draft(args.draft, load_model(args.target))
     acceptance = _acceptance(args, policies)
     batches, contexts, gammas, widths = _grid(args, policies)
     memory = {"gpu_memory_utilization": args.gpu_memory_utilization,

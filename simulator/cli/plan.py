@@ -45,6 +45,11 @@ def main(args: argparse.Namespace) -> int:
     if args.drop_over_context or args.truncate_over_context:
         spec = dataclasses.replace(spec, over_context="drop" if args.drop_over_context
                                    else "truncate")
+    from simulator.input_clash import check_outputs_not_inputs, workload_files
+    traces = {str(p) for _, payload in spec.candidates
+              for p in workload_files(payload.get("workload") or {}, spec.base_dir)}
+    check_outputs_not_inputs([("--out", args.out), ("--report", args.report)],
+                             [args.plan, *sorted(traces)])
     if args.out:  # every path is checked before the search starts
         check_file_target(args.out, "--out", marks=PLAN_MARKS, overwrite=args.overwrite,
                           what="plan table")

@@ -20,6 +20,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Write the report; with --screenshot, check it in a browser. 1 if the check fails."""
     from reports import render_report_from_dir  # only reports/ imports altair
+    from simulator.input_clash import check_outputs_not_inputs, results_dir_files
+    check_outputs_not_inputs([("--output", args.output)], results_dir_files(args.results_dir))
     path = render_report_from_dir(args.results_dir, args.output, overwrite=args.overwrite)
     print(f"report: {path}")
     if args.screenshot:

@@ -64,12 +64,19 @@ def simulate(scenario: Scenario, **kwargs):
 
 
 def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
-    """Simulate ``scenario`` once per policy; same trace, same seed."""
+    """Simulate ``scenario`` once per policy; same trace, same seed.  Every policy is checked
+    first (``check_runnable``: the deployment, the policy against the models, a servable
+    request), so a bad third entry of --compare fails before the first one runs."""
+    from simulator.simulate import check_runnable
+    scenarios = [scenario.with_policy(pol) for pol in policies]
+    workload = None
+    for pol, sc in zip(policies, scenarios):  # the trace is drawn once
+        workload = check_runnable(sc, workload=workload, where=f"--compare {pol.label}"
+                                  if len(policies) > 1 else None)
     out = []
-    for pol in policies:
-        sc = scenario.with_policy(pol)
+    for pol, sc in zip(policies, scenarios):  # the checked trace: not drawn (read) again
         with Progress(pol.label, unit="requests", enabled=progress) as bar:
-            out.append(simulate(sc, progress=bar.set))
+            out.append(simulate(sc, workload=workload, progress=bar.set))
     return out
 
 
@@ -117,6 +124,8 @@ def main(args: argparse.Namespace) -> int:
         from reports.page import check_report_target
         check_report_target(report, overwrite=args.overwrite)
     timeline, timeline_inside = _timeline_target(args, scenario, out)
+    _check_not_inputs(args, scenario, [("--out", out), ("--report", report),
+                                       ("--timeline", timeline)])
     names = result_names([p.label for p in policies], args.results_format) + \
         ([report.name] if report_inside else []) + ([timeline.name] if timeline_inside else [])
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
@@ -148,6 +157,14 @@ def main(args: argparse.Namespace) -> int:
         path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def _check_not_inputs(args, scenario: Scenario, outputs: list) -> None:
+    """No output may be the scenario, the --vllm-args file or a trace the workload reads."""
+    from simulator.input_clash import check_outputs_not_inputs, workload_files
+    check_outputs_not_inputs(outputs, [args.scenario, args.vllm_args,
+                                       *workload_files(scenario.workload, scenario.base_dir)],
+                             folders=("--out",))
 
 
 def _timeline_target(args, scenario: Scenario, out: Path) -> tuple[Path | None, bool]:

@@ -43,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
     if args.report:
         from reports.page import check_report_target
         check_report_target(args.report, overwrite=args.overwrite)
+    _check_not_inputs(args, spec, out)
     from simulator.cli.progress import Progress
     with OutputLock(out.absolute(), "--out"), \
             Progress(spec.name, unit="points", enabled=not args.no_progress) as bar:
@@ -70,6 +71,15 @@ def main(args: argparse.Namespace) -> int:
     print(f"results: {out}" + (f" ({failed} points failed; see the error column)"
                                if failed else ""))
     return 1 if failed else 0
+
+
+def _check_not_inputs(args: argparse.Namespace, spec, out: Path) -> None:
+    """Neither --out nor --report may be the sweep file or a trace a point reads."""
+    from simulator.input_clash import check_outputs_not_inputs, workload_files
+    traces = {str(p) for payload in spec.payloads if spec.mode == "simulated"
+              for p in workload_files(payload.get("workload") or {}, spec.base_dir)}
+    check_outputs_not_inputs([("--out", out), ("--report", args.report)],
+                             [args.sweep, *sorted(traces)])
 
 
 def _common_slo(spec):

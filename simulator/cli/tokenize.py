@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from simulator.cli.args import bounded_int, positive_float
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import short
 
@@ -61,7 +62,7 @@ def _jsonl_records(path: Path, arrivals: list, tasks: list) -> Iterator[tuple[st
                 continue
             where = f"line {number}"
             try:
-                record = json.loads(line)
+                record = json_text.loads(line, source=source, where=f"{where}: ")
             except json.JSONDecodeError as exc:
                 raise SpecsimError(f"{where} is not valid JSON ({exc.msg})", source=source,
                                    fix="one JSON object per line") from None
@@ -184,8 +185,16 @@ def build_workload(input_path: Path, tokenizer, rate: float | None, seed: int):
     return wl, how
 
 
+def _input_files(input_path: Path) -> list[Path]:
+    """The files ``tokenize`` reads: INPUT itself, or a folder's pairs."""
+    if input_path.is_dir():
+        return [input_path] + [p for _, *pair in folder_pairs(input_path) for p in pair]
+    return [input_path]
+
+
 def main(args: argparse.Namespace) -> int:
     """Check OUT, tokenize INPUT, write the trace atomically, and say what it holds."""
+    from simulator.input_clash import check_outputs_not_inputs
     from simulator.output_paths import OutputLock, check_file_target, write_file_atomic
     from workloads.token_trace import TOKEN_TRACE_MARK, write_token_trace
     from workloads.tokenizers import load_tokenizer
@@ -194,9 +203,10 @@ def main(args: argparse.Namespace) -> int:
         return check_file_target(args.out, "--out", marks=(TOKEN_TRACE_MARK,),
                                  overwrite=args.overwrite, what="token trace")
 
+    input_path = Path(args.input).expanduser()
+    check_outputs_not_inputs([("--out", args.out)], _input_files(input_path))
     out = check()  # before any work: a refused path costs nothing
     tokenizer = load_tokenizer(args.tokenizer)
-    input_path = Path(args.input).expanduser()
     workload, how = build_workload(input_path, tokenizer, args.rate, args.seed)
 
     def write(tmp: Path) -> None:

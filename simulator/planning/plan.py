@@ -25,11 +25,10 @@ from simulator.planning.capacity import (
     rate_search_bound,
     replica_search_bound,
 )
-from simulator.simulate import scenario_workload
+from simulator.simulate import check_runnable, scenario_workload
 
 # Plan limits (README.md, "Limits"): each candidate is a capacity search of many simulations.
 MAX_PLAN_CANDIDATES = 1_000
-
 MAX_PRICE_PER_HOUR = 1e6
 
 PLAN_KEYS = ("name", "scenario", "fixed", "slo", "search", "target_rate_per_s", "max_replicas",
@@ -219,16 +218,17 @@ def fit_context(workload, max_context: int, mode: str):
 
 
 def preflight(spec: PlanSpec) -> list[dict[str, Any]]:
-    """Before any simulation: per candidate, its trace's requests over the target's
-    max_context (``over_context``; ``prompt_over_context``: the prompt alone leaves no room
-    for an output token) and over the draft's (``over_draft_context``; -1 without a draft).
-    Traces and models are read once per distinct workload and model."""
+    """Before any simulation: each candidate's deployment and policy checked (an error names
+    it), its trace's requests over the target's max_context (``over_context``;
+    ``prompt_over_context``: the prompt alone leaves no room for an output token) and over the
+    draft's (``over_draft_context``; -1 without one); traces read once per workload."""
     from simulator.scenario import scenario_from_dict
     traces, limits, rows = {}, {}, []
     for label, raw in spec.candidates:
         sc = scenario_from_dict(raw, source=label, base_dir=spec.base_dir)
         key = (repr(sorted(sc.workload.items())), sc.seed, sc.base_dir)
         wl = traces[key] = traces[key] if key in traces else scenario_workload(sc)
+        check_runnable(sc, workload=wl, where=f"candidate {label}", infeasible_ok=True)
         mkey = (sc.target, sc.draft, sc.policy.name, repr(sc.policy.params), sc.hardware,
                 repr(sc.parallelism))
         target, dmax = limits[mkey] = limits[mkey] if mkey in limits else context_limits(sc)

@@ -13,7 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
+
+# rows of a sweep's CSV, counted before it is read back: twice the largest sweep (2,000,000
+# analytic points), room for a failed point's row and its rerun's
+MAX_SINK_ROWS = 4_000_000
 
 
 class ResultSink:
@@ -100,6 +105,8 @@ class ResultSink:
         if self.fmt == "csv":
             if not self.path.exists() or self.path.stat().st_size == 0:
                 return pd.DataFrame()
+            check_csv_rows(self.path, MAX_SINK_ROWS, what="a sweep's results file",
+                           field="--out", fix="give a new --out, or add --restart")
             df = pd.read_csv(self.path, dtype={"key": str})  # an all-digit hash is no number
         else:
             parts = sorted(self.path.glob("part-*.parquet")) if self.path.is_dir() else []
@@ -122,11 +129,20 @@ class ResultSink:
             self.flush()
 
     def flush(self) -> None:
+        """Write the buffered rows; an OSError (a full disk) is one error naming the file,
+        and an append cut short is undone (no half row left for the next resume)."""
         self._last = time.monotonic()
         if not self._buffer:
             return
         new = pd.DataFrame(self._buffer)
         self._buffer = []
+        try:
+            self._flush(new)
+        except OSError as exc:
+            from simulator.output_paths import os_error
+            raise os_error(exc, self.path, "--out") from None
+
+    def _flush(self, new: pd.DataFrame) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.fmt == "parquet":
             self.path.mkdir(exist_ok=True)
@@ -144,7 +160,13 @@ class ResultSink:
             return
         columns = list(pd.read_csv(self.path, nrows=0).columns)
         if set(new.columns) <= set(columns):
-            new.reindex(columns=columns).to_csv(self.path, mode="a", header=False, index=False)
+            size = self.path.stat().st_size
+            try:
+                new.reindex(columns=columns).to_csv(self.path, mode="a", header=False,
+                                                    index=False)
+            except BaseException:
+                os.truncate(self.path, size)  # the rows before stay whole
+                raise
             return
         old = pd.read_csv(self.path, dtype={"key": str})
         self._write_whole(pd.concat([old, new], ignore_index=True))  # new columns

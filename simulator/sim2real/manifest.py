@@ -23,13 +23,13 @@ sends them (Poisson at ``load.request_rate``, from ``seed``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, as_str, check_keys, load_yaml_file, \
     require_mapping
@@ -66,8 +66,11 @@ def _read_json(path: Path) -> dict:
     if not path.is_file() or path.stat().st_size > MAX_RESULT_BYTES:
         raise SpecsimError(f"{str(path)!r} is not a file of at most 512 MiB", field="result")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as exc:
+        data = json_text.loads(path.read_text(encoding="utf-8"), source=str(path),
+                               field="result")
+    except SpecsimError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:
         raise SpecsimError(f"{str(path)!r} is not JSON ({type(exc).__name__})",
                            field="result", fix="give the vllm bench serve result") from None
     return require_mapping(data, source=str(path))

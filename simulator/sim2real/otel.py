@@ -6,13 +6,13 @@ per line: arrival, prompt and completion tokens, ``gen_ai.latency.time_to_first_
 ``gen_ai.latency.e2e``) and optionally ``vllm.log`` (the version line)."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, load_yaml_file, require_mapping
 from simulator.sim2real.measured_run import VLLM_BATCHING, MeasuredRun
@@ -48,7 +48,8 @@ def _span_rows(path: Path) -> list[tuple[float, int, int, float, float]]:
             if not line.strip():
                 continue
             try:
-                doc = json.loads(line)
+                doc = json_text.loads(line, source=str(path), where=f"line {number}: ",
+                                      fix="give vLLM's exported traces")
                 spans = [s for rs in doc["resourceSpans"] for ss in rs["scopeSpans"]
                          for s in ss["spans"] if s.get("name") == "llm_request"]
                 for s in spans:
@@ -56,7 +57,9 @@ def _span_rows(path: Path) -> list[tuple[float, int, int, float, float]]:
                     rows.append((int(s["startTimeUnixNano"]) / 1e9,
                                  *(int(a[ATTRIBUTES[k]]) for k in ("prompt", "output")),
                                  *(float(a[ATTRIBUTES[k]]) for k in ("ttft", "e2e"))))
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            except SpecsimError:
+                raise
+            except (ValueError, KeyError, TypeError) as exc:
                 raise SpecsimError(f"line {number} is not an OpenTelemetry llm_request span "
                                    f"document ({type(exc).__name__}: {exc})"[:300],
                                    source=str(path), fix="give vLLM's exported traces") from None

@@ -155,6 +155,13 @@ GOOD_AZURE_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
     (read_mooncake, '{"timestamp": 9, "input_length": 5, "output_length": 5}\n\n'
      '{"timestamp": 3, "input_length": 5, "output_length": 5}\n', "timestamp", "line 3"),
     (read_mooncake, '[1, 2]\n', None, "not a JSON object"),
+    # a block id is below 2**40 (workloads.workload.MAX_BLOCK_ID): 2**40 and 2**70 are
+    # refused (2**70 was an OverflowError), naming the line, the entry and the range
+    (read_mooncake, '{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": '
+     f'[{2**70}]}}\n', "hash_ids", f"line 1: hash_ids[0] is {2**70}, outside the allowed "
+     "range 0 to 1,099,511,627,775"),
+    (read_mooncake, '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": '
+     f'[1, {2**40}]}}\n', "hash_ids", "hash_ids[1]"),
 ])
 def test_bad_traces_name_file_column_and_row(tmp_path, reader, text, field, phrase):
     path = write(tmp_path, "bad_trace.csv", text)
@@ -291,3 +298,9 @@ def test_the_fast_parses_decline_cells_that_are_not_strings():
     stamp = "2023-11-16 18:15:46.6805900"
     assert traces._azure_ns_fast(np.array([stamp, None], dtype=object)) is None
     assert traces._azure_ns_fast(np.array([stamp, stamp], dtype=object)) is not None
+
+
+def test_the_largest_block_id_is_kept(tmp_path):
+    path = write(tmp_path, "t.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 5, '
+                 f'"hash_ids": [0, {2**40 - 1}]}}\n')
+    assert read_mooncake(path).prefix_hashes[0].tolist() == [0, 2**40 - 1]

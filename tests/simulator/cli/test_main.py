@@ -17,8 +17,10 @@ def cli(*args):
 
 
 def test_estimate_json_rows_and_best_gamma():
+    # batch 16: 16 x ceil(513 / 16) = 528 blocks of opt-13b's 16 x 819,200 bytes (2 x 40
+    # layers x 5120 x fp16) fit beside its weights on 40 GB; batch 32 (1,056 blocks) does not
     out = cli("estimate", "--hardware", "a100-40gb", "--target", "opt-13b", "--draft",
-              "opt-125m", "--batch", "32", "--context", "512", "--gamma", "0-8", "--format",
+              "opt-125m", "--batch", "16", "--context", "512", "--gamma", "0-8", "--format",
               "json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
@@ -27,6 +29,7 @@ def test_estimate_json_rows_and_best_gamma():
                 "best_gamma"):
         assert key in rows[0]
     best = max(rows, key=lambda r: r["speedup"])
+    assert all(r["fits"] for r in rows)
     assert all(r["best_gamma"] == best["gamma"] for r in rows)
     assert rows[0]["speedup"] == pytest.approx(1.0)  # gamma 0 is plain decoding
 

@@ -253,7 +253,8 @@ def test_the_mooncake_reader_keeps_hash_ids(tmp_path):
     w = read_mooncake(good)
     assert w.hash_block_tokens == 512 and [h.tolist() for h in w.prefix_hashes] == [[4, 5], [4]]
     assert w.truncate(1).prefix_hashes[0].tolist() == [4, 5]
-    for line, fix in (('"hash_ids": [1, -2]', "not a list of whole numbers"),
+    for line, fix in (('"hash_ids": [1, -2]', "hash_ids[1] is -2, outside the allowed range"),
+                      ('"hash_ids": [1, 2.0]', "not a list of whole numbers"),
                       ('"hash_ids": [1, 2, 3]', "block ids for 600 prompt tokens")):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, '

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -158,11 +159,18 @@ def test_bad_points_name_the_field(params, field):
     assert err.value.field == field
 
 
-def test_a_map_with_failed_points_is_an_error():
-    # rates for two ranks cannot price a tree with four children per node
-    with pytest.raises(SpecsimError, match="points failed"):
-        gamma_map(batches=[1], contexts=[128], gammas=[1], policies=("tree",),
+def test_a_map_with_failed_points_is_an_error(monkeypatch):
+    # rates for two ranks cannot price a tree with four children per node: the configuration
+    # check names it first; past that check (switched off here), a failed point still stops
+    # the map rather than leave a hole in it
+    import simulator.planning.gamma_map as gm
+    kwargs = dict(batches=[1], contexts=[128], gammas=[1], policies=("tree",),
                   tree_widths=(4,), acceptance={"model": "sequoia", "rates": [0.8, 0.3]})
+    with pytest.raises(SpecsimError, match="policy tree, gamma 1, tree width 4: rates"):
+        gamma_map(**kwargs)
+    monkeypatch.setattr(gm, "check_configurations", lambda payloads: None)
+    with pytest.raises(SpecsimError, match="points failed"):
+        gamma_map(**kwargs)
 
 
 def test_best_rows_breaks_ties_towards_the_first_row_and_skips_infeasible_rows():
@@ -192,3 +200,29 @@ def test_estimate_and_an_analytic_point_price_the_draft_with_one_formula(batch, 
     none = analytic_point({"batch": batch, "context": context, "policy": "none"})
     assert table["draft_s"].iloc[0] == 0.0 and table["verify_s"].iloc[0] == none["decode_s"]
     assert table["speedup"].iloc[0] == 1.0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"policies": ("mtp",)}, "policy mtp, gamma 1: policy.name: opt-13b ships no"),
+    ({"tensor_parallel": 3}, "not divisible by tensor_parallel=3"),
+    ({"policies": ("chain", "tree"), "acceptance": {"model": "sequoia", "rates": [0.8, 0.3]},
+      "tree_widths": (1, 4)}, "policy tree, gamma 1, tree width 4: rates"),
+])
+def test_a_configuration_error_comes_before_any_point_runs(monkeypatch, kwargs, message):
+    """Issue 37: the default map ran 612 points (49-65 s) before saying 'opt-13b ships no
+    MTP modules'; now one point per (policy, width, gamma) is checked and the map never
+    starts."""
+    import simulator.planning.sweep as sweep
+
+    def no_map(*a, **k):
+        raise AssertionError("the map ran before its configurations were checked")
+    monkeypatch.setattr(sweep, "run_sweep", no_map)
+    with pytest.raises(SpecsimError, match=re.escape(message)):
+        gamma_map(batches=(1, 8, 64), contexts=(128, 1024), gammas=range(0, 5), **kwargs)
+
+
+def test_the_configuration_check_lets_infeasible_points_through():
+    """A point that does not fit is a result (marked in the map), not a configuration error."""
+    df = gamma_map(batches=(1,), contexts=(128,), gammas=(0, 1), hardware="a100-40gb",
+                   target="opt-13b", memory={"gpu_memory_utilization": 0.01})
+    assert not df["feasible"].any()
