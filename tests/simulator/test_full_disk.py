@@ -42,12 +42,30 @@ def test_a_full_disk_while_writing_results_names_the_file(tmp_path, monkeypatch,
     monkeypatch.setattr(pd.DataFrame, "to_csv", _half_then_full("steps.csv", error))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("mine")
-    assert main(["run", *FAST, "--out", "res"]) == 2
+    assert main(["run", *FAST, "--results-format", "csv", "--out", "res"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("specsim: error: --out: cannot write 'res/00-none.steps.csv': "
                              f"{reason}"), err[0]
     assert _entries(tmp_path) == ["keep.txt"]    # no results folder, no temporary
+
+
+def test_a_full_disk_while_writing_parquet_names_the_file(tmp_path, monkeypatch, capsys):
+    """The default format: the Parquet writer fails half-way the same way."""
+    real = pd.DataFrame.to_parquet
+
+    def to_parquet(self, path, *args, **kwargs):
+        if not str(path).endswith("steps.parquet"):
+            return real(self, path, *args, **kwargs)
+        with open(path, "wb") as handle:
+            handle.write(b"PAR1 half a file")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *FAST, "--out", "res"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'res/00-none.steps.parquet': no space left on device" in err[0]
+    assert _entries(tmp_path) == []
 
 
 def test_a_full_disk_while_appending_to_a_sweep_keeps_the_rows_before(tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ import pytest
 
 from simulator.cli import main
 
-FAST = ["--no-progress", "--set", "workload.max_requests=20"]
+# CSV tables: the cuts below are a CSV's (rows, a last line); a cut Parquet file is below
+FAST = ["--no-progress", "--set", "workload.max_requests=20", "--results-format", "csv"]
 REQUESTS = "00-none.requests.csv"
 
 
@@ -74,3 +75,17 @@ def test_a_whole_folder_and_one_written_before_the_counts_still_report(folder, c
     (folder / "manifest.json").write_text(json.dumps(manifest))
     code, err = _report(folder, capsys)
     assert code == 2 and "'rows' must map table names to row counts" in err[0]
+
+
+def test_a_cut_parquet_table_is_refused_naming_it(tmp_path, capsys):
+    """The default format: a Parquet table cut short loses its footer and is refused."""
+    out = tmp_path / "r"
+    assert main(["run", "--no-progress", "--set", "workload.max_requests=20", "--out",
+                 str(out)]) == 0
+    table = out / "00-none.requests.parquet"
+    _cut(table, table.stat().st_size // 2)
+    code, err = _report(out, capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "00-none.requests.parquet" in err[0]
+    assert not (tmp_path / "page.html").exists()
+

@@ -109,7 +109,7 @@ def test_token_workloads_take_their_fields_and_nested_lengths(tmp_path):
 
 
 @pytest.mark.parametrize("cfg, field, phrase", [
-    ({"trace": "default", "rate": 5}, "workload.rate", "valid keys are: format, max_duration_s"),
+    ({"trace": "default", "rate": 5}, "workload.rate", "valid keys are: format, max_concurrency, max_duration_s"),
     ({}, "workload", "exactly one workload source, got 0"),
     ({"trace": "default", "synthetic": {}}, "workload", "got 2 (trace, synthetic)"),
     ({"tokens": {}, "format": "azure"}, "workload.format", "only applies to a trace"),
