@@ -79,12 +79,16 @@ def _spec_mapping(value: Any, source: str, field: str) -> Mapping[str, Any]:
     return data
 
 
+HF_IDS = Path(__file__).parent / "models" / "ids" / "huggingface.yaml"
+
+
 @functools.lru_cache(maxsize=1)
 def _hf_ids() -> dict[str, tuple[str, str]]:
-    """Lower-case Hugging Face id -> (catalog name, id): each file's source starts with it."""
-    from simulator.models.spec import list_models, load_model
-    words = {name: (load_model(name).source or "").split()[:1] for name in list_models()}
-    return {w[0].lower(): (name, w[0]) for name, w in words.items() if w and "/" in w[0]}
+    """Lower-case Hugging Face id -> (catalog name, id), from the catalog's id table
+    (simulator/models/ids/huggingface.yaml: each model's own id first, then checkpoints of
+    the same shapes); ids are matched without case, as the Hub resolves them."""
+    table = require_mapping(load_yaml_file(HF_IDS), source=str(HF_IDS))
+    return {hf.lower(): (name, hf) for name, ids in table.items() for hf in reversed(ids)}
 
 
 def _kind_names(kind: str) -> str:
