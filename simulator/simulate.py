@@ -142,7 +142,7 @@ def cache_keys(workload, table: RequestTable, limits: EngineLimits,
                max_verify: int) -> BlockKeys:
     """The prefix cache's block keys (block_keys.py): the workload's shared prefixes, if it
     names any (the cache runs from the start), then each request's own blocks (without
-    shared prefixes the cache starts at the first preemption: prefix_cache.py)."""
+    shared prefixes the cache runs only while a preempted request waits: own_cache.py)."""
     bs = limits.block_size
     shared = block_keys(workload.prompt_tokens, bs, prefix_hashes=workload.prefix_hashes,
                         hash_block_tokens=workload.hash_block_tokens,
@@ -194,15 +194,21 @@ def check_runnable(scenario: Scenario, *, workload=None, where: str | None = Non
 def prefix_cache_stats(scenario: Scenario, workload, replicas: list[Replica]) -> dict:
     """Whether prefix caching ran, on which block names, and its totals over the replicas
     (tokens looked up and found at admissions, cached blocks evicted)."""
-    caches = [r.cache for r in replicas if r.cache is not None]
+    totals = [r.own.totals(r) if r.own is not None
+              else (r.cache.queries, r.cache.hits, r.cache.evictions) for r in replicas
+              if r.own is not None or r.cache is not None]
+    started = any(r.own is not None and (r.own.readmitted or r.cache is not None)
+                  for r in replicas)
     keys = "token ids" if workload.prompt_ids is not None else \
         "hash_ids" if workload.prefix_hashes is not None else \
         "shared prefix" if workload.prefix_group is not None else \
-        "own blocks" if caches else None
+        "own blocks" if started else None
+    if keys is None:
+        totals = []
     return {"enabled": bool(scenario.batching.enable_prefix_caching), "keys": keys,
-            "queries_tokens": sum(c.queries for c in caches),
-            "hits_tokens": sum(c.hits for c in caches),
-            "evictions": sum(c.evictions for c in caches)}
+            "queries_tokens": sum(q for q, _, _ in totals),
+            "hits_tokens": sum(h for _, h, _ in totals),
+            "evictions": sum(e for _, _, e in totals)}
 
 
 def engine_stats(scenario: Scenario, replicas: list[Replica]) -> dict:

@@ -74,9 +74,10 @@ class LazyDecodes(LazyStretches):
                                         "adds_nothing", False)
         self._log = RowLog(self.rec, self.index, self.limits.kv_blocks)  # flushed when eager
         while True:
-            if self.cache is not None:  # a preemption started the prefix cache: no lazy form
-                self._log.flush()
-                yield from self.run()  # never returns
+            if self.cache is not None:  # a preemption started the prefix cache (own_cache.py):
+                self._log.flush()       # the ordinary loop until it stops
+                yield from self.run()
+                continue
             if not self.b.ids.size and not self.waiting:
                 self._lz = False  # nothing runs: nothing is stored lazily
                 self._log.flush()

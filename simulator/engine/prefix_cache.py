@@ -25,11 +25,8 @@ keeps its copy private (vLLM keeps both copies under one hash; lookups find the 
 Keys (block_keys.py): a request's shared prefix (Mooncake ``hash_ids``, its prompt token
 ids, or a declared shared prefix), then keys of its own, so that a preempted request finds
 the blocks it computed (prompt and output) where they were not evicted, as in vLLM V1.  A run
-whose workload names no shared prefix starts its cache at its first preemption
-(``start_own_cache``): until then no block could be found again, so the engine keeps its
-fast paths, and the cache it starts holds what it would hold had it run from the start (the
-running requests' blocks; every free block, cached or not, equally evictable ahead of what
-is freed later).  Its evictions are counted from then on.
+whose workload names no shared prefix runs its cache only while a preempted request waits
+(own_cache.py), keeping the engine's fast paths the rest of the time.
 """
 from __future__ import annotations
 
@@ -157,19 +154,4 @@ class PrefixCache:
     def resident(self) -> int:
         """Cached blocks in the KV cache now (in use or evictable)."""
         return len(self.ref)
-
-
-def start_own_cache(replica, keys) -> PrefixCache:
-    """The cache of a run without shared prefixes, started at its first preemption (see the
-    module docstring): the running requests hold their full blocks, every other block is
-    free, and the tokens looked up so far are the prompts admitted so far (each once: no
-    request was re-admitted before)."""
-    t, b, lim = replica.t, replica.b, replica.limits
-    cache = PrefixCache(lim.kv_blocks, lim.block_size, keys)
-    cache.queue = deque([[int(lim.kv_blocks - replica.used_blocks)]])
-    for rid, computed in zip(b.ids.tolist(), b.computed.tolist()):
-        cache.register(rid, computed)
-    admitted = (t.replica == replica.index) & ~np.isnan(t.first_scheduled_s)
-    cache.queries = int(t.prompt_len[admitted].sum())
-    return cache
 

@@ -6,20 +6,19 @@ sleeps on an ``env.event()`` while idle.  An iteration is DESIGN section 5 insid
 continuous batching, one token budget shared by decodes and prefills:
 
 1. plan the decodes (``_plan_decodes``): the policy drafts for the running decodes; while their
-   KV does not fit, the most recently admitted request is preempted (recompute, as vLLM does)
-   and the policy asked again; ``_reserve_decodes`` fits them to the budget, grows their KV;
+   KV does not fit, the latest admitted request is preempted (recompute, as vLLM does) and
+   the policy asked again; ``_reserve_decodes`` fits them to the budget, grows their KV;
 2. plan the prefills (``_plan_prefills``): running requests' unfinished prefill chunks
    first, then admissions (``_admit``), FIFO while the token budget, the sequence limit and
    the KV blocks allow (chunked prefill optional);
 3. price the step (``_price``): draft (the proposer's time, serial), then verify (one target
-   forward over every request's exact token count: 1 + drafts for a decode, the chunk for a
-   prefill) into a frozen ``Step``;
+   forward over every request's exact token count) into a frozen ``Step``;
 4. advance time by the step's duration, then complete it (completion.py).
 
-Under ``none`` the four run fused (``_plain_schedule`` / ``_plain_complete``, plain_step.py),
-with the same results; a preemption, a prefix cache (from the first preemption on, if the
-workload names no shared prefix: prefix_cache.py) or the event log take the path above.
-The running requests' state lives in the ``RunningBatch``, everyone else's in the run's table.
+Under ``none`` the four run fused (plain_step.py), with the same results; a preemption, a
+prefix cache (own_cache.py: only while a preempted request waits, without shared prefixes)
+or the event log take the path above.  The running requests' state lives in the
+``RunningBatch``, everyone else's in the run's table.
 
 **Fast-forward** (``engine.fast_forward``, the default).  Between two arrivals nothing outside
 a replica reads or changes it (each replica draws from its own random stream; the recorder's
@@ -51,7 +50,7 @@ from simulator.engine.fast_forward import RETIRED, advance_decodes, delay_to
 from simulator.engine.forward import Forward
 from simulator.engine.lazy_decode import LazyDecodes
 from simulator.engine.plain_step import PlainStep, PlainSteps
-from simulator.engine.prefix_cache import start_own_cache
+from simulator.engine.own_cache import OwnCache
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
@@ -63,10 +62,7 @@ _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise 
 class Replica(LazyDecodes, PlainSteps, Completion, Forward):
     """One model instance: a waiting queue, a running batch and its own SimPy process."""
 
-    # under fast-forward, a plain-decode policy's decodes advance in the lazy form
-    # (lazy_decode.py); off, they take the fused iteration and fast_forward.py's stretches
-    # (the same results: the engine benchmark turns it off to measure what it buys)
-    lazy_decodes = True
+    lazy_decodes = True  # plain decodes in the lazy form under fast-forward (lazy_decode.py)
 
     def __init__(self, env: simpy.Environment, index: int, table: RequestTable,
                  limits: EngineLimits, target_cost: StepPricer, policy: Policy,
@@ -81,10 +77,10 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self.fast_forward = bool(fast_forward) and arrivals is not None \
             and not recorder.record_events
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
-        self.own_keys = own_keys  # keys to start a cache with at the first preemption
+        self.own = None if own_keys is None else OwnCache(own_keys)  # own_cache.py
         plain_decode = bool(getattr(policy, "plain_decode", False))  # one token per decode
-        self.plain = plain_decode and prefix_cache is None \
-            and not recorder.record_events  # the fused iteration applies (plain_step.py)
+        self.plain_ok = plain_decode and not recorder.record_events  # the fused iteration
+        self.plain = self.plain_ok and prefix_cache is None  # applies (plain_step.py)
         # a step of decodes verifying the same count (1 under a plain-decode policy) with
         # chunks has a mixed price (forward.py)
         self._mixed, self._mixed_verify, self._one_token = getattr(
@@ -100,8 +96,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self.now = 0.0  # this replica's clock (ahead of env.now while it fast-forwards)
         self.stats = {"iterations": 0, "vectorised": 0, "timeouts": 0}  # how it ran
         self.wakeup = env.event()
-        lazy = self.fast_forward and self.plain and self.lazy_decodes
-        self.process = env.process(self._run_lazy() if lazy else self.run())
+        self._lazy = self.fast_forward and self.plain and self.lazy_decodes
+        self.process = env.process(self._run_lazy() if self._lazy else self.run())
 
     # ------------------------------------------------------------------ arrivals
     def submit(self, rid: int) -> None:
@@ -121,6 +117,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         """The replica's process: iterate while there is work, sleep otherwise."""
         env = self.env
         while True:
+            if self._lazy and self.cache is None:  # an own-blocks cache stopped: the lazy
+                return                             # form's loop again (lazy_decode.py)
             if not self.b.ids.size and not self.waiting:
                 self.wakeup = env.event()
                 yield self.wakeup
@@ -162,8 +160,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
     def _preempt_last(self) -> int:
         """Preempt the most recently admitted running request (recompute)."""
         t, b, blocks, rid = self.t, self.b, int(self.b.blocks[-1]), int(self.b.ids[-1])
-        if self.cache is None and self.own_keys is not None:  # the ordinary paths from now
-            self.cache, self.plain, self._chain = start_own_cache(self, self.own_keys), False, None
+        if self.own is not None:  # the ordinary paths while a preempted request waits
+            self.own.preempted(self)
         if self.cache is not None:  # its full blocks stay cached until evicted (vLLM V1)
             self.cache.register(rid, int(b.computed[-1]))
         self.used_blocks -= blocks if self.cache is None else self.cache.release(rid, blocks)
@@ -376,6 +374,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self.outstanding_tokens -= tokens
         if isnan(t.first_scheduled_s[rid]):  # vLLM's num_cached_tokens: first schedule
             t.cached_tokens[rid] = tokens
+        if self.own is not None:
+            self.own.admitted(self, rid)
 
     def _price(self, plan: DraftPlan | None, batch: BatchView | None, pos, pf: np.ndarray,
                chunks: np.ndarray, now: float, preempted: int, decode_tokens: int,

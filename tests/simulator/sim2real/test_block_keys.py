@@ -1,8 +1,9 @@
 """Block keys of the prefix cache (simulator/engine/block_keys.py): a declared shared prefix,
 a request's own blocks found again after a preemption (vLLM V1's recompute preemption with
 prefix caching: vllm/v1/core/sched/scheduler.py frees a preempted request's blocks, which
-stay cached in the free block queue until evicted), started at the first preemption where
-no prefix is shared, so that runs that never preempt keep the engine's fast paths."""
+stay cached in the free block queue until evicted), run only while a preempted request
+waits where no prefix is shared, so that the engine keeps its fast paths the rest of the
+time (simulator/engine/own_cache.py)."""
 import numpy as np
 import pytest
 
@@ -75,10 +76,11 @@ def test_no_cache_where_nothing_is_preempted():
 
 
 @pytest.mark.parametrize("policy", ["none", "chain"])
-def test_a_cache_started_at_the_first_preemption_is_the_one_run_from_the_start(policy):
-    """Own keys only: starting the cache at the first preemption (the engine's fast paths
-    until then) gives the DataFrames of a cache that ran from the start (a shared prefix of
-    0 tokens makes the workload name keys, so its cache starts with the run)."""
+def test_a_cache_run_while_preempted_requests_wait_is_the_one_run_throughout(policy):
+    """Own keys only: running the cache only while a preempted request waits (the engine's
+    fast paths the rest of the time) gives the DataFrames, hits and lookups of a cache that
+    ran throughout (a shared prefix of 0 tokens makes the workload name keys, so its cache
+    runs from the start)."""
     lazy, eager = _preempting(True, policy), _preempting(True, policy, declared=True)
     assert lazy.requests["preemptions"].sum() > 0
     assert lazy.info["prefix_cache"]["hits_tokens"] == eager.info["prefix_cache"]["hits_tokens"]
