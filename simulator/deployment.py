@@ -157,18 +157,36 @@ def plan_deployment(scenario: Scenario, res: Resolved, max_verify_tokens: int) -
     (the built policy's verification width)."""
     memory = _plan(scenario, res.hardware, res.target, res.extra_models, res.kv_models,
                    max_verify_tokens)
+    _check_max_model_len(scenario.batching.max_model_len, res.target, memory.kv_tokens)
     return Deployment(res.hardware, res.target, res.draft, res.target_cost, res.draft_cost,
                       res.extra_models, res.kv_models, memory, int(max_verify_tokens))
+
+
+def _check_max_model_len(mml: int | None, target, kv_tokens: int) -> None:
+    """vLLM's start-up checks of --max-model-len (vllm/config/model.py: above the model's
+    max_position_embeddings is an error; vllm/v1/core/kv_cache_utils.py: a KV cache that
+    cannot hold one request of max_model_len tokens is an error)."""
+    if mml is None:
+        return
+    if mml > target.max_context:
+        raise SpecsimError(f"{mml} is above {target.name}'s max_context {target.max_context}",
+                           field="batching.max_model_len",
+                           fix=f"use at most {target.max_context}")
+    if mml > kv_tokens:
+        raise SpecsimError(f"the KV cache holds {kv_tokens:,} tokens, fewer than one request "
+                           f"of max_model_len {mml:,}", field="batching.max_model_len",
+                           fix="lower max_model_len or raise gpu_memory_utilization")
 
 
 def admissible(table: RequestTable, scenario: Scenario, dep: Deployment) -> np.ndarray:
     """Mark requests that can never be served, with their reason; return the others."""
     need = table.prompt_len + table.output_len
     ok = np.ones(need.size, bool)
+    mml = scenario.batching.max_model_len
+    limit, what = (dep.target.max_context, f"{dep.target.name}'s max_context") \
+        if mml is None else (mml, "max_model_len")
     checks = [
-        (need > dep.target.max_context,
-         f"prompt + output tokens exceed {dep.target.name}'s max_context "
-         f"{dep.target.max_context}"),
+        (need > limit, f"prompt + output tokens exceed {what} {limit}"),
         (need + dep.max_verify_tokens > dep.memory.kv_tokens,
          f"prompt + output tokens do not fit the KV cache of one replica "
          f"({dep.memory.kv_tokens} tokens)"),

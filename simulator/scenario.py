@@ -46,6 +46,7 @@ class Batching:
     # vLLM V1's default (on; V0's was off): cached prompt blocks are reused across requests
     # when the workload names them (Mooncake hash_ids, token ids); no effect otherwise
     enable_prefix_caching: bool = True
+    max_model_len: int | None = None  # vLLM's --max-model-len; None: the model's max_context
 
 
 # ``engine.steps_table``: what the steps table keeps (the summary is exact either way)
@@ -242,7 +243,7 @@ def _batching(data: Any, source: str) -> Batching:
     names = [f.name for f in dataclasses.fields(Batching)]
     check_keys(b, allowed=names, source=source, prefix="batching.")
     bkw: dict[str, Any] = {}
-    for k in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+    for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len"):
         if k in b:
             bkw[k] = as_number(b[k], source=source, field=f"batching.{k}", integer=True,
                                minimum=1, maximum=10_000_000)
@@ -386,7 +387,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     data = load_yaml_file(path)
     data = dict(require_mapping(data, source=str(path)))
     if vllm_args is not None:
-        from simulator.vllm_config import apply_vllm_args, load_vllm_args
+        from simulator.vllm_args import apply_vllm_args, load_vllm_args
         data = apply_vllm_args(data, load_vllm_args(vllm_args))
     data = apply_overrides(data, overrides or [])
     return scenario_from_dict(data, source=str(path), base_dir=path.resolve().parent)

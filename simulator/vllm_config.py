@@ -31,11 +31,9 @@ from typing import Any, Mapping
 from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
-    as_bool,
     as_number,
     as_str,
     check_keys,
-    clip,
     load_yaml_file,
     parse_yaml_text,
     require_mapping,
@@ -66,7 +64,7 @@ REFUSED_SPEC_KEYS = {
 _TREE_CHARS = 100_000  # longest speculative_token_tree string read
 
 
-def _spec_mapping(value: Any, source: str, field: str) -> Mapping[str, Any]:
+def spec_mapping(value: Any, source: str, field: str) -> Mapping[str, Any]:
     """A mapping, or vLLM's CLI form: the mapping as a JSON string."""
     if isinstance(value, str):
         value = parse_yaml_text(value, source=f"{source}: {field}")
@@ -281,7 +279,7 @@ def speculative_policy(data: Mapping[str, Any], *, target: str, parallelism: Par
         if data.get(other) is not None:
             raise SpecsimError(f"{field} and {other} given together", source=source,
                                field=field, fix=f"remove {other}: {field} sets it")
-    spec_data = _spec_mapping(data[field], source, field)
+    spec_data = spec_mapping(data[field], source, field)
     target_spec = load_model(target)
     model, spec = spec_data.get("model"), None
     if model is not None:
@@ -308,92 +306,3 @@ def speculative_policy(data: Mapping[str, Any], *, target: str, parallelism: Par
             minimum=1, maximum=1024)))
     return (_adaptive(native, spec_data), model if method == "draft_model" else None,
             parallelism)
-
-
-# vLLM engine argument -> (scenario section or "" for top level, specsim key, value kind)
-ENGINE_ARGS: dict[str, tuple[str, str, str]] = {
-    "model": ("", "target", "model"),
-    "max_num_seqs": ("batching", "max_num_seqs", "int"),
-    "max_num_batched_tokens": ("batching", "max_num_batched_tokens", "int"),
-    "enable_chunked_prefill": ("batching", "enable_chunked_prefill", "bool"),
-    "enable_prefix_caching": ("batching", "enable_prefix_caching", "bool"),
-    "gpu_memory_utilization": ("batching", "gpu_memory_utilization", "fraction"),
-    "block_size": ("batching", "block_size", "int"),
-    "tensor_parallel_size": ("parallelism", "tensor_parallel", "int"),
-    "pipeline_parallel_size": ("parallelism", "pipeline_parallel", "int"),
-    "enable_expert_parallel": ("parallelism", "expert_parallel", "bool"),
-    "quantization": ("", "quantization", "str"),
-    "kv_cache_dtype": ("", "kv_cache_dtype", "str"),
-    "enforce_eager": ("execution", "enforce_eager", "bool"),
-    "async_scheduling": ("execution", "async_scheduling", "bool"),
-    "max_cudagraph_capture_size": ("execution", "max_cudagraph_capture_size", "int"),
-    "disable_custom_all_reduce": ("execution", "disable_custom_all_reduce", "bool"),
-    "speculative_config": ("", "speculative_config", "any"),
-}
-# vLLM's spellings of specsim's values: "fp8 (=fp8_e4m3) and fp8_e5m2" (vllm/config/cache.py,
-# cache_dtype; a byte per element either way); NVFP4 is --quantization modelopt_fp4 (ModelOpt)
-VLLM_VALUES = {"kv_cache_dtype": {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8"},
-               "quantization": {"modelopt_fp4": "nvfp4"}}
-NO_EFFECT_ENGINE_ARGS = ("host", "port", "served_model_name", "trust_remote_code", "revision",
-                         "code_revision", "tokenizer", "tokenizer_revision", "download_dir",
-                         "api_key", "disable_log_stats", "disable_log_requests")
-
-
-def _engine_value(key: str, value: Any, source: str) -> Any:
-    kind = ENGINE_ARGS[key][2]
-    if kind == "int":
-        return as_number(value, source=source, field=key, integer=True, minimum=1,
-                         maximum=10_000_000)
-    if kind == "bool":
-        return as_bool(value, source=source, field=key)
-    if kind == "fraction":
-        return float(as_number(value, source=source, field=key, strictly_positive=True,
-                               maximum=1.0))
-    if kind in ("str", "model"):
-        from simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
-        choices = {"quantization": QUANTIZATIONS, "kv_cache_dtype": KV_CACHE_DTYPES}.get(key)
-        value = VLLM_VALUES.get(key, {}).get(value, value) if isinstance(value, str) else value
-        value = as_str(value, source=source, field=key, choices=choices)
-        if kind == "model" and not value.endswith((".yaml", ".yml")):
-            value = resolve_model(value, method="draft_model", base_dir=".", source=source,
-                                  field=key)[0]
-        return value
-    return _spec_mapping(value, source, key)  # speculative_config, checked now
-
-
-def load_vllm_args(path: str | Path) -> dict[str, Any]:
-    """A vLLM engine-arguments file (YAML or JSON, the CLI names with dashes or underscores)
-    -> validated values by underscore name."""
-    source = clip(str(path), 200)
-    data = require_mapping(load_yaml_file(path), source=source)
-    out: dict[str, Any] = {}
-    for raw_key, value in data.items():
-        key = str(raw_key).replace("-", "_")
-        if key in NO_EFFECT_ENGINE_ARGS:
-            raise SpecsimError(f"{short(raw_key)} is not used here", source=source,
-                               field=clip(raw_key), fix=_NO_EFFECT)
-        check_keys({key: value}, allowed=ENGINE_ARGS, source=source)
-        if key in out:
-            raise SpecsimError(f"{short(raw_key)} given twice (with dashes and underscores)",
-                               source=source, field=key, fix="keep one")
-        out[key] = _engine_value(key, value, source)
-    return out
-
-
-def apply_vllm_args(data: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
-    """A raw scenario with the engine arguments written over its fields; a
-    ``speculative_config`` replaces the scenario's policy, draft and draft TP."""
-    data = copy.deepcopy(dict(data))
-    for key, value in args.items():
-        section, name, _ = ENGINE_ARGS[key]
-        if key == "speculative_config":
-            data.pop("policy", None)
-            data.pop("draft", None)
-            if isinstance(data.get("parallelism"), Mapping):
-                data["parallelism"] = {k: v for k, v in data["parallelism"].items()
-                                       if k != "draft_tensor_parallel_size"}
-        if section:
-            data[section] = dict(data[section]) if isinstance(data.get(section), Mapping) else {}
-        node = data[section] if section else data
-        node[name] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
-    return data

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,6 +99,18 @@ def summary_table(results: list) -> pd.DataFrame:
     return pd.concat([df, vllm], axis=1)
 
 
+def _note_serving_only(path: str | None) -> None:
+    """The --vllm-args keys read and ignored, in one line on stderr (so that stdout stays the
+    table, machine-readable with --format)."""
+    if not path:
+        return
+    from simulator.vllm_args import serving_only_keys
+    ignored = serving_only_keys(path)
+    if ignored:
+        print(f"--vllm-args: ignored (serving only, no effect on speed): {', '.join(ignored)}",
+              file=sys.stderr)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the scenario for each policy and print the summary table."""
     from simulator.inputs.yaml_io import clip
@@ -106,6 +119,7 @@ def main(args: argparse.Namespace) -> int:
     from simulator.scenario import load_scenario, parse_compare
 
     scenario = load_scenario(args.scenario, args.overrides, args.vllm_args)
+    _note_serving_only(args.vllm_args)
     if args.compare:
         policies = parse_compare(args.compare)
     elif args.scenario is None and "speculative_config" not in scenario.raw:

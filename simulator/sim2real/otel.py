@@ -77,7 +77,7 @@ def _config(folder: Path) -> tuple[dict, int]:
     if not isinstance(cfg.get("model"), str):
         raise SpecsimError("missing the model id", source=src, field="model")
     batching = dict(VLLM_BATCHING)
-    for key in ("max_num_seqs", "max_num_batched_tokens"):
+    for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
         if key in cfg:
             batching[key] = as_number(cfg[key], source=src, field=key, minimum=1, integer=True)
     tp = as_number(cfg.get("tensor_parallelism", 1), source=src, field="tensor_parallelism",

@@ -225,7 +225,7 @@ def test_run_vllm_args_equals_the_native_scenario(tmp_path, as_json):
 
 
 def test_vllm_args_values_in_vllms_spelling(tmp_path):
-    from simulator.vllm_config import load_vllm_args
+    from simulator.vllm_args import load_vllm_args
     args = load_vllm_args(_write(tmp_path / "a.yaml", {
         "kv-cache-dtype": "fp8_e4m3", "quantization": "modelopt_fp4",
         "enable_expert_parallel": True, "speculative_config": '{"method": "ngram"}'}))
@@ -234,9 +234,42 @@ def test_vllm_args_values_in_vllms_spelling(tmp_path):
     with pytest.raises(SpecsimError) as err:
         load_vllm_args(_write(tmp_path / "b.yaml", {"block-size": 16, "block_size": 32}))
     assert err.value.field == "block_size" and "twice" in str(err.value)
+
+
+
+def test_a_real_vllm_serve_config_runs_in_one_go(tmp_path):
+    """A `vllm serve --config` file as people write it (issue 37: six runs and edits): its
+    serving-only keys are read and listed, dtype and max-model-len map, an -Instruct id
+    resolves to the catalogued shapes."""
+    from simulator.vllm_args import (VLLM_VERSION, apply_vllm_args, load_vllm_args,
+                                     serving_only_keys)
+    path = _write(tmp_path / "serve.yaml", {
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "host": "0.0.0.0", "port": 8000,
+        "served-model-name": "llama", "dtype": "bfloat16", "max-model-len": 8192,
+        "max-num-seqs": 64, "tensor-parallel-size": 1})
+    args = load_vllm_args(path)
+    assert args == {"model": "llama-3.1-8b", "dtype": "bf16", "max_model_len": 8192,
+                    "max_num_seqs": 64, "tensor_parallel_size": 1}
+    assert serving_only_keys(path) == ["host", "port", "served-model-name"]
+    sc = scenario_from_dict(apply_vllm_args({"draft": None, "policy": {"name": "none"}},
+                                            args), source="t")
+    assert (sc.target, sc.quantization, sc.batching.max_model_len) == \
+        ("llama-3.1-8b", "bf16", 8192)
+    assert VLLM_VERSION == "0.11.0"
+    # dtype is the activations' when the weights are quantised; auto keeps the file's
+    both = _write(tmp_path / "q.yaml", {"dtype": "float16", "quantization": "fp8"})
+    assert load_vllm_args(both) == {"quantization": "fp8"}
+    assert load_vllm_args(_write(tmp_path / "auto.yaml", {"dtype": "auto"})) == {}
+
+
+def test_every_problem_in_an_args_file_at_once(tmp_path):
+    from simulator.vllm_args import load_vllm_args
     with pytest.raises(SpecsimError) as err:
-        load_vllm_args(_write(tmp_path / "c.yaml", {"port": 8000}))
-    assert "does not change the simulation" in str(err.value)
+        load_vllm_args(_write(tmp_path / "bad.yaml", {"swap_space": 4, "max-num-seqs": 0,
+                                                      "dtype": "float32"}))
+    text = str(err.value)
+    assert text.count(";") == 2 and "3 problems" in text
+    assert "swap_space" in text and "max_num_seqs" in text and "dtype" in text
 
 
 def test_run_vllm_args_unknown_key_exits_2_without_traceback(tmp_path):

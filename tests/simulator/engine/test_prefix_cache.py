@@ -291,7 +291,7 @@ def test_the_mooncake_conversation_trace_hits_its_shared_histories():
 
 
 def test_vllm_args_switch_prefix_caching(tmp_path):
-    from simulator.vllm_config import load_vllm_args
+    from simulator.vllm_args import load_vllm_args
     path = tmp_path / "args.yaml"
     path.write_text("enable-prefix-caching: false\n")
     assert load_vllm_args(path) == {"enable_prefix_caching": False}

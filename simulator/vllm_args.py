@@ -1,0 +1,156 @@
+"""``specsim run --vllm-args FILE``: a ``vllm serve`` engine-arguments file written over a
+scenario.  The mapping follows vLLM 0.11.0's ``EngineArgs`` (vllm/engine/arg_utils.py) and
+its OpenAI server's arguments (vllm/entrypoints/openai/cli_args.py): the engine's knobs map
+to the scenario's fields (``ENGINE_ARGS``); keys that only change how the server is reached,
+logged or loaded are read and ignored (``SERVING_ONLY``, listed by ``serving_only_keys``);
+any other key is an error that lists the supported ones.  ``speculative_config`` is mapped
+by simulator/vllm_config.py.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Mapping
+
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import (
+    as_bool,
+    as_number,
+    as_str,
+    check_keys,
+    clip,
+    load_yaml_file,
+    require_mapping,
+    short,
+)
+from simulator.vllm_config import spec_mapping, resolve_model
+
+VLLM_VERSION = "0.11.0"
+
+# vLLM engine argument -> (scenario section or "" for top level, specsim key, value kind)
+ENGINE_ARGS: dict[str, tuple[str, str, str]] = {
+    "model": ("", "target", "model"),
+    "max_num_seqs": ("batching", "max_num_seqs", "int"),
+    "max_num_batched_tokens": ("batching", "max_num_batched_tokens", "int"),
+    "enable_chunked_prefill": ("batching", "enable_chunked_prefill", "bool"),
+    "enable_prefix_caching": ("batching", "enable_prefix_caching", "bool"),
+    "gpu_memory_utilization": ("batching", "gpu_memory_utilization", "fraction"),
+    "block_size": ("batching", "block_size", "int"),
+    "tensor_parallel_size": ("parallelism", "tensor_parallel", "int"),
+    "pipeline_parallel_size": ("parallelism", "pipeline_parallel", "int"),
+    "enable_expert_parallel": ("parallelism", "expert_parallel", "bool"),
+    "quantization": ("", "quantization", "str"),
+    "kv_cache_dtype": ("", "kv_cache_dtype", "str"),
+    "enforce_eager": ("execution", "enforce_eager", "bool"),
+    "async_scheduling": ("execution", "async_scheduling", "bool"),
+    "max_cudagraph_capture_size": ("execution", "max_cudagraph_capture_size", "int"),
+    "disable_custom_all_reduce": ("execution", "disable_custom_all_reduce", "bool"),
+    "max_model_len": ("batching", "max_model_len", "int"),
+    "dtype": ("", "quantization", "dtype"),  # the weights' 16-bit type, unless quantization
+    "speculative_config": ("", "speculative_config", "any"),
+}
+# vLLM's --dtype (vllm/config/model.py, _STR_DTYPE_TO_TORCH_DTYPE) -> specsim's weight types;
+# "auto" keeps the model file's (its config.json torch_dtype)
+VLLM_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+# vLLM's spellings of specsim's values: "fp8 (=fp8_e4m3) and fp8_e5m2" (vllm/config/cache.py,
+# cache_dtype; a byte per element either way); NVFP4 is --quantization modelopt_fp4 (ModelOpt)
+VLLM_VALUES = {"kv_cache_dtype": {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8"},
+               "quantization": {"modelopt_fp4": "nvfp4"}}
+# Keys of `vllm serve` that change how it is reached, logged, loaded or what it answers, not
+# how fast it serves (vllm/entrypoints/openai/cli_args.py, vllm/engine/arg_utils.py): read,
+# listed by serving_only_keys, and ignored.
+SERVING_ONLY = ("host", "port", "served_model_name", "trust_remote_code", "revision",
+                "code_revision", "tokenizer", "tokenizer_revision", "tokenizer_mode",
+                "download_dir", "load_format", "config_format", "api_key", "seed",
+                "disable_log_stats", "disable_log_requests", "enable_log_requests",
+                "max_log_len", "uvicorn_log_level", "disable_uvicorn_access_log",
+                "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
+                "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "root_path", "middleware",
+                "chat_template", "response_role", "enable_auto_tool_choice",
+                "tool_call_parser", "reasoning_parser", "otlp_traces_endpoint",
+                "collect_detailed_traces", "disable_frontend_multiprocessing",
+                "enable_prompt_tokens_details", "enable_server_load_tracking")
+
+
+def _engine_value(key: str, value: Any, source: str) -> Any:
+    kind = ENGINE_ARGS[key][2]
+    if kind == "int":
+        return as_number(value, source=source, field=key, integer=True, minimum=1,
+                         maximum=10_000_000)
+    if kind == "bool":
+        return as_bool(value, source=source, field=key)
+    if kind == "dtype":
+        return VLLM_DTYPES[as_str(value, source=source, field=key, choices=VLLM_DTYPES)]
+    if kind == "fraction":
+        return float(as_number(value, source=source, field=key, strictly_positive=True,
+                               maximum=1.0))
+    if kind in ("str", "model"):
+        from simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
+        choices = {"quantization": QUANTIZATIONS, "kv_cache_dtype": KV_CACHE_DTYPES}.get(key)
+        value = VLLM_VALUES.get(key, {}).get(value, value) if isinstance(value, str) else value
+        value = as_str(value, source=source, field=key, choices=choices)
+        if kind == "model" and not value.endswith((".yaml", ".yml")):
+            value = resolve_model(value, method="draft_model", base_dir=".", source=source,
+                                  field=key)[0]
+        return value
+    return spec_mapping(value, source, key)  # speculative_config, checked now
+
+
+def _args_file(path: str | Path) -> tuple[str, Mapping[str, Any]]:
+    source = clip(str(path), 200)
+    return source, require_mapping(load_yaml_file(path), source=source)
+
+
+def serving_only_keys(path: str | Path) -> list[str]:
+    """The keys of a vLLM engine-arguments file that are read and ignored (SERVING_ONLY)."""
+    _, data = _args_file(path)
+    return [str(k) for k in data if str(k).replace("-", "_") in SERVING_ONLY]
+
+
+def load_vllm_args(path: str | Path) -> dict[str, Any]:
+    """A vLLM engine-arguments file (YAML or JSON, the CLI names with dashes or underscores)
+    -> validated values by underscore name; serving-only keys are skipped.  Every problem in
+    the file is reported at once, in one error."""
+    source, data = _args_file(path)
+    out: dict[str, Any] = {}
+    problems: list[SpecsimError] = []
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        if key in SERVING_ONLY:
+            continue
+        try:
+            check_keys({key: value}, allowed=ENGINE_ARGS, source=source)
+            if key in out:
+                raise SpecsimError(f"{short(raw_key)} given twice (with dashes and "
+                                   "underscores)", source=source, field=key, fix="keep one")
+            out[key] = _engine_value(key, value, source)
+        except SpecsimError as exc:
+            problems.append(exc)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise SpecsimError(f"{len(problems)} problems: " + "; ".join(
+            f"{p.field}: {p.message}" + (f" (fix: {p.fix})" if p.fix else "")
+            for p in problems), source=source)
+    if "quantization" in out or out.get("dtype", 0) is None:  # dtype: the activations then
+        out.pop("dtype", None)
+    return out
+
+
+def apply_vllm_args(data: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
+    """A raw scenario with the engine arguments written over its fields; a
+    ``speculative_config`` replaces the scenario's policy, draft and draft TP."""
+    data = copy.deepcopy(dict(data))
+    for key, value in args.items():
+        section, name, _ = ENGINE_ARGS[key]
+        if key == "speculative_config":
+            data.pop("policy", None)
+            data.pop("draft", None)
+            if isinstance(data.get("parallelism"), Mapping):
+                data["parallelism"] = {k: v for k, v in data["parallelism"].items()
+                                       if k != "draft_tensor_parallel_size"}
+        if section:
+            data[section] = dict(data[section]) if isinstance(data.get(section), Mapping) else {}
+        node = data[section] if section else data
+        node[name] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+    return data
