@@ -99,6 +99,20 @@ def summary_table(results: list) -> pd.DataFrame:
     return pd.concat([df, vllm], axis=1)
 
 
+def _policies(args: argparse.Namespace, scenario) -> list:
+    """The policies to run: --compare's (an entry naming the scenario's own method without
+    parameters is the scenario's, with its options: `--compare none,eagle3` on a file that
+    configures eagle3 with 3 tokens runs 3), the built-in pair, or the scenario's."""
+    from simulator.scenario import parse_compare
+    if args.compare:
+        own = scenario.policy
+        return [own if p.name == own.name and not p.raw else p
+                for p in parse_compare(args.compare)]
+    if args.scenario is None and "speculative_config" not in scenario.raw:
+        return parse_compare(DEFAULT_COMPARE)
+    return [scenario.policy]
+
+
 def _note_serving_only(path: str | None) -> None:
     """The --vllm-args keys read and ignored, in one line on stderr (so that stdout stays the
     table, machine-readable with --format)."""
@@ -116,16 +130,11 @@ def main(args: argparse.Namespace) -> int:
     from simulator.inputs.yaml_io import clip
     from simulator.output_paths import ResultsFolderWriter
     from simulator.results_dir import require_format, result_names, write_results_tables
-    from simulator.scenario import load_scenario, parse_compare
+    from simulator.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides, args.vllm_args)
     _note_serving_only(args.vllm_args)
-    if args.compare:
-        policies = parse_compare(args.compare)
-    elif args.scenario is None and "speculative_config" not in scenario.raw:
-        policies = parse_compare(DEFAULT_COMPARE)
-    else:
-        policies = [scenario.policy]
+    policies = _policies(args, scenario)
     require_format(args.results_format)
     out = Path(args.out).expanduser()
     if args.report and args.report.endswith(("/", os.sep)):
