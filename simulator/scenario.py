@@ -310,12 +310,10 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "engine" in data:
         kw["engine"] = _engine(data["engine"], source)
     kw.update(_serving_keys(data, source))
-    if data.get("speculative_config") is not None:  # vLLM's block -> policy, draft, draft TP
-        from simulator.vllm_config import speculative_policy
-        pol, kw["draft"], kw["parallelism"] = speculative_policy(
-            data, target=kw.get("target", Scenario.target), source=source, base_dir=base_dir,
-            parallelism=kw.get("parallelism", Parallelism()))
-        kw["policy"] = parse_policy(pol, source, "speculative_config")
+    if data.get("speculative_config") is not None:  # vLLM's block (vllm_config.py)
+        from simulator.vllm_config import speculative_fields
+        kw.update(speculative_fields(data, kw, source, base_dir, Scenario.target))
+        kw["policy"] = parse_policy(kw["policy"], source, "speculative_config")
     return Scenario(**kw)
 
 

@@ -39,6 +39,8 @@ from simulator.inputs.yaml_io import (
     require_mapping,
     short,
 )
+from simulator.vllm_synthetic import KEYS as SYNTHETIC_KEYS
+from simulator.vllm_synthetic import synthetic_acceptance
 
 METHODS = ("ngram", "draft_model", "eagle", "eagle3", "medusa", "mtp", "suffix")
 # vLLM's MTP method names other than "mtp": accepted there with "method `...` is deprecated
@@ -49,7 +51,8 @@ SUFFIX_KEYS = ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_req
                "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")
 SPEC_KEYS = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
              "prompt_lookup_min", "prompt_lookup_max", "speculative_token_tree",
-             "num_speculative_tokens_per_batch_size", "disable_by_batch_size") + SUFFIX_KEYS
+             "num_speculative_tokens_per_batch_size", "disable_by_batch_size") + SUFFIX_KEYS \
+    + SYNTHETIC_KEYS
 _NO_EFFECT = "remove it: it does not change the simulation"
 _NOT_MODELLED = "remove it: specsim does not model it"
 REFUSED_SPEC_KEYS = {
@@ -59,8 +62,7 @@ REFUSED_SPEC_KEYS = {
     "kv_cache_dtype": _NOT_MODELLED + " (the draft's KV cache format)",
     "max_model_len": _NOT_MODELLED + " (a draft context shorter than the model file's)",
     "enforce_eager": "remove it and set the scenario's execution.enforce_eager",
-    **{k: _NOT_MODELLED + "; the acceptance block sets acceptance"
-       for k in ("rejection_sample_method", "draft_sample_method")}}
+    "draft_sample_method": _NOT_MODELLED + "; the acceptance block sets acceptance"}
 _TREE_CHARS = 100_000  # longest speculative_token_tree string read
 
 
@@ -271,9 +273,10 @@ def _adaptive(native: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]
 
 def speculative_policy(data: Mapping[str, Any], *, target: str, parallelism: Parallelism,
                        source: str, base_dir: str | Path, field: str = "speculative_config"
-                       ) -> tuple[dict[str, Any], str | None, Parallelism]:
+                       ) -> tuple[dict[str, Any], str | None, Parallelism, dict | None]:
     """``data[field]`` -> (the native policy block, the scenario's draft, its parallelism
-    with vLLM's draft_tensor_parallel_size)."""
+    with vLLM's draft_tensor_parallel_size, the acceptance block of a synthetic rejection
+    sampler or None: vllm_synthetic.py)."""
     from simulator.models.spec import load_model
     for other in ("policy", "draft"):
         if data.get(other) is not None:
@@ -305,4 +308,23 @@ def speculative_policy(data: Mapping[str, Any], *, target: str, parallelism: Par
             tp, source=source, field=field + ".draft_tensor_parallel_size", integer=True,
             minimum=1, maximum=1024)))
     return (_adaptive(native, spec_data), model if method == "draft_model" else None,
-            parallelism)
+            parallelism, synthetic_acceptance(spec_data, k, source, field))
+
+
+def speculative_fields(data: Mapping[str, Any], kw: Mapping[str, Any], source: str,
+                       base_dir: str | Path, default_target: str) -> dict[str, Any]:
+    """A scenario's ``speculative_config`` -> its ``policy`` (the native block, for the
+    scenario to parse), ``draft``, ``parallelism`` (the draft's TP) and, for vLLM's
+    synthetic rejection sampler, its ``acceptance``."""
+    out: dict[str, Any] = {}
+    out["policy"], out["draft"], out["parallelism"], synthetic = speculative_policy(
+        data, target=kw.get("target", default_target), source=source, base_dir=base_dir,
+        parallelism=kw.get("parallelism", Parallelism()))
+    if synthetic is not None:
+        if "acceptance" in data:
+            raise SpecsimError("acceptance given with a synthetic rejection sampler",
+                               source=source, field="acceptance",
+                               fix="remove one: both set the acceptance")
+        out["acceptance"] = synthetic
+    return out
+
