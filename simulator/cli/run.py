@@ -104,9 +104,9 @@ def _policies(args: argparse.Namespace, scenario) -> list:
     parameters is the scenario's, with its options: `--compare none,eagle3` on a file that
     configures eagle3 with 3 tokens runs 3), the built-in pair, or the scenario's."""
     from simulator.scenario import parse_compare
-    if args.compare:
+    if args.compare:  # (an entry whose defaults are the scenario's options keeps its label)
         own = scenario.policy
-        return [own if p.name == own.name and not p.raw else p
+        return [own if p.name == own.name and not p.raw and p.params != own.params else p
                 for p in parse_compare(args.compare)]
     if args.scenario is None and "speculative_config" not in scenario.raw:
         return parse_compare(DEFAULT_COMPARE)
