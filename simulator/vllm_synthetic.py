@@ -65,8 +65,14 @@ def synthetic_acceptance(spec: Mapping[str, Any], k: int, source: str,
         length = float(as_number(spec[KEYS[2]], source=source, field=f"{field}.{KEYS[2]}",
                                  minimum=1.0, maximum=k + 1.0))
         rates, said = length_to_rates(length, k), f"synthetic_acceptance_length {length:g}"
+    return positional_block(rates, f"vLLM's synthetic rejection sampling ({said}, "
+                                   "unconditional per position), as conditional rates")
+
+
+def positional_block(rates: list[float], source: str) -> dict[str, Any]:
+    """The ``positional`` acceptance block of unconditional per-position rates u_i (the
+    probability that the first i drafts are all accepted): conditional rates u_i / u_{i-1}."""
     conditional = [r / prev if prev > 0 else 0.0 for prev, r in zip([1.0] + rates, rates)]
     return {"model": "positional", "rates": [float(f"{c:.12g}") for c in conditional],
-            "source": f"vLLM's synthetic rejection sampling ({said}, unconditional per "
-                      "position), as conditional rates"}
+            "source": source}
 

@@ -14,15 +14,19 @@ failed in the measurement (an output length of 0, or an error) are left out and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from simulator.inputs import json_text
 from simulator.inputs.errors import SpecsimError
-from simulator.sim2real.bench_result import FIELD, MAX_REQUESTS, result_workload
+from simulator.sim2real.bench_acceptance import (
+    SPEC_METRICS,
+    measured_acceptance,
+    predicted_spec_metrics,
+)
+from simulator.sim2real.bench_result import FIELD, result_workload
 
 MAX_RESULT_BYTES = 512 * 2 ** 20  # a result file larger than this is refused before reading
 COMPARED = ("duration", "completed", "request_throughput", "output_throughput",
@@ -39,6 +43,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         "replaced by the result's)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario field, e.g. --set seed=3")
+    p.add_argument("--acceptance-from-result", action="store_true",
+                   help="use the result's measured acceptance (its per-position rates, else "
+                        "its mean acceptance length) as the acceptance model")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
 
@@ -76,7 +83,7 @@ def _read_result(path_text: str) -> dict:
 def comparison_rows(measured: dict, predicted: dict[str, Any]) -> list[dict]:
     """One row per metric both sides have: measured, predicted, relative error."""
     rows = []
-    for key in COMPARED:
+    for key in COMPARED + SPEC_METRICS:
         m, p = measured.get(key), predicted.get(key)
         if isinstance(m, bool) or not isinstance(m, (int, float)) or p is None:
             continue
@@ -96,9 +103,13 @@ def main(args: argparse.Namespace) -> int:
 
     data = _read_result(args.result)
     scenario = load_scenario(args.scenario, args.overrides)
+    if args.acceptance_from_result:
+        scenario = dataclasses.replace(scenario, acceptance=measured_acceptance(
+            data, int(scenario.policy.params.get("num_speculative_tokens", 1) or 1)))
     workload, dropped = result_workload(data, seed_streams(scenario.seed)[0])
     results = simulate(scenario, workload=workload)
-    rows = comparison_rows(data, bench_serve_metrics(results))
+    rows = comparison_rows(data, {**bench_serve_metrics(results),
+                                  **predicted_spec_metrics(results.summary())})
     if not rows:
         raise SpecsimError("the result holds none of the compared metrics", field=FIELD,
                            fix="compared: " + ", ".join(COMPARED))
