@@ -239,6 +239,39 @@ def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> float | None
                     strictly_positive=True, maximum=1.0)
 
 
+def _defaults(data: Mapping[str, Any], source: str,
+              sources: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """The ``defaults:`` block: the efficiencies, and the overheads in seconds."""
+    defaults = require_mapping(data["defaults"], source=source, field="defaults")
+    check_keys(defaults, allowed=_DEFAULT_KEYS + _OPTIONAL_DEFAULT_KEYS,
+               required=_DEFAULT_KEYS, source=source, prefix="defaults.")
+    eff = {k: _sourced(defaults[k], source=source, field=f"defaults.{k}", sources=sources,
+                       strictly_positive=True, maximum=1.0)
+           for k in ("compute_efficiency", "memory_efficiency")}
+    over = {k: 1e-6 * _sourced(defaults[k], source=source, field=f"defaults.{k}",
+                               sources=sources, minimum=0, maximum=1e6)
+            for k in ("kernel_overhead_us", "step_overhead_us") + _OPTIONAL_DEFAULT_KEYS
+            if k in defaults}
+    return eff, over
+
+
+def _calibration(data: Mapping[str, Any], source: str) -> tuple[tuple, tuple, dict, str]:
+    """A calibrated profile's efficiency curves, provenance and compute axis (empty curves,
+    no provenance and the flops axis without a calibration block)."""
+    if "calibration" not in data:
+        return (), (), {}, "flops"
+    cal = require_mapping(data["calibration"], source=source, field="calibration")
+    check_keys(cal, allowed=_CALIBRATION_KEYS, source=source, prefix="calibration.")
+    curves = [_curve(cal[k], source=source, field=f"calibration.{k}") if k in cal else ()
+              for k in ("compute_efficiency_curve", "memory_efficiency_curve")]
+    provenance = dict(require_mapping(cal.get("provenance", {}), source=source,
+                                      field="calibration.provenance"))
+    axis = as_str(cal["compute_efficiency_axis"], source=source,
+                  field="calibration.compute_efficiency_axis", choices=AXES) \
+        if "compute_efficiency_axis" in cal else "flops"
+    return curves[0], curves[1], provenance, axis
+
+
 def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
     """Validate a parsed profile file and convert it to SI units."""
     data = require_mapping(data, source=source)
@@ -251,35 +284,9 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
     peaks = {dt: 1e12 * _sourced(v, source=source, field=f"peak_tflops.{dt}", sources=sources,
                                  strictly_positive=True, maximum=1e6)
              for dt, v in peaks_raw.items()}
-    defaults = require_mapping(data["defaults"], source=source, field="defaults")
-    check_keys(defaults, allowed=_DEFAULT_KEYS + _OPTIONAL_DEFAULT_KEYS,
-               required=_DEFAULT_KEYS, source=source, prefix="defaults.")
-    eff = {k: _sourced(defaults[k], source=source, field=f"defaults.{k}", sources=sources,
-                       strictly_positive=True, maximum=1.0)
-           for k in ("compute_efficiency", "memory_efficiency")}
-    over = {k: 1e-6 * _sourced(defaults[k], source=source, field=f"defaults.{k}",
-                               sources=sources, minimum=0, maximum=1e6)
-            for k in ("kernel_overhead_us", "step_overhead_us") + _OPTIONAL_DEFAULT_KEYS
-            if k in defaults}
+    eff, over = _defaults(data, source, sources)
     calibrated = as_bool(data.get("calibrated", False), source=source, field="calibrated")
-    compute_curve: tuple = ()
-    memory_curve: tuple = ()
-    provenance: dict = {}
-    axis = "flops"
-    if "calibration" in data:
-        cal = require_mapping(data["calibration"], source=source, field="calibration")
-        check_keys(cal, allowed=_CALIBRATION_KEYS, source=source, prefix="calibration.")
-        if "compute_efficiency_curve" in cal:
-            compute_curve = _curve(cal["compute_efficiency_curve"], source=source,
-                                   field="calibration.compute_efficiency_curve")
-        if "memory_efficiency_curve" in cal:
-            memory_curve = _curve(cal["memory_efficiency_curve"], source=source,
-                                  field="calibration.memory_efficiency_curve")
-        provenance = dict(require_mapping(cal.get("provenance", {}), source=source,
-                                          field="calibration.provenance"))
-        if "compute_efficiency_axis" in cal:
-            axis = as_str(cal["compute_efficiency_axis"], source=source,
-                          field="calibration.compute_efficiency_axis", choices=AXES)
+    compute_curve, memory_curve, provenance, axis = _calibration(data, source)
     kernels = parse_kernels(data.get("kernels"), source=source)
     if kernels is not None:
         sources.update(kernels.sources)
