@@ -148,16 +148,9 @@ def _curve_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *,
-               peak_flops_per_s: float, bandwidth_bytes_per_s: float,
-               kernel_overhead_s: float, statistic: str, axis: str, max_iter: int):
-    """Fit one pair of curves per row of ``weights`` (which measurements count) at once.
-
-    The variants share nothing but the knots, so one L-BFGS run over their summed
-    objectives fits them all (cross-validation folds and smoothing weights in one go).
-    Returns (compute knots, memory knots, compute eff [V, kc], memory eff [V, km],
-    weighted mean squared log error per variant).
-    """
+def _fit_inputs(rows: pd.DataFrame, statistic: str, axis: str, peak_flops_per_s: float,
+                bandwidth_bytes_per_s: float) -> tuple:
+    """The measurements as arrays, the curves' axes and knots, and each curve's start."""
     flops = rows["flops"].to_numpy(dtype=float)
     nbytes = rows["bytes"].to_numpy(dtype=float)
     count = rows["count"].to_numpy(dtype=float)
@@ -172,6 +165,21 @@ def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *
     c0 = _initial(flops[has_flops] / (peak_flops_per_s * net[has_flops]), cx[has_flops], cknots)
     m0 = _initial(nbytes[~has_flops] / (bandwidth_bytes_per_s * net[~has_flops]),
                   mx[~has_flops], mknots)
+    return flops, nbytes, count, times, cx, mx, cknots, mknots, c0, m0
+
+
+def _fit_batch(rows: pd.DataFrame, weights: np.ndarray, smoothing: np.ndarray, *,
+               peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+               kernel_overhead_s: float, statistic: str, axis: str, max_iter: int):
+    """Fit one pair of curves per row of ``weights`` (which measurements count) at once.
+
+    The variants share nothing but the knots, so one L-BFGS run over their summed
+    objectives fits them all (cross-validation folds and smoothing weights in one go).
+    Returns (compute knots, memory knots, compute eff [V, kc], memory eff [V, km],
+    weighted mean squared log error per variant).
+    """
+    flops, nbytes, count, times, cx, mx, cknots, mknots, c0, m0 = _fit_inputs(
+        rows, statistic, axis, peak_flops_per_s, bandwidth_bytes_per_s)
 
     def t(a) -> torch.Tensor:
         return torch.tensor(np.asarray(a, dtype=float), dtype=torch.float64)

@@ -140,19 +140,10 @@ def save_profile(profile: HardwareProfile, path: str | Path) -> Path:
     return path
 
 
-def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
-                            datasheet_peaks: bool, device_name: str,
-                            memory_bytes: float, provenance: Mapping[str, Any]) -> dict:
-    """The calibrated profile: measured curves and overheads, the base profile's links.
-
-    With ``datasheet_peaks`` the peaks and bandwidth are the base's datasheet numbers
-    (raised to a measurement that beats them) and the curves are relative to them;
-    otherwise (a CPU, or a GPU with no matching profile) they are the measured maxima.
-    """
-    stat = fit.statistic
-    measured = (f"measured with torch on {device_name} ({stat} of the repetitions, "
-                f"dtype {fit.dtype}, {provenance.get('threads', '?')} threads)")
-
+def _calibrated_peaks(fit: Fit, base: HardwareProfile, datasheet_peaks: bool,
+                      measured: str) -> dict[str, dict]:
+    """``peak_tflops``: the base's datasheet peaks (``datasheet_peaks``) raised to any
+    measurement that beats them, or the measured maxima."""
     def peak_source(dt: str, value: float) -> str:
         if datasheet_peaks and value == base.peak_flops_per_s.get(dt):
             return base.sources.get(f"peak_tflops.{dt}", f"datasheet, profile {base.name}")
@@ -166,11 +157,57 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
         value = fit.peak_flops_per_s if dt == fit.dtype else \
             max(v, base.peak_flops_per_s.get(dt, 0.0) if datasheet_peaks else 0.0)
         peaks[dt] = {"value": _r(value / 1e12), "source": peak_source(dt, value)}
+    return peaks
+
+
+def _calibrated_defaults(fit: Fit, base: HardwareProfile, measured: str,
+                         borrowed: str) -> dict[str, dict]:
+    """``defaults``: the curves' plateaus, the fitted overheads, the base's graph and
+    per-sequence host costs (said to be borrowed)."""
+    curve_note = f"{measured}; used only where a calibration curve is absent"
+    return {
+        "compute_efficiency": {
+            "value": _r(max(e for _, e in fit.compute_curve)),
+            "source": "plateau of the compute-efficiency curve " + curve_note},
+        "memory_efficiency": {
+            "value": _r(fit.memory_curve[-1][1]),
+            "source": "largest-size point of the memory-efficiency curve " + curve_note},
+        "kernel_overhead_us": {
+            "value": _r(fit.kernel_overhead_s * 1e6),
+            "source": "slope of a tiny model's step time over its layer count, divided by "
+                      "the cost model's kernels per layer, " + measured},
+        "step_overhead_us": {
+            "value": _r(fit.step_overhead_s * 1e6),
+            "source": "intercept of a tiny model's step time over its layer count (less "
+                      "the per-step kernels): embedding, final norm, LM head, sampling, "
+                      + measured},
+        **({} if base.graph_launch_s is None else {"graph_launch_us": {
+            "value": _r(base.graph_launch_s * 1e6),
+            "source": borrowed + base.sources.get("defaults.graph_launch_us", "")}}),
+        **({} if not base.cpu_per_seq_s else {"cpu_per_seq_us": {
+            "value": _r(base.cpu_per_seq_s * 1e6),
+            "source": borrowed + base.sources.get("defaults.cpu_per_seq_us", "")}}),
+    }
+
+
+def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
+                            datasheet_peaks: bool, device_name: str,
+                            memory_bytes: float, provenance: Mapping[str, Any]) -> dict:
+    """The calibrated profile: measured curves and overheads, the base profile's links.
+
+    With ``datasheet_peaks`` the peaks and bandwidth are the base's datasheet numbers
+    (raised to a measurement that beats them) and the curves are relative to them;
+    otherwise (a CPU, or a GPU with no matching profile) they are the measured maxima.
+    """
+    stat = fit.statistic
+    measured = (f"measured with torch on {device_name} ({stat} of the repetitions, "
+                f"dtype {fit.dtype}, {provenance.get('threads', '?')} threads)")
+
+    peaks = _calibrated_peaks(fit, base, datasheet_peaks, measured)
     bw_source = base.sources.get("memory_bandwidth_gb_per_s", "datasheet") \
         if datasheet_peaks and fit.bandwidth_bytes_per_s == base.memory_bandwidth_bytes_per_s \
         else f"best read/copy bandwidth {measured}"
     borrowed = f"from profile {base.name}, not measured: "
-    curve_note = (f"{measured}; used only where a calibration curve is absent")
     data = {
         "name": name,
         "description": f"{device_name}, calibrated with torch micro-benchmarks "
@@ -184,29 +221,7 @@ def calibrated_profile_dict(fit: Fit, *, name: str, base: HardwareProfile,
         "interconnect": _link_dict(base.interconnect,
                                    borrowed + base.sources.get("interconnect", "")),
         "host_link": _link_dict(base.host_link, borrowed + base.sources.get("host_link", "")),
-        "defaults": {
-            "compute_efficiency": {
-                "value": _r(max(e for _, e in fit.compute_curve)),
-                "source": "plateau of the compute-efficiency curve " + curve_note},
-            "memory_efficiency": {
-                "value": _r(fit.memory_curve[-1][1]),
-                "source": "largest-size point of the memory-efficiency curve " + curve_note},
-            "kernel_overhead_us": {
-                "value": _r(fit.kernel_overhead_s * 1e6),
-                "source": "slope of a tiny model's step time over its layer count, divided by "
-                          "the cost model's kernels per layer, " + measured},
-            "step_overhead_us": {
-                "value": _r(fit.step_overhead_s * 1e6),
-                "source": "intercept of a tiny model's step time over its layer count (less "
-                          "the per-step kernels): embedding, final norm, LM head, sampling, "
-                          + measured},
-            **({} if base.graph_launch_s is None else {"graph_launch_us": {
-                "value": _r(base.graph_launch_s * 1e6),
-                "source": borrowed + base.sources.get("defaults.graph_launch_us", "")}}),
-            **({} if not base.cpu_per_seq_s else {"cpu_per_seq_us": {
-                "value": _r(base.cpu_per_seq_s * 1e6),
-                "source": borrowed + base.sources.get("defaults.cpu_per_seq_us", "")}}),
-        },
+        "defaults": _calibrated_defaults(fit, base, measured, borrowed),
         "calibration": {
             "provenance": dict(provenance),
             "compute_efficiency_curve": _curve(fit.compute_curve),
