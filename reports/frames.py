@@ -5,10 +5,12 @@ the number of requests or steps, so that a report of a 20,000-request trace stay
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+
+from simulator.inputs.errors import SpecsimError
 
 # CDF points: every percent, then the tail finely (p99.1 ... p99.9 and the maximum).
 CDF_QUANTILES = np.unique(np.concatenate([np.linspace(0.0, 0.99, 100),
@@ -337,3 +339,25 @@ def analytic_gamma_grids(sweep: pd.DataFrame, max_grids: int = 4) -> list[tuple[
         if len(out) == max_grids:
             break
     return out
+
+
+def as_frame(obj: Any) -> pd.DataFrame:
+    """A DataFrame from a DataFrame, a list of records, a mapping, or an object with to_frame()."""
+    if obj is None:
+        return pd.DataFrame()
+    if isinstance(obj, pd.DataFrame):
+        return obj
+    for attr in ("to_frame", "frame", "table"):
+        value = getattr(obj, attr, None)
+        if callable(value):
+            value = value()
+        if isinstance(value, pd.DataFrame):
+            return value
+    if isinstance(obj, Mapping):
+        if all(np.isscalar(v) or v is None for v in obj.values()):
+            return pd.DataFrame({"field": list(obj), "value": list(obj.values())})
+        return pd.DataFrame(obj)
+    if isinstance(obj, Sequence) and not isinstance(obj, str):
+        return pd.DataFrame(list(obj))
+    raise SpecsimError(f"cannot show a {type(obj).__name__} as a table", field="report",
+                       fix="pass a DataFrame, a list of dicts or a dict")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from reports import charts, extras, frames
+from reports import charts, frames
 from reports.html import REPORT_GENERATOR, Page, format_number
 from reports.html import format_percent as _pct
 from reports.model_frames import (
@@ -22,6 +22,8 @@ from reports.model_frames import (
     scenario_pricing,
     verify_ratio_frame,
 )
+from reports.frames import as_frame
+from reports.gpu_sections import calibration_section, validation_section
 from reports.prefix_section import prefix_cache_section
 from simulator.inputs.errors import SpecsimError
 from simulator.output_paths import check_file_target, write_text_file
@@ -49,28 +51,6 @@ SUMMARY_TABLE = {
     "acceptance_rate": ("acceptance rate", _pct),
     "speedup_vs_none": ("speedup vs none (TPOT)", _times),
 }
-
-
-def as_frame(obj: Any) -> pd.DataFrame:
-    """A DataFrame from a DataFrame, a list of records, a mapping, or an object with to_frame()."""
-    if obj is None:
-        return pd.DataFrame()
-    if isinstance(obj, pd.DataFrame):
-        return obj
-    for attr in ("to_frame", "frame", "table"):
-        value = getattr(obj, attr, None)
-        if callable(value):
-            value = value()
-        if isinstance(value, pd.DataFrame):
-            return value
-    if isinstance(obj, Mapping):
-        if all(np.isscalar(v) or v is None for v in obj.values()):
-            return pd.DataFrame({"field": list(obj), "value": list(obj.values())})
-        return pd.DataFrame(obj)
-    if isinstance(obj, Sequence) and not isinstance(obj, str):
-        return pd.DataFrame(list(obj))
-    raise SpecsimError(f"cannot show a {type(obj).__name__} as a table", field="report",
-                       fix="pass a DataFrame, a list of dicts or a dict")
 
 
 def report_versions() -> dict:
@@ -301,49 +281,6 @@ def _plan_section(page: Page, plan, slo_ms: Mapping[str, float]) -> None:
                         "output throughput.")
 
 
-def _calibration_section(page: Page, calibration, pricing) -> None:
-    source = calibration
-    if source is None and pricing is not None and pricing.hardware.compute_efficiency_curve:
-        source = pricing.hardware  # the scenario runs on a calibrated profile: show its fit
-    if source is None:
-        return
-    page.section("Calibration")
-    curves, params, points = extras.calibration_frames(source)
-    named = []
-    if len(curves):
-        named.append(("efficiency-curves", charts.efficiency_curve_chart(curves)))
-    if len(points):
-        sample = points if len(points) <= 2000 else points.sample(2000, random_state=0)
-        named.append(("calibration", charts.calibration_chart(sample)))
-    page.charts(named)
-    if len(params):
-        page.table(params)
-    elif isinstance(source, pd.DataFrame):
-        page.table(source, max_rows=50)
-
-
-VALIDATION_TABLE = {"profile": ("profile", str), "step": ("step", str),
-                    "cases": ("cases", format_number), "mape": ("MAPE", _pct),
-                    "median_error": ("median error", _pct),
-                    "worst_error": ("worst error", _pct)}
-
-
-def _validation_section(page: Page, validation) -> None:
-    page.section("Validation")
-    table = as_frame(validation)
-    points = extras.validation_points(table)
-    errors = extras.validation_errors(table)
-    if len(points):
-        page.text("Predicted against measured step times; errors are (predicted - "
-                  "measured) / measured.")
-        page.charts([("validation", charts.calibration_chart(
-            points, "predicted vs measured step time"))])
-    if len(errors):
-        page.table(errors, VALIDATION_TABLE)
-    else:
-        page.table(table)
-
-
 def _reproduce_section(page: Page, scenario, labels: Sequence[str],
                        versions: Mapping) -> None:
     page.section("Reproduce")
@@ -417,9 +354,9 @@ def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
         _timeline_section(page, results, policies)
     if plan is not None:
         _plan_section(page, plan, slo_ms)
-    _calibration_section(page, calibration, pricing)
+    calibration_section(page, calibration, pricing)
     if validation is not None:
-        _validation_section(page, validation)
+        validation_section(page, validation)
     _reproduce_section(page, scenario, full, versions or report_versions())
     return page.to_html(_subtitle(scenario, results, full))
 
