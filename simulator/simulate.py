@@ -194,17 +194,14 @@ def check_runnable(scenario: Scenario, *, workload=None, where: str | None = Non
 def prefix_cache_stats(scenario: Scenario, workload, replicas: list[Replica]) -> dict:
     """Whether prefix caching ran, on which block names, and its totals over the replicas
     (tokens looked up and found at admissions, cached blocks evicted)."""
-    totals = [r.own.totals(r) if r.own is not None
-              else (r.cache.queries, r.cache.hits, r.cache.evictions) for r in replicas
-              if r.own is not None or r.cache is not None]
-    started = any(r.own is not None and (r.own.readmitted or r.cache is not None)
-                  for r in replicas)
     keys = "token ids" if workload.prompt_ids is not None else \
         "hash_ids" if workload.prefix_hashes is not None else \
         "shared prefix" if workload.prefix_group is not None else \
-        "own blocks" if started else None
-    if keys is None:
-        totals = []
+        "own blocks" if any(r.own is not None and r.own.ran(r) for r in replicas) else None
+    totals = [] if keys is None else [
+        r.own.totals(r) if r.own is not None else (r.cache.queries, r.cache.hits,
+                                                   r.cache.evictions)
+        for r in replicas if r.own is not None or r.cache is not None]
     return {"enabled": bool(scenario.batching.enable_prefix_caching), "keys": keys,
             "queries_tokens": sum(q for q, _, _ in totals),
             "hits_tokens": sum(h for _, h, _ in totals),

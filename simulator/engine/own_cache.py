@@ -65,6 +65,10 @@ class OwnCache:
             replica.cache, replica.plain = None, replica.plain_ok
             replica._chain = chain_stretch_of(replica) if replica.fast_forward else None
 
+    def ran(self, replica) -> bool:
+        """Whether the cache ran at all (a preemption started it)."""
+        return self.readmitted > 0 or replica.cache is not None
+
     def totals(self, replica) -> tuple[int, int, int]:
         """(tokens looked up, found, cached blocks evicted) over the run so far."""
         t, cache = replica.t, replica.cache
