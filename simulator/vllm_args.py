@@ -46,6 +46,9 @@ ENGINE_ARGS: dict[str, tuple[str, str, str]] = {
     "max_cudagraph_capture_size": ("execution", "max_cudagraph_capture_size", "int"),
     "disable_custom_all_reduce": ("execution", "disable_custom_all_reduce", "bool"),
     "max_model_len": ("batching", "max_model_len", "int"),
+    # independent engine replicas behind one API server (vLLM's data parallel deployment of
+    # a dense model; docs/serving/data_parallel_deployment.md), simulated as replicas
+    "data_parallel_size": ("", "replicas", "int"),
     "dtype": ("", "quantization", "dtype"),  # the weights' 16-bit type, unless quantization
     "speculative_config": ("", "speculative_config", "any"),
 }
@@ -112,6 +115,11 @@ def load_vllm_args(path: str | Path) -> dict[str, Any]:
     -> validated values by underscore name; serving-only keys are skipped.  Every problem in
     the file is reported at once, in one error."""
     source, data = _args_file(path)
+    return vllm_args_from_mapping(data, source=source)
+
+
+def vllm_args_from_mapping(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+    """``load_vllm_args`` on a parsed mapping (``source`` names it in errors)."""
     out: dict[str, Any] = {}
     problems: list[SpecsimError] = []
     for raw_key, value in data.items():
@@ -134,6 +142,13 @@ def load_vllm_args(path: str | Path) -> dict[str, Any]:
             for p in problems), source=source)
     if "quantization" in out or out.get("dtype", 0) is None:  # dtype: the activations then
         out.pop("dtype", None)
+    if out.get("data_parallel_size", 1) > 1 and out.get("enable_expert_parallel"):
+        raise SpecsimError("data_parallel_size with enable_expert_parallel shares the experts "
+                           "across the data-parallel ranks (DP attention); specsim simulates "
+                           "data-parallel ranks as independent replicas only", source=source,
+                           field="data_parallel_size",
+                           fix="drop data_parallel_size and set the scenario's replicas, or "
+                               "drop enable_expert_parallel")
     return out
 
 

@@ -39,9 +39,10 @@ import yaml
 from tests.hostile_cases import REPO, SCENARIO_CASES, Case
 from tests.hostile_cases_commands import COMMAND_CASES
 from tests.hostile_cases_io import IO_CASES
+from tests.hostile_cases_plan import PLAN_CASES
 from tests.hostile_cases_sim2real import VALIDATE_CASES
 
-CASES: list[Case] = SCENARIO_CASES + COMMAND_CASES + IO_CASES + VALIDATE_CASES
+CASES: list[Case] = SCENARIO_CASES + COMMAND_CASES + IO_CASES + VALIDATE_CASES + PLAN_CASES
 
 GIB = 2**30
 MAX_LINE = 2000             # an error line longer than this echoes too much

@@ -18,7 +18,9 @@ PLAN_MARKS = (b"rank,candidate,",)
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     """Arguments of ``plan``."""
-    p.add_argument("plan", help="plan YAML (see workloads/scenarios/plan_*.yaml)")
+    p.add_argument("plan", nargs="?", default=None,
+                   help="plan YAML (see workloads/scenarios/plan_*.yaml); or ask in flags: "
+                        "--target, --hardware, --gpus, ...")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--out", default=None, help="also write the full table to this CSV")
     p.add_argument("--report", default=None, help="also write an HTML report to this path")
@@ -32,6 +34,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                       help="cut their output so prompt + output fits (a prompt that leaves "
                            "no room for one output token is dropped)")
     add_executor_arguments(p)
+    from simulator.cli.plan_quick import add_quick_arguments
+    add_quick_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,6 +43,8 @@ def main(args: argparse.Namespace) -> int:
     read it."""
     import dataclasses
 
+    if args.target is not None or args.plan is None:
+        return _question(args)
     from simulator.output_paths import check_file_target, write_text_file
     from simulator.planning.plan import load_plan, plan, preflight, preflight_lines
     spec = load_plan(args.plan)
@@ -75,6 +81,21 @@ def main(args: argparse.Namespace) -> int:
         return 0
     _print_table(df, spec)
     return 0
+
+
+def _question(args: argparse.Namespace) -> int:
+    """``plan --target ...``: the question in flags (simulator/cli/plan_quick.py)."""
+    from simulator.inputs.errors import SpecsimError
+    if args.plan is not None:
+        raise SpecsimError("a plan YAML and --target given together", field="--target",
+                           fix="ask in flags or in the YAML, not both")
+    if args.target is None:
+        raise SpecsimError("no plan YAML and no --target", field="plan",
+                           fix="give a plan YAML, or ask in flags: specsim plan --target "
+                               "llama-3.1-8b --hardware h100-sxm --gpus 1 --isl 1000 --osl "
+                               "200 --rate 2 --ttft-ms 1000 --tpot-ms 40")
+    from simulator.cli.plan_quick import main_quick
+    return main_quick(args)
 
 
 def _with_eta(bar):

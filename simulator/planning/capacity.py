@@ -102,7 +102,8 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
     s = res.summary()
     row = {"rate_per_s": rate_per_s, "p99_ttft_s": s["p99_ttft_s"], "p99_tpot_s": s["p99_tpot_s"],
            "goodput_fraction": float(good.sum()) / len(req), "rejected": s["rejected"],
-           "output_tokens_per_s": s["output_tokens_per_s"]}
+           "output_tokens_per_s": s["output_tokens_per_s"],
+           "acceptance_source": res.info.get("acceptance_source", "")}
     last = float(req["arrival_s"].max())
     row["in_flight_fraction"] = float(np.mean(~(req["finish_s"].to_numpy() <= last)))
     ratios = {"in_flight": row["in_flight_fraction"] / max_in_flight_fraction}

@@ -281,3 +281,15 @@ def test_run_vllm_args_unknown_key_exits_2_without_traceback(tmp_path):
     assert "Traceback" not in out.stderr
     assert "swap_space" in out.stderr and "max_num_seqs" in out.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_data_parallel_size_is_replicas_and_not_with_expert_parallel():
+    from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
+    # vLLM's data-parallel deployment of a dense model: independent engine replicas
+    args = vllm_args_from_mapping({"model": "opt-13b", "data-parallel-size": 3}, source="t")
+    assert apply_vllm_args({}, args)["replicas"] == 3
+    # with expert parallelism the DP ranks share the experts (DP attention): not replicas
+    with pytest.raises(SpecsimError, match="data_parallel_size") as err:
+        vllm_args_from_mapping({"model": "mixtral-8x7b", "data_parallel_size": 2,
+                                "enable_expert_parallel": True}, source="t")
+    assert "replicas" in err.value.fix

@@ -1,0 +1,105 @@
+"""The winner of a flags-only ``specsim plan``, written to deploy and to re-check.
+
+* ``vllm-serve.yaml``: ``vllm serve --config vllm-serve.yaml`` (the CLI's names with dashes;
+  ``speculative-config`` in its CLI form, a JSON string).  ``specsim run scenario.yaml
+  --vllm-args vllm-serve.yaml`` reads the same file back into the simulation the plan ran.
+* ``serve.sh``: the same deployment as one ``vllm serve`` command line and as SGLang's
+  ``launch_server`` flags (SGLang's names: ``--tp-size``, ``--dp-size``, ``--ep-size``,
+  ``--speculative-algorithm`` EAGLE/EAGLE3/STANDALONE with ``--speculative-num-steps``,
+  ``--speculative-eagle-topk 1`` and ``--speculative-num-draft-tokens`` = steps + 1, a
+  chain as vLLM drafts it; docs.sglang.io, advanced_features/speculative_decoding).  The
+  simulation followed vLLM's scheduler; SGLang's is close but not the same.
+* ``scenario.yaml``: the traffic and the SLO of the question, so the check above runs.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from simulator.planning.quick_plan import Candidate, Question
+
+# the first bytes of every file the plan writes (output_paths: what specsim may replace)
+MARK = "# written by specsim plan"
+
+
+def _vllm_value(key: str, value: Any) -> Any:
+    return json.dumps(value, separators=(", ", ": ")) if key == "speculative_config" \
+        else value
+
+
+def vllm_config_text(c: Candidate, header: str) -> str:
+    """The ``vllm serve --config`` YAML of ``c``."""
+    data = {k.replace("_", "-"): _vllm_value(k, v) for k, v in c.engine_args.items()}
+    return f"{MARK}: {header}\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
+
+
+def vllm_command(c: Candidate) -> str:
+    """``vllm serve MODEL --flag value ...`` (booleans as bare flags when true)."""
+    args = dict(c.engine_args)
+    words = ["vllm", "serve", str(args.pop("model"))]
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif value is not False:
+            words += [flag, str(_vllm_value(key, value))]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def sglang_command(c: Candidate) -> str:
+    """The same deployment as SGLang ``launch_server`` flags."""
+    from simulator.scenario import Batching
+    args, b = c.engine_args, Batching()
+    words = ["python", "-m", "sglang.launch_server", "--model-path", str(args["model"]),
+             "--tp-size", str(c.tensor_parallel)]
+    if c.expert_parallel:
+        words += ["--ep-size", str(c.tensor_parallel)]
+    elif c.replicas > 1:
+        words += ["--dp-size", str(c.replicas)]
+    words += ["--max-running-requests", str(b.max_num_seqs), "--chunked-prefill-size",
+              str(b.max_num_batched_tokens), "--mem-fraction-static",
+              str(b.gpu_memory_utilization)]
+    spec: Mapping[str, Any] | None = args.get("speculative_config")
+    if spec is not None:
+        algorithm = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "EAGLE",
+                     "draft_model": "STANDALONE"}[c.method]
+        words += ["--speculative-algorithm", algorithm]
+        if "model" in spec:
+            words += ["--speculative-draft-model-path", str(spec["model"])]
+        words += ["--speculative-num-steps", str(c.gamma), "--speculative-eagle-topk", "1",
+                  "--speculative-num-draft-tokens", str(c.gamma + 1)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def scenario_text(q: Question, c: Candidate, header: str) -> str:
+    """The scenario the deployment was simulated in, less what vllm-serve.yaml sets."""
+    keep = ("name", "seed", "hardware", "workload", "slo", "replicas")
+    data = {k: c.payload[k] for k in keep if k in c.payload}
+    wl = dict(data["workload"])
+    if "trace" in wl and wl["trace"] != "default":  # the folder moves: keep the trace found
+        wl["trace"] = str(Path(wl["trace"]).resolve())
+    data["workload"] = wl
+    how = ("# check it: specsim run scenario.yaml --vllm-args vllm-serve.yaml "
+           "(the plan's simulation of this deployment)")
+    return f"{MARK}: {header}\n{how}\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
+
+
+def serve_text(c: Candidate, header: str, verdict: str) -> str:
+    """``serve.sh``: the vLLM command, then SGLang's, each runnable as it is."""
+    note = "" if c.method != "mtp" else (
+        "# SGLang drafts with the target's MTP (NextN) module under --speculative-algorithm "
+        "EAGLE\n")
+    return (f"#!/bin/sh\n{MARK}: {header}\n# {verdict}\n# vLLM (the engine specsim "
+            f"simulated):\n{vllm_command(c)}\n\n# or SGLang, the same deployment in its "
+            f"flags:\n{note}# {sglang_command(c)}\n")
+
+
+def files(q: Question, c: Candidate, header: str, verdict: str) -> dict[str, str]:
+    """File name -> text of everything the plan writes for its winner."""
+    return {"vllm-serve.yaml": vllm_config_text(c, header),
+            "serve.sh": serve_text(c, header, verdict),
+            "scenario.yaml": scenario_text(q, c, header)}

@@ -1,0 +1,69 @@
+"""The one-sentence answer of a flags-only ``specsim plan`` (quick_search.py's table in)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import pandas as pd
+
+from simulator.planning.quick_plan import Question
+
+METHOD_NAMES = {"none": "no speculation", "draft_model": "a draft model", "eagle": "EAGLE",
+                "eagle3": "EAGLE-3", "mtp": "MTP"}
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """``2 x TP4 with EAGLE-3 k=3``."""
+    shape = f"{row['replicas']} x TP{row['tensor_parallel']}" + (
+        "+EP" if row["expert_parallel"] else "")
+    return f"{shape} with {METHOD_NAMES[row['method']]}" + (
+        f" k={row['gamma']}" if row["gamma"] else "")
+
+
+def _latency(row: Mapping[str, Any]) -> str:
+    return f"p99 TTFT {row['p99_ttft_ms']:,.0f} ms and p99 TPOT {row['p99_tpot_ms']:.1f} ms"
+
+
+def _up_to(row: Mapping[str, Any], q: Question) -> str:
+    rate = row["max_rate_per_s"]
+    if not math.isfinite(rate):
+        return ""
+    at_least = "at least " if "raise it" in str(row.get("search_note", "")) else ""
+    return f", up to {at_least}{rate:.3g} req/s ({rate / q.rate - 1:.0%} headroom)"
+
+
+def _load(q: Question) -> str:
+    return f"{q.concurrency:,} concurrent requests" if q.closed_loop else f"{q.rate:g} req/s"
+
+
+def _other(q: Question, table: pd.DataFrame, speculative: bool) -> str:
+    """What the same GPUs do with (``speculative``) or without speculation."""
+    rows = table[(table["method"] != "none") == speculative]
+    what = "with speculation" if speculative else "without speculation"
+    if rows.empty:
+        return ""
+    best = rows.iloc[0]
+    if not best["holds"]:
+        return (f"; {what} no configuration of the same GPUs holds it (the closest, "
+                f"{describe(best)}, reaches {_latency(best)})")
+    if q.closed_loop:
+        return (f"; {what} the best, {describe(best)}, gives {best['output_tok/s']:,.0f} "
+                "output tokens/s")
+    return f"; {what} the best, {describe(best)}, holds it" + _up_to(best, q)
+
+
+def verdict(q: Question, table: pd.DataFrame) -> str:
+    """One sentence: what the winner holds, at what latency, and the other side's best."""
+    gpus = f"{q.gpus} x {q.hardware}"
+    win = table.iloc[0]
+    if not win["holds"]:
+        limits = f"p99 TTFT <= {q.ttft_ms:g} ms and p99 TPOT <= {q.tpot_ms:g} ms"
+        return (f"No configuration of {gpus} holds {_load(q)} within {limits}: the closest, "
+                f"{describe(win)}, reaches {_latency(win)}"
+                + (f" ({win['violated']} over)" if win["violated"] else "") + ".")
+    text = f"{gpus} as {describe(win)} hold {_load(q)} at {_latency(win)}"
+    if q.closed_loop:
+        text += f", {win['output_tok/s']:,.0f} output tokens/s"
+    else:
+        text += _up_to(win, q)
+    return text + _other(q, table, speculative=win["method"] == "none") + "."
