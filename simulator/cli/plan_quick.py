@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from simulator.cli.args import MAX_GAMMA, bounded_float, bounded_int, parse_number_list
-from simulator.cli.output import FORMATS, render, wrap_text
+from simulator.cli.output import render, wrap_text
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.capacity import MAX_RATE_PER_S, MIN_RATE_PER_S
 from simulator.planning.quick_plan import (
