@@ -52,7 +52,7 @@ def test_eagle3_on_vllm_also_pays_its_vocabulary_map_and_feature_fusion():
     work = SpecWork(draft_forwards=3, vocab_map=True, feature_layers=3)
     chain = spec_host_s(VLLM, SpecWork(draft_forwards=3), 1)
     assert spec_host_s(VLLM, work, 1) - chain == pytest.approx((3 * 4 + 2 * 1 + 2) * LAUNCH)
-    # an engine that counted neither charges EAGLE-3 as the chain
+    # SGLang maps the vocabulary and fuses the features inside its captured forwards: none
     sglang = dataclasses.replace(VLLM, spec=load_engine("sglang-v0.4"))
     assert spec_host_s(sglang, work, 1) == spec_host_s(sglang, SpecWork(draft_forwards=3), 1)
 
