@@ -17,7 +17,8 @@ work, per engine, from counts read in each engine's code at a named version
 - an **extra host step** (SGLang's draft extend as a batch of its own) costs the same.
 
 Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, nodes,
-whether it reranks a dynamic tree), never its name: every policy calls ``spec_host_s``, so
+whether it reranks a dynamic tree, maps a reduced draft vocabulary to the target's, fuses
+several target layers' hidden states), never its name: every policy calls ``spec_host_s``, so
 the same work costs the same (tests/simulator/cost/test_spec_host.py holds every shipped
 policy to it).  With ``overlap`` (the engine runs the speculative path's host work under
 the device's, as TensorRT-LLM's overlap scheduler does) only the syncs and extra host steps
@@ -42,7 +43,8 @@ from simulator.inputs.yaml_io import (
 
 CATALOG = Path(__file__).with_name("engines.yaml")
 COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_level_kernels",
-          "rerank_kernels", "rerank_node_ops", "syncs", "rerank_syncs", "host_steps")
+          "rerank_kernels", "rerank_node_ops", "vocab_map_kernels", "feature_kernels",
+          "fuse_kernels", "syncs", "rerank_syncs", "host_steps")
 MAX_COUNT = 10_000
 
 
@@ -54,6 +56,10 @@ class SpecWork:
     tree_levels: int = 0      # draft forwards that pick top-k children (0: a chain)
     tree_nodes: int = 0       # nodes of a dynamic tree reranked each iteration
     rerank: bool = False      # the tree is rebuilt and reranked every iteration (EAGLE-2)
+    vocab_map: bool = False   # each forward's logits over a reduced draft vocabulary are
+    #                           mapped to the target's (EAGLE-3's d2t)
+    feature_layers: int = 0   # target layers whose hidden states are gathered and fused each
+    #                           iteration (EAGLE-3: 3); 0: the last layer's alone
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,9 @@ class SpecHost:
     tree_level_kernels: int = 0  # top-k / score / parent bookkeeping per tree level
     rerank_kernels: int = 0      # a dynamic tree's final top-N, sort, mask build
     rerank_node_ops: int = 0     # host ops per reranked node (Python mask / index loops)
+    vocab_map_kernels: int = 0   # a draft-vocabulary map's launches, per draft forward
+    feature_kernels: int = 0     # gathers per fused target layer beyond the one of draft_prep
+    fuse_kernels: int = 0        # the fused features' concatenation and fusing linear
     syncs: int = 0               # device->host syncs per iteration (accepted counts, drafts)
     rerank_syncs: int = 0        # syncs of a dynamic tree's build
     host_steps: int = 0          # extra engine host steps per iteration
@@ -79,6 +88,9 @@ class SpecHost:
         n = self.verify_kernels
         if work.draft_forwards:
             n += self.draft_prep_kernels + self.draft_step_kernels * (work.draft_forwards - 1)
+            n += self.vocab_map_kernels * work.draft_forwards if work.vocab_map else 0
+        if work.feature_layers:
+            n += self.fuse_kernels + self.feature_kernels * (work.feature_layers - 1)
         n += self.tree_level_kernels * work.tree_levels
         if work.rerank:
             n += self.rerank_kernels + self.rerank_node_ops * work.tree_nodes

@@ -20,7 +20,9 @@ Cost: the layer and its LM head are priced by the cost model on a decoder view o
 draft (its layer, its draft-vocabulary head); the extra width of q/k/v (they read 2h, not
 h: (q + 2 kv) / h square linears more per token) and the fc (feature_layers square linears
 over the first forward's tokens, and over every prefill chunk's) are priced from the same
-cost model's operators (``OperatorPrices``), as eagle.py prices its fc.
+cost model's operators (``OperatorPrices``), as eagle.py prices its fc.  The engine's
+host work for the reduced vocabulary's map after every forward and the fused features'
+gathers is charged through ``SpecWork`` (``vocab_map``, ``feature_layers``: spec_host.py).
 """
 from __future__ import annotations
 

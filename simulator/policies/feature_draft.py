@@ -10,9 +10,11 @@ shapes and the small linears around it, which a policy prices in ``_extra_s``.  
 ``EagleProposer`` (vllm/v1/spec_decode/eagle.py) runs EAGLE, EAGLE-3 and MTP drafts this
 way.
 
-``FeatureDraft`` is that shared machinery; a policy sets ``spec``, ``cost`` (the layer's
-CostModel), ``prices`` (its ``OperatorPrices``), ``tree``, ``levels``, ``logits`` and
-``acceptance`` (a ``PolicyAcceptance``), and says what its extra linears cost.
+``FeatureDraft`` is that shared machinery; a policy sets ``spec`` (its ModelSpec, whose
+reduced ``draft_vocab_size`` and fused ``feature_layers`` are engine host work too),
+``cost`` (the layer's CostModel), ``prices`` (its ``OperatorPrices``), ``tree``,
+``levels``, ``logits`` and ``acceptance`` (a ``PolicyAcceptance``), and says what its
+extra linears cost.
 """
 from __future__ import annotations
 
@@ -53,11 +55,13 @@ class FeatureDraft(PolicyBase):
         """The engine's host work of one iteration (built on first use: the subclass sets
         its tree after ``_start``)."""
         if self._host is None:
-            forwards = len(self.levels)
+            forwards, s = len(self.levels), self.spec
             tree = self.tree.num_nodes > self.tree.max_depth
             self._host = spec_charge(self._ctx, SpecWork(
                 draft_forwards=forwards, tree_levels=forwards if tree else 0,
-                tree_nodes=self.tree.num_nodes, rerank=tree and self.reranks))
+                tree_nodes=self.tree.num_nodes, rerank=tree and self.reranks,
+                vocab_map=0 < s.draft_vocab_size < s.vocab_size,
+                feature_layers=s.feature_layers))
         return self._host
 
     def _extra_s(self, first_tokens: float, later_tokens: list[float]) -> float:

@@ -36,13 +36,25 @@ VLLM = Execution(kernel_launch_s=LAUNCH, cpu_step_s=STEP, spec=load_engine("vllm
 
 
 def test_a_chain_on_vllm_pays_its_counted_launches_and_two_synced_steps():
-    # vLLM 0.9.2, K = 3: 8 verification launches, 6 of input preparation, 15 between each
+    # vLLM 0.9.2, K = 3: 8 verification launches, 18 of input preparation, 16 between each
     # of the 2 later draft forwards; 2 syncs, each exposing one host step
     work = SpecWork(draft_forwards=3)
-    assert spec_host_s(VLLM, work, 1) == pytest.approx((8 + 6 + 2 * 15) * LAUNCH + 2 * STEP)
+    assert spec_host_s(VLLM, work, 1) == pytest.approx((8 + 18 + 2 * 16) * LAUNCH + 2 * STEP)
     per_seq = dataclasses.replace(VLLM, cpu_per_seq_s=1e-6)
     assert spec_host_s(per_seq, work, 32) == pytest.approx(
-        (8 + 6 + 30) * LAUNCH + 2 * (STEP + 32e-6))
+        (8 + 18 + 32) * LAUNCH + 2 * (STEP + 32e-6))
+
+
+def test_eagle3_on_vllm_also_pays_its_vocabulary_map_and_feature_fusion():
+    # vLLM 0.9.2, EAGLE-3 K = 3 (llama_eagle3.py compute_logits; gpu_model_runner.py): the
+    # chain's launches, 4 of the d2t map after each of the 3 forwards, 2 more layers'
+    # gathers beyond the one hidden-state gather, their concatenation and the eager fc
+    work = SpecWork(draft_forwards=3, vocab_map=True, feature_layers=3)
+    chain = spec_host_s(VLLM, SpecWork(draft_forwards=3), 1)
+    assert spec_host_s(VLLM, work, 1) - chain == pytest.approx((3 * 4 + 2 * 1 + 2) * LAUNCH)
+    # SGLang maps the vocabulary and fuses the features inside its captured forwards: none
+    sglang = dataclasses.replace(VLLM, spec=load_engine("sglang-v0.4"))
+    assert spec_host_s(sglang, work, 1) == spec_host_s(sglang, SpecWork(draft_forwards=3), 1)
 
 
 def test_overlap_hides_the_launches_but_not_the_syncs():
@@ -134,12 +146,16 @@ MODEL_METHODS = {
     "eagle2": ({"name": "eagle2", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
                 "speculative_num_draft_tokens": 6}, "vicuna-7b", "eagle-vicuna-7b",
                SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True)),
+    # EAGLE-3 (its model file): a 32000-token head mapped to the target's vocabulary every
+    # forward, the hidden states of 3 target layers fused each iteration
     "eagle3": ({"name": "eagle3", "num_speculative_tokens": 2}, "llama-3.1-8b",
-               "eagle3-llama-3.1-8b-instruct", SpecWork(draft_forwards=2)),
+               "eagle3-llama-3.1-8b-instruct",
+               SpecWork(draft_forwards=2, vocab_map=True, feature_layers=3)),
     "eagle3-tree": ({"name": "eagle3", "num_speculative_tokens": 3,
                      "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
                     "llama-3.1-8b", "eagle3-llama-3.1-8b-instruct",
-                    SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True)),
+                    SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True,
+                             vocab_map=True, feature_layers=3)),
     "mtp": ({"name": "mtp", "num_speculative_tokens": 2}, "deepseek-v3", None,
             SpecWork(draft_forwards=2)),
     # inner acceptance 0: each round of the outer draft yields one token, so 4 rounds (4
