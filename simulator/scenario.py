@@ -58,7 +58,7 @@ class EngineOptions:
     """How the engine runs, not what it predicts: ``fast_forward`` advances the predictable
     stretches of a replica in one pass (identical results; ``false`` is the step-by-step
     reference), ``steps_table`` says which per-step rows are kept (``auto``: all of them up to
-    the size the README's Limits states, a deterministic sample beyond)."""
+    the size docs/limits.md states, a deterministic sample beyond)."""
 
     fast_forward: bool = True
     steps_table: str = "auto"

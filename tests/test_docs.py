@@ -2,7 +2,7 @@
 in an empty temporary folder (a notebook); every signature in its ```text blocks is the
 code's (parameter names, kinds and defaults, and the return annotation where it gives one);
 its tables of the requests and steps columns and of the summary keys list every one the code
-makes, and nothing else; README links the page."""
+makes, and nothing else; README and docs/scenarios.md link the page."""
 from __future__ import annotations
 
 import ast
@@ -161,7 +161,8 @@ def test_the_summary_table_lists_every_key(small_run):
     assert table_names("#### `Results.summary()` keys") == set(small_run.summary())
 
 
-def test_the_readme_links_the_page():
+def test_the_readme_and_the_scenarios_page_link_the_page():
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    scenarios = text.split("\n## Scenarios", 1)[1].split("\n## ", 1)[0]
-    assert "(docs/api.md)" in scenarios
+    documentation = text.split("\n## Documentation", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/api.md)" in documentation
+    assert "(api.md)" in (REPO / "docs" / "scenarios.md").read_text(encoding="utf-8")

@@ -1,4 +1,5 @@
-"""The import rules of the house (README.md, "Layout"), read from the source with ``ast``.
+"""The import rules of the house (CONTRIBUTING.md, "Layout and import rules"), read from
+the source with ``ast``.
 
 Every rule is checked on the project's own files; each failure names the file, the line
 and the rule.  The checker is also run on a scratch copy of the tree with deliberately
@@ -16,8 +17,8 @@ import pytest
 from tests.helpers import REPO
 
 PACKAGES = ("simulator", "hardware", "workloads", "reports", "calibrate", "specsim")
-# Largest file and function in simulator/ (README.md, "Layout"); the exceptions are named
-# with their reason and their size today, so one that grows fails too.
+# Largest file and function in simulator/ (CONTRIBUTING.md, "House rules"); the exceptions
+# are named with their reason and their size today, so one that grows fails too.
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 FILE_EXCEPTIONS: dict[str, tuple[int, str]] = {}

@@ -15,7 +15,7 @@ import numpy as np
 from simulator.inputs.errors import SpecsimError
 from workloads.lengths import check_positive
 
-# Burstiness accepted by the Gamma process (README "Limits"): outside it the Gamma's shape
+# Burstiness accepted by the Gamma process (docs/limits.md): outside it the Gamma's shape
 # 1 / cv^2 overflows or underflows and the gaps turn NaN.
 MIN_CV, MAX_CV = 1e-3, 1e3
 

@@ -148,7 +148,7 @@ def _arrivals(data: Any, *, source: str, prefix: str):
 def _num_requests(data: Mapping[str, Any], *, source: str, prefix: str) -> int:
     return as_number(data["num_requests"], source=source, field=prefix + "num_requests",
                      minimum=1, maximum=MAX_REQUESTS, integer=True,
-                     fix=f"give 1 to {MAX_REQUESTS:,} requests (README 'Limits')")
+                     fix=f"give 1 to {MAX_REQUESTS:,} requests (docs/limits.md)")
 
 
 def _synthetic(data: Any, *, rng, base_dir: Path, source: str) -> Workload:

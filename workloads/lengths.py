@@ -30,7 +30,7 @@ def check_count(value: Any, field: str, *, minimum: int = 1,
                            field=field)
     if maximum is not None and value > maximum:
         raise SpecsimError(f"must be at most {maximum:,}, got {short(value)}", field=field,
-                           fix="the limit keeps memory bounded (README 'Limits')")
+                           fix="the limit keeps memory bounded (docs/limits.md)")
     return int(value)
 
 
@@ -41,7 +41,7 @@ def check_positive(value: Any, field: str, *, maximum: float | None = None) -> f
         raise SpecsimError(f"expected a finite number > 0, got {short(value)}", field=field)
     if maximum is not None and value > maximum:
         raise SpecsimError(f"must be at most {maximum:,.0f}, got {short(value)}", field=field,
-                           fix="the limit keeps the draws meaningful (README 'Limits')")
+                           fix="the limit keeps the draws meaningful (docs/limits.md)")
     return float(value)
 
 

@@ -38,7 +38,7 @@ from workloads.workload import MAX_REQUESTS, MAX_TOKEN_IDS, MAX_TOKENS_PER_REQUE
 
 WORD_BASE = 256
 MIN_VOCAB = 1024
-MAX_VOCAB = 1_000_000  # README "Limits": the Zipf tables hold one float per word
+MAX_VOCAB = 1_000_000  # docs/limits.md: the Zipf tables hold one float per word
 
 _NL, _INDENT, _ID = 1, 2, -1
 _KW = {name: 3 + i for i, name in enumerate(
@@ -80,7 +80,7 @@ class _TokenBudget:
         if self.used > MAX_TOKEN_IDS:
             raise SpecsimError(f"the token ids of {done + 1:,} of {total:,} requests already "
                                f"pass the limit of {MAX_TOKEN_IDS:,}", field="num_requests",
-                               fix="generate fewer or shorter requests (README 'Limits')")
+                               fix="generate fewer or shorter requests (docs/limits.md)")
 
 
 def _zipf_cdf(size: int, exponent: float) -> np.ndarray:

@@ -144,7 +144,7 @@ def _read_lines(path: Path) -> tuple[list, dict | None]:
         if total > MAX_TOKEN_IDS:
             raise _error(path, number, f"the trace holds more than {MAX_TOKEN_IDS:,} token "
                          "ids up to here", "output_ids",
-                         fix="keep fewer or shorter requests (README, Limits)")
+                         fix="keep fewer or shorter requests (docs/limits.md)")
         previous = row[0]
         rows.append(row)
     return rows, header

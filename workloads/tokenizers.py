@@ -125,8 +125,8 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, *,
             out.append(ids)
         if total > MAX_TOKEN_IDS:
             raise SpecsimError(f"{where}: more than {MAX_TOKEN_IDS:,} token ids up to here",
-                               source=source, fix="tokenize fewer or shorter requests (README, "
-                                                  "Limits)")
+                               source=source, fix="tokenize fewer or shorter requests (docs/"
+                                                  "limits.md)")
     if not prompts:
         raise SpecsimError("no requests", source=source, fix="give at least one request")
     return prompts, outputs

@@ -18,7 +18,7 @@ import pandas as pd
 from simulator.inputs.errors import SpecsimError
 from workloads.shared_prefix import check_prefix_arrays
 
-# Limits on a workload (README.md, "Limits"), checked before anything is allocated from them.
+# Limits on a workload (docs/limits.md), checked before anything is allocated from them.
 # Arrival times: at 1e9 s (31.7 years) float64 still resolves 1.2e-7 s, far below one
 # engine step; much later (1e17 s) a step no longer moves the clock and every latency
 # silently reads 0.

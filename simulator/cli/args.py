@@ -1,7 +1,7 @@
 """argparse value types shared by the subcommands: each rejects bad text with one line.
 
 The limits below bound every number a flag gives before anything is allocated from it
-(README.md, "Limits").  They match the analytic fields of ``simulator.planning.analytic.FIELDS``
+(docs/limits.md).  They match the analytic fields of ``simulator.planning.analytic.FIELDS``
 where one exists.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _limit(value, maximum, text: str):
         shown = f"{int(maximum):,}" if float(maximum).is_integer() else f"{maximum:g}"
         raise argparse.ArgumentTypeError(f"must be at most {shown}, got "
                                          f"{short(text, MAX_ECHO)} (the limit keeps the "
-                                         "work bounded; see README 'Limits')")
+                                         "work bounded; see docs/limits.md)")
     return value
 
 
@@ -115,7 +115,7 @@ def add_executor_arguments(p: argparse.ArgumentParser, default: str = "local") -
 
 
 # Most values one list flag (--batch 1-5000, --gamma 0,1,2...) may expand to; a range's
-# size is checked before it is expanded.  README.md, "Limits".
+# size is checked before it is expanded.  docs/limits.md.
 MAX_LIST_VALUES = 10_000
 
 

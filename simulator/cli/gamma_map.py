@@ -27,7 +27,7 @@ from simulator.scenario import Batching
 if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
     import pandas as pd
 
-__all__ = ["MAX_GAMMA_MAP_POINTS", "add_arguments", "main"]  # the limit: README, "Limits"
+__all__ = ["MAX_GAMMA_MAP_POINTS", "add_arguments", "main"]  # the limit: docs/limits.md
 MARKS = {"kv": "x KV", "memory": "x mem", "max_context": "x ctx",
          "draft_max_context": "x draft ctx"}
 LEGEND = {"kv": "batch x (context + drafts + 1) tokens exceed the KV budget of one replica",

@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
              "free space or choose another path; nothing was left half-written)")
         return 2
     except MemoryError:
-        _say("specsim: error: out of memory (fix: a smaller trace, grid or batch; see README "
-             "'Limits')")
+        _say("specsim: error: out of memory (fix: a smaller trace, grid or batch; see "
+             "docs/limits.md)")
         return 2
     finally:
         for sig, handler in old.items():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from simulator.inputs.errors import SpecsimError
 
-MAX_RUNS = 200  # runs one call replays (README "Limits")
+MAX_RUNS = 200  # runs one call replays (docs/limits.md)
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:

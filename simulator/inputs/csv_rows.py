@@ -4,7 +4,7 @@
 measurements CSV ran past 500 s at 3.5 GB before ``calibrate --from-measurements`` said a
 word.  Every CSV the project reads is first counted here, newline by newline in 1 MiB
 blocks, stopping as soon as the limit is passed, so an oversized file costs a fraction of
-a second and one error line (the limits: README.md, "Limits").  A quoted field spanning
+a second and one error line (the limits: docs/limits.md).  A quoted field spanning
 lines counts once per line, so the count is an upper bound of the rows: a file is never
 let through above its limit.
 """

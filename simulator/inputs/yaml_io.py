@@ -5,8 +5,8 @@ unknown key, a string where a number belongs, NaN, a negative or an absurd value
 produce one :class:`SpecsimError` that names the file and the field.
 
 Parsing keeps ``yaml.safe_load``'s semantics (only plain data: mappings, lists, strings,
-numbers, booleans, null, timestamps) and adds the guards a hostile file needs (see the
-"Limits" section of the README):
+numbers, booleans, null, timestamps) and adds the guards a hostile file needs (see
+docs/limits.md):
 
 - a file larger than :data:`MAX_YAML_BYTES` is refused before it is read;
 - a key written twice in one mapping is an error naming the key and both lines (PyYAML
@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
             Parser.__init__(self)
             Composer.__init__(self)
 
-# Limits on one YAML document (documented in README.md, "Limits").  A scenario, profile,
+# Limits on one YAML document (documented in docs/limits.md).  A scenario, profile,
 # model, sweep or plan file is a few kilobytes; these leave room for large inline lists
 # (say, 100,000 empirical lengths) while keeping a hostile file's cost to seconds.
 MAX_YAML_BYTES = 16 * 2**20        # file (or text) size, checked before parsing

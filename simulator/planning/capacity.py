@@ -24,7 +24,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.simulate import scenario_workload, simulate
 
 # rates outside [MIN_RATE_PER_S, MAX_RATE_PER_S] put arrival times beyond what the engine's
-# clock resolves, or every request at one instant (README.md, "Limits")
+# clock resolves, or every request at one instant (docs/limits.md)
 MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e6
 
 

@@ -27,7 +27,7 @@ from simulator.planning.capacity import (
 )
 from simulator.simulate import check_runnable, scenario_workload
 
-# Plan limits (README.md, "Limits"): each candidate is a capacity search of many simulations.
+# Plan limits (docs/limits.md): each candidate is a capacity search of many simulations.
 MAX_PLAN_CANDIDATES = 1_000
 MAX_PRICE_PER_HOUR = 1e6
 

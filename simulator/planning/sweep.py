@@ -53,7 +53,7 @@ NOT_SWEEPABLE = {"name": "it labels the scenario, not a configuration",
                  "hardware_dir": "it is a search path; set it under fixed"}
 ANALYTIC_ONLY = ("batch", "context", "tree_width", "c", "c_target_over_draft")
 
-# Sweep sizes (README.md, "Limits"), checked on the product of the axis lengths before any
+# Sweep sizes (docs/limits.md), checked on the product of the axis lengths before any
 # point is built.  Above CONFIRM_POINTS a sweep needs --allow-large (allow_large=True);
 # MAX_POINTS is refused even then (about 1 KB of memory per point, and an analytic point
 # costs about 150 us, a simulated one seconds).

@@ -16,7 +16,7 @@ import numpy as np
 
 from simulator.inputs.errors import SpecsimError
 
-MAX_REQUESTS = 1_000_000         # requests a result may hold (README "Limits")
+MAX_REQUESTS = 1_000_000         # requests a result may hold (docs/limits.md)
 FIELD = "RESULT"
 
 
