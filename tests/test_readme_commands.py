@@ -84,12 +84,28 @@ def test_ci_runs_exactly_the_readme_commands_and_parses():
     assert check.returncode == 0, check.stderr
 
 
-def test_every_later_readme_block_is_marked_not_run():
-    """Only the first two blocks are run (by .ci/run and the tests above); every later one
-    says so, the placeholder of ``specsim plan``'s flag form (being built) among them."""
-    later = bash_blocks()[2:]
-    assert later and all(marked for marked, _ in later), later
-    assert any(body.startswith("specsim plan --target ") for _, body in later)
+def test_the_third_block_is_the_question_and_every_later_one_is_marked_not_run():
+    """The first two blocks are run by .ci/run and the tests above, the third (the one-line
+    question) by the test below; any later one says that nothing runs it."""
+    blocks = bash_blocks()
+    marked, question = blocks[2]
+    assert not marked and question.startswith("specsim plan --target ")
+    assert all(marked for marked, _ in blocks[3:]), blocks[3:]
+
+
+def test_readme_question_runs_verbatim(tmp_path):
+    """README command 3, verbatim (progress on, no terminal): a verdict, and the winner's
+    files written where it says."""
+    import shlex
+    argv = shlex.split(bash_blocks()[2][1])
+    out = run_quiet(argv, tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+    # the verdict sentence: what the best deployment holds at the asked rate
+    assert re.search(r"8 x h100-sxm as \d+ x TP\d+ with .* hold 4 req/s at p99 TTFT",
+                     out.stdout.replace("\n  ", " ")), out.stdout
+    assert {p.name for p in (tmp_path / "specsim-plan").iterdir()} >= {
+        "vllm-serve.yaml", "serve.sh", "scenario.yaml"}
 
 
 def test_readme_main_command_finishes_with_default_flags(tmp_path):
