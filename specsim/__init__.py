@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # what type checkers and editors see of the names loaded on f
     from simulator.planning.capacity import CapacitySLO, max_sustainable_rate
     from simulator.planning.gamma_map import gamma_map
     from simulator.planning.plan import load_plan, plan, plan_from_dict
+    from simulator.planning.quick_plan import Question
+    from simulator.planning.quick_search import answer_question
     from simulator.planning.sweep import (
         SweepSpec,
         expand_grid,
@@ -49,6 +51,7 @@ LAZY = {
     "SweepSpec": "sweep", "expand_grid": "sweep", "load_sweep": "sweep", "run_sweep": "sweep",
     "sweep_from_dict": "sweep",
     "plan": "plan", "load_plan": "plan", "plan_from_dict": "plan",
+    "Question": "quick_plan", "answer_question": "quick_search",
     "CapacitySLO": "capacity", "max_sustainable_rate": "capacity",
     "gamma_map": "gamma_map", "analytic_point": "analytic",
     "render_report": "reports", "render_report_from_dir": "reports",
@@ -70,6 +73,10 @@ def _load(group: str) -> Any:
         from simulator.planning import sweep as module
     elif group == "plan":
         from simulator.planning import plan as module
+    elif group == "quick_plan":
+        from simulator.planning import quick_plan as module
+    elif group == "quick_search":
+        from simulator.planning import quick_search as module
     elif group == "capacity":
         from simulator.planning import capacity as module
     elif group == "gamma_map":

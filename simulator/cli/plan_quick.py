@@ -120,14 +120,14 @@ def main_quick(args: argparse.Namespace) -> int:
                           overwrite=args.overwrite, what="plan table")
     check_results_target(args.deploy_out, "--deploy-out", overwrite=args.overwrite)
     from simulator.cli.progress import Progress
-    from simulator.planning.quick_search import answer
+    from simulator.planning.quick_search import answer_question
     with Progress("plan", 0, unit="simulations", enabled=not args.no_progress) as bar:
         done = [0]
 
         def tick() -> None:
             done[0] += 1
             bar.set(done[0], done[0])
-        ans = answer(q, executor=args.executor, workers=args.workers, progress=tick)
+        ans = answer_question(q, executor=args.executor, workers=args.workers, progress=tick)
     header = _header(q)
     if args.out:
         from simulator.output_paths import write_text_file

@@ -38,3 +38,19 @@ def resolve_draft(given: str | None, target: ModelSpec, field: str = "--draft") 
                            fix="name a draft with --draft, or use --policy mtp or eagle3 "
                                "where the target has them")
     return draft.name
+
+
+def default_head(kind: str, target: ModelSpec) -> ModelSpec | None:
+    """The catalog's ``kind`` head (``eagle``, ``eagle3``, ``medusa``) for ``target``: the
+    file named ``<kind>-<target>``, else the first (by name) trained on it (its
+    ``base_model``); None when the catalog has none (the eagle3 policy's own lookup,
+    simulator/policies/eagle3.py ``eagle3_model``, follows the same order)."""
+    named = f"{kind}-{target.name}"
+    names = list_models()
+    if named in names and load_model(named).kind == kind:
+        return load_model(named)
+    for name in sorted(names):
+        model = load_model(name)
+        if model.kind == kind and model.base_model == target.name:
+            return model
+    return None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from simulator.inputs.errors import SpecsimError
-from simulator.models.spec import ModelSpec, list_models, load_model
+from simulator.models.spec import ModelSpec, load_model
 
 # The methods a flags-only plan tries, by vLLM's speculative_config method names (chain is
 # specsim's name for vLLM's draft_model).  Model-free methods (ngram, suffix) need the
@@ -94,18 +94,13 @@ def drafter(method: str, target: ModelSpec) -> str | None:
     if method == "draft_model":
         from simulator.models.default_draft import resolve_draft
         return resolve_draft(None, target, field="--methods")
-    if method == "eagle3":
-        from simulator.policies.eagle3 import eagle3_model
-        try:
-            return eagle3_model(None, None, target).name
-        except SpecsimError as exc:
-            raise SpecsimError(exc.message, field="--methods", fix=exc.fix) from None
-    heads = sorted(m for m in list_models() if m.startswith("eagle-")
-                   and load_model(m).base_model == target.name)
-    if not heads:
-        raise SpecsimError(f"no EAGLE head in the catalog for {target.name}", field="--methods",
-                           fix="drop eagle, or use a target the catalog has one for")
-    return heads[0]
+    from simulator.models.default_draft import default_head
+    head = default_head(method, target)
+    if head is None:
+        raise SpecsimError(f"no {method} head in the catalog for {target.name}",
+                           field="--methods",
+                           fix=f"drop {method}, or use a target the catalog has one for")
+    return head.name
 
 
 def methods_for(question: Question, target: ModelSpec) -> tuple[str, ...]:

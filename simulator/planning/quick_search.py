@@ -105,7 +105,7 @@ def _run(fn: Callable, tasks: list[tuple], executor: Any, workers: int | None,
     return out
 
 
-def answer(q: Question, *, executor: Any = "local", workers: int | None = None,
+def answer_question(q: Question, *, executor: Any = "local", workers: int | None = None,
            progress: Callable[[], None] | None = None) -> QuickAnswer:
     """Screen, search the headroom, rank, and say the verdict."""
     from simulator.scenario import scenario_from_dict

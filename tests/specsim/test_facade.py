@@ -24,6 +24,8 @@ HOMES = {
     "plan": "simulator.planning.plan", "load_plan": "simulator.planning.plan",
     "plan_from_dict": "simulator.planning.plan", "CapacitySLO": "simulator.planning.capacity",
     "max_sustainable_rate": "simulator.planning.capacity",
+    "Question": "simulator.planning.quick_plan",
+    "answer_question": "simulator.planning.quick_search",
     "gamma_map": "simulator.planning.gamma_map", "analytic_point": "simulator.planning.analytic",
     "render_report": "reports", "render_report_from_dir": "reports",
     "build_report_html": "reports",

@@ -13,7 +13,7 @@ import yaml
 
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.quick_plan import Question, candidates, parse_methods, tp_options
-from simulator.planning.quick_search import answer
+from simulator.planning.quick_search import answer_question
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
 
@@ -25,7 +25,7 @@ SMALL = dict(target="opt-13b", hardware="a100-40gb", gpus=2, ttft_ms=1000, tpot_
 
 @pytest.fixture(scope="module")
 def small_answer():
-    return answer(Question(**SMALL), executor="serial")
+    return answer_question(Question(**SMALL), executor="serial")
 
 
 def test_parallelism_options_divide_the_gpus_within_a_node():
@@ -98,7 +98,7 @@ def test_the_written_config_round_trips_to_the_same_simulation(small_answer, tmp
 
 
 def test_closed_loop_ranks_by_throughput():
-    ans = answer(Question(**{**SMALL, "rate": None, "concurrency": 8}), executor="serial")
+    ans = answer_question(Question(**{**SMALL, "rate": None, "concurrency": 8}), executor="serial")
     held = ans.table[ans.table["holds"]]
     assert list(held["output_tok/s"]) == sorted(held["output_tok/s"], reverse=True)
     assert "8 concurrent requests" in ans.verdict
