@@ -380,12 +380,14 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None,
                   vllm_args: str | Path | None = None) -> Scenario:
     """Load a scenario file (default: the built-in one), write a vLLM engine-arguments file
-    over it (``run --vllm-args``) and apply ``--set`` overrides."""
+    over it (``run --vllm-args``) and apply ``--set`` overrides; a change of target or
+    drafter drops the file's acceptance block (``without_borrowed_acceptance``)."""
     path = Path(path) if path is not None else DEFAULT_SCENARIO
     data = load_yaml_file(path)
-    data = dict(require_mapping(data, source=str(path)))
+    data = written = dict(require_mapping(data, source=str(path)))
     if vllm_args is not None:
         from simulator.vllm_args import apply_vllm_args, load_vllm_args
         data = apply_vllm_args(data, load_vllm_args(vllm_args))
-    data = apply_overrides(data, overrides or [])
+    from simulator.acceptance.provenance import without_borrowed_acceptance
+    data = without_borrowed_acceptance(written, apply_overrides(data, overrides or []))
     return scenario_from_dict(data, source=str(path), base_dir=path.resolve().parent)

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from simulator.acceptance.provenance import describe_acceptance
+from simulator.acceptance.provenance import acceptance_provenance, effective_acceptance
 from simulator.deployment import (
     Deployment,
     admissible,
@@ -57,7 +57,7 @@ def scenario_inputs(scenario: Scenario, workload=None):
     wl_rng, acc_rng, rng = seed_streams(scenario.seed)
     if workload is None:
         workload = scenario_workload(scenario, wl_rng)
-    acceptance = acceptance_from_config(scenario.acceptance, source="acceptance",
+    acceptance = acceptance_from_config(effective_acceptance(scenario), source="acceptance",
                                         base_dir=Path(scenario.base_dir)).bind(
         len(workload), acc_rng, tasks=workload.task)
     return workload, acceptance, rng
@@ -132,7 +132,9 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                     for i, pol in enumerate(policies))
     env.run()  # no until: returns when no event is left (idle replicas wait on untriggered ones)
     results = Results.from_run(scenario, table, recorder, dep, workload)
-    results.info["acceptance_source"] = describe_acceptance(scenario, policies[0])
+    where = acceptance_provenance(scenario)
+    results.info["acceptance_source"] = where.line
+    results.info["acceptance_warning"] = where.warning
     results.info["engine"] = engine_stats(scenario, replicas)
     results.info["prefix_cache"] = prefix_cache_stats(scenario, workload, replicas)
     return results

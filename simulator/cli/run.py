@@ -167,6 +167,8 @@ def main(args: argparse.Namespace) -> int:
         print_table(scenario, results, summary, out)
     else:
         print(render(summary, args.format))
+    for line in acceptance_warnings(results):  # stderr: stdout stays the table
+        print(f"warning: {line}", file=sys.stderr)
     if timeline is not None:
         if not timeline_inside:
             from simulator.timeline import write_timeline
@@ -271,6 +273,11 @@ def acceptance_line(results: list) -> str:
     if len(groups) == 1:
         return "acceptance: " + next(iter(groups))
     return "acceptance: " + "; ".join(f"{', '.join(v)}: {k}" for k, v in groups.items())
+
+
+def acceptance_warnings(results: list) -> list[str]:
+    """The runs' acceptance warnings (``Results.info``), each once."""
+    return list(dict.fromkeys(w for r in results if (w := r.info.get("acceptance_warning"))))
 
 
 def saturation_note(row) -> str:
