@@ -13,7 +13,11 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from simulator.acceptance.provenance import acceptance_provenance, effective_acceptance
+from simulator.acceptance.provenance import (
+    acceptance_columns as provenance_columns,
+    acceptance_provenance,
+    effective_acceptance,
+)
 from simulator.deployment import (
     Deployment,
     admissible,
@@ -87,6 +91,12 @@ def prepare(scenario: Scenario, *, workload=None, target_cost=None,
                 for _ in range(scenario.replicas)]
     dep = plan_deployment(scenario, res, policies[0].max_verify_tokens)  # the memory plan, once
     return Prepared(dep, policies, workload, rng, tcost)
+
+
+def acceptance_columns(scenario: Scenario) -> dict[str, str]:
+    """The acceptance_source and acceptance_warning of a run of ``scenario`` (a plan row's),
+    known without simulating it."""
+    return provenance_columns(acceptance_provenance(scenario))
 
 
 def build_deployment(scenario: Scenario) -> Deployment:

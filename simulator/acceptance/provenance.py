@@ -117,14 +117,12 @@ def acceptance_provenance(scenario) -> Provenance:
         return Provenance(f"measured from the workload's token ids ({cls.name} matches the "
                           "real tokens; the scenario's acceptance block is unused)")
     target, drafter = simulated_pair(scenario, cls, params)
-    label = scenario.policy.label
     cfg, line = _used(scenario, cls, params, drafter)
     if cfg is None:
-        return Provenance(line, f"{label}: the acceptance is an unsourced default "
+        return Provenance(line, f"the acceptance is an unsourced default "
                                 f"({_summary(SCENARIO_DEFAULT)}), not a measurement: give an "
                                 "acceptance block with its source")
-    why = mismatch(cfg, target, drafter)
-    return Provenance(line, f"{label}: {why}" if why else "")
+    return Provenance(line, mismatch(cfg, target, drafter))
 
 
 def _used(scenario, cls, params: Mapping[str, Any],
@@ -164,3 +162,43 @@ def without_borrowed_acceptance(before: Mapping[str, Any],
     if moved and "acceptance" in out and out["acceptance"] == before.get("acceptance"):
         del out["acceptance"]
     return out
+
+
+def acceptance_columns(where: Provenance) -> dict[str, str]:
+    """The acceptance_source and acceptance_warning columns of a result row."""
+    return {"acceptance_source": where.line, "acceptance_warning": where.warning}
+
+
+def point_provenance(point: Mapping[str, Any]) -> Provenance:
+    """The provenance of an analytic point (``planning.analytic`` fields): its acceptance
+    mapping's, else its ``alpha``, which no source backs."""
+    if point["policy"] == "none":
+        return Provenance(NO_SPECULATION)
+    cfg = point.get("acceptance")
+    if cfg:
+        drafter = point.get("draft") if point["policy"] in ("chain", "tree") else None
+        return Provenance(describe_config(cfg), mismatch(cfg, str(point["target"]), drafter))
+    alpha = {"model": "iid", "alpha": point["alpha"]}
+    return Provenance(describe_config(alpha), f"alpha {point['alpha']:g} has no source: an "
+                      "assumption, not a measurement (give an acceptance mapping with its "
+                      "source)")
+
+
+def frame_notes(frame, label: str) -> tuple[list[str], list[str]]:
+    """(source lines, warnings) of a result frame's acceptance columns: one line per
+    distinct source, naming the rows (by ``label``) where they differ; each warning once."""
+    if "acceptance_source" not in getattr(frame, "columns", ()):
+        return [], []
+    groups: dict[str, list[str]] = {}
+    for name, text in zip(frame[label], frame["acceptance_source"]):
+        if isinstance(text, str) and text:
+            groups.setdefault(text, []).append(str(name))
+    if len(groups) == 1:
+        lines = [f"acceptance: {next(iter(groups))}"]
+    else:
+        lines = [f"acceptance ({', '.join(dict.fromkeys(v))}): {k}" for k, v in groups.items()]
+    warned: dict[str, list[str]] = {}
+    for name, text in zip(frame[label], frame.get("acceptance_warning", ())):
+        if isinstance(text, str) and text:
+            warned.setdefault(text, []).append(str(name))
+    return lines, [f"{', '.join(dict.fromkeys(v))}: {k}" for k, v in warned.items()]

@@ -276,8 +276,9 @@ def acceptance_line(results: list) -> str:
 
 
 def acceptance_warnings(results: list) -> list[str]:
-    """The runs' acceptance warnings (``Results.info``), each once."""
-    return list(dict.fromkeys(w for r in results if (w := r.info.get("acceptance_warning"))))
+    """The runs' acceptance warnings (``Results.info``), one line per policy that has one."""
+    return [f"{r.label}: {r.info['acceptance_warning']}" for r in results
+            if r.info.get("acceptance_warning")]
 
 
 def saturation_note(row) -> str:
