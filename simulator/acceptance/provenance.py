@@ -15,12 +15,15 @@ for another target or drafter than the one simulated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from simulator.acceptance.drafter_defaults import drafter_default
 from simulator.acceptance.fields import citation, measured_for
 from simulator.acceptance.medusa import MEDUSA_SOURCE
 from simulator.inputs.errors import SpecsimError
+
+if TYPE_CHECKING:
+    from simulator.policies.base import AcceptanceDeclared
 
 NO_SPECULATION = "none (no speculation)"
 SCENARIO_DEFAULT = {"model": "iid", "alpha": 0.8}         # Scenario.acceptance's default
@@ -64,14 +67,15 @@ def written(scenario) -> bool:
     return "acceptance" in scenario.raw or dict(scenario.acceptance) != SCENARIO_DEFAULT
 
 
-def drafting_policy(scenario) -> tuple[Any, Mapping[str, Any]]:
+def drafting_policy(scenario) -> tuple[type[AcceptanceDeclared] | None, Mapping[str, Any]]:
     """(the class that drafts, its parameters), or (None, {}) for an unknown policy name."""
     from simulator.policies.registry import POLICIES
     cls = POLICIES.get(scenario.policy.name)
     return (None, {}) if cls is None else cls.drafting(scenario.policy.params)
 
 
-def simulated_pair(scenario, cls, params: Mapping[str, Any]) -> tuple[str, str | None]:
+def simulated_pair(scenario, cls: type[AcceptanceDeclared],
+                   params: Mapping[str, Any]) -> tuple[str, str | None]:
     """(the target's name, the drafter's: the first model the policy holds beside it)."""
     from simulator.models.spec import load_model
     try:
@@ -125,7 +129,7 @@ def acceptance_provenance(scenario) -> Provenance:
     return Provenance(line, mismatch(cfg, target, drafter))
 
 
-def _used(scenario, cls, params: Mapping[str, Any],
+def _used(scenario, cls: type[AcceptanceDeclared], params: Mapping[str, Any],
           drafter: str | None) -> tuple[dict | None, str]:
     """(the acceptance mapping the policy reads, or None for the unsourced default; its
     line)."""
