@@ -126,3 +126,15 @@ def test_gamma_map_rows_carry_the_source_and_warn_on_an_unsourced_alpha():
     assert set(df["acceptance_source"]) == {"Leviathan Table 3"}
     assert df["acceptance_warning"].str.contains("T5-XXL + T5-small, not the simulated "
                                                  "opt-13b + opt-125m", regex=False).all()
+
+
+def test_sweep_points_that_change_the_draft_drop_the_base_block_and_carry_the_source():
+    from simulator.planning.sweep import SweepSpec, evaluate
+    spec = SweepSpec.simulated([{"policy": "chain"}, {"draft": "opt-350m"}],
+                               fixed={"workload.max_requests": 3})
+    assert "acceptance" in spec.payloads[0] and "acceptance" not in spec.payloads[1]
+    row = evaluate(spec.task(1))
+    assert row["acceptance_source"] == ("no source for opt-350m: iid (alpha: 0.8) is the "
+                                        "default, not a measurement")
+    assert "unsourced default" in row["acceptance_warning"]
+    assert "T5-XXL" in evaluate(spec.task(0))["acceptance_warning"]
