@@ -23,6 +23,8 @@ from simulator.acceptance.medusa import MEDUSA_SOURCE
 from simulator.inputs.errors import SpecsimError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from simulator.policies.base import AcceptanceDeclared
 
 NO_SPECULATION = "none (no speculation)"
@@ -188,10 +190,10 @@ def point_provenance(point: Mapping[str, Any]) -> Provenance:
                       "source)")
 
 
-def frame_notes(frame, label: str) -> tuple[list[str], list[str]]:
+def frame_notes(frame: pd.DataFrame, label: str) -> tuple[list[str], list[str]]:
     """(source lines, warnings) of a result frame's acceptance columns: one line per
     distinct source, naming the rows (by ``label``) where they differ; each warning once."""
-    if "acceptance_source" not in getattr(frame, "columns", ()):
+    if "acceptance_source" not in frame.columns:
         return [], []
     groups: dict[str, list[str]] = {}
     for name, text in zip(frame[label], frame["acceptance_source"]):
