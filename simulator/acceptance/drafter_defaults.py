@@ -18,6 +18,8 @@ drafter has none, and provenance says "no source for <drafter>".  The numbers, b
 - ``medusa-vicuna-*``: Medusa's head accuracies (``medusa.MEDUSA_TOP_K``);
 - ``deepseek-v3-mtp``: DeepSeek-V3 Technical Report (arXiv:2412.19437) sec. 5.4.3, second
   token acceptance "between 85% and 90%": the midpoint 0.875, the same at every pass;
+- ``eagle3-kimi-k2``: InferenceX's acceptance-length curve of Kimi-K2.5 with its EAGLE-3
+  head on vLLM (a stand-in: another target, another head; provenance warns);
 - ``llama-68m``: SpecInfer (Miao et al., ASPLOS 2024) Table 1, LLaMA-7B verifying LLaMA-68M
   (``published.specinfer_coverage``, stochastic).
 """
@@ -39,6 +41,10 @@ EAGLE_HEADS = {"eagle-vicuna-7b": "vicuna-7b", "eagle-vicuna-13b": "vicuna-13b",
 # meta-llama/Llama-3.1-8B-Instruct, MT-bench, batch 1: (best K, its AL) per method's head
 VLLM_20780_BEST = {"eagle-llama-3.1-8b-instruct": ("EAGLE 1", 3, 2.29),
                    "eagle3-llama-3.1-8b-instruct": ("EAGLE 3", 4, 3.08)}
+# InferenceX (SemiAnalysisAI/InferenceX, golden_al_distribution/kimik2.5_eagle3.yaml,
+# Apache-2.0), SPEED-Bench coding, thinking off (temperature 0.6), kimi-k2.5-nvfp4 with vLLM
+# EAGLE-3 on B300: AL by num_speculative_tokens (as workloads/scenarios/eagle3_moe.yaml)
+KIMI_K25_EAGLE3_AL = {1: 1.80, 2: 2.33, 3: 2.75, 4: 3.06, 5: 3.25, 6: 3.43, 7: 3.46, 8: 3.51}
 # DeepSeek-V3 Technical Report sec. 5.4.3: "between 85% and 90%"
 DSV3_MTP_RANGE = (0.85, 0.90)
 
@@ -90,6 +96,15 @@ def _mtp() -> dict[str, Any]:
             "measured_for": {"target": "deepseek-v3", "draft": "deepseek-v3-mtp"}}
 
 
+def _kimi_eagle3() -> dict[str, Any]:
+    return {"model": "curve", "lengths": dict(KIMI_K25_EAGLE3_AL),
+            "source": "InferenceX (SemiAnalysisAI/InferenceX, golden_al_distribution/"
+                      "kimik2.5_eagle3.yaml, Apache-2.0): SPEED-Bench coding, temperature 0.6, "
+                      "thinking off, kimi-k2.5-nvfp4 with vLLM EAGLE-3 (an MLA head) on B300; "
+                      "AL by num_speculative_tokens 1-8",
+            "measured_for": {"target": "kimi-k2.5-nvfp4", "draft": "eagle3-kimi-k2.5 (MLA)"}}
+
+
 @lru_cache(maxsize=None)
 def drafter_defaults() -> dict[str, dict[str, Any]]:
     """Drafter name -> its published default acceptance mapping (cited, measured_for)."""
@@ -99,6 +114,7 @@ def drafter_defaults() -> dict[str, dict[str, Any]]:
     out.update({f"medusa-vicuna-{size}": _medusa(size) for size in ("7b", "13b", "33b")})
     out["llama-68m"] = _specinfer()
     out["deepseek-v3-mtp"] = _mtp()
+    out["eagle3-kimi-k2"] = _kimi_eagle3()
     return out
 
 
