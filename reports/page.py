@@ -11,6 +11,7 @@ import pandas as pd
 import yaml
 
 from reports import charts, frames
+from reports.acceptance_notes import frame_acceptance, run_acceptance
 from reports.html import REPORT_GENERATOR, Page, format_number
 from reports.html import format_percent as _pct
 from reports.model_frames import (
@@ -155,6 +156,7 @@ def _sweep_section(page: Page, sweep: Any, policies: list[str],
                    slo_ms: Mapping[str, float]) -> None:
     table = as_frame(sweep)
     page.section("Sweep")
+    frame_acceptance(page, table, "point")
     if _analytic_sweep(page, table):
         return
     pol = next((c for c in frames.SWEEP_POLICY_COLUMNS if c in table.columns), None)
@@ -201,9 +203,7 @@ def _acceptance_section(page: Page, results: Sequence, policies: list[str]) -> N
     page.section("Acceptance")
     page.text("tau (mean acceptance length) = 1 + accepted / drafts; per-position "
               "acceptance is P(first i draft tokens accepted | at least i drafted).")
-    for r in results:
-        if r.info.get("acceptance_source"):
-            page.text(f"Where {r.label}'s acceptance comes from: {r.info['acceptance_source']}")
+    run_acceptance(page, results)
     page.charts([("acceptance-length", charts.acceptance_length_chart(hist, policies)),
                  ("position-rate", charts.position_rate_chart(
                      frames.position_rate_frame(results), policies))])
@@ -276,6 +276,7 @@ def _plan_section(page: Page, plan, slo_ms: Mapping[str, float]) -> None:
               if isinstance(r.get("error"), str) and r["error"]]
     for note in notes:
         page.text(note)
+    frame_acceptance(page, table, "candidate")
     _latency_throughput(page, table, candidates, slo_ms, "plan",
                         "Each candidate at its highest sustainable rate: p99 latency against "
                         "output throughput.")

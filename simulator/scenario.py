@@ -87,6 +87,8 @@ class PolicyConfig:
     source: InitVar[str] = "policy"
     prefix: InitVar[str] = "policy."
     params: Mapping[str, Any] = field(init=False, compare=False)
+    # the run's own acceptance (``--compare name:acceptance...``, simulator/compare_spec.py)
+    acceptance: Any = None
 
     def __post_init__(self, source: str, prefix: str) -> None:
         cls = POLICIES.get(self.name)  # an unknown name: refused where the policy is resolved
@@ -95,9 +97,9 @@ class PolicyConfig:
 
     @property
     def label(self) -> str:
-        if not self.raw:
-            return self.name
-        return self.name + ":" + ",".join(f"{k}={v}" for k, v in sorted(self.raw.items()))
+        items = [f"{k}={v}" for k, v in sorted(self.raw.items())]
+        items += list(self.acceptance.written) if self.acceptance is not None else []
+        return self.name + ":" + ",".join(items) if items else self.name
 
 
 @dataclass(frozen=True)
@@ -129,8 +131,13 @@ class Scenario:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def with_policy(self, policy: PolicyConfig) -> "Scenario":
-        """A copy running another policy (same trace, same seed)."""
-        return dataclasses.replace(self, policy=policy)
+        """A copy running another policy (same trace, same seed), with its acceptance where
+        it carries one (checked now, before any simulation)."""
+        if policy.acceptance is None:
+            return dataclasses.replace(self, policy=policy)
+        acc = policy.acceptance.apply(self.acceptance, where=policy.label)
+        return dataclasses.replace(self, policy=policy, acceptance=acc,
+                                   raw={**self.raw, "acceptance": acc})
 
 
 _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
@@ -173,48 +180,12 @@ def parse_policy(data: Any, source: str, field_name: str = "policy") -> PolicyCo
     return PolicyConfig(name, params, source, f"{field_name}.")
 
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas outside brackets, so ``expansion=[2,2,1]`` stays one value."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        depth += ch in "[{("
-        depth -= ch in "]})"
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
-
-
 def parse_compare(text: str) -> list[PolicyConfig]:
-    """``none,chain:gamma=4,specinfer:expansion=[2,2,1]`` -> one PolicyConfig each.
-
-    A comma starts a new policy unless the next item is another ``key=value`` of the
-    current one; values are YAML (lists in brackets).
-    """
-    parts: list[str] = []
-    for token in _split_top_level(text or ""):
-        head = token.split("=", 1)[0]
-        if parts and "=" in token and ":" not in head:
-            parts[-1] += "," + token  # another key=value of the previous policy
-        else:
-            parts.append(token)
-    configs = []
-    for part in parts:
-        name, _, rest = part.partition(":")
-        data: dict[str, Any] = {"name": name.strip()}
-        for kv in _split_top_level(rest):
-            if "=" not in kv:
-                raise SpecsimError(f"cannot read {short(kv)} in {short(part)}", field="--compare",
-                                   fix="write policies as name:key=value,key=value")
-            key, value = kv.split("=", 1)
-            data[key.strip()] = parse_yaml_text(value, source="--compare")
-        configs.append(parse_policy(data, "--compare", "policy"))
-    if not configs:
-        raise SpecsimError("no policy given", field="--compare", fix="e.g. --compare none,chain")
-    return configs
+    """``none,chain:gamma=4,eagle3:acceptance.alpha=0.7`` -> one PolicyConfig each, with its
+    acceptance where the entry gives one (syntax: ``simulator.compare_spec``)."""
+    from simulator.compare_spec import entries
+    return [dataclasses.replace(parse_policy(data, "--compare", "policy"), acceptance=acc)
+            for data, acc in entries(text)]
 
 
 def _model_ref(name: str, base_dir: str | Path) -> str:
@@ -380,12 +351,14 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None,
                   vllm_args: str | Path | None = None) -> Scenario:
     """Load a scenario file (default: the built-in one), write a vLLM engine-arguments file
-    over it (``run --vllm-args``) and apply ``--set`` overrides."""
+    over it (``run --vllm-args``) and apply ``--set`` overrides; a change of target or
+    drafter drops the file's acceptance block (``without_borrowed_acceptance``)."""
     path = Path(path) if path is not None else DEFAULT_SCENARIO
     data = load_yaml_file(path)
-    data = dict(require_mapping(data, source=str(path)))
+    data = written = dict(require_mapping(data, source=str(path)))
     if vllm_args is not None:
         from simulator.vllm_args import apply_vllm_args, load_vllm_args
         data = apply_vllm_args(data, load_vllm_args(vllm_args))
-    data = apply_overrides(data, overrides or [])
+    from simulator.acceptance.provenance import without_borrowed_acceptance
+    data = without_borrowed_acceptance(written, apply_overrides(data, overrides or []))
     return scenario_from_dict(data, source=str(path), base_dir=path.resolve().parent)

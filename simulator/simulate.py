@@ -13,7 +13,11 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from simulator.acceptance.provenance import describe_acceptance
+from simulator.acceptance.provenance import (
+    acceptance_columns as provenance_columns,
+    acceptance_provenance,
+    effective_acceptance,
+)
 from simulator.deployment import (
     Deployment,
     admissible,
@@ -57,7 +61,7 @@ def scenario_inputs(scenario: Scenario, workload=None):
     wl_rng, acc_rng, rng = seed_streams(scenario.seed)
     if workload is None:
         workload = scenario_workload(scenario, wl_rng)
-    acceptance = acceptance_from_config(scenario.acceptance, source="acceptance",
+    acceptance = acceptance_from_config(effective_acceptance(scenario), source="acceptance",
                                         base_dir=Path(scenario.base_dir)).bind(
         len(workload), acc_rng, tasks=workload.task)
     return workload, acceptance, rng
@@ -87,6 +91,12 @@ def prepare(scenario: Scenario, *, workload=None, target_cost=None,
                 for _ in range(scenario.replicas)]
     dep = plan_deployment(scenario, res, policies[0].max_verify_tokens)  # the memory plan, once
     return Prepared(dep, policies, workload, rng, tcost)
+
+
+def acceptance_columns(scenario: Scenario) -> dict[str, str]:
+    """The acceptance_source and acceptance_warning of a run of ``scenario`` (a plan row's),
+    known without simulating it."""
+    return provenance_columns(acceptance_provenance(scenario))
 
 
 def build_deployment(scenario: Scenario) -> Deployment:
@@ -132,7 +142,9 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                     for i, pol in enumerate(policies))
     env.run()  # no until: returns when no event is left (idle replicas wait on untriggered ones)
     results = Results.from_run(scenario, table, recorder, dep, workload)
-    results.info["acceptance_source"] = describe_acceptance(scenario, policies[0])
+    where = acceptance_provenance(scenario)
+    results.info["acceptance_source"] = where.line
+    results.info["acceptance_warning"] = where.warning
     results.info["engine"] = engine_stats(scenario, replicas)
     results.info["prefix_cache"] = prefix_cache_stats(scenario, workload, replicas)
     return results

@@ -14,11 +14,39 @@ MAX_SOURCE_CHARS = 1000
 def model_config(cfg: Any, *, allowed: tuple[str, ...], required: tuple[str, ...] = (),
                  source: str) -> Mapping[str, Any]:
     """Check an acceptance mapping: its keys are ``model``, the optional ``source`` (where
-    the numbers come from) and ``allowed``."""
+    the numbers come from), the optional ``measured_for`` (the target and draft they were
+    measured with) and ``allowed``."""
     cfg = require_mapping(cfg, source=source)
-    check_keys(cfg, allowed=("model", "source") + allowed, required=required, source=source)
+    check_keys(cfg, allowed=("model", "source", "measured_for") + allowed, required=required,
+               source=source)
     citation(cfg, source=source)
+    measured_for(cfg, source=source)
     return cfg
+
+
+MEASURED_FOR_FIX = ("write the models the numbers were measured with, e.g. measured_for: "
+                    "{target: vicuna-7b, draft: eagle-vicuna-7b} (catalog names where the "
+                    "catalog has the model, else the paper's names)")
+
+
+def measured_for(cfg: Mapping[str, Any], *, source: str) -> tuple[str, str] | None:
+    """The mapping's ``measured_for``: (target, draft) the numbers were measured with, or
+    None where the mapping does not say."""
+    value = cfg.get("measured_for")
+    if value is None:
+        return None
+    value = require_mapping(value, source=source, field="measured_for")
+    check_keys(value, allowed=("target", "draft"), required=("target", "draft"),
+               source=source, prefix="measured_for.")
+    names = []
+    for key in ("target", "draft"):
+        text = value[key]
+        if not isinstance(text, str) or not text.strip() or len(text) > 200:
+            raise SpecsimError(f"expected a model name (1 to 200 characters), got {text!r}",
+                               source=source, field=f"measured_for.{key}",
+                               fix=MEASURED_FOR_FIX)
+        names.append(text.strip())
+    return names[0], names[1]
 
 
 def citation(cfg: Mapping[str, Any], *, source: str) -> str | None:

@@ -8,6 +8,7 @@ engine's meaning, ``simulator.planning.analytic``); speedups are over policy non
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from simulator.cli.args import (
@@ -96,6 +97,9 @@ def main(args: argparse.Namespace) -> int:
         common["draft_tensor_parallel"] = args.draft_tensor_parallel
     df = gamma_map(batches=batches, contexts=contexts, gammas=gammas, policies=policies,
                    tree_widths=widths, memory=memory, **common)
+    from simulator.acceptance.provenance import frame_notes
+    for line in frame_notes(df, "policy")[1]:  # stderr: stdout stays the map
+        print(wrap_text(f"warning: {line}", indent="    "), file=sys.stderr)
     if args.format != "table":  # missing values (an infeasible cell's) as empty / null
         print(render(df.astype(object).where(df.notna(), None), args.format))
         return 0
@@ -157,6 +161,9 @@ def _print_map(args, df: pd.DataFrame, cross: pd.DataFrame, policies: list[str],
         print(f"{MARKS.get(limit, 'x')}: {LEGEND.get(limit, limit)} (not ranked)")
     if capped:
         print("+: larger gammas do not fit this cell; its best is the largest that fits")
+    from simulator.acceptance.provenance import frame_notes
+    for line in frame_notes(df, "policy")[0]:
+        print(wrap_text(line, indent="    "))
 
 
 def _policies(args: argparse.Namespace) -> list[str]:

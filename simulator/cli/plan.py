@@ -76,10 +76,16 @@ def main(args: argparse.Namespace) -> int:
         from reports import render_report  # only reports/ imports altair
         path = render_report([], args.report, plan=df, slo=spec.slo, overwrite=args.overwrite)
         print(f"report: {path}", file=sys.stderr)
+    from simulator.acceptance.provenance import frame_notes
+    sources, warnings = frame_notes(df, "candidate")
     if args.format != "table":
         print(render(df, args.format))
-        return 0
-    _print_table(df, spec)
+    else:
+        _print_table(df, spec)
+        for line in sources:
+            print(wrap_text(line, indent="    "))
+    for line in warnings:  # stderr: stdout stays the table (or the csv/json)
+        print(wrap_text(f"warning: {line}", indent="    "), file=sys.stderr)
     return 0
 
 

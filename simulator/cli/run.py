@@ -31,7 +31,10 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="scenario YAML (default: the built-in OPT-13B/OPT-125M on A100-40GB)")
     p.add_argument("--compare", default=None,
                    help="policies to run on the same trace and seed, e.g. "
-                        "none,chain:gamma=4 (default for the built-in scenario: none,chain)")
+                        "none,chain:gamma=4 (default for the built-in scenario: none,chain); "
+                        "an entry may carry its own acceptance: chain:acceptance.alpha=0.7, "
+                        "eagle3:acceptance={model: iid, alpha: 0.7, source: ...} or "
+                        "eagle3:acceptance=FILE.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario field, e.g. --set seed=3")
     p.add_argument("--vllm-args", default=None, metavar="FILE",
@@ -106,8 +109,8 @@ def _policies(args: argparse.Namespace, scenario) -> list:
     from simulator.scenario import parse_compare
     if args.compare:  # (an entry whose defaults are the scenario's options keeps its label)
         own = scenario.policy
-        return [own if p.name == own.name and not p.raw and p.params != own.params else p
-                for p in parse_compare(args.compare)]
+        return [own if p.name == own.name and not p.raw and p.acceptance is None
+                and p.params != own.params else p for p in parse_compare(args.compare)]
     if args.scenario is None and "speculative_config" not in scenario.raw:
         return parse_compare(DEFAULT_COMPARE)
     return [scenario.policy]
@@ -167,6 +170,8 @@ def main(args: argparse.Namespace) -> int:
         print_table(scenario, results, summary, out)
     else:
         print(render(summary, args.format))
+    for line in acceptance_warnings(results):  # stderr: stdout stays the table
+        print(f"warning: {line}", file=sys.stderr)
     if timeline is not None:
         if not timeline_inside:
             from simulator.timeline import write_timeline
@@ -271,6 +276,12 @@ def acceptance_line(results: list) -> str:
     if len(groups) == 1:
         return "acceptance: " + next(iter(groups))
     return "acceptance: " + "; ".join(f"{', '.join(v)}: {k}" for k, v in groups.items())
+
+
+def acceptance_warnings(results: list) -> list[str]:
+    """The runs' acceptance warnings (``Results.info``), one line per policy that has one."""
+    return [f"{r.label}: {r.info['acceptance_warning']}" for r in results
+            if r.info.get("acceptance_warning")]
 
 
 def saturation_note(row) -> str:

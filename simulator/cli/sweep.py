@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from simulator.cli.args import add_executor_arguments
-from simulator.cli.output import FORMATS, render
+from simulator.cli.output import FORMATS, render, wrap_text
 
 SHOWN_SIMULATED = ("p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
                    "output_tokens_per_s", "goodput_requests_per_s", "mean_acceptance_length")
@@ -56,6 +56,10 @@ def main(args: argparse.Namespace) -> int:
         path = render_report([], args.report, sweep=df, slo=_common_slo(spec),
                              overwrite=args.overwrite)
         print(f"report: {path}", file=sys.stderr)
+    from simulator.acceptance.provenance import frame_notes
+    sources, warnings = frame_notes(df, "point")
+    for line in warnings:  # stderr: stdout stays the table (or the csv/json)
+        print(wrap_text(f"warning: point {line}", indent="    "), file=sys.stderr)
     if args.format != "table":
         print(render(df, args.format))
         return 1 if failed else 0
@@ -68,6 +72,8 @@ def main(args: argparse.Namespace) -> int:
         shown = shown.drop(columns=["error"])
     print(f"sweep {spec.name}: {len(df)} {spec.mode} points")
     print(render(shown, "table"))
+    for line in sources:
+        print(wrap_text(line, indent="    "))
     print(f"results: {out}" + (f" ({failed} points failed; see the error column)"
                                if failed else ""))
     return 1 if failed else 0

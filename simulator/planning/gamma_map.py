@@ -28,7 +28,8 @@ MAX_GAMMA_MAP_POINTS = 100_000
 KEEP = ["policy", "batch", "context", "best_gamma", "best_tree_width", "speedup",
         "expected_tokens", "c", "draft_s", "verify_s", "decode_s", "tokens_per_s",
         "baseline_tokens_per_s", "kv_fits", "kv_tokens", "kv_needed_tokens", "feasible",
-        "limit", "infeasible_reason", "largest_feasible_gamma"]
+        "limit", "infeasible_reason", "largest_feasible_gamma", "acceptance_source",
+        "acceptance_warning"]
 
 
 def map_gammas(policy: str, gammas: Sequence[int]) -> list[int]:

@@ -25,7 +25,7 @@ from simulator.planning.capacity import (
     rate_search_bound,
     replica_search_bound,
 )
-from simulator.simulate import check_runnable, scenario_workload
+from simulator.simulate import acceptance_columns, check_runnable, scenario_workload
 
 # Plan limits (docs/limits.md): each candidate is a capacity search of many simulations.
 MAX_PLAN_CANDIDATES = 1_000
@@ -285,8 +285,8 @@ def plan_candidate(task: tuple, tick: Callable[[], None] | None = None) -> dict[
     devices = sc.parallelism.devices * sc.replicas
     row = {"candidate": label, "hardware": sc.hardware, "tensor_parallel":
            sc.parallelism.tensor_parallel, "replicas": sc.replicas, "policy": sc.policy.label,
-           "devices": devices, "trace_requests": len(wl),
-           "trace_rate_per_s": wl.mean_rate_per_s, "router": sc.router}
+           "devices": devices, "trace_requests": len(wl), "trace_rate_per_s":
+           wl.mean_rate_per_s, "router": sc.router, **acceptance_columns(sc)}
     row.update(max_sustainable_rate(sc, slo, search, workload=wl, on_evaluation=tick))
     row.pop("evaluated")
     # the rate search rescales the trace's arrival times: > 1 stretches it (slower)

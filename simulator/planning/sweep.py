@@ -221,13 +221,14 @@ class SweepSpec:
                     f"{json.dumps(v)}" for k, v in items.items()]
             return apply_overrides(raw, sets)
 
-        base_raw = override(base_raw, dict(fixed or {}), True)
+        from simulator.acceptance.provenance import without_borrowed_acceptance
+        file_raw, base_raw = base_raw, override(base_raw, dict(fixed or {}), True)
         columns, payloads, workloads = [], [], {}
         for i, point in enumerate(points):
             where = f"{source}: point {i} " \
                 f"({clip(', '.join(f'{k}={v}' for k, v in point.items()), 120)})"
             try:
-                raw = override(base_raw, point, False)
+                raw = without_borrowed_acceptance(file_raw, override(base_raw, point, False))
                 sc = scenario_from_dict(raw, source=where, base_dir=base_dir)
                 analytic.check_names(sc.hardware if sc.hardware_inline is None else None,
                                       sc.hardware_dir, sc.target, sc.draft)
@@ -287,15 +288,18 @@ def load_sweep(path: str | Path, *, allow_large: bool = False) -> SweepSpec:
 
 def evaluate(task: tuple) -> dict[str, Any]:
     """Evaluate one point (runs in a worker): analytic results or a simulation summary."""
+    from simulator.acceptance.provenance import acceptance_columns, point_provenance
     mode, payload, base_dir = task
     if mode == "analytic":
-        return analytic.analytic_point(payload)
+        out = analytic.analytic_point(payload)
+        return {**out, **acceptance_columns(point_provenance(analytic.check_point(payload)))}
     from simulator.scenario import scenario_from_dict
     from simulator.simulate import simulate
-    summary = simulate(scenario_from_dict(payload, source="sweep point",
-                                          base_dir=base_dir)).summary()
+    res = simulate(scenario_from_dict(payload, source="sweep point", base_dir=base_dir))
+    summary = res.summary()
     summary["policy_label"] = summary.pop("policy")
-    return summary
+    return {**summary, "acceptance_source": res.info["acceptance_source"],
+            "acceptance_warning": res.info["acceptance_warning"]}
 
 
 def _assemble(df: pd.DataFrame, spec: SweepSpec, keys: list[str]) -> pd.DataFrame:

@@ -156,6 +156,12 @@ class AdaptiveSpeculation(PolicyBase):
         return cls.BASES[base["name"]].memory_models(base["params"], draft, target)
 
     @classmethod
+    def drafting(cls, params: Mapping) -> tuple[type[PolicyBase], Mapping]:
+        """The wrapped policy, with its parameters."""
+        base = params["base"]
+        return cls.BASES[base["name"]], base["params"]
+
+    @classmethod
     def speculative_tokens(cls, params: Mapping) -> int:
         """The wrapped policy's (its longest draft)."""
         base = params["base"]

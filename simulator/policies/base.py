@@ -8,6 +8,10 @@ A policy class says, as data and members:
   every policy) checks raw values against both and returns canonical names -> values with
   the defaults filled in; the scenario parses once and keeps the result.
 - ``needs_draft_model``: whether the scenario must name a draft model (default: no).
+- ``acceptance_from_tokens``: whether its acceptance comes from matching the workload's
+  token ids (model-free proposers) rather than an acceptance model (default: no), and
+  ``drafting(params)``: the class that drafts (a wrapper names its base); provenance reads
+  both through :class:`AcceptanceDeclared`.
 - ``memory_models(params, draft, target)``: the models it holds beside the target (weights
   on every device, and those that keep a KV cache); default: the draft model, if it needs one.
 
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Protocol
 
 import numpy as np
 
@@ -65,6 +69,22 @@ class PolicyContext:
     hardware: Any = None
 
 
+class AcceptanceDeclared(Protocol):
+    """What provenance (simulator/acceptance/provenance.py) reads of a policy class."""
+
+    name: ClassVar[str]
+    acceptance_from_tokens: ClassVar[bool]
+
+    @classmethod
+    def drafting(cls, params: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        """The class that drafts, with its parameters."""
+
+    @classmethod
+    def memory_models(cls, params: dict, draft: ModelSpec | None,
+                      target: ModelSpec) -> tuple[list[ModelSpec], list[ModelSpec]]:
+        """Models kept beside the target; the first held is the drafter."""
+
+
 class PolicyBase(ABC):
     """The contract of a serving policy (see the module docstring)."""
 
@@ -76,6 +96,9 @@ class PolicyBase(ABC):
     name: ClassVar[str]
     PARAMS: ClassVar[dict[str, Param]] = {}
     needs_draft_model: ClassVar[bool] = False
+    # its acceptance is measured by running its matching on the workload's token ids (the
+    # model-free proposers): it reads no acceptance model (provenance says so)
+    acceptance_from_tokens: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ the class: data
     @classmethod
@@ -98,6 +121,11 @@ class PolicyBase(ABC):
         if cls.needs_draft_model and draft is not None:
             return [draft], ([draft] if draft.kind == "decoder" else [])
         return [], []
+
+    @classmethod
+    def drafting(cls, params: Mapping[str, Any]) -> tuple[type[PolicyBase], Mapping[str, Any]]:
+        """The policy class that drafts, with its parameters: itself (a wrapper: its base)."""
+        return cls, params
 
     @classmethod
     def speculative_tokens(cls, params: Mapping) -> int:

@@ -82,6 +82,7 @@ class JacobiDecoding(PolicyBase):
     """Plain Jacobi decoding: refine a window of guesses, accept its verified prefix."""
 
     name = "jacobi"
+    acceptance_from_tokens = True
     PARAMS = {
         "window_size": Param("int", default=8, minimum=1, maximum=256, aliases=("W",),
                              help="guesses per request per step"),
@@ -156,6 +157,7 @@ class LookaheadDecoding(PolicyBase):
     """Lookahead decoding: Jacobi lanes feed an n-gram pool whose hits are verified."""
 
     name = "lookahead"
+    acceptance_from_tokens = True
     PARAMS = {
         "window_size": Param("int", default=5, minimum=1, maximum=256, aliases=("W",),
                              help="lookahead lanes W"),

@@ -86,6 +86,7 @@ class PromptLookup(PolicyBase):
     """Propose the continuation of the longest recurring suffix n-gram of each request."""
 
     name = "prompt_lookup"
+    acceptance_from_tokens = True
     PARAMS = {
         "num_speculative_tokens": Param("int", default=4, minimum=1, maximum=64,
                                         aliases=("gamma",), help="most draft tokens proposed"),

@@ -51,6 +51,7 @@ class SuffixDecoding(PolicyBase):
     """Speculation trees from a per-request and a global suffix trie, frequency-scored."""
 
     name = "suffix"
+    acceptance_from_tokens = True
     PARAMS = {
         "num_speculative_tokens": Param("int", default=16, minimum=1, maximum=256,
                                         aliases=("gamma",),

@@ -78,7 +78,7 @@ def test_config_errors_name_the_field_and_list_choices():
     with pytest.raises(SpecsimError, match="iid.*positional") as err:
         acceptance_from_config({"model": "gaussian"})
     assert err.value.field == "model"
-    with pytest.raises(SpecsimError, match="valid keys are: alpha, model, source"):
+    with pytest.raises(SpecsimError, match="valid keys are: alpha, measured_for, model, source"):
         acceptance_from_config({"model": "iid", "alpha": 0.8, "gamma": 3})
     with pytest.raises(SpecsimError, match="model"):
         acceptance_from_config({"alpha": 0.8})
