@@ -50,6 +50,8 @@ from simulator.policies.base import (
     PolicyBase,
     PolicyContext,
     batch_fits_draft,
+    deployed,
+    draft_spec,
     side_cost,
     spec_charge,
 )
@@ -114,8 +116,8 @@ class SpecInferSpeculation(PolicyBase):
         return ([draft], [draft]) if draft is not None else ([], [])
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
-        parallel = getattr(ctx.target_cost, "parallel", None)
-        self.devices = parallel.devices if parallel is not None else 1
+        target = deployed(ctx.target_cost)
+        self.devices = target.parallel.devices if target is not None else 1
         if params["draft_models"] is not None:
             specs = [_decoder(name, ctx.target_model) for name in params["draft_models"]]
             # SpecInfer's SSMs run data parallel, one whole copy per device
@@ -130,8 +132,7 @@ class SpecInferSpeculation(PolicyBase):
                                    fix="set 'draft: llama-68m' (or another small decoder), or "
                                        "give the policy draft_models: [...]")
             self.draft_costs = [ctx.draft_cost]
-            specs = [ctx.draft_model if ctx.draft_model is not None
-                     else getattr(ctx.draft_cost, "model", None)]
+            specs = [draft_spec(ctx)]
             self.tree = TokenTree.from_config(params["expansion"] or SPECINFER_EXPANSION)
             self.mode = "expansion"
         self.draft_max_context = draft_max_context(*specs)
