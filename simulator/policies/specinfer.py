@@ -33,6 +33,7 @@ import dataclasses
 
 import numpy as np
 
+from simulator.acceptance.tree_kinds import TreeAlgorithm
 from simulator.cost.drafting import (
     chain_draft_time,
     draft_max_context,
@@ -140,8 +141,9 @@ class SpecInferSpeculation(PolicyBase):
         if params["verification"] is not None:
             self.acceptance.model = _with_verification(self.acceptance.model,
                                                        params["verification"])
-        self.verification = params["verification"] or getattr(
-            self.acceptance.model, "tree_method", "as measured")
+        model = self.acceptance.model
+        self.verification = params["verification"] or (
+            model.tree_method if isinstance(model, TreeAlgorithm) else "as measured")
         self._levels = forward_tokens(self.tree)
         depth = self.tree.max_depth  # one draft forward a level; a tree where it branches
         self.host = spec_charge(ctx, SpecWork(
@@ -216,12 +218,12 @@ def _decoder(name: str, target=None):
 
 def _with_verification(model, method: str):
     """The acceptance model running ``method``; only models that run the algorithm can."""
-    if not hasattr(model, "tree_method"):
+    if not isinstance(model, TreeAlgorithm):
         raise SpecsimError(f"acceptance model {model.name!r} fixes acceptance by its numbers, "
                            "so the verification method cannot change it",
                            field="policy.verification",
                            fix="remove it, or use acceptance model token_level")
-    greedy = getattr(model, "temperature", 1.0) == 0.0
+    greedy = model.temperature == 0.0
     if (method == "greedy") != greedy:
         raise SpecsimError(f"{method} verification with acceptance temperature "
                            f"{model.temperature}", field="policy.verification",
