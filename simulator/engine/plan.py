@@ -80,9 +80,6 @@ class Policy(Protocol):
     # it proposes, draws and learns nothing: every decode verifies and emits one token
     # (``none``); the engine then runs its iterations fused and its stretches in lockstep
     plain_decode: bool
-    # whether ``prefill_time`` may add time (False: it returns 0.0 whatever the chunks, and
-    # the engine's lazy form skips the call)
-    prefill_adds_time: bool
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan: ...
 
@@ -94,6 +91,11 @@ class Policy(Protocol):
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """Extra proposer time for prefill chunks (a draft model prefilling its own KV)."""
+
+    @property
+    def prefill_adds_time(self) -> bool:
+        """Whether ``prefill_time`` may add time (False: it returns 0.0 whatever the chunks,
+        and the engine's lazy form skips the call); a class attribute serves."""
 
     def chain_stretch(self) -> ChainStretch | None:
         """How the engine may advance several of its iterations at once while every request

@@ -77,7 +77,7 @@ class PolicyBase(ABC):
     name: ClassVar[str]
     PARAMS: ClassVar[dict[str, Param]] = {}
     needs_draft_model: ClassVar[bool] = False
-    plain_decode: ClassVar[bool] = False  # engine.plan.Policy's: one token per decode
+    plain_decode: bool = False  # engine.plan.Policy's: one token per decode (``none``)
 
     # ------------------------------------------------------------------ the class: data
     @classmethod
