@@ -47,7 +47,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import fits_draft_context
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, ChainStretch, DraftPlan
+from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, StepPricer
 from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import ModelSpec
 from simulator.policies.draft_control import GateControl
@@ -57,8 +57,8 @@ from simulator.policies.draft_control import GateControl
 class PolicyContext:
     """What a policy may use to build itself: cost models, acceptance, the workload."""
 
-    target_cost: Any                 # a StepPricer: a CostModel (``deployed``), or a test's
-    draft_cost: Any = None           # the draft model's, if the scenario has one
+    target_cost: StepPricer          # a CostModel (``deployed``), or a test's pricer
+    draft_cost: StepPricer | None = None  # the draft model's, if the scenario has one
     acceptance: Any = None           # a bound AcceptanceModel
     workload: Any = None
     draft_model: Any = None          # ModelSpec of the draft, if any
