@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from simulator.acceptance.context_free import ContextFree
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import (
     check_batch,
@@ -18,7 +19,7 @@ from simulator.speculation.closed_forms import expected_tokens
 
 
 @dataclass(frozen=True)
-class IIDAcceptance:
+class IIDAcceptance(ContextFree):
     """Accepted drafts ~ leading successes of Bernoulli(alpha): P(>= k accepted) = alpha^k."""
 
     alpha: float

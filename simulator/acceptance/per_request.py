@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from simulator.acceptance.context_free import ContextFree
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_geometric
 from simulator.inputs.errors import SpecsimError
@@ -28,7 +29,7 @@ def beta_moments(mean: float, concentration: float | None, k_max: int) -> np.nda
 
 
 @dataclass(frozen=True)
-class PerRequestAcceptance:
+class PerRequestAcceptance(ContextFree):
     """alpha drawn per request (Beta around a mean) or set per task."""
 
     mean: float | None = None

@@ -20,13 +20,14 @@ from simulator.acceptance.sampling import (
     tree_node_probs,
     walk_tree,
 )
+from simulator.acceptance.tree_kinds import NodeConditionals
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.closed_forms import expected_tokens, tree_expected_accepted
 from simulator.speculation.token_tree import TokenTree
 
 
 @dataclass(frozen=True)
-class SequoiaAcceptance:
+class SequoiaAcceptance(NodeConditionals):
     """Positional acceptance vector over child ranks."""
 
     rates: tuple[float, ...]
@@ -70,3 +71,7 @@ class SequoiaAcceptance:
         """Sum over nodes of the product of exclusive per-rank probabilities on its path."""
         probs = tree_node_probs(tree, self.node_conditionals(tree))
         return tree_expected_accepted(tree.parents, probs)
+
+    def listed_ranks(self) -> int:
+        """The child ranks the rates list."""
+        return len(self.rates)

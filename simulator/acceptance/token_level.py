@@ -24,6 +24,7 @@ import numpy as np
 
 from simulator.acceptance.fields import model_config, probability
 from simulator.acceptance.sampling import check_batch, check_tree
+from simulator.acceptance.tree_kinds import TreeAlgorithm
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, as_str
 from simulator.speculation.token_tree import sample_children, top_k_children
@@ -40,7 +41,7 @@ TREE_METHODS = ("mss", "naive")
 
 
 @dataclass(frozen=True)
-class TokenLevelAcceptance:
+class TokenLevelAcceptance(TreeAlgorithm):
     """Real verification on an order-2 toy target and a noisy draft of it."""
 
     vocab_size: int = 8

@@ -23,6 +23,7 @@ from simulator.acceptance.sampling import (
     tree_node_probs,
     walk_tree,
 )
+from simulator.acceptance.tree_kinds import NodeConditionals
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.closed_forms import tree_expected_accepted
 from simulator.speculation.token_tree import TokenTree
@@ -41,7 +42,7 @@ def parse_coverage(value: Any, *, source: str, field: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TopKCoverageAcceptance:
+class TopKCoverageAcceptance(NodeConditionals):
     """Per-depth cumulative top-k coverage; ``max_depth`` caps how deep a draft may go."""
 
     coverage: tuple[tuple[float, ...], ...]
@@ -109,3 +110,7 @@ class TopKCoverageAcceptance:
         """Sum over nodes of P(node on the accepted path) (product rule, exclusive ranks)."""
         probs = tree_node_probs(tree, self.node_conditionals(tree))
         return tree_expected_accepted(tree.parents, probs)
+
+    def listed_ranks(self) -> int:
+        """The child ranks the coverage lists."""
+        return len(self.coverage[0])

@@ -23,9 +23,8 @@ kernels around the grouped GEMMs (moe_kernels.py); expert parallelism keeps the 
 absorbed form for decode, expanded for prefill (mla.py); FP8/FP4 weights price the linears at
 their bytes and their peak, everything else at 16 bits (precision.py).
 
-Pure: no SimPy, no I/O.  ``step_time`` is the engine's hot path (attention vectorised over
-requests, the rest read from per-token-count tables: simulator/cost/token_terms.py);
-``breakdown`` gives the same numbers per operator.
+Pure: no SimPy, no I/O.  ``step_time`` is the engine's hot path (attention vectorised, the
+rest from per-token-count tables: token_terms.py); ``breakdown`` gives it per operator.
 """
 from __future__ import annotations
 
@@ -40,19 +39,20 @@ from simulator.cost.execution import Execution, resolve_execution
 from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.precision import check_kv_cache_dtype, compute_dtype, linear_roofline
+from simulator.engine.plan import ClosedFormPricer
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
 
-# Kernels launched per transformer layer: 2 norms, QKV, attention, O, MLP up(+gate), act,
-# down, 2 residual adds.  Plus 2 all-reduces under tensor parallelism.
+# Kernels per layer: 2 norms, QKV, attention, O, MLP up(+gate), act, down, 2 residual adds
+# (2 all-reduces more under tensor parallelism); per forward outside the layers: embedding
+# gather, final norm, LM head, sampling.
 KERNELS_PER_LAYER = 10
-# Per forward outside the layers: embedding gather, final norm, LM head, sampling.
 KERNELS_PER_STEP = 4
 _MISSING = object()
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce  # no method layer
 
 
-class CostModel:
+class CostModel(ClosedFormPricer):
     """Prices forward steps of one model on one deployment (hardware x parallelism).
 
     ``execution`` (default: the profile's costs with vLLM's defaults) decides launches, graph

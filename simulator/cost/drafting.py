@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from simulator.engine.plan import closed_forms
 from simulator.speculation.token_tree import TokenTree
 
 
@@ -123,9 +124,10 @@ def chain_draft_pricer(draft_cost, n: int, steps: int):
     their context sum alone, on Python numbers: bitwise a row of the draft cost's
     ``chain_decode_times`` (its ``uniform_pricer`` at each forward's sum, added left to
     right as numpy adds fewer than 8 numbers; from 8 on its sum is pairwise); None where
-    the cost has no ``uniform_pricer``, no closed form applies, or ``steps`` is not 1-7."""
-    make = getattr(draft_cost, "uniform_pricer", None)
-    price = make(n, 1, n) if make is not None and 0 < steps < 8 and n >= 1 else None
+    the cost declares no closed forms (``ClosedFormPricer``), none applies, or ``steps`` is not 1-7."""
+    forms = closed_forms(draft_cost)
+    price = forms.uniform_pricer(n, 1, n) if forms is not None and 0 < steps < 8 and n >= 1 \
+        else None
     if price is None:
         return None
     offsets = [float(n * j) for j in range(1, steps)]  # chain_decode_times' s + n j
@@ -147,12 +149,12 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
     """
     if draft_cost is None or not new_tokens.size:
         return 0.0
-    one = getattr(draft_cost, "uniform_step_time", None) if new_tokens.size == 1 else None
-    if one is not None:  # one chunk (the usual case): step_time's closed form, on numbers
+    forms = closed_forms(draft_cost)
+    if forms is not None and new_tokens.size == 1:  # one chunk (usual): the closed form
         c, x = float(new_tokens[0]), float(context[0])
         if max_context is not None and not (x + c) + 1.0 + int(num_draft) < int(max_context):
             return 0.0  # draft_prefill_mask's test
-        t = one(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
+        t = forms.uniform_step_time(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
         if t is not None:
             return t
     if max_context is not None:
@@ -161,9 +163,8 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
             new_tokens, context = new_tokens[keep], context[keep]
             if not new_tokens.size:
                 return 0.0
-    many = getattr(draft_cost, "mixed_verify_time", None) if new_tokens.size > 1 else None
-    if many is not None:  # several chunks: step_time's sum on numbers (within 1e-12)
-        t = many(0, 1, 0.0, new_tokens.tolist(), context.tolist(), 0.0)
+    if forms is not None and new_tokens.size > 1:  # several chunks: step_time's sum (1e-12)
+        t = forms.mixed_verify_time(0, 1, 0.0, new_tokens.tolist(), context.tolist(), 0.0)
         if t is not None:
             return t
     return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))

@@ -57,13 +57,11 @@ _FULL = 3  # a pass that kept all its iterations: the stretch may go on
 
 def chain_stretch_of(replica) -> ChainStretch | None:
     """The replica's policy's ``ChainStretch``, None where the policy has none, a prefix
-    cache is on (its hooks) or the target's pricer has no ``uniform_step_times``."""
-    hook = getattr(replica.policy, "chain_stretch", None)
-    if hook is None or replica.cache is not None \
-            or getattr(replica.target_cost, "uniform_step_times", None) is None:
+    cache is on (its hooks) or the target's pricer declares no closed forms."""
+    if replica.cache is not None or replica.forms is None:
         return None
     replica._chain_prices = {}  # chain_prices' memo, by batch size
-    return hook()
+    return replica.policy.chain_stretch()
 
 
 def chain_prices(replica, spec: ChainStretch, n: int):
@@ -75,8 +73,7 @@ def chain_prices(replica, spec: ChainStretch, n: int):
     if got is memo:
         u, got = spec.gamma + 1, None
         draft = spec.draft_pricer(n) if spec.draft_pricer is not None else None
-        make = getattr(replica.target_cost, "uniform_pricer", None)
-        verify = make(n, u, n * u) if draft is not None and make is not None else None
+        verify = replica.forms.uniform_pricer(n, u, n * u) if draft is not None else None
         if verify is not None:
             got = (draft, verify)
         if len(memo) >= 1024:
@@ -93,7 +90,7 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
     draft = spec.draft_times(n, sums)
     if draft is None:
         return None
-    verify = replica.target_cost.uniform_step_times(n, u, sums.astype(np.float64), n * u)
+    verify = replica.forms.uniform_step_times(n, u, sums.astype(np.float64), n * u)
     return None if verify is None else (draft, np.asarray(verify, np.float64))
 
 

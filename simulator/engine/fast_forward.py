@@ -48,9 +48,8 @@ def _step_times(replica, c: np.ndarray, sums: np.ndarray, next_time: float) -> n
     """Step times of up to ``len(sums)`` plain decode iterations of contexts ``c`` (+k),
     whose sums are ``sums``."""
     n, k_max = c.size, sums.size
-    uniform = getattr(replica.target_cost, "uniform_step_times", None)
-    if uniform is not None:
-        times = uniform(n, 1, sums, n)
+    if replica.forms is not None:
+        times = replica.forms.uniform_step_times(n, 1, sums, n)
         if times is not None:
             return np.asarray(times, np.float64)
     # any other pricer: the same calls the step-by-step path makes, until the next arrival
@@ -71,7 +70,7 @@ def _stretch_length(replica) -> tuple[int, int]:
     b, lim = replica.b, replica.limits
     n = int(b.ids.size)
     if not n or b.decoding != n or n > lim.max_num_batched_tokens \
-            or not getattr(replica.policy, "plain_decode", False):
+            or not replica.policy.plain_decode:
         return 0, 0
     # blocks beyond the tokens held: the step-by-step path frees them first (never with the
     # fused iteration's invariant, plain_step.py)

@@ -69,9 +69,8 @@ class LazyDecodes(LazyStretches):
         """The replica's process under fast-forward with a plain-decode policy."""
         env = self.env
         self._prices = {}  # a short stretch's pricer by batch size (lazy_stretch.py)
-        # the policy's prefill_time, where it is the base's (0.0 whatever the chunk), uncalled
-        self._no_prefill_time = getattr(getattr(type(self.policy), "prefill_time", None),
-                                        "adds_nothing", False)
+        # the policy's prefill_time, where it adds nothing (0.0 whatever the chunk), uncalled
+        self._no_prefill_time = not self.policy.prefill_adds_time
         self._log = RowLog(self.rec, self.index, self.limits.kv_blocks)  # flushed when eager
         while True:
             if self.cache is not None:  # a preemption started the prefix cache (own_cache.py):

@@ -70,8 +70,8 @@ class LazyStretches:
             return False
         if self.waiting and not admission_blocked(self, first, n):
             return False
-        uniform = getattr(self.target_cost, "uniform_step_times", None)
-        if uniform is None:
+        forms = self.forms
+        if forms is None:
             return False
         horizon = self.arrivals.horizon(self.index)
         k, bound = 0, min(self._lz_fin - tick, MAX_STRETCH_ITERATIONS)
@@ -82,7 +82,7 @@ class LazyStretches:
             k = min(bound, max(2 * k, _FIRST_BLOCK))
             # contexts before each: whole numbers below 2**53, exact as floats
             sums = float(self._lz_sum) + float(n) * _STEPS[:k]
-            v = uniform(n, 1, sums, n)
+            v = forms.uniform_step_times(n, 1, sums, n)
             if v is None:
                 return False
             v = np.asarray(v, np.float64)  # a user's pricer may give a list
@@ -157,15 +157,10 @@ class LazyStretches:
 
     def _pricer(self, n: int):
         """The price of a uniform batch of ``n`` one-token decodes as a function of its
-        context sum (the cost model's ``uniform_pricer``, else its ``uniform_step_time``),
-        None where there is none."""
+        context sum (the cost model's ``uniform_pricer``), None where there is none."""
         price = self._prices.get(n, _MISSING)
         if price is _MISSING:
-            cost = self.target_cost
-            pricer = getattr(cost, "uniform_pricer", None)
-            scalar = getattr(cost, "uniform_step_time", None)
-            price = pricer(n, 1, n) if pricer is not None else None if scalar is None \
-                else lambda x: scalar(n, 1, x, n)
+            price = self.forms.uniform_pricer(n, 1, n)  # _lazy_stretch: forms is not None
             self._prices[n] = price  # at most one per batch size up to max_num_seqs
         return price
 

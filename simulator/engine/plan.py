@@ -1,9 +1,12 @@
 """The socket between the engine and a policy: what the engine hands a policy each iteration
 (``BatchView``), what the policy returns (``DraftPlan``), what a chain policy offers its
 stretches (``ChainStretch``), and the ``Policy`` and ``StepPricer`` protocols the engine
-calls.  The engine imports nothing else of the project."""
+calls, with ``ClosedFormPricer``: the closed forms a pricer may declare (``closed_forms``
+finds them).  Every fast path is reached through these declarations, never by probing an
+object for a member.  The engine imports nothing else of the project."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -74,6 +77,9 @@ class Policy(Protocol):
     """A serving policy instance (one per simulation; may hold adaptive state)."""
 
     name: str
+    # it proposes, draws and learns nothing: every decode verifies and emits one token
+    # (``none``); the engine then runs its iterations fused and its stretches in lockstep
+    plain_decode: bool
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan: ...
 
@@ -86,6 +92,16 @@ class Policy(Protocol):
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """Extra proposer time for prefill chunks (a draft model prefilling its own KV)."""
 
+    @property
+    def prefill_adds_time(self) -> bool:
+        """Whether ``prefill_time`` may add time (False: it returns 0.0 whatever the chunks,
+        and the engine's lazy form skips the call); a class attribute serves."""
+
+    def chain_stretch(self) -> ChainStretch | None:
+        """How the engine may advance several of its iterations at once while every request
+        decodes (chain_stretch.py); None: it may not (each iteration is proposed, drawn and
+        observed one by one)."""
+
 
 class StepPricer(Protocol):
     """The target's cost model, as the engine calls it once per iteration."""
@@ -94,3 +110,51 @@ class StepPricer(Protocol):
                   logits_tokens: np.ndarray) -> float:
         """Seconds of one target forward: per request, ``new_tokens`` over ``context`` tokens
         already in the KV, ``logits_tokens`` of them through the LM head."""
+
+
+class ClosedFormPricer(ABC):
+    """A ``StepPricer`` with closed forms for uniform batches, declared by subclassing: the
+    engine's stretches price many iterations at once through them.  Each gives bitwise what
+    ``step_time`` gives for the batch it describes (``mixed_*``: within rounding), or None
+    where it has no closed form for that batch (the engine then prices by ``step_time``)."""
+
+    @abstractmethod
+    def step_time(self, new_tokens, context, logits_tokens=None) -> float:
+        """``StepPricer.step_time``."""
+
+    @abstractmethod
+    def uniform_step_times(self, n: int, u: int, ctx_sums: np.ndarray,
+                           logits: int) -> np.ndarray | None:
+        """K forwards of ``n`` requests of ``u`` new tokens each, the k-th with contexts
+        summing to ``ctx_sums[k]``, ``logits`` tokens through the LM head in all."""
+
+    @abstractmethod
+    def uniform_step_time(self, n: int, u: int, ctx_sum: float, logits: int) -> float | None:
+        """``uniform_step_times`` of one batch, on Python numbers."""
+
+    @abstractmethod
+    def uniform_pricer(self, n: int, u: int,
+                       logits: int) -> Callable[[float], float | None] | None:
+        """``uniform_step_time(n, u, x, logits)`` as a function of the context sum ``x``."""
+
+    @abstractmethod
+    def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int],
+                        chunk_ctx: list[int], logits: float) -> float | None:
+        """``n`` one-token decodes (contexts summing to ``ctx_sum``) and prefill chunks
+        (``chunks[i]`` tokens over ``chunk_ctx[i]``) in one forward."""
+
+    @abstractmethod
+    def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks: list[int],
+                          chunk_ctx: list[int], logits: float) -> float | None:
+        """``mixed_step_time`` of ``n`` verifications of ``u`` > 1 tokens (0: chunks only)."""
+
+    @abstractmethod
+    def chain_decode_times(self, n: int, ctx_sums: np.ndarray,
+                           steps: int) -> np.ndarray | None:
+        """K chains of ``steps`` sequential one-token forwards of ``n`` requests (a draft
+        model's), the k-th starting from contexts summing to ``ctx_sums[k]``."""
+
+
+def closed_forms(cost: StepPricer | None) -> ClosedFormPricer | None:
+    """``cost``'s declared closed forms, None where it declares none (``step_time`` only)."""
+    return cost if isinstance(cost, ClosedFormPricer) else None

@@ -51,7 +51,7 @@ from simulator.engine.forward import Forward
 from simulator.engine.lazy_decode import LazyDecodes
 from simulator.engine.plain_step import PlainStep, PlainSteps
 from simulator.engine.own_cache import OwnCache
-from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer
+from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer, closed_forms
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
 from simulator.engine.step import NO_FLOATS, NO_IDS, Step
@@ -78,14 +78,15 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
             and not recorder.record_events
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
         self.own = None if own_keys is None else OwnCache(own_keys)  # own_cache.py
-        plain_decode = bool(getattr(policy, "plain_decode", False))  # one token per decode
+        plain_decode = policy.plain_decode  # one token per decode
         self.plain_ok = plain_decode and not recorder.record_events  # the fused iteration
         self.plain = self.plain_ok and prefix_cache is None  # applies (plain_step.py)
+        self.forms = forms = closed_forms(target_cost)  # its closed forms, None: none
         # a step of decodes verifying the same count (1 under a plain-decode policy) with
         # chunks has a mixed price (forward.py)
-        self._mixed, self._mixed_verify, self._one_token = getattr(
-            target_cost, "mixed_step_time", None), getattr(
-            target_cost, "mixed_verify_time", None), plain_decode
+        self._mixed, self._mixed_verify = (None, None) if forms is None \
+            else (forms.mixed_step_time, forms.mixed_verify_time)
+        self._one_token = plain_decode
         # chain speculation's stretches (chain_stretch.py), None: the policy has none
         self._chain = chain_stretch_of(self) if self.fast_forward else None
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones

@@ -28,12 +28,13 @@ A built policy (``cls(params, ctx)``, one per replica) says:
 - for the ``adaptive`` wrapper: ``speculable(batch)`` (default: every request) and
   ``draft_control(params)``, the handle through which per-request draft lengths are set
   (default: all or none, :class:`~simulator.policies.draft_control.GateControl`);
-- for fast-forward, optionally: ``plain_decode = True`` (it proposes, draws and learns
-  nothing: ``none``), or ``chain_stretch()`` -> a
-  :class:`~simulator.engine.plan.ChainStretch` or None (its iterations depend on the batch
-  alone and draw one uniform per request: ``chain``; the engine then also runs its other
-  iterations fused where every decode drafts); without either, fast-forward only skips the
-  policy's SimPy timeouts.
+- for fast-forward (the engine's ``Policy`` protocol declares both; defaults here):
+  ``plain_decode`` (True: it proposes, draws and learns nothing, ``none``), and
+  ``chain_stretch()`` -> a :class:`~simulator.engine.plan.ChainStretch` or None (its
+  iterations depend on the batch alone and draw one uniform per request: ``chain``; the
+  engine then also runs its other iterations fused where every decode drafts); without
+  either, fast-forward only skips the policy's SimPy timeouts.  ``prefill_adds_time`` says
+  whether the class overrides ``prefill_time`` (the engine skips the base's, which adds 0).
 
 Adding a policy touches its own file, the ``POLICIES`` dict in ``registry.py`` and its test;
 never the engine.
@@ -50,7 +51,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import fits_draft_context
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, StepPricer
 from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import ModelSpec
 from simulator.policies.draft_control import GateControl
@@ -60,8 +61,8 @@ from simulator.policies.draft_control import GateControl
 class PolicyContext:
     """What a policy may use to build itself: cost models, acceptance, the workload."""
 
-    target_cost: Any                 # CostModel-like: step_time(new, ctx, logits=None)
-    draft_cost: Any = None           # CostModel of the draft model, if the scenario has one
+    target_cost: StepPricer          # a CostModel (``deployed``), or a test's pricer
+    draft_cost: StepPricer | None = None  # the draft model's, if the scenario has one
     acceptance: Any = None           # a bound AcceptanceModel
     workload: Any = None
     draft_model: Any = None          # ModelSpec of the draft, if any
@@ -99,6 +100,7 @@ class PolicyBase(ABC):
     # its acceptance is measured by running its matching on the workload's token ids (the
     # model-free proposers): it reads no acceptance model (provenance says so)
     acceptance_from_tokens: ClassVar[bool] = False
+    plain_decode: bool = False  # engine.plan.Policy's: one token per decode (``none``)
 
     # ------------------------------------------------------------------ the class: data
     @classmethod
@@ -155,8 +157,16 @@ class PolicyBase(ABC):
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """Extra proposer time for prefill chunks (a draft model prefilling its own KV)."""
         return 0.0
-    # the engine's lazy form skips the call where this default is not overridden (it adds 0)
-    prefill_time.adds_nothing = True
+
+    @property
+    def prefill_adds_time(self) -> bool:
+        """Whether ``prefill_time`` is overridden (the base's adds 0: the engine skips it)."""
+        return type(self).prefill_time is not PolicyBase.prefill_time
+
+    def chain_stretch(self) -> ChainStretch | None:
+        """What the engine needs to advance several iterations at once (engine.plan's
+        ``ChainStretch``); None by default: each iteration is proposed and drawn alone."""
+        return None
 
     def speculable(self, batch: BatchView) -> np.ndarray:
         """Requests the proposer can speculate on (the others decode normally)."""
@@ -177,10 +187,10 @@ def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | Non
     model, EAGLE's layer, Medusa's heads): the scenario's hardware and execution (graph
     replay per forward, no host step time of its own: the target's step pays that once),
     sharded over the draft's tensor parallel degree unless ``tensor_parallel`` is given."""
-    parallel = getattr(ctx.target_cost, "parallel", None)
+    target = deployed(ctx.target_cost)
     if tensor_parallel is None:
-        tensor_parallel = parallel.draft_tp if parallel is not None else 1
-    execution = getattr(ctx.target_cost, "execution", None)
+        tensor_parallel = target.parallel.draft_tp if target is not None else 1
+    execution = target.execution if target is not None else None
     separate = execution is not None and not execution.captured_draft_loop
     return CostModel(policy_hardware(ctx), spec, Parallelism(tensor_parallel=tensor_parallel),
                      execution=execution, host=separate)
@@ -189,12 +199,28 @@ def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | Non
 def spec_charge(ctx: PolicyContext, work: SpecWork) -> SpecCharge:
     """The engine's host work of one speculative iteration of ``work`` (spec_host.py), as a
     function of the drafting requests: every policy charges its iterations by it."""
-    return SpecCharge(getattr(ctx.target_cost, "execution", None), work)
+    target = deployed(ctx.target_cost)
+    return SpecCharge(target.execution if target is not None else None, work)
 
 
 def policy_hardware(ctx: PolicyContext):
     """The (overhead-adjusted) profile the scenario's cost models were built on."""
-    for cost in (ctx.draft_cost, ctx.target_cost):
-        if getattr(cost, "hardware", None) is not None:
+    for cost in (deployed(ctx.draft_cost), deployed(ctx.target_cost)):
+        if cost is not None:
             return cost.hardware
     return ctx.hardware
+
+
+def draft_spec(ctx: PolicyContext) -> ModelSpec | None:
+    """The scenario's draft model: named, else the draft cost's model (None: neither)."""
+    if ctx.draft_model is not None:
+        return ctx.draft_model
+    cost = deployed(ctx.draft_cost)
+    return cost.model if cost is not None else None
+
+
+def deployed(cost) -> CostModel | None:
+    """``cost`` where it is a model on a deployment (a ``CostModel``: its ``model``,
+    ``parallel``, ``execution`` and ``hardware``), None where it is only a pricer (a test's
+    constant-time cost, a wrapper)."""
+    return cost if isinstance(cost, CostModel) else None

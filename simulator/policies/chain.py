@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.acceptance.context_free import context_free
 from simulator.acceptance.sampling import geometric_counts
 from simulator.cost.drafting import (
     chain_draft_pricer,
@@ -22,13 +23,14 @@ from simulator.cost.drafting import (
     draft_prefill_time,
 )
 from simulator.cost.spec_host import SpecWork
-from simulator.engine.plan import BatchView, ChainStretch, DraftPlan
+from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.policies.base import (
     PolicyBase,
     PolicyContext,
     batch_fits_draft,
+    draft_spec,
     spec_charge,
 )
 from simulator.policies.chain_acceptance import accept_chain
@@ -52,9 +54,7 @@ class ChainSpeculation(PolicyBase):
         self.draft_cost = ctx.draft_cost
         self.acceptance = ctx.acceptance
         self.host = spec_charge(ctx, SpecWork(draft_forwards=self.gamma))
-        self.draft_max_context = draft_max_context(
-            ctx.draft_model if ctx.draft_model is not None
-            else getattr(ctx.draft_cost, "model", None))
+        self.draft_max_context = draft_max_context(draft_spec(ctx))
 
     @property
     def max_verify_tokens(self) -> int:
@@ -82,17 +82,15 @@ class ChainSpeculation(PolicyBase):
         (simulator/engine/chain_stretch.py); None where acceptance depends on more than the
         request (its context, its tokens), the draft's time has no closed form over the
         batch's context sum, or nothing is drafted."""
-        alphas = getattr(self.acceptance, "chain_alphas", None)
-        times = getattr(self.draft_cost, "chain_decode_times", None)
-        if alphas is None or times is None or self.gamma < 1:
+        model, forms = context_free(self.acceptance), closed_forms(self.draft_cost)
+        if model is None or forms is None or self.gamma < 1:
             return None
         g, cost, host = self.gamma, self.draft_cost, self.host
         # sample_chain's draws (sample_geometric) given its uniforms, with one alpha bound
         # once where the model has a counter; chain_draft_time when every request drafts g:
         # the draft cost's chain_decode_time
-        counter = getattr(self.acceptance, "chain_counter", None)
-        counts = counter(g) if counter is not None else None
-        return ChainStretch(g, self.draft_max_context, counts or (
+        alphas, times = model.chain_alphas, forms.chain_decode_times
+        return ChainStretch(g, self.draft_max_context, model.chain_counter(g) or (
                             lambda draws, ids: geometric_counts(draws, alphas(ids), g)),
                             lambda n, sums: _plus(times(n, sums, g), host(n)),
                             lambda n: _pricer_plus(chain_draft_pricer(cost, n, g), host(n)))

@@ -28,7 +28,13 @@ from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import SpecWork
 from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
-from simulator.policies.base import PolicyBase, PolicyContext, policy_hardware, spec_charge
+from simulator.policies.base import (
+    PolicyBase,
+    PolicyContext,
+    deployed,
+    policy_hardware,
+    spec_charge,
+)
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
     exclusive_table,
@@ -122,7 +128,8 @@ def module_cost(ctx: PolicyContext, spec) -> CostModel:
     as the target is (its tensor parallel degree, or the draft's where set, and whatever
     else the target's Parallelism says, e.g. expert parallelism), one pipeline stage, no
     offloading; forwards inside the target's step (graph replay, no host time of their own)."""
-    parallel = getattr(ctx.target_cost, "parallel", None) or Parallelism()
+    target = deployed(ctx.target_cost)
+    parallel = target.parallel if target is not None else Parallelism()
     change = {"pipeline_parallel": 1, "micro_batches": 1, "offload_fraction": 0.0,
               "tensor_parallel": parallel.draft_tp, "draft_tensor_parallel": None}
     try:
@@ -131,7 +138,7 @@ def module_cost(ctx: PolicyContext, spec) -> CostModel:
         fields = {f.name for f in dataclasses.fields(parallel)}
         own = dataclasses.replace(parallel, **change, **{
             f: 1 for f in ("expert_parallel",) if f in fields})
-    execution = getattr(ctx.target_cost, "execution", None)
+    execution = target.execution if target is not None else None
     separate = execution is not None and not execution.captured_draft_loop
     return CostModel(policy_hardware(ctx), spec, own, execution=execution, host=separate)
 

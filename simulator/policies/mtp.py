@@ -57,7 +57,7 @@ def module_for_pass(j: int, modules: int) -> int:
 
 def _trained(target: ModelSpec | None) -> ModelSpec:
     if target is None or target.mtp_modules < 1:
-        name = getattr(target, "name", "the target")
+        name = "the target" if target is None else target.name
         raise SpecsimError(f"{name} ships no multi-token-prediction modules "
                            f"(mtp_modules: 0)", field="policy.name",
                            fix="use a target with MTP modules (e.g. deepseek-v3), or another "

@@ -33,6 +33,7 @@ import dataclasses
 
 import numpy as np
 
+from simulator.acceptance.tree_kinds import TreeAlgorithm
 from simulator.cost.drafting import (
     chain_draft_time,
     draft_max_context,
@@ -50,6 +51,8 @@ from simulator.policies.base import (
     PolicyBase,
     PolicyContext,
     batch_fits_draft,
+    deployed,
+    draft_spec,
     side_cost,
     spec_charge,
 )
@@ -114,8 +117,8 @@ class SpecInferSpeculation(PolicyBase):
         return ([draft], [draft]) if draft is not None else ([], [])
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
-        parallel = getattr(ctx.target_cost, "parallel", None)
-        self.devices = parallel.devices if parallel is not None else 1
+        target = deployed(ctx.target_cost)
+        self.devices = target.parallel.devices if target is not None else 1
         if params["draft_models"] is not None:
             specs = [_decoder(name, ctx.target_model) for name in params["draft_models"]]
             # SpecInfer's SSMs run data parallel, one whole copy per device
@@ -130,8 +133,7 @@ class SpecInferSpeculation(PolicyBase):
                                    fix="set 'draft: llama-68m' (or another small decoder), or "
                                        "give the policy draft_models: [...]")
             self.draft_costs = [ctx.draft_cost]
-            specs = [ctx.draft_model if ctx.draft_model is not None
-                     else getattr(ctx.draft_cost, "model", None)]
+            specs = [draft_spec(ctx)]
             self.tree = TokenTree.from_config(params["expansion"] or SPECINFER_EXPANSION)
             self.mode = "expansion"
         self.draft_max_context = draft_max_context(*specs)
@@ -139,8 +141,9 @@ class SpecInferSpeculation(PolicyBase):
         if params["verification"] is not None:
             self.acceptance.model = _with_verification(self.acceptance.model,
                                                        params["verification"])
-        self.verification = params["verification"] or getattr(
-            self.acceptance.model, "tree_method", "as measured")
+        model = self.acceptance.model
+        self.verification = params["verification"] or (
+            model.tree_method if isinstance(model, TreeAlgorithm) else "as measured")
         self._levels = forward_tokens(self.tree)
         depth = self.tree.max_depth  # one draft forward a level; a tree where it branches
         self.host = spec_charge(ctx, SpecWork(
@@ -215,12 +218,12 @@ def _decoder(name: str, target=None):
 
 def _with_verification(model, method: str):
     """The acceptance model running ``method``; only models that run the algorithm can."""
-    if not hasattr(model, "tree_method"):
+    if not isinstance(model, TreeAlgorithm):
         raise SpecsimError(f"acceptance model {model.name!r} fixes acceptance by its numbers, "
                            "so the verification method cannot change it",
                            field="policy.verification",
                            fix="remove it, or use acceptance model token_level")
-    greedy = getattr(model, "temperature", 1.0) == 0.0
+    greedy = model.temperature == 0.0
     if (method == "greedy") != greedy:
         raise SpecsimError(f"{method} verification with acceptance temperature "
                            f"{model.temperature}", field="policy.verification",

@@ -36,7 +36,14 @@ from simulator.engine.plan import BatchView, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
-from simulator.policies.base import PolicyBase, PolicyContext, batch_fits_draft, side_cost
+from simulator.policies.base import (
+    PolicyBase,
+    PolicyContext,
+    batch_fits_draft,
+    deployed,
+    draft_spec,
+    side_cost,
+)
 from simulator.policies.chain_acceptance import accept_chain
 
 NGRAM = "ngram"
@@ -91,16 +98,15 @@ class StagedSpeculation(PolicyBase):
         draft2 = None if params["draft2"] == NGRAM else _draft2(params["draft2"],
                                                                 ctx.target_model)
         self.draft2_cost = None if draft2 is None else side_cost(ctx, draft2)
-        self.draft_max_context = draft_max_context(
-            ctx.draft_model if ctx.draft_model is not None
-            else getattr(ctx.draft_cost, "model", None), draft2)
+        self.draft_max_context = draft_max_context(draft_spec(ctx), draft2)
         self.lookup_s = float(params["ngram_lookup_s"])
         self.acceptance = ctx.acceptance
         alpha = params["inner_alpha"]
         if alpha is None:
             alpha = float(np.asarray(ctx.acceptance.position_rates(1))[0])
         self.inner = IIDAcceptance(alpha)
-        self.execution = getattr(ctx.target_cost, "execution", None)
+        target = deployed(ctx.target_cost)
+        self.execution = target.execution if target is not None else None
 
     @property
     def max_verify_tokens(self) -> int:

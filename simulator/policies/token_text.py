@@ -11,7 +11,7 @@ from simulator.inputs.errors import SpecsimError
 def require_token_ids(workload, policy: str) -> tuple[tuple, tuple]:
     """Return the workload's (prompt_ids, output_ids), or raise: the policy needs real tokens."""
     if workload is None or workload.prompt_ids is None or workload.output_ids is None:
-        name = getattr(workload, "name", None)
+        name = None if workload is None else workload.name
         raise SpecsimError(
             f"the {policy} policy matches real token ids, and workload {name!r} has none",
             field="workload",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.acceptance.tree_kinds import NodeConditionals, TreeAlgorithm
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.token_tree import TokenTree
 
@@ -21,16 +22,12 @@ from simulator.speculation.token_tree import TokenTree
 # ---------------------------------------------------------------- yield
 def has_tree_semantics(model) -> bool:
     """Whether ``model`` can score branching trees (parametric or by running the algorithm)."""
-    return hasattr(model, "node_conditionals") or hasattr(model, "tree_method")
+    return isinstance(model, (NodeConditionals, TreeAlgorithm))
 
 
 def model_width(model, fallback: int) -> int:
     """How many child ranks a parametric model lists (top-k coverage or Sequoia rates)."""
-    if hasattr(model, "coverage"):
-        return len(model.coverage[0])
-    if hasattr(model, "rates") and hasattr(model, "node_conditionals"):
-        return len(model.rates)
-    return fallback
+    return model.listed_ranks() if isinstance(model, NodeConditionals) else fallback
 
 
 def exclusive_table(model, depth: int, width: int, *, field: str) -> np.ndarray:
@@ -40,8 +37,8 @@ def exclusive_table(model, depth: int, width: int, *, field: str) -> np.ndarray:
     children at every depth; valid for models whose conditionals depend on depth and rank
     only (tree_topk, medusa, sequoia).
     """
-    if not hasattr(model, "node_conditionals"):
-        raise SpecsimError(f"acceptance model {getattr(model, 'name', model)!r} gives no "
+    if not isinstance(model, NodeConditionals):
+        raise SpecsimError(f"acceptance model {model.name!r} gives no "
                            "per-node acceptance to rank candidate nodes by", field=field,
                            fix="use tree_topk, medusa or sequoia acceptance")
     parents, cells = [], []
@@ -96,17 +93,16 @@ class PolicyAcceptance:
     def check_fits(self, tree: TokenTree) -> "PolicyAcceptance":
         """Raise now (not mid-run) if the model cannot draft ``tree`` (token_level: a node
         with more children than the toy vocabulary has tokens)."""
-        check = getattr(self.model, "check_tree_width", None)
-        if check is not None:
+        if isinstance(self.model, TreeAlgorithm):
             where = "policy.acceptance" if self.source == "policy.acceptance" else "acceptance"
-            check(tree, field=f"{where}.vocab_size")
+            self.model.check_tree_width(tree, field=f"{where}.vocab_size")
         return self
 
     def expected(self, tree: TokenTree) -> float | None:
         """Closed-form expected accepted length of ``tree`` where the model has one."""
         if tree.is_chain:
             return self.model.expected_accepted(tree.num_nodes)
-        if hasattr(self.model, "expected_tree_accepted"):
+        if isinstance(self.model, NodeConditionals):
             return float(self.model.expected_tree_accepted(tree))
         return None
 
@@ -133,23 +129,23 @@ def resolve_acceptance(params: dict, ctx, tree: TokenTree, *, policy: str,
     """
     from simulator.acceptance import acceptance_from_config
     n = len(ctx.workload) if ctx.workload is not None else 0
-    tasks = getattr(ctx.workload, "task", None)
+    tasks = ctx.workload.task if ctx.workload is not None else None
     if params.get("acceptance") is not None:
         model = acceptance_from_config(params["acceptance"], source="policy.acceptance")
         return PolicyAcceptance(model, "policy.acceptance", bound=False, num_requests=n,
                                 tasks=tasks).check_fits(tree)
     scen = ctx.acceptance
     if scen is not None:
-        fits = hasattr(scen, "node_conditionals") if conditionals else \
+        fits = isinstance(scen, NodeConditionals) if conditionals else \
             (tree.is_chain or has_tree_semantics(scen))
-        fits = fits and (only is None or getattr(scen, "name", None) == only)
+        fits = fits and (only is None or scen.name == only)
         if fits:
             return PolicyAcceptance(scen, "scenario", bound=True).check_fits(tree)
     if default is not None:
         model, label = default()
         return PolicyAcceptance(model, label, bound=False, num_requests=n,
                                 tasks=tasks).check_fits(tree)
-    name = getattr(scen, "name", "none")
+    name = scen.name if scen is not None else "none"
     need = "tree_topk, medusa or sequoia" if conditionals else \
         "tree_topk, medusa, sequoia or token_level"
     raise SpecsimError(f"policy {policy!r} drafts a branching tree, and acceptance model "

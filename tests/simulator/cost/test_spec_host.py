@@ -6,11 +6,12 @@ method's description, never read back from the policy."""
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from hardware.profile import load_profile
+from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution, parse_execution
 from simulator.cost.spec_host import (
     COUNTS,
@@ -22,6 +23,7 @@ from simulator.cost.spec_host import (
 from simulator.deployment import resolve_deployment
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
+from simulator.models.spec import load_model
 from simulator.policies.lookahead import JacobiDecoding, LookaheadDecoding
 from simulator.policies.prompt_lookup import PromptLookup
 from simulator.policies.base import PolicyContext
@@ -29,6 +31,7 @@ from simulator.policies.registry import BASES
 from simulator.policies.suffix import SuffixDecoding
 from simulator.scenario import scenario_from_dict
 from simulator.simulate import prepare
+from tests.helpers import ConstantCost
 from workloads.workload import Workload
 
 LAUNCH, STEP = 10e-6, 200e-6
@@ -187,9 +190,10 @@ def _text_workload():
 def test_each_model_free_method_pays_the_verification_work_alone(cls):
     ex = dataclasses.replace(VLLM, spec=load_engine("sglang-v0.4"))
     plans = []
-    for execution in (ex, None):
-        ctx = PolicyContext(target_cost=SimpleNamespace(execution=execution),
-                            workload=_text_workload())
+    # a deployed target runs the engine's host work; a bare pricer has none to charge
+    for target in (CostModel(load_profile("a10"), load_model("opt-125m"), execution=ex),
+                   ConstantCost(1e-3)):
+        ctx = PolicyContext(target_cost=target, workload=_text_workload())
         pol = cls(cls.parse_params({}, source="t"), ctx)
         batch = BatchView(request_ids=np.array([0]), context=np.array([10]),
                           generated=np.array([2]), output_len=np.array([8]),

@@ -180,24 +180,25 @@ def test_one_chunk_by_scalar_stores_is_the_array_path(monkeypatch, policy, chunk
     assert seen["unfinished"] > 0 or not chunked
 
 
-def test_a_pricer_without_uniform_pricer_prices_short_stretches_the_same(monkeypatch):
-    """A user's pricer with ``uniform_step_time`` but no ``uniform_pricer``: the lazy form's
-    short stretches price each iteration through it, and the run is the same bit for bit."""
+def test_a_pricer_without_a_scalar_form_prices_short_stretches_the_same(monkeypatch):
+    """A pricer whose declared ``uniform_pricer`` gives None (no closed form on Python
+    numbers): the lazy form's short stretches go to the vectorised pass
+    (``uniform_step_times``), and the run is the same bit for bit."""
     from simulator.cost.cost_model import CostModel
     sc = dataclasses.replace(scenario("none", replicas=2),
                              engine=EngineOptions(fast_forward=True))
     sc = dataclasses.replace(sc, workload={**sc.workload, "max_requests": 200})
     closure = simulate(sc)
     calls = [0]
-    scalar = CostModel.uniform_step_time
+    vector = CostModel.uniform_step_times
 
     def counted(self, *args):
         calls[0] += 1
-        return scalar(self, *args)
+        return vector(self, *args)
 
     with monkeypatch.context() as m:
-        m.delattr(CostModel, "uniform_pricer")
-        m.setattr(CostModel, "uniform_step_time", counted)
+        m.setattr(CostModel, "uniform_pricer", lambda self, n, u, logits: None)
+        m.setattr(CostModel, "uniform_step_times", counted)
         fallback = simulate(sc)
     assert calls[0] > 100  # the short stretches did price through it
     assert_identical(closure, fallback)
