@@ -21,7 +21,19 @@ from typing import Any, Callable
 import numpy as np
 
 from simulator.inputs.errors import SpecsimError
-from simulator.simulate import scenario_workload, simulate
+
+def simulate(scenario, *, workload=None):
+    """``simulator.simulate.simulate``, imported on first use: the CLI's argument parsers
+    read this module's limits without loading the engine (SimPy)."""
+    from simulator.simulate import simulate as run
+    return run(scenario, workload=workload)
+
+
+def scenario_workload(scenario):
+    """``simulator.simulate.scenario_workload``, imported on first use (as ``simulate``)."""
+    from simulator.simulate import scenario_workload as build
+    return build(scenario)
+
 
 # rates outside [MIN_RATE_PER_S, MAX_RATE_PER_S] put arrival times beyond what the engine's
 # clock resolves, or every request at one instant (docs/limits.md)
