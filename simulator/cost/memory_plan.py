@@ -6,6 +6,14 @@ their bytes) and an activation headroom are subtracted; what is left is the KV c
 ``kv_cache_dtype``; MLA's latent whole on every TP rank), cut into blocks of ``block_size``
 tokens.  A deployment that does not
 fit is an error that says by how much it misses and what would fix it.
+
+Under data-parallel attention (``data_parallel_attention`` N > 1) every GPU is one attention
+rank: it holds the attention, dense layers, embedding and LM head whole (replicated, as vLLM
+places them at attention TP 1) and 1/N of each MoE layer's routed experts (EP over the N
+GPUs; a shared expert and the router are dense, replicated), and the KV of its own requests
+only.  The replica's KV pool is the N ranks' blocks together (``kv_blocks``): the engine
+admits against the pool, an approximation of the engines' per-rank admission (a rank whose
+requests are long fills before the others).
 """
 from __future__ import annotations
 
@@ -30,7 +38,8 @@ class MemoryPlan:
     kv_budget_bytes: float
     kv_bytes_per_token: float  # per device, all models whose KV grows with the request
     block_size: int
-    kv_blocks: int
+    kv_blocks: int            # the replica's: every DP attention rank's blocks together
+    kv_ranks: int = 1         # DP attention ranks, each holding kv_blocks / kv_ranks
 
     @property
     def kv_tokens(self) -> int:
@@ -65,6 +74,18 @@ def kv_bytes_per_device(model: ModelSpec, tp: int, pp: int = 1) -> float:
     return model.kv_bytes_per_token() / (pp if model.is_mla else tp * pp)
 
 
+def weights_per_device(model: ModelSpec, parallel: Parallelism, tp: int | None = None) -> float:
+    """Bytes of ``model``'s weights on one device: sharded over the devices (TP x PP), or
+    under DP attention replicated but for the routed experts, spread over the N ranks
+    (``tp``: the model's own TP degree, for a draft)."""
+    dp = parallel.data_parallel_attention
+    if dp == 1:
+        return model.weight_bytes() / (parallel.devices if tp is None else tp)
+    experts = float(model.moe_layers * model.num_experts * model.expert_params()
+                    * model.dtype_bytes)
+    return (model.weight_bytes() - experts) / (tp or parallel.tensor_parallel) + experts / dp
+
+
 def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallelism,
                 *, extra_models: Sequence[ModelSpec] = (), kv_models: Sequence[ModelSpec] = (),
                 gpu_memory_utilization: float = 0.9, block_size: int = 16,
@@ -84,9 +105,9 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
     devices = parallel.devices
     capacity = hardware.memory_bytes
     usable = capacity * gpu_memory_utilization
-    target_w = target.weight_bytes() / devices * (1.0 - parallel.offload_fraction)
+    target_w = weights_per_device(target, parallel) * (1.0 - parallel.offload_fraction)
     dtp = parallel.draft_tp
-    weights = target_w + sum(m.weight_bytes() for m in extra_models) / dtp
+    weights = target_w + sum(weights_per_device(m, parallel, dtp) for m in extra_models)
     act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens)
     kv_per_token = kv_bytes_per_device(target, parallel.tensor_parallel,
                                        parallel.pipeline_parallel) + \
@@ -108,7 +129,9 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
             field="parallelism",
             fix=f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
                 f"(offload_fraction), or a smaller max_num_batched_tokens")
-    blocks = int(math.floor(budget / min_kv))
+    ranks = parallel.data_parallel_attention
+    blocks = int(math.floor(budget / min_kv)) * ranks
     return MemoryPlan(capacity_bytes=capacity, usable_bytes=usable, weight_bytes=weights,
                       activation_bytes=act, kv_budget_bytes=budget,
-                      kv_bytes_per_token=kv_per_token, block_size=block_size, kv_blocks=blocks)
+                      kv_bytes_per_token=kv_per_token, block_size=block_size, kv_blocks=blocks,
+                      kv_ranks=ranks)
