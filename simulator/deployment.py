@@ -123,6 +123,18 @@ def check_dp_attention_policy(scenario: Scenario) -> None:
                                "parallelism.data_parallel_attention")
 
 
+def rank_chunk_tokens(scenario: Scenario) -> int:
+    """The longest prefill chunk of one request (0: no cap beyond the token budget): under
+    DP attention with chunked prefill, one rank's share of the replica's budget, as SGLang
+    gives each DP rank ``chunked_prefill_size // dp_size`` (server_args.py,
+    ``_handle_data_parallelism``) and a vLLM DP rank has its own max_num_batched_tokens."""
+    dp = scenario.parallelism.data_parallel_attention
+    b = scenario.batching
+    if dp == 1 or not b.enable_chunked_prefill:
+        return 0
+    return max(1, b.max_num_batched_tokens // dp)
+
+
 def _plan(scenario: Scenario, hw: HardwareProfile, target: ModelSpec, extra, kv_models,
           max_verify_tokens: int) -> MemoryPlan:
     """One replica's memory, logits held for ``max_verify_tokens`` per sequence."""

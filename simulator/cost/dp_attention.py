@@ -37,7 +37,14 @@ A step's time (``step_time``):
   low-latency dispatch ``use_fp8``), priced as the profile's all-to-all.
 
 The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
-batch's context sum): they answer None and the engine prices step by step.
+batch's context sum): they answer None and the engine prices step by step (each rank's
+forward by ``CostModel.step_time``'s own paths).
+
+The engine sees one replica: its batching limits are the replica's (SGLang divides
+``--chunked-prefill-size`` and ``--max-running-requests`` among the DP ranks; a vLLM DP rank
+has its own, so the replica's are N times a rank's), a request's prefill chunk is at most one
+rank's share of the token budget (simulator/deployment.py ``rank_chunk_tokens``), and its
+KV blocks are pooled over the ranks (simulator/cost/memory_plan.py).
 """
 from __future__ import annotations
 
@@ -92,7 +99,6 @@ class DpAttentionCostModel(CostModel):
         self._ep_moe = moe.MoeShape.of(model, 1, parallel.expert_parallel, routing_skew)
         self._moe = None  # the ranks' forwards leave the routed experts to _moe_s
         self._moe_memo: dict[tuple, float] = {}
-        self._general_only = True
 
     def _rank_batches(self, new, ctx, logits):
         """Each rank's (new, context, logits) in the round-robin deal; logits a per-request
@@ -197,6 +203,15 @@ class DpAttentionCostModel(CostModel):
         return None
 
     def mixed_verify_time(self, n, u, ctx_sum, chunks, chunk_ctx, logits):
+        return None
+
+    def chain_decode_time(self, context: np.ndarray, steps: int) -> float:
+        """``steps`` sequential 1-token forwards, each priced by ``step_time``."""
+        ctx = np.asarray(context, dtype=np.float64)
+        ones = np.ones(ctx.size)
+        return sum(self.step_time(ones, ctx + j) for j in range(steps)) if ctx.size else 0.0
+
+    def chain_decode_times(self, n, ctx_sums, steps):
         return None
 
     def weight_bytes_read(self, tokens: float) -> float:

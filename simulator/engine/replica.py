@@ -190,7 +190,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         bs = self.limits.block_size
         free_tokens = (self.limits.kv_blocks - self.used_blocks - taken) * bs \
             + blocks * bs - computed
-        return max(0, min(remaining, budget, free_tokens))
+        cap = self.limits.max_chunk_tokens or budget
+        return max(0, min(remaining, budget, cap, free_tokens))
 
     def _blocks_for(self, computed: int, blocks: int, chunk: int) -> int:
         """Blocks to add so that ``computed + chunk`` tokens fit (checked by _fit_chunk)."""
