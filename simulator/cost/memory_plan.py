@@ -17,6 +17,7 @@ requests are long fills before the others).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -81,9 +82,29 @@ def weights_per_device(model: ModelSpec, parallel: Parallelism, tp: int | None =
     dp = parallel.data_parallel_attention
     if dp == 1:
         return model.weight_bytes() / (parallel.devices if tp is None else tp)
-    experts = float(model.moe_layers * model.num_experts * model.expert_params()
-                    * model.dtype_bytes)
-    return (model.weight_bytes() - experts) / (tp or parallel.tensor_parallel) + experts / dp
+    expert = float(model.moe_layers * model.expert_params() * model.dtype_bytes)
+    dense = model.weight_bytes() - expert * model.num_experts
+    # the busiest GPU's experts: ceil(E / N) where N does not divide E
+    return dense / (tp or parallel.tensor_parallel) + expert * -(-model.num_experts // dp)
+
+
+def _fit_fix(target: ModelSpec, parallel: Parallelism, rest: float, usable: float) -> str:
+    """What would make ``target`` fit beside ``rest`` bytes: a wider TP group (doubling), or
+    under DP attention more ranks (the experts spread wider; the dense weights stay whole)."""
+    dp = parallel.data_parallel_attention
+    if dp > 1:
+        need = dp
+        while need < 64 and weights_per_device(target, dataclasses.replace(
+                parallel, data_parallel_attention=need + 1, expert_parallel=need + 1)) \
+                + rest > usable:
+            need += 1
+        return (f"use data_parallel_attention >= {need + 1} (with expert_parallel), a device "
+                "with more memory, or a smaller max_num_batched_tokens")
+    need_tp = parallel.devices
+    while need_tp < 64 and target.weight_bytes() / need_tp + rest > usable:
+        need_tp *= 2
+    return (f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
+            "(offload_fraction), or a smaller max_num_batched_tokens")
 
 
 def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallelism,
@@ -116,10 +137,6 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
     min_kv = kv_per_token * block_size
     if budget < min_kv:
         missing = min_kv - budget
-        need_tp = devices
-        while need_tp < 64 and (target.weight_bytes() / need_tp + weights - target_w + act
-                                + min_kv > usable):
-            need_tp *= 2
         raise SpecsimError(
             f"{target.name} on {hardware.name} x{devices} does not fit: weights "
             f"{weights / GIB:.2f} GiB + activations {act / GIB:.2f} GiB + one KV block "
@@ -127,8 +144,7 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
             f"({gpu_memory_utilization:.0%} of {capacity / GIB:.1f} GiB) by "
             f"{missing / GIB:.2f} GiB",
             field="parallelism",
-            fix=f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
-                f"(offload_fraction), or a smaller max_num_batched_tokens")
+            fix=_fit_fix(target, parallel, weights - target_w + act + min_kv, usable))
     ranks = parallel.data_parallel_attention
     blocks = int(math.floor(budget / min_kv)) * ranks
     return MemoryPlan(capacity_bytes=capacity, usable_bytes=usable, weight_bytes=weights,

@@ -135,3 +135,17 @@ def test_dense_model_is_refused():
     with pytest.raises(SpecsimError) as exc:
         cost_model(load_profile("h200"), load_model("llama-3.1-8b"), DP8)
     assert "data_parallel_attention" in str(exc.value) and "replicas" in str(exc.value)
+
+
+def test_too_few_ranks_says_how_many_fit():
+    hw, m = load_profile("h200"), load_model("deepseek-v3")
+
+    def plan(n):
+        return plan_memory(hw, m, Parallelism(data_parallel_attention=n, expert_parallel=n))
+
+    with pytest.raises(SpecsimError) as exc:
+        plan(3)  # 3 GPUs: ceil(256 / 3) = 86 experts a GPU, more than 141 GiB of weights
+    need = int(str(exc.value).split("data_parallel_attention >= ")[1].split()[0])
+    assert plan(need).kv_blocks > 0  # the fix it names works, one rank fewer does not
+    with pytest.raises(SpecsimError):
+        plan(need - 1)
