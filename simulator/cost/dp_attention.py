@@ -124,9 +124,13 @@ class DpAttentionCostModel(CostModel):
                 self, np.array([total]), s):
             out.append((name, float(gpu[0]) * s.layers, launches * k * s.layers,
                         float(hbm[0]) * s.layers))
+        # the router's kernels and the weighted sum over the tokens the experts see (all of
+        # them after an all-gather); the shared expert's add over the rank's own tokens
         route = total if self._dispatch == "all_gather" else rank_tokens
-        for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(self, route, s):
-            out.append((name, float(gpu) * n, kernels * k * n, float(nb) * n))
+        for tokens, family in ((route, "moe_routing"), (rank_tokens, "moe_shared_add")):
+            for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(self, tokens, s):
+                if name == family:
+                    out.append((name, float(gpu) * n, kernels * k * n, float(nb) * n))
         d_bytes, c_bytes = dispatch_bytes(self._dispatch, rank_tokens, ranks, self._h, s.k,
                                           self._b)
         if self._dispatch == "all_gather":
