@@ -1,6 +1,8 @@
 """Frames priced by the cost model: the optimal-gamma grid and a step's roofline points."""
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -150,7 +152,6 @@ def dense_counterpart(model: ModelSpec) -> ModelSpec:
     """The dense model of a MoE model's active size: each MoE layer's experts replaced by
     one dense MLP of (experts_per_token + shared_experts) x expert_ffn_size, so every token
     computes the same FLOPs and the model has the same active parameters."""
-    import dataclasses
     width = (model.experts_per_token + model.shared_experts) * model.expert_ffn_size
     return dataclasses.replace(model, name=f"dense counterpart of {model.name}",
                                num_experts=0, experts_per_token=0, shared_experts=0,
@@ -169,7 +170,10 @@ def verify_ratio_frame(pricing: Pricing, point: OperatingPoint,
     if pricing.target.is_moe:
         cm = pricing.target_cost
         dense = dense_counterpart(pricing.target)
-        models.append((dense.name, CostModel(cm.hardware, dense, cm.parallel,
+        # a dense model has no experts to spread (nor ranks that share them)
+        parallel = dataclasses.replace(cm.parallel, expert_parallel=1,
+                                       data_parallel_attention=1)
+        models.append((dense.name, CostModel(cm.hardware, dense, parallel,
                                              execution=cm.execution, host=cm.host)))
     rows = []
     ctx = float(point.context)

@@ -10,6 +10,7 @@ import numpy as np
 
 from hardware.profile import HardwareProfile
 from simulator.cost.cost_model import CostModel
+from simulator.cost.dp_attention import cost_model
 from simulator.cost.execution import resolve_execution
 from simulator.cost.memory_plan import MemoryPlan, plan_memory
 from simulator.cost.parallelism import Parallelism
@@ -20,6 +21,9 @@ from simulator.models.spec import ModelSpec, check_shared_vocabulary, load_model
 from simulator.policies.base import PolicyBase, PolicyContext
 from simulator.policies.registry import POLICIES
 from simulator.scenario import Scenario, resolve_hardware
+
+# policies whose drafts DP attention prices on each rank (none, or built from the target)
+DP_ATTENTION_POLICIES = ("none", "mtp")
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,9 @@ def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
         max_num_batched_tokens=scenario.batching.max_num_batched_tokens,
         overheads=scenario.overheads)
     skew = scenario.moe.routing_skew
-    tcost = CostModel(hw, target, scenario.parallelism, overheads=scenario.overheads,
-                      execution=execution, routing_skew=skew)
+    check_dp_attention_policy(scenario)
+    tcost = cost_model(hw, target, scenario.parallelism, overheads=scenario.overheads,
+                       execution=execution, routing_skew=skew)
     dcost = None
     parallel = draft_parallel(scenario)
     if draft is not None and draft.kind == "decoder":
@@ -105,6 +110,29 @@ def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
                           overheads=scenario.overheads, execution=execution,
                           host=not execution.captured_draft_loop, routing_skew=skew)
     return tcost, dcost
+
+
+def check_dp_attention_policy(scenario: Scenario) -> None:
+    """Data-parallel attention prices the target and drafts built from its layers (MTP) on
+    each rank's share of the batch; a separate draft model or head is not split so."""
+    dp = scenario.parallelism.data_parallel_attention
+    if dp > 1 and scenario.policy.name not in DP_ATTENTION_POLICIES:
+        raise SpecsimError(f"policy {scenario.policy.name!r} with data_parallel_attention "
+                           f"{dp} is not modelled", field="policy.name",
+                           fix="use " + " or ".join(DP_ATTENTION_POLICIES) + ", or drop "
+                               "parallelism.data_parallel_attention")
+
+
+def rank_chunk_tokens(scenario: Scenario) -> int:
+    """The longest prefill chunk of one request (0: no cap beyond the token budget): under
+    DP attention with chunked prefill, one rank's share of the replica's budget, as SGLang
+    gives each DP rank ``chunked_prefill_size // dp_size`` (server_args.py,
+    ``_handle_data_parallelism``) and a vLLM DP rank has its own max_num_batched_tokens."""
+    dp = scenario.parallelism.data_parallel_attention
+    b = scenario.batching
+    if dp == 1 or not b.enable_chunked_prefill:
+        return 0
+    return max(1, b.max_num_batched_tokens // dp)
 
 
 def _plan(scenario: Scenario, hw: HardwareProfile, target: ModelSpec, extra, kv_models,

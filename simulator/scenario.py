@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.cost.moe import MoeOptions, parse_moe_options
-from simulator.cost.parallelism import Parallelism, expert_parallel_degree
+from simulator.cost.parallelism import MOE_DISPATCH, Parallelism, expert_parallel_degree
 from simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
@@ -148,11 +148,15 @@ _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallel
 def _parallelism(data: Any, source: str) -> Parallelism:
     data = require_mapping(data or {}, source=source, field="parallelism")
     keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
-            "draft_tensor_parallel_size", "expert_parallel")
+            "draft_tensor_parallel_size", "expert_parallel", "data_parallel_attention",
+            "moe_dispatch")
     check_keys(data, allowed=keys, source=source, prefix="parallelism.")
     kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
                        minimum=1, maximum=1024)
-          for k in keys[:3] if k in data}
+          for k in keys[:3] + keys[6:7] if k in data}
+    if "moe_dispatch" in data:
+        kw["moe_dispatch"] = as_str(data["moe_dispatch"], source=source,
+                                    field="parallelism.moe_dispatch", choices=MOE_DISPATCH)
     if "offload_fraction" in data:
         kw["offload_fraction"] = float(as_number(data["offload_fraction"], source=source,
                                                  field="parallelism.offload_fraction",
@@ -162,8 +166,9 @@ def _parallelism(data: Any, source: str) -> Parallelism:
             data["draft_tensor_parallel_size"], source=source, integer=True, minimum=1,
             maximum=1024, field="parallelism.draft_tensor_parallel_size")
     if data.get("expert_parallel") is not None:
-        kw["expert_parallel"] = expert_parallel_degree(data["expert_parallel"],
-                                                       kw.get("tensor_parallel", 1), source)
+        kw["expert_parallel"] = expert_parallel_degree(
+            data["expert_parallel"], kw.get("tensor_parallel", 1), source,
+            kw.get("data_parallel_attention", 1))
     return Parallelism(**kw)
 
 

@@ -23,6 +23,7 @@ from simulator.deployment import (
     admissible,
     build_policy,
     plan_deployment,
+    rank_chunk_tokens,
     resolve_deployment,
 )
 from simulator.engine.block_keys import BlockKeys, block_keys
@@ -121,7 +122,8 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     limits = EngineLimits(max_num_seqs=b.max_num_seqs,
                           max_num_batched_tokens=b.max_num_batched_tokens,
                           enable_chunked_prefill=b.enable_chunked_prefill,
-                          block_size=b.block_size, kv_blocks=dep.memory.kv_blocks)
+                          block_size=b.block_size, kv_blocks=dep.memory.kv_blocks,
+                          max_chunk_tokens=rank_chunk_tokens(scenario))
     env = simpy.Environment()
     recorder = Recorder(record_events, steps_table=scenario.engine.steps_table,
                         num_requests=int(table.arrival_s.size), replicas=scenario.replicas)

@@ -143,12 +143,15 @@ def vllm_args_from_mapping(data: Mapping[str, Any], *, source: str) -> dict[str,
     if "quantization" in out or out.get("dtype", 0) is None:  # dtype: the activations then
         out.pop("dtype", None)
     if out.get("data_parallel_size", 1) > 1 and out.get("enable_expert_parallel"):
+        dp = out["data_parallel_size"]
         raise SpecsimError("data_parallel_size with enable_expert_parallel shares the experts "
-                           "across the data-parallel ranks (DP attention); specsim simulates "
-                           "data-parallel ranks as independent replicas only", source=source,
+                           "across the data-parallel ranks (DP attention), which an engine "
+                           "arguments file does not map yet", source=source,
                            field="data_parallel_size",
-                           fix="drop data_parallel_size and set the scenario's replicas, or "
-                               "drop enable_expert_parallel")
+                           fix=f"drop data_parallel_size and write the scenario's parallelism: "
+                               f"{{tensor_parallel: 1, data_parallel_attention: {dp}, "
+                               f"expert_parallel: true}} with batching limits {dp} x vLLM's "
+                               "per-rank ones, or drop enable_expert_parallel (replicas)")
     return out
 
 

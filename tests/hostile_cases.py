@@ -271,6 +271,15 @@ SCENARIO_CASES: list[Case] = [
          {"s.yaml": scenario("parallelism.offload_fraction", 2)}),
     Case("parallelism-list", run("s.yaml"), "parallelism",
          {"s.yaml": scenario("parallelism", [1, 2])}),
+    # the base is OPT-13B, dense: data-parallel attention shares a MoE model's experts
+    Case("parallelism-dp-attention-dense", run("s.yaml"), "data_parallel_attention",
+         {"s.yaml": scenario("parallelism", {"data_parallel_attention": 2,
+                                             "expert_parallel": True})}),
+    Case("parallelism-dp-attention-with-tp", run("s.yaml"), "data_parallel_attention",
+         {"s.yaml": scenario("parallelism", {"tensor_parallel": 2,
+                                             "data_parallel_attention": 2})}),
+    Case("parallelism-dp-attention-word", run("s.yaml"), "data_parallel_attention",
+         {"s.yaml": scenario("parallelism.data_parallel_attention", "eight")}),
     Case("parallelism-unknown-key", run("s.yaml"), "parallelism.data_parallel",
          {"s.yaml": scenario("parallelism.data_parallel", 2)}),
     # ---- policy ----

@@ -6,9 +6,18 @@ their bytes) and an activation headroom are subtracted; what is left is the KV c
 ``kv_cache_dtype``; MLA's latent whole on every TP rank), cut into blocks of ``block_size``
 tokens.  A deployment that does not
 fit is an error that says by how much it misses and what would fix it.
+
+Under data-parallel attention (``data_parallel_attention`` N > 1) every GPU is one attention
+rank: it holds the attention, dense layers, embedding and LM head whole (replicated, as vLLM
+places them at attention TP 1) and 1/N of each MoE layer's routed experts (EP over the N
+GPUs; a shared expert and the router are dense, replicated), and the KV of its own requests
+only.  The replica's KV pool is the N ranks' blocks together (``kv_blocks``): the engine
+admits against the pool, an approximation of the engines' per-rank admission (a rank whose
+requests are long fills before the others).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -30,7 +39,8 @@ class MemoryPlan:
     kv_budget_bytes: float
     kv_bytes_per_token: float  # per device, all models whose KV grows with the request
     block_size: int
-    kv_blocks: int
+    kv_blocks: int            # the replica's: every DP attention rank's blocks together
+    kv_ranks: int = 1         # DP attention ranks, each holding kv_blocks / kv_ranks
 
     @property
     def kv_tokens(self) -> int:
@@ -65,6 +75,38 @@ def kv_bytes_per_device(model: ModelSpec, tp: int, pp: int = 1) -> float:
     return model.kv_bytes_per_token() / (pp if model.is_mla else tp * pp)
 
 
+def weights_per_device(model: ModelSpec, parallel: Parallelism, tp: int | None = None) -> float:
+    """Bytes of ``model``'s weights on one device: sharded over the devices (TP x PP), or
+    under DP attention replicated but for the routed experts, spread over the N ranks
+    (``tp``: the model's own TP degree, for a draft)."""
+    dp = parallel.data_parallel_attention
+    if dp == 1:
+        return model.weight_bytes() / (parallel.devices if tp is None else tp)
+    expert = float(model.moe_layers * model.expert_params() * model.dtype_bytes)
+    dense = model.weight_bytes() - expert * model.num_experts
+    # the busiest GPU's experts: ceil(E / N) where N does not divide E
+    return dense / (tp or parallel.tensor_parallel) + expert * -(-model.num_experts // dp)
+
+
+def _fit_fix(target: ModelSpec, parallel: Parallelism, rest: float, usable: float) -> str:
+    """What would make ``target`` fit beside ``rest`` bytes: a wider TP group (doubling), or
+    under DP attention more ranks (the experts spread wider; the dense weights stay whole)."""
+    dp = parallel.data_parallel_attention
+    if dp > 1:
+        need = dp
+        while need < 64 and weights_per_device(target, dataclasses.replace(
+                parallel, data_parallel_attention=need + 1, expert_parallel=need + 1)) \
+                + rest > usable:
+            need += 1
+        return (f"use data_parallel_attention >= {need + 1} (with expert_parallel), a device "
+                "with more memory, or a smaller max_num_batched_tokens")
+    need_tp = parallel.devices
+    while need_tp < 64 and target.weight_bytes() / need_tp + rest > usable:
+        need_tp *= 2
+    return (f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
+            "(offload_fraction), or a smaller max_num_batched_tokens")
+
+
 def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallelism,
                 *, extra_models: Sequence[ModelSpec] = (), kv_models: Sequence[ModelSpec] = (),
                 gpu_memory_utilization: float = 0.9, block_size: int = 16,
@@ -84,9 +126,9 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
     devices = parallel.devices
     capacity = hardware.memory_bytes
     usable = capacity * gpu_memory_utilization
-    target_w = target.weight_bytes() / devices * (1.0 - parallel.offload_fraction)
+    target_w = weights_per_device(target, parallel) * (1.0 - parallel.offload_fraction)
     dtp = parallel.draft_tp
-    weights = target_w + sum(m.weight_bytes() for m in extra_models) / dtp
+    weights = target_w + sum(weights_per_device(m, parallel, dtp) for m in extra_models)
     act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens)
     kv_per_token = kv_bytes_per_device(target, parallel.tensor_parallel,
                                        parallel.pipeline_parallel) + \
@@ -95,10 +137,6 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
     min_kv = kv_per_token * block_size
     if budget < min_kv:
         missing = min_kv - budget
-        need_tp = devices
-        while need_tp < 64 and (target.weight_bytes() / need_tp + weights - target_w + act
-                                + min_kv > usable):
-            need_tp *= 2
         raise SpecsimError(
             f"{target.name} on {hardware.name} x{devices} does not fit: weights "
             f"{weights / GIB:.2f} GiB + activations {act / GIB:.2f} GiB + one KV block "
@@ -106,9 +144,10 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
             f"({gpu_memory_utilization:.0%} of {capacity / GIB:.1f} GiB) by "
             f"{missing / GIB:.2f} GiB",
             field="parallelism",
-            fix=f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
-                f"(offload_fraction), or a smaller max_num_batched_tokens")
-    blocks = int(math.floor(budget / min_kv))
+            fix=_fit_fix(target, parallel, weights - target_w + act + min_kv, usable))
+    ranks = parallel.data_parallel_attention
+    blocks = int(math.floor(budget / min_kv)) * ranks
     return MemoryPlan(capacity_bytes=capacity, usable_bytes=usable, weight_bytes=weights,
                       activation_bytes=act, kv_budget_bytes=budget,
-                      kv_bytes_per_token=kv_per_token, block_size=block_size, kv_blocks=blocks)
+                      kv_bytes_per_token=kv_per_token, block_size=block_size, kv_blocks=blocks,
+                      kv_ranks=ranks)

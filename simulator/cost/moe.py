@@ -124,12 +124,13 @@ class MoeShape:
         return distinct_experts(tokens, self.num_experts, self.k, self.probs)
 
 
-def routed_terms(cm, tokens: np.ndarray) -> list[tuple]:
+def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[tuple]:
     """Per MoE layer, at every count of ``tokens`` (float64 array): ``(name, flops, hbm
     bytes, host bytes, compute s, memory s, host s, gpu s, launches)`` of the grouped w13
     and w2 GEMMs; offloaded weights (``offload_fraction``) stream the touched experts'
-    share over the host link, a third roof as for the dense linears."""
-    s: MoeShape = cm._moe
+    share over the host link, a third roof as for the dense linears.  ``shape``: the
+    experts' placement (default ``cm._moe``; DP attention's EP group, dp_attention.py)."""
+    s: MoeShape = cm._moe if shape is None else shape
     roof, wb, b = cm._lin_roof, cm._wb, cm._b
     # experts touched on the device (each a 1/TP slice, or D/EP whole experts under EP)
     # and the routed token rows it computes

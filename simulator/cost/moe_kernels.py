@@ -165,21 +165,9 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
     """``(name, bytes, GPU s, kernels, layers)`` per forward of each family of small kernels
     (module docstring), the GPU seconds and bytes for one layer; ``tokens`` a float or an
     array (the same operations either way, so the tables and the scalar path agree)."""
-    m, T, b, h = cm.model, tokens, cm._b, cm._h
+    m, T, b = cm.model, tokens, cm._b
     quantised = compute_dtype(m.dtype) != m.dtype  # activations quantised on the fly
-    out = []
-    s = cm._moe
-    if s is not None:
-        E, k = s.num_experts, s.k
-        kern = [(T * (E * 4.0 + k * 8.0), None), (T * k * 4.0 * 3, None),
-                (T * k * h * b + T * h * b, None)]
-        if quantised:
-            kern += [(_quant_bytes(cm, T, h), None),
-                     (_quant_bytes(cm, T * k / s.ep, s.down_in), None)]
-        out.append(("moe_routing", kern, s.layers))
-        if cm.model.shared_experts:  # routed output scaled, shared output added (in place)
-            out.append(("moe_shared_add", [(2 * T * h * b, None), (3 * T * h * b, None)],
-                        s.layers))
+    out = [] if cm._moe is None else _moe_kernels(cm, T, cm._moe)
     if m.is_mla:
         hd, L, R, v = m.num_heads / cm._tp, m.kv_lora_rank, m.qk_rope_head_dim, m.value_head_dim
         kern = [(T * m.q_lora_rank * 2 * b, "norm")] if m.q_lora_rank else []
@@ -190,10 +178,36 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
     if quantised:
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
+    return _priced(cm, T, out)
+
+
+def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:
     return [(name, sum(nb for nb, _ in kern),
              sum(_transfer(cm, nb, OTHER if kind is None else kind,
                            rows=None if kind is None else T) for nb, kind in kern),
              len(kern), layers) for name, kern, layers in out]
+
+
+def _moe_kernels(cm, T, s) -> list[tuple]:
+    """The ``moe_routing`` and ``moe_shared_add`` families of MoeShape ``s`` at ``T`` tokens."""
+    b, h = cm._b, cm._h
+    E, k = s.num_experts, s.k
+    kern = [(T * (E * 4.0 + k * 8.0), None), (T * k * 4.0 * 3, None),
+            (T * k * h * b + T * h * b, None)]
+    if compute_dtype(cm.model.dtype) != cm.model.dtype:  # activations quantised on the fly
+        kern += [(_quant_bytes(cm, T, h), None),
+                 (_quant_bytes(cm, T * k / s.ep, s.down_in), None)]
+    out = [("moe_routing", kern, s.layers)]
+    if cm.model.shared_experts:  # routed output scaled, shared output added (in place)
+        out.append(("moe_shared_add", [(2 * T * h * b, None), (3 * T * h * b, None)],
+                    s.layers))
+    return out
+
+
+def moe_kernel_terms(cm, tokens, shape) -> list[tuple[str, object, object, int, int]]:
+    """``small_kernel_terms``' MoE families for the experts' placement ``shape`` (DP
+    attention prices them outside its ranks' forwards: dp_attention.py)."""
+    return _priced(cm, tokens, _moe_kernels(cm, tokens, shape))
 
 
 def small_kernel_count(cm) -> int:

@@ -2,9 +2,13 @@
 
 Expert parallelism follows vLLM's ``enable_expert_parallel``: a MoE layer's experts are spread
 whole over the EP ranks instead of each expert being sharded over the TP ranks; attention (and
-every dense layer) stays tensor parallel.  vLLM's EP size is TP x DP; this project runs one
-data-parallel rank per replica (DP = 1, replicas are separate engines), so EP is either off
-(1) or equal to tensor_parallel.
+every dense layer) stays tensor parallel.  vLLM's EP size is TP x DP.  Without data-parallel
+attention a replica is one TP group (replicas are separate engines) and EP is off (1) or
+equal to tensor_parallel.  With ``data_parallel_attention`` N > 1 (SGLang's
+``--enable-dp-attention --dp-size N``, vLLM's ``--data-parallel-size N
+--enable-expert-parallel``) one replica spans N attention ranks of ``tensor_parallel`` GPUs
+each, stepping in lockstep, its experts spread over all of them (EP = TP x N):
+simulator/cost/dp_attention.py prices it.
 """
 from __future__ import annotations
 
@@ -29,9 +33,16 @@ class Parallelism:
     draft_tensor_parallel: int | None = None
     # vLLM's enable_expert_parallel: 1 off; else the EP degree, which must be tensor_parallel
     expert_parallel: int = 1
+    # SGLang's dp_size with enable_dp_attention, vLLM's data_parallel_size with
+    # enable_expert_parallel: attention data-parallel ranks in this replica (1: none)
+    data_parallel_attention: int = 1
+    # how a MoE layer's tokens reach the experts under DP attention: all_gather (vLLM's
+    # allgather_reducescatter backend) or all_to_all (DeepEP low-latency; dp_attention.py)
+    moe_dispatch: str = "all_gather"
 
     def __post_init__(self) -> None:
-        for name in ("tensor_parallel", "pipeline_parallel", "micro_batches"):
+        for name in ("tensor_parallel", "pipeline_parallel", "micro_batches",
+                     "data_parallel_attention"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecsimError(f"must be a whole number >= 1, got {value!r}", field=name)
@@ -41,6 +52,9 @@ class Parallelism:
                                f"({self.tensor_parallel}), got {dtp!r}",
                                field="parallelism.draft_tensor_parallel_size",
                                fix=f"use 1 or {self.tensor_parallel}, as vLLM allows")
+        if self.data_parallel_attention > 1:
+            self._check_dp_attention()
+            return
         ep = self.expert_parallel
         if isinstance(ep, bool) or ep not in (1, self.tensor_parallel):
             raise SpecsimError(f"must be 1 (off) or the tensor_parallel degree "
@@ -52,6 +66,33 @@ class Parallelism:
         if not (0.0 <= self.offload_fraction <= 1.0):
             raise SpecsimError(f"must be in [0, 1], got {self.offload_fraction!r}",
                                field="offload_fraction")
+
+    def _check_dp_attention(self) -> None:
+        """What this project models of DP attention: one GPU per attention rank, experts
+        spread over every GPU, one pipeline stage, no offloading."""
+        dp, field = self.data_parallel_attention, "parallelism.data_parallel_attention"
+        if self.tensor_parallel != 1:
+            raise SpecsimError(f"data_parallel_attention {dp} with tensor_parallel "
+                               f"{self.tensor_parallel}: attention TP inside a DP rank is "
+                               "not modelled", field=field,
+                               fix=f"use tensor_parallel: 1 (SGLang --tp {dp} --dp {dp}, vLLM "
+                                   f"-tp 1 -dp {dp}) or drop data_parallel_attention")
+        if self.expert_parallel != dp:
+            raise SpecsimError(f"data_parallel_attention {dp} needs the experts spread over "
+                               f"its {dp} GPUs, got expert_parallel {self.expert_parallel}",
+                               field="parallelism.expert_parallel",
+                               fix="write expert_parallel: true (SGLang --ep, vLLM "
+                                   "--enable-expert-parallel)")
+        if self.pipeline_parallel != 1 or self.offload_fraction or \
+                self.draft_tensor_parallel not in (None, 1):
+            raise SpecsimError("data_parallel_attention is modelled with one pipeline stage, "
+                               "no offloading and the draft on its rank", field=field,
+                               fix="drop pipeline_parallel, offload_fraction and "
+                                   "draft_tensor_parallel_size")
+        if self.moe_dispatch not in MOE_DISPATCH:
+            raise SpecsimError(f"unknown MoE dispatch {self.moe_dispatch!r}",
+                               field="parallelism.moe_dispatch",
+                               fix="one of " + ", ".join(MOE_DISPATCH))
 
     @property
     def draft_tp(self) -> int:
@@ -65,11 +106,22 @@ class Parallelism:
 
     @property
     def devices(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel_attention
+
+    def attention_rank(self) -> "Parallelism":
+        """One DP attention rank's own placement (its TP group; no experts of its own)."""
+        return Parallelism(tensor_parallel=self.tensor_parallel,
+                           draft_tensor_parallel=self.draft_tensor_parallel)
 
 
-def expert_parallel_degree(value: Any, tp: int, source: str) -> int:
-    """A scenario's ``expert_parallel``: true (EP = TP), false, or the degree (1 or TP)."""
+MOE_DISPATCH = ("all_gather", "all_to_all")
+
+
+def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int:
+    """A scenario's ``expert_parallel``: true (EP = TP x DP attention), false, or the degree
+    (1 or that)."""
+    if dp > 1:  # the EP group spans every attention rank
+        tp = tp * dp
     if isinstance(value, bool):
         return tp if value else 1
     ep = as_number(value, source=source, field="parallelism.expert_parallel", integer=True,
@@ -77,6 +129,6 @@ def expert_parallel_degree(value: Any, tp: int, source: str) -> int:
     if ep not in (1, tp):
         raise SpecsimError(f"must be true, false, 1 or tensor_parallel ({tp}), got {ep}",
                            source=source, field="parallelism.expert_parallel",
-                           fix="EP = TP x DP in vLLM and a replica here has DP = 1: write "
+                           fix="EP = TP x DP in vLLM (DP: data_parallel_attention): write "
                                "expert_parallel: true")
     return ep

@@ -185,13 +185,13 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
 
     def _fit_chunk(self, computed: int, blocks: int, remaining: int, budget: int,
                    taken: int = 0) -> int:
-        """Largest prefill chunk within the token budget and the free KV blocks, for a
-        request with ``computed`` tokens in ``blocks`` blocks and ``remaining`` to prefill
-        (``taken``: free blocks its cached prefix will take from the free queue)."""
-        bs = self.limits.block_size
-        free_tokens = (self.limits.kv_blocks - self.used_blocks - taken) * bs \
-            + blocks * bs - computed
-        return max(0, min(remaining, budget, free_tokens))
+        """Largest prefill chunk within the token budget, a request's cap and the free KV
+        blocks, for a request with ``computed`` tokens in ``blocks`` blocks and ``remaining``
+        to prefill (``taken``: free blocks its cached prefix will take from the free queue)."""
+        lim = self.limits
+        free_tokens = (lim.kv_blocks - self.used_blocks - taken + blocks) * lim.block_size \
+            - computed
+        return max(0, min(remaining, budget, lim.max_chunk_tokens or budget, free_tokens))
 
     def _blocks_for(self, computed: int, blocks: int, chunk: int) -> int:
         """Blocks to add so that ``computed + chunk`` tokens fit (checked by _fit_chunk)."""

@@ -57,3 +57,6 @@ class EngineLimits:
     enable_chunked_prefill: bool
     block_size: int
     kv_blocks: int
+    # the longest prefill chunk of one request (0: the token budget alone); under DP
+    # attention one rank's share of the budget (simulator/cost/dp_attention.py)
+    max_chunk_tokens: int = 0

@@ -23,6 +23,7 @@ import dataclasses
 import numpy as np
 
 from simulator.cost.cost_model import CostModel
+from simulator.cost.dp_attention import cost_model
 from simulator.cost.drafting import level_draft_time
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import SpecWork
@@ -140,7 +141,7 @@ def module_cost(ctx: PolicyContext, spec) -> CostModel:
             f: 1 for f in ("expert_parallel",) if f in fields})
     execution = target.execution if target is not None else None
     separate = execution is not None and not execution.captured_draft_loop
-    return CostModel(policy_hardware(ctx), spec, own, execution=execution, host=separate)
+    return cost_model(policy_hardware(ctx), spec, own, execution=execution, host=separate)
 
 
 # ---------------------------------------------------------------- EAGLE-2's dynamic tree

@@ -238,3 +238,19 @@ def test_sorted_quantiles_match_numpy_linear_quantiles():
     np.testing.assert_allclose(frames.sorted_quantiles(values, q), np.quantile(values, q),
                                rtol=1e-12)
     assert frames.sorted_quantiles(np.array([5.0]), q).tolist() == [5.0] * q.size
+
+
+@pytest.mark.parametrize("name", ["mtp_moe", "deepseek_dp_attention"])
+def test_verify_ratio_of_a_moe_target_spread_over_its_gpus(name):
+    # TP 8 + EP and DP attention 8 + EP: the dense counterpart has no experts to spread, so
+    # it is priced without expert parallelism (it used to be refused); the MoE model's
+    # verification of 4 tokens costs more than a decode at batch 1 (more experts touched)
+    from reports.model_frames import verify_ratio_frame
+    from simulator.scenario import load_scenario
+    from tests.helpers import REPO
+
+    sc = load_scenario(str(REPO / "workloads" / "scenarios" / f"{name}.yaml"))
+    ratio = verify_ratio_frame(scenario_pricing(sc), OperatingPoint(1, 1024, 3), (1, 64))
+    moe = ratio[ratio.model == "deepseek-v3"].set_index("batch").ratio
+    assert set(ratio.model) == {"deepseek-v3", "dense counterpart of deepseek-v3"}
+    assert moe[1] > 1.0

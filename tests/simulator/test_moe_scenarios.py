@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CURVES = ROOT.parent / "shared" / "traces" / "acceptance"
 SCENARIOS = {  # scenario -> (curve file, key), as each scenario's comment names them
     "mtp_moe": ("dsv4_mtp.yaml", "deepseek-v4-pro/thinking_off"),
+    "deepseek_dp_attention": ("dsv4_mtp.yaml", "deepseek-v4-pro/thinking_off"),
     "eagle3_moe": ("kimik2.5_eagle3.yaml", "kimi-k2.5-nvfp4/thinking_off"),
 }
 

@@ -1,0 +1,227 @@
+"""Data-parallel attention with expert parallelism: one replica over N attention ranks.
+
+How DeepSeek-class MoE models are served at high concurrency: SGLang ``--tp N --dp-size N
+--enable-dp-attention --ep N``, vLLM ``--data-parallel-size N --enable-expert-parallel``
+(docs/serving/data_parallel_deployment.md: "forward passes must be aligned, and expert
+layers across all ranks are required to synchronize during every forward pass"), TensorRT-LLM's
+attention DP.  Each of the N GPUs is an attention rank (attention TP 1 here) with its own
+requests and their KV; the dense layers (attention projections, the leading dense MLPs, a
+MoE layer's shared expert and router, the LM head) run on each rank over its own tokens, as
+vLLM places them (replicated at attention TP; SGLang's defaults differ: ``--moe-dense-tp-size``
+and ``--enable-dp-lm-head`` set whether its dense MLP and LM head are TP over the group);
+each MoE layer's routed experts are spread over the N GPUs (EP = N) and every rank waits for
+the MoE layer's collectives, so the ranks step in lockstep.
+
+A step's time (``step_time``):
+
+- the requests of the engine's batch are dealt to the ranks round-robin in batch order
+  (request i on rank i mod N: SGLang's DP controller deals arrivals round-robin by default,
+  ``--load-balance-method round_robin``); each rank's forward without the routed experts
+  (attention over its requests' KV, its dense layers and LM head, its host step) is priced by
+  the rank's own ``CostModel``, and the slowest rank sets the pace (the imbalance of the
+  current batch, e.g. a prefill chunk on one rank);
+- the routed experts of every MoE layer at the padded global count ``N x T_max`` (``T_max``
+  the busiest rank's tokens: vLLM's ``coordinate_batch_across_dp``, vllm/v1/worker/
+  dp_utils.py, pads every DP rank to the largest count so the ranks replay the same CUDA
+  graph), EP over N (simulator/cost/moe.py: ``D(T)/N`` experts and ``T k / N`` rows on the
+  mean rank, the busiest by moe_kernels.busiest_experts), with their routing kernels;
+- the dispatch and combine of every MoE layer (``dispatch_bytes``), priced by
+  hardware/collectives.py: ``all_gather`` (vLLM's ``allgather_reducescatter`` all2all
+  backend and SGLang's DP-attention gather without DeepEP): the hidden states of all
+  ``N T_max`` tokens all-gathered in 16 bits before the experts and reduce-scattered after
+  (a reduce-scatter moves the all-gather's ``(p-1)/p`` bytes per rank, nccl-tests
+  doc/PERFORMANCE.md: priced at the all-gather's time); ``all_to_all`` (DeepEP's
+  low-latency kernels: SGLang ``--moe-a2a-backend deepep``, vLLM ``deepep_low_latency``):
+  each rank sends each of its ``T_max`` tokens' k routed copies of the hidden state, FP8 with
+  one fp32 scale per 128 elements on dispatch and 16-bit on combine (DeepEP README,
+  low-latency dispatch ``use_fp8``), priced as the profile's all-to-all.
+
+The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
+batch's context sum): they answer None and the engine prices step by step (each rank's
+forward by ``CostModel.step_time``'s own paths).
+
+The engine sees one replica: its batching limits are the replica's (SGLang divides
+``--chunked-prefill-size`` and ``--max-running-requests`` among the DP ranks; a vLLM DP rank
+has its own, so the replica's are N times a rank's), a request's prefill chunk is at most one
+rank's share of the token budget (simulator/deployment.py ``rank_chunk_tokens``), and its
+KV blocks are pooled over the ranks (simulator/cost/memory_plan.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.cost import moe, moe_kernels
+from simulator.cost import token_terms as tt
+from simulator.cost.cost_model import CostModel
+from simulator.cost.op_cost import OpCost, StepCost, check_step
+from simulator.cost.parallelism import Parallelism
+from simulator.inputs.errors import SpecsimError
+
+FP8_SCALE_GROUP = 128  # DeepEP's low-latency FP8 dispatch: one fp32 scale per 128 values
+
+
+def cost_model(hardware, model, parallel: Parallelism = Parallelism(), **kw) -> CostModel:
+    """The CostModel of a deployment: ``DpAttentionCostModel`` under DP attention."""
+    if parallel.data_parallel_attention > 1:
+        return DpAttentionCostModel(hardware, model, parallel, **kw)
+    return CostModel(hardware, model, parallel, **kw)
+
+
+def dispatch_bytes(mode: str, rank_tokens: float, ranks: int, hidden: int, k: int,
+                   act_bytes: float) -> tuple[float, float]:
+    """Bytes of one MoE layer's (dispatch, combine) on one GPU, in the collective's own size
+    convention: ``all_gather``: the gathered output, ``ranks x rank_tokens`` tokens' hidden
+    states (the reduce-scatter's input is the same); ``all_to_all``: a rank's send buffer,
+    ``rank_tokens x k`` copies, FP8 plus scales out and ``act_bytes`` back."""
+    if mode == "all_gather":
+        gathered = ranks * rank_tokens * hidden * act_bytes
+        return gathered, gathered
+    copies = rank_tokens * k * hidden
+    return copies * (1.0 + 4.0 / FP8_SCALE_GROUP), copies * act_bytes
+
+
+class DpAttentionCostModel(CostModel):
+    """Prices one replica of ``data_parallel_attention`` ranks (module docstring); its own
+    CostModel part is one rank's forward without the routed experts."""
+
+    def __init__(self, hardware, model, parallel: Parallelism, *, routing_skew: float = 0.0,
+                 **kw) -> None:
+        if not model.is_moe:
+            raise SpecsimError(f"{model.name} is dense: data-parallel attention shares a MoE "
+                               "model's experts across its ranks",
+                               field="parallelism.data_parallel_attention",
+                               fix="serve a dense model as separate replicas (replicas: N)")
+        super().__init__(hardware, model, parallel.attention_rank(),
+                         routing_skew=routing_skew, **kw)
+        self.parallel = parallel
+        self._ranks = parallel.data_parallel_attention
+        self._dispatch = parallel.moe_dispatch
+        self._ep_moe = moe.MoeShape.of(model, 1, parallel.expert_parallel, routing_skew)
+        self._moe = None  # the ranks' forwards leave the routed experts to _moe_s
+        self._moe_memo: dict[tuple, float] = {}
+
+    def _rank_batches(self, new, ctx, logits):
+        """Each rank's (new, context, logits) in the round-robin deal; logits a per-request
+        array, None, or a total shared in proportion to the ranks' requests."""
+        n, ranks = new.size, self._ranks
+        out = []
+        for r in range(min(ranks, n)):
+            if logits is None or np.ndim(logits) == 0:
+                lg = None if logits is None else float(logits) * new[r::ranks].size / n
+            else:
+                lg = np.asarray(logits, dtype=np.float64)[r::ranks]
+            out.append((new[r::ranks], ctx[r::ranks], lg))
+        return out
+
+    def _moe_terms(self, rank_tokens: float, eager: bool) -> list[tuple]:
+        """One forward's MoE terms, ``(name, gpu s, launch s, bytes)`` over the MoE layers,
+        at ``rank_tokens`` on the busiest rank (every rank padded to it)."""
+        s, ranks = self._ep_moe, self._ranks
+        total = ranks * rank_tokens
+        k = self._launch_s if eager else 0.0
+        out = []
+        for name, _f, hbm, _h, _c, _m, _hs, gpu, launches in moe.routed_terms(
+                self, np.array([total]), s):
+            out.append((name, float(gpu[0]) * s.layers, launches * k * s.layers,
+                        float(hbm[0]) * s.layers))
+        # the router's kernels and the weighted sum over the tokens the experts see (all of
+        # them after an all-gather); the shared expert's add over the rank's own tokens
+        route = total if self._dispatch == "all_gather" else rank_tokens
+        for tokens, family in ((route, "moe_routing"), (rank_tokens, "moe_shared_add")):
+            for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(self, tokens, s):
+                if name == family:
+                    out.append((name, float(gpu) * n, kernels * k * n, float(nb) * n))
+        d_bytes, c_bytes = dispatch_bytes(self._dispatch, rank_tokens, ranks, self._h, s.k,
+                                          self._b)
+        if self._dispatch == "all_gather":
+            d_s = float(self._collectives.all_gather_s(d_bytes, ranks))
+            c_s = float(self._collectives.all_gather_s(c_bytes, ranks))
+        else:
+            d_s = float(self._collectives.all_to_all_s(d_bytes, ranks))
+            c_s = float(self._collectives.all_to_all_s(c_bytes, ranks))
+        out += [("moe_dispatch", d_s * s.layers, k * s.layers, 0.0),
+                ("moe_combine", c_s * s.layers, k * s.layers, 0.0)]
+        return out
+
+    def _moe_s(self, rank_tokens: float, eager: bool) -> float:
+        """``_moe_terms``' summed time (each ``max(gpu, launches)``), memoised."""
+        key = (rank_tokens, eager)
+        t = self._moe_memo.get(key)
+        if t is None:
+            t = sum(max(gpu, launch) for _, gpu, launch, _ in self._moe_terms(rank_tokens,
+                                                                               eager))
+            tt.remember(self._moe_memo, key, t)
+        return t
+
+    def _ranks_priced(self, new_tokens, context, logits_tokens, price):
+        """(the slowest rank's time and index, the busiest rank's tokens, whether it runs
+        eagerly) with each rank priced by ``price(new, ctx, logits)``."""
+        new = np.asarray(new_tokens, dtype=np.float64)
+        ctx = np.asarray(context, dtype=np.float64)
+        if ctx.size == 1 and new.size > 1:
+            ctx = np.full_like(new, float(ctx.reshape(-1)[0]))
+        batches = self._rank_batches(new, ctx, logits_tokens)
+        times = [price(*b) for b in batches]
+        slowest = int(np.argmax(times)) if times else 0
+        t_max = max((float(b[0].sum()) for b in batches), default=0.0)
+        busiest = max(batches, key=lambda b: float(b[0].sum())) if batches else None
+        eager = busiest is not None and self._mode(busiest[0], t_max)[0] == "eager"
+        return (times[slowest] if times else 0.0), slowest, t_max, eager
+
+    def step_time(self, new_tokens, context, logits_tokens=None) -> float:
+        """The slowest rank's forward plus the MoE layers' experts and collectives."""
+        rank_s, _, t_max, eager = self._ranks_priced(new_tokens, context, logits_tokens,
+                                                     super().step_time)
+        return rank_s + (self._moe_s(t_max, eager) if t_max > 0 else 0.0)
+
+    def breakdown(self, new_tokens, context, logits_tokens=None) -> StepCost:
+        """The slowest rank's operators, then the MoE layers' (``step_time`` within
+        rounding)."""
+        check_step(new_tokens, context, logits_tokens)
+        costs: list[StepCost] = []
+
+        def price(new, ctx, logits) -> float:
+            costs.append(CostModel.breakdown(self, new, ctx, logits))
+            return costs[-1].time_s
+
+        rank_s, slowest, t_max, eager = self._ranks_priced(new_tokens, context, logits_tokens,
+                                                           price)
+        rank = costs[slowest]
+        ops = [OpCost(name, 0.0, nb, 0.0, 0.0, gpu, 0.0, max(launch - gpu, 0.0), roofline_s=gpu)
+               for name, gpu, launch, nb in (self._moe_terms(t_max, eager) if t_max else [])]
+        return StepCost(rank.ops + tuple(ops), rank.step_overhead_s, rank.pipeline_s,
+                        rank_s + sum(op.time_s for op in ops), launch_s=rank.launch_s,
+                        mode=rank.mode)
+
+    # the closed forms do not apply: the engine prices step by step
+    def uniform_step_times(self, n, u, ctx_sums, logits):
+        return None
+
+    def uniform_step_time(self, n, u, ctx_sum, logits):
+        return None
+
+    def uniform_pricer(self, n, u, logits):
+        return None
+
+    def mixed_step_time(self, n, ctx_sum, chunks, chunk_ctx, logits):
+        return None
+
+    def mixed_verify_time(self, n, u, ctx_sum, chunks, chunk_ctx, logits):
+        return None
+
+    def chain_decode_time(self, context: np.ndarray, steps: int) -> float:
+        """``steps`` sequential 1-token forwards, each priced by ``step_time``."""
+        ctx = np.asarray(context, dtype=np.float64)
+        ones = np.ones(ctx.size)
+        return sum(self.step_time(ones, ctx + j) for j in range(steps)) if ctx.size else 0.0
+
+    def chain_decode_times(self, n, ctx_sums, steps):
+        return None
+
+    def weight_bytes_read(self, tokens: float) -> float:
+        """Weights one GPU reads in a forward of ``tokens`` tokens of the replica (its rank's
+        dense weights, its share of the touched experts)."""
+        s = self._ep_moe
+        touched = s.num_experts if tokens == np.inf else s.distinct(float(tokens))
+        return super().weight_bytes_read(tokens) + s.layers * touched / s.ep \
+            * (s.up_weight + s.down_weight) * self._wb
