@@ -151,14 +151,34 @@ def vllm_args_from_mapping(data: Mapping[str, Any], *, source: str) -> dict[str,
                            fix=f"drop data_parallel_size and write the scenario's parallelism: "
                                f"{{tensor_parallel: 1, data_parallel_attention: {dp}, "
                                f"expert_parallel: true}} with batching limits {dp} x vLLM's "
-                               "per-rank ones, or drop enable_expert_parallel (replicas)")
+                               "per-rank ones, or set the scenario's replicas (separate "
+                               "servers)")
     return out
+
+
+def _check_data_parallel(data: Mapping[str, Any]) -> None:
+    """vLLM's data-parallel ranks are independent replicas only for a dense model: it
+    shards a MoE model's experts over all ranks (vllm/model_executor/layers/fused_moe,
+    FusedMoEParallelConfig: the experts' TP group is DP x TP without expert parallelism),
+    so the ranks step together."""
+    from simulator.models.spec import list_models, load_model
+    target = data.get("target")
+    if isinstance(target, str) and target in list_models() and load_model(target).is_moe:
+        raise SpecsimError(f"data_parallel_size on {target}, a mixture of experts: vLLM "
+                           "shards its experts over every data-parallel rank, so the ranks "
+                           "are not independent replicas", field="data_parallel_size",
+                           fix="drop data_parallel_size and set the scenario's replicas "
+                               "(separate servers), or write parallelism: {tensor_parallel: "
+                               "1, data_parallel_attention: N, expert_parallel: true}")
 
 
 def apply_vllm_args(data: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
     """A raw scenario with the engine arguments written over its fields; a
     ``speculative_config`` replaces the scenario's policy, draft and draft TP."""
     data = copy.deepcopy(dict(data))
+    if args.get("data_parallel_size", 1) > 1:
+        _check_data_parallel({**data, **({"target": args["model"]} if "model" in args
+                                         else {})})
     for key, value in args.items():
         section, name, _ = ENGINE_ARGS[key]
         if key == "speculative_config":

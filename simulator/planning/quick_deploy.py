@@ -58,7 +58,7 @@ def sglang_command(c: Candidate) -> str:
              "--tp-size", str(c.tensor_parallel)]
     if c.expert_parallel:
         words += ["--ep-size", str(c.tensor_parallel)]
-    elif c.replicas > 1:
+    if "data_parallel_size" in args:
         words += ["--dp-size", str(c.replicas)]
     words += ["--max-running-requests", str(b.max_num_seqs), "--chunked-prefill-size",
               str(b.max_num_batched_tokens), "--mem-fraction-static",
@@ -93,9 +93,12 @@ def serve_text(c: Candidate, header: str, verdict: str) -> str:
     note = "" if c.method != "mtp" else (
         "# SGLang drafts with the target's MTP (NextN) module under --speculative-algorithm "
         "EAGLE\n")
+    apart = "" if c.replicas == 1 or "data_parallel_size" in c.engine_args else (
+        f"# {c.replicas} replicas: run this on each of {c.replicas} groups of "
+        f"{c.tensor_parallel} GPUs, behind a load balancer\n")
     return (f"#!/bin/sh\n{MARK}: {header}\n# {verdict}\n# vLLM (the engine specsim "
-            f"simulated):\n{vllm_command(c)}\n\n# or SGLang, the same deployment in its "
-            f"flags:\n{note}# {sglang_command(c)}\n")
+            f"simulated):\n{apart}{vllm_command(c)}\n\n# or SGLang, the same deployment "
+            f"in its flags:\n{note}# {sglang_command(c)}\n")
 
 
 def files(q: Question, c: Candidate, header: str, verdict: str) -> dict[str, str]:

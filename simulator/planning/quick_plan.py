@@ -166,7 +166,9 @@ def engine_args(target: ModelSpec, method: str, gamma: int, tp: int, ep: bool,
                             "gpu_memory_utilization": b.gpu_memory_utilization}
     if ep:
         args["enable_expert_parallel"] = True
-    elif replicas > 1:  # one `vllm serve` runs the replicas (EP ranks would share experts)
+    if replicas > 1 and not target.is_moe:
+        # one `vllm serve` runs a dense model's replicas; a MoE model's data-parallel ranks
+        # share its experts (not replicas): its replicas are separate servers (serve.sh)
         args["data_parallel_size"] = replicas
     if method != "none":
         spec: dict[str, Any] = {"method": method, "num_speculative_tokens": gamma}

@@ -293,3 +293,13 @@ def test_data_parallel_size_is_replicas_and_not_with_expert_parallel():
         vllm_args_from_mapping({"model": "mixtral-8x7b", "data_parallel_size": 2,
                                 "enable_expert_parallel": True}, source="t")
     assert "replicas" in err.value.fix
+
+
+def test_data_parallel_size_on_a_moe_target_is_not_replicas():
+    from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
+    # vLLM shards a MoE model's experts over every DP rank even without EP
+    args = vllm_args_from_mapping({"model": "mixtral-8x7b", "data_parallel_size": 2},
+                                  source="t")
+    with pytest.raises(SpecsimError, match="mixture of experts") as err:
+        apply_vllm_args({}, args)
+    assert err.value.field == "data_parallel_size"

@@ -143,3 +143,14 @@ def test_cli_bad_questions_are_one_line_and_exit_2(args, field, tmp_path):
 def test_cli_plan_yaml_and_flags_together_are_refused(tmp_path):
     out = cli(str(REPO / "workloads/scenarios/plan_default.yaml"), "--target", "opt-13b")
     assert out.returncode == 2 and "--target" in out.stderr
+
+
+def test_a_moe_targets_replicas_are_separate_servers():
+    q = Question(**{**SMALL, "target": "mixtral-8x7b", "hardware": "h100-sxm", "gpus": 4,
+                    "methods": ("none",)})
+    by = {c.label: c for c in candidates(q)}
+    c = by["TP2+EP x2 none"]
+    assert "data_parallel_size" not in c.engine_args and c.payload["replicas"] == 2
+    assert c.engine_args["enable_expert_parallel"] is True
+    from simulator.planning.quick_deploy import serve_text
+    assert "2 replicas: run this on each of 2 groups of 2 GPUs" in serve_text(c, "h", "v")
