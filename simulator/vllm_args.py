@@ -47,7 +47,8 @@ ENGINE_ARGS: dict[str, tuple[str, str, str]] = {
     "disable_custom_all_reduce": ("execution", "disable_custom_all_reduce", "bool"),
     "max_model_len": ("batching", "max_model_len", "int"),
     # independent engine replicas behind one API server (vLLM's data parallel deployment of
-    # a dense model; docs/serving/data_parallel_deployment.md), simulated as replicas
+    # a dense model; docs/serving/data_parallel_deployment.md), simulated as replicas; with
+    # enable_expert_parallel, data-parallel attention (apply_vllm_args)
     "data_parallel_size": ("", "replicas", "int"),
     "dtype": ("", "quantization", "dtype"),  # the weights' 16-bit type, unless quantization
     "speculative_config": ("", "speculative_config", "any"),
@@ -143,17 +144,41 @@ def vllm_args_from_mapping(data: Mapping[str, Any], *, source: str) -> dict[str,
     if "quantization" in out or out.get("dtype", 0) is None:  # dtype: the activations then
         out.pop("dtype", None)
     if out.get("data_parallel_size", 1) > 1 and out.get("enable_expert_parallel"):
-        dp = out["data_parallel_size"]
-        raise SpecsimError("data_parallel_size with enable_expert_parallel shares the experts "
-                           "across the data-parallel ranks (DP attention), which an engine "
-                           "arguments file does not map yet", source=source,
-                           field="data_parallel_size",
-                           fix=f"drop data_parallel_size and write the scenario's parallelism: "
-                               f"{{tensor_parallel: 1, data_parallel_attention: {dp}, "
-                               f"expert_parallel: true}} with batching limits {dp} x vLLM's "
-                               "per-rank ones, or set the scenario's replicas (separate "
-                               "servers)")
+        _check_dp_expert_parallel(out, source)
     return out
+
+
+def _check_dp_expert_parallel(out: Mapping[str, Any], source: str) -> None:
+    """vLLM's ``--data-parallel-size N --enable-expert-parallel`` is data-parallel attention
+    (each rank its own requests, the experts over all N GPUs: the scenario's
+    ``parallelism.data_parallel_attention``), modelled with one GPU per attention rank; its
+    scheduler limits are per rank (each DP rank runs its own engine core), so both are
+    needed to size the replica's."""
+    dp = out["data_parallel_size"]
+    if out.get("tensor_parallel_size", 1) != 1:
+        raise SpecsimError(f"data_parallel_size {dp} with tensor_parallel_size "
+                           f"{out['tensor_parallel_size']} and enable_expert_parallel: "
+                           "attention TP inside a data-parallel rank is not modelled",
+                           source=source, field="tensor_parallel_size",
+                           fix="use tensor_parallel_size: 1 (one GPU per attention rank)")
+    missing = [k for k in ("max_num_seqs", "max_num_batched_tokens") if k not in out]
+    if missing:
+        raise SpecsimError(f"data_parallel_size {dp} with enable_expert_parallel: "
+                           f"{', '.join(missing)} not given; each data-parallel rank runs "
+                           "its own scheduler with these limits", source=source,
+                           field=missing[0], fix="write the per-rank values vLLM runs with "
+                                                 "(e.g. max_num_seqs: 128)")
+
+
+def _data_parallel_attention(data: dict[str, Any], dp: int) -> None:
+    """``data_parallel_size`` with ``enable_expert_parallel`` written over a raw scenario:
+    DP attention over ``dp`` GPUs, the replica's limits ``dp`` x the per-rank ones."""
+    par = dict(data.get("parallelism") or {})
+    par.update(tensor_parallel=1, data_parallel_attention=dp, expert_parallel=True)
+    data["parallelism"] = par
+    b = data["batching"]
+    for key in ("max_num_seqs", "max_num_batched_tokens"):
+        b[key] = b[key] * dp
 
 
 def _check_data_parallel(data: Mapping[str, Any]) -> None:
@@ -176,11 +201,15 @@ def apply_vllm_args(data: Mapping[str, Any], args: Mapping[str, Any]) -> dict[st
     """A raw scenario with the engine arguments written over its fields; a
     ``speculative_config`` replaces the scenario's policy, draft and draft TP."""
     data = copy.deepcopy(dict(data))
-    if args.get("data_parallel_size", 1) > 1:
+    dp_attention = args.get("data_parallel_size", 1) > 1 and bool(
+        args.get("enable_expert_parallel"))
+    if args.get("data_parallel_size", 1) > 1 and not dp_attention:
         _check_data_parallel({**data, **({"target": args["model"]} if "model" in args
                                          else {})})
     for key, value in args.items():
         section, name, _ = ENGINE_ARGS[key]
+        if dp_attention and key == "data_parallel_size":
+            continue  # the DP ranks are one replica (below), not replicas
         if key == "speculative_config":
             data.pop("policy", None)
             data.pop("draft", None)
@@ -191,4 +220,6 @@ def apply_vllm_args(data: Mapping[str, Any], args: Mapping[str, Any]) -> dict[st
             data[section] = dict(data[section]) if isinstance(data.get(section), Mapping) else {}
         node = data[section] if section else data
         node[name] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+    if dp_attention:
+        _data_parallel_attention(data, int(args["data_parallel_size"]))
     return data

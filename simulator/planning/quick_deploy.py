@@ -55,13 +55,18 @@ def sglang_command(c: Candidate) -> str:
     from simulator.scenario import Batching
     args, b = c.engine_args, Batching()
     words = ["python", "-m", "sglang.launch_server", "--model-path", str(args["model"]),
-             "--tp-size", str(c.tensor_parallel)]
+             "--tp-size", str(c.shape.gpus)]
+    dp = c.shape.data_parallel
+    if dp > 1:  # SGLang: --tp is the GPUs, --dp the attention ranks
+        words += ["--dp-size", str(dp), "--enable-dp-attention"]
     if c.expert_parallel:
-        words += ["--ep-size", str(c.tensor_parallel)]
-    if "data_parallel_size" in args:
+        words += ["--ep-size", str(c.shape.gpus)]
+    if dp == 1 and "data_parallel_size" in args:
         words += ["--dp-size", str(c.replicas)]
-    words += ["--max-running-requests", str(b.max_num_seqs), "--chunked-prefill-size",
-              str(b.max_num_batched_tokens), "--mem-fraction-static",
+    # SGLang divides these among its attention ranks (server_args.py
+    # _handle_data_parallelism); vLLM's are per rank: the replica's is dp x vLLM's
+    words += ["--max-running-requests", str(b.max_num_seqs * dp), "--chunked-prefill-size",
+              str(b.max_num_batched_tokens * dp), "--mem-fraction-static",
               str(b.gpu_memory_utilization)]
     spec: Mapping[str, Any] | None = args.get("speculative_config")
     if spec is not None:
@@ -93,9 +98,10 @@ def serve_text(c: Candidate, header: str, verdict: str) -> str:
     note = "" if c.method != "mtp" else (
         "# SGLang drafts with the target's MTP (NextN) module under --speculative-algorithm "
         "EAGLE\n")
-    apart = "" if c.replicas == 1 or "data_parallel_size" in c.engine_args else (
+    together = "data_parallel_size" in c.engine_args and c.shape.data_parallel == 1
+    apart = "" if c.replicas == 1 or together else (
         f"# {c.replicas} replicas: run this on each of {c.replicas} groups of "
-        f"{c.tensor_parallel} GPUs, behind a load balancer\n")
+        f"{c.shape.gpus} GPUs, behind a load balancer\n")
     return (f"#!/bin/sh\n{MARK}: {header}\n# {verdict}\n# vLLM (the engine specsim "
             f"simulated):\n{apart}{vllm_command(c)}\n\n# or SGLang, the same deployment "
             f"in its flags:\n{note}# {sglang_command(c)}\n")

@@ -61,6 +61,26 @@ class Question:
 
 
 @dataclass(frozen=True)
+class Shape:
+    """One replica's parallelism: tensor parallel, expert parallel, and the data-parallel
+    attention ranks (1: none; N: N GPUs, one attention rank each, the experts over all)."""
+
+    tensor_parallel: int
+    expert_parallel: bool = False
+    data_parallel: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel * self.data_parallel
+
+    @property
+    def name(self) -> str:
+        if self.data_parallel > 1:
+            return f"DP{self.data_parallel}+EP"
+        return f"TP{self.tensor_parallel}" + ("+EP" if self.expert_parallel else "")
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One deployment: its label, its ``vllm serve`` arguments (underscore names, vLLM's
     values), its replica count and the scenario it simulates as."""
@@ -68,11 +88,18 @@ class Candidate:
     label: str
     method: str
     gamma: int
-    tensor_parallel: int
-    expert_parallel: bool
+    shape: Shape
     replicas: int
     engine_args: Mapping[str, Any]
     payload: Mapping[str, Any]
+
+    @property
+    def tensor_parallel(self) -> int:
+        return self.shape.tensor_parallel
+
+    @property
+    def expert_parallel(self) -> bool:
+        return self.shape.expert_parallel
 
 
 def hf_id(name: str) -> str | None:
@@ -151,22 +178,25 @@ def workload_payload(q: Question) -> dict[str, Any]:
     return wl
 
 
-def engine_args(target: ModelSpec, method: str, gamma: int, tp: int, ep: bool,
+def engine_args(target: ModelSpec, method: str, gamma: int, shape: Shape,
                 replicas: int) -> dict[str, Any]:
     """The ``vllm serve`` arguments of one candidate, by vLLM's names and Hugging Face ids;
-    the scheduler limits are written out (specsim's defaults) so that the deployment runs
-    what was simulated."""
+    the scheduler limits are written out (specsim's defaults; per data-parallel rank, as
+    vLLM reads them) so that the deployment runs what was simulated."""
     from simulator.scenario import Batching
     b = Batching()
     args: dict[str, Any] = {"model": hf_id(target.name) or target.name,
-                            "tensor_parallel_size": tp, "max_num_seqs": b.max_num_seqs,
+                            "tensor_parallel_size": shape.tensor_parallel,
+                            "max_num_seqs": b.max_num_seqs,
                             "max_num_batched_tokens": b.max_num_batched_tokens,
                             "enable_chunked_prefill": b.enable_chunked_prefill,
                             "enable_prefix_caching": b.enable_prefix_caching,
                             "gpu_memory_utilization": b.gpu_memory_utilization}
-    if ep:
+    if shape.expert_parallel:
         args["enable_expert_parallel"] = True
-    if replicas > 1 and not target.is_moe:
+    if shape.data_parallel > 1:  # data-parallel attention (vllm_args maps it back)
+        args["data_parallel_size"] = shape.data_parallel
+    elif replicas > 1 and not target.is_moe:
         # one `vllm serve` runs a dense model's replicas; a MoE model's data-parallel ranks
         # share its experts (not replicas): its replicas are separate servers (serve.sh)
         args["data_parallel_size"] = replicas
@@ -181,16 +211,18 @@ def engine_args(target: ModelSpec, method: str, gamma: int, tp: int, ep: bool,
     return args
 
 
-def tp_options(q: Question, target: ModelSpec) -> list[tuple[int, bool]]:
-    """(tensor parallel, expert parallel) pairs: every power of two dividing the GPUs up to
-    one node; a mixture-of-experts target at TP > 1 also with expert parallelism."""
+def tp_options(q: Question, target: ModelSpec) -> list[Shape]:
+    """Every power-of-two tensor-parallel degree dividing the GPUs up to one node; for a
+    mixture-of-experts target, each TP > 1 also with expert parallelism, and data-parallel
+    attention over each such power of two (one GPU per attention rank, the experts over
+    all: SGLang's --enable-dp-attention, vLLM's --data-parallel-size with EP)."""
     out = []
     t = 1
     while t <= min(q.gpus, MAX_NODE_GPUS):
         if q.gpus % t == 0:
-            out.append((t, False))
+            out.append(Shape(t))
             if target.is_moe and t > 1:
-                out.append((t, True))
+                out += [Shape(t, True), Shape(1, True, t)]
         t *= 2
     return out
 
@@ -206,15 +238,17 @@ def candidates(q: Question) -> list[Candidate]:
                            fix="shorten the requests, or ask about a longer-context model")
     base = {"name": "plan", "seed": q.seed, "hardware": q.hardware,
             "workload": workload_payload(q), "slo": {"ttft_ms": q.ttft_ms, "tpot_ms": q.tpot_ms}}
+    from simulator.deployment import DP_ATTENTION_POLICIES
     out = []
-    for tp, ep in tp_options(q, target):
-        replicas = q.gpus // tp
+    for shape in tp_options(q, target):
+        replicas = q.gpus // shape.gpus
         for method in methods_for(q, target):
+            if shape.data_parallel > 1 and method not in DP_ATTENTION_POLICIES:
+                continue  # a separate draft is not modelled split over attention ranks
             for gamma in (0,) if method == "none" else q.gammas:
-                args = engine_args(target, method, gamma, tp, ep, replicas)
-                label = f"TP{tp}{'+EP' if ep else ''} x{replicas} {method}" + (
-                    f" k={gamma}" if gamma else "")
+                args = engine_args(target, method, gamma, shape, replicas)
+                label = f"{shape.name} x{replicas} {method}" + (f" k={gamma}" if gamma else "")
                 payload = apply_vllm_args({**copy.deepcopy(base), "replicas": replicas},
                                           vllm_args_from_mapping(args, source=label))
-                out.append(Candidate(label, method, gamma, tp, ep, replicas, args, payload))
+                out.append(Candidate(label, method, gamma, shape, replicas, args, payload))
     return out

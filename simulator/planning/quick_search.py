@@ -78,11 +78,9 @@ def fitting(cands: list[Candidate], workload) -> tuple[list[Candidate], list[str
         except SpecsimError as exc:
             if exc.field != "parallelism":
                 raise exc.relocated(prefix=f"{c.label}: ") from None
-            key = (c.tensor_parallel, c.expert_parallel)
-            if key not in seen:  # one line per parallelism (the drafts add little)
-                seen.add(key)
-                shape = c.label.split(" ")[0] + f" x{c.replicas}"
-                notes.append(f"{shape}: does not fit ({exc.message})")
+            if c.shape not in seen:  # one line per parallelism (the drafts add little)
+                seen.add(c.shape)
+                notes.append(f"{c.shape.name} x{c.replicas}: does not fit ({exc.message})")
             continue
         kept.append(c)
     return kept, notes
@@ -142,7 +140,8 @@ def _table(kept: list[Candidate], rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{
         "candidate": c.label, "method": c.method, "gamma": c.gamma,
         "tensor_parallel": c.tensor_parallel, "expert_parallel": c.expert_parallel,
-        "replicas": c.replicas, "devices": c.tensor_parallel * c.replicas,
+        "data_parallel_attention": c.shape.data_parallel, "shape": c.shape.name,
+        "replicas": c.replicas, "devices": c.shape.gpus * c.replicas,
         "holds": bool(r["feasible"]), "p99_ttft_ms": r["p99_ttft_s"] * 1e3,
         "p99_tpot_ms": r["p99_tpot_s"] * 1e3, "output_tok/s": r["output_tokens_per_s"],
         "violation": r["violation"], "violated": r["violated"]}

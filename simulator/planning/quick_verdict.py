@@ -14,8 +14,7 @@ METHOD_NAMES = {"none": "no speculation", "draft_model": "a draft model", "eagle
 
 def describe(row: Mapping[str, Any]) -> str:
     """``2 x TP4 with EAGLE-3 k=3``."""
-    shape = f"{row['replicas']} x TP{row['tensor_parallel']}" + (
-        "+EP" if row["expert_parallel"] else "")
+    shape = f"{row['replicas']} x {row['shape']}"
     return f"{shape} with {METHOD_NAMES[row['method']]}" + (
         f" k={row['gamma']}" if row["gamma"] else "")
 

@@ -283,16 +283,32 @@ def test_run_vllm_args_unknown_key_exits_2_without_traceback(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_data_parallel_size_is_replicas_and_not_with_expert_parallel():
+def test_data_parallel_size_is_replicas_of_a_dense_model_and_dp_attention_with_ep():
     from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
     # vLLM's data-parallel deployment of a dense model: independent engine replicas
     args = vllm_args_from_mapping({"model": "opt-13b", "data-parallel-size": 3}, source="t")
     assert apply_vllm_args({}, args)["replicas"] == 3
-    # with expert parallelism the DP ranks share the experts (DP attention): not replicas
-    with pytest.raises(SpecsimError, match="data_parallel_size") as err:
-        vllm_args_from_mapping({"model": "mixtral-8x7b", "data_parallel_size": 2,
+    # with expert parallelism the ranks share the experts: data-parallel attention, the
+    # per-rank scheduler limits (each DP rank's engine core) summed into the replica's
+    args = vllm_args_from_mapping({"model": "deepseek-v3", "data_parallel_size": 8,
+                                   "enable_expert_parallel": True, "max_num_seqs": 32,
+                                   "max_num_batched_tokens": 4096}, source="t")
+    data = apply_vllm_args({"replicas": 2}, args)
+    assert data["parallelism"] == {"tensor_parallel": 1, "data_parallel_attention": 8,
+                                   "expert_parallel": True}
+    assert (data["batching"]["max_num_seqs"], data["batching"]["max_num_batched_tokens"]) \
+        == (8 * 32, 8 * 4096)
+    assert data["replicas"] == 2  # the scenario's replicas are separate servers
+    # per-rank limits must be said; attention TP inside a rank is not modelled
+    with pytest.raises(SpecsimError, match="per rank|own scheduler") as err:
+        vllm_args_from_mapping({"model": "deepseek-v3", "data_parallel_size": 2,
                                 "enable_expert_parallel": True}, source="t")
-    assert "replicas" in err.value.fix
+    assert err.value.field == "max_num_seqs"
+    with pytest.raises(SpecsimError, match="attention TP inside"):
+        vllm_args_from_mapping({"model": "deepseek-v3", "data_parallel_size": 2,
+                                "tensor_parallel_size": 4, "enable_expert_parallel": True,
+                                "max_num_seqs": 8, "max_num_batched_tokens": 512},
+                               source="t")
 
 
 def test_data_parallel_size_on_a_moe_target_is_not_replicas():

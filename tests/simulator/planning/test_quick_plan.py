@@ -30,12 +30,15 @@ def small_answer():
 
 def test_parallelism_options_divide_the_gpus_within_a_node():
     from simulator.models.spec import load_model
+    from simulator.planning.quick_plan import Shape
     q = Question(**{**SMALL, "gpus": 24})
-    # 24 GPUs: TP 1, 2, 4, 8 divide it; 16 would leave a node; MoE adds EP at TP > 1
-    assert tp_options(q, load_model("opt-13b")) == [(1, False), (2, False), (4, False),
-                                                    (8, False)]
+    # 24 GPUs: TP 1, 2, 4, 8 divide it; 16 would leave a node; MoE adds EP at TP > 1 and
+    # data-parallel attention over as many GPUs
+    assert tp_options(q, load_model("opt-13b")) == [Shape(1), Shape(2), Shape(4), Shape(8)]
     moe = tp_options(Question(**{**SMALL, "gpus": 4}), load_model("mixtral-8x7b"))
-    assert moe == [(1, False), (2, False), (2, True), (4, False), (4, True)]
+    assert moe == [Shape(1), Shape(2), Shape(2, True), Shape(1, True, 2), Shape(4),
+                   Shape(4, True), Shape(1, True, 4)]
+    assert [s.gpus for s in moe] == [1, 2, 2, 2, 4, 4, 4]
 
 
 def test_candidates_are_vllm_arguments_with_hugging_face_ids():
@@ -154,3 +157,18 @@ def test_a_moe_targets_replicas_are_separate_servers():
     assert c.engine_args["enable_expert_parallel"] is True
     from simulator.planning.quick_deploy import serve_text
     assert "2 replicas: run this on each of 2 groups of 2 GPUs" in serve_text(c, "h", "v")
+
+
+def test_data_parallel_attention_candidates_round_trip_through_vllm_arguments():
+    # vLLM --data-parallel-size N --enable-expert-parallel (TP 1) is DP attention; its
+    # scheduler limits are per rank, the replica's N x them
+    q = Question(**{**SMALL, "target": "deepseek-v3", "hardware": "h200", "gpus": 8,
+                    "methods": ("none", "mtp"), "gammas": (1,)})
+    by = {c.label: c for c in candidates(q)}
+    c = by["DP8+EP x1 mtp k=1"]
+    assert c.engine_args["data_parallel_size"] == 8 and c.engine_args["tensor_parallel_size"] == 1
+    sc = scenario_from_dict(c.payload, source="t")
+    assert sc.parallelism.data_parallel_attention == 8 and sc.replicas == 1
+    assert sc.batching.max_num_seqs == 8 * c.engine_args["max_num_seqs"]
+    from simulator.planning.quick_deploy import sglang_command
+    assert "--tp-size 8 --dp-size 8 --enable-dp-attention --ep-size 8" in sglang_command(c)
