@@ -5,7 +5,8 @@
       decode:  {replicas: 1, parallelism: {tensor_parallel: 8, expert_parallel: true}}
       link: {bandwidth_gb_per_s: 400, latency_us: 5, source: "..."}
       transfer: layerwise        # or after_prefill
-      draft_kv: transferred      # the MTP/draft KV goes with the target's
+      draft_kv: transferred      # the MTP/draft KV goes with the target's (or: rebuilt,
+                                 # the decode side's draft prefills the prompt again)
 
 Names follow the engines: SGLang's ``--disaggregation-mode prefill|decode`` servers, vLLM's
 ``kv_producer``/``kv_consumer`` instances, llm-d's and Dynamo's xPyD pools.  Each pool is a
@@ -24,7 +25,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
 
 TRANSFERS = ("layerwise", "after_prefill")
-DRAFT_KV = ("transferred",)
+DRAFT_KV = ("transferred", "rebuilt")
 
 
 @dataclass(frozen=True)

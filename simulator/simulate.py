@@ -199,14 +199,15 @@ def check_runnable(scenario: Scenario, *, workload=None, where: str | None = Non
     entry) goes before the error's field.  With ``infeasible_ok`` (a plan, whose table
     reports it) a deployment that does not fit passes and servability is not checked."""
     try:
-        pools = (scenario,)
+        pools = {None: scenario}
         if scenario.disaggregation is not None:  # each pool's deployment and plan
             from simulator.disagg_config import check_disaggregated
-            from simulator.simulate_disagg import pool_scenarios
+            from simulator.simulate_disagg import pool_scenarios, prepare_pool
             check_disaggregated(scenario)
-            pools = pool_scenarios(scenario)
-        for pool in pools:
-            run = prepare(pool, workload=workload)
+            pools = dict(zip(("prefill", "decode"), pool_scenarios(scenario)))
+        for side, pool in pools.items():
+            run = prepare(pool, workload=workload) if side is None else \
+                prepare_pool(pool, side, workload=workload)
             workload = run.workload
             if not infeasible_ok:
                 _servable(pool, run)

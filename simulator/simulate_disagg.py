@@ -24,6 +24,7 @@ from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import EngineLimits
 from simulator.engine.router import Arrivals
+from simulator.inputs.errors import SpecsimError
 from simulator.results import Results
 from simulator.scenario import Scenario
 
@@ -33,6 +34,18 @@ def pool_scenarios(scenario: Scenario) -> tuple[Scenario, Scenario]:
     d = scenario.disaggregation
     return tuple(dataclasses.replace(scenario, parallelism=p.parallelism, replicas=p.replicas,
                                      disaggregation=None) for p in (d.prefill, d.decode))
+
+
+def prepare_pool(pool: Scenario, side: str, **kwargs):
+    """``simulate.prepare`` of one pool; a deployment that does not fit is reported at the
+    pool's parallelism (``disaggregation.prefill.parallelism``...)."""
+    from simulator.simulate import prepare
+    try:
+        return prepare(pool, **kwargs)
+    except SpecsimError as exc:
+        if exc.field is None or not exc.field.startswith("parallelism"):
+            raise
+        raise exc.relocated(prefix=f"disaggregation.{side}.") from None
 
 
 def _limits(scenario: Scenario, kv_blocks: int) -> EngineLimits:
@@ -48,8 +61,9 @@ def kv_link_bytes_per_token(scenario: Scenario, dep) -> float:
     """KV bytes one context token sends: the target's (``ModelSpec.kv_bytes_per_token``:
     every layer, K and V of every KV head, or MLA's latent once) plus the draft's KV models'
     (an MTP module's, an EAGLE layer's, a draft model's) when ``draft_kv: transferred``."""
-    del scenario  # draft_kv has one value for now: transferred
-    return dep.target.kv_bytes_per_token() + sum(m.kv_bytes_per_token() for m in dep.kv_models)
+    draft = sum(m.kv_bytes_per_token() for m in dep.kv_models)
+    return dep.target.kv_bytes_per_token() + \
+        (draft if scenario.disaggregation.draft_kv == "transferred" else 0.0)
 
 
 def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=None,
@@ -57,11 +71,12 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
                            record_events: bool = False) -> Results:
     """Run a disaggregated scenario (see the module docstring)."""
     from simulator.simulate import (_finish_counter, _servable, cache_keys, engine_stats,
-                                    prefix_cache_stats, prepare, replica_streams)
+                                    prefix_cache_stats, replica_streams)
     check_disaggregated(scenario)
     pre_s, dec_s = pool_scenarios(scenario)
-    pre = prepare(pre_s, workload=workload, target_cost=target_cost, draft_cost=draft_cost)
-    dec = prepare(dec_s, workload=pre.workload, target_cost=target_cost, draft_cost=draft_cost)
+    costs = {"target_cost": target_cost, "draft_cost": draft_cost}
+    pre = prepare_pool(pre_s, "prefill", workload=workload, **costs)
+    dec = prepare_pool(dec_s, "decode", workload=pre.workload, **costs)
     table, ok = _servable(dec_s, dec)
     ok &= admissible(table, pre_s, pre.deployment)
     env = simpy.Environment()
@@ -77,18 +92,20 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
                   bandwidth_bytes_per_s=d.link.bandwidth_bytes_per_s,
                   latency_s=d.link.latency_s, layers=target.num_layers,
                   layerwise=d.transfer == "layerwise")
+    rebuild = d.draft_kv == "rebuilt"
     pre_lim = _limits(pre_s, pre.deployment.memory.kv_blocks)
     b = scenario.batching
     keys = cache_keys(pre.workload, table, pre_lim, pre.deployment.max_verify_tokens) \
         if b.enable_prefix_caching else None
     prefillers = [PrefillReplica(env, i, table, pre_lim, pre.target_cost, pol, rng, recorder,
-                                 on_finish, link=link, arrivals=None,
+                                 on_finish, link=link, arrivals=None, rebuild_draft_kv=rebuild,
                                  prefix_cache=PrefixCache(pre_lim.kv_blocks, b.block_size, keys)
                                  if keys is not None and keys.shared is not None else None)
                   for i, (pol, rng) in enumerate(zip(pre.policies, pre.rng.spawn(n_pre)))]
     dec_lim = _limits(dec_s, dec.deployment.memory.kv_blocks)
     decoders.extend(DecodeReplica(env, n_pre + i, table, dec_lim, dec.target_cost, pol, rng,
-                                  recorder, on_finish, arrivals=None)
+                                  recorder, on_finish, arrivals=None,
+                                  rebuild_draft_kv=rebuild)
                     for i, (pol, rng) in enumerate(zip(dec.policies,
                                                        replica_streams(dec.rng, n_dec))))
     Arrivals(env, table, prefillers, scenario.router, ok)

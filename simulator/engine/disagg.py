@@ -87,10 +87,17 @@ class PrefillReplica(Replica):
     """A replica of the prefill pool (see the module docstring)."""
 
     link: KvLink
+    rebuild_draft_kv: bool  # the draft's KV is rebuilt on the decode side, not built here
 
-    def __init__(self, *args, link: KvLink, **kwargs) -> None:
+    def __init__(self, *args, link: KvLink, rebuild_draft_kv: bool = False, **kwargs) -> None:
         self.link = link
+        self.rebuild_draft_kv = bool(rebuild_draft_kv)
         super().__init__(*args, **kwargs)
+
+    def _proposer_prefill_s(self, chunks: np.ndarray, context: np.ndarray) -> float:
+        if self.rebuild_draft_kv:
+            return 0.0  # no draft KV built here: the decode side builds it
+        return super()._proposer_prefill_s(chunks, context)
 
     def _retire(self, now: float) -> None:
         b = self.b
@@ -121,6 +128,14 @@ class PrefillReplica(Replica):
 
 class DecodeReplica(Replica):
     """A replica of the decode pool (see the module docstring)."""
+
+    rebuild_draft_kv: bool  # the draft prefills each admitted prompt (its KV not sent)
+    _rebuild_s: float  # the draft prefills of this iteration's admissions, seconds
+
+    def __init__(self, *args, rebuild_draft_kv: bool = False, **kwargs) -> None:
+        self.rebuild_draft_kv = bool(rebuild_draft_kv)
+        self._rebuild_s = 0.0
+        super().__init__(*args, **kwargs)
 
     def receive(self, rid: int) -> None:
         """The KV of ``rid`` has arrived: it waits for a sequence slot and KV blocks.  Its
@@ -153,6 +168,17 @@ class DecodeReplica(Replica):
             b.blocks[p] = need
             self._take_blocks(need)
             t.status[rid] = RUNNING
+            if self.rebuild_draft_kv:  # the draft prefills the context in one chunk
+                self._rebuild_s += self.policy.prefill_time(
+                    np.array([float(t.computed[rid])]), np.zeros(1))
+
+    def _forward(self, *args, **kwargs):
+        """The iteration's forward; the draft prefills of its admissions (rebuilding their
+        draft KV) come before its drafting, in its draft time."""
+        draft_s, *rest = super()._forward(*args, **kwargs)
+        if self._rebuild_s:
+            draft_s, self._rebuild_s = draft_s + self._rebuild_s, 0.0
+        return (draft_s, *rest)
 
     def _schedule(self, now: float):
         self._admit_prefilled()
