@@ -138,13 +138,10 @@ class DecodeReplica(Replica):
         super().__init__(*args, **kwargs)
 
     def receive(self, rid: int) -> None:
-        """The KV of ``rid`` has arrived: it waits for a sequence slot and KV blocks.  Its
-        first token reaches the client now (the decode instance streams it: TTFT)."""
+        """The KV of ``rid`` has arrived: it waits for a sequence slot and KV blocks."""
         t, now = self.t, self.env.now
         t.status[rid] = WAITING
         t.replica[rid] = self.index
-        t.first_token_s[rid] = now
-        t.last_emit_s[rid] = now
         self.waiting.append(rid)
         self.outstanding_tokens += int(t.output_len[rid] - t.generated[rid])
         if self.rec.record_events:
@@ -152,9 +149,11 @@ class DecodeReplica(Replica):
         if not self.wakeup.triggered:
             self.wakeup.succeed()
 
-    def _admit_prefilled(self) -> None:
+    def _admit_prefilled(self, now: float) -> None:
         """Admit the prefilled requests at the head of the queue, FIFO, while the sequence
-        limit and the KV blocks (their context's) allow."""
+        limit and the KV blocks (their context's) allow.  The client receives a request's
+        first token now: the decode instance streams it, the token the prefill sampled
+        having come with the KV (SGLang's decode side, ``process_prebuilt_extend``)."""
         t, b, lim = self.t, self.b, self.limits
         while self.waiting and b.ids.size < lim.max_num_seqs:
             rid = self.waiting[0]
@@ -164,6 +163,7 @@ class DecodeReplica(Replica):
             if self.used_blocks + need > lim.kv_blocks:
                 return
             self.waiting.popleft()
+            t.first_token_s[rid] = t.last_emit_s[rid] = now
             p = b.add(t, rid)
             b.blocks[p] = need
             self._take_blocks(need)
@@ -181,11 +181,11 @@ class DecodeReplica(Replica):
         return (draft_s, *rest)
 
     def _schedule(self, now: float):
-        self._admit_prefilled()
+        self._admit_prefilled(now)
         return super()._schedule(now)
 
     def _plain_schedule(self, now: float):
-        self._admit_prefilled()
+        self._admit_prefilled(now)
         return super()._plain_schedule(now)
 
     def admission_chunk(self, budget: int, gone=()) -> int:

@@ -133,3 +133,20 @@ def test_fast_forward_and_seed_give_identical_results(router):
     assert (req.kv_transfer_bytes[one] == 0).all() and (req.kv_transfer_bytes[~one] > 0).all()
     assert on.info["replicas"] == 5
     pd.testing.assert_series_equal(req.emitted_tokens, req.output_tokens, check_names=False)
+
+
+def test_decode_admission_waits_for_a_slot_and_the_client_gets_the_first_token_then():
+    """max_num_seqs 2, a constant 10 ms forward, three 100-token prompts at t = 0 with three
+    output tokens each.  Prefill: A and B in the first step (ends 10 ms), C in the second
+    (20 ms).  Decode: A and B are admitted at 10 ms and decode at 20 and 30 ms; C's KV is
+    there at 20 ms but both slots are taken until A and B retire at 30 ms, so the decode
+    instance streams C's first token at 30 ms (SGLang's decode side sends the prefill's
+    token when the request joins its batch) and C finishes two steps later."""
+    sc = _disagg(scenario("none", batching={"max_num_seqs": 2}))
+    res = simulate(sc, workload=workload([0.0] * 3, [100] * 3, [3] * 3),
+                   target_cost=ConstantCost(0.01))
+    req = res.requests
+    assert req["prefill_done_s"].to_numpy() == pytest.approx([0.01, 0.01, 0.02], abs=1e-12)
+    assert req["kv_ready_s"].to_numpy() == pytest.approx([0.01, 0.01, 0.02], abs=1e-12)
+    assert req["ttft_s"].to_numpy() == pytest.approx([0.01, 0.01, 0.03], abs=1e-12)
+    assert req["finish_s"].to_numpy() == pytest.approx([0.03, 0.03, 0.05], abs=1e-12)
