@@ -127,6 +127,7 @@ class Scenario:
     quantization: str | None = None   # the target's weights dtype; None: the model file's
     kv_cache_dtype: str = "auto"      # the target's KV cache: auto (16-bit) or fp8
     moe: MoeOptions = MoeOptions()
+    disaggregation: Any = None  # a Disaggregation (disagg_config.py), None: aggregated
     base_dir: str = "."
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -142,7 +143,8 @@ class Scenario:
 
 _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
         "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads",
-        "execution", "engine", "quantization", "kv_cache_dtype", "moe", "speculative_config")
+        "execution", "engine", "quantization", "kv_cache_dtype", "moe", "speculative_config",
+        "disaggregation")
 
 
 def _parallelism(data: Any, source: str) -> Parallelism:
@@ -286,6 +288,9 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "engine" in data:
         kw["engine"] = _engine(data["engine"], source)
     kw.update(_serving_keys(data, source))
+    if data.get("disaggregation") is not None:
+        from simulator.disagg_config import parse_disaggregation
+        kw["disaggregation"] = parse_disaggregation(data["disaggregation"], source)
     if data.get("speculative_config") is not None:  # vLLM's block (vllm_config.py)
         from simulator.vllm_config import speculative_fields
         kw.update(speculative_fields(data, kw, source, base_dir, Scenario.target))

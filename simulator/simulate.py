@@ -112,8 +112,14 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     """Run one scenario and return its Results (requests, steps, summary).
 
     ``target_cost``/``draft_cost`` replace the roofline cost models (tests use constant-time
-    ones); ``progress(done, total)`` is called as requests finish.
+    ones); ``progress(done, total)`` is called as requests finish.  A scenario with a
+    ``disaggregation`` section runs its prefill and decode pools (simulate_disagg.py).
     """
+    if scenario.disaggregation is not None:
+        from simulator.simulate_disagg import simulate_disaggregated
+        return simulate_disaggregated(scenario, workload=workload, target_cost=target_cost,
+                                      draft_cost=draft_cost, progress=progress,
+                                      record_events=record_events)
     run = prepare(scenario, workload=workload, target_cost=target_cost, draft_cost=draft_cost)
     dep, policies, workload, rng, tcost = (run.deployment, run.policies, run.workload, run.rng,
                                            run.target_cost)
@@ -193,9 +199,18 @@ def check_runnable(scenario: Scenario, *, workload=None, where: str | None = Non
     entry) goes before the error's field.  With ``infeasible_ok`` (a plan, whose table
     reports it) a deployment that does not fit passes and servability is not checked."""
     try:
-        run = prepare(scenario, workload=workload)
-        if not infeasible_ok:
-            _servable(scenario, run)
+        pools = {None: scenario}
+        if scenario.disaggregation is not None:  # each pool's deployment and plan
+            from simulator.disagg_config import check_disaggregated
+            from simulator.simulate_disagg import pool_scenarios, prepare_pool
+            check_disaggregated(scenario)
+            pools = dict(zip(("prefill", "decode"), pool_scenarios(scenario)))
+        for side, pool in pools.items():
+            run = prepare(pool, workload=workload) if side is None else \
+                prepare_pool(pool, side, workload=workload)
+            workload = run.workload
+            if not infeasible_ok:
+                _servable(pool, run)
     except SpecsimError as exc:
         if infeasible_ok and exc.field == "parallelism":  # "does not fit": a result
             return workload

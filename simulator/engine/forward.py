@@ -49,8 +49,12 @@ class Forward:
             attn_pairs = float(_SUM(new * (ctx + 0.5 * (new + 1.0))))
         else:
             verify_s, kv_read, attn_pairs = priced
-        draft_s += self.policy.prefill_time(chunks_f, pf_ctx_f)
+        draft_s += self._proposer_prefill_s(chunks_f, pf_ctx_f)
         return draft_s, verify_s, completes, kv_read, attn_pairs
+
+    def _proposer_prefill_s(self, chunks: np.ndarray, context: np.ndarray) -> float:
+        """The proposer's time for the prefill chunks (its KV built beside the target's)."""
+        return self.policy.prefill_time(chunks, context)
 
     def _mixed_forward(self, verify, dec_ctx, chunks, pf_ctx, completes, uniform=None):
         """(verify_s, KV tokens read, attention pairs) of decodes verifying the same ``u``
