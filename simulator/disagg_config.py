@@ -18,7 +18,7 @@ The semantics live in docs/scenarios.md and simulator/simulate_disagg.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
@@ -99,6 +99,17 @@ def parse_disaggregation(data: Any, source: str) -> Disaggregation:
     return Disaggregation(_pool(data["prefill"], "prefill", source),
                           _pool(data["decode"], "decode", source), _link(data["link"], source),
                           transfer, draft_kv)
+
+
+def refuse_top_level(data: Mapping[str, Any], source: str) -> None:
+    """A disaggregated scenario's pools set their own replicas and parallelism; top-level
+    ones would be ignored, so they are refused (a plan or sweep varying them included)."""
+    for key in ("parallelism", "replicas"):
+        if data.get(key) is not None:
+            raise SpecsimError(f"{key} at the top level of a disaggregated scenario would be "
+                               "ignored: each pool sets its own", source=source, field=key,
+                               fix=f"move it into disaggregation.prefill and "
+                                   f"disaggregation.decode ({key}: ...)")
 
 
 def check_disaggregated(scenario) -> None:

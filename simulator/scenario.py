@@ -289,7 +289,8 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["engine"] = _engine(data["engine"], source)
     kw.update(_serving_keys(data, source))
     if data.get("disaggregation") is not None:
-        from simulator.disagg_config import parse_disaggregation
+        from simulator.disagg_config import parse_disaggregation, refuse_top_level
+        refuse_top_level(data, source)
         kw["disaggregation"] = parse_disaggregation(data["disaggregation"], source)
     if data.get("speculative_config") is not None:  # vLLM's block (vllm_config.py)
         from simulator.vllm_config import speculative_fields

@@ -238,8 +238,12 @@ def print_table(scenario: Scenario, results: list, summary: pd.DataFrame, out: P
     times = [c for c in shown.columns if shown_name(c).endswith("_ms")]
     shown[times] = shown[times] * 1e3
     shown = shown.rename(columns={c: shown_name(c) for c in shown.columns})
+    d = scenario.disaggregation
+    devices = f"x{scenario.parallelism.devices}" if d is None else (
+        f"x{d.prefill.replicas * d.prefill.parallelism.devices} prefill + "
+        f"x{d.decode.replicas * d.decode.parallelism.devices} decode")
     print(wrap_text(f"scenario {scenario.name}: {scenario.target} on {scenario.hardware}"
-                    f" x{scenario.parallelism.devices}, {results[0].summary()['requests']} "
+                    f" {devices}, {results[0].summary()['requests']} "
                     f"requests, seed {scenario.seed}"))
     print(wrap_text(acceptance_line(results)))
     if results[0].info.get("execution"):

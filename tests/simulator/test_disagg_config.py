@@ -83,3 +83,14 @@ def test_the_cli_exits_2_without_a_traceback():
     assert out.returncode == 2, out.stderr
     assert "disaggregation.link.bandwidth_gb_per_s" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("key, value", [("parallelism", {"tensor_parallel": 8}),
+                                        ("replicas", 2)])
+def test_top_level_parallelism_and_replicas_are_refused(key, value):
+    """The pools set their own; a top-level value (a plan's or sweep's override included)
+    would be silently ignored."""
+    data = {**load_yaml_file(REPO / "workloads/scenarios/deepseek_disagg.yaml"), key: value}
+    with pytest.raises(SpecsimError) as err:
+        scenario_from_dict(data, source="t")
+    assert err.value.field == key and "disaggregation.prefill" in err.value.fix
