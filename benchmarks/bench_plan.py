@@ -1,0 +1,103 @@
+"""Capacity-plan speed: a four-candidate plan, whole process and in-process.
+
+    python benchmarks/bench_plan.py [--quick] [--requests N] [--only cli|inprocess]
+
+The plan: Llama-3.1-70B on h100-sxm at TP2 and TP4, each without speculation and with
+EAGLE-3 (the catalog's head, 4 speculative tokens), on the first 1,000 requests of the
+Azure conversation trace (``../shared/traces``), clipped to the model's context as
+``--truncate-over-context`` does; SLO p99 TTFT 2,000 ms and p99 TPOT 100 ms.  The plan YAML
+is written to a temporary folder and run twice: as a user types it (``specsim plan FILE
+--truncate-over-context`` in a fresh process: interpreter, imports, trace, every search)
+and in this process (``plan()``; the imports already paid).  Printed per run: wall time,
+simulations per candidate (the ``evaluations`` column), their mean, and seconds per
+simulation.  ``--quick`` replays 200 requests.  Skipped when the trace is absent.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+EAGLE3 = {"name": "eagle3", "num_speculative_tokens": 4,
+          "model": "eagle3-llama-3.1-70b-instruct"}
+
+
+def plan_yaml(requests: int) -> dict:
+    """The four-candidate plan (a mapping, as the YAML holds it)."""
+    return {"name": "bench_plan_llama70b_h100",
+            "scenario": {"hardware": "h100-sxm", "target": "llama-3.1-70b",
+                         "workload": {"trace": str(AZURE), "format": "azure",
+                                      "max_requests": requests}},
+            "slo": {"p99_ttft_ms": 2000, "p99_tpot_ms": 100},
+            "over_context": "truncate",
+            "candidates": [{"name": f"TP{tp} {label}", "parallelism.tensor_parallel": tp,
+                            "policy": policy}
+                           for tp in (2, 4) for label, policy in (("none", "none"),
+                                                                  ("eagle3", EAGLE3))]}
+
+
+def run_cli(path: Path) -> tuple[float, pd.DataFrame]:
+    """``specsim plan FILE --truncate-over-context`` in a fresh process: wall time, table."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "simulator.cli", "plan", str(path),
+                          "--truncate-over-context", "--format", "csv"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    if out.returncode:
+        raise SystemExit(f"specsim plan failed ({out.returncode}):\n{out.stderr[-2000:]}")
+    return elapsed, pd.read_csv(io.StringIO(out.stdout))
+
+
+def run_inprocess(path: Path) -> tuple[float, pd.DataFrame]:
+    """``plan(load_plan(FILE))`` on one process: wall time, table."""
+    from simulator.planning.plan import load_plan, plan
+    start = time.perf_counter()
+    df = plan(load_plan(path), executor="serial")
+    return time.perf_counter() - start, df
+
+
+def report(how: str, seconds: float, df: pd.DataFrame) -> None:
+    sims = df.set_index("candidate")["evaluations"].astype(int)
+    total = int(sims.sum())
+    print(f"{how:<11} {seconds:>8.1f} s  simulations {total:>3} "
+          f"(mean {total / len(sims):.2f} per candidate; "
+          + ", ".join(f"{c}: {n}" for c, n in sims.items())
+          + f")  {seconds / max(total, 1):.2f} s/simulation")
+    for c, r in df.set_index("candidate")["max_rate_per_s"].items():
+        print(f"{'':<11} {c:<12} max_rate_per_s {r:.4g}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200 requests")
+    parser.add_argument("--requests", type=int, default=None)
+    parser.add_argument("--only", choices=("cli", "inprocess"), default=None)
+    args = parser.parse_args()
+    if not AZURE.exists():
+        print(f"skipped: {AZURE.name} not found under ../shared/traces")
+        return
+    requests = args.requests or (200 if args.quick else 1000)
+    with tempfile.TemporaryDirectory(prefix="bench-plan-") as folder:
+        path = Path(folder) / "plan.yaml"
+        path.write_text(yaml.safe_dump(plan_yaml(requests), sort_keys=False))
+        print(f"four candidates, {requests:,} requests of {AZURE.name}")
+        if args.only in (None, "cli"):
+            report("specsim", *run_cli(path))
+        if args.only in (None, "inprocess"):
+            report("plan()", *run_inprocess(path))
+
+
+if __name__ == "__main__":
+    main()
