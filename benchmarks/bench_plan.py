@@ -28,6 +28,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+sys.path.insert(0, str(ROOT))  # plan() from this checkout, not another install of it
 EAGLE3 = {"name": "eagle3", "num_speculative_tokens": 4,
           "model": "eagle3-llama-3.1-70b-instruct"}
 
