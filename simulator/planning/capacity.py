@@ -135,10 +135,11 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
 
 
 def rate_search_bound(search: RateSearch) -> int:
-    """Most simulations ``max_sustainable_rate`` runs: the start, one doubling at a time
-    to either end of the lattice, then a bisection within one doubling."""
-    step = _doubling(search)
-    return 1 + math.ceil(search.top / step) + math.ceil(math.log2(step))
+    """Most simulations ``max_sustainable_rate`` runs: the start, steps of 1, 2, 4, ...
+    lattice points (at most a doubling each) to either end of the lattice, then a
+    bisection within the last step."""
+    return 1 + len(_offsets(search.top, 1, _doubling(search))) + math.ceil(
+        math.log2(_doubling(search)))
 
 
 def replica_search_bound(max_replicas: int) -> int:
@@ -151,14 +152,37 @@ def _doubling(search: RateSearch) -> int:
     return max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # lattice steps
 
 
+def first_step(violation: float, search: RateSearch) -> int:
+    """Lattice steps from the start to the next rate tried: one where the start's worst
+    ratio to a limit is within 10% of 1 (the boundary is near), else a quarter of a doubling
+    (the spread of the start's estimate; each further step doubles, up to a doubling)."""
+    near = math.isfinite(violation) and violation > 0 and abs(math.log(violation)) < math.log(1.1)
+    return 1 if near else max(1, round(_doubling(search) / 4))
+
+
+def _offsets(span: int, first: int, cap: int) -> list[int]:
+    """Cumulative distances of the steps from the start: ``first``, then each step twice
+    the last (at most ``cap``), until ``span`` is reached."""
+    out, step, at = [], first, 0
+    while at < span:
+        at = min(at + step, span)
+        out.append(at)
+        step = min(2 * step, cap)
+    return out
+
+
 def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSearch(), *,
-                         workload=None,
+                         workload=None, warm_start: bool = True,
                          on_evaluation: Callable[[], None] | None = None) -> dict[str, Any]:
     """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does.
 
-    ``evaluated`` lists every simulated rate; ``best_*`` is the least violating of them.
-    ``on_evaluation()`` is called after each simulation (progress); at most
-    ``rate_search_bound(search)`` of them.
+    The search starts at the lattice point nearest the analytic warm start
+    (``warm_start.starting_rate``; ``warm_start=False``, or no estimate: the trace's own
+    rate, and every step a doubling: the search before the warm start) and steps away from
+    it by ``first_step`` of the start's violation, each further step twice the last, up to
+    a doubling.  ``evaluated`` lists every simulated rate;
+    ``best_*`` is the least violating of them.  ``on_evaluation()`` is called after each
+    simulation (progress); at most ``rate_search_bound(search)`` of them.
     """
     workload = workload if workload is not None else scenario_workload(scenario)
     seen: dict[int, dict] = {}
@@ -171,34 +195,51 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
                 on_evaluation()
         return seen[k]["feasible"]
 
-    start = search.index(min(max(workload.mean_rate_per_s, search.min_rate_per_s),
-                             search.max_rate_per_s)) if math.isfinite(
-        workload.mean_rate_per_s) else search.top // 2
-    lo, hi = _bracket(ok, start, search)
+    start = start_index(scenario, workload, slo, search, warm_start)
+    ok(start)
+    first = first_step(seen[start]["violation"], search) if warm_start else None
+    lo, hi = bracket(ok, start, search, first)
     return _rate_summary(seen, lo, hi, search)
 
 
-def _bracket(ok, start: int, search: RateSearch) -> tuple[int | None, int | None]:
-    """(highest feasible, lowest infeasible) lattice indices: step by doublings from
-    ``start`` until the answer changes, then bisect; None where the lattice ends first."""
-    step = _doubling(search)
+def start_index(scenario, workload, slo: CapacitySLO, search: RateSearch,
+                warm_start: bool = True) -> int:
+    """The lattice point the search starts at: the analytic warm start's
+    (``warm_start.starting_rate``), else the trace's own rate's (the middle of the lattice
+    for a trace without one)."""
+    rate = workload.mean_rate_per_s
+    if warm_start:
+        from simulator.planning.warm_start import starting_rate
+        estimate = starting_rate(scenario, workload, slo.p99_tpot_s)
+        rate = estimate if estimate is not None else rate
+    if not math.isfinite(rate):
+        return search.top // 2
+    return search.index(min(max(rate, search.min_rate_per_s), search.max_rate_per_s))
+
+
+def bracket(ok, start: int, search: RateSearch,
+            first: int | None = None) -> tuple[int | None, int | None]:
+    """(highest feasible, lowest infeasible) lattice indices: step from ``start`` by
+    ``first`` lattice points (default: a doubling), each further step twice the last (at
+    most a doubling), until the answer changes, then bisect; None where the lattice ends
+    first.  With feasibility monotone in the rate the answer is the same from any start."""
+    cap = _doubling(search)
+    first = cap if first is None else first
     lo = hi = None
     if ok(start):
         lo = start
-        while lo < search.top:
-            nxt = min(lo + step, search.top)
-            if not ok(nxt):
-                hi = nxt
+        for at in _offsets(search.top - start, first, cap):
+            if not ok(start + at):
+                hi = start + at
                 break
-            lo = nxt
+            lo = start + at
     else:
         hi = start
-        while hi > 0:
-            nxt = max(hi - step, 0)
-            if ok(nxt):
-                lo = nxt
+        for at in _offsets(start, first, cap):
+            if ok(start - at):
+                lo = start - at
                 break
-            hi = nxt
+            hi = start - at
     if lo is not None and hi is not None:
         while hi - lo > 1:
             mid = (lo + hi) // 2

@@ -1,0 +1,104 @@
+"""The rate search's warm start: the analytic estimate, the adaptive first step, and the
+answer, which is the lattice scan's wherever the search starts (feasibility monotone)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulator.planning.capacity import (
+    RateSearch,
+    bracket,
+    first_step,
+    max_sustainable_rate,
+    rate_search_bound,
+)
+from simulator.planning.plan import load_plan
+from simulator.planning.warm_start import capacity_estimate, starting_rate
+from simulator.scenario import scenario_from_dict
+from simulator.simulate import scenario_workload
+from tests.helpers import REPO
+
+SEARCHES = [RateSearch(), RateSearch(0.1, 200, 0.05), RateSearch(0.5, 8, 0.5),
+            RateSearch(1, 2, 1.0), RateSearch(0.05, 500, 0.2)]
+
+
+def _scan(feasible, top: int) -> int | None:
+    """The exhaustive answer: the highest feasible lattice index, None if none is."""
+    found = [k for k in range(top + 1) if feasible(k)]
+    return max(found) if found else None
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_any_start_and_first_step_find_the_scans_answer_within_the_bound(search):
+    top, bound = search.top, rate_search_bound(search)
+    starts = sorted({0, 1, top // 3, top // 2, top - 1, top} & set(range(top + 1)))
+    for answer in [None, *range(top + 1)]:  # feasible iff k <= answer (None: nowhere)
+        def feasible(k, a=answer):
+            return a is not None and k <= a
+        for start in starts:
+            for first in (None, 1, 2, 3, 7, 14, 100):
+                calls = []
+
+                def ok(k, f=feasible):
+                    calls.append(k)
+                    return f(k)
+                lo, hi = bracket(ok, start, search, first)
+                assert lo == _scan(feasible, top)
+                assert hi == (None if lo == top else (0 if lo is None else lo + 1))
+                assert len(set(calls)) <= bound
+
+
+def test_the_first_step_is_one_point_near_the_boundary_else_a_quarter_doubling():
+    search = RateSearch()  # 5% lattice: a doubling is 14 points
+    for v in (0.91, 0.95, 1.0, 1.05, 1.09):
+        assert first_step(v, search) == 1
+    for v in (0.5, 0.9, 1.11, 3.0, math.inf, math.nan, 0.0):
+        assert first_step(v, search) == 4
+    assert first_step(2.0, RateSearch(1, 2, 1.0)) == 1  # a doubling of one point
+
+
+@pytest.fixture(scope="module")
+def default_plan():
+    spec = load_plan(REPO / "workloads" / "scenarios" / "plan_default.yaml")
+    scenarios = [scenario_from_dict(raw, source=label, base_dir=spec.base_dir)
+                 for label, raw in spec.candidates]
+    return spec, scenarios, scenario_workload(scenarios[0])
+
+
+def test_the_estimate_scales_with_replicas_and_is_deterministic(default_plan):
+    spec, (a100, chain, two, h100), wl = default_plan
+    est = [capacity_estimate(sc, wl, spec.slo.p99_tpot_s) for sc in (a100, chain, two, h100)]
+    assert all(e is not None and e > 0 for e in est)
+    assert est[2] == pytest.approx(2 * est[1])  # two replicas of the same deployment
+    assert est[3] > est[1]  # the same policy on an H100
+    assert est == [capacity_estimate(sc, wl, spec.slo.p99_tpot_s)
+                   for sc in (a100, chain, two, h100)]
+    assert starting_rate(chain, wl, spec.slo.p99_tpot_s) == pytest.approx(0.5 * est[1])
+
+
+def test_policies_the_analytic_model_does_not_price_have_no_estimate(default_plan):
+    spec, _, wl = default_plan
+    tree = scenario_from_dict({"draft": "opt-125m",
+                               "policy": {"name": "specinfer", "expansion": [2, 1, 1]},
+                               "acceptance": {"model": "sequoia", "rates": [0.8, 0.3, 0.1]}},
+                              source="tree")
+    assert capacity_estimate(tree, wl, spec.slo.p99_tpot_s) is None
+    assert starting_rate(tree, wl, spec.slo.p99_tpot_s) is None
+
+
+def test_the_warm_start_finds_the_answer_of_the_search_before_it(default_plan):
+    spec, scenarios, wl = default_plan
+    for sc in scenarios:
+        warm = max_sustainable_rate(sc, spec.slo, spec.search, workload=wl)
+        cold = max_sustainable_rate(sc, spec.slo, spec.search, workload=wl, warm_start=False)
+        assert warm["max_rate_per_s"] == cold["max_rate_per_s"]
+        assert warm["limited_by"] == cold["limited_by"]
+        assert warm["evaluations"] <= rate_search_bound(spec.search)
+
+
+def test_without_the_warm_start_the_search_starts_at_the_trace_rate(default_plan):
+    spec, (a100, *_), wl = default_plan
+    cold = max_sustainable_rate(a100, spec.slo, spec.search, workload=wl, warm_start=False)
+    start = spec.search.rate(spec.search.index(wl.mean_rate_per_s))
+    assert start in [e["rate_per_s"] for e in cold["evaluated"]]
