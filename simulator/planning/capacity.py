@@ -137,9 +137,9 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
 def rate_search_bound(search: RateSearch) -> int:
     """Most simulations ``max_sustainable_rate`` runs: the start, steps of 1, 2, 4, ...
     lattice points (at most a doubling each) to either end of the lattice, then a
-    bisection within the last step."""
+    bisection within the last step with up to ``NEAR_PROBES`` probes beside its ends."""
     return 1 + len(_offsets(search.top, 1, _doubling(search))) + math.ceil(
-        math.log2(_doubling(search)))
+        math.log2(_doubling(search))) + NEAR_PROBES
 
 
 def replica_search_bound(max_replicas: int) -> int:
@@ -152,12 +152,21 @@ def _doubling(search: RateSearch) -> int:
     return max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # lattice steps
 
 
+# bisection probes beside a point within 10% of the limits (``bracket``'s ``near``)
+NEAR_PROBES = 2
+
+
+def near_boundary(violation: float) -> bool:
+    """Whether a rate's worst ratio to a limit is within 10% of 1."""
+    return math.isfinite(violation) and violation > 0 and \
+        abs(math.log(violation)) < math.log(1.1)
+
+
 def first_step(violation: float, search: RateSearch) -> int:
     """Lattice steps from the start to the next rate tried: one where the start's worst
     ratio to a limit is within 10% of 1 (the boundary is near), else a quarter of a doubling
     (the spread of the start's estimate; each further step doubles, up to a doubling)."""
-    near = math.isfinite(violation) and violation > 0 and abs(math.log(violation)) < math.log(1.1)
-    return 1 if near else max(1, round(_doubling(search) / 4))
+    return 1 if near_boundary(violation) else max(1, round(_doubling(search) / 4))
 
 
 def _offsets(span: int, first: int, cap: int) -> list[int]:
@@ -197,8 +206,11 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
 
     start = start_index(scenario, workload, slo, search, warm_start)
     ok(start)
-    first = first_step(seen[start]["violation"], search) if warm_start else None
-    lo, hi = bracket(ok, start, search, first)
+    if warm_start:
+        lo, hi = bracket(ok, start, search, first_step(seen[start]["violation"], search),
+                         lambda k: near_boundary(seen[k]["violation"]))
+    else:
+        lo, hi = bracket(ok, start, search)
     return _rate_summary(seen, lo, hi, search)
 
 
@@ -217,12 +229,14 @@ def start_index(scenario, workload, slo: CapacitySLO, search: RateSearch,
     return search.index(min(max(rate, search.min_rate_per_s), search.max_rate_per_s))
 
 
-def bracket(ok, start: int, search: RateSearch,
-            first: int | None = None) -> tuple[int | None, int | None]:
+def bracket(ok, start: int, search: RateSearch, first: int | None = None,
+            near: Callable[[int], bool] | None = None) -> tuple[int | None, int | None]:
     """(highest feasible, lowest infeasible) lattice indices: step from ``start`` by
     ``first`` lattice points (default: a doubling), each further step twice the last (at
     most a doubling), until the answer changes, then bisect; None where the lattice ends
-    first.  With feasibility monotone in the rate the answer is the same from any start."""
+    first.  ``near(k)``: point k (simulated) is within 10% of the limits; the bisection
+    then tries its neighbour first, at most ``NEAR_PROBES`` times.  With feasibility
+    monotone in the rate the answer is the same from any start, whatever ``near`` says."""
     cap = _doubling(search)
     first = cap if first is None else first
     lo = hi = None
@@ -240,10 +254,13 @@ def bracket(ok, start: int, search: RateSearch,
                 lo = start - at
                 break
             hi = start - at
-    if lo is not None and hi is not None:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    probes = NEAR_PROBES if near is not None else 0
+    while lo is not None and hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probes and (near(hi) or near(lo)):
+            probes -= 1
+            mid = hi - 1 if near(hi) else lo + 1
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo, hi
 
 

@@ -2,6 +2,7 @@
 answer, which is the lattice scan's wherever the search starts (feasibility monotone)."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from simulator.planning.capacity import (
     bracket,
     first_step,
     max_sustainable_rate,
+    near_boundary,
     rate_search_bound,
 )
 from simulator.planning.plan import load_plan
@@ -37,16 +39,23 @@ def test_any_start_and_first_step_find_the_scans_answer_within_the_bound(search)
         def feasible(k, a=answer):
             return a is not None and k <= a
         for start in starts:
-            for first in (None, 1, 2, 3, 7, 14, 100):
+            nears = (None, lambda k: True, lambda k: k % 3 == 0,
+                     lambda k, a=answer: a is not None and abs(k - a) <= 1)
+            for first, near in itertools.product((None, 1, 2, 3, 7, 14, 100), nears):
                 calls = []
 
                 def ok(k, f=feasible):
                     calls.append(k)
                     return f(k)
-                lo, hi = bracket(ok, start, search, first)
+                lo, hi = bracket(ok, start, search, first, near)
                 assert lo == _scan(feasible, top)
                 assert hi == (None if lo == top else (0 if lo is None else lo + 1))
                 assert len(set(calls)) <= bound
+
+
+def test_near_means_within_ten_percent_of_the_limits():
+    assert [near_boundary(v) for v in (0.9, 0.91, 1.0, 1.09, 1.1, 0.0, math.inf, math.nan)] \
+        == [False, True, True, True, False, False, False, False]
 
 
 def test_the_first_step_is_one_point_near_the_boundary_else_a_quarter_doubling():
