@@ -10,7 +10,10 @@ is written to a temporary folder and run twice: as a user types it (``specsim pl
 --truncate-over-context`` in a fresh process: interpreter, imports, trace, every search)
 and in this process (``plan()``; the imports already paid).  Printed per run: wall time,
 simulations per candidate (the ``evaluations`` column), their mean, and seconds per
-simulation.  ``--quick`` replays 200 requests.  Skipped when the trace is absent.
+simulation.  Then each candidate's rate search in this process without the warm start
+(``max_sustainable_rate(warm_start=False)``: the search before it) and with it, one after
+the other: simulations, seconds and the answers, compared in one run.  ``--quick`` replays
+200 requests.  Skipped when the trace is absent.
 """
 from __future__ import annotations
 
@@ -69,6 +72,39 @@ def run_inprocess(path: Path) -> tuple[float, pd.DataFrame]:
     return time.perf_counter() - start, df
 
 
+def run_searches(path: Path) -> None:
+    """Each candidate's rate search in this process, without the warm start (the search
+    before it: from the trace's rate by doublings) and with it, one after the other:
+    simulations, seconds, and whether the answers agree."""
+    from simulator.models.spec import load_model
+    from simulator.planning.capacity import max_sustainable_rate
+    from simulator.planning.plan import fit_context, load_plan
+    from simulator.scenario import scenario_from_dict
+    from simulator.simulate import scenario_workload
+    spec = load_plan(path)
+    total = {False: [0, 0.0], True: [0, 0.0]}
+    for label, raw in spec.candidates:
+        sc = scenario_from_dict(raw, source=label, base_dir=spec.base_dir)
+        wl = fit_context(scenario_workload(sc), int(load_model(sc.target).max_context),
+                         spec.over_context)
+        found = {}
+        for warm in (False, True):
+            start = time.perf_counter()
+            found[warm] = max_sustainable_rate(sc, spec.slo, spec.search, workload=wl,
+                                               warm_start=warm)
+            total[warm][0] += found[warm]["evaluations"]
+            total[warm][1] += time.perf_counter() - start
+        before, after = found[False]["max_rate_per_s"], found[True]["max_rate_per_s"]
+        print(f"  {label:<12} simulations {found[False]['evaluations']} -> "
+              f"{found[True]['evaluations']}, max_rate_per_s {after:.4g} "
+              f"({'same' if before == after else f'DIFFERENT: {before:.4g} before'})")
+    n = len(spec.candidates)
+    print(f"searches    without warm start {total[False][0]} simulations "
+          f"({total[False][0] / n:.2f} per candidate) in {total[False][1]:.1f} s; with it "
+          f"{total[True][0]} ({total[True][0] / n:.2f}) in {total[True][1]:.1f} s: "
+          f"{total[False][1] / total[True][1]:.2f}x faster")
+
+
 def report(how: str, seconds: float, df: pd.DataFrame) -> None:
     sims = df.set_index("candidate")["evaluations"].astype(int)
     total = int(sims.sum())
@@ -84,7 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200 requests")
     parser.add_argument("--requests", type=int, default=None)
-    parser.add_argument("--only", choices=("cli", "inprocess"), default=None)
+    parser.add_argument("--only", choices=("cli", "inprocess", "searches"), default=None)
     args = parser.parse_args()
     if not AZURE.exists():
         print(f"skipped: {AZURE.name} not found under ../shared/traces")
@@ -98,6 +134,8 @@ def main() -> None:
             report("specsim", *run_cli(path))
         if args.only in (None, "inprocess"):
             report("plan()", *run_inprocess(path))
+        if args.only in (None, "searches"):
+            run_searches(path)
 
 
 if __name__ == "__main__":
