@@ -1,6 +1,7 @@
 """Capacity-plan speed: a four-candidate plan, whole process and in-process.
 
-    python benchmarks/bench_plan.py [--quick] [--requests N] [--only cli|inprocess]
+    python benchmarks/bench_plan.py [--quick] [--requests N] [--plan FILE]
+        [--only cli|inprocess|searches]
 
 The plan: Llama-3.1-70B on h100-sxm at TP2 and TP4, each without speculation and with
 EAGLE-3 (the catalog's head, 4 speculative tokens), on the first 1,000 requests of the
@@ -13,7 +14,8 @@ simulations per candidate (the ``evaluations`` column), their mean, and seconds 
 simulation.  Then each candidate's rate search in this process without the warm start
 (``max_sustainable_rate(warm_start=False)``: the search before it) and with it, one after
 the other: simulations, seconds and the answers, compared in one run.  ``--quick`` replays
-200 requests.  Skipped when the trace is absent.
+200 requests.  Skipped when the trace is absent.  ``--plan FILE`` measures another plan
+YAML instead (``--plan workloads/scenarios/plan_default.yaml --only searches``).
 """
 from __future__ import annotations
 
@@ -116,12 +118,27 @@ def report(how: str, seconds: float, df: pd.DataFrame) -> None:
         print(f"{'':<11} {c:<12} max_rate_per_s {r:.4g}")
 
 
+def run(path: Path, only: str | None) -> None:
+    if only in (None, "cli"):
+        report("specsim", *run_cli(path))
+    if only in (None, "inprocess"):
+        report("plan()", *run_inprocess(path))
+    if only in (None, "searches"):
+        run_searches(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200 requests")
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--only", choices=("cli", "inprocess", "searches"), default=None)
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="measure this plan YAML instead (e.g. plan_default.yaml)")
     args = parser.parse_args()
+    if args.plan is not None:
+        print(f"{args.plan}")
+        run(args.plan.resolve(), args.only)
+        return
     if not AZURE.exists():
         print(f"skipped: {AZURE.name} not found under ../shared/traces")
         return
@@ -130,12 +147,7 @@ def main() -> None:
         path = Path(folder) / "plan.yaml"
         path.write_text(yaml.safe_dump(plan_yaml(requests), sort_keys=False))
         print(f"four candidates, {requests:,} requests of {AZURE.name}")
-        if args.only in (None, "cli"):
-            report("specsim", *run_cli(path))
-        if args.only in (None, "inprocess"):
-            report("plan()", *run_inprocess(path))
-        if args.only in (None, "searches"):
-            run_searches(path)
+        run(path, args.only)
 
 
 if __name__ == "__main__":
