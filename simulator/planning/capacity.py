@@ -3,9 +3,11 @@
 For each candidate deployment (a set of scenario overrides: hardware, tensor parallelism,
 replicas, policy, ...) the engine replays one trace, built once from the scenario's seed and
 rescaled with ``Workload.rescale_rate``, at rates on a fixed geometric lattice
-``min_rate * (1 + rel_tol)^k``: bracket by doubling or halving, then bisect on k.  Same seed,
-same lattice, same trace shape for every candidate, so a faster or larger deployment can
-never be reported slower by the search itself.  An SLO sets any of p99 TTFT, p99 TPOT and a
+``min_rate * (1 + rel_tol)^k``: bracket from an analytic warm start
+(``simulator.planning.warm_start``) by steps sized by the SLO violation, then bisect on k.
+Same seed, same lattice, same trace shape for every candidate, so (with feasibility
+monotone in the rate) a faster or larger deployment can never be reported slower by the
+search itself.  An SLO sets any of p99 TTFT, p99 TPOT and a
 goodput fraction (the share of all requests meeting the per-request TTFT/TPOT targets); a
 rate also needs the backlog to stay small (``max_in_flight_fraction``, see evaluate_rate).
 Also: the fewest replicas that sustain a target rate, and the cost per million output tokens
@@ -135,10 +137,11 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
 
 
 def rate_search_bound(search: RateSearch) -> int:
-    """Most simulations ``max_sustainable_rate`` runs: the start, steps of 1, 2, 4, ...
-    lattice points (at most a doubling each) to either end of the lattice, then a
-    bisection within the last step with up to ``NEAR_PROBES`` probes beside its ends."""
-    return 1 + len(_offsets(search.top, 1, _doubling(search))) + math.ceil(
+    """Most simulations ``max_sustainable_rate`` runs: the start, ``ADAPTIVE_STEPS`` steps
+    of at least one lattice point, then steps of 1, 2, 4, ... (at most a doubling each) to
+    either end of the lattice, then a bisection within the last step with up to
+    ``NEAR_PROBES`` probes beside its ends."""
+    return 1 + ADAPTIVE_STEPS + len(_offsets(search.top, 1, _doubling(search))) + math.ceil(
         math.log2(_doubling(search))) + NEAR_PROBES
 
 
@@ -162,11 +165,22 @@ def near_boundary(violation: float) -> bool:
         abs(math.log(violation)) < math.log(1.1)
 
 
-def first_step(violation: float, search: RateSearch) -> int:
-    """Lattice steps from the start to the next rate tried: one where the start's worst
-    ratio to a limit is within 10% of 1 (the boundary is near), else a quarter of a doubling
-    (the spread of the start's estimate; each further step doubles, up to a doubling)."""
-    return 1 if near_boundary(violation) else max(1, round(_doubling(search) / 4))
+# bracketing steps sized by the violation of the point they leave (``step_after``); the
+# steps after them double
+ADAPTIVE_STEPS = 3
+
+
+def step_after(violation: float, search: RateSearch) -> int:
+    """Lattice steps from a simulated rate to the next one tried: half the distance, in the
+    lattice's own steps, of its worst ratio to a limit from 1 (rounded; at least 1, at most
+    a doubling).  Near capacity the latencies and the backlog grow faster than the rate,
+    so a ratio of v puts the boundary closer than v's own distance; a ratio within 0.9-1.1
+    steps by one point.  Without a finite ratio (rejections, no finished request): a
+    quarter of a doubling."""
+    if not (math.isfinite(violation) and violation > 0):
+        return max(1, round(_doubling(search) / 4))
+    steps = round(abs(math.log(violation)) / math.log1p(search.rel_tol) / 2.0)
+    return min(max(steps, 1), _doubling(search))
 
 
 def _offsets(span: int, first: int, cap: int) -> list[int]:
@@ -180,15 +194,39 @@ def _offsets(span: int, first: int, cap: int) -> list[int]:
     return out
 
 
+def _walk(ok, start: int, span: int, sign: int, cap: int,
+          steps: Callable[[int], int] | None) -> tuple[int, int | None]:
+    """Step from ``start`` (simulated; its answer ``ok(start)``) in direction ``sign`` for
+    at most ``span`` points until the answer changes: (the last point with the start's
+    answer, the first without it or None).  The first ``ADAPTIVE_STEPS`` steps are
+    ``steps(k)`` of the point k they leave (None: a doubling), each later one twice the
+    last, every step at most ``cap``."""
+    same, at, step, taken = ok(start), 0, None, 0
+    last = start
+    while at < span:
+        if steps is not None and taken < ADAPTIVE_STEPS:
+            step = min(max(steps(last), 1), cap)
+        else:
+            step = cap if step is None else min(2 * step, cap)
+        taken += 1
+        at = min(at + step, span)
+        k = start + sign * at
+        if ok(k) != same:
+            return last, k
+        last = k
+    return last, None
+
+
 def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSearch(), *,
                          workload=None, warm_start: bool = True,
                          on_evaluation: Callable[[], None] | None = None) -> dict[str, Any]:
     """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does.
 
     The search starts at the lattice point nearest the analytic warm start
-    (``warm_start.starting_rate``; ``warm_start=False``, or no estimate: the trace's own
-    rate, and every step a doubling: the search before the warm start) and steps away from
-    it by ``first_step`` of the start's violation, each further step twice the last, up to
+    (``warm_start.starting_rate``; no estimate: the trace's own rate) and steps away from
+    it by ``step_after`` each point's violation for ``ADAPTIVE_STEPS`` steps, then by
+    doubling steps; the bisection tries the neighbours of an end near the limits first.
+    ``warm_start=False`` is the search before all that: from the trace's rate, every step
     a doubling.  ``evaluated`` lists every simulated rate;
     ``best_*`` is the least violating of them.  ``on_evaluation()`` is called after each
     simulation (progress); at most ``rate_search_bound(search)`` of them.
@@ -207,7 +245,7 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
     start = start_index(scenario, workload, slo, search, warm_start)
     ok(start)
     if warm_start:
-        lo, hi = bracket(ok, start, search, first_step(seen[start]["violation"], search),
+        lo, hi = bracket(ok, start, search, lambda k: step_after(seen[k]["violation"], search),
                          lambda k: near_boundary(seen[k]["violation"]))
     else:
         lo, hi = bracket(ok, start, search)
@@ -229,31 +267,20 @@ def start_index(scenario, workload, slo: CapacitySLO, search: RateSearch,
     return search.index(min(max(rate, search.min_rate_per_s), search.max_rate_per_s))
 
 
-def bracket(ok, start: int, search: RateSearch, first: int | None = None,
+def bracket(ok, start: int, search: RateSearch, steps: Callable[[int], int] | None = None,
             near: Callable[[int], bool] | None = None) -> tuple[int | None, int | None]:
-    """(highest feasible, lowest infeasible) lattice indices: step from ``start`` by
-    ``first`` lattice points (default: a doubling), each further step twice the last (at
-    most a doubling), until the answer changes, then bisect; None where the lattice ends
-    first.  ``near(k)``: point k (simulated) is within 10% of the limits; the bisection
-    then tries its neighbour first, at most ``NEAR_PROBES`` times.  With feasibility
-    monotone in the rate the answer is the same from any start, whatever ``near`` says."""
+    """(highest feasible, lowest infeasible) lattice indices: step from ``start`` until the
+    answer changes (``_walk``: ``steps(k)`` lattice points after point k for the first
+    ``ADAPTIVE_STEPS``, then doubling steps; None: every step a doubling), then bisect;
+    None where the lattice ends first.  ``near(k)``: point k (simulated) is within 10% of
+    the limits; the bisection then tries its neighbour first, at most ``NEAR_PROBES``
+    times.  With feasibility monotone in the rate the answer is the same from any start,
+    whatever ``steps`` and ``near`` say."""
     cap = _doubling(search)
-    first = cap if first is None else first
-    lo = hi = None
     if ok(start):
-        lo = start
-        for at in _offsets(search.top - start, first, cap):
-            if not ok(start + at):
-                hi = start + at
-                break
-            lo = start + at
+        lo, hi = _walk(ok, start, search.top - start, 1, cap, steps)
     else:
-        hi = start
-        for at in _offsets(start, first, cap):
-            if ok(start - at):
-                lo = start - at
-                break
-            hi = start - at
+        hi, lo = _walk(ok, start, start, -1, cap, steps)
     probes = NEAR_PROBES if near is not None else 0
     while lo is not None and hi is not None and hi - lo > 1:
         mid = (lo + hi) // 2
