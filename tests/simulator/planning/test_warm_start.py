@@ -1,4 +1,4 @@
-"""The rate search's warm start: the analytic estimate, the adaptive first step, and the
+"""The rate search's warm start: the analytic estimate, the steps sized by the violation, and the
 answer, which is the lattice scan's wherever the search starts (feasibility monotone)."""
 from __future__ import annotations
 
