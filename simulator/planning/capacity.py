@@ -3,9 +3,11 @@
 For each candidate deployment (a set of scenario overrides: hardware, tensor parallelism,
 replicas, policy, ...) the engine replays one trace, built once from the scenario's seed and
 rescaled with ``Workload.rescale_rate``, at rates on a fixed geometric lattice
-``min_rate * (1 + rel_tol)^k``: bracket by doubling or halving, then bisect on k.  Same seed,
-same lattice, same trace shape for every candidate, so a faster or larger deployment can
-never be reported slower by the search itself.  An SLO sets any of p99 TTFT, p99 TPOT and a
+``min_rate * (1 + rel_tol)^k``: bracket from an analytic warm start
+(``simulator.planning.warm_start``) by steps sized by the SLO violation, then bisect on k.
+Same seed, same lattice, same trace shape for every candidate, so (with feasibility
+monotone in the rate) a faster or larger deployment can never be reported slower by the
+search itself.  An SLO sets any of p99 TTFT, p99 TPOT and a
 goodput fraction (the share of all requests meeting the per-request TTFT/TPOT targets); a
 rate also needs the backlog to stay small (``max_in_flight_fraction``, see evaluate_rate).
 Also: the fewest replicas that sustain a target rate, and the cost per million output tokens
@@ -135,10 +137,12 @@ def evaluate_rate(scenario, workload, rate_per_s: float, slo: CapacitySLO,
 
 
 def rate_search_bound(search: RateSearch) -> int:
-    """Most simulations ``max_sustainable_rate`` runs: the start, one doubling at a time
-    to either end of the lattice, then a bisection within one doubling."""
-    step = _doubling(search)
-    return 1 + math.ceil(search.top / step) + math.ceil(math.log2(step))
+    """Most simulations ``max_sustainable_rate`` runs: the start, ``ADAPTIVE_STEPS`` steps
+    of at least one lattice point, then steps of 1, 2, 4, ... (at most a doubling each) to
+    either end of the lattice, then a bisection within the last step with up to
+    ``NEAR_PROBES`` probes beside its ends."""
+    return 1 + ADAPTIVE_STEPS + len(_offsets(search.top, 1, _doubling(search))) + math.ceil(
+        math.log2(_doubling(search))) + NEAR_PROBES
 
 
 def replica_search_bound(max_replicas: int) -> int:
@@ -151,14 +155,81 @@ def _doubling(search: RateSearch) -> int:
     return max(1, round(math.log(2.0) / math.log1p(search.rel_tol)))  # lattice steps
 
 
+# bisection probes beside a point within 10% of the limits (``bracket``'s ``near``)
+NEAR_PROBES = 2
+
+
+def near_boundary(violation: float) -> bool:
+    """Whether a rate's worst ratio to a limit is within 10% of 1."""
+    return math.isfinite(violation) and violation > 0 and \
+        abs(math.log(violation)) < math.log(1.1)
+
+
+# bracketing steps sized by the violation of the point they leave (``step_after``); the
+# steps after them double
+ADAPTIVE_STEPS = 3
+
+
+def step_after(violation: float, search: RateSearch) -> int:
+    """Lattice steps from a simulated rate to the next one tried: half the distance, in the
+    lattice's own steps, of its worst ratio to a limit from 1 (rounded; at least 1, at most
+    a doubling).  Near capacity the latencies and the backlog grow faster than the rate,
+    so a ratio of v puts the boundary closer than v's own distance; a ratio within 0.9-1.1
+    steps by one point.  Without a finite ratio (rejections, no finished request): a
+    quarter of a doubling."""
+    if not (math.isfinite(violation) and violation > 0):
+        return max(1, round(_doubling(search) / 4))
+    steps = round(abs(math.log(violation)) / math.log1p(search.rel_tol) / 2.0)
+    return min(max(steps, 1), _doubling(search))
+
+
+def _offsets(span: int, first: int, cap: int) -> list[int]:
+    """Cumulative distances of the steps from the start: ``first``, then each step twice
+    the last (at most ``cap``), until ``span`` is reached."""
+    out, step, at = [], first, 0
+    while at < span:
+        at = min(at + step, span)
+        out.append(at)
+        step = min(2 * step, cap)
+    return out
+
+
+def _walk(ok, start: int, span: int, sign: int, cap: int,
+          steps: Callable[[int], int] | None) -> tuple[int, int | None]:
+    """Step from ``start`` (simulated; its answer ``ok(start)``) in direction ``sign`` for
+    at most ``span`` points until the answer changes: (the last point with the start's
+    answer, the first without it or None).  The first ``ADAPTIVE_STEPS`` steps are
+    ``steps(k)`` of the point k they leave (None: a doubling), each later one twice the
+    last, every step at most ``cap``."""
+    same, at, step, taken = ok(start), 0, None, 0
+    last = start
+    while at < span:
+        if steps is not None and taken < ADAPTIVE_STEPS:
+            step = min(max(steps(last), 1), cap)
+        else:
+            step = cap if step is None else min(2 * step, cap)
+        taken += 1
+        at = min(at + step, span)
+        k = start + sign * at
+        if ok(k) != same:
+            return last, k
+        last = k
+    return last, None
+
+
 def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSearch(), *,
-                         workload=None,
+                         workload=None, warm_start: bool = True,
                          on_evaluation: Callable[[], None] | None = None) -> dict[str, Any]:
     """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does.
 
-    ``evaluated`` lists every simulated rate; ``best_*`` is the least violating of them.
-    ``on_evaluation()`` is called after each simulation (progress); at most
-    ``rate_search_bound(search)`` of them.
+    The search starts at the lattice point nearest the analytic warm start
+    (``warm_start.starting_rate``; no estimate: the trace's own rate) and steps away from
+    it by ``step_after`` each point's violation for ``ADAPTIVE_STEPS`` steps, then by
+    doubling steps; the bisection tries the neighbours of an end near the limits first.
+    ``warm_start=False`` is the search before all that: from the trace's rate, every step
+    a doubling.  ``evaluated`` lists every simulated rate;
+    ``best_*`` is the least violating of them.  ``on_evaluation()`` is called after each
+    simulation (progress); at most ``rate_search_bound(search)`` of them.
     """
     workload = workload if workload is not None else scenario_workload(scenario)
     seen: dict[int, dict] = {}
@@ -171,38 +242,52 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
                 on_evaluation()
         return seen[k]["feasible"]
 
-    start = search.index(min(max(workload.mean_rate_per_s, search.min_rate_per_s),
-                             search.max_rate_per_s)) if math.isfinite(
-        workload.mean_rate_per_s) else search.top // 2
-    lo, hi = _bracket(ok, start, search)
+    start = start_index(scenario, workload, slo, search, warm_start)
+    ok(start)
+    if warm_start:
+        lo, hi = bracket(ok, start, search, lambda k: step_after(seen[k]["violation"], search),
+                         lambda k: near_boundary(seen[k]["violation"]))
+    else:
+        lo, hi = bracket(ok, start, search)
     return _rate_summary(seen, lo, hi, search)
 
 
-def _bracket(ok, start: int, search: RateSearch) -> tuple[int | None, int | None]:
-    """(highest feasible, lowest infeasible) lattice indices: step by doublings from
-    ``start`` until the answer changes, then bisect; None where the lattice ends first."""
-    step = _doubling(search)
-    lo = hi = None
+def start_index(scenario, workload, slo: CapacitySLO, search: RateSearch,
+                warm_start: bool = True) -> int:
+    """The lattice point the search starts at: the analytic warm start's
+    (``warm_start.starting_rate``), else the trace's own rate's (the middle of the lattice
+    for a trace without one)."""
+    rate = workload.mean_rate_per_s
+    if warm_start:
+        from simulator.planning.warm_start import starting_rate
+        estimate = starting_rate(scenario, workload, slo.p99_tpot_s)
+        rate = estimate if estimate is not None else rate
+    if not math.isfinite(rate):
+        return search.top // 2
+    return search.index(min(max(rate, search.min_rate_per_s), search.max_rate_per_s))
+
+
+def bracket(ok, start: int, search: RateSearch, steps: Callable[[int], int] | None = None,
+            near: Callable[[int], bool] | None = None) -> tuple[int | None, int | None]:
+    """(highest feasible, lowest infeasible) lattice indices: step from ``start`` until the
+    answer changes (``_walk``: ``steps(k)`` lattice points after point k for the first
+    ``ADAPTIVE_STEPS``, then doubling steps; None: every step a doubling), then bisect;
+    None where the lattice ends first.  ``near(k)``: point k (simulated) is within 10% of
+    the limits; the bisection then tries its neighbour first, at most ``NEAR_PROBES``
+    times.  With feasibility monotone in the rate the answer is the same from any start,
+    whatever ``steps`` and ``near`` say."""
+    cap = _doubling(search)
     if ok(start):
-        lo = start
-        while lo < search.top:
-            nxt = min(lo + step, search.top)
-            if not ok(nxt):
-                hi = nxt
-                break
-            lo = nxt
+        lo, hi = _walk(ok, start, search.top - start, 1, cap, steps)
     else:
-        hi = start
-        while hi > 0:
-            nxt = max(hi - step, 0)
-            if ok(nxt):
-                lo = nxt
-                break
-            hi = nxt
-    if lo is not None and hi is not None:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        hi, lo = _walk(ok, start, start, -1, cap, steps)
+    probes = NEAR_PROBES if near is not None else 0
+    while lo is not None and hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probes and (near(hi) or near(lo)):
+            probes -= 1
+            mid = hi - 1 if near(hi) else lo + 1
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo, hi
 
 

@@ -163,8 +163,11 @@ def test_progress_counts_simulations_within_the_bound():
 
 
 def test_bounds_cover_every_search():
-    # the lattice 0.5 * 1.5^k up to 8 has top 6; one doubling is 2 steps: 1 + 3 + 1
-    assert RateSearch(**SEARCH).top == 6 and rate_search_bound(RateSearch(**SEARCH)) == 5
+    # the lattice 0.5 * 1.5^k up to 8 has top 6; one doubling is 2 steps: the start, steps
+    # of 1, 2, 2, 2 lattice points to the other end after 3 steps sized by the violations,
+    # a bisection within 2, and the two probes beside a point near the limits:
+    # 1 + 3 + 4 + 1 + 2
+    assert RateSearch(**SEARCH).top == 6 and rate_search_bound(RateSearch(**SEARCH)) == 11
     # max_replicas 4: 1, 2, 4, (4), a bisection of at most 2
     assert replica_search_bound(4) == 6
 
