@@ -39,7 +39,7 @@ def pool_scenarios(scenario: Scenario) -> tuple[Scenario, Scenario]:
 def prepare_pool(pool: Scenario, side: str, **kwargs):
     """``simulate.prepare`` of one pool; a deployment that does not fit is reported at the
     pool's parallelism (``disaggregation.prefill.parallelism``...)."""
-    from simulator.simulate import prepare
+    from simulator.run_setup import prepare
     try:
         return prepare(pool, **kwargs)
     except SpecsimError as exc:
@@ -70,20 +70,20 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
                            draft_cost=None, progress: Callable[[int, int], None] | None = None,
                            record_events: bool = False) -> Results:
     """Run a disaggregated scenario (see the module docstring)."""
-    from simulator.simulate import (_finish_counter, _servable, cache_keys, engine_stats,
+    from simulator.run_setup import (cache_keys, engine_stats, finish_counter, servable,
                                     prefix_cache_stats, replica_streams)
     check_disaggregated(scenario)
     pre_s, dec_s = pool_scenarios(scenario)
     costs = {"target_cost": target_cost, "draft_cost": draft_cost}
     pre = prepare_pool(pre_s, "prefill", workload=workload, **costs)
     dec = prepare_pool(dec_s, "decode", workload=pre.workload, **costs)
-    table, ok = _servable(dec_s, dec)
+    table, ok = servable(dec_s, dec)
     ok &= admissible(table, pre_s, pre.deployment)
     env = simpy.Environment()
     n_pre, n_dec = len(pre.policies), len(dec.policies)
     recorder = Recorder(record_events, steps_table=scenario.engine.steps_table,
                         num_requests=int(table.arrival_s.size), replicas=n_pre + n_dec)
-    on_finish = None if progress is None else _finish_counter(progress, table.arrival_s.size,
+    on_finish = None if progress is None else finish_counter(progress, table.arrival_s.size,
                                                                int(np.count_nonzero(~ok)))
     d, target = scenario.disaggregation, dec.deployment.target
     decoders: list[DecodeReplica] = []
@@ -119,7 +119,7 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
 
 def _describe(results: Results, scenario: Scenario, link: KvLink, replicas, pre, dec) -> None:
     """The per-request transfer columns and the run's disaggregation summary."""
-    from simulator.simulate import acceptance_provenance
+    from simulator.acceptance.provenance import acceptance_provenance
     req = results.requests
     req["prefill_done_s"] = link.prefill_done_s
     req["kv_ready_s"] = link.ready_s

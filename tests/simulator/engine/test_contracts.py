@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-import simulator.simulate as simulate_module
+import simulator.run_setup as run_setup
 from simulator.engine.plan import BatchView, ChainStretch, ClosedFormPricer, DraftPlan
 from simulator.scenario import EngineOptions
 from simulator.simulate import simulate
@@ -138,7 +138,7 @@ class ToyPlain(ToyChain):
 
 @pytest.mark.parametrize("toy", [ToyChain, ToyPlain])
 def test_a_policy_and_a_pricer_of_the_contract_alone_fast_forward_exactly(toy, monkeypatch):
-    monkeypatch.setattr(simulate_module, "build_policy", lambda *args, **kwargs: toy())
+    monkeypatch.setattr(run_setup, "build_policy", lambda *args, **kwargs: toy())
     rng = np.random.default_rng(5)
     n = 60
     wl = workload(np.sort(rng.uniform(0, 2, n)), rng.integers(8, 500, n),
