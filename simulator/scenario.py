@@ -29,6 +29,7 @@ from simulator.inputs.yaml_io import (
     short,
 )
 from simulator.policies.registry import POLICIES
+from simulator.uncertainty.spec import Uncertainty, parse_uncertainty, split_acceptance
 
 ROUTERS = ("round_robin", "least_outstanding_tokens")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.yaml"
@@ -127,6 +128,8 @@ class Scenario:
     quantization: str | None = None   # the target's weights dtype; None: the model file's
     kv_cache_dtype: str = "auto"      # the target's KV cache: auto (16-bit) or fp8
     moe: MoeOptions = MoeOptions()
+    uncertainty: Uncertainty = Uncertainty()  # declared input spreads (simulator/uncertainty)
+    cost_factor: float = 1.0  # one draw's device-speed error: every step time times this
     base_dir: str = "."
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -142,7 +145,8 @@ class Scenario:
 
 _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
         "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads",
-        "execution", "engine", "quantization", "kv_cache_dtype", "moe", "speculative_config")
+        "execution", "engine", "quantization", "kv_cache_dtype", "moe", "speculative_config",
+        "uncertainty")
 
 
 def _parallelism(data: Any, source: str) -> Parallelism:
@@ -259,7 +263,9 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["policy"] = parse_policy(data["policy"], source)
     if "acceptance" in data:
         from simulator.acceptance import acceptance_from_config
-        acc = require_mapping(data["acceptance"], source=source, field="acceptance")
+        acc, spread = split_acceptance(require_mapping(data["acceptance"], source=source,
+                                                       field="acceptance"), source)
+        kw["uncertainty"] = Uncertainty(acceptance=spread)
         acceptance_from_config(acc, source=f"{source}: acceptance",  # validate now
                                base_dir=Path(base_dir))
         kw["acceptance"] = dict(acc)
@@ -286,6 +292,9 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "engine" in data:
         kw["engine"] = _engine(data["engine"], source)
     kw.update(_serving_keys(data, source))
+    if data.get("uncertainty") is not None:
+        kw["uncertainty"] = parse_uncertainty(data["uncertainty"], source,
+                                              kw.get("uncertainty", Uncertainty()).acceptance)
     if data.get("speculative_config") is not None:  # vLLM's block (vllm_config.py)
         from simulator.vllm_config import speculative_fields
         kw.update(speculative_fields(data, kw, source, base_dir, Scenario.target))
@@ -324,8 +333,13 @@ def resolve_hardware(scenario: Scenario):
     """The scenario's HardwareProfile: inline, a profile file, or a name (+ hardware_dir)."""
     from hardware.profile import load_profile, profile_from_dict
     if scenario.hardware_inline is not None:
-        return profile_from_dict(scenario.hardware_inline, source=f"{scenario.name}: hardware")
-    return load_profile(scenario.hardware, scenario.hardware_dir)
+        hw = profile_from_dict(scenario.hardware_inline, source=f"{scenario.name}: hardware")
+    else:
+        hw = load_profile(scenario.hardware, scenario.hardware_dir)
+    if scenario.cost_factor == 1.0:  # the point estimate: the profile as written
+        return hw
+    from hardware.scaled import slower_by
+    return slower_by(hw, scenario.cost_factor)
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
