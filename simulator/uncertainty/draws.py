@@ -13,12 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.inputs.errors import SpecsimError
 from simulator.scenario import Scenario
-from simulator.uncertainty.spec import SOURCES, AcceptanceSpread, Uncertainty
+from simulator.uncertainty.spec import SOURCES, AcceptanceSpread, Uncertainty, shifted_fields
 
-# the acceptance fields that are probabilities, per model (the shift moves each of them)
-PROBABILITY_FIELDS = {"iid": ("alpha",), "positional": ("rates",)}
 OWN_STREAMS = 3  # simulate.seed_streams: workload, acceptance parameters, engine
 MAX_SEED = 2**63 - 1
 
@@ -79,14 +76,8 @@ def shifted_acceptance(scenario: Scenario, shift: float) -> dict:
     """The scenario's acceptance block with every probability moved by ``shift``, clipped
     to [0, 1]."""
     acc = dict(scenario.acceptance)
-    fields = PROBABILITY_FIELDS.get(str(acc.get("model")))
-    if fields is None:
-        raise SpecsimError(f"acceptance model {acc.get('model')!r} has no probabilities a "
-                           "shift applies to", field="acceptance.uncertainty",
-                           fix="give the uncertainty on an acceptance block of model: "
-                               + " or ".join(PROBABILITY_FIELDS) + ", or leave acceptance "
-                               "out of uncertainty.sources")
-    for name in fields:
+    fields = shifted_fields(acc, source=scenario.name)
+    for name in (f for f in fields if f in acc):
         value = acc[name]
         moved = np.clip(np.asarray(value, dtype=float) + shift, 0.0, 1.0)
         acc[name] = moved.tolist() if isinstance(value, (list, tuple)) else float(moved)

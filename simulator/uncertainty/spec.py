@@ -25,6 +25,9 @@ SOURCES = ("acceptance", "cost", "workload")
 MAX_UNCERTAINTY_DRAWS = 10_000   # draws of one run (each is a whole simulation per policy)
 MAX_COST_SIGMA = 1.0             # a log-scale sigma of 1 already spans a factor e either way
 MAX_ACCEPTANCE_SD = 0.5          # probabilities: a wider spread is uniform noise on [0, 1]
+# the acceptance fields that are probabilities, per model (the shift moves each of them)
+PROBABILITY_FIELDS = {"iid": ("alpha",), "positional": ("rates",), "sequoia": ("rates",),
+                      "context_decay": ("alpha0", "floor")}
 
 # median APE of TPOT (step time alone, no queueing) over the 4 sim-to-real runs of
 # tests/simulator/sim2real/test_validate_serving.py, read as the median |e| of a zero-mean
@@ -109,6 +112,7 @@ def split_acceptance(acc: Mapping[str, Any], source: str) -> tuple[dict, Accepta
         return acc, None
     field = "acceptance.uncertainty"
     data = require_mapping(acc.pop("uncertainty"), source=source, field=field)
+    shifted_fields(acc, source=source)
     check_keys(data, allowed=("sd", "range", "source"), required=("source",), source=source,
                prefix=field + ".")
     src = as_str(data["source"], source=source, field=field + ".source")
@@ -130,3 +134,16 @@ def split_acceptance(acc: Mapping[str, Any], source: str) -> tuple[dict, Accepta
         raise SpecsimError(f"[{lo}, {hi}] must hold 0 (the written value)", source=source,
                            field=field + ".range", fix="write [lo, hi] with lo <= 0 <= hi")
     return acc, AcceptanceSpread(range=(lo, hi), source=src)
+
+
+def shifted_fields(acc: Mapping[str, Any], *, source: str) -> tuple[str, ...]:
+    """The probabilities of an acceptance block a spread shifts; an error for a model
+    without any."""
+    fields = PROBABILITY_FIELDS.get(str(acc.get("model")))
+    if fields is None:
+        raise SpecsimError(f"acceptance model {str(acc.get('model'))[:40]!r} has no "
+                           "probabilities a shift applies to", source=source,
+                           field="acceptance.uncertainty",
+                           fix="give the spread on an acceptance block of model: "
+                               + ", ".join(PROBABILITY_FIELDS) + "; or leave it out")
+    return fields
