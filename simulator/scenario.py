@@ -261,14 +261,7 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["parallelism"] = _parallelism(data["parallelism"], source)
     if "policy" in data:
         kw["policy"] = parse_policy(data["policy"], source)
-    if "acceptance" in data:
-        from simulator.acceptance import acceptance_from_config
-        acc, spread = split_acceptance(require_mapping(data["acceptance"], source=source,
-                                                       field="acceptance"), source)
-        kw["uncertainty"] = Uncertainty(acceptance=spread)
-        acceptance_from_config(acc, source=f"{source}: acceptance",  # validate now
-                               base_dir=Path(base_dir))
-        kw["acceptance"] = dict(acc)
+    kw.update(_acceptance(data, source, base_dir))
     if "batching" in data:
         kw["batching"] = _batching(data["batching"], source)
     if "workload" in data:
@@ -292,14 +285,27 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     if "engine" in data:
         kw["engine"] = _engine(data["engine"], source)
     kw.update(_serving_keys(data, source))
-    if data.get("uncertainty") is not None:
-        kw["uncertainty"] = parse_uncertainty(data["uncertainty"], source,
-                                              kw.get("uncertainty", Uncertainty()).acceptance)
     if data.get("speculative_config") is not None:  # vLLM's block (vllm_config.py)
         from simulator.vllm_config import speculative_fields
         kw.update(speculative_fields(data, kw, source, base_dir, Scenario.target))
         kw["policy"] = parse_policy(kw["policy"], source, "speculative_config")
     return Scenario(**kw)
+
+
+def _acceptance(data: Mapping[str, Any], source: str, base_dir: str | Path) -> dict[str, Any]:
+    """``acceptance`` (validated now) and ``uncertainty``, which holds the acceptance block's
+    own ``uncertainty`` key (simulator/uncertainty/spec.py)."""
+    kw: dict[str, Any] = {}
+    spread = None
+    if "acceptance" in data:
+        from simulator.acceptance import acceptance_from_config
+        acc, spread = split_acceptance(require_mapping(data["acceptance"], source=source,
+                                                       field="acceptance"), source)
+        acceptance_from_config(acc, source=f"{source}: acceptance", base_dir=Path(base_dir))
+        kw["acceptance"] = acc
+    if data.get("uncertainty") is not None or spread is not None:
+        kw["uncertainty"] = parse_uncertainty(data.get("uncertainty"), source, spread)
+    return kw
 
 
 def _serving_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -26,20 +26,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes for the draws (default: every core)")
 
 
-def draws_asked(args: argparse.Namespace, scenario: Scenario) -> int:
-    """The number of draws (0: none), checked before any work."""
-    if args.uncertainty is None:
-        return scenario.uncertainty.draws
-    return check_draws(args.uncertainty, source="--uncertainty", field="--uncertainty")
-
-
-def check_draws_runnable(scenarios: list[Scenario], args: argparse.Namespace) -> None:
-    """Refuse an acceptance spread no draw can apply, and bad --workers, before any run."""
+def draws_asked(args: argparse.Namespace, scenario: Scenario, policies: list) -> int:
+    """The number of draws (0: none), checked with the policies' spreads and --workers
+    before any work."""
     from simulator.planning.executors import check_executor_args
     from simulator.uncertainty.draws import check_acceptance
-    check_executor_args("local", workers=args.workers)
-    for sc in scenarios:
-        check_acceptance(sc)
+    draws = scenario.uncertainty.draws if args.uncertainty is None else \
+        check_draws(args.uncertainty, source="--uncertainty", field="--uncertainty")
+    if draws:
+        check_executor_args("local", workers=args.workers)
+        for pol in policies:  # a --compare entry's own acceptance must take the spread
+            check_acceptance(scenario.with_policy(pol))
+    return draws
 
 
 def interval_columns(scenarios: list[Scenario], draws: int, args: argparse.Namespace,
