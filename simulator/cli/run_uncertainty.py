@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from simulator.cli.args import MAX_WORKERS, bounded_int
 from simulator.cli.progress import Progress
-from simulator.uncertainty.spec import MAX_UNCERTAINTY_DRAWS, check_draws
+from simulator.uncertainty.spec import MAX_UNCERTAINTY_DRAWS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -16,14 +17,15 @@ if TYPE_CHECKING:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``--uncertainty N`` and ``--workers``."""
-    p.add_argument("--uncertainty", type=int, default=None, metavar="N",
+    p.add_argument("--uncertainty", type=bounded_int(MAX_UNCERTAINTY_DRAWS), default=None,
+                   metavar="N",
                    help="also run N Monte Carlo draws of the scenario's declared input "
                         "uncertainty (acceptance spread, cost-model error, workload "
                         f"re-draws; at most {MAX_UNCERTAINTY_DRAWS:,}) and report p5/p50/p95 "
                         "of each metric (docs/uncertainty.md); default: the scenario's "
                         "uncertainty.draws, else none")
-    p.add_argument("--workers", type=int, default=None,
-                   help="processes for the draws (default: every core)")
+    p.add_argument("--workers", type=bounded_int(MAX_WORKERS), default=None,
+                   help=f"processes for the draws (default: every core; at most {MAX_WORKERS})")
 
 
 def draws_asked(args: argparse.Namespace, scenario: Scenario, policies: list) -> int:
@@ -31,8 +33,7 @@ def draws_asked(args: argparse.Namespace, scenario: Scenario, policies: list) ->
     before any work."""
     from simulator.planning.executors import check_executor_args
     from simulator.uncertainty.draws import check_acceptance
-    draws = scenario.uncertainty.draws if args.uncertainty is None else \
-        check_draws(args.uncertainty, source="--uncertainty", field="--uncertainty")
+    draws = scenario.uncertainty.draws if args.uncertainty is None else args.uncertainty
     if draws:
         check_executor_args("local", workers=args.workers)
         for pol in policies:  # a --compare entry's own acceptance must take the spread

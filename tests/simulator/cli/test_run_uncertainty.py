@@ -62,11 +62,15 @@ def test_the_table_names_each_source_of_width(tmp_path, capsys):
     assert "widest_source" in out
 
 
-@pytest.mark.parametrize("n", ["0", "10001"])
-def test_a_bad_number_of_draws_is_refused_before_any_run(tmp_path, capsys, n):
-    code, _, err = run(tmp_path, capsys, write(tmp_path), "--uncertainty", n)
+@pytest.mark.parametrize("flag, n, says", [("--uncertainty", "0", ">= 1"),
+                                            ("--uncertainty", "10001", "10,000"),
+                                            ("--workers", "100000", "256")])
+def test_a_bad_number_of_draws_is_refused_before_any_run(tmp_path, capsys, flag, n, says):
+    args = ("--uncertainty", "2", flag, n) if flag == "--workers" else (flag, n)
+    code = main(["run", write(tmp_path), *args, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
     assert code == 2
-    assert "--uncertainty" in err and "10,000" in err and "Traceback" not in err
+    assert flag in err and says in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
 
 
