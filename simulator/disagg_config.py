@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from simulator.cost.parallelism import Parallelism
+from simulator.cost.parallelism import Parallelism, parallelism_from_dict
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
 
@@ -57,7 +57,6 @@ class Disaggregation:
 
 
 def _pool(data: Any, side: str, source: str) -> Pool:
-    from simulator.scenario import _parallelism  # the scenario's own parser, relocated
     field = f"disaggregation.{side}"
     data = require_mapping(data, source=source, field=field)
     check_keys(data, allowed=("replicas", "parallelism"), required=("replicas",),
@@ -65,7 +64,7 @@ def _pool(data: Any, side: str, source: str) -> Pool:
     replicas = as_number(data["replicas"], source=source, field=f"{field}.replicas",
                          integer=True, minimum=1, maximum=4096)
     try:
-        par = _parallelism(data.get("parallelism"), source)
+        par = parallelism_from_dict(data.get("parallelism"), source)
     except SpecsimError as exc:
         raise exc.relocated(prefix=f"{field}.") from None
     return Pool(int(replicas), par)

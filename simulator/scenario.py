@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.cost.moe import MoeOptions, parse_moe_options
-from simulator.cost.parallelism import MOE_DISPATCH, Parallelism, expert_parallel_degree
+from simulator.cost.parallelism import Parallelism, parallelism_from_dict
 from simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
@@ -29,6 +29,7 @@ from simulator.inputs.yaml_io import (
     short,
 )
 from simulator.policies.registry import POLICIES
+from simulator.uncertainty.spec import Uncertainty, parse_uncertainty, split_acceptance
 
 ROUTERS = ("round_robin", "least_outstanding_tokens")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.yaml"
@@ -128,6 +129,8 @@ class Scenario:
     kv_cache_dtype: str = "auto"      # the target's KV cache: auto (16-bit) or fp8
     moe: MoeOptions = MoeOptions()
     disaggregation: Any = None  # a Disaggregation (disagg_config.py), None: aggregated
+    uncertainty: Uncertainty = Uncertainty()  # declared input spreads (simulator/uncertainty)
+    cost_factor: float = 1.0  # one draw's device-speed error: every step time times this
     base_dir: str = "."
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -144,34 +147,7 @@ class Scenario:
 _TOP = ("name", "seed", "hardware", "hardware_dir", "target", "draft", "parallelism", "policy",
         "acceptance", "batching", "workload", "slo", "replicas", "router", "overheads",
         "execution", "engine", "quantization", "kv_cache_dtype", "moe", "speculative_config",
-        "disaggregation")
-
-
-def _parallelism(data: Any, source: str) -> Parallelism:
-    data = require_mapping(data or {}, source=source, field="parallelism")
-    keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
-            "draft_tensor_parallel_size", "expert_parallel", "data_parallel_attention",
-            "moe_dispatch")
-    check_keys(data, allowed=keys, source=source, prefix="parallelism.")
-    kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
-                       minimum=1, maximum=1024)
-          for k in keys[:3] + keys[6:7] if k in data}
-    if "moe_dispatch" in data:
-        kw["moe_dispatch"] = as_str(data["moe_dispatch"], source=source,
-                                    field="parallelism.moe_dispatch", choices=MOE_DISPATCH)
-    if "offload_fraction" in data:
-        kw["offload_fraction"] = float(as_number(data["offload_fraction"], source=source,
-                                                 field="parallelism.offload_fraction",
-                                                 minimum=0.0, maximum=1.0))
-    if data.get("draft_tensor_parallel_size") is not None:
-        kw["draft_tensor_parallel"] = as_number(
-            data["draft_tensor_parallel_size"], source=source, integer=True, minimum=1,
-            maximum=1024, field="parallelism.draft_tensor_parallel_size")
-    if data.get("expert_parallel") is not None:
-        kw["expert_parallel"] = expert_parallel_degree(
-            data["expert_parallel"], kw.get("tensor_parallel", 1), source,
-            kw.get("data_parallel_attention", 1))
-    return Parallelism(**kw)
+        "disaggregation", "uncertainty")
 
 
 def parse_policy(data: Any, source: str, field_name: str = "policy") -> PolicyConfig:
@@ -256,15 +232,10 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
         kw["seed"] = as_number(data["seed"], source=source, field="seed", integer=True,
                                minimum=0, maximum=2**63 - 1)
     if "parallelism" in data:
-        kw["parallelism"] = _parallelism(data["parallelism"], source)
+        kw["parallelism"] = parallelism_from_dict(data["parallelism"], source)
     if "policy" in data:
         kw["policy"] = parse_policy(data["policy"], source)
-    if "acceptance" in data:
-        from simulator.acceptance import acceptance_from_config
-        acc = require_mapping(data["acceptance"], source=source, field="acceptance")
-        acceptance_from_config(acc, source=f"{source}: acceptance",  # validate now
-                               base_dir=Path(base_dir))
-        kw["acceptance"] = dict(acc)
+    kw.update(_acceptance(data, source, base_dir))
     if "batching" in data:
         kw["batching"] = _batching(data["batching"], source)
     if "workload" in data:
@@ -299,6 +270,22 @@ def scenario_from_dict(data: Any, *, source: str, base_dir: str | Path = ".") ->
     return Scenario(**kw)
 
 
+def _acceptance(data: Mapping[str, Any], source: str, base_dir: str | Path) -> dict[str, Any]:
+    """``acceptance`` (validated now) and ``uncertainty``, which holds the acceptance block's
+    own ``uncertainty`` key (simulator/uncertainty/spec.py)."""
+    kw: dict[str, Any] = {}
+    spread = None
+    if "acceptance" in data:
+        from simulator.acceptance import acceptance_from_config
+        acc, spread = split_acceptance(require_mapping(data["acceptance"], source=source,
+                                                       field="acceptance"), source)
+        acceptance_from_config(acc, source=f"{source}: acceptance", base_dir=Path(base_dir))
+        kw["acceptance"] = acc
+    if data.get("uncertainty") is not None or spread is not None:
+        kw["uncertainty"] = parse_uncertainty(data.get("uncertainty"), source, spread)
+    return kw
+
+
 def _serving_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     """``quantization`` (the target's weights), ``kv_cache_dtype`` and ``moe``."""
     kw: dict[str, Any] = {}
@@ -330,8 +317,13 @@ def resolve_hardware(scenario: Scenario):
     """The scenario's HardwareProfile: inline, a profile file, or a name (+ hardware_dir)."""
     from hardware.profile import load_profile, profile_from_dict
     if scenario.hardware_inline is not None:
-        return profile_from_dict(scenario.hardware_inline, source=f"{scenario.name}: hardware")
-    return load_profile(scenario.hardware, scenario.hardware_dir)
+        hw = profile_from_dict(scenario.hardware_inline, source=f"{scenario.name}: hardware")
+    else:
+        hw = load_profile(scenario.hardware, scenario.hardware_dir)
+    if scenario.cost_factor == 1.0:  # the point estimate: the profile as written
+        return hw
+    from hardware.scaled import slower_by
+    return slower_by(hw, scenario.cost_factor)
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

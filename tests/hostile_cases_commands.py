@@ -20,6 +20,7 @@ from tests.hostile_cases import (
                            plan,
                            profile,
                            run,
+                           scenario,
 )
 
 COMMAND_CASES: list[Case] = [
@@ -28,6 +29,18 @@ COMMAND_CASES: list[Case] = [
     Case("run-set-deep", run("--set", "seed=" + "[" * 5000 + "]" * 5000), "nest"),
     Case("run-set-no-equals", run("--set", "seed"), "--set"),
     Case("run-set-long-no-equals", run("--set", "x" * 100_000), "--set"),
+    # ---- run --uncertainty (simulator/uncertainty) ----
+    Case("run-uncertainty-huge", run("--uncertainty", "10000000"), "--uncertainty"),
+    Case("run-uncertainty-workers-huge", run("--uncertainty", "2", "--workers", "999999"),
+         "--workers"),
+    Case("run-uncertainty-draws-huge", run("s.yaml"), "uncertainty.draws",
+         {"s.yaml": scenario("uncertainty", {"draws": 10**9})}),
+    Case("run-uncertainty-source-unknown", run("s.yaml"), "uncertainty.sources",
+         {"s.yaml": scenario("uncertainty", {"sources": ["weather"]})}),
+    Case("run-acceptance-spread-nan", run("s.yaml"), "acceptance.uncertainty.sd",
+         {"s.yaml": scenario("acceptance.uncertainty", {"sd": float("nan"), "source": "s"})}),
+    Case("run-acceptance-spread-unsourced", run("s.yaml"), "source",
+         {"s.yaml": scenario("acceptance.uncertainty", {"sd": 0.03})}),
     Case("run-set-not-mapping", run("--set", "seed.x=1"), "--set"),
     Case("run-compare-long", run("--compare", "chain:" + "y" * 100_000), "--compare"),
     Case("run-set-laughs", run("--set", "name=" + billion_laughs("x").replace("\n", ", ")

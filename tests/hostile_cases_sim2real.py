@@ -24,6 +24,8 @@ MANIFEST = "kind: vllm_bench_serve\nresult: gone.json\nmodel: llama-2-7b\n" \
            "tensor_parallel: 1\nengine: vLLM 0.11.0\n"
 
 VALIDATE_CASES: list[Case] = [
+    Case("vs-uncertainty-huge", ("validate-serving", "nope", "--profile", "h100-sxm",
+                                 "--uncertainty", "99999999"), "--uncertainty"),
     Case("vs-missing-path", ("validate-serving", "nope", "--profile", "h100-sxm"),
          "does not exist"),
     Case("vs-folder-without-runs", ("validate-serving", "d", "--profile", "h100-sxm"),

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simulator.cli.output import FORMATS, render
+from simulator.cli import run_uncertainty as unc
 from simulator.cli.progress import PLAIN_INTERVAL_S, Progress
 from simulator.inputs.errors import SpecsimError
 
@@ -58,6 +59,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true",
                    help="no progress display (a bar on a terminal, a line every "
                         f"{PLAIN_INTERVAL_S:g} s elsewhere)")
+    unc.add_arguments(p)
 
 
 def simulate(scenario: Scenario, **kwargs):
@@ -138,6 +140,7 @@ def main(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.overrides, args.vllm_args)
     _note_serving_only(args.vllm_args)
     policies = _policies(args, scenario)
+    draws = unc.draws_asked(args, scenario, policies)  # checked before any work
     require_format(args.results_format)
     out = Path(args.out).expanduser()
     if args.report and args.report.endswith(("/", os.sep)):
@@ -157,6 +160,10 @@ def main(args: argparse.Namespace) -> int:
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
         results = run_policies(scenario, policies, progress=not args.no_progress)
         summary = summary_table(results)
+        if draws:  # the p5/p50/p95 columns (simulator/uncertainty)
+            summary = summary.join(unc.interval_columns(
+                [scenario.with_policy(p) for p in policies], draws, args,
+                progress=not args.no_progress))
         manifest = write_results_tables(writer.path, results, summary, scenario,
                                         args.results_format)
         if report_inside:
@@ -166,10 +173,7 @@ def main(args: argparse.Namespace) -> int:
             from simulator.timeline import write_timeline
             write_timeline(results, writer.path / timeline.name)
         writer.commit(manifest)
-    if args.format == "table":
-        print_table(scenario, results, summary, out)
-    else:
-        print(render(summary, args.format))
+    _print_summary(args, scenario, results, summary, out, draws)
     for line in acceptance_warnings(results):  # stderr: stdout stays the table
         print(f"warning: {line}", file=sys.stderr)
     if timeline is not None:
@@ -185,6 +189,19 @@ def main(args: argparse.Namespace) -> int:
         path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def _print_summary(args, scenario: Scenario, results: list, summary: pd.DataFrame, out: Path,
+                   draws: int) -> None:
+    """The summary on stdout: the table (and the intervals' own), CSV or JSON."""
+    if args.format != "table":
+        print(render(summary, args.format))
+        return
+    print_table(scenario, results, summary, out)
+    if draws:
+        from simulator.cli.output import render_table
+        print("\n".join(unc.source_lines(scenario, draws)))
+        print(render_table(unc.interval_table(summary), keys=["policy", "metric"]))
 
 
 def _check_not_inputs(args, scenario: Scenario, outputs: list) -> None:

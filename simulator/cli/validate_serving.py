@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from simulator.cli.args import bounded_int
 from simulator.inputs.errors import SpecsimError
+from simulator.uncertainty.spec import MAX_UNCERTAINTY_DRAWS
 
 MAX_RUNS = 200  # runs one call replays (docs/limits.md)
 
@@ -27,6 +29,10 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", choices=("mean", "all"), default="all",
                    help="which statistics to print per run (default: mean, p50, p90, p99)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--uncertainty", type=bounded_int(MAX_UNCERTAINTY_DRAWS), default=None,
+                   metavar="N", help="instead, replay each run N times under the cost "
+                   "model's declared error and report how often the 90%% interval holds the "
+                   "measured value (docs/uncertainty.md)")
 
 
 def _is_run(path: Path) -> bool:
@@ -67,6 +73,8 @@ def main(args: argparse.Namespace) -> int:
             for p in find_runs(args.paths)]
     for run in runs:  # every run resolves before any is simulated
         run_scenario(run, args.profile)
+    if args.uncertainty:
+        return _coverage(runs, args)
     table = compare_runs(runs, args.profile)
     if args.stats == "mean":
         table = table[table["metric"].str.contains("mean|throughput")]
@@ -85,4 +93,19 @@ def main(args: argparse.Namespace) -> int:
         print(render(part, "table"))
         print()
     print(headline(table))
+    return 0
+
+
+def _coverage(runs: list, args: argparse.Namespace) -> int:
+    """``--uncertainty N``: each metric's 90% interval from the cost factor, and coverage."""
+    from simulator.cli.output import render
+    from simulator.uncertainty.coverage import coverage
+    from simulator.uncertainty.spec import COST_SOURCE
+
+    table = coverage(runs, args.profile, args.uncertainty)
+    print(render(table, args.format))
+    if args.format == "table":
+        n, k = len(table), int(table["covered"].sum())
+        print(f"coverage of the 90% intervals: {k}/{n} ({k / n:.0%}) over {len(runs)} runs, "
+              f"{args.uncertainty} draws each; cost sigma from {COST_SOURCE}")
     return 0

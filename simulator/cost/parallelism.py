@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.yaml_io import as_number
+from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
 
 
 @dataclass(frozen=True)
@@ -132,3 +132,31 @@ def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int
                            fix="EP = TP x DP in vLLM (DP: data_parallel_attention): write "
                                "expert_parallel: true")
     return ep
+
+
+def parallelism_from_dict(data: Any, source: str) -> Parallelism:
+    """A scenario's (or a disaggregated pool's) ``parallelism`` mapping, validated."""
+    data = require_mapping(data or {}, source=source, field="parallelism")
+    keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
+            "draft_tensor_parallel_size", "expert_parallel", "data_parallel_attention",
+            "moe_dispatch")
+    check_keys(data, allowed=keys, source=source, prefix="parallelism.")
+    kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
+                       minimum=1, maximum=1024)
+          for k in keys[:3] + keys[6:7] if k in data}
+    if "moe_dispatch" in data:
+        kw["moe_dispatch"] = as_str(data["moe_dispatch"], source=source,
+                                    field="parallelism.moe_dispatch", choices=MOE_DISPATCH)
+    if "offload_fraction" in data:
+        kw["offload_fraction"] = float(as_number(data["offload_fraction"], source=source,
+                                                 field="parallelism.offload_fraction",
+                                                 minimum=0.0, maximum=1.0))
+    if data.get("draft_tensor_parallel_size") is not None:
+        kw["draft_tensor_parallel"] = as_number(
+            data["draft_tensor_parallel_size"], source=source, integer=True, minimum=1,
+            maximum=1024, field="parallelism.draft_tensor_parallel_size")
+    if data.get("expert_parallel") is not None:
+        kw["expert_parallel"] = expert_parallel_degree(
+            data["expert_parallel"], kw.get("tensor_parallel", 1), source,
+            kw.get("data_parallel_attention", 1))
+    return Parallelism(**kw)

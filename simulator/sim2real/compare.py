@@ -38,11 +38,16 @@ def run_scenario(run: MeasuredRun, profile: str | None):
         "workload": {"trace": "default"}}, source=run.source)
 
 
-def predict(run: MeasuredRun, profile: str | None) -> tuple[dict[str, float], bool]:
-    """Predicted statistics of ``run`` and whether the simulator saturated on it."""
+def predict(run: MeasuredRun, profile: str | None,
+            cost_factor: float = 1.0) -> tuple[dict[str, float], bool]:
+    """Predicted statistics of ``run`` and whether the simulator saturated on it
+    (``cost_factor``: every step that many times longer, simulator/uncertainty)."""
+    import dataclasses
+
     from simulator.simulate import simulate
 
-    res = simulate(run_scenario(run, profile), workload=run.workload)
+    scenario = dataclasses.replace(run_scenario(run, profile), cost_factor=cost_factor)
+    res = simulate(scenario, workload=run.workload)
     req = res.requests
     if (req["status"] != "finished").any():
         raise SpecsimError(f"run {run.name!r}: {int((req['status'] != 'finished').sum())} "

@@ -1,0 +1,1 @@
+"""Predictions with error bars: declared input uncertainty, propagated by Monte Carlo."""

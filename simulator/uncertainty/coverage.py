@@ -1,0 +1,47 @@
+"""How often the cost factor's 90% interval holds what was measured: the intervals' own
+calibration on measured serving runs (simulator/sim2real).
+
+Each run is replayed ``draws`` times, draw ``i`` with the cost factor of draw ``i`` of
+``simulator/uncertainty/draws.py`` (seed 0; the run's own trace, so the workload does not
+vary, and no speculation, so neither does acceptance); a metric is covered where its
+measured value lies within [p5, p95] of the draws' predictions.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from simulator.uncertainty.draws import draw_inputs
+from simulator.uncertainty.spec import COST_SIGMA, Uncertainty
+
+COVERED_METRICS = ("ttft_mean_ms", "tpot_mean_ms", "e2e_mean_ms", "ttft_p50_ms",
+                   "tpot_p50_ms", "e2e_p50_ms", "ttft_p90_ms", "tpot_p90_ms", "e2e_p90_ms",
+                   "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
+
+
+def run_coverage(run, profile: str | None, draws: int, sigma: float = COST_SIGMA,
+                 seed: int = 0) -> pd.DataFrame:
+    """One row per metric of ``run``: measured, p5, p50, p95 and whether it is covered."""
+    from simulator.sim2real.compare import predict
+
+    unc = Uncertainty(sources=("cost",), cost_sigma=sigma)
+    preds = [predict(run, profile, d.cost_factor)[0] for d in draw_inputs(seed, draws, unc)]
+    measured = run.measured()
+    rows = []
+    for m in COVERED_METRICS:
+        if m not in measured or not np.isfinite(measured[m]):
+            continue
+        lo, mid, hi = np.quantile([p[m] for p in preds], (0.05, 0.5, 0.95))
+        rows.append({"run": run.name, "metric": m, "measured": measured[m],
+                     "p5": float(lo), "p50": float(mid), "p95": float(hi),
+                     "covered": bool(lo <= measured[m] <= hi)})
+    return pd.DataFrame(rows)
+
+
+def coverage(runs: Sequence, profile: str | None, draws: int,
+             sigma: float = COST_SIGMA) -> pd.DataFrame:
+    """``run_coverage`` of every run, in one table."""
+    return pd.concat([run_coverage(r, profile, draws, sigma) for r in runs],
+                     ignore_index=True)

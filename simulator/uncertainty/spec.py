@@ -1,0 +1,149 @@
+"""The declared uncertainty of a scenario's inputs: what varies from draw to draw, how much,
+and where each width comes from.
+
+Three sources (docs/uncertainty.md):
+
+- ``acceptance``: the acceptance block's own ``uncertainty: {sd: 0.03, source: ...}`` (or
+  ``range: [-0.05, 0.05]``): one additive shift per draw on every acceptance probability of
+  the block (iid ``alpha``, each positional ``rates`` entry), normal with that ``sd`` or
+  uniform over the ``range``, clipped to [0, 1].
+- ``cost``: one multiplicative lognormal factor per draw on the device's speed (every step
+  time of the run), ``sigma`` on the log scale; the default comes from the project's own
+  sim-to-real validation (``COST_SIGMA``'s source).
+- ``workload``: the trace (arrivals, lengths) and the engine's draws re-drawn from a seed
+  spawned per draw from the scenario's seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from simulator.inputs.errors import SpecsimError
+from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
+
+SOURCES = ("acceptance", "cost", "workload")
+MAX_UNCERTAINTY_DRAWS = 10_000   # draws of one run (each is a whole simulation per policy)
+MAX_COST_SIGMA = 1.0             # a log-scale sigma of 1 already spans a factor e either way
+MAX_ACCEPTANCE_SD = 0.5          # probabilities: a wider spread is uniform noise on [0, 1]
+# the acceptance fields that are probabilities, per model (the shift moves each of them)
+PROBABILITY_FIELDS = {"iid": ("alpha",), "positional": ("rates",), "sequoia": ("rates",),
+                      "context_decay": ("alpha0", "floor")}
+
+# median APE of TPOT (step time alone, no queueing) over the 4 sim-to-real runs of
+# tests/simulator/sim2real/test_validate_serving.py, read as the median |e| of a zero-mean
+# normal: median |e| = 0.6745 sigma; for errors this small ln(1 + e) ~ e
+TPOT_MEDIAN_APE = 0.037
+NORMAL_MEDIAN_ABS = 0.6745
+COST_SIGMA = TPOT_MEDIAN_APE / NORMAL_MEDIAN_ABS
+COST_SOURCE = ("specsim validate-serving on the inference-sim H100 runs (--profile h100-sxm): "
+               "median APE of TPOT 3.7% over 4 runs, sigma = 0.037 / 0.6745 (median |e| of a "
+               "zero-mean normal)")
+
+
+@dataclass(frozen=True)
+class AcceptanceSpread:
+    """One additive shift per draw on the block's probabilities: N(0, sd) or U(range)."""
+
+    sd: float | None = None
+    range: tuple[float, float] | None = None
+    source: str = ""
+
+    @property
+    def zero(self) -> bool:
+        return (self.sd or 0.0) == 0.0 and self.range in (None, (0.0, 0.0))
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """A scenario's ``uncertainty:`` block (its acceptance spread comes from the acceptance
+    block); ``draws`` 0: a point estimate unless ``run --uncertainty N`` asks for draws."""
+
+    draws: int = 0
+    sources: tuple[str, ...] = SOURCES
+    cost_sigma: float = COST_SIGMA
+    cost_source: str = COST_SOURCE
+    acceptance: AcceptanceSpread | None = None
+
+
+def check_draws(n: Any, *, source: str, field: str) -> int:
+    """A number of draws: a whole number from 1 to MAX_UNCERTAINTY_DRAWS."""
+    return int(as_number(n, source=source, field=field, integer=True, minimum=1,
+                         maximum=MAX_UNCERTAINTY_DRAWS,
+                         fix=f"give 1 to {MAX_UNCERTAINTY_DRAWS:,} draws (docs/limits.md); "
+                             "100 to 400 give stable p5/p95"))
+
+
+def parse_uncertainty(data: Any, source: str, acceptance: AcceptanceSpread | None) -> Uncertainty:
+    """``uncertainty: {draws: N, sources: [...], cost: {sigma, source}}`` -> Uncertainty."""
+    data = require_mapping(data or {}, source=source, field="uncertainty")
+    check_keys(data, allowed=("draws", "sources", "cost"), source=source, prefix="uncertainty.")
+    kw: dict[str, Any] = {"acceptance": acceptance}
+    if data.get("draws") is not None:
+        kw["draws"] = check_draws(data["draws"], source=source, field="uncertainty.draws")
+    if "sources" in data:
+        kw["sources"] = parse_sources(data["sources"], source=source)
+    if data.get("cost") is not None:
+        cost = require_mapping(data["cost"], source=source, field="uncertainty.cost")
+        check_keys(cost, allowed=("sigma", "source"), required=("sigma", "source"),
+                   source=source, prefix="uncertainty.cost.")
+        kw["cost_sigma"] = float(as_number(cost["sigma"], source=source, minimum=0.0,
+                                           maximum=MAX_COST_SIGMA,
+                                           field="uncertainty.cost.sigma"))
+        kw["cost_source"] = as_str(cost["source"], source=source,
+                                   field="uncertainty.cost.source")
+    return Uncertainty(**kw)
+
+
+def parse_sources(value: Any, *, source: str) -> tuple[str, ...]:
+    """A list of source names (empty: every draw is the point estimate)."""
+    if not isinstance(value, (list, tuple)):
+        raise SpecsimError(f"must be a list, got {type(value).__name__}", source=source,
+                           field="uncertainty.sources",
+                           fix="write e.g. sources: [acceptance, cost, workload]")
+    names = [as_str(v, source=source, field="uncertainty.sources", choices=SOURCES)
+             for v in value]
+    return tuple(s for s in SOURCES if s in names)
+
+
+def split_acceptance(acc: Mapping[str, Any], source: str) -> tuple[dict, AcceptanceSpread | None]:
+    """The acceptance block without its ``uncertainty`` key, and that key parsed."""
+    acc = dict(acc)
+    if "uncertainty" not in acc:
+        return acc, None
+    field = "acceptance.uncertainty"
+    data = require_mapping(acc.pop("uncertainty"), source=source, field=field)
+    shifted_fields(acc, source=source)
+    check_keys(data, allowed=("sd", "range", "source"), required=("source",), source=source,
+               prefix=field + ".")
+    src = as_str(data["source"], source=source, field=field + ".source")
+    if ("sd" in data) == ("range" in data):
+        raise SpecsimError("give one of sd and range", source=source, field=field,
+                           fix="write e.g. uncertainty: {sd: 0.03, source: ...} or "
+                               "uncertainty: {range: [-0.05, 0.05], source: ...}")
+    if "sd" in data:
+        sd = float(as_number(data["sd"], source=source, field=field + ".sd", minimum=0.0,
+                             maximum=MAX_ACCEPTANCE_SD))
+        return acc, AcceptanceSpread(sd=sd, source=src)
+    rng = data["range"]
+    if not isinstance(rng, (list, tuple)) or len(rng) != 2:
+        raise SpecsimError("must be a list [lo, hi]", source=source, field=field + ".range",
+                           fix="write e.g. range: [-0.05, 0.05] (shifts of the probabilities)")
+    lo, hi = (float(as_number(v, source=source, field=field + ".range", minimum=-1.0,
+                              maximum=1.0)) for v in rng)
+    if not lo <= 0.0 <= hi:
+        raise SpecsimError(f"[{lo}, {hi}] must hold 0 (the written value)", source=source,
+                           field=field + ".range", fix="write [lo, hi] with lo <= 0 <= hi")
+    return acc, AcceptanceSpread(range=(lo, hi), source=src)
+
+
+def shifted_fields(acc: Mapping[str, Any], *, source: str) -> tuple[str, ...]:
+    """The probabilities of an acceptance block a spread shifts; an error for a model
+    without any."""
+    fields = PROBABILITY_FIELDS.get(str(acc.get("model")))
+    if fields is None:
+        raise SpecsimError(f"acceptance model {str(acc.get('model'))[:40]!r} has no "
+                           "probabilities a shift applies to", source=source,
+                           field="acceptance.uncertainty",
+                           fix="give the spread on an acceptance block of model: "
+                               + ", ".join(PROBABILITY_FIELDS) + "; or leave it out")
+    return fields
