@@ -6,6 +6,7 @@ its public names.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -132,6 +133,24 @@ def servable(scenario: Scenario, run: Prepared) -> tuple[RequestTable, np.ndarra
     return table, ok
 
 
+def pool_scenarios(scenario: Scenario) -> tuple[Scenario, Scenario]:
+    """The prefill pool's and the decode pool's scenarios (aggregated ones)."""
+    d = scenario.disaggregation
+    return tuple(dataclasses.replace(scenario, parallelism=p.parallelism, replicas=p.replicas,
+                                     disaggregation=None) for p in (d.prefill, d.decode))
+
+
+def prepare_pool(pool: Scenario, side: str, **kwargs):
+    """``prepare`` of one pool; a deployment that does not fit is reported at the
+    pool's parallelism (``disaggregation.prefill.parallelism``...)."""
+    try:
+        return prepare(pool, **kwargs)
+    except SpecsimError as exc:
+        if exc.field is None or not exc.field.startswith("parallelism"):
+            raise
+        raise exc.relocated(prefix=f"disaggregation.{side}.") from None
+
+
 def check_runnable(scenario: Scenario, *, workload=None, where: str | None = None,
                    infeasible_ok: bool = False):
     """Every check ``simulate(scenario)`` makes before its first engine step (names, the
@@ -144,7 +163,6 @@ def check_runnable(scenario: Scenario, *, workload=None, where: str | None = Non
         pools = {None: scenario}
         if scenario.disaggregation is not None:  # each pool's deployment and plan
             from simulator.disagg_config import check_disaggregated
-            from simulator.simulate_disagg import pool_scenarios, prepare_pool
             check_disaggregated(scenario)
             pools = dict(zip(("prefill", "decode"), pool_scenarios(scenario)))
         for side, pool in pools.items():

@@ -11,7 +11,6 @@ decode pool would (``replica_streams``); prefill replicas never draw (nothing de
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -24,28 +23,8 @@ from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import EngineLimits
 from simulator.engine.router import Arrivals
-from simulator.inputs.errors import SpecsimError
 from simulator.results import Results
 from simulator.scenario import Scenario
-
-
-def pool_scenarios(scenario: Scenario) -> tuple[Scenario, Scenario]:
-    """The prefill pool's and the decode pool's scenarios (aggregated ones)."""
-    d = scenario.disaggregation
-    return tuple(dataclasses.replace(scenario, parallelism=p.parallelism, replicas=p.replicas,
-                                     disaggregation=None) for p in (d.prefill, d.decode))
-
-
-def prepare_pool(pool: Scenario, side: str, **kwargs):
-    """``simulate.prepare`` of one pool; a deployment that does not fit is reported at the
-    pool's parallelism (``disaggregation.prefill.parallelism``...)."""
-    from simulator.run_setup import prepare
-    try:
-        return prepare(pool, **kwargs)
-    except SpecsimError as exc:
-        if exc.field is None or not exc.field.startswith("parallelism"):
-            raise
-        raise exc.relocated(prefix=f"disaggregation.{side}.") from None
 
 
 def _limits(scenario: Scenario, kv_blocks: int) -> EngineLimits:
@@ -70,8 +49,9 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
                            draft_cost=None, progress: Callable[[int, int], None] | None = None,
                            record_events: bool = False) -> Results:
     """Run a disaggregated scenario (see the module docstring)."""
-    from simulator.run_setup import (cache_keys, engine_stats, finish_counter, servable,
-                                    prefix_cache_stats, replica_streams)
+    from simulator.run_setup import (cache_keys, engine_stats, finish_counter,
+                                    pool_scenarios, prefix_cache_stats, prepare_pool,
+                                    replica_streams, servable)
     check_disaggregated(scenario)
     pre_s, dec_s = pool_scenarios(scenario)
     costs = {"target_cost": target_cost, "draft_cost": draft_cost}
