@@ -19,7 +19,9 @@ def test_the_90_percent_cost_intervals_cover_the_measured_runs():
     runs = [read_otel_run(p) for p in sorted(RUNS.iterdir()) if p.is_dir()]
     table = coverage(runs, "h100-sxm", 20)
     assert len(table) == 48
-    assert table["covered"].mean() >= 0.8
+    # a 90% interval should hold between 80% and 97% of the measurements (issue 39's band):
+    # below, the widths are too narrow; above, too wide to be informative
+    assert 0.8 <= table["covered"].mean() <= 0.97
     assert table.loc[table["metric"].str.endswith("mean_ms"), "covered"].all()
     assert ((table["p5"] <= table["p50"]) & (table["p50"] <= table["p95"])).all()
 
