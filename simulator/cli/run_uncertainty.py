@@ -94,6 +94,6 @@ def source_lines(scenario: Scenario, draws: int) -> list[str]:
         lines.append("  workload: trace and engine draws re-drawn, one seed per draw "
                      "spawned from the scenario's seed")
     if len(varied) > 1:
-        lines.append("  share: the widest source's variance over the sum of one-source-at-"
-                     "a-time variances (same draws)")
+        lines.append("  share: the widest source's part of the variance over the same draws "
+                     "(acceptance and cost: their linear terms; workload: what those leave)")
     return lines

@@ -1,10 +1,13 @@
 """Monte Carlo over the declared input uncertainty: N draws per policy, p5/p50/p95 of each
 summary metric, and the share of its variance each source explains.
 
-The share is a one-source-at-a-time estimate: the N draws are run again with only that
-source varying (the same numbers for it, simulator/uncertainty/draws.py), and a source's
-share is its variance over the sum of those variances (their sum may differ from the joint
-variance by the sources' interactions; ``interaction`` reports 1 - sum / joint).
+The shares come from the same N joint draws, no further simulation: a linear regression of
+each metric on the draws' scalar inputs (the acceptance shift, the log of the cost factor).
+The sources are drawn independently, so a scalar source's first-order part of the variance
+is its coefficient squared times its input's variance (a standardised regression
+coefficient squared: Saltelli et al., Global Sensitivity Analysis: The Primer, 2008, sec.
+1.2.3); the workload's part is what those linear terms leave (with any non-linear remainder
+of the others, which ``nonlinear`` reports where the workload does not vary).
 """
 from __future__ import annotations
 
@@ -48,30 +51,23 @@ def propagate(scenarios: list[Scenario], draws: int, executor, progress=None) ->
     draws and, where more than one source varies, each source's variance share."""
     from simulator.planning.executors import Failure, run_items
 
-    jobs: list[tuple[int, tuple[str, ...]]] = []
+    inputs: list[list[Draw]] = []
     tasks: list[DrawTask] = []
-    for k, sc in enumerate(scenarios):
+    for sc in scenarios:
         varied = varied_sources(sc)
-        inputs = draw_inputs(sc.seed, draws, sc.uncertainty)
-        runs = [varied] + ([(s,) for s in varied] if len(varied) > 1 else [])
-        for sources in runs:
-            jobs.append((k, sources))
-            tasks.extend(DrawTask(sc, restrict(d, sources)) for d in inputs)
+        mine = [restrict(d, varied) for d in draw_inputs(sc.seed, draws, sc.uncertainty)]
+        inputs.append(mine)
+        tasks.extend(DrawTask(sc, d) for d in mine)
     values = run_items(run_draw, tasks, executor, progress=progress)
     failed = [v for v in values if isinstance(v, Failure)]
     if failed:
         raise SpecsimError(f"a draw failed: {failed[0].error}", field="uncertainty",
                            fix="narrow the declared spreads, or run the draw's scenario "
                                "alone to see why")
-    table = np.asarray(values, dtype=float).reshape(len(jobs), draws, len(METRICS))
-    rows: list[dict] = [{} for _ in scenarios]
-    for j, (k, sources) in enumerate(jobs):
-        if sources == varied_sources(scenarios[k]):
-            rows[k].update(intervals(table[j]))
-        else:
-            rows[k].update({f"{m}_var_{sources[0]}": float(np.var(table[j][:, i]))
-                            for i, m in enumerate(METRICS)})
-    return [shares(row, varied_sources(sc)) for row, sc in zip(rows, scenarios)]
+    table = np.asarray(values, dtype=float).reshape(len(scenarios), draws, len(METRICS))
+    return [{**{key: v for key, v in intervals(table[k]).items() if not key.endswith("_var")},
+             **shares(table[k], inputs[k], varied_sources(sc))}
+            for k, sc in enumerate(scenarios)]
 
 
 def intervals(values: np.ndarray) -> dict:
@@ -86,19 +82,39 @@ def intervals(values: np.ndarray) -> dict:
     return out
 
 
-def shares(row: dict, varied: tuple[str, ...]) -> dict:
-    """Each source's share of the one-at-a-time variances, the widest source and the
-    interaction term, per metric."""
-    out = {k: v for k, v in row.items() if "_var" not in k}
-    for m in METRICS:
-        if len(varied) < 2:
-            out[f"{m}_widest"] = varied[0] if varied and row[f"{m}_var"] > 0 else "none"
+def shares(values: np.ndarray, draws: list[Draw], varied: tuple[str, ...]) -> dict:
+    """Per metric: each varying source's share of the variance over the draws (rows of
+    ``values``), the widest source and, without a varying workload, the ``nonlinear`` part
+    the linear terms leave (see the module docstring)."""
+    x = {"acceptance": np.array([d.acceptance_shift for d in draws]),
+         "cost": np.log([d.cost_factor for d in draws])}
+    scalars = [s for s in varied if s in x]
+    out: dict = {}
+    if len(varied) >= 2 and len(draws) < len(scalars) + 2:  # too few draws to fit a line
+        return {f"{m}_widest": "none" for m in METRICS}
+    for i, m in enumerate(METRICS):
+        y = values[:, i]
+        if len(varied) < 2 or np.isnan(y).any():
+            out[f"{m}_widest"] = varied[0] if len(varied) == 1 and np.var(y) > 0 else "none"
             continue
-        parts = {s: row[f"{m}_var_{s}"] for s in varied}
-        total = sum(parts.values())
-        for s, v in parts.items():
-            out[f"{m}_share_{s}"] = v / total if total > 0 else float("nan")
-        out[f"{m}_widest"] = max(parts, key=parts.get) if total > 0 else "none"
-        joint = row[f"{m}_var"]
-        out[f"{m}_interaction"] = 1.0 - total / joint if joint > 0 else float("nan")
+        parts = _parts(y, [x[s] for s in scalars])
+        explained, residual = parts
+        named = dict(zip(scalars, explained))
+        if "workload" in varied:
+            named["workload"] = residual
+        else:
+            out[f"{m}_nonlinear"] = residual / float(np.var(y)) if np.var(y) > 0 else 0.0
+        total = sum(named.values())
+        for s in varied:
+            out[f"{m}_share_{s}"] = named[s] / total if total > 0 else float("nan")
+        out[f"{m}_widest"] = max(named, key=named.get) if total > 0 else "none"
     return out
+
+
+def _parts(y: np.ndarray, xs: list[np.ndarray]) -> tuple[list[float], float]:
+    """(beta_s^2 var(x_s) per input, the variance left) of the least-squares fit of ``y``
+    on the inputs with an intercept."""
+    design = np.column_stack([np.ones(y.size)] + [x - x.mean() for x in xs])
+    beta, *_ = np.linalg.lstsq(design, y, rcond=None)
+    explained = [float(b * b * np.var(x)) for b, x in zip(beta[1:], xs)]
+    return explained, max(float(np.var(y - design @ beta)), 0.0)

@@ -164,10 +164,34 @@ def test_the_same_seed_gives_the_same_intervals_and_another_seed_others():
     assert a[0]["p50_tpot_s_p50"] != b[0]["p50_tpot_s_p50"]
 
 
-def test_shares_are_fractions_of_the_one_at_a_time_variances():
+def test_shares_are_fractions_of_the_variance():
     [row] = propagate([small()], 4, SerialExecutor())
     for m in METRICS:
         parts = [row[f"{m}_share_{s}"] for s in ("acceptance", "cost", "workload")]
         assert sum(parts) == pytest.approx(1.0)
         assert row[f"{m}_widest"] in ("acceptance", "cost", "workload")
         assert row[f"{m}_p5"] <= row[f"{m}_p50"] <= row[f"{m}_p95"]
+
+
+def test_regression_shares_recover_a_known_linear_model():
+    """y = 3 a + 1 ln f + noise, a and ln f independent: the first-order parts are
+    9 var(a) and var(ln f), and the workload (the noise) gets what is left."""
+    from simulator.uncertainty.draws import Draw
+    from simulator.uncertainty.propagate import shares
+    rng = np.random.default_rng(0)
+    n = 4000
+    a, lnf, noise = rng.normal(0, 1, n), rng.normal(0, 2, n), rng.normal(0, 1, n)
+    draws = [Draw(i, a[i], float(np.exp(lnf[i])), i) for i in range(n)]
+    y = 3 * a + lnf + noise
+    values = np.column_stack([y] * len(METRICS))
+    out = shares(values, draws, ("acceptance", "cost", "workload"))
+    total = 9 + 4 + 1  # var(3a) + var(ln f) + var(noise)
+    m = METRICS[0]
+    assert out[f"{m}_share_acceptance"] == pytest.approx(9 / total, abs=0.02)
+    assert out[f"{m}_share_cost"] == pytest.approx(4 / total, abs=0.02)
+    assert out[f"{m}_share_workload"] == pytest.approx(1 / total, abs=0.02)
+    assert out[f"{m}_widest"] == "acceptance"
+    # without the workload, a purely linear metric leaves no non-linear remainder
+    exact = shares(np.column_stack([3 * a + lnf] * len(METRICS)), draws,
+                   ("acceptance", "cost"))
+    assert exact[f"{m}_nonlinear"] == pytest.approx(0.0, abs=1e-12)

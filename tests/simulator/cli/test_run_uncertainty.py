@@ -46,7 +46,8 @@ def test_csv_carries_the_intervals_and_nothing_varying_is_the_point(tmp_path, ca
 
 
 def test_json_rows_name_the_widest_source(tmp_path, capsys):
-    code, out, _ = run(tmp_path, capsys, write(tmp_path), "--uncertainty", "3",
+    # 5 draws: enough to fit the shares' line on two scalar inputs and an intercept
+    code, out, _ = run(tmp_path, capsys, write(tmp_path), "--uncertainty", "5",
                        "--format", "json")
     assert code == 0
     [row] = json.loads(out)
