@@ -91,11 +91,15 @@ def _hf_ids() -> dict[str, tuple[str, str]]:
     return {hf.lower(): (name, hf) for name, ids in table.items() for hf in reversed(ids)}
 
 
+def hf_id(name: str) -> str | None:
+    """The Hugging Face id a catalog model's shapes were read from (its first), or None."""
+    return dict(_hf_ids().values()).get(name)  # reversed above: a name's first id wins
+
+
 def _kind_names(kind: str) -> str:
     from simulator.models.spec import list_models, load_model
-    by_name = dict(_hf_ids().values())
     names = [n for n in list_models() if load_model(n).kind == kind]
-    return ", ".join(f"{n} ({by_name[n]})" if n in by_name else n for n in names) or "none"
+    return ", ".join(f"{n} ({hf_id(n)})" if hf_id(n) else n for n in names) or "none"
 
 
 def _guess_kind(model: str, method: str | None) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec, load_model
+from simulator.vllm_config import hf_id
 
 # The methods a flags-only plan tries, by vLLM's speculative_config method names (chain is
 # specsim's name for vLLM's draft_model).  Model-free methods (ngram, suffix) need the
@@ -100,14 +101,6 @@ class Candidate:
     @property
     def expert_parallel(self) -> bool:
         return self.shape.expert_parallel
-
-
-def hf_id(name: str) -> str | None:
-    """The Hugging Face id a catalog model's shapes were read from, or None."""
-    from simulator.inputs.yaml_io import load_yaml_file
-    from simulator.vllm_config import HF_IDS
-    ids = load_yaml_file(HF_IDS).get(name) or []
-    return ids[0] if ids else None
 
 
 def drafter(method: str, target: ModelSpec) -> str | None:
