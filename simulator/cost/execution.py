@@ -13,7 +13,7 @@ each part is counted once:
   ``cudagraph_capture_sizes`` entry).  vLLM's default mode, FULL_AND_PIECEWISE, replays one
   full graph for a uniform batch (every request the same query length: decode, or
   verification of the same k) and, for a mixed prefill/decode batch, piecewise graphs
-  around attention, which runs eager (docs/design/cuda_graphs.md); batches above the
+  around attention, which runs eager (vLLM docs/design/cuda_graphs.md); batches above the
   largest captured size run eager.  The LM head and sampling run outside the graph
   (``compute_logits`` follows the captured forward).
 - **Host CPU time** per engine step: scheduling, input preparation, sampling bookkeeping:

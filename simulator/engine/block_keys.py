@@ -2,7 +2,7 @@
 
 vLLM V1 names a full block by a hash of its tokens and of everything before it, for prompt
 and generated tokens alike (vllm/v1/core/kv_cache_utils.py, ``hash_block_tokens``; the
-blocks of output tokens are cached as they fill, docs/design/prefix_caching.md).  Here a
+blocks of output tokens are cached as they fill, vLLM docs/design/prefix_caching.md).  Here a
 request's keys are its *shared* keys first -- the blocks other requests can name too --
 then keys of its own, one per block it can ever hold:
 

@@ -1,7 +1,7 @@
 """Automatic prefix caching, as vLLM V1's KV cache manager does it (``PrefixCache``).
 
 vLLM identifies a full KV block by a hash of its tokens and of everything before it
-(docs/design/prefix_caching.md); a new request reuses the longest run of its leading blocks
+(vLLM docs/design/prefix_caching.md); a new request reuses the longest run of its leading blocks
 that are cached, at most ``num_tokens - 1`` tokens, so that the last prompt token is computed
 for its logits (vllm/v1/core/kv_cache_manager.py, ``get_computed_blocks``).  A cached block
 stays in the KV cache after its requests finish, in the *free block queue*: allocation takes
