@@ -90,9 +90,13 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
         data["kernels"] = kernels_to_dict(profile.kernels)
     if collectives_to_dict(profile.collectives):
         data["collectives"] = collectives_to_dict(profile.collectives)
-    if profile.moe_quantized_gemm_efficiency is not None:
-        key = "quantized_grouped_gemm_memory_efficiency"
-        data["moe"] = {key: sourced(profile.moe_quantized_gemm_efficiency, f"moe.{key}")}
+    moe = {key: sourced(value, f"moe.{key}") for key, value in (
+        ("quantized_grouped_gemm_memory_efficiency", profile.moe_quantized_gemm_efficiency),
+        ("grouped_gemm_compute_efficiency", profile.moe_grouped_gemm_compute_efficiency),
+        ("grouped_gemm_overlap_exponent", profile.moe_grouped_gemm_overlap_exponent))
+        if value is not None}
+    if moe:
+        data["moe"] = moe
     cal: dict[str, Any] = {}
     if profile.provenance:
         cal["provenance"] = dict(profile.provenance)

@@ -87,9 +87,14 @@ class HardwareProfile:
     # collectives (hardware/collectives.py) from the profile's collectives: block; None here
     # becomes Collectives.from_link(interconnect), today's ring formulas on the link
     collectives: Collectives | None = None
-    # moe: block: the fraction of the bandwidth a fused-MoE grouped GEMM streams block-scaled
-    # 8-/4-bit expert weights at (simulator/cost/moe_kernels.py); None: the GEMM kind's
+    # moe: block (simulator/cost/moe_kernels.py): the fraction of the bandwidth a fused-MoE
+    # grouped GEMM streams block-scaled 8-/4-bit expert weights at; None: the GEMM kind's
     moe_quantized_gemm_efficiency: float | None = None
+    # ... the fraction of the 16-bit peak its compute reaches; None: the GEMM kind's
+    moe_grouped_gemm_compute_efficiency: float | None = None
+    # ... p of its time (compute^p + memory^p)^(1/p), the roofs' imperfect overlap near the
+    # ridge point; None: max(compute, memory)
+    moe_grouped_gemm_overlap_exponent: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -228,15 +233,25 @@ def _collectives(data: Mapping[str, Any], *, source: str, sources: dict) -> Coll
     return collectives
 
 
-def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> float | None:
-    """The optional ``moe: {quantized_grouped_gemm_memory_efficiency: {value, source}}``."""
+MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_efficiency",
+            "grouped_gemm_compute_efficiency": "moe_grouped_gemm_compute_efficiency",
+            "grouped_gemm_overlap_exponent": "moe_grouped_gemm_overlap_exponent"}
+
+
+def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, float]:
+    """The optional ``moe:`` block, each key ``{value, source}``: HardwareProfile's fields."""
     if "moe" not in data:
-        return None
-    key = "quantized_grouped_gemm_memory_efficiency"
+        return {}
     moe = require_mapping(data["moe"], source=source, field="moe")
-    check_keys(moe, allowed=(key,), required=(key,), source=source, prefix="moe.")
-    return _sourced(moe[key], source=source, field=f"moe.{key}", sources=sources,
-                    strictly_positive=True, maximum=1.0)
+    check_keys(moe, allowed=tuple(MOE_KEYS), source=source, prefix="moe.")
+    if not moe:
+        raise SpecsimError("the moe block is empty", source=source, field="moe",
+                           fix="give one of " + ", ".join(MOE_KEYS) + ", or leave it out")
+    bounds = {k: {"strictly_positive": True, "maximum": 1.0} for k in MOE_KEYS}
+    # p = 1: the roofs add (no overlap); p -> infinity: their max (perfect overlap)
+    bounds["grouped_gemm_overlap_exponent"] = {"minimum": 1.0, "maximum": 100.0}
+    return {MOE_KEYS[k]: float(_sourced(moe[k], source=source, field=f"moe.{k}",
+                                        sources=sources, **bounds[k])) for k in moe}
 
 
 def _defaults(data: Mapping[str, Any], source: str,
@@ -319,7 +334,7 @@ def profile_from_dict(data: Any, *, source: str) -> HardwareProfile:
         compute_efficiency_axis=axis,
         kernels=kernels,
         collectives=_collectives(data, source=source, sources=sources),
-        moe_quantized_gemm_efficiency=_moe(data, source=source, sources=sources),
+        **_moe(data, source=source, sources=sources),
         sources=sources,
         provenance=provenance,
         path=source,

@@ -140,6 +140,7 @@ def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[
         d_busy = moe_kernels.busiest_experts(s, tokens)
         rows_busy = rows * d_busy / np.maximum(d_dev, 1e-12)
         eta = moe_kernels.streaming_efficiency(cm)
+        kernel = moe_kernels.grouped_gemm_kernel(cm)
     out = []
     for name, weight, t_in, t_out, launches in (
             ("experts_up", s.up_weight, s.hidden, s.up_out, LAUNCHES_UP),
@@ -151,7 +152,8 @@ def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[
         compute_s = roof.compute_time(flops, hbm)
         memory_s = roof.memory_time(hbm)
         if cm._shapes:
-            gpu = moe_kernels.grouped_gemm_s(roof, eta, d_busy, rows_busy, t_out, t_in, wb, b)
+            gpu = moe_kernels.grouped_gemm_s(roof, eta, d_busy, rows_busy, t_out, t_in, wb, b,
+                                             kernel)
         else:
             gpu = np.maximum(compute_s, memory_s)
         out.append((name, flops, hbm, host, compute_s, memory_s, host_s,

@@ -46,6 +46,18 @@ per 128 x 128 block in its K loop), at the GEMM kind's memory efficiency for 16-
 (vLLM PR #19049's BF16 Qwen3-30B-A3B series on an A100 PCIe 40GB, 1-64 tokens, is within
 -3% to -8% of that from 8 tokens; tests/simulator/cost/fused_moe_measured.py); the routed
 rows are gathered in and scattered out (permute and unpermute traffic).
+Its compute, for 16-bit experts where the profile measured it (``GroupedGemm``, the profile's
+``moe.grouped_gemm_compute_efficiency`` and ``moe.grouped_gemm_overlap_exponent``): the Triton
+kernel is not cuBLAS.  vLLM PR #24700's Mixtral-8x7B BF16 TP2 series on an H100 (tuned
+config, 1-1536 tokens; tests/simulator/cost/fused_moe_measured.py) stays at the weights'
+stream up to 128 tokens, then grows: 537, 662, 834, 1,123 us at 256, 512, 1,024, 1,536 tokens,
+about 480 TFLOPS on the last, half the BF16 peak where dense GEMMs reach 0.78 of it, and at
+256-512 tokens (64-128 rows per expert, the ridge point) above both roofs: the weight tiles'
+loads and the tiles' MMAs overlap only in part.  So the compute roof runs at the kernel's
+own fraction of the peak, and the two roofs combine as ``(c^p + m^p)^(1/p)`` (p 1: they add;
+p -> infinity: their max), both fitted jointly to that series; the max of the roofs at the
+GEMM kind's rate priced it 19-29% too cheap from 512 tokens, so a step carrying a prefill
+chunk was priced too cheap.  Decode-sized calls, far below the ridge, move by under 3%.
 BLOCK_M is 16 while an expert gets at most 16 rows and 64 beyond (the tuned configs of small
 batches: BLOCK_SIZE_M 16 up to 32 tokens in that Mixtral file and at 1-16 tokens in
 sgl-project/sglang PR #11816's DeepSeek-R1 runs; 64 in vLLM's ``get_default_config`` for FP8
@@ -63,6 +75,7 @@ Poisson-binomial (exact by convolution) and the expected maximum over the ranks 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -121,13 +134,18 @@ def touched_probabilities(shape, tokens) -> np.ndarray:
     return 1.0 - (1.0 - p) ** t
 
 
-def grouped_gemm_s(roof, eta, experts, rows, n: float, k: float, wb: float, ab: float):
+def grouped_gemm_s(roof, eta, experts, rows, n: float, k: float, wb: float, ab: float,
+                   kernel: "GroupedGemm | None" = None):
     """GPU seconds of one grouped GEMM: ``experts`` touched (fractional: an expectation) with
     ``rows`` routed rows between them, each expert an ``[m x k] @ [k x n]`` of ``wb``-byte
-    weights and ``ab``-byte activations (module docstring); arrays broadcast."""
+    weights and ``ab``-byte activations (module docstring); arrays broadcast.  ``kernel``:
+    the fused-MoE kernel's own compute efficiency and roof overlap (None: the GEMM kind's
+    rate, the roofs' max)."""
     crate, mrate, latency, floor = roof.kind_rates(GEMM)
     if eta is not None:
         mrate = roof.bandwidth_bytes_per_s * eta
+    if kernel is not None and kernel.compute_efficiency is not None:
+        crate = roof.peak_flops_per_s * kernel.compute_efficiency
     sms = roof.kernels.sm_count
     experts = np.asarray(experts, dtype=np.float64)
     rows = np.asarray(rows, dtype=np.float64)
@@ -135,9 +153,42 @@ def grouped_gemm_s(roof, eta, experts, rows, n: float, k: float, wb: float, ab: 
     bm = np.where(m_e <= BLOCK_M_SMALL, BLOCK_M_SMALL, BLOCK_M)
     blocks = experts * np.ceil(m_e / bm) * np.ceil(n / BLOCK_N)
     compute = np.ceil(blocks / sms) * (2.0 * bm * BLOCK_N * k) / (crate / sms)
-    hbm = experts * n * k * wb + rows * (n + k) * ab
-    return np.where(rows > 0, np.maximum(np.maximum(compute, hbm / mrate) + latency, floor),
-                    0.0)
+    hbm = (experts * n * k * wb + rows * (n + k) * ab) / mrate
+    p = None if kernel is None else kernel.overlap_exponent
+    return np.where(rows > 0, np.maximum(_roofs(compute, hbm, p) + latency, floor), 0.0)
+
+
+def _roofs(compute, memory, p: float | None):
+    """The two roofs together: their max (``p`` None), else ``(c^p + m^p)^(1/p)``, written
+    as ``max * (1 + (min/max)^p)^(1/p)`` so that tiny times do not underflow."""
+    top = np.maximum(compute, memory)
+    if p is None:
+        return top
+    low = np.minimum(compute, memory) / np.maximum(top, 1e-300)
+    return top * (1.0 + low ** p) ** (1.0 / p)
+
+
+@dataclass(frozen=True)
+class GroupedGemm:
+    """The fused-MoE Triton kernel's own numbers where a profile measured them (its
+    ``moe:`` block): the fraction of the peak its compute reaches, and p of its roofs'
+    overlap (module docstring); None: the GEMM kind's rate, the roofs' max."""
+
+    compute_efficiency: float | None = None
+    overlap_exponent: float | None = None
+
+
+def grouped_gemm_kernel(cm) -> GroupedGemm | None:
+    """The profile's fused-MoE kernel numbers for 16-bit expert weights (measured on BF16:
+    the FP8/FP4 kernels' compute is not), None otherwise (module docstring)."""
+    hw = cm.hardware
+    if compute_dtype(cm.model.dtype) != cm.model.dtype:
+        return None
+    if hw.moe_grouped_gemm_compute_efficiency is None \
+            and hw.moe_grouped_gemm_overlap_exponent is None:
+        return None
+    return GroupedGemm(hw.moe_grouped_gemm_compute_efficiency,
+                       hw.moe_grouped_gemm_overlap_exponent)
 
 
 def streaming_efficiency(cm) -> float | None:

@@ -19,6 +19,14 @@ def test_moe_block_is_read_with_its_source_and_optional():
     assert p.moe_quantized_gemm_efficiency == 0.65
     assert "PR #11730" in p.sources["moe.quantized_grouped_gemm_memory_efficiency"]
     assert load_profile("a100-80gb").moe_quantized_gemm_efficiency is None
+    h100 = load_profile("h100-sxm")  # the BF16 kernel's compute and overlap (PR #24700)
+    assert (h100.moe_grouped_gemm_compute_efficiency, h100.moe_grouped_gemm_overlap_exponent) \
+        == (0.6, 2.5)
+    for key in ("grouped_gemm_compute_efficiency", "grouped_gemm_overlap_exponent"):
+        assert "PR #24700" in h100.sources[f"moe.{key}"]
+    a100 = load_profile("a100-80gb")
+    assert a100.moe_grouped_gemm_compute_efficiency is None
+    assert a100.moe_grouped_gemm_overlap_exponent is None
 
 
 @pytest.mark.parametrize("block, field", [
@@ -27,7 +35,11 @@ def test_moe_block_is_read_with_its_source_and_optional():
     ({"quantized_grouped_gemm_memory_efficiency": {"value": 0.5}},
      "moe.quantized_grouped_gemm_memory_efficiency.source"),
     ({"grouped_gemm_efficiency": {"value": 0.5, "source": "x"}}, "moe.grouped_gemm_efficiency"),
-    ({}, "moe.quantized_grouped_gemm_memory_efficiency"),
+    ({}, "moe"),
+    ({"grouped_gemm_overlap_exponent": {"value": 0.5, "source": "x"}},
+     "moe.grouped_gemm_overlap_exponent.value"),
+    ({"grouped_gemm_compute_efficiency": {"value": 0.0, "source": "x"}},
+     "moe.grouped_gemm_compute_efficiency.value"),
 ])
 def test_bad_moe_block_names_the_field(tmp_path, block, field):
     data = _h200_data()
@@ -43,5 +55,8 @@ def test_moe_block_round_trips_through_the_writer():
     p = load_profile("h200")
     back = profile_from_dict(profile_to_dict(p), source="round trip")
     assert back.moe_quantized_gemm_efficiency == p.moe_quantized_gemm_efficiency
-    assert back.sources["moe.quantized_grouped_gemm_memory_efficiency"] == \
-        p.sources["moe.quantized_grouped_gemm_memory_efficiency"]
+    assert back.moe_grouped_gemm_compute_efficiency == p.moe_grouped_gemm_compute_efficiency
+    assert back.moe_grouped_gemm_overlap_exponent == p.moe_grouped_gemm_overlap_exponent
+    for key in ("quantized_grouped_gemm_memory_efficiency", "grouped_gemm_compute_efficiency",
+                "grouped_gemm_overlap_exponent"):
+        assert back.sources[f"moe.{key}"] == p.sources[f"moe.{key}"]

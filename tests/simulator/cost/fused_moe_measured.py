@@ -36,25 +36,55 @@ DEEPSEEK_R1_B200 = ("b200", "deepseek-v3", 8, "fp8",
 QWEN3_30B_A100_BF16 = ("a100-40gb", "qwen3-30b-a3b", 1, "bf16",
                        {1: 109.21, 2: 159.81, 4: 268.89, 8: 403.13, 16: 611.19, 24: 730.19,
                         32: 808.53, 48: 885.97, 64: 917.45})
+# vllm-project/vllm PR #24700 ("[Perf] Improve default fused moe configs by analyzing tuned
+# configs", mgoin, 2025-09-11), "Benchmarks on H100", "Mixtral BF16", the "# Tuned Config"
+# block: benchmark_moe.py --model=mistralai/Mixtral-8x7B-Instruct-v0.1 -tp=2 with vLLM's
+# tuned E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json (the config vLLM serves Mixtral
+# TP2 on H100 with).  Prefill-sized batches: from 256 tokens (64+ rows per expert) the call
+# grows with the tokens while the weights' stream stays flat.
+MIXTRAL_H100_BF16 = ("h100-sxm", "mixtral-8x7b", 2, "bf16",
+                     {1: 144.03, 2: 229.28, 4: 351.10, 8: 434.98, 16: 471.49, 24: 478.27,
+                      32: 487.35, 48: 487.85, 64: 483.14, 96: 494.42, 128: 491.39,
+                      256: 536.77, 512: 662.33, 1024: 833.72, 1536: 1122.93})
+# vllm-project/vllm PR #44818 ("[Perf] Add H200 BF16 fused MoE configs for Gemma4
+# (E=128,N=704)", LucasWilkinson, 2026-06-08), the "Tuned (us)" column of its microbenchmark
+# (E=128, N=704, K=2816, top_k=8, BF16, H200, 500 iterations a point), from 256 tokens: not
+# fitted on (the H200 carries h100-sxm's kernel numbers).  The catalog has no Gemma 4, so the
+# call is priced on qwen3-30b-a3b's MoE (128 experts, top-8, gated) at Gemma 4's hidden size
+# and expert width (the sixth field).  Below 256 tokens the table is flat at 185-204 us from
+# 1 to 8 tokens, where the touched experts' weights take 20-64 us at the H200's 4.8 TB/s: a
+# floor of the harness, not of the kernel, so those sizes are left out.
+GEMMA4_H200_BF16 = ("h200", "qwen3-30b-a3b", 1, "bf16",
+                    {256: 419.6, 512: 442.3, 1024: 528.4, 1536: 582.0, 2048: 728.2,
+                     3072: 962.9, 4096: 1189.6},
+                    (("hidden_size", 2816), ("expert_ffn_size", 704)))
 
 
 @functools.cache
 def _cost_model(profile: str, model: str, tp: int, dtype: str,
-                eta: float | None = -1.0) -> CostModel:
-    """``eta`` -1: the profile's fused-MoE streaming efficiency; else that value instead."""
+                eta: float | None = -1.0, kernel: tuple | None = None,
+                shapes: tuple = ()) -> CostModel:
+    """``eta`` -1: the profile's fused-MoE streaming efficiency; else that value instead;
+    ``kernel`` None: the profile's grouped-GEMM compute efficiency and overlap exponent;
+    else ``(efficiency, exponent)`` instead; ``shapes``: ``(field, value)`` pairs replacing
+    the catalog model's."""
     hw = load_profile(profile)
     if eta is None or eta >= 0:
         hw = dataclasses.replace(hw, moe_quantized_gemm_efficiency=eta)
-    return CostModel(hw, with_precision(load_model(model), hw, dtype),
-                     Parallelism(tensor_parallel=tp))
+    if kernel is not None:
+        hw = dataclasses.replace(hw, moe_grouped_gemm_compute_efficiency=kernel[0],
+                                 moe_grouped_gemm_overlap_exponent=kernel[1])
+    spec = dataclasses.replace(load_model(model), **dict(shapes))
+    return CostModel(hw, with_precision(spec, hw, dtype), Parallelism(tensor_parallel=tp))
 
 
 def fused_moe_call_s(profile: str, model: str, tp: int, dtype: str, tokens: float,
-                     eta: float | None = -1.0) -> float:
+                     eta: float | None = -1.0, kernel: tuple | None = None,
+                     shapes: tuple = ()) -> float:
     """The cost model's seconds for one fused-MoE call of ``tokens`` tokens: the grouped
     GEMMs, the routing/align/sum/quantisation kernels, and the activation of the routed rows
-    (``eta``: a streaming efficiency to price it with instead of the profile's)."""
-    cm = _cost_model(profile, model, tp, dtype, eta)
+    (``eta``, ``kernel``: numbers to price it with instead of the profile's)."""
+    cm = _cost_model(profile, model, tp, dtype, eta, kernel, shapes)
     t = np.array([float(tokens)])
     gemms = sum(float(term[-2][0]) for term in moe.routed_terms(cm, t))
     routing = next(float(gpu) for name, _, gpu, _, _ in moe_kernels.small_kernel_terms(
@@ -66,14 +96,29 @@ def fused_moe_call_s(profile: str, model: str, tp: int, dtype: str, tokens: floa
     return gemms + routing + act
 
 
-def errors(series, eta: float | None = -1.0) -> np.ndarray:
+def errors(series, eta: float | None = -1.0, kernel: tuple | None = None) -> np.ndarray:
     """Relative error of the priced call at each batch size of a series."""
-    profile, model, tp, dtype, measured = series
-    return np.array([fused_moe_call_s(profile, model, tp, dtype, t, eta) * 1e6 / us - 1.0
-                     for t, us in measured.items()])
+    profile, model, tp, dtype, measured, *shapes = series
+    return np.array([fused_moe_call_s(profile, model, tp, dtype, t, eta, kernel,
+                                      tuple(shapes[0]) if shapes else ()) * 1e6 / us
+                     - 1.0 for t, us in measured.items()])
 
 
 def best_efficiency(series, grid=tuple(np.round(np.arange(0.40, 0.951, 0.05), 2))) -> float:
     """The streaming efficiency of ``grid`` whose priced calls have the least rms error over
     the series (how the profiles' moe.quantized_grouped_gemm_memory_efficiency was fitted)."""
     return min(grid, key=lambda eta: float(np.mean(errors(series, float(eta)) ** 2)))
+
+
+def rms(err: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(err ** 2)))
+
+
+def best_kernel(series, efficiencies=tuple(np.round(np.arange(0.40, 0.801, 0.05), 2)),
+                exponents=(1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0)) -> tuple[float, float]:
+    """The grouped GEMM's (compute efficiency, overlap exponent) on these grids whose priced
+    calls have the least rms error over the series (how the profiles' moe.grouped_gemm_*
+    numbers were fitted: jointly, over every batch size of the series, decode-sized ones
+    included, so that the fit cannot trade the decode calls for the prefill ones)."""
+    grid = [(float(e), float(p)) for e in efficiencies for p in exponents]
+    return min(grid, key=lambda kp: rms(errors(series, kernel=kp)))
