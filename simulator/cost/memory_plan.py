@@ -56,6 +56,9 @@ def activation_bytes(model: ModelSpec, parallel: Parallelism, max_batched_tokens
     for the last token of each prefill and the decode/verify tokens), per device.  A
     conservative stand-in for vLLM's profiling run.
     """
+    dp = parallel.data_parallel_attention
+    if dp > 1:
+        return _dp_rank_activation_bytes(model, parallel, max_batched_tokens, logits_tokens)
     tp = parallel.tensor_parallel
     width = model.ffn_size
     if model.is_moe:  # a MoE layer's k routed and shared experts' intermediates
@@ -66,6 +69,23 @@ def activation_bytes(model: ModelSpec, parallel: Parallelism, max_batched_tokens
     logits = max_batched_tokens if logits_tokens is None else min(logits_tokens,
                                                                    max_batched_tokens)
     return float(max_batched_tokens) * hidden + float(logits) * 4.0 * model.vocab_size / tp
+
+
+def _dp_rank_activation_bytes(model: ModelSpec, parallel: Parallelism,
+                              max_batched_tokens: int, logits_tokens: int | None) -> float:
+    """One DP attention rank's activations: its share of the replica's token budget (SGLang
+    gives each DP rank ``chunked_prefill_size // dp_size`` and ``max_running_requests //
+    dp_size``, server_args.py ``_handle_data_parallelism``; a vLLM DP rank has its own
+    budget), plus, under the all-gather dispatch, the gathered 16-bit hidden states of every
+    rank's tokens that the MoE layer holds (simulator/cost/dp_attention.py)."""
+    dp = parallel.data_parallel_attention
+    rank = dataclasses.replace(parallel, data_parallel_attention=1, expert_parallel=1)
+    share = -(-int(max_batched_tokens) // dp)
+    logits = None if logits_tokens is None else -(-int(logits_tokens) // dp)
+    act = activation_bytes(model, rank, share, logits)
+    if parallel.moe_dispatch == "all_gather":
+        act += float(max_batched_tokens) * model.hidden_size * model.activation_bytes
+    return act
 
 
 def kv_bytes_per_device(model: ModelSpec, tp: int, pp: int = 1) -> float:

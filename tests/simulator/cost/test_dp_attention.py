@@ -42,9 +42,12 @@ def test_kv_capacity_per_rank_deepseek_v3_fp8_on_8_h200_by_hand():
     experts = 58 * 256 * 3 * 7168 * 2048
     weights = _deepseek_non_expert_params() * 1 + experts * 1 / 8
     assert plan.weight_bytes == pytest.approx(weights, rel=1e-12)
-    # activations (memory_plan.activation_bytes' form, attention TP 1): the widest MLP is
-    # the dense 18432 (= (8 + 1) x 2048 of a MoE layer), 16-bit
-    act = 2048 * (4 * 7168 + 2 * 2 * 18432) * 2 + 256 * 4 * 129280
+    # activations (memory_plan.activation_bytes' form, attention TP 1) of the rank's share
+    # of the replica's budget, 2048 / 8 tokens and 256 / 8 logits (SGLang's
+    # _handle_data_parallelism divides the budgets among the DP ranks): the widest MLP is
+    # the dense 18432 (= (8 + 1) x 2048 of a MoE layer), 16-bit; plus the all-gather
+    # dispatch's gathered hidden states, all 2048 tokens x 7168, 16-bit
+    act = 256 * (4 * 7168 + 2 * 2 * 18432) * 2 + 32 * 4 * 129280 + 2048 * 7168 * 2
     # the MLA latent a token: (kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 2 bytes
     # (kv_cache_dtype auto: 16-bit), all of it on its rank
     latent = (512 + 64) * 61 * 2
