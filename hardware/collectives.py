@@ -170,6 +170,8 @@ class Collectives:
     all_gather: tuple[Curve, ...] = ()         # empty: the all-reduce curves at half the bytes
     send_recv: Curve | None = None
     all_to_all: tuple[Curve, ...] = ()         # empty: derived from send/recv (all_to_all_s)
+    ep_normal: tuple[Curve, ...] = ()          # DeepEP's normal kernels (ep_normal_s)
+    gpus_per_node: int = 8                     # the NVLink domain those kernels forward in
     link_bandwidth_bytes_per_s: float = 0.0    # > 0: the ring formulas on one link
     link_latency_s: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -258,6 +260,23 @@ class Collectives:
             t = self._ring(x, 1, all_to_all_factor(world))
         return _finish(t, x)
 
+    def ep_normal_s(self, nbytes: Any, world: int):
+        """Seconds of a DeepEP normal-mode dispatch or combine over ``world`` ranks that moves
+        ``nbytes`` through its bottleneck (``simulator/cost/dp_attention.py``
+        ``dispatch_bytes``: a rank's tokens once per node they reach beyond one node, once per
+        rank within one), from the profile's ``ep_normal`` block (DeepEP's own convention:
+        time = latency + bytes / bottleneck bandwidth); within one node (``world`` at most
+        ``gpus_per_node``) the kernels move them over NVLink: the send/recv curve at those
+        bytes; without the block, the all-to-all of the same bytes."""
+        world, x = _check_world(world), _sizes(nbytes)
+        if world == 1:
+            return _finish(0.0 * x, x)
+        if self.ep_normal and world <= self.gpus_per_node:
+            return self.send_recv_s(x)
+        if not self.ep_normal:
+            return self.all_to_all_s(x, world)
+        return _finish(_world_time(self.ep_normal, x, world, lambda _: 1.0), x)
+
     def send_recv_s(self, nbytes: Any):
         """Seconds to send ``nbytes`` from one pipeline stage to the next."""
         x = _sizes(nbytes)
@@ -269,6 +288,8 @@ class Collectives:
         "send_recv") at ``world``: a measured curve, an interpolation, or the link formula."""
         if op == "send_recv":
             return "send/recv curve" if self.send_recv else "interconnect link formula"
+        if op == "ep_normal" and not self.ep_normal:
+            return "not available: the all-to-all of the same bytes is used"
         if op == "all_to_all" and not self.all_to_all:
             return ("derived: the send/recv curve at the (p-1)/p of the bytes that leave a "
                     "rank" if self.send_recv else "derived: interconnect link formula at "
@@ -277,7 +298,7 @@ class Collectives:
             return "interconnect ring formula"
         curves = {"all_reduce": self.all_reduce, "custom_all_reduce": self.custom_all_reduce,
                   "all_gather": self.all_gather or self.all_reduce,
-                  "all_to_all": self.all_to_all}.get(op)
+                  "all_to_all": self.all_to_all, "ep_normal": self.ep_normal}.get(op)
         if curves is None:
             raise SpecsimError(f"unknown collective {op!r}", field="op",
                                fix="one of all_reduce, custom_all_reduce, all_gather, "

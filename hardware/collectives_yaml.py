@@ -22,8 +22,8 @@ from hardware.collectives import (
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_bool, as_number, as_str, check_keys, require_mapping
 
-_TOP = ("all_reduce", "custom_all_reduce", "all_gather", "all_to_all", "send_recv",
-        "from_interconnect")
+_TOP = ("all_reduce", "custom_all_reduce", "all_gather", "all_to_all", "ep_normal",
+        "send_recv", "from_interconnect")
 _OP_KEYS = ("source", "provenance", "worlds")
 _CUSTOM_KEYS = ("source", "provenance", "worlds", "available", "max_kib")
 _SEND_KEYS = ("source", "provenance", "pieces")
@@ -122,6 +122,20 @@ def _custom(data: Any, *, source: str, sources: dict, provenance: dict) -> tuple
     return curves, max_bytes
 
 
+def _ep_normal(data: Any, *, source: str, sources: dict, provenance: dict) -> dict:
+    """The ``ep_normal`` block (DeepEP's normal kernels) as Collectives keywords."""
+    field = "collectives.ep_normal"
+    block = _op_block(data, _OP_KEYS + ("gpus_per_node",), ("source", "worlds",
+                      "gpus_per_node"), source=source, field=field, sources=sources,
+                      provenance=provenance)
+    # DeepEP's bottleneck bandwidth is bytes over time: no (p-1)/p factor
+    curves = _worlds(block["worlds"], lambda _: 1.0, source=source, field=field + ".worlds")
+    per_node = as_number(block["gpus_per_node"], source=source, field=field + ".gpus_per_node",
+                         integer=True, minimum=1, maximum=1024,
+                         fix="the GPUs of one node's NVLink domain, e.g. 8")
+    return {"ep_normal": curves, "gpus_per_node": per_node}
+
+
 def parse_collectives(data: Any, *, source: str, link: Any = None) -> Collectives | None:
     """A profile's ``collectives:`` block as a :class:`Collectives` (None when absent).
 
@@ -163,12 +177,14 @@ def parse_collectives(data: Any, *, source: str, link: Any = None) -> Collective
                               provenance=provenance)
             optional[op] = _worlds(block["worlds"], factor, source=source,
                                    field=f"collectives.{op}.worlds")
+    node = _ep_normal(data["ep_normal"], source=source, sources=sources,
+                      provenance=provenance) if "ep_normal" in data else {}
     sr = _op_block(data["send_recv"], _SEND_KEYS, ("source", "pieces"), source=source,
                    field="collectives.send_recv", sources=sources, provenance=provenance)
     return Collectives(
         all_reduce=_worlds(ar["worlds"], all_reduce_factor, source=source,
                            field="collectives.all_reduce.worlds"),
-        custom_all_reduce=custom, custom_max_bytes=max_bytes, **optional,
+        custom_all_reduce=custom, custom_max_bytes=max_bytes, **optional, **node,
         send_recv=_pieces(sr["pieces"], world=2, factor=1.0, source=source,
                           field="collectives.send_recv.pieces"),
         sources=sources, provenance=provenance, block=copy.deepcopy(dict(data)))

@@ -34,7 +34,10 @@ A step's time (``step_time``):
   low-latency kernels: SGLang ``--moe-a2a-backend deepep``, vLLM ``deepep_low_latency``):
   each rank sends each of its ``T_max`` tokens' k routed copies of the hidden state, FP8 with
   one fp32 scale per 128 elements on dispatch and 16-bit on combine (DeepEP README,
-  low-latency dispatch ``use_fp8``), priced as the profile's all-to-all.
+  low-latency dispatch ``use_fp8``), priced as the profile's all-to-all; ``deepep_normal``
+  (DeepEP's normal kernels, SGLang's prefill with ``--moe-a2a-backend deepep``): each token
+  sent once per node it reaches and forwarded inside the node, FP8 out and 16-bit back,
+  priced by the profile's ``ep_normal`` block (hardware/collectives.py ``ep_normal_s``).
 
 The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
 batch's context sum): they answer None and the engine prices step by step (each rank's
@@ -47,6 +50,8 @@ rank's share of the token budget (simulator/deployment.py ``rank_chunk_tokens``)
 KV blocks are pooled over the ranks (simulator/cost/memory_plan.py).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -67,15 +72,36 @@ def cost_model(hardware, model, parallel: Parallelism = Parallelism(), **kw) -> 
     return CostModel(hardware, model, parallel, **kw)
 
 
+def reached(k: int, places: int, experts: int) -> float:
+    """Expected distinct places (nodes or ranks, each holding ``experts / places`` of the
+    experts) that a token's ``k`` distinct routed experts fall on, the k drawn uniformly:
+    ``n (1 - C(E - E/n, k) / C(E, k))``.  DeepSeek-V3's group-limited routing (at most 4 of
+    8 expert groups a token) can only lower it; the model files do not carry the groups,
+    so this is the upper bound."""
+    if places <= 1:
+        return 1.0
+    missed = math.comb(experts - experts // places, k) / math.comb(experts, k)
+    return places * (1.0 - missed)
+
+
 def dispatch_bytes(mode: str, rank_tokens: float, ranks: int, hidden: int, k: int,
-                   act_bytes: float) -> tuple[float, float]:
+                   act_bytes: float, gpus_per_node: int = 8,
+                   experts: int = 256) -> tuple[float, float]:
     """Bytes of one MoE layer's (dispatch, combine) on one GPU, in the collective's own size
     convention: ``all_gather``: the gathered output, ``ranks x rank_tokens`` tokens' hidden
     states (the reduce-scatter's input is the same); ``all_to_all``: a rank's send buffer,
-    ``rank_tokens x k`` copies, FP8 plus scales out and ``act_bytes`` back."""
+    ``rank_tokens x k`` copies, FP8 plus scales out and ``act_bytes`` back; ``deepep_normal``:
+    what crosses the bottleneck in DeepEP's normal kernels' own count (its
+    tests/test_internode.py): each token once per node it reaches (across nodes: RDMA, then
+    NVLink forwarding inside the node) or once per rank it reaches (within one node), FP8
+    plus scales out and ``act_bytes`` back."""
     if mode == "all_gather":
         gathered = ranks * rank_tokens * hidden * act_bytes
         return gathered, gathered
+    if mode == "deepep_normal":
+        places = ranks // gpus_per_node if ranks > gpus_per_node else ranks
+        sent = rank_tokens * reached(k, places, experts) * hidden
+        return sent * (1.0 + 4.0 / FP8_SCALE_GROUP), sent * act_bytes
     copies = rank_tokens * k * hidden
     return copies * (1.0 + 4.0 / FP8_SCALE_GROUP), copies * act_bytes
 
@@ -131,14 +157,12 @@ class DpAttentionCostModel(CostModel):
             for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(self, tokens, s):
                 if name == family:
                     out.append((name, float(gpu) * n, kernels * k * n, float(nb) * n))
+        coll = self._collectives
         d_bytes, c_bytes = dispatch_bytes(self._dispatch, rank_tokens, ranks, self._h, s.k,
-                                          self._b)
-        if self._dispatch == "all_gather":
-            d_s = float(self._collectives.all_gather_s(d_bytes, ranks))
-            c_s = float(self._collectives.all_gather_s(c_bytes, ranks))
-        else:
-            d_s = float(self._collectives.all_to_all_s(d_bytes, ranks))
-            c_s = float(self._collectives.all_to_all_s(c_bytes, ranks))
+                                          self._b, coll.gpus_per_node, s.num_experts)
+        price = {"all_gather": coll.all_gather_s, "all_to_all": coll.all_to_all_s,
+                 "deepep_normal": coll.ep_normal_s}[self._dispatch]
+        d_s, c_s = float(price(d_bytes, ranks)), float(price(c_bytes, ranks))
         out += [("moe_dispatch", d_s * s.layers, k * s.layers, 0.0),
                 ("moe_combine", c_s * s.layers, k * s.layers, 0.0)]
         return out

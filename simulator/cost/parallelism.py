@@ -37,7 +37,8 @@ class Parallelism:
     # enable_expert_parallel: attention data-parallel ranks in this replica (1: none)
     data_parallel_attention: int = 1
     # how a MoE layer's tokens reach the experts under DP attention: all_gather (vLLM's
-    # allgather_reducescatter backend) or all_to_all (DeepEP low-latency; dp_attention.py)
+    # allgather_reducescatter backend), all_to_all (DeepEP low-latency) or deepep_normal
+    # (DeepEP's normal kernels, SGLang's prefill; dp_attention.py)
     moe_dispatch: str = "all_gather"
 
     def __post_init__(self) -> None:
@@ -114,7 +115,7 @@ class Parallelism:
                            draft_tensor_parallel=self.draft_tensor_parallel)
 
 
-MOE_DISPATCH = ("all_gather", "all_to_all")
+MOE_DISPATCH = ("all_gather", "all_to_all", "deepep_normal")
 
 
 def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int:
