@@ -1,0 +1,114 @@
+"""Published measurements of large-MoE serving as it is deployed: DeepSeek-V3 with
+prefill/decode disaggregation, DP attention and wide expert parallelism (DeepEP) on SGLang.
+
+Source: "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96
+H100 GPUs", The SGLang Team, 2025-05-05, https://lmsys.org/blog/2025-05-05-large-scale-ep
+(the lm-sys/lm-sys.github.io file blog/2025-05-05-large-scale-ep.md).  Setup, section
+"Evaluation / Experimental Setup": DeepSeek-V3 on 12 nodes of 8 x H100 "connected via
+InfiniBand"; "SGLang with PD Disaggregation": PD disaggregation, full EP (DeepEP, DeepGEMM,
+two-batch overlap), EPLB with a distribution matching the input/output data.  The prefill
+and decode phases were measured apart, "assuming unlimited resources for the non-tested
+phase" (section "Performance Analysis of Prefill and Decode Phases"):
+
+- prefill on 4 nodes (EP32): "per-node throughputs of 57,674, 54,543, and 50,302 tokens per
+  second for prompt lengths of 1K, 2K, and 4K"; the "Overall Throughput" table gives the
+  4K point's batch: 16,384 tokens per device, input length 4,096, 50,302 per node ("SGLang
+  (Default)" expert distribution).  The 1K and 2K bars state no batch: taken as the same
+  16,384 tokens per device (the two-batch-overlap batch of the "Ablation Study: Two-batch
+  Overlap" section), an assumption of these two cases;
+- decode on 9 nodes (EP72): the "Overall Throughput" decode table, "SGLang (Default)":
+  batch size 256 (per device, as DeepSeek's 128 beside it), KV cache length 2,000, 9 nodes,
+  22,282 tokens/s per node (no MTP; the simulated-MTP column, 17,373, inserts dummy
+  kernels to match DeepSeek's attention time and is not predicted).
+
+The blog's headline "52.3k input tokens per second" at 2,000-token inputs is not the
+evaluation's 2K prefill bar (54,543); the evaluation's own numbers are used.
+
+How each is predicted: a scenario of one phase's deployment (``deployment``: h100-sxm,
+deepseek-v3, DP attention over every GPU of the phase with EP, SGLang's DeepEP modes --
+``deepep_normal`` at prefill, ``all_to_all`` (low latency) at decode -- and the replica's
+batching limits holding the stated batch), resolved and planned as ``simulate`` does (the
+planned KV cache must hold the decode batch), and its engine step at the stated operating
+point priced by the deployment's cost model: per node, 8 GPUs' tokens over that step's
+time (the steady state the blog measures).  Two-batch overlap is not modelled (each step's
+communication is serial with its compute), nor EPLB (routing_skew 0: experts drawn
+uniformly).  Tolerance: an absolute throughput on a named device and engine, within 25%
+(``tolerances.ABSOLUTE``), fixed by the kind of claim before any of these was predicted.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.deployment import plan_deployment, resolve_deployment
+from simulator.scenario import scenario_from_dict
+from tests.published.harness import ENGINES
+from tests.published.tolerances import ABSOLUTE, Case
+
+BLOG = ("lmsys.org/blog/2025-05-05-large-scale-ep (SGLang, DeepSeek-V3, 12 x 8 H100, PD "
+        "disaggregation, DP attention, DeepEP, TBO, EPLB)")
+GPUS_PER_NODE = 8
+PREFILL_NODES, DECODE_NODES = 4, 9          # EP32 prefill, EP72 decode
+PREFILL_TOKENS_PER_DEVICE = 16_384
+PREFILL_PER_NODE = {1024: 57_674, 2048: 54_543, 4096: 50_302}   # tokens/s per node
+DECODE_BATCH_PER_DEVICE, DECODE_KV = 256, 2_000
+DECODE_PER_NODE = 22_282
+
+
+def deployment(ranks: int, dispatch: str, seqs_per_rank: int, tokens_per_rank: int,
+               engine: str):
+    """One phase's DP-attention deployment of DeepSeek-V3 on ``ranks`` H100s, planned."""
+    data = {"name": "sglang-large-ep", "seed": 0, "hardware": "h100-sxm",
+            "target": "deepseek-v3", "policy": {"name": "none"},
+            "parallelism": {"tensor_parallel": 1, "data_parallel_attention": ranks,
+                            "expert_parallel": True, "moe_dispatch": dispatch},
+            "batching": {"max_num_seqs": ranks * seqs_per_rank,
+                         "max_num_batched_tokens": ranks * tokens_per_rank,
+                         "enable_chunked_prefill": True},
+            "execution": ENGINES[engine],
+            "workload": {"synthetic": {
+                "num_requests": 1, "arrival": {"process": "poisson", "rate_per_s": 1.0},
+                "prompt": {"dist": "fixed", "tokens": 128},
+                "output": {"dist": "fixed", "tokens": 16}}}}
+    scenario = scenario_from_dict(data, source="tests/published/moe_cases")
+    res = resolve_deployment(scenario)
+    return plan_deployment(scenario, res, max_verify_tokens=1)
+
+
+def prefill_per_node(prompt: int):
+    """Input tokens/s per node: every rank prefilling 16,384 tokens of ``prompt``-token
+    requests (whole prompts, no cached prefix)."""
+    def predict(engine: str) -> float:
+        ranks = PREFILL_NODES * GPUS_PER_NODE
+        per_rank = PREFILL_TOKENS_PER_DEVICE // prompt
+        dep = deployment(ranks, "deepep_normal", per_rank, PREFILL_TOKENS_PER_DEVICE, engine)
+        n = ranks * per_rank
+        step = dep.target_cost.step_time(np.full(n, float(prompt)), np.zeros(n), np.ones(n))
+        return GPUS_PER_NODE * PREFILL_TOKENS_PER_DEVICE / step
+    return predict
+
+
+def decode_per_node(engine: str) -> float:
+    """Output tokens/s per node: 256 requests a rank, each with 2,000 tokens of KV, one
+    token a step; the decode pool's planned KV cache must hold them."""
+    ranks = DECODE_NODES * GPUS_PER_NODE
+    b = DECODE_BATCH_PER_DEVICE
+    dep = deployment(ranks, "all_to_all", b, b, engine)
+    n = ranks * b
+    if dep.memory.kv_tokens < n * (DECODE_KV + 1):
+        raise AssertionError(f"the decode pool holds {dep.memory.kv_tokens} KV tokens, "
+                             f"fewer than its batch's {n * (DECODE_KV + 1)}")
+    step = dep.target_cost.step_time(np.ones(n), np.full(n, float(DECODE_KV)), np.ones(n))
+    return GPUS_PER_NODE * b / step
+
+
+MOE_CASES: list[Case] = [
+    *[Case(f"sglang-large-ep-dsv3-prefill-{p // 1024}k-per-node",
+           BLOG + f": prefill on 4 nodes (EP32), {p}-token prompts, 16,384 tokens per device"
+           + ("" if p == 4096 else " (assumed, as the 4K point)") + f": {x:,} input "
+           "tokens/s per node", x, ABSOLUTE, prefill_per_node(p), "sglang")
+      for p, x in PREFILL_PER_NODE.items()],
+    Case("sglang-large-ep-dsv3-decode-2k-per-node",
+         BLOG + ": decode on 9 nodes (EP72), 256 requests per device, KV length 2,000, no "
+         f"MTP: {DECODE_PER_NODE:,} output tokens/s per node", DECODE_PER_NODE, ABSOLUTE,
+         decode_per_node, "sglang"),
+]
