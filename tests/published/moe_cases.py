@@ -16,10 +16,19 @@ phase" (section "Performance Analysis of Prefill and Decode Phases"):
   (Default)" expert distribution).  The 1K and 2K bars state no batch: taken as the same
   16,384 tokens per device (the two-batch-overlap batch of the "Ablation Study: Two-batch
   Overlap" section), an assumption of these two cases;
+- the same 4K prefill with "simulated perfect EPLB (random expert selection following
+  group-limited routing semantics)": 59,337 per node (same table).  The simulator's
+  routing (routing_skew 0: every expert equally likely, the busiest rank's draw priced) is
+  this column's assumption, not the default one's real expert distribution;
 - decode on 9 nodes (EP72): the "Overall Throughput" decode table, "SGLang (Default)":
   batch size 256 (per device, as DeepSeek's 128 beside it), KV cache length 2,000, 9 nodes,
   22,282 tokens/s per node (no MTP; the simulated-MTP column, 17,373, inserts dummy
-  kernels to match DeepSeek's attention time and is not predicted).
+  kernels to match DeepSeek's attention time and is not predicted);
+- decode without two-batch overlap: "Ablation Study: Two-batch Overlap", real test cases:
+  "The speedup reaches 25.5% at 256 tokens with a performance of 22,310 tokens per second",
+  so 22,310 / 1.255 = 17,777 tokens/s per node with TBO off at the same batch.  The
+  simulator runs a step's communication after its compute (no overlap): this is the point
+  its step corresponds to; the TBO figure above is predicted by the same number.
 
 The blog's headline "52.3k input tokens per second" at 2,000-token inputs is not the
 evaluation's 2K prefill bar (54,543); the evaluation's own numbers are used.
@@ -50,8 +59,10 @@ GPUS_PER_NODE = 8
 PREFILL_NODES, DECODE_NODES = 4, 9          # EP32 prefill, EP72 decode
 PREFILL_TOKENS_PER_DEVICE = 16_384
 PREFILL_PER_NODE = {1024: 57_674, 2048: 54_543, 4096: 50_302}   # tokens/s per node
+PERFECT_EPLB_PREFILL_4K = 59_337
 DECODE_BATCH_PER_DEVICE, DECODE_KV = 256, 2_000
 DECODE_PER_NODE = 22_282
+TBO_DECODE_PER_NODE, TBO_SPEEDUP = 22_310, 1.255
 
 
 def deployment(ranks: int, dispatch: str, seqs_per_rank: int, tokens_per_rank: int,
@@ -107,8 +118,29 @@ MOE_CASES: list[Case] = [
            + ("" if p == 4096 else " (assumed, as the 4K point)") + f": {x:,} input "
            "tokens/s per node", x, ABSOLUTE, prefill_per_node(p), "sglang")
       for p, x in PREFILL_PER_NODE.items()],
+    Case("sglang-large-ep-dsv3-prefill-4k-perfect-eplb-per-node",
+         BLOG + ": prefill as the 4K point with simulated perfect EPLB (uniform expert "
+         f"choice): {PERFECT_EPLB_PREFILL_4K:,} input tokens/s per node",
+         PERFECT_EPLB_PREFILL_4K, ABSOLUTE, prefill_per_node(4096), "sglang"),
     Case("sglang-large-ep-dsv3-decode-2k-per-node",
          BLOG + ": decode on 9 nodes (EP72), 256 requests per device, KV length 2,000, no "
          f"MTP: {DECODE_PER_NODE:,} output tokens/s per node", DECODE_PER_NODE, ABSOLUTE,
          decode_per_node, "sglang"),
+    Case("sglang-large-ep-dsv3-decode-2k-no-tbo-per-node",
+         BLOG + ": decode as above with two-batch overlap off: 22,310 tokens/s per node with "
+         "it, a 25.5% speedup (TBO ablation), so 22,310 / 1.255 without",
+         TBO_DECODE_PER_NODE / TBO_SPEEDUP, ABSOLUTE, decode_per_node, "sglang"),
 ]
+
+# outside their tolerance today, with the measured miss (cases.KNOWN_MISSES takes them in)
+MOE_KNOWN_MISSES: dict[str, str] = {
+    "sglang-large-ep-dsv3-prefill-4k-perfect-eplb-per-node": (
+        "predicted 39,114 vs published 59,337 input tokens/s per node (-34.1%): the step runs "
+        "its DeepEP normal dispatch and combine (1.30 s of 3.35 s, 39%) after its compute, "
+        "where SGLang overlaps them with the other micro-batch (two-batch overlap: +27% to "
+        "+35% at prefill in the blog's ablation), not modelled; the MLA prefill attention "
+        "(0.97 s, 29%) is priced at FlashAttention-2's 35% of peak (h100-sxm "
+        "attention_prefill) where SGLang runs FlashAttention-3. The default-EPLB 4K case "
+        "passes (-22%) with the same prediction: its real expert imbalance, not modelled "
+        "either, costs about what the missing overlap would gain"),
+}
