@@ -290,6 +290,8 @@ class Collectives:
             return "send/recv curve" if self.send_recv else "interconnect link formula"
         if op == "ep_normal" and not self.ep_normal:
             return "not available: the all-to-all of the same bytes is used"
+        if op == "ep_normal" and _check_world(world) <= self.gpus_per_node:
+            return f"world {world}: within one node, the send/recv curve at the same bytes"
         if op == "all_to_all" and not self.all_to_all:
             return ("derived: the send/recv curve at the (p-1)/p of the bytes that leave a "
                     "rank" if self.send_recv else "derived: interconnect link formula at "

@@ -64,6 +64,7 @@ def test_normal_kernels_inside_one_node_use_nvlink():
     c = _coll()
     assert c.ep_normal_s(64e6, 8) == c.send_recv_s(64e6)
     assert c.ep_normal_s(64e6, 16) > 4 * c.ep_normal_s(64e6, 8)   # RDMA at ~43 GB/s
+    assert "send/recv" in c.basis("ep_normal", 8) and "own curve" in c.basis("ep_normal", 32)
 
 
 def test_reached_is_the_exact_expectation():
@@ -93,3 +94,21 @@ def test_the_cost_model_charges_each_moe_layer_that_collective(mode, price):
     fn = getattr(_coll(), price)
     assert ops["moe_dispatch"].time_s == pytest.approx(58 * fn(d, 16), rel=1e-9)
     assert ops["moe_combine"].time_s == pytest.approx(58 * fn(c, 16), rel=1e-9)
+
+
+def test_a_bad_ep_normal_block_names_its_field():
+    from hardware.collectives_yaml import collectives_to_dict, parse_collectives
+    from simulator.inputs.errors import SpecsimError
+    block = collectives_to_dict(_coll())
+    assert parse_collectives(block, source="p.yaml").gpus_per_node == 8   # round trip
+    for key, value, field in (("gpus_per_node", None, "collectives.ep_normal.gpus_per_node"),
+                              ("gpus_per_node", 0, "collectives.ep_normal.gpus_per_node"),
+                              ("worlds", [], "collectives.ep_normal.worlds")):
+        bad = collectives_to_dict(_coll())
+        if value is None:
+            del bad["ep_normal"][key]
+        else:
+            bad["ep_normal"][key] = value
+        with pytest.raises(SpecsimError) as err:
+            parse_collectives(bad, source="p.yaml")
+        assert field in str(err.value)
