@@ -1,13 +1,17 @@
-"""DeepEP's dispatch and combine as the DP-attention cost model prices them, against the
-DeepEP README's kernel tables (deepseek-ai/DeepEP, V1 "Performance", now docs/legacy.md;
-H800 with one ConnectX-7 400 Gb/s InfiniBand NIC per GPU, DeepSeek-V3's hidden 7168 and
-top-8, FP8 dispatch, BF16 combine).
+"""DeepEP's dispatch and combine as the DP-attention cost model prices them, against measured
+kernel times: the DeepEP README's tables (deepseek-ai/DeepEP, V1 "Performance", now
+docs/legacy.md; H800 with one ConnectX-7 400 Gb/s InfiniBand NIC per GPU) and H100
+measurements of SGLang 0.5.0's DeepEP (ai-dynamo/aiconfigurator, Apache-2.0, commit 095f58a,
+aic-core/src/aiconfigurator_core/systems/data/h100_sxm/comm/sglang/0.5.6.post2/); DeepSeek-V3's
+hidden 7168, top-8 of 256 experts, FP8 dispatch, BF16 combine.
 
-hardware/profiles/h100-sxm.yaml's ``all_to_all`` and ``ep_normal`` blocks are read from these
-same tables, so the first two tests check the transcription and that the bytes the cost
-model sends are the ones the README's bandwidths count (its tests/test_low_latency.py and
-tests/test_internode.py), not an out-of-sample prediction; the SGLang deployment's
-published throughputs (tests/published/moe_cases.py) are that.
+hardware/profiles/h100-sxm.yaml's ``all_to_all`` block is fitted to the H100 measurements at
+EP 8-64 and read from the README at EP 128 and 256; its ``ep_normal`` block is read from the
+README.  Each test says which comparison is out of sample (the other source) and which only
+checks the transcription and the byte convention.  The 20% tolerance of the cross-source
+checks was set for two GPUs (H800, H100) and two DeepEP versions a year apart, after the
+sources' agreement had been looked at (it is stated in the profile); the SGLang deployment's
+published throughputs (tests/published/moe_cases.py) are the blind prediction.
 """
 import itertools
 import math
@@ -21,12 +25,22 @@ from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
 
 H, K, E = 7168, 8, 256
-# "Low-latency kernels with pure RDMA", 128 tokens per rank: EP -> (dispatch, combine) us
-LOW_LATENCY_US = {8: (77, 114), 16: (118, 195), 32: (155, 273), 64: (173, 314),
-                  128: (192, 369), 256: (194, 360)}
-# "Normal kernels with NVLink and RDMA forwarding", 4096 tokens per rank: EP -> RDMA
+# README "Low-latency kernels with pure RDMA", 128 tokens per rank: EP -> (dispatch,
+# combine) us.  EP 8 is left out: V1 sent even intra-node traffic over the NIC, where the
+# H100 measurements (and later DeepEP) use NVLink
+LOW_LATENCY_US = {16: (118, 195), 32: (155, 273), 64: (173, 314), 128: (192, 369),
+                  256: (194, 360)}
+# aiconfigurator's H100 low-latency times at 128 tokens per rank (its rows for 1, 2, 4, 8
+# nodes, 256 experts): EP -> (dispatch_avg_t_us, combine_avg_t_us)
+H100_LOW_LATENCY_128_US = {8: (39.8287, 72.3825), 16: (102.10, 186.17), 32: (142.97, 263.27),
+                           64: (166.77, 304.73)}
+# README "Normal kernels with NVLink and RDMA forwarding", 4096 tokens per rank: EP -> RDMA
 # bottleneck bandwidth (dispatch, combine) GB/s
 NORMAL_GBPS = {16: (43, 43), 32: (58, 57), 64: (51, 50)}
+# aiconfigurator's H100 normal kernels at EP 32 (4 nodes), DeepEP's default 20 SMs: tokens
+# per rank -> (dispatch, combine) transmit + notify us
+H100_NORMAL_EP32_US = {4096: (1801.00 + 59.47, 3528.00 + 105.73),
+                       16384: (6960.00 + 67.80, 13578.00 + 230.50)}
 
 
 def _coll():
@@ -36,13 +50,35 @@ def _coll():
 @pytest.mark.parametrize("ep", sorted(LOW_LATENCY_US))
 def test_low_latency_dispatch_and_combine_match_the_readme(ep):
     # the README counts 7168 + 56 x 4 + 16 bytes a dispatched copy (FP8, scales, 16 bytes of
-    # metadata) and 7168 x 2 a combined one; the cost model's dispatch_bytes leaves out the
-    # 16 (0.2%): 1% covers it and the README's rounding to whole microseconds
+    # metadata) and 7168 x 2 a combined one; dispatch_bytes leaves out the 16 (0.2%)
     d, c = dispatch_bytes("all_to_all", 128, ep, H, K, 2.0)
     assert d == 128 * K * (H + H // 128 * 4) and c == 128 * K * H * 2
+    # EP 128, 256: the profile's lines through these points (in sample: 1% for the rounding
+    # to whole microseconds); EP 16-64: the H100 curves against the H800 README (out of
+    # sample, 20%)
+    rel = 0.01 if ep >= 128 else 0.20
     want_d, want_c = LOW_LATENCY_US[ep]
-    assert _coll().all_to_all_s(d, ep) * 1e6 == pytest.approx(want_d, rel=0.01)
-    assert _coll().all_to_all_s(c, ep) * 1e6 == pytest.approx(want_c, rel=0.01)
+    assert _coll().all_to_all_s(d, ep) * 1e6 == pytest.approx(want_d, rel=rel)
+    assert _coll().all_to_all_s(c, ep) * 1e6 == pytest.approx(want_c, rel=rel)
+
+
+@pytest.mark.parametrize("ep", sorted(H100_LOW_LATENCY_128_US))
+def test_low_latency_curves_hold_the_h100_measurements(ep):
+    # in sample (the curves are fitted to these rows among others): within the fit's 6%
+    d, c = dispatch_bytes("all_to_all", 128, ep, H, K, 2.0)
+    want_d, want_c = H100_LOW_LATENCY_128_US[ep]
+    assert _coll().all_to_all_s(d, ep) * 1e6 == pytest.approx(want_d, rel=0.06)
+    assert _coll().all_to_all_s(c, ep) * 1e6 == pytest.approx(want_c, rel=0.06)
+
+
+@pytest.mark.parametrize("tokens", sorted(H100_NORMAL_EP32_US))
+def test_normal_kernels_at_ep32_hold_the_h100_measurements(tokens):
+    # out of sample: the README's H800 bandwidth against an H100 cluster's times (the
+    # measurement routes uniformly, without DeepSeek's group limit, as dispatch_bytes does)
+    d, c = dispatch_bytes("deepep_normal", tokens, 32, H, K, 2.0, 8, E)
+    want_d, want_c = H100_NORMAL_EP32_US[tokens]
+    assert _coll().ep_normal_s(d, 32) * 1e6 == pytest.approx(want_d, rel=0.20)
+    assert _coll().ep_normal_s(c, 32) * 1e6 == pytest.approx(want_c, rel=0.20)
 
 
 @pytest.mark.parametrize("ep", sorted(NORMAL_GBPS))
