@@ -52,7 +52,7 @@ def interval_columns(scenarios: list[Scenario], draws: int, args: argparse.Names
     with make_executor(name, workers=args.workers) as ex, \
             Progress("uncertainty", unit="draws", enabled=progress) as bar:
         rows = propagate(scenarios, draws, ex, progress=bar.set)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(uncertainty_draws=draws)  # the report names N
 
 
 def interval_table(summary: pd.DataFrame) -> pd.DataFrame:
