@@ -25,8 +25,8 @@ def with_published_spread(scenario: Scenario) -> Scenario:
     from simulator.acceptance.provenance import drafting_policy, simulated_pair, written
 
     unc = scenario.uncertainty
-    if not unc.acceptance_default:
-        return scenario
+    if not unc.acceptance_default or "acceptance" not in unc.sources:
+        return scenario  # (acceptance not varied: its spread is not read)
     cls, params = drafting_policy(scenario)
     if cls is None or cls.name == "none" or cls.acceptance_from_tokens:
         return scenario  # reads no acceptance mapping: nothing to vary

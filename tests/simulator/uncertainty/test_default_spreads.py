@@ -116,6 +116,14 @@ def test_acceptance_default_without_a_published_spread_is_refused(make, says):
     assert err.value.field == "uncertainty.acceptance"
 
 
+def test_a_default_spread_left_out_of_the_sources_is_not_asked_for():
+    sc = scenario_from_dict({"target": "llama-3.1-8b", "draft": "eagle-llama-3.1-8b-instruct",
+                             "policy": {"name": "eagle", "num_speculative_tokens": 3},
+                             "workload": SYNTHETIC, "uncertainty": {
+                                 "acceptance": "default", "sources": ["cost"]}}, source="t")
+    assert with_published_spread(sc) is sc
+
+
 def test_the_cli_refuses_it_before_any_run(tmp_path, capsys):
     import yaml
     data = {"target": "llama-3.1-8b", "draft": "eagle-llama-3.1-8b-instruct",
