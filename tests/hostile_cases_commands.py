@@ -41,6 +41,10 @@ COMMAND_CASES: list[Case] = [
          {"s.yaml": scenario("acceptance.uncertainty", {"sd": float("nan"), "source": "s"})}),
     Case("run-acceptance-spread-unsourced", run("s.yaml"), "source",
          {"s.yaml": scenario("acceptance.uncertainty", {"sd": 0.03})}),
+    Case("run-uncertainty-acceptance-list", run("s.yaml"), "uncertainty.acceptance",
+         {"s.yaml": scenario("uncertainty", {"acceptance": ["default"] * 1000})}),
+    Case("run-uncertainty-acceptance-default-on-a-block", run("s.yaml", "--uncertainty", "2"),
+         "uncertainty.acceptance", {"s.yaml": scenario("uncertainty", {"acceptance": "default"})}),
     Case("run-set-not-mapping", run("--set", "seed.x=1"), "--set"),
     Case("run-compare-long", run("--compare", "chain:" + "y" * 100_000), "--compare"),
     Case("run-set-laughs", run("--set", "name=" + billion_laughs("x").replace("\n", ", ")

@@ -50,7 +50,9 @@ def propagate(scenarios: list[Scenario], draws: int, executor, progress=None) ->
     """One row per policy scenario: for each metric its p5/p50/p95 over ``draws`` joint
     draws and, where more than one source varies, each source's variance share."""
     from simulator.planning.executors import Failure, run_items
+    from simulator.uncertainty.published_spread import with_published_spread
 
+    scenarios = [with_published_spread(sc) for sc in scenarios]  # acceptance: default
     inputs: list[list[Draw]] = []
     tasks: list[DrawTask] = []
     for sc in scenarios:
