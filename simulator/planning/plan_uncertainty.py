@@ -219,4 +219,7 @@ def _interval_row(plan: dict[str, Any], metrics: tuple[str, ...]) -> dict[str, A
             row[f"{m}_p{name}"] = float(np.quantile(col, q, method=method))
     row.update(shares(np.where(np.isfinite(values), values, np.nan), plan["draws"],
                       plan["varied"], metrics))
+    for j, m in enumerate(metrics):  # no width, no widest source (a fit of noise)
+        if np.all(values[:, j] == values[0, j]):
+            row[f"{m}_widest"] = "none"
     return row
