@@ -90,6 +90,17 @@ COMMAND_CASES: list[Case] = [
     Case("gamma-c-huge", ("gamma", "--c", "1e308"), "--c"),
     Case("gamma-alpha-inf", ("gamma", "--c", "0.1", "--alpha", "inf"), "--alpha"),
     Case("gamma-missing-c", ("gamma",), "--c"),
+    # ---- plan, gamma-map and sweep --uncertainty (simulator/planning/*_uncertainty.py) ----
+    Case("plan-uncertainty-huge", ("plan", "p.yaml", "--uncertainty", "10000000"),
+         "--uncertainty", {"p.yaml": plan("name", "hostile")}),
+    Case("plan-uncertainty-two-names", ("plan", "p.yaml", "--uncertainty", "2"), "candidates",
+         {"p.yaml": plan("candidates", [{"name": "a", "policy": "none"},
+                                        {"name": "a", "hardware": "h100-sxm"}])}),
+    Case("gamma-map-uncertainty-no-spread", (*GMAP, "--uncertainty", "3"), "--alpha-sd"),
+    Case("gamma-map-alpha-sd-nan", (*GMAP, "--uncertainty", "3", "--alpha-sd", "nan"),
+         "--alpha-sd"),
+    Case("sweep-uncertainty-analytic", ("sweep", "w.yaml", "--uncertainty", "3"),
+         "--uncertainty", {"w.yaml": analytic("name", "hostile")}),
     # ---- gamma-map ----
     Case("gamma-map-gamma-huge-range", ("gamma-map", "--gamma", "0-999999999"), "--gamma"),
     Case("gamma-map-batch-huge-range", ("gamma-map", "--batch", "1-999999999"), "--batch"),
