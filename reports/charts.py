@@ -11,6 +11,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from reports import uncertainty_marks
+
 WIDTH = 380
 HEIGHT = 240
 
@@ -142,6 +144,8 @@ def policy_comparison_chart(comp: pd.DataFrame, slo_ms: dict[str, float] | None 
             tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("stat:N"),
                      alt.Tooltip("value:Q", title=panel, format=".4g")])
         layers = [bars]
+        if "lo" in data.columns:  # p5-p95 of an uncertainty run
+            layers.append(uncertainty_marks.error_bars(data, panel, order))
         slo = (slo_ms or {}).get(keys.get(panel, ""))
         if slo:
             layers.append(_slo_rule(slo, "x", panel))
@@ -171,11 +175,12 @@ def latency_throughput_chart(lt: pd.DataFrame, metric: str, slo_ms: float | None
                  alt.Tooltip("output_tokens_per_s:Q", title="tokens/s", format=".4g"),
                  alt.Tooltip("value_ms:Q", title=ytitle, format=".4g")],
     ).add_params(sel)
-    layers = [lines]
+    spread = uncertainty_marks.band(data, _policy_color(data, policies))  # p5-p95
+    layers = [lines] if spread is None else [spread, lines]
     if slo_ms:
         band = alt.Chart(pd.DataFrame({"lo": [0.0], "hi": [slo_ms]})).mark_rect(
             color="#2ca02c", opacity=0.10).encode(y=alt.Y("lo:Q", title=ytitle), y2="hi:Q")
-        layers = [band, _slo_rule(slo_ms, "y", ytitle), lines]
+        layers = [band, _slo_rule(slo_ms, "y", ytitle), *layers]
     title = f"p99 {name} vs throughput" + (" (shaded: within the SLO)" if slo_ms else "")
     return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
 

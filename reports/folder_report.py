@@ -29,7 +29,7 @@ def render_report_from_dir(results_dir: str | Path, path: str | Path, *,
             extra[name] = read_table(d / f"{name}.{found[0]}", found[0])
     versions = {**report_versions(), **(manifest.get("versions") or {})}
     out = render_report(results, path, scenario=scenario, versions=versions, field=field,
-                        overwrite=overwrite, **extra)
+                        overwrite=overwrite, intervals=_intervals(d), **extra)
     add_to_manifest(d, out)
     return out
 
@@ -48,3 +48,12 @@ def add_to_manifest(folder: Path, path: Path) -> None:
     text = json.dumps(manifest, indent=2, default=str)
     write_file_atomic(folder / MANIFEST, lambda p: p.write_text(text, encoding="utf-8"),
                       "--output")
+
+
+def _intervals(folder: Path):
+    """The folder's summary.csv where ``run --uncertainty N`` gave it intervals, else None."""
+    from reports.uncertainty_marks import interval_metrics
+    if not (folder / "summary.csv").exists():  # the report does not need it otherwise
+        return None
+    summary = read_table(folder / "summary.csv", "csv")
+    return summary if interval_metrics(summary) else None

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from reports import uncertainty_marks
 from simulator.inputs.errors import SpecsimError
 
 # CDF points: every percent, then the tail finely (p99.1 ... p99.9 and the maximum).
@@ -265,7 +266,8 @@ def latency_throughput_frame(table: pd.DataFrame) -> pd.DataFrame:
             "policy": pol.to_numpy(), "request_rate": pd.to_numeric(rate, errors="coerce"),
             "output_tokens_per_s": pd.to_numeric(table["output_tokens_per_s"],
                                                  errors="coerce"),
-            "metric": m, "value_ms": pd.to_numeric(table[f"p99_{m}_s"], errors="coerce") * 1e3}))
+            "metric": m, "value_ms": pd.to_numeric(table[f"p99_{m}_s"], errors="coerce") * 1e3,
+            **uncertainty_marks.bound_columns(table, f"p99_{m}_s", 1e3)}))
     if not parts:
         return pd.DataFrame(columns=cols)
     out = pd.concat(parts, ignore_index=True)

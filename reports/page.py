@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from reports import charts, frames
+from reports import charts, frames, uncertainty_marks
 from reports.acceptance_notes import frame_acceptance, run_acceptance
 from reports.html import REPORT_GENERATOR, Page, format_number
 from reports.html import format_percent as _pct
@@ -94,7 +94,7 @@ def _slo_text(slo_ms: Mapping[str, float]) -> str:
 
 def _comparison_section(page: Page, summary: pd.DataFrame, policies: list[str],
                         slo_ms: Mapping[str, float]) -> None:
-    comp = frames.policy_comparison_frame(summary)
+    comp = uncertainty_marks.comparison_bounds(frames.policy_comparison_frame(summary), summary)
     if not len(comp):
         return
     page.text("Policies side by side: p50 and p99 TTFT and TPOT, and output throughput. "
@@ -283,12 +283,12 @@ def _plan_section(page: Page, plan, slo_ms: Mapping[str, float]) -> None:
 
 
 def _reproduce_section(page: Page, scenario, labels: Sequence[str],
-                       versions: Mapping) -> None:
+                       versions: Mapping, flags: str = "") -> None:
     page.section("Reproduce")
     if scenario is not None:
         compare = f" --compare {shlex.quote(','.join(labels))}" if labels else ""
         page.text(f"Seed {scenario.seed}. Save the scenario below as scenario.yaml and run:")
-        page.pre(f"specsim run scenario.yaml{compare} --report report.html")
+        page.pre(f"specsim run scenario.yaml{compare}{flags} --report report.html")
     page.table(pd.DataFrame({"package": list(versions), "version": list(versions.values())}))
     if scenario is not None:
         raw = dict(getattr(scenario, "raw", {}) or {})
@@ -309,14 +309,15 @@ def _subtitle(scenario, results: Sequence, labels: Sequence[str] = ()) -> str:
 
 def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
                       validation=None, calibration=None, versions: Mapping | None = None,
-                      slo=None) -> str:
+                      slo=None, intervals: pd.DataFrame | None = None) -> str:
     """The whole report as one HTML string.
 
     ``results`` may be empty when a sweep, plan, validation or calibration is given (the
     sections about simulated runs are then left out).  ``slo`` (a scenario's SLO, a plan's
     CapacitySLO or a mapping: ``frames.slo_targets``) sets the SLO lines; by default the
     scenario's.  Policy labels over ``frames.LABEL_LIMIT`` characters are shortened on the
-    page, with a table of the full labels.
+    page, with a table of the full labels.  ``intervals`` (the summary of ``run
+    --uncertainty N``, one row per result) adds p5-p95 error bars and "x (lo-hi)" cells.
     """
     results = list(results or [])
     if not results and all(x is None for x in (sweep, plan, validation, calibration)):
@@ -334,8 +335,12 @@ def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
     page = Page("specsim report" + (f": {scenario.name}" if scenario is not None else ""))
     if results:
         page.section("Summary")
-        summary = frames.summary_frame(shown)
-        page.table(summary, SUMMARY_TABLE)
+        summary = uncertainty_marks.attach(frames.summary_frame(shown), intervals, full)
+        for note in (uncertainty_marks.interval_note(summary),
+                     uncertainty_marks.widest_sentence(summary)):
+            if note:  # only a run with uncertainty intervals
+                page.text(note)
+        page.table(*uncertainty_marks.summary_table(summary, SUMMARY_TABLE))
         _label_legend(page, full, policies)
         _comparison_section(page, summary, policies, slo_ms)
         _latency_section(page, shown, policies)
@@ -358,7 +363,8 @@ def build_report_html(results: Sequence, scenario=None, sweep=None, plan=None,
     calibration_section(page, calibration, pricing)
     if validation is not None:
         validation_section(page, validation)
-    _reproduce_section(page, scenario, full, versions or report_versions())
+    _reproduce_section(page, scenario, full, versions or report_versions(),
+                       uncertainty_marks.draws_flag(intervals))
     return page.to_html(_subtitle(scenario, results, full))
 
 
@@ -367,7 +373,8 @@ REPORT_MARKS = (f'<meta name="generator" content="{REPORT_GENERATOR}">'.encode()
 
 def render_report(results: Sequence, path, scenario=None, sweep=None, plan=None,
                   validation=None, calibration=None, *, versions: Mapping | None = None,
-                  field: str = "--report", overwrite: bool = False, slo=None) -> Path:
+                  field: str = "--report", overwrite: bool = False, slo=None,
+                  intervals: pd.DataFrame | None = None) -> Path:
     """Write the self-contained HTML report of ``results`` (one Results per policy) to ``path``.
 
     The path is checked before the page is built: an existing file is replaced only if it is
@@ -375,7 +382,7 @@ def render_report(results: Sequence, path, scenario=None, sweep=None, plan=None,
     """
     out = check_report_target(path, field=field, overwrite=overwrite)
     text = build_report_html(results, scenario, sweep, plan, validation, calibration, versions,
-                             slo=slo)
+                             slo=slo, intervals=intervals)
     write_text_file(out, text, field, marks=REPORT_MARKS, overwrite=overwrite, what="report")
     return out.resolve()
 

@@ -41,6 +41,10 @@ COMMAND_CASES: list[Case] = [
          {"s.yaml": scenario("acceptance.uncertainty", {"sd": float("nan"), "source": "s"})}),
     Case("run-acceptance-spread-unsourced", run("s.yaml"), "source",
          {"s.yaml": scenario("acceptance.uncertainty", {"sd": 0.03})}),
+    Case("run-uncertainty-acceptance-list", run("s.yaml"), "uncertainty.acceptance",
+         {"s.yaml": scenario("uncertainty", {"acceptance": ["default"] * 1000})}),
+    Case("run-uncertainty-acceptance-default-on-a-block", run("s.yaml", "--uncertainty", "2"),
+         "uncertainty.acceptance", {"s.yaml": scenario("uncertainty", {"acceptance": "default"})}),
     Case("run-set-not-mapping", run("--set", "seed.x=1"), "--set"),
     Case("run-compare-long", run("--compare", "chain:" + "y" * 100_000), "--compare"),
     Case("run-set-laughs", run("--set", "name=" + billion_laughs("x").replace("\n", ", ")
@@ -86,6 +90,17 @@ COMMAND_CASES: list[Case] = [
     Case("gamma-c-huge", ("gamma", "--c", "1e308"), "--c"),
     Case("gamma-alpha-inf", ("gamma", "--c", "0.1", "--alpha", "inf"), "--alpha"),
     Case("gamma-missing-c", ("gamma",), "--c"),
+    # ---- plan, gamma-map and sweep --uncertainty (simulator/planning/*_uncertainty.py) ----
+    Case("plan-uncertainty-huge", ("plan", "p.yaml", "--uncertainty", "10000000"),
+         "--uncertainty", {"p.yaml": plan("name", "hostile")}),
+    Case("plan-uncertainty-two-names", ("plan", "p.yaml", "--uncertainty", "2"), "candidates",
+         {"p.yaml": plan("candidates", [{"name": "a", "policy": "none"},
+                                        {"name": "a", "hardware": "h100-sxm"}])}),
+    Case("gamma-map-uncertainty-no-spread", (*GMAP, "--uncertainty", "3"), "--alpha-sd"),
+    Case("gamma-map-alpha-sd-nan", (*GMAP, "--uncertainty", "3", "--alpha-sd", "nan"),
+         "--alpha-sd"),
+    Case("sweep-uncertainty-analytic", ("sweep", "w.yaml", "--uncertainty", "3"),
+         "--uncertainty", {"w.yaml": analytic("name", "hostile")}),
     # ---- gamma-map ----
     Case("gamma-map-gamma-huge-range", ("gamma-map", "--gamma", "0-999999999"), "--gamma"),
     Case("gamma-map-batch-huge-range", ("gamma-map", "--batch", "1-999999999"), "--batch"),

@@ -22,6 +22,9 @@ drafter has none, and provenance says "no source for <drafter>".  The numbers, b
   head on vLLM (a stand-in: another target, another head; provenance warns);
 - ``llama-68m``: SpecInfer (Miao et al., ASPLOS 2024) Table 1, LLaMA-7B verifying LLaMA-68M
   (``published.specinfer_coverage``, stochastic).
+
+How far each default is from one number (its spread across what its source measured, or
+none) is in ``default_spreads``.
 """
 from __future__ import annotations
 

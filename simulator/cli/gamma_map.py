@@ -24,6 +24,7 @@ from simulator.cli.output import FORMATS, render, wrap_text
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.gamma_map import MAX_GAMMA_MAP_POINTS, check_gamma_map_size, map_gammas
 from simulator.scenario import Batching
+from simulator.uncertainty.spec import MAX_ACCEPTANCE_SD, MAX_UNCERTAINTY_DRAWS
 
 if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
     import pandas as pd
@@ -75,6 +76,13 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    default=Batching.block_size, help="KV block size in tokens")
     p.add_argument("--no-overheads", action="store_true",
                    help="plain roofline: no per-kernel or per-step overheads")
+    p.add_argument("--uncertainty", type=bounded_int(MAX_UNCERTAINTY_DRAWS), default=None,
+                   metavar="N", help="also build the map under N draws of the acceptance "
+                   "spread --alpha-sd and report p5/p50/p95 of each cell's best gamma and "
+                   f"speedup (at most {MAX_UNCERTAINTY_DRAWS:,}; docs/uncertainty.md)")
+    p.add_argument("--alpha-sd", type=bounded_float(MAX_ACCEPTANCE_SD), default=None,
+                   metavar="SD", help="with --uncertainty: the sd of one additive normal "
+                   "shift per draw on --alpha (and every --tree-rates rank), clipped to [0, 1]")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -82,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
     import pandas as pd
     from simulator.planning.gamma_map import crossover_table, gamma_map
     policies = _policies(args)
+    _check_uncertainty(args)
     if {"chain", "tree"} & set(policies):
         from simulator.models.default_draft import resolve_draft
         from simulator.models.spec import load_model
@@ -95,8 +104,11 @@ def main(args: argparse.Namespace) -> int:
                   acceptance=acceptance, overheads=not args.no_overheads)
     if args.draft_tensor_parallel is not None:
         common["draft_tensor_parallel"] = args.draft_tensor_parallel
-    df = gamma_map(batches=batches, contexts=contexts, gammas=gammas, policies=policies,
-                   tree_widths=widths, memory=memory, **common)
+    grid = dict(batches=batches, contexts=contexts, gammas=gammas, policies=policies,
+                tree_widths=widths, memory=memory)
+    df = gamma_map(**grid, **common)
+    if args.uncertainty is not None:  # the best gamma's interval per cell
+        df = _with_intervals(args, df, grid, common)
     from simulator.acceptance.provenance import frame_notes
     for line in frame_notes(df, "policy")[1]:  # stderr: stdout stays the map
         print(wrap_text(f"warning: {line}", indent="    "), file=sys.stderr)
@@ -112,6 +124,36 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_intervals(args: argparse.Namespace, df: pd.DataFrame, grid: dict,
+                    common: dict) -> pd.DataFrame:
+    """The map with each cell's best gamma and speedup over --uncertainty draws of the
+    acceptance spread (simulator/planning/gamma_map_uncertainty.py)."""
+    from simulator.planning.gamma_map import gamma_map
+    from simulator.planning.gamma_map_uncertainty import (
+        acceptance_shifts,
+        gamma_map_intervals,
+        shifted,
+    )
+    acc = common["acceptance"]
+
+    def build(shift: float) -> pd.DataFrame:
+        alpha, rates = shifted(common["alpha"], acc["rates"] if acc else None, shift)
+        return gamma_map(**grid, **{**common, "alpha": alpha, "acceptance":
+                                    {**acc, "rates": rates} if acc else None})
+    return gamma_map_intervals(df, acceptance_shifts(args.alpha_sd, args.uncertainty), build)
+
+
+def _check_uncertainty(args: argparse.Namespace) -> None:
+    """--uncertainty and --alpha-sd go together (the map's only uncertain input)."""
+    if args.uncertainty is not None and args.alpha_sd is None:
+        raise SpecsimError("--uncertainty needs the acceptance's spread", field="--alpha-sd",
+                           fix="add e.g. --alpha-sd 0.03 (the sd of the measured alpha over "
+                               "datasets); the cost model's error leaves every speedup as it is")
+    if args.alpha_sd is not None and args.uncertainty is None:
+        raise SpecsimError("--alpha-sd without draws", field="--uncertainty",
+                           fix="add --uncertainty N (e.g. 100)")
+
+
 def _cells(part: pd.DataFrame, top_gamma: int) -> pd.Series:
     """A cell's text: [w<width> ]gamma (x speedup), '+' where larger gammas do not fit; an
     infeasible cell is its mark, never a number."""
@@ -120,7 +162,9 @@ def _cells(part: pd.DataFrame, top_gamma: int) -> pd.Series:
             return MARKS.get(row["limit"], "x")
         width = f"w{int(row['best_tree_width'])} " if row["best_tree_width"] > 1 else ""
         capped = row["best_gamma"] == row["largest_feasible_gamma"] < top_gamma
-        return f"{width}{int(row['best_gamma'])} (x{row['speedup']:.2f})" + \
+        lo, hi = row.get("best_gamma_p5"), row.get("best_gamma_p95")
+        span = f" [{lo}-{hi}]" if lo is not None and lo != hi else ""
+        return f"{width}{int(row['best_gamma'])}{span} (x{row['speedup']:.2f})" + \
             ("+" if capped else "")
     return part.apply(one, axis=1)
 
@@ -161,6 +205,11 @@ def _print_map(args, df: pd.DataFrame, cross: pd.DataFrame, policies: list[str],
         print(f"{MARKS.get(limit, 'x')}: {LEGEND.get(limit, limit)} (not ranked)")
     if capped:
         print("+: larger gammas do not fit this cell; its best is the largest that fits")
+    if args.uncertainty is not None:
+        print(wrap_text(f"[lo-hi]: the best gamma's p5-p95 over {args.uncertainty} draws of "
+                        f"the acceptance shifted by N(0, {args.alpha_sd:g}) (none: every draw "
+                        "agrees; the csv has best_gamma_p5/p50/p95, best_gamma_agree and "
+                        "speedup_p5/p50/p95)"))
     from simulator.acceptance.provenance import frame_notes
     for line in frame_notes(df, "policy")[0]:
         print(wrap_text(line, indent="    "))

@@ -34,6 +34,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                       help="cut their output so prompt + output fits (a prompt that leaves "
                            "no room for one output token is dropped)")
     add_executor_arguments(p)
+    from simulator.cli.plan_uncertainty import add_arguments as add_uncertainty
+    add_uncertainty(p)
     from simulator.cli.plan_quick import add_quick_arguments
     add_quick_arguments(p)
 
@@ -51,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
     if args.drop_over_context or args.truncate_over_context:
         spec = dataclasses.replace(spec, over_context="drop" if args.drop_over_context
                                    else "truncate")
+    from simulator.cli.plan_uncertainty import draws_asked
+    draws = draws_asked(args, spec)  # 0: none; None: each candidate's own
     from simulator.input_clash import check_outputs_not_inputs, workload_files
     traces = {str(p) for _, payload in spec.candidates
               for p in workload_files(payload.get("workload") or {}, spec.base_dir)}
@@ -69,6 +73,9 @@ def main(args: argparse.Namespace) -> int:
     with Progress(spec.name, 0, unit="simulations", enabled=not args.no_progress) as bar:
         df = plan(spec, executor=args.executor, workers=args.workers, address=args.address,
                   progress=_with_eta(bar))
+    if draws != 0:  # the p5/p50/p95 columns (simulator/planning/plan_uncertainty.py)
+        from simulator.cli.plan_uncertainty import with_intervals
+        df = with_intervals(args, spec, df, draws)
     if args.out:
         write_text_file(args.out, df.to_csv(index=False), "--out", marks=PLAN_MARKS,
                         overwrite=args.overwrite, what="plan table")
@@ -82,6 +89,9 @@ def main(args: argparse.Namespace) -> int:
         print(render(df, args.format))
     else:
         _print_table(df, spec)
+        if draws != 0:
+            from simulator.cli.plan_uncertainty import verdict_lines
+            print("\n".join(wrap_text(f"  {x}", indent="    ") for x in verdict_lines(df, spec)))
         for line in sources:
             print(wrap_text(line, indent="    "))
     for line in warnings:  # stderr: stdout stays the table (or the csv/json)

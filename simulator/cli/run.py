@@ -167,8 +167,7 @@ def main(args: argparse.Namespace) -> int:
         manifest = write_results_tables(writer.path, results, summary, scenario,
                                         args.results_format)
         if report_inside:
-            from reports import render_report  # only reports/ imports altair
-            render_report(results, writer.path / report.name, scenario=scenario)
+            _render_report(results, writer.path / report.name, scenario, summary)
         if timeline_inside:
             from simulator.timeline import write_timeline
             write_timeline(results, writer.path / timeline.name)
@@ -185,10 +184,17 @@ def main(args: argparse.Namespace) -> int:
     if report_inside:
         print(f"report: {(out / report.name).resolve()}")
     elif report is not None:
-        from reports import render_report  # only reports/ imports altair
-        path = render_report(results, report, scenario=scenario, overwrite=args.overwrite)
+        path = _render_report(results, report, scenario, summary, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def _render_report(results: list, path: Path, scenario: Scenario, summary: pd.DataFrame,
+                   **kwargs) -> Path:
+    """The HTML report; the summary's p5/p95 columns, where --uncertainty gave them, become
+    its error bars (reports/uncertainty_marks.py)."""
+    from reports import render_report  # only reports/ imports altair
+    return render_report(results, path, scenario=scenario, intervals=summary, **kwargs)
 
 
 def _print_summary(args, scenario: Scenario, results: list, summary: pd.DataFrame, out: Path,

@@ -52,7 +52,7 @@ def interval_columns(scenarios: list[Scenario], draws: int, args: argparse.Names
     with make_executor(name, workers=args.workers) as ex, \
             Progress("uncertainty", unit="draws", enabled=progress) as bar:
         rows = propagate(scenarios, draws, ex, progress=bar.set)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(uncertainty_draws=draws)  # the report names N
 
 
 def interval_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -78,6 +78,8 @@ def interval_table(summary: pd.DataFrame) -> pd.DataFrame:
 def source_lines(scenario: Scenario, draws: int) -> list[str]:
     """Where each width comes from, one line per declared source."""
     from simulator.uncertainty.propagate import varied_sources
+    from simulator.uncertainty.published_spread import with_published_spread
+    scenario = with_published_spread(scenario)  # acceptance: default (the scenario's policy)
     unc, varied = scenario.uncertainty, varied_sources(scenario)
     lines = [f"uncertainty: {draws} draws per policy; sources varied: "
              f"{', '.join(varied) or 'none (every draw is the point estimate)'}"]

@@ -32,12 +32,21 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="run a grid above the confirmation limit (100,000 analytic or "
                         "1,000 simulated points; hard limits 2,000,000 and 100,000)")
     add_executor_arguments(p, default="auto")
+    from simulator.cli.args import bounded_int
+    from simulator.uncertainty.spec import MAX_UNCERTAINTY_DRAWS
+    p.add_argument("--uncertainty", type=bounded_int(MAX_UNCERTAINTY_DRAWS), default=None,
+                   metavar="N", help="simulated sweeps: also run N Monte Carlo draws of each "
+                   "point's declared input uncertainty and print p5/p50/p95 of each metric "
+                   f"(at most {MAX_UNCERTAINTY_DRAWS:,}; docs/uncertainty.md)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``specsim sweep``."""
     from simulator.planning.sweep import load_sweep, run_sweep
     spec = load_sweep(args.sweep, allow_large=args.allow_large)
+    if args.uncertainty is not None:  # before any point runs
+        from simulator.planning.sweep_uncertainty import check_sweep_uncertainty
+        check_sweep_uncertainty(spec)
     from simulator.output_paths import OutputLock
     out = Path(args.out).expanduser() if args.out else Path(f"sweep-{spec.name}.csv")
     if args.report:
@@ -50,6 +59,8 @@ def main(args: argparse.Namespace) -> int:
         df = run_sweep(spec, executor=args.executor, workers=args.workers,
                        address=args.address, out=out, progress=bar.set,
                        restart=args.restart)  # one sweep at a time appends to a file
+    if args.uncertainty is not None:  # the intervals join the printed table only
+        df = _with_intervals(args, spec, df)
     failed = int(df["error"].notna().sum())
     if args.report:
         from reports import render_report  # only reports/ imports altair
@@ -68,6 +79,8 @@ def main(args: argparse.Namespace) -> int:
     shown = df[fields + [c for c in shown_cols if c in df] + ["error"]].copy()
     for c in [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]:
         shown[c[:-2] + "_ms"] = shown.pop(c) * 1e3
+    if args.uncertainty is not None:
+        shown = _interval_columns(df, shown)
     if not failed:
         shown = shown.drop(columns=["error"])
     print(f"sweep {spec.name}: {len(df)} {spec.mode} points")
@@ -77,6 +90,30 @@ def main(args: argparse.Namespace) -> int:
     print(f"results: {out}" + (f" ({failed} points failed; see the error column)"
                                if failed else ""))
     return 1 if failed else 0
+
+
+def _with_intervals(args: argparse.Namespace, spec, df):
+    """The table with each point's p5/p50/p95 (simulator/planning/sweep_uncertainty.py)."""
+    from simulator.cli.progress import Progress
+    from simulator.planning.sweep_uncertainty import sweep_intervals
+    executor = "local" if args.executor == "auto" else args.executor
+    with Progress("uncertainty", unit="draws", enabled=not args.no_progress) as bar:
+        return sweep_intervals(spec, df, args.uncertainty, executor=executor,
+                               workers=args.workers, address=args.address, progress=bar.set)
+
+
+def _interval_columns(df, shown):
+    """``shown`` with a ``{metric} 90%`` column (p5-p95, ms for latencies) per metric."""
+    from simulator.uncertainty.propagate import METRICS
+    for m in METRICS:
+        if f"{m}_p5" not in df:
+            continue
+        scale, name = (1e3, m[:-2] + "_ms") if not m.endswith("per_s") else (1.0, m)
+        at = shown.columns.get_loc(name) + 1 if name in shown else len(shown.columns)
+        shown.insert(at, f"{name} 90%", [f"{lo * scale:.4g}-{hi * scale:.4g}" if lo == lo
+                                         else "" for lo, hi in zip(df[f"{m}_p5"],
+                                                                   df[f"{m}_p95"])])
+    return shown
 
 
 def _check_not_inputs(args: argparse.Namespace, spec, out: Path) -> None:

@@ -219,7 +219,8 @@ def _walk(ok, start: int, span: int, sign: int, cap: int,
 
 def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSearch(), *,
                          workload=None, warm_start: bool = True,
-                         on_evaluation: Callable[[], None] | None = None) -> dict[str, Any]:
+                         on_evaluation: Callable[[], None] | None = None,
+                         start_rate: float | None = None) -> dict[str, Any]:
     """Largest lattice rate meeting the SLO (bracket, then bisection); NaN when none does.
 
     The search starts at the lattice point nearest the analytic warm start
@@ -229,7 +230,8 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
     ``warm_start=False`` is the search before all that: from the trace's rate, every step
     a doubling.  ``evaluated`` lists every simulated rate;
     ``best_*`` is the least violating of them.  ``on_evaluation()`` is called after each
-    simulation (progress); at most ``rate_search_bound(search)`` of them.
+    simulation (progress); at most ``rate_search_bound(search)`` of them.  ``start_rate``
+    (with ``warm_start``) starts there instead (an uncertainty draw: near the point answer).
     """
     workload = workload if workload is not None else scenario_workload(scenario)
     seen: dict[int, dict] = {}
@@ -242,7 +244,8 @@ def max_sustainable_rate(scenario, slo: CapacitySLO, search: RateSearch = RateSe
                 on_evaluation()
         return seen[k]["feasible"]
 
-    start = start_index(scenario, workload, slo, search, warm_start)
+    start = search.index(start_rate) if start_rate is not None and warm_start else \
+        start_index(scenario, workload, slo, search, warm_start)
     ok(start)
     if warm_start:
         lo, hi = bracket(ok, start, search, lambda k: step_after(seen[k]["violation"], search),

@@ -73,9 +73,10 @@ def draw_scenario(scenario: Scenario, draw: Draw) -> Scenario:
 
 
 def shifted_acceptance(scenario: Scenario, shift: float) -> dict:
-    """The scenario's acceptance block with every probability moved by ``shift``, clipped
-    to [0, 1]."""
-    acc = dict(scenario.acceptance)
+    """The scenario's acceptance (its block, else its drafter's published default) with
+    every probability moved by ``shift``, clipped to [0, 1]."""
+    from simulator.acceptance.provenance import effective_acceptance
+    acc = effective_acceptance(scenario)
     fields = shifted_fields(acc, source=scenario.name)
     for name in (f for f in fields if f in acc):
         value = acc[name]
@@ -85,6 +86,9 @@ def shifted_acceptance(scenario: Scenario, shift: float) -> dict:
 
 
 def check_acceptance(scenario: Scenario) -> None:
-    """An acceptance spread on a model without probabilities is refused before any run."""
+    """An acceptance spread on a model without probabilities, or an ``acceptance: default``
+    without a published spread, is refused before any run."""
+    from simulator.uncertainty.published_spread import with_published_spread
+    scenario = with_published_spread(scenario)
     if scenario.uncertainty.acceptance is not None:
         shifted_acceptance(scenario, 0.0)

@@ -50,7 +50,9 @@ def propagate(scenarios: list[Scenario], draws: int, executor, progress=None) ->
     """One row per policy scenario: for each metric its p5/p50/p95 over ``draws`` joint
     draws and, where more than one source varies, each source's variance share."""
     from simulator.planning.executors import Failure, run_items
+    from simulator.uncertainty.published_spread import with_published_spread
 
+    scenarios = [with_published_spread(sc) for sc in scenarios]  # acceptance: default
     inputs: list[list[Draw]] = []
     tasks: list[DrawTask] = []
     for sc in scenarios:
@@ -82,17 +84,18 @@ def intervals(values: np.ndarray) -> dict:
     return out
 
 
-def shares(values: np.ndarray, draws: list[Draw], varied: tuple[str, ...]) -> dict:
-    """Per metric: each varying source's share of the variance over the draws (rows of
-    ``values``), the widest source and, without a varying workload, the ``nonlinear`` part
-    the linear terms leave (see the module docstring)."""
+def shares(values: np.ndarray, draws: list[Draw], varied: tuple[str, ...],
+           metrics: tuple[str, ...] = METRICS) -> dict:
+    """Per metric (``metrics``: the columns of ``values``): each varying source's share of
+    the variance over the draws (rows of ``values``), the widest source and, without a
+    varying workload, the ``nonlinear`` part the linear terms leave (the module docstring)."""
     x = {"acceptance": np.array([d.acceptance_shift for d in draws]),
          "cost": np.log([d.cost_factor for d in draws])}
     scalars = [s for s in varied if s in x]
     out: dict = {}
     if len(varied) >= 2 and len(draws) < len(scalars) + 2:  # too few draws to fit a line
-        return {f"{m}_widest": "none" for m in METRICS}
-    for i, m in enumerate(METRICS):
+        return {f"{m}_widest": "none" for m in metrics}
+    for i, m in enumerate(metrics):
         y = values[:, i]
         if len(varied) < 2 or np.isnan(y).any():
             out[f"{m}_widest"] = varied[0] if len(varied) == 1 and np.var(y) > 0 else "none"

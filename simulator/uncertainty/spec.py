@@ -27,7 +27,9 @@ MAX_COST_SIGMA = 1.0             # a log-scale sigma of 1 already spans a factor
 MAX_ACCEPTANCE_SD = 0.5          # probabilities: a wider spread is uniform noise on [0, 1]
 # the acceptance fields that are probabilities, per model (the shift moves each of them)
 PROBABILITY_FIELDS = {"iid": ("alpha",), "positional": ("rates",), "sequoia": ("rates",),
-                      "context_decay": ("alpha0", "floor")}
+                      "context_decay": ("alpha0", "floor"), "tree_topk": ("coverage",)}
+# uncertainty.acceptance: the spread of the drafter's published default (default_spreads)
+ACCEPTANCE_KEYS = ("default",)
 
 # median APE of TPOT (step time alone, no queueing) over the 4 sim-to-real runs of
 # tests/simulator/sim2real/test_validate_serving.py, read as the median |e| of a zero-mean
@@ -63,6 +65,7 @@ class Uncertainty:
     cost_sigma: float = COST_SIGMA
     cost_source: str = COST_SOURCE
     acceptance: AcceptanceSpread | None = None
+    acceptance_default: bool = False  # uncertainty.acceptance: default (published_spread.py)
 
 
 def check_draws(n: Any, *, source: str, field: str) -> int:
@@ -74,10 +77,21 @@ def check_draws(n: Any, *, source: str, field: str) -> int:
 
 
 def parse_uncertainty(data: Any, source: str, acceptance: AcceptanceSpread | None) -> Uncertainty:
-    """``uncertainty: {draws: N, sources: [...], cost: {sigma, source}}`` -> Uncertainty."""
+    """``uncertainty: {draws: N, sources: [...], cost: {sigma, source}, acceptance: default}``
+    -> Uncertainty."""
     data = require_mapping(data or {}, source=source, field="uncertainty")
-    check_keys(data, allowed=("draws", "sources", "cost"), source=source, prefix="uncertainty.")
+    check_keys(data, allowed=("draws", "sources", "cost", "acceptance"), source=source,
+               prefix="uncertainty.")
     kw: dict[str, Any] = {"acceptance": acceptance}
+    if data.get("acceptance") is not None:
+        as_str(data["acceptance"], source=source, field="uncertainty.acceptance",
+               choices=ACCEPTANCE_KEYS)
+        if acceptance is not None:
+            raise SpecsimError("the acceptance block gives its own spread", source=source,
+                               field="uncertainty.acceptance",
+                               fix="keep one: acceptance.uncertainty: {sd, source} on the "
+                                   "block, or uncertainty.acceptance: default without it")
+        kw["acceptance_default"] = True
     if data.get("draws") is not None:
         kw["draws"] = check_draws(data["draws"], source=source, field="uncertainty.draws")
     if "sources" in data:
