@@ -70,8 +70,11 @@ def test_mixtral_chunk_step_prices_the_grouped_gemm_at_its_real_rows():
     # the 32 decodes alone.  No published kernel timing of these shapes was found, so the
     # check is the mechanism's closed form: 1214 routed rows over the 8 experts, 151.75 an
     # expert, run as 3 tiles of 64 rows per expert (tile quantisation per expert), each
-    # projection max(its padded tiles at the per-SM rate, the experts' 16-bit weights at the
-    # GEMM kind's memory rate) plus the kernel latency; and the chunk step dearer.
+    # projection its padded tiles at the per-SM rate of the profile's fused-MoE compute
+    # efficiency (c) and the experts' 16-bit weights at the GEMM kind's memory rate (m),
+    # combined as (c^p + m^p)^(1/p) with the profile's overlap exponent p (vLLM PR #24700's
+    # Mixtral TP2 H100 series, hardware/profiles/h100-sxm.yaml), plus the kernel latency;
+    # and the chunk step dearer.
     from math import ceil
 
     import numpy as np
@@ -86,13 +89,16 @@ def test_mixtral_chunk_step_prices_the_grouped_gemm_at_its_real_rows():
     cm = CostModel(hw, m, Parallelism(tensor_parallel=2))
     new, ctx = np.array([1.0] * 32 + [575.0]), np.array([500.0] * 32 + [0.0])
     ops = {op.name: op for op in cm.breakdown(new, ctx).ops}
-    crate, bw, latency, _ = hw.roofline("bf16").kind_rates("gemm")
+    roof = hw.roofline("bf16")
+    _, bw, latency, _ = roof.kind_rates("gemm")
+    crate = roof.peak_flops_per_s * hw.moe_grouped_gemm_compute_efficiency
+    p = hw.moe_grouped_gemm_overlap_exponent
     rows, f = 607 * 2, m.expert_ffn_size / 2
     for name, n, k in (("experts_up", 2 * f, m.hidden_size), ("experts_down", m.hidden_size, f)):
         tiles = 8 * ceil(rows / 8 / 64) * ceil(n / 128)
         compute = ceil(tiles / 132) * 2 * 64 * 128 * k / (crate / 132)
         memory = (8 * n * k * 2 + rows * (n + k) * 2) / bw
-        assert ops[name].time_s == pytest.approx(32 * (max(compute, memory) + latency),
-                                                 rel=1e-9)
+        both = (compute ** p + memory ** p) ** (1 / p)
+        assert ops[name].time_s == pytest.approx(32 * (both + latency), rel=1e-9)
     decode = cm.step_time(np.ones(32), np.full(32, 500.0))
     assert cm.step_time(new, ctx) > decode * 1.1
