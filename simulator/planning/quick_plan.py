@@ -32,6 +32,10 @@ MAX_NODE_GPUS = 8
 MAX_QUICK_GPUS = 512
 MAX_QUICK_REQUESTS = 20_000
 DEFAULT_REQUESTS = 300
+# --pareto's ladder of concurrencies ends here by default, and may reach at most the limit
+# (each level runs 4 x its concurrency requests at least: pareto_search.py)
+DEFAULT_PARETO_CONCURRENCY = 256
+MAX_PARETO_CONCURRENCY = 1024
 # closed-loop runs send every request at once (vllm bench serve --request-rate inf): the
 # arrivals are 1 us apart, far below any step time, and the client holds them to C in flight
 CLOSED_LOOP_RATE = 1e6
@@ -55,6 +59,7 @@ class Question:
     gammas: tuple[int, ...] = DEFAULT_GAMMAS
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
+    disagg: bool = False           # also prefill/decode disaggregated deployments (xPyD)
 
     @property
     def closed_loop(self) -> bool:
@@ -93,6 +98,28 @@ class Candidate:
     replicas: int
     engine_args: Mapping[str, Any]
     payload: Mapping[str, Any]
+    # a disaggregated deployment: shape, replicas and engine_args are its decode pool's,
+    # these its prefill pool's (None: aggregated)
+    prefill_shape: Shape | None = None
+    prefill_replicas: int = 0
+    prefill_engine_args: Mapping[str, Any] | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_shape is not None
+
+    @property
+    def devices(self) -> int:
+        pre = 0 if self.prefill_shape is None else self.prefill_shape.gpus * self.prefill_replicas
+        return self.shape.gpus * self.replicas + pre
+
+    @property
+    def layout(self) -> str:
+        """``TP4 x2`` or, disaggregated, ``1P TP8 + 1D DP8+EP`` (prefill + decode)."""
+        if self.prefill_shape is None:
+            return f"{self.shape.name} x{self.replicas}"
+        return (f"{self.prefill_replicas}P {self.prefill_shape.name} + "
+                f"{self.replicas}D {self.shape.name}")
 
     @property
     def tensor_parallel(self) -> int:
@@ -244,4 +271,7 @@ def candidates(q: Question) -> list[Candidate]:
                 payload = apply_vllm_args({**copy.deepcopy(base), "replicas": replicas},
                                           vllm_args_from_mapping(args, source=label))
                 out.append(Candidate(label, method, gamma, shape, replicas, args, payload))
+    if q.disagg:
+        from simulator.planning.quick_disagg import disaggregated_candidates
+        out += disaggregated_candidates(q, target, base)
     return out

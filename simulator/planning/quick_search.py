@@ -27,6 +27,9 @@ from simulator.planning.quick_plan import Candidate, Question, candidates
 HEADROOM_FACTOR = 16.0
 HEADROOM_TOL = 0.05
 OPEN_LOOP_BACKLOG = 0.25   # capacity.RateSearch's default max_in_flight_fraction
+# the fields of a deployment that does not fit in memory (a pool's, disaggregated)
+DOES_NOT_FIT = ("parallelism", "disaggregation.prefill.parallelism",
+                "disaggregation.decode.parallelism")
 
 
 @dataclass(frozen=True)
@@ -76,17 +79,17 @@ def fitting(cands: list[Candidate], workload) -> tuple[list[Candidate], list[str
         try:
             check_runnable(scenario_from_dict(c.payload, source=c.label), workload=workload)
         except SpecsimError as exc:
-            if exc.field != "parallelism":
+            if exc.field not in DOES_NOT_FIT:
                 raise exc.relocated(prefix=f"{c.label}: ") from None
-            if c.shape not in seen:  # one line per parallelism (the drafts add little)
-                seen.add(c.shape)
-                notes.append(f"{c.shape.name} x{c.replicas}: does not fit ({exc.message})")
+            if c.layout not in seen:  # one line per parallelism (the drafts add little)
+                seen.add(c.layout)
+                notes.append(f"{c.layout}: does not fit ({exc.message})")
             continue
         kept.append(c)
     return kept, notes
 
 
-def _run(fn: Callable, tasks: list[tuple], executor: Any, workers: int | None,
+def run_tasks(fn: Callable, tasks: list[tuple], executor: Any, workers: int | None,
          progress: Callable[[], None] | None) -> list[Any]:
     from simulator.planning.executors import Failure, make_executor, run_items
     if not tasks:
@@ -123,8 +126,8 @@ def answer_question(q: Question, *, executor: Any = "local", workers: int | None
     rate = q.rate if q.rate is not None else workload.mean_rate_per_s
     backlog = 1.0 if q.closed_loop else OPEN_LOOP_BACKLOG  # a closed loop cannot pile up
     slo = _slo(q)
-    rows = _run(_screen, [(c.label, c.payload, workload, rate, slo, backlog) for c in kept],
-                executor, workers, progress)
+    rows = run_tasks(_screen, [(c.label, c.payload, workload, rate, slo, backlog)
+                               for c in kept], executor, workers, progress)
     table = _table(kept, rows)
     acceptance = {c.method: r["acceptance_source"] for c, r in zip(kept, rows)}
     if not q.closed_loop:
@@ -141,7 +144,10 @@ def _table(kept: list[Candidate], rows: list[dict]) -> pd.DataFrame:
         "candidate": c.label, "method": c.method, "gamma": c.gamma,
         "tensor_parallel": c.tensor_parallel, "expert_parallel": c.expert_parallel,
         "data_parallel_attention": c.shape.data_parallel, "shape": c.shape.name,
-        "replicas": c.replicas, "devices": c.shape.gpus * c.replicas,
+        "replicas": c.replicas, "devices": c.devices,
+        "deployment": "disaggregated" if c.disaggregated else "aggregated",
+        "prefill_shape": "" if c.prefill_shape is None else c.prefill_shape.name,
+        "prefill_replicas": c.prefill_replicas,
         "holds": bool(r["feasible"]), "p99_ttft_ms": r["p99_ttft_s"] * 1e3,
         "p99_tpot_ms": r["p99_tpot_s"] * 1e3, "output_tok/s": r["output_tokens_per_s"],
         "violation": r["violation"], "violated": r["violated"]}
@@ -158,7 +164,7 @@ def _with_headroom(table: pd.DataFrame, kept: list[Candidate], q: Question, work
     by_label = {c.label: c for c in kept}
     tasks = [(lbl, by_label[lbl].payload, workload, q.rate, slo)
              for lbl in table.loc[picks, "candidate"]]
-    found = _run(_headroom, tasks, executor, workers, progress)
+    found = run_tasks(_headroom, tasks, executor, workers, progress)
     table = table.assign(max_rate_per_s=math.nan, headroom=math.nan, search_note="")
     for i, f in zip(picks, found):
         table.loc[i, "max_rate_per_s"] = f["max_rate_per_s"]

@@ -13,8 +13,11 @@ METHOD_NAMES = {"none": "no speculation", "draft_model": "a draft model", "eagle
 
 
 def describe(row: Mapping[str, Any]) -> str:
-    """``2 x TP4 with EAGLE-3 k=3``."""
+    """``2 x TP4 with EAGLE-3 k=3``, or ``1 x TP8 prefill + 1 x DP8+EP decode with MTP
+    k=3`` (disaggregated)."""
     shape = f"{row['replicas']} x {row['shape']}"
+    if row.get("deployment") == "disaggregated":
+        shape = f"{row['prefill_replicas']} x {row['prefill_shape']} prefill + {shape} decode"
     return f"{shape} with {METHOD_NAMES[row['method']]}" + (
         f" k={row['gamma']}" if row["gamma"] else "")
 
