@@ -1,7 +1,7 @@
 """``specsim plan ... --pareto FILE``: every candidate over a ladder of client concurrencies.
 
-Each deployment the question allows (quick_plan.candidates: aggregated, and with ``--disagg``
-disaggregated; each method at each draft length) that fits in memory runs closed loop, as
+Each deployment the question allows (quick_disagg.all_candidates: aggregated, and with
+``--disagg`` disaggregated; each method at each draft length) that fits in memory runs closed loop, as
 ``vllm bench serve --request-rate inf --max-concurrency C``, at C = 1, 2, 4, ... up to the
 question's ``--concurrency`` (which ends the ladder even when it is no power of two).  Each
 level runs ``max(--requests, RUNS_PER_SLOT x C)`` requests, so that the client's ramp-down
@@ -20,11 +20,11 @@ import pandas as pd
 
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.pareto import PER_GPU, PER_USER, with_frontier
+from simulator.planning.quick_disagg import all_candidates
 from simulator.planning.quick_plan import (
     MAX_PARETO_CONCURRENCY,
     Candidate,
     Question,
-    candidates,
     workload_payload,
 )
 
@@ -93,7 +93,7 @@ def pareto_points(q: Question, top: int, *, executor: Any = "local",
     from simulator.scenario import scenario_from_dict
     from simulator.simulate import scenario_workload
     levels = ladder(top)
-    cands = candidates(dataclasses.replace(q, rate=None, concurrency=top))
+    cands = all_candidates(dataclasses.replace(q, rate=None, concurrency=top))
     workload = scenario_workload(scenario_from_dict(cands[0].payload, source="plan"))
     kept, notes = fitting(cands, workload)
     if not kept:

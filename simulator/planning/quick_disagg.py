@@ -21,8 +21,10 @@ from simulator.planning.quick_plan import (
     Candidate,
     Question,
     Shape,
+    candidates,
     engine_args,
     methods_for,
+    question_target,
     tp_options,
 )
 
@@ -106,4 +108,13 @@ def disaggregated_candidates(q: Question, target: ModelSpec,
                 out.append(Candidate(label, method, gamma, dec, n_dec, args, payload,
                                      prefill_shape=pre, prefill_replicas=n_pre,
                                      prefill_engine_args=pre_args))
+    return out
+
+
+def all_candidates(q: Question) -> list[Candidate]:
+    """The aggregated candidates, and with ``--disagg`` the disaggregated ones after them."""
+    out = candidates(q)
+    if q.disagg:
+        target, base = question_target(q)
+        out += disaggregated_candidates(q, target, base)
     return out

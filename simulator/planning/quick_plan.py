@@ -247,17 +247,25 @@ def tp_options(q: Question, target: ModelSpec) -> list[Shape]:
     return out
 
 
-def candidates(q: Question) -> list[Candidate]:
-    """Every deployment the question allows, each with its scenario (not yet checked for
-    memory: quick_search does that and reports what does not fit)."""
-    from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
+def question_target(q: Question) -> tuple[ModelSpec, dict[str, Any]]:
+    """The target of the question, checked against its lengths, and the scenario fields
+    every candidate shares (traffic, SLO, hardware, seed)."""
     target = load_model(q.target)
     if q.isl is not None and q.osl is not None and q.isl + q.osl > target.max_context:
         raise SpecsimError(f"--isl {q.isl:,} + --osl {q.osl:,} exceed {target.name}'s "
                            f"max_context {target.max_context:,}", field="--isl",
                            fix="shorten the requests, or ask about a longer-context model")
-    base = {"name": "plan", "seed": q.seed, "hardware": q.hardware,
-            "workload": workload_payload(q), "slo": {"ttft_ms": q.ttft_ms, "tpot_ms": q.tpot_ms}}
+    return target, {"name": "plan", "seed": q.seed, "hardware": q.hardware,
+                    "workload": workload_payload(q),
+                    "slo": {"ttft_ms": q.ttft_ms, "tpot_ms": q.tpot_ms}}
+
+
+def candidates(q: Question) -> list[Candidate]:
+    """Every aggregated deployment the question allows, each with its scenario (not yet
+    checked for memory: quick_search does that and reports what does not fit); with
+    ``--disagg``, quick_disagg.all_candidates adds the disaggregated ones."""
+    from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
+    target, base = question_target(q)
     from simulator.deployment import DP_ATTENTION_POLICIES
     out = []
     for shape in tp_options(q, target):
@@ -271,7 +279,4 @@ def candidates(q: Question) -> list[Candidate]:
                 payload = apply_vllm_args({**copy.deepcopy(base), "replicas": replicas},
                                           vllm_args_from_mapping(args, source=label))
                 out.append(Candidate(label, method, gamma, shape, replicas, args, payload))
-    if q.disagg:
-        from simulator.planning.quick_disagg import disaggregated_candidates
-        out += disaggregated_candidates(q, target, base)
     return out

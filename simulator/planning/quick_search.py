@@ -21,7 +21,8 @@ import pandas as pd
 
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.capacity import CapacitySLO, RateSearch
-from simulator.planning.quick_plan import Candidate, Question, candidates
+from simulator.planning.quick_disagg import all_candidates
+from simulator.planning.quick_plan import Candidate, Question
 
 # the rate search of step 2: the lattice from the asked rate up to 16x it, 5% apart
 HEADROOM_FACTOR = 16.0
@@ -111,7 +112,7 @@ def answer_question(q: Question, *, executor: Any = "local", workers: int | None
     """Screen, search the headroom, rank, and say the verdict."""
     from simulator.scenario import scenario_from_dict
     from simulator.simulate import scenario_workload
-    cands = candidates(q)
+    cands = all_candidates(q)
     try:
         workload = scenario_workload(scenario_from_dict(cands[0].payload, source="plan"))
     except SpecsimError as exc:  # the trace the flags named, by its flag
