@@ -3,7 +3,9 @@
 
 Prints a ranked table of deployments (parallelism, replicas, method, draft length), one
 sentence of verdict, and writes the winner as ``vllm serve`` config and command, SGLang
-flags, and the scenario that re-checks it (simulator/planning/quick_deploy.py).
+flags, and the scenario that re-checks it (simulator/planning/quick_deploy.py).  ``--disagg``
+adds prefill/decode disaggregated deployments; ``--pareto CSV`` asks for the Pareto frontier
+over a ladder of concurrencies instead (simulator/cli/plan_pareto.py).
 """
 from __future__ import annotations
 

@@ -127,3 +127,14 @@ def test_cli_pareto_never_replaces_a_file_it_did_not_write(tmp_path):
     out = cli(*TINY, "--concurrency", "1", "--pareto", str(mine))
     assert out.returncode == 2 and "--pareto" in out.stderr
     assert mine.read_text() == "my notes\n"
+
+
+def test_the_points_are_the_same_from_any_executor():
+    """Same question, same seed: the same points, one process or a pool."""
+    from simulator.planning.pareto_search import pareto_points
+    q = Question(target="opt-1.3b", hardware="a10", gpus=2, ttft_ms=500, tpot_ms=20, isl=200,
+                 osl=20, concurrency=2, methods=("none",), requests=6, disagg=True)
+    serial = pareto_points(q, 2, executor="serial")
+    pooled = pareto_points(q, 2, executor="local", workers=2)
+    pd.testing.assert_frame_equal(serial.points, pooled.points)
+    assert sorted(set(serial.points["deployment"])) == ["aggregated", "disaggregated"]
