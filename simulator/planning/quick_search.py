@@ -3,9 +3,9 @@
 1. **Screen**: every candidate that fits in memory is simulated once at the question's load
    (the rate, open loop; or the concurrency, closed loop) and checked against p99 TTFT and
    p99 TPOT (``capacity.evaluate_rate``; open loop also needs the backlog to stay small).
-2. **Headroom** (open loop): for each method, the candidate that holds the load with the
-   most slack (the lowest ``violation``: its worst ratio to a limit) gets a rate search
-   from the question's rate upwards (``capacity.max_sustainable_rate``): how far above the
+2. **Headroom** (open loop): for each method (aggregated and disaggregated apart), the
+   candidate that holds the load with the most slack (the lowest ``violation``: its worst
+   ratio to a limit) gets a rate search from the question's rate upwards (``capacity.max_sustainable_rate``): how far above the
    asked rate the same GPUs stay within the SLO.  Closed loop compares output throughput.
 3. **Rank and verdict**: holding candidates first (searched ones by their highest rate, the
    rest by their slack), then the others by how far they miss; one sentence says what the
@@ -158,10 +158,12 @@ def _table(kept: list[Candidate], rows: list[dict]) -> pd.DataFrame:
 def _with_headroom(table: pd.DataFrame, kept: list[Candidate], q: Question, workload,
                    slo: CapacitySLO, executor: Any, workers: int | None,
                    progress: Callable[[], None] | None) -> pd.DataFrame:
-    """``max_rate_per_s`` and ``headroom`` for each method's most-slack holding candidate
-    (NaN elsewhere: not searched)."""
+    """``max_rate_per_s`` and ``headroom`` for each method's (and deployment kind's)
+    most-slack holding candidate (NaN elsewhere: not searched)."""
     held = table[table["holds"]]
-    picks = [g["violation"].idxmin() for _, g in held.groupby("method", sort=False)]
+    # aggregated and disaggregated apart: the verdict compares the best of each
+    picks = [g["violation"].idxmin()
+             for _, g in held.groupby(["method", "deployment"], sort=False)]
     by_label = {c.label: c for c in kept}
     tasks = [(lbl, by_label[lbl].payload, workload, q.rate, slo)
              for lbl in table.loc[picks, "candidate"]]

@@ -54,6 +54,21 @@ def _other(q: Question, table: pd.DataFrame, speculative: bool) -> str:
     return f"; {what} the best, {describe(best)}, holds it" + _up_to(best, q)
 
 
+def _other_kind(q: Question, table: pd.DataFrame, kind: str) -> str:
+    """With ``--disagg``: what the best deployment of the other kind does."""
+    other = "aggregated" if kind == "disaggregated" else "disaggregated"
+    rows = table[table["deployment"] == other]
+    if not q.disagg or rows.empty:
+        return ""
+    best = rows.iloc[0]
+    if not best["holds"]:
+        return f"; {other}, the closest, {describe(best)}, reaches {_latency(best)}"
+    if q.closed_loop:
+        return (f"; {other}, the best, {describe(best)}, gives "
+                f"{best['output_tok/s']:,.0f} output tokens/s")
+    return f"; {other}, the best, {describe(best)}, holds it" + _up_to(best, q)
+
+
 def verdict(q: Question, table: pd.DataFrame) -> str:
     """One sentence: what the winner holds, at what latency, and the other side's best."""
     gpus = f"{q.gpus} x {q.hardware}"
@@ -68,4 +83,5 @@ def verdict(q: Question, table: pd.DataFrame) -> str:
         text += f", {win['output_tok/s']:,.0f} output tokens/s"
     else:
         text += _up_to(win, q)
-    return text + _other(q, table, speculative=win["method"] == "none") + "."
+    return (text + _other(q, table, speculative=win["method"] == "none")
+            + _other_kind(q, table, win["deployment"]) + ".")

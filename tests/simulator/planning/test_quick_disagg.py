@@ -138,3 +138,19 @@ def test_the_points_are_the_same_from_any_executor():
     pooled = pareto_points(q, 2, executor="local", workers=2)
     pd.testing.assert_frame_equal(serial.points, pooled.points)
     assert sorted(set(serial.points["deployment"])) == ["aggregated", "disaggregated"]
+
+
+def test_the_ranking_searches_and_names_the_best_of_each_kind():
+    from simulator.planning.quick_search import answer_question
+    q = Question(target="opt-1.3b", hardware="a10", gpus=2, ttft_ms=500, tpot_ms=20, isl=300,
+                 osl=40, rate=4.0, methods=("none",), requests=20, disagg=True)
+    ans = answer_question(q, executor="serial")
+    t = ans.table
+    held = t[t["holds"]]
+    searched = t[t["max_rate_per_s"].notna()]
+    # one rate search per deployment kind that holds, each from the asked rate up
+    assert sorted(searched["deployment"]) == sorted(set(held["deployment"]))
+    assert (searched["max_rate_per_s"] >= 4.0).all()
+    assert (t["devices"] == 2).all()
+    other = {"aggregated": "disaggregated", "disaggregated": "aggregated"}
+    assert f"; {other[t.iloc[0]['deployment']]}, the " in ans.verdict
