@@ -1,9 +1,10 @@
 """``specsim plan ... --pareto FILE``: every candidate over a ladder of client concurrencies.
 
 Each deployment the question allows (quick_disagg.all_candidates: aggregated, and with
-``--disagg`` disaggregated; each method at each draft length) that fits in memory runs closed loop, as
-``vllm bench serve --request-rate inf --max-concurrency C``, at C = 1, 2, 4, ... up to the
-question's ``--concurrency`` (which ends the ladder even when it is no power of two).  Each
+``--disagg`` disaggregated; each method at each draft length) that fits in memory runs
+closed loop, as ``vllm bench serve --request-rate inf --max-concurrency C``, at C = 1, 2,
+4, ... up to the question's ``--concurrency`` (which ends the ladder even when it is no
+power of two).  Each
 level runs ``max(--requests, RUNS_PER_SLOT x C)`` requests, so that the client's ramp-down
 (its last C requests, fewer than C in flight) is a small part of the run.  Every run is a
 point: output tokens/s per GPU (the deployment's output over all its GPUs) against output

@@ -5,8 +5,9 @@
    p99 TPOT (``capacity.evaluate_rate``; open loop also needs the backlog to stay small).
 2. **Headroom** (open loop): for each method (aggregated and disaggregated apart), the
    candidate that holds the load with the most slack (the lowest ``violation``: its worst
-   ratio to a limit) gets a rate search from the question's rate upwards (``capacity.max_sustainable_rate``): how far above the
-   asked rate the same GPUs stay within the SLO.  Closed loop compares output throughput.
+   ratio to a limit) gets a rate search from the question's rate upwards
+   (``capacity.max_sustainable_rate``): how far above the asked rate the same GPUs stay
+   within the SLO.  Closed loop compares output throughput.
 3. **Rank and verdict**: holding candidates first (searched ones by their highest rate, the
    rest by their slack), then the others by how far they miss; one sentence says what the
    winner holds and what the same GPUs do without speculation.
