@@ -110,11 +110,3 @@ def refuse_top_level(data: Mapping[str, Any], source: str) -> None:
                                fix=f"move it into disaggregation.prefill and "
                                    f"disaggregation.decode ({key}: ...)")
 
-
-def check_disaggregated(scenario) -> None:
-    """What a disaggregated run does not model (one clear error each)."""
-    if scenario.workload.get("max_concurrency") is not None:
-        raise SpecsimError("a closed-loop client (max_concurrency) is not modelled with "
-                           "disaggregation", field="workload.max_concurrency",
-                           fix="remove max_concurrency (open-loop arrivals) or the "
-                           "disaggregation section")

@@ -162,8 +162,6 @@ def check_runnable(scenario: Scenario, *, workload=None, where: str | None = Non
     try:
         pools = {None: scenario}
         if scenario.disaggregation is not None:  # each pool's deployment and plan
-            from simulator.disagg_config import check_disaggregated
-            check_disaggregated(scenario)
             pools = dict(zip(("prefill", "decode"), pool_scenarios(scenario)))
         for side, pool in pools.items():
             run = prepare(pool, workload=workload) if side is None else \

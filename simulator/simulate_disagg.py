@@ -8,6 +8,9 @@ decode pool through the same router rule.  Replica indices: the prefill pool's f
 (0 .. P-1), then the decode pool's (P .. P+D-1); a request's ``replica`` is the decode
 replica that finished it.  Decode replicas draw from the streams an aggregated run of the
 decode pool would (``replica_streams``); prefill replicas never draw (nothing decodes there).
+Under a closed-loop client (the workload's ``max_concurrency``) a request's slot frees when
+it finishes, on its decode replica (or on its prefill replica when its only output token is
+the prefill's); the replicas run step by step either way (engine/disagg.py).
 """
 from __future__ import annotations
 
@@ -17,11 +20,11 @@ import numpy as np
 import simpy
 
 from simulator.deployment import admissible, rank_chunk_tokens
-from simulator.disagg_config import check_disaggregated
 from simulator.engine.disagg import DecodeReplica, KvLink, PrefillReplica
 from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import EngineLimits
+from simulator.engine.closed_loop import ClosedLoopArrivals
 from simulator.engine.router import Arrivals
 from simulator.results import Results
 from simulator.scenario import Scenario
@@ -52,7 +55,6 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
     from simulator.run_setup import (cache_keys, engine_stats, finish_counter,
                                     pool_scenarios, prefix_cache_stats, prepare_pool,
                                     replica_streams, servable)
-    check_disaggregated(scenario)
     pre_s, dec_s = pool_scenarios(scenario)
     costs = {"target_cost": target_cost, "draft_cost": draft_cost}
     pre = prepare_pool(pre_s, "prefill", workload=workload, **costs)
@@ -66,7 +68,12 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
     on_finish = None if progress is None else finish_counter(progress, table.arrival_s.size,
                                                                int(np.count_nonzero(~ok)))
     d, target = scenario.disaggregation, dec.deployment.target
+    prefillers: list[PrefillReplica] = []
     decoders: list[DecodeReplica] = []
+    cap = pre.workload.max_concurrency
+    client = None if cap is None else ClosedLoopArrivals(env, table, prefillers,
+                                                         scenario.router, ok, cap)
+    on_finish = _freeing(client, on_finish)
     link = KvLink(env, table, decoders, scenario.router,
                   bytes_per_token=kv_link_bytes_per_token(scenario, dec.deployment),
                   bandwidth_bytes_per_s=d.link.bandwidth_bytes_per_s,
@@ -77,24 +84,39 @@ def simulate_disaggregated(scenario: Scenario, *, workload=None, target_cost=Non
     b = scenario.batching
     keys = cache_keys(pre.workload, table, pre_lim, pre.deployment.max_verify_tokens) \
         if b.enable_prefix_caching else None
-    prefillers = [PrefillReplica(env, i, table, pre_lim, pre.target_cost, pol, rng, recorder,
-                                 on_finish, link=link, arrivals=None, rebuild_draft_kv=rebuild,
-                                 prefix_cache=PrefixCache(pre_lim.kv_blocks, b.block_size, keys)
-                                 if keys is not None and keys.shared is not None else None)
-                  for i, (pol, rng) in enumerate(zip(pre.policies, pre.rng.spawn(n_pre)))]
+    prefillers.extend(PrefillReplica(env, i, table, pre_lim, pre.target_cost, pol, rng,
+                                     recorder, on_finish, link=link, arrivals=None,
+                                     rebuild_draft_kv=rebuild, prefix_cache=PrefixCache(
+                                         pre_lim.kv_blocks, b.block_size, keys)
+                                     if keys is not None and keys.shared is not None else None)
+                      for i, (pol, rng) in enumerate(zip(pre.policies, pre.rng.spawn(n_pre))))
     dec_lim = _limits(dec_s, dec.deployment.memory.kv_blocks)
     decoders.extend(DecodeReplica(env, n_pre + i, table, dec_lim, dec.target_cost, pol, rng,
                                   recorder, on_finish, arrivals=None,
                                   rebuild_draft_kv=rebuild)
                     for i, (pol, rng) in enumerate(zip(dec.policies,
                                                        replica_streams(dec.rng, n_dec))))
-    Arrivals(env, table, prefillers, scenario.router, ok)
+    if client is None:  # open loop: started after the replicas, as it always was
+        Arrivals(env, table, prefillers, scenario.router, ok)
     env.run()
     results = Results.from_run(scenario, table, recorder, dec.deployment, pre.workload)
     _describe(results, scenario, link, prefillers + decoders, pre, dec)
     results.info["engine"] = engine_stats(scenario, prefillers + decoders)
     results.info["prefix_cache"] = prefix_cache_stats(scenario, pre.workload, prefillers)
     return results
+
+
+def _freeing(client: ClosedLoopArrivals | None, on_finish):
+    """The replicas' ``on_finish``: under a closed-loop client a finish also frees a slot."""
+    if client is None:
+        return on_finish
+    if on_finish is None:
+        return client.finished
+
+    def both(n: int) -> None:
+        client.finished(n)
+        on_finish(n)
+    return both
 
 
 def _describe(results: Results, scenario: Scenario, link: KvLink, replicas, pre, dec) -> None:

@@ -8,6 +8,7 @@ from tests.hostile_cases import Case
 ASK = ("plan", "--target", "opt-13b", "--hardware", "a100-40gb", "--ttft-ms", "1000",
        "--tpot-ms", "60", "--no-progress")
 SMALL = ("--gpus", "1", "--isl", "100", "--osl", "20", "--rate", "1", "--requests", "10")
+PARETO_SMALL = ("--gpus", "1", "--isl", "100", "--osl", "20", "--requests", "10")
 
 
 def _ask(*extra: str, small: tuple[str, ...] = SMALL) -> tuple[str, ...]:
@@ -36,4 +37,16 @@ PLAN_CASES: list[Case] = [
     Case("plan-q-deploy-out-is-the-trace", _ask(
         "--deploy-out", "t.csv", small=("--gpus", "1", "--trace", "t.csv", "--rate", "1")),
         "--deploy-out", {"t.csv": "prompt_tokens,output_tokens\n10,5\n"}),
+    # --pareto (issue 38, part 3): closed loop only, a bounded ladder, its own files
+    Case("plan-q-pareto-with-rate", _ask("--pareto", "p.csv"), "--rate"),
+    Case("plan-q-pareto-ladder-too-high", _ask("--pareto", "p.csv", small=PARETO_SMALL + (
+        "--concurrency", "5000")), "--concurrency"),
+    Case("plan-q-pareto-csv-foreign", _ask("--pareto", "p.csv", small=PARETO_SMALL),
+         "--pareto", {"p.csv": "my notes\n"}),
+    Case("plan-q-pareto-report-foreign", _ask("--pareto", "p.csv", "--report", "r.html",
+                                              small=PARETO_SMALL), "--report",
+         {"r.html": "<html>mine</html>\n"}),
+    Case("plan-q-pareto-is-the-trace", _ask("--pareto", "t.csv", small=(
+        "--gpus", "1", "--trace", "t.csv", "--concurrency", "2")), "--pareto",
+        {"t.csv": "prompt_tokens,output_tokens\n10,5\n"}),
 ]

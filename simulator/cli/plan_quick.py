@@ -3,7 +3,9 @@
 
 Prints a ranked table of deployments (parallelism, replicas, method, draft length), one
 sentence of verdict, and writes the winner as ``vllm serve`` config and command, SGLang
-flags, and the scenario that re-checks it (simulator/planning/quick_deploy.py).
+flags, and the scenario that re-checks it (simulator/planning/quick_deploy.py).  ``--disagg``
+adds prefill/decode disaggregated deployments; ``--pareto CSV`` asks for the Pareto frontier
+over a ladder of concurrencies instead (simulator/cli/plan_pareto.py).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.planning.capacity import MAX_RATE_PER_S, MIN_RATE_PER_S
 from simulator.planning.quick_plan import (
     DEFAULT_GAMMAS,
+    DEFAULT_PARETO_CONCURRENCY,
     DEFAULT_REQUESTS,
     MAX_QUICK_GPUS,
     MAX_QUICK_REQUESTS,
@@ -59,6 +62,15 @@ def add_quick_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=bounded_int(2**32 - 1, minimum=0), default=0)
     g.add_argument("--deploy-out", default=DEFAULT_DEPLOY_OUT,
                    help=f"folder for the winner's files (default {DEFAULT_DEPLOY_OUT})")
+    g.add_argument("--disagg", action="store_true",
+                   help="also try prefill/decode disaggregated deployments (xPyD: P:D GPU "
+                        "ratios 1:1, 1:2, 1:3, 2:1)")
+    g.add_argument("--pareto", default=None, metavar="CSV",
+                   help="instead of ranking at one load: run every deployment closed loop at "
+                        "1, 2, 4, ... --concurrency requests in flight (default "
+                        f"{DEFAULT_PARETO_CONCURRENCY}) and write the points and their "
+                        "Pareto frontier (tokens/s/GPU against tokens/s/user) to this CSV; "
+                        "--report draws them")
 
 
 def question(args: argparse.Namespace) -> Question:
@@ -74,22 +86,42 @@ def question(args: argparse.Namespace) -> Question:
     if lengths == (args.trace is not None) or (lengths and None in (args.isl, args.osl)):
         raise SpecsimError("give --isl and --osl, or --trace", field="--isl",
                            fix="e.g. --isl 2000 --osl 500, or --trace default")
-    if (args.rate is None) == (args.concurrency is None):
-        raise SpecsimError("give one of --rate and --concurrency", field="--rate",
-                           fix="--rate 4 (requests/s) or --concurrency 64 (in flight)")
-    for flag, given in (("--report", args.report), ("--drop-over-context",
-                                                     args.drop_over_context),
+    concurrency = _load(args)
+    for flag, given in (("--report", args.report and args.pareto is None),
+                        ("--drop-over-context", args.drop_over_context),
                         ("--truncate-over-context", args.truncate_over_context)):
         if given:
-            raise SpecsimError(f"{flag} works with a plan YAML", field=flag, fix="remove it")
+            raise SpecsimError(f"{flag} works with a plan YAML (or --pareto)"
+                               if flag == "--report" else f"{flag} works with a plan YAML",
+                               field=flag, fix="remove it")
     return Question(target=_target(args.target), hardware=_hardware(args.hardware),
                     gpus=args.gpus, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, isl=args.isl,
                     osl=args.osl, trace=args.trace, rate=args.rate,
-                    concurrency=args.concurrency, methods=None if args.methods is None
+                    concurrency=concurrency, methods=None if args.methods is None
                     else parse_methods(args.methods),
                     gammas=tuple(parse_number_list(args.gammas, field="--gammas", minimum=1,
                                                    maximum=MAX_GAMMA, max_count=16)),
-                    requests=args.requests or DEFAULT_REQUESTS, seed=args.seed)
+                    requests=args.requests or DEFAULT_REQUESTS, seed=args.seed,
+                    disagg=args.disagg)
+
+
+def _load(args: argparse.Namespace) -> int | None:
+    """The question's concurrency: one of --rate and --concurrency; with --pareto, the top
+    of the ladder (closed loop only: no --rate, nor --out, the points going to --pareto)."""
+    if args.pareto is None:
+        if (args.rate is None) == (args.concurrency is None):
+            raise SpecsimError("give one of --rate and --concurrency", field="--rate",
+                               fix="--rate 4 (requests/s) or --concurrency 64 (in flight)")
+        return args.concurrency
+    from simulator.planning.pareto_search import ladder
+    for flag, given in (("--rate", args.rate), ("--out", args.out)):
+        if given is not None:
+            raise SpecsimError(f"{flag} with --pareto", field=flag,
+                               fix="remove it: --pareto runs closed loop at 1, 2, 4, ... "
+                                   "--concurrency in flight and writes its points to its CSV")
+    top = args.concurrency or DEFAULT_PARETO_CONCURRENCY
+    ladder(top)  # its limit, checked before any simulation
+    return top
 
 
 def _target(name: str) -> str:
@@ -112,6 +144,9 @@ def main_quick(args: argparse.Namespace) -> int:
     from simulator.output_paths import check_file_target, check_results_target
     from simulator.planning.quick_deploy import MARK
     q = question(args)
+    if args.pareto is not None:
+        from simulator.cli.plan_pareto import main_pareto
+        return main_pareto(args, q, _header(q))
     trace = None if q.trace in (None, "default") else q.trace
     check_outputs_not_inputs([("--out", args.out), ("--deploy-out", args.deploy_out)],
                              [trace], folders=("--deploy-out",))
@@ -134,15 +169,15 @@ def main_quick(args: argparse.Namespace) -> int:
         write_text_file(args.out, ans.table.to_csv(index=False), "--out",
                         marks=(b"rank,candidate,",), overwrite=args.overwrite,
                         what="plan table")
-    written = _write_deploy(args, q, ans, header) if ans.winner is not None else None
+    written, names = _write_deploy(args, q, ans, header) if ans.winner is not None \
+        else (None, [])
     if args.format != "table":
         print(render(ans.table, args.format))
     else:
         _print(q, ans, header)
     stream = sys.stdout if args.format == "table" else sys.stderr
     if written is not None:
-        print(f"wrote {written}/: vllm-serve.yaml, serve.sh, scenario.yaml ({MARK[2:]})",
-              file=stream)
+        print(f"wrote {written}/: {', '.join(names)} ({MARK[2:]})", file=stream)
     else:
         print(f"nothing written to {args.deploy_out}: no deployment holds the load",
               file=stream)
@@ -156,12 +191,13 @@ def _header(q: Question) -> str:
                      f" --gammas {','.join(map(str, q.gammas))}"
                      if q.gammas != DEFAULT_GAMMAS else "",
                      f" --requests {q.requests}" if q.requests != DEFAULT_REQUESTS else "",
-                     f" --seed {q.seed}" if q.seed else ""])
+                     f" --seed {q.seed}" if q.seed else "", " --disagg" if q.disagg else ""])
     return (f"--target {q.target} --hardware {q.hardware} --gpus {q.gpus} {work} {load} "
             f"--ttft-ms {q.ttft_ms:g} --tpot-ms {q.tpot_ms:g}{extra}")
 
 
-def _write_deploy(args: argparse.Namespace, q: Question, ans, header: str) -> str:
+def _write_deploy(args: argparse.Namespace, q: Question, ans,
+                  header: str) -> tuple[str, list[str]]:
     from simulator.output_paths import ResultsFolderWriter
     from simulator.planning.quick_deploy import files
     texts = files(q, ans.winner, header, ans.verdict)
@@ -170,7 +206,7 @@ def _write_deploy(args: argparse.Namespace, q: Question, ans, header: str) -> st
         for name, text in texts.items():
             (w.path / name).write_text(text, encoding="utf-8")
         w.commit({"command": "plan", "question": header})
-    return str(args.deploy_out)
+    return str(args.deploy_out), list(texts)
 
 
 def _print(q: Question, ans, header: str) -> None:

@@ -13,6 +13,8 @@
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -107,8 +109,44 @@ def serve_text(c: Candidate, header: str, verdict: str) -> str:
             f"in its flags:\n{note}# {sglang_command(c)}\n")
 
 
+def disagg_serve_text(c: Candidate, header: str, verdict: str) -> str:
+    """``serve.sh`` of a disaggregated winner: the prefill and the decode instances' ``vllm
+    serve`` commands, each with a NIXL KV connector (vLLM's docs, NixlConnector usage:
+    ``--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'``), and
+    SGLang's ``--disaggregation-mode`` for the same pools."""
+    kv = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                    separators=(",", ":"))
+    pre = dataclasses.replace(c, shape=c.prefill_shape, replicas=c.prefill_replicas,
+                              engine_args=c.prefill_engine_args)
+    lines = [f"#!/bin/sh\n{MARK}: {header}\n# {verdict}\n# vLLM (the engine specsim "
+             "simulated), behind a router that sends each prompt to a prefill instance and "
+             "its decode to a decode instance (vLLM's disaggregated-prefill proxy, llm-d, "
+             "Dynamo):"]
+    for side, inst, n in (("prefill", pre, c.prefill_replicas), ("decode", c, c.replicas)):
+        lines.append(f"# {side}: {n} instance(s) of {inst.shape.gpus} GPUs\n"
+                     f"{vllm_command(inst)} --kv-transfer-config {shlex.quote(kv)}")
+    lines.append("# or SGLang, the same pools in its flags:")
+    for side, inst in (("prefill", pre), ("decode", c)):
+        lines.append(f"# {sglang_command(inst)} --disaggregation-mode {side}")
+    return "\n".join(lines) + "\n"
+
+
+def disagg_scenario_text(c: Candidate, header: str) -> str:
+    """The whole scenario a disaggregated winner was simulated in (no --vllm-args form:
+    one ``vllm serve`` configuration is one instance, not two pools)."""
+    data = copy.deepcopy(dict(c.payload))
+    wl = data["workload"]
+    if "trace" in wl and wl["trace"] != "default":
+        wl["trace"] = str(Path(wl["trace"]).resolve())
+    how = "# check it: specsim run scenario.yaml (the plan's simulation of this deployment)"
+    return f"{MARK}: {header}\n{how}\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
+
+
 def files(q: Question, c: Candidate, header: str, verdict: str) -> dict[str, str]:
     """File name -> text of everything the plan writes for its winner."""
+    if c.disaggregated:
+        return {"serve.sh": disagg_serve_text(c, header, verdict),
+                "scenario.yaml": disagg_scenario_text(c, header)}
     return {"vllm-serve.yaml": vllm_config_text(c, header),
             "serve.sh": serve_text(c, header, verdict),
             "scenario.yaml": scenario_text(q, c, header)}

@@ -32,6 +32,10 @@ MAX_NODE_GPUS = 8
 MAX_QUICK_GPUS = 512
 MAX_QUICK_REQUESTS = 20_000
 DEFAULT_REQUESTS = 300
+# --pareto's ladder of concurrencies ends here by default, and may reach at most the limit
+# (each level runs 4 x its concurrency requests at least: pareto_search.py)
+DEFAULT_PARETO_CONCURRENCY = 256
+MAX_PARETO_CONCURRENCY = 1024
 # closed-loop runs send every request at once (vllm bench serve --request-rate inf): the
 # arrivals are 1 us apart, far below any step time, and the client holds them to C in flight
 CLOSED_LOOP_RATE = 1e6
@@ -55,6 +59,7 @@ class Question:
     gammas: tuple[int, ...] = DEFAULT_GAMMAS
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
+    disagg: bool = False           # also prefill/decode disaggregated deployments (xPyD)
 
     @property
     def closed_loop(self) -> bool:
@@ -93,6 +98,28 @@ class Candidate:
     replicas: int
     engine_args: Mapping[str, Any]
     payload: Mapping[str, Any]
+    # a disaggregated deployment: shape, replicas and engine_args are its decode pool's,
+    # these its prefill pool's (None: aggregated)
+    prefill_shape: Shape | None = None
+    prefill_replicas: int = 0
+    prefill_engine_args: Mapping[str, Any] | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_shape is not None
+
+    @property
+    def devices(self) -> int:
+        pre = 0 if self.prefill_shape is None else self.prefill_shape.gpus * self.prefill_replicas
+        return self.shape.gpus * self.replicas + pre
+
+    @property
+    def layout(self) -> str:
+        """``TP4 x2`` or, disaggregated, ``1P TP8 + 1D DP8+EP`` (prefill + decode)."""
+        if self.prefill_shape is None:
+            return f"{self.shape.name} x{self.replicas}"
+        return (f"{self.prefill_replicas}P {self.prefill_shape.name} + "
+                f"{self.replicas}D {self.shape.name}")
 
     @property
     def tensor_parallel(self) -> int:
@@ -220,17 +247,25 @@ def tp_options(q: Question, target: ModelSpec) -> list[Shape]:
     return out
 
 
-def candidates(q: Question) -> list[Candidate]:
-    """Every deployment the question allows, each with its scenario (not yet checked for
-    memory: quick_search does that and reports what does not fit)."""
-    from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
+def question_target(q: Question) -> tuple[ModelSpec, dict[str, Any]]:
+    """The target of the question, checked against its lengths, and the scenario fields
+    every candidate shares (traffic, SLO, hardware, seed)."""
     target = load_model(q.target)
     if q.isl is not None and q.osl is not None and q.isl + q.osl > target.max_context:
         raise SpecsimError(f"--isl {q.isl:,} + --osl {q.osl:,} exceed {target.name}'s "
                            f"max_context {target.max_context:,}", field="--isl",
                            fix="shorten the requests, or ask about a longer-context model")
-    base = {"name": "plan", "seed": q.seed, "hardware": q.hardware,
-            "workload": workload_payload(q), "slo": {"ttft_ms": q.ttft_ms, "tpot_ms": q.tpot_ms}}
+    return target, {"name": "plan", "seed": q.seed, "hardware": q.hardware,
+                    "workload": workload_payload(q),
+                    "slo": {"ttft_ms": q.ttft_ms, "tpot_ms": q.tpot_ms}}
+
+
+def candidates(q: Question) -> list[Candidate]:
+    """Every aggregated deployment the question allows, each with its scenario (not yet
+    checked for memory: quick_search does that and reports what does not fit); with
+    ``--disagg``, quick_disagg.all_candidates adds the disaggregated ones."""
+    from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
+    target, base = question_target(q)
     from simulator.deployment import DP_ATTENTION_POLICIES
     out = []
     for shape in tp_options(q, target):

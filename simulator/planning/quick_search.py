@@ -3,10 +3,11 @@
 1. **Screen**: every candidate that fits in memory is simulated once at the question's load
    (the rate, open loop; or the concurrency, closed loop) and checked against p99 TTFT and
    p99 TPOT (``capacity.evaluate_rate``; open loop also needs the backlog to stay small).
-2. **Headroom** (open loop): for each method, the candidate that holds the load with the
-   most slack (the lowest ``violation``: its worst ratio to a limit) gets a rate search
-   from the question's rate upwards (``capacity.max_sustainable_rate``): how far above the
-   asked rate the same GPUs stay within the SLO.  Closed loop compares output throughput.
+2. **Headroom** (open loop): for each method (aggregated and disaggregated apart), the
+   candidate that holds the load with the most slack (the lowest ``violation``: its worst
+   ratio to a limit) gets a rate search from the question's rate upwards
+   (``capacity.max_sustainable_rate``): how far above the asked rate the same GPUs stay
+   within the SLO.  Closed loop compares output throughput.
 3. **Rank and verdict**: holding candidates first (searched ones by their highest rate, the
    rest by their slack), then the others by how far they miss; one sentence says what the
    winner holds and what the same GPUs do without speculation.
@@ -21,12 +22,16 @@ import pandas as pd
 
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.capacity import CapacitySLO, RateSearch
-from simulator.planning.quick_plan import Candidate, Question, candidates
+from simulator.planning.quick_disagg import all_candidates
+from simulator.planning.quick_plan import Candidate, Question
 
 # the rate search of step 2: the lattice from the asked rate up to 16x it, 5% apart
 HEADROOM_FACTOR = 16.0
 HEADROOM_TOL = 0.05
 OPEN_LOOP_BACKLOG = 0.25   # capacity.RateSearch's default max_in_flight_fraction
+# the fields of a deployment that does not fit in memory (a pool's, disaggregated)
+DOES_NOT_FIT = ("parallelism", "disaggregation.prefill.parallelism",
+                "disaggregation.decode.parallelism")
 
 
 @dataclass(frozen=True)
@@ -76,17 +81,17 @@ def fitting(cands: list[Candidate], workload) -> tuple[list[Candidate], list[str
         try:
             check_runnable(scenario_from_dict(c.payload, source=c.label), workload=workload)
         except SpecsimError as exc:
-            if exc.field != "parallelism":
+            if exc.field not in DOES_NOT_FIT:
                 raise exc.relocated(prefix=f"{c.label}: ") from None
-            if c.shape not in seen:  # one line per parallelism (the drafts add little)
-                seen.add(c.shape)
-                notes.append(f"{c.shape.name} x{c.replicas}: does not fit ({exc.message})")
+            if c.layout not in seen:  # one line per parallelism (the drafts add little)
+                seen.add(c.layout)
+                notes.append(f"{c.layout}: does not fit ({exc.message})")
             continue
         kept.append(c)
     return kept, notes
 
 
-def _run(fn: Callable, tasks: list[tuple], executor: Any, workers: int | None,
+def run_tasks(fn: Callable, tasks: list[tuple], executor: Any, workers: int | None,
          progress: Callable[[], None] | None) -> list[Any]:
     from simulator.planning.executors import Failure, make_executor, run_items
     if not tasks:
@@ -108,7 +113,7 @@ def answer_question(q: Question, *, executor: Any = "local", workers: int | None
     """Screen, search the headroom, rank, and say the verdict."""
     from simulator.scenario import scenario_from_dict
     from simulator.simulate import scenario_workload
-    cands = candidates(q)
+    cands = all_candidates(q)
     try:
         workload = scenario_workload(scenario_from_dict(cands[0].payload, source="plan"))
     except SpecsimError as exc:  # the trace the flags named, by its flag
@@ -123,8 +128,8 @@ def answer_question(q: Question, *, executor: Any = "local", workers: int | None
     rate = q.rate if q.rate is not None else workload.mean_rate_per_s
     backlog = 1.0 if q.closed_loop else OPEN_LOOP_BACKLOG  # a closed loop cannot pile up
     slo = _slo(q)
-    rows = _run(_screen, [(c.label, c.payload, workload, rate, slo, backlog) for c in kept],
-                executor, workers, progress)
+    rows = run_tasks(_screen, [(c.label, c.payload, workload, rate, slo, backlog)
+                               for c in kept], executor, workers, progress)
     table = _table(kept, rows)
     acceptance = {c.method: r["acceptance_source"] for c, r in zip(kept, rows)}
     if not q.closed_loop:
@@ -141,7 +146,10 @@ def _table(kept: list[Candidate], rows: list[dict]) -> pd.DataFrame:
         "candidate": c.label, "method": c.method, "gamma": c.gamma,
         "tensor_parallel": c.tensor_parallel, "expert_parallel": c.expert_parallel,
         "data_parallel_attention": c.shape.data_parallel, "shape": c.shape.name,
-        "replicas": c.replicas, "devices": c.shape.gpus * c.replicas,
+        "replicas": c.replicas, "devices": c.devices,
+        "deployment": "disaggregated" if c.disaggregated else "aggregated",
+        "prefill_shape": "" if c.prefill_shape is None else c.prefill_shape.name,
+        "prefill_replicas": c.prefill_replicas,
         "holds": bool(r["feasible"]), "p99_ttft_ms": r["p99_ttft_s"] * 1e3,
         "p99_tpot_ms": r["p99_tpot_s"] * 1e3, "output_tok/s": r["output_tokens_per_s"],
         "violation": r["violation"], "violated": r["violated"]}
@@ -151,14 +159,16 @@ def _table(kept: list[Candidate], rows: list[dict]) -> pd.DataFrame:
 def _with_headroom(table: pd.DataFrame, kept: list[Candidate], q: Question, workload,
                    slo: CapacitySLO, executor: Any, workers: int | None,
                    progress: Callable[[], None] | None) -> pd.DataFrame:
-    """``max_rate_per_s`` and ``headroom`` for each method's most-slack holding candidate
-    (NaN elsewhere: not searched)."""
+    """``max_rate_per_s`` and ``headroom`` for each method's (and deployment kind's)
+    most-slack holding candidate (NaN elsewhere: not searched)."""
     held = table[table["holds"]]
-    picks = [g["violation"].idxmin() for _, g in held.groupby("method", sort=False)]
+    # aggregated and disaggregated apart: the verdict compares the best of each
+    picks = [g["violation"].idxmin()
+             for _, g in held.groupby(["method", "deployment"], sort=False)]
     by_label = {c.label: c for c in kept}
     tasks = [(lbl, by_label[lbl].payload, workload, q.rate, slo)
              for lbl in table.loc[picks, "candidate"]]
-    found = _run(_headroom, tasks, executor, workers, progress)
+    found = run_tasks(_headroom, tasks, executor, workers, progress)
     table = table.assign(max_rate_per_s=math.nan, headroom=math.nan, search_note="")
     for i, f in zip(picks, found):
         table.loc[i, "max_rate_per_s"] = f["max_rate_per_s"]

@@ -13,8 +13,11 @@ METHOD_NAMES = {"none": "no speculation", "draft_model": "a draft model", "eagle
 
 
 def describe(row: Mapping[str, Any]) -> str:
-    """``2 x TP4 with EAGLE-3 k=3``."""
+    """``2 x TP4 with EAGLE-3 k=3``, or ``1 x TP8 prefill + 1 x DP8+EP decode with MTP
+    k=3`` (disaggregated)."""
     shape = f"{row['replicas']} x {row['shape']}"
+    if row.get("deployment") == "disaggregated":
+        shape = f"{row['prefill_replicas']} x {row['prefill_shape']} prefill + {shape} decode"
     return f"{shape} with {METHOD_NAMES[row['method']]}" + (
         f" k={row['gamma']}" if row["gamma"] else "")
 
@@ -51,6 +54,21 @@ def _other(q: Question, table: pd.DataFrame, speculative: bool) -> str:
     return f"; {what} the best, {describe(best)}, holds it" + _up_to(best, q)
 
 
+def _other_kind(q: Question, table: pd.DataFrame, kind: str) -> str:
+    """With ``--disagg``: what the best deployment of the other kind does."""
+    other = "aggregated" if kind == "disaggregated" else "disaggregated"
+    rows = table[table["deployment"] == other]
+    if not q.disagg or rows.empty:
+        return ""
+    best = rows.iloc[0]
+    if not best["holds"]:
+        return f"; {other}, the closest, {describe(best)}, reaches {_latency(best)}"
+    if q.closed_loop:
+        return (f"; {other}, the best, {describe(best)}, gives "
+                f"{best['output_tok/s']:,.0f} output tokens/s")
+    return f"; {other}, the best, {describe(best)}, holds it" + _up_to(best, q)
+
+
 def verdict(q: Question, table: pd.DataFrame) -> str:
     """One sentence: what the winner holds, at what latency, and the other side's best."""
     gpus = f"{q.gpus} x {q.hardware}"
@@ -65,4 +83,5 @@ def verdict(q: Question, table: pd.DataFrame) -> str:
         text += f", {win['output_tok/s']:,.0f} output tokens/s"
     else:
         text += _up_to(win, q)
-    return text + _other(q, table, speculative=win["method"] == "none") + "."
+    return (text + _other(q, table, speculative=win["method"] == "none")
+            + _other_kind(q, table, win["deployment"]) + ".")

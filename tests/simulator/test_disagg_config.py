@@ -61,13 +61,6 @@ def test_a_bad_section_is_one_error_naming_its_field(change, field):
     assert err.value.field == field
 
 
-def test_a_closed_loop_client_is_refused():
-    sc = scenario_from_dict(_with(_set(("workload", "max_concurrency"), 4)), source="s.yaml")
-    with pytest.raises(SpecsimError) as err:
-        check_runnable(sc)
-    assert err.value.field == "workload.max_concurrency"
-
-
 def test_a_pool_that_does_not_fit_is_named():
     """DeepSeek-V3's ~640 GiB of FP8 weights do not fit one 141 GB H200."""
     data = _with(_set(("disaggregation", "decode", "parallelism"), {"tensor_parallel": 1}))

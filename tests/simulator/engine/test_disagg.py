@@ -150,3 +150,33 @@ def test_decode_admission_waits_for_a_slot_and_the_client_gets_the_first_token_t
     assert req["kv_ready_s"].to_numpy() == pytest.approx([0.01, 0.01, 0.02], abs=1e-12)
     assert req["ttft_s"].to_numpy() == pytest.approx([0.01, 0.01, 0.03], abs=1e-12)
     assert req["finish_s"].to_numpy() == pytest.approx([0.03, 0.03, 0.05], abs=1e-12)
+
+
+def _closed(cap, arrivals):
+    rng = np.random.default_rng(11)
+    n = arrivals.size
+    wl = dataclasses.replace(workload(arrivals, rng.integers(50, 900, n),
+                                      rng.integers(1, 80, n)), max_concurrency=cap)
+    link = Link(bandwidth_bytes_per_s=5e9, latency_s=2e-5, source="test")
+    sc = _disagg(scenario("chain:num_speculative_tokens=2"), prefill=2, decode=2, link=link)
+    return simulate(sc, workload=wl).requests
+
+
+@pytest.mark.parametrize("cap", [1, 3, 7])
+def test_a_closed_loop_client_holds_the_cap_and_sends_as_slots_free(cap):
+    """Every request due at 0 through a 2P2D deployment: the client keeps ``cap`` in flight
+    (a one-token request's slot frees on its prefill instance, the others' on the decode
+    side), and each request sent late was sent at another's finish."""
+    from tests.simulator.engine.test_closed_loop import _in_flight
+    req = _closed(cap, np.zeros(40))
+    assert (req.status == "finished").all()
+    assert _in_flight(req) == cap
+    late = req["arrival_s"].to_numpy() > 0
+    assert late.sum() == 40 - cap
+    assert np.isin(req["arrival_s"].to_numpy()[late], req["finish_s"].to_numpy()).all()
+
+
+def test_a_closed_loop_cap_above_the_load_is_the_open_loop_run():
+    arrivals = np.arange(30) * 2.0  # paced: never 50 in flight
+    closed, open_ = _closed(50, arrivals), _closed(None, arrivals)
+    pd.testing.assert_frame_equal(closed, open_)
