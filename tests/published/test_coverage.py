@@ -110,3 +110,12 @@ def test_the_90_percent_intervals_cover_80_to_97_percent(measured, name):
     covered, cases = by_group(rows)[name]
     assert cases > 0
     assert BAND[0] <= covered / cases <= BAND[1], f"{name}: {covered}/{cases}"
+
+
+@pytest.mark.parametrize("argv", [["--coverage"], ["--coverage", "ten"], ["--coverage", "1"],
+                                  ["--table"]])
+def test_a_bad_argument_is_one_line_and_exit_2(argv, capsys):
+    from tests.published.__main__ import cli
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("--coverage" in err) and "Traceback" not in err
