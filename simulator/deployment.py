@@ -90,14 +90,7 @@ def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
     both under the scenario's execution; the draft sharded over its tensor parallel degree.
     The CUDA-graph sizes follow the policy's ``num_speculative_tokens`` (vLLM's rule), or
     ``speculative_tokens`` where the caller knows the drafted tokens (an analytic point)."""
-    cls = POLICIES.get(scenario.policy.name)
-    k = speculative_tokens if speculative_tokens is not None else \
-        cls.speculative_tokens(scenario.policy.params) if cls is not None else 0
-    execution = resolve_execution(
-        hw, scenario.execution, max_num_seqs=scenario.batching.max_num_seqs,
-        num_speculative_tokens=k,
-        max_num_batched_tokens=scenario.batching.max_num_batched_tokens,
-        overheads=scenario.overheads)
+    execution = _execution(scenario, hw, speculative_tokens)
     skew = scenario.moe.routing_skew
     check_dp_attention_policy(scenario)
     tcost = cost_model(hw, target, scenario.parallelism, overheads=scenario.overheads,
@@ -106,10 +99,35 @@ def cost_models(scenario: Scenario, hw: HardwareProfile, target: ModelSpec,
     parallel = draft_parallel(scenario)
     if draft is not None and draft.kind == "decoder":
         check_draft_split(draft, parallel)
-        dcost = CostModel(hw, draft, parallel.draft(),
-                          overheads=scenario.overheads, execution=execution,
+        spec_hw, spec_execution = speculative_path(scenario, hw, speculative_tokens)
+        dcost = CostModel(spec_hw, draft, parallel.draft(),
+                          overheads=scenario.overheads, execution=spec_execution,
                           host=not execution.captured_draft_loop, routing_skew=skew)
     return tcost, dcost
+
+
+def _execution(scenario: Scenario, hw: HardwareProfile, speculative_tokens: int | None):
+    cls = POLICIES.get(scenario.policy.name)
+    k = speculative_tokens if speculative_tokens is not None else \
+        cls.speculative_tokens(scenario.policy.params) if cls is not None else 0
+    return resolve_execution(
+        hw, scenario.execution, max_num_seqs=scenario.batching.max_num_seqs,
+        num_speculative_tokens=k,
+        max_num_batched_tokens=scenario.batching.max_num_batched_tokens,
+        overheads=scenario.overheads)
+
+
+def speculative_path(scenario: Scenario, hw: HardwareProfile,
+                     speculative_tokens: int | None = None):
+    """(profile, execution) the speculative path is priced on -- the draft model's and the
+    policy's own forwards, the engine's speculative host work: ``hw`` and the scenario's
+    execution, or with ``spec_cost_factor`` both resolved on ``hw`` that much slower
+    (hardware/scaled.py), so that only that path moves: the error of its cost relative to
+    the target's, which a uniform cost factor cancels out of every speedup."""
+    if scenario.spec_cost_factor != 1.0:
+        from hardware.scaled import slower_by
+        hw = slower_by(hw, scenario.spec_cost_factor)
+    return hw, _execution(scenario, hw, speculative_tokens)
 
 
 def check_dp_attention_policy(scenario: Scenario) -> None:
@@ -173,10 +191,12 @@ def build_policy(scenario: Scenario, res: Resolved, workload, acceptance, target
                  draft_cost=None) -> PolicyBase:
     """The scenario's policy (one per replica), on ``target_cost``/``draft_cost`` if given
     (test doubles), else on the roofline cost models."""
+    spec = speculative_path(scenario, res.hardware) if scenario.spec_cost_factor != 1.0 \
+        else (None, None)
     ctx = PolicyContext(target_cost=target_cost or res.target_cost,
                         draft_cost=draft_cost or res.draft_cost, acceptance=acceptance,
                         workload=workload, draft_model=res.draft, target_model=res.target,
-                        hardware=res.hardware)
+                        hardware=res.hardware, spec_hardware=spec[0], spec_execution=spec[1])
     return POLICIES[scenario.policy.name](scenario.policy.params, ctx)
 
 

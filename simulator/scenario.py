@@ -131,6 +131,9 @@ class Scenario:
     disaggregation: Any = None  # a Disaggregation (disagg_config.py), None: aggregated
     uncertainty: Uncertainty = Uncertainty()  # declared input spreads (simulator/uncertainty)
     cost_factor: float = 1.0  # one draw's device-speed error: every step time times this
+    # one draw's error of the speculative path relative to the target's (draft forwards and
+    # the engine's speculative host work times this, on top of cost_factor): deployment.py
+    spec_cost_factor: float = 1.0
     base_dir: str = "."
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -68,6 +68,10 @@ class PolicyContext:
     draft_model: Any = None          # ModelSpec of the draft, if any
     target_model: Any = None
     hardware: Any = None
+    # the speculative path's own profile and execution (deployment.speculative_path), where
+    # the scenario's spec_cost_factor moves it; None: the target's
+    spec_hardware: Any = None
+    spec_execution: Any = None
 
 
 class AcceptanceDeclared(Protocol):
@@ -190,7 +194,7 @@ def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | Non
     target = deployed(ctx.target_cost)
     if tensor_parallel is None:
         tensor_parallel = target.parallel.draft_tp if target is not None else 1
-    execution = target.execution if target is not None else None
+    execution = spec_execution(ctx)
     separate = execution is not None and not execution.captured_draft_loop
     return CostModel(policy_hardware(ctx), spec, Parallelism(tensor_parallel=tensor_parallel),
                      execution=execution, host=separate)
@@ -199,12 +203,23 @@ def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | Non
 def spec_charge(ctx: PolicyContext, work: SpecWork) -> SpecCharge:
     """The engine's host work of one speculative iteration of ``work`` (spec_host.py), as a
     function of the drafting requests: every policy charges its iterations by it."""
+    return SpecCharge(spec_execution(ctx), work)
+
+
+def spec_execution(ctx: PolicyContext):
+    """The execution the speculative path is priced under: the target's, unless the
+    scenario's spec_cost_factor gives the path its own (ctx.spec_execution)."""
+    if ctx.spec_execution is not None:
+        return ctx.spec_execution
     target = deployed(ctx.target_cost)
-    return SpecCharge(target.execution if target is not None else None, work)
+    return target.execution if target is not None else None
 
 
 def policy_hardware(ctx: PolicyContext):
-    """The (overhead-adjusted) profile the scenario's cost models were built on."""
+    """The (overhead-adjusted) profile the scenario's cost models were built on (the
+    speculative path's, where the scenario's spec_cost_factor gives it its own)."""
+    if ctx.spec_hardware is not None:
+        return ctx.spec_hardware
     for cost in (deployed(ctx.draft_cost), deployed(ctx.target_cost)):
         if cost is not None:
             return cost.hardware

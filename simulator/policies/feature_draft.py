@@ -35,6 +35,7 @@ from simulator.policies.base import (
     deployed,
     policy_hardware,
     spec_charge,
+    spec_execution,
 )
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
@@ -139,7 +140,7 @@ def module_cost(ctx: PolicyContext, spec) -> CostModel:
         fields = {f.name for f in dataclasses.fields(parallel)}
         own = dataclasses.replace(parallel, **change, **{
             f: 1 for f in ("expert_parallel",) if f in fields})
-    execution = target.execution if target is not None else None
+    execution = spec_execution(ctx)
     separate = execution is not None and not execution.captured_draft_loop
     return cost_model(policy_hardware(ctx), spec, own, execution=execution, host=separate)
 

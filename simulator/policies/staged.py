@@ -40,9 +40,9 @@ from simulator.policies.base import (
     PolicyBase,
     PolicyContext,
     batch_fits_draft,
-    deployed,
     draft_spec,
     side_cost,
+    spec_execution,
 )
 from simulator.policies.chain_acceptance import accept_chain
 
@@ -105,8 +105,7 @@ class StagedSpeculation(PolicyBase):
         if alpha is None:
             alpha = float(np.asarray(ctx.acceptance.position_rates(1))[0])
         self.inner = IIDAcceptance(alpha)
-        target = deployed(ctx.target_cost)
-        self.execution = target.execution if target is not None else None
+        self.execution = spec_execution(ctx)
 
     @property
     def max_verify_tokens(self) -> int:

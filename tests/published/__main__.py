@@ -1,6 +1,7 @@
 """``python -m tests.published``: the published-results table (case, engine, published,
 predicted, tolerance, pass/miss, source); exit status 1 if a case not listed as a known miss
-misses, or a listed one passes."""
+misses, or a listed one passes.  ``--coverage N``: the 90% intervals' coverage per case group
+over N draws instead (tests/published/coverage.py); exit status 1 if a group leaves 80-97%."""
 from __future__ import annotations
 
 import sys
@@ -41,5 +42,19 @@ def main() -> int:
     return 1 if surprises else 0
 
 
+def cli(argv: list[str]) -> int:
+    if argv[:1] == ["--coverage"]:
+        if len(argv) != 2 or not argv[1].isdigit() or int(argv[1]) < 2:
+            print("--coverage: give a number of draws, 2 or more (e.g. --coverage 10)",
+                  file=sys.stderr)
+            return 2
+        from tests.published.coverage import print_coverage
+        return print_coverage(int(argv[1]))
+    if argv:
+        print(f"unknown argument {argv[0]!r}: give none, or --coverage N", file=sys.stderr)
+        return 2
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli(sys.argv[1:]))

@@ -14,11 +14,13 @@ graphs, captured draft loop).  A case may also give the source's own workload le
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
 from simulator.scenario import scenario_from_dict
 from simulator.simulate import simulate
+from tests.published.case_draw import CaseDraw
 
 # MT-bench prompts with the Vicuna template run to ~100-150 tokens; answers are capped at
 # 1024 (Spec-Bench) and most are a few hundred tokens.  Fixed a priori for every case.
@@ -66,6 +68,23 @@ def _thaw(value):
     return value
 
 
+# One draw of the declared uncertain inputs (tests/published/coverage.py), or None: the
+# point estimate.  Part of every run's cache key, so a draw never shares a run with the point
+# or with another draw.
+_DRAW: CaseDraw | None = None
+
+
+@contextmanager
+def drawn(draw: CaseDraw):
+    """Every run inside runs its scenario under ``draw`` (``CaseDraw.apply``)."""
+    global _DRAW
+    before, _DRAW = _DRAW, draw
+    try:
+        yield
+    finally:
+        _DRAW = before
+
+
 def run(hardware: str, target: str, policy: dict, *, draft: str | None = None,
         acceptance: dict | None = None, tensor_parallel: int = 1, batch: int = 1,
         engine: str = "hf", prompt: int = PROMPT_TOKENS, output: int = OUTPUT_TOKENS,
@@ -76,12 +95,13 @@ def run(hardware: str, target: str, policy: dict, *, draft: str | None = None,
         raise KeyError(f"unknown engine {engine!r}; one of {sorted(ENGINES)}")
     # keyed by the execution block, not the name: engines with the same block share runs
     return _run(hardware, target, _freeze(policy), draft, _freeze(acceptance),
-                tensor_parallel, batch, _freeze(ENGINES[engine]), prompt, output, rounds)
+                tensor_parallel, batch, _freeze(ENGINES[engine]), prompt, output, rounds,
+                _DRAW.plain() if _DRAW is not None and policy["name"] == "none" else _DRAW)
 
 
 @lru_cache(maxsize=None)
 def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch, execution,
-         prompt, output, rounds) -> Run:
+         prompt, output, rounds, draw=None) -> Run:
     n = batch * rounds
     data = {"name": "published-case", "seed": 0, "hardware": hardware, "target": target,
             "policy": _thaw(policy), "parallelism": {"tensor_parallel": tensor_parallel},
@@ -95,7 +115,8 @@ def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch, ex
         data["draft"] = draft
     if acceptance is not None:
         data["acceptance"] = _thaw(acceptance)
-    res = simulate(scenario_from_dict(data, source="tests/published"))
+    scenario = scenario_from_dict(data, source="tests/published")
+    res = simulate(scenario if draw is None else draw.apply(scenario, draft))
     req = res.requests
     if not (req["status"] == "finished").all():
         raise AssertionError(f"{target} on {hardware}: not every request finished")
