@@ -32,6 +32,9 @@ OPEN_LOOP_BACKLOG = 0.25   # capacity.RateSearch's default max_in_flight_fractio
 # the fields of a deployment that does not fit in memory (a pool's, disaggregated)
 DOES_NOT_FIT = ("parallelism", "disaggregation.prefill.parallelism",
                 "disaggregation.decode.parallelism")
+# a draft model that this layout cannot shard (its heads do not divide the draft's tensor
+# parallel degree, which vLLM sets to the target's): that candidate is skipped, not the plan
+DRAFT_UNSHARDABLE = "parallelism.draft_tensor_parallel_size"
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,12 @@ def fitting(cands: list[Candidate], workload) -> tuple[list[Candidate], list[str
         try:
             check_runnable(scenario_from_dict(c.payload, source=c.label), workload=workload)
         except SpecsimError as exc:
-            if exc.field not in DOES_NOT_FIT:
+            if exc.field not in DOES_NOT_FIT + (DRAFT_UNSHARDABLE,):
                 raise exc.relocated(prefix=f"{c.label}: ") from None
-            if c.layout not in seen:  # one line per parallelism (the drafts add little)
-                seen.add(c.layout)
-                notes.append(f"{c.layout}: does not fit ({exc.message})")
+            why = "does not fit" if exc.field in DOES_NOT_FIT else f"{c.method} cannot run"
+            if (c.layout, why) not in seen:  # one line per parallelism (drafts add little)
+                seen.add((c.layout, why))
+                notes.append(f"{c.layout}: {why} ({exc.message})")
             continue
         kept.append(c)
     return kept, notes

@@ -172,3 +172,19 @@ def test_data_parallel_attention_candidates_round_trip_through_vllm_arguments():
     assert sc.batching.max_num_seqs == 8 * c.engine_args["max_num_seqs"]
     from simulator.planning.quick_deploy import sglang_command
     assert "--tp-size 8 --dp-size 8 --enable-dp-attention --ep-size 8" in sglang_command(c)
+
+
+def test_a_draft_the_layout_cannot_shard_skips_that_candidate_not_the_plan():
+    # opt-125m has 12 attention heads: at TP8 vLLM shards the draft 8 ways as well
+    # (draft_tensor_parallel_size defaults to the target's), which 12 heads do not allow
+    from simulator.planning.quick_search import fitting
+    from simulator.run_setup import scenario_workload
+    q = Question(**{**SMALL, "hardware": "a100-80gb", "gpus": 8})
+    cands = candidates(q)
+    workload = scenario_workload(scenario_from_dict(cands[0].payload, source="t"))
+    kept, notes = fitting(cands, workload)
+    dropped = [c for c in cands if c not in kept]
+    assert [(c.shape.name, c.method) for c in dropped] == [("TP8", "draft_model")]
+    assert any(c.shape.name == "TP8" and c.method == "none" for c in kept)
+    assert notes == ["TP8 x1: draft_model cannot run (the draft opt-125m has 12 attention "
+                     "heads, not divisible by its tensor parallel degree 8)"]
