@@ -85,6 +85,12 @@ def drawn(draw: CaseDraw):
         _DRAW = before
 
 
+def current_draw() -> CaseDraw | None:
+    """The draw runs are under (``drawn``), None outside one: for cases that price their
+    own scenarios (moe_cases.py) rather than through ``run``."""
+    return _DRAW
+
+
 def run(hardware: str, target: str, policy: dict, *, draft: str | None = None,
         acceptance: dict | None = None, tensor_parallel: int = 1, batch: int = 1,
         engine: str = "hf", prompt: int = PROMPT_TOKENS, output: int = OUTPUT_TOKENS,

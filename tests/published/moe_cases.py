@@ -50,7 +50,7 @@ import numpy as np
 
 from simulator.deployment import plan_deployment, resolve_deployment
 from simulator.scenario import scenario_from_dict
-from tests.published.harness import ENGINES
+from tests.published.harness import ENGINES, current_draw
 from tests.published.tolerances import ABSOLUTE, Case
 
 BLOG = ("lmsys.org/blog/2025-05-05-large-scale-ep (SGLang, DeepSeek-V3, 12 x 8 H100, PD "
@@ -81,6 +81,9 @@ def deployment(ranks: int, dispatch: str, seqs_per_rank: int, tokens_per_rank: i
                 "prompt": {"dist": "fixed", "tokens": 128},
                 "output": {"dist": "fixed", "tokens": 16}}}}
     scenario = scenario_from_dict(data, source="tests/published/moe_cases")
+    draw = current_draw()  # under a coverage draw: its device cost factor (no speculation)
+    if draw is not None:
+        scenario = draw.plain().apply(scenario, None)
     res = resolve_deployment(scenario)
     return plan_deployment(scenario, res, max_verify_tokens=1)
 
