@@ -92,6 +92,10 @@ def source_lines(scenario: Scenario, draws: int) -> list[str]:
     if "cost" in unc.sources:
         lines.append(f"  cost: lognormal factor on every step, sigma {unc.cost_sigma:.4f}; "
                      f"source: {unc.cost_source}")
+    if "spec_cost" in unc.sources:
+        lines.append(f"  spec_cost: lognormal factor on the speculative path (draft forwards, "
+                     f"speculative host work), sigma {unc.spec_cost_sigma:.4f}; "
+                     f"source: {unc.spec_cost_source}")
     if "workload" in unc.sources:
         lines.append("  workload: trace and engine draws re-drawn, one seed per draw "
                      "spawned from the scenario's seed")

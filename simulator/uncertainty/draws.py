@@ -28,6 +28,7 @@ class Draw:
     acceptance_shift: float = 0.0
     cost_factor: float = 1.0
     seed: int | None = None
+    spec_cost_factor: float = 1.0
 
 
 def draw_inputs(seed: int, n: int, unc: Uncertainty) -> list[Draw]:
@@ -35,10 +36,13 @@ def draw_inputs(seed: int, n: int, unc: Uncertainty) -> list[Draw]:
     children = np.random.SeedSequence(seed).spawn(OWN_STREAMS + n)[OWN_STREAMS:]
     out = []
     for i, child in enumerate(children):
-        acc, cost, wl = (np.random.default_rng(s) for s in child.spawn(len(SOURCES)))
+        # one stream per source, in SOURCES' order: a source added at the end leaves the
+        # others' numbers as they were (SeedSequence children are keyed by their index)
+        acc, cost, wl, spec = (np.random.default_rng(s) for s in child.spawn(len(SOURCES)))
         out.append(Draw(i, _shift(unc.acceptance, acc),
                         float(np.exp(unc.cost_sigma * cost.standard_normal())),
-                        int(wl.integers(MAX_SEED))))
+                        int(wl.integers(MAX_SEED)),
+                        float(np.exp(unc.spec_cost_sigma * spec.standard_normal()))))
     return out
 
 
@@ -47,7 +51,8 @@ def restrict(draw: Draw, sources: tuple[str, ...]) -> Draw:
     return Draw(draw.index,
                 draw.acceptance_shift if "acceptance" in sources else 0.0,
                 draw.cost_factor if "cost" in sources else 1.0,
-                draw.seed if "workload" in sources else None)
+                draw.seed if "workload" in sources else None,
+                draw.spec_cost_factor if "spec_cost" in sources else 1.0)
 
 
 def _shift(spread: AcceptanceSpread | None, rng: np.random.Generator) -> float:
@@ -69,6 +74,8 @@ def draw_scenario(scenario: Scenario, draw: Draw) -> Scenario:
         kw["cost_factor"] = draw.cost_factor
     if draw.seed is not None:
         kw["seed"] = draw.seed
+    if draw.spec_cost_factor != 1.0:
+        kw["spec_cost_factor"] = draw.spec_cost_factor
     return dataclasses.replace(scenario, **kw) if kw else scenario
 
 

@@ -40,10 +40,14 @@ def run_draw(task: DrawTask) -> tuple[float, ...]:
 
 
 def varied_sources(scenario: Scenario) -> tuple[str, ...]:
-    """The declared sources that vary: acceptance only where the block gives a spread."""
+    """The declared sources that vary: acceptance only where the block gives a spread,
+    spec_cost only where the policy speculates (without a speculative path it moves
+    nothing) and its sigma is not zero."""
     unc = scenario.uncertainty
     acc = unc.acceptance is not None and not unc.acceptance.zero
-    return tuple(s for s in unc.sources if s != "acceptance" or acc)
+    spec = scenario.policy.name != "none" and unc.spec_cost_sigma > 0.0
+    return tuple(s for s in unc.sources
+                 if (s != "acceptance" or acc) and (s != "spec_cost" or spec))
 
 
 def propagate(scenarios: list[Scenario], draws: int, executor, progress=None) -> list[dict]:
@@ -90,7 +94,8 @@ def shares(values: np.ndarray, draws: list[Draw], varied: tuple[str, ...],
     the variance over the draws (rows of ``values``), the widest source and, without a
     varying workload, the ``nonlinear`` part the linear terms leave (the module docstring)."""
     x = {"acceptance": np.array([d.acceptance_shift for d in draws]),
-         "cost": np.log([d.cost_factor for d in draws])}
+         "cost": np.log([d.cost_factor for d in draws]),
+         "spec_cost": np.log([d.spec_cost_factor for d in draws])}
     scalars = [s for s in varied if s in x]
     out: dict = {}
     if len(varied) >= 2 and len(draws) < len(scalars) + 2:  # too few draws to fit a line

@@ -12,6 +12,10 @@ Three sources (docs/uncertainty.md):
   sim-to-real validation (``COST_SIGMA``'s source).
 - ``workload``: the trace (arrivals, lengths) and the engine's draws re-drawn from a seed
   spawned per draw from the scenario's seed.
+- ``spec_cost`` (opt-in: not among the default sources): one multiplicative lognormal factor
+  per draw on the speculative path alone (draft forwards and the engine's speculative host
+  work: ``Scenario.spec_cost_factor``), the error a uniform cost factor cancels out of every
+  speedup; the default sigma is the published-results check's (``SPEC_COST_SIGMA``).
 """
 from __future__ import annotations
 
@@ -21,7 +25,10 @@ from typing import Any, Mapping
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
 
-SOURCES = ("acceptance", "cost", "workload")
+SOURCES = ("acceptance", "cost", "workload", "spec_cost")
+# what varies unless ``sources`` says otherwise: spec_cost is opt-in (its sigma, from the
+# published speedups of eager research code and engines alike, is wide: docs/uncertainty.md)
+DEFAULT_SOURCES = ("acceptance", "cost", "workload")
 MAX_UNCERTAINTY_DRAWS = 10_000   # draws of one run (each is a whole simulation per policy)
 MAX_COST_SIGMA = 1.0             # a log-scale sigma of 1 already spans a factor e either way
 MAX_ACCEPTANCE_SD = 0.5          # probabilities: a wider spread is uniform noise on [0, 1]
@@ -71,9 +78,11 @@ class Uncertainty:
     block); ``draws`` 0: a point estimate unless ``run --uncertainty N`` asks for draws."""
 
     draws: int = 0
-    sources: tuple[str, ...] = SOURCES
+    sources: tuple[str, ...] = DEFAULT_SOURCES
     cost_sigma: float = COST_SIGMA
     cost_source: str = COST_SOURCE
+    spec_cost_sigma: float = SPEC_COST_SIGMA
+    spec_cost_source: str = SPEC_COST_SOURCE
     acceptance: AcceptanceSpread | None = None
     acceptance_default: bool = False  # uncertainty.acceptance: default (published_spread.py)
 
@@ -87,11 +96,11 @@ def check_draws(n: Any, *, source: str, field: str) -> int:
 
 
 def parse_uncertainty(data: Any, source: str, acceptance: AcceptanceSpread | None) -> Uncertainty:
-    """``uncertainty: {draws: N, sources: [...], cost: {sigma, source}, acceptance: default}``
-    -> Uncertainty."""
+    """``uncertainty: {draws: N, sources: [...], cost: {sigma, source}, spec_cost: {sigma,
+    source}, acceptance: default}`` -> Uncertainty."""
     data = require_mapping(data or {}, source=source, field="uncertainty")
-    check_keys(data, allowed=("draws", "sources", "cost", "acceptance"), source=source,
-               prefix="uncertainty.")
+    check_keys(data, allowed=("draws", "sources", "cost", "spec_cost", "acceptance"),
+               source=source, prefix="uncertainty.")
     kw: dict[str, Any] = {"acceptance": acceptance}
     if data.get("acceptance") is not None:
         as_str(data["acceptance"], source=source, field="uncertainty.acceptance",
@@ -106,16 +115,20 @@ def parse_uncertainty(data: Any, source: str, acceptance: AcceptanceSpread | Non
         kw["draws"] = check_draws(data["draws"], source=source, field="uncertainty.draws")
     if "sources" in data:
         kw["sources"] = parse_sources(data["sources"], source=source)
-    if data.get("cost") is not None:
-        cost = require_mapping(data["cost"], source=source, field="uncertainty.cost")
-        check_keys(cost, allowed=("sigma", "source"), required=("sigma", "source"),
-                   source=source, prefix="uncertainty.cost.")
-        kw["cost_sigma"] = float(as_number(cost["sigma"], source=source, minimum=0.0,
-                                           maximum=MAX_COST_SIGMA,
-                                           field="uncertainty.cost.sigma"))
-        kw["cost_source"] = as_str(cost["source"], source=source,
-                                   field="uncertainty.cost.source")
+    for key in ("cost", "spec_cost"):
+        if data.get(key) is not None:
+            kw[f"{key}_sigma"], kw[f"{key}_source"] = _sigma(data[key], key, source)
     return Uncertainty(**kw)
+
+
+def _sigma(data: Any, key: str, source: str) -> tuple[float, str]:
+    """``uncertainty.<key>: {sigma, source}``: a log-scale sigma and where it comes from."""
+    block = require_mapping(data, source=source, field=f"uncertainty.{key}")
+    check_keys(block, allowed=("sigma", "source"), required=("sigma", "source"),
+               source=source, prefix=f"uncertainty.{key}.")
+    sigma = float(as_number(block["sigma"], source=source, minimum=0.0,
+                            maximum=MAX_COST_SIGMA, field=f"uncertainty.{key}.sigma"))
+    return sigma, as_str(block["source"], source=source, field=f"uncertainty.{key}.source")
 
 
 def parse_sources(value: Any, *, source: str) -> tuple[str, ...]:
