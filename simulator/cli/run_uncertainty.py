@@ -101,5 +101,6 @@ def source_lines(scenario: Scenario, draws: int) -> list[str]:
                      "spawned from the scenario's seed")
     if len(varied) > 1:
         lines.append("  share: the widest source's part of the variance over the same draws "
-                     "(acceptance and cost: their linear terms; workload: what those leave)")
+                     "(acceptance, cost, spec_cost: their linear terms; workload: what "
+                     "those leave)")
     return lines
