@@ -122,6 +122,19 @@ def ep_shape(model, parallel: Parallelism, skew: float) -> moe.MoeShape:
     return dataclasses.replace(shape, rank_share=share, eplb=parallel.eplb)
 
 
+def merged(ops: list[OpCost]) -> tuple[OpCost, ...]:
+    """Operators of the same name (the two micro-batches' runs) as one, their times added."""
+    out: dict[str, OpCost] = {}
+    for op in ops:
+        p = out.get(op.name)
+        out[op.name] = op if p is None else OpCost(
+            op.name, p.flops + op.flops, p.hbm_bytes + op.hbm_bytes,
+            p.host_bytes + op.host_bytes, p.compute_s + op.compute_s,
+            p.memory_s + op.memory_s, p.host_s + op.host_s, p.overhead_s + op.overhead_s,
+            roofline_s=p.time_s - p.overhead_s + op.time_s - op.overhead_s)
+    return tuple(out.values())
+
+
 class DpAttentionCostModel(CostModel):
     """Prices one replica of ``data_parallel_attention`` ranks (module docstring); its own
     CostModel part is one rank's forward without the routed experts."""
@@ -269,9 +282,9 @@ class DpAttentionCostModel(CostModel):
         return list(rank.ops), terms, rank_s + compute, comm / self._ep_moe.layers
 
     def _tbo_breakdown(self, new_tokens, context, logits_tokens) -> StepCost:
-        """The step as two overlapped micro-batches (simulator/cost/tbo.py): each one's
-        operators (suffixed [A], [B]), its dispatch and combine at what the other's compute
-        leaves exposed; the graph replay and the host time once, at the whole batch."""
+        """The step as two overlapped micro-batches (simulator/cost/tbo.py): each operator
+        the sum of its two runs, the dispatch and combine at what the other micro-batch's
+        compute leaves exposed; the graph replay and the host time once, at the whole batch."""
         new = np.asarray(new_tokens, dtype=np.float64)
         ctx = np.asarray(context, dtype=np.float64)
         ctx = np.full_like(new, float(ctx.reshape(-1)[0])) if ctx.size == 1 else ctx
@@ -285,10 +298,10 @@ class DpAttentionCostModel(CostModel):
         layers = self._ep_moe.layers
         per_a, per_b = a[2] / self._layers, b[2] / self._layers
         ops = []
-        for tag, (rank_ops, terms, _c, m), other in (("[A]", a, per_b), ("[B]", b, per_a)):
+        for (rank_ops, terms, _c, m), other in ((a, per_b), (b, per_a)):
             keep = float(tbo.exposed(m, other, share)) / m if m > 0 else 0.0
-            ops += [dataclasses.replace(op, name=op.name + tag) for op in rank_ops]
-            ops += [OpCost(name + tag, 0.0, nb, 0.0, 0.0, gpu * (keep if name in COMM else 1),
+            ops += rank_ops
+            ops += [OpCost(name, 0.0, nb, 0.0, 0.0, gpu * (keep if name in COMM else 1),
                            0.0, 0.0 if name in COMM else max(launch - gpu, 0.0),
                            roofline_s=gpu * (keep if name in COMM else 1.0))
                     for name, gpu, launch, nb in terms]
@@ -298,7 +311,7 @@ class DpAttentionCostModel(CostModel):
         mode = self._mode(busiest[0], float(busiest[0].sum()))[0]
         total = self._with_replays(mode, device)
         host = self._host_time(max(int(np.count_nonzero(r[0])) for r in whole), total)
-        return StepCost(tuple(ops), host, 0.0, total + host, launch_s=total - device,
+        return StepCost(merged(ops), host, 0.0, total + host, launch_s=total - device,
                         mode=mode)
 
     # the closed forms do not apply: the engine prices step by step

@@ -77,7 +77,10 @@ def test_overlapped_step_against_its_micro_batches_priced_apart(dispatch, new):
     full = (np.full(n, new), np.full(n, 1000.0), np.ones(n))
     half = (np.full(n // 2, new), np.full(n // 2, 1000.0), np.ones(n // 2))
     step = over.step_time(*full)
+    names = [op.name for op in over.breakdown(*full).ops]
     assert step == pytest.approx(over.breakdown(*full).time_s, rel=1e-12)
+    # the two runs of an operator are one operator (drafting.py reads them by name)
+    assert len(names) == len(set(names)) and "o_proj" in names
     # each micro-batch is half of every rank's requests: priced apart, serially, each is
     # its compute + its communication + its own host time and replay
     bd = serial.breakdown(*half)
