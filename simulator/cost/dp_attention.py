@@ -39,6 +39,13 @@ A step's time (``step_time``):
   sent once per node it reaches and forwarded inside the node, FP8 out and 16-bit back,
   priced by the profile's ``ep_normal`` block (hardware/collectives.py ``ep_normal_s``).
 
+Two-batch overlap (``enable_two_batch_overlap``): the step as two micro-batches, each rank's
+batch cut at its token midpoint, one's dispatch and combine beside the other's compute
+(simulator/cost/tbo.py).  Expert load: under a skewed routing or EPLB's placement
+(``enable_eplb``, ``ep_num_redundant_experts``) the busiest rank's expected share of the
+routed rows prices its grouped GEMMs and, beyond what uniform routing puts there, its
+dispatch and combine (``ep_shape``, moe_kernels.busiest_rank_share).
+
 The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
 batch's context sum): they answer None and the engine prices step by step (each rank's
 forward by ``CostModel.step_time``'s own paths).

@@ -70,7 +70,9 @@ each expert is touched with probability ``1 - (1 - p_e)^T`` (simulator/cost/moe.
 independently (the k-of-E picks of one token are slightly anti-correlated: an approximation),
 rank r holding experts [r E/ep, (r+1) E/ep) as vLLM assigns them; the count on each rank is
 Poisson-binomial (exact by convolution) and the expected maximum over the ranks is
-``sum_j 1 - prod_r P(count_r < j)``.
+``sum_j 1 - prod_r P(count_r < j)``.  Its rows are the touched experts' share of the mean
+rank's; where a skewed routing or EPLB's placement makes one rank's expected rows larger
+(``busiest_rank_share``), those rows (simulator/cost/moe.py ``MoeShape.rank_share``).
 """
 from __future__ import annotations
 
