@@ -39,6 +39,13 @@ A step's time (``step_time``):
   sent once per node it reaches and forwarded inside the node, FP8 out and 16-bit back,
   priced by the profile's ``ep_normal`` block (hardware/collectives.py ``ep_normal_s``).
 
+Two-batch overlap (``enable_two_batch_overlap``): the step as two micro-batches, each rank's
+batch cut at its token midpoint, one's dispatch and combine beside the other's compute
+(simulator/cost/tbo.py).  Expert load: under a skewed routing or EPLB's placement
+(``enable_eplb``, ``ep_num_redundant_experts``) the busiest rank's expected share of the
+routed rows prices its grouped GEMMs and, beyond what uniform routing puts there, its
+dispatch and combine (``ep_shape``, moe_kernels.busiest_rank_share).
+
 The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
 batch's context sum): they answer None and the engine prices step by step (each rank's
 forward by ``CostModel.step_time``'s own paths).
@@ -51,17 +58,19 @@ KV blocks are pooled over the ranks (simulator/cost/memory_plan.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-from simulator.cost import moe, moe_kernels
+from simulator.cost import moe, moe_kernels, tbo
 from simulator.cost import token_terms as tt
 from simulator.cost.cost_model import CostModel
 from simulator.cost.op_cost import OpCost, StepCost, check_step
 from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 
+COMM = ("moe_dispatch", "moe_combine")
 FP8_SCALE_GROUP = 128  # DeepEP's low-latency FP8 dispatch: one fp32 scale per 128 values
 
 
@@ -106,6 +115,33 @@ def dispatch_bytes(mode: str, rank_tokens: float, ranks: int, hidden: int, k: in
     return copies * (1.0 + 4.0 / FP8_SCALE_GROUP), copies * act_bytes
 
 
+def ep_shape(model, parallel: Parallelism, skew: float) -> moe.MoeShape:
+    """The routed experts over the EP group, with the busiest rank's share of the rows where
+    a skewed routing or EPLB's placement sets it (moe_kernels.busiest_rank_share)."""
+    ep = parallel.expert_parallel
+    shape = moe.MoeShape.of(model, 1, ep, skew)
+    if shape.probs is None and not parallel.eplb:
+        return shape  # uniform over the default placement: moe_kernels.busiest_experts
+    probs = shape.probs if shape.probs is not None else \
+        moe.inclusion_probabilities(shape.num_experts, shape.k)
+    share = moe_kernels.busiest_rank_share(probs, ep, parallel.eplb,
+                                           parallel.redundant_experts)
+    return dataclasses.replace(shape, rank_share=share, eplb=parallel.eplb)
+
+
+def merged(ops: list[OpCost]) -> tuple[OpCost, ...]:
+    """Operators of the same name (the two micro-batches' runs) as one, their times added."""
+    out: dict[str, OpCost] = {}
+    for op in ops:
+        p = out.get(op.name)
+        out[op.name] = op if p is None else OpCost(
+            op.name, p.flops + op.flops, p.hbm_bytes + op.hbm_bytes,
+            p.host_bytes + op.host_bytes, p.compute_s + op.compute_s,
+            p.memory_s + op.memory_s, p.host_s + op.host_s, p.overhead_s + op.overhead_s,
+            roofline_s=p.time_s - p.overhead_s + op.time_s - op.overhead_s)
+    return tuple(out.values())
+
+
 class DpAttentionCostModel(CostModel):
     """Prices one replica of ``data_parallel_attention`` ranks (module docstring); its own
     CostModel part is one rank's forward without the routed experts."""
@@ -122,7 +158,13 @@ class DpAttentionCostModel(CostModel):
         self.parallel = parallel
         self._ranks = parallel.data_parallel_attention
         self._dispatch = parallel.moe_dispatch
-        self._ep_moe = moe.MoeShape.of(model, 1, parallel.expert_parallel, routing_skew)
+        self._ep_moe = ep_shape(model, parallel, routing_skew)
+        self._comm_hot = 1.0
+        if self._ep_moe.rank_share is not None:
+            s = self._ep_moe
+            even = moe_kernels.busiest_rank_share(
+                moe.inclusion_probabilities(s.num_experts, s.k), s.ep)
+            self._comm_hot = max(1.0, s.rank_share / even)
         self._moe = None  # the ranks' forwards leave the routed experts to _moe_s
         self._moe_memo: dict[tuple, float] = {}
 
@@ -160,6 +202,10 @@ class DpAttentionCostModel(CostModel):
         coll = self._collectives
         d_bytes, c_bytes = dispatch_bytes(self._dispatch, rank_tokens, ranks, self._h, s.k,
                                           self._b, coll.gpus_per_node, s.num_experts)
+        if self._dispatch != "all_gather":  # the busiest rank receives and sends back its
+            # share of the routed copies; the profile's curves were measured with uniform
+            # routing over the default placement, so only what is hotter than that counts
+            d_bytes, c_bytes = d_bytes * self._comm_hot, c_bytes * self._comm_hot
         price = {"all_gather": coll.all_gather_s, "all_to_all": coll.all_to_all_s,
                  "deepep_normal": coll.ep_normal_s}[self._dispatch]
         d_s, c_s = float(price(d_bytes, ranks)), float(price(c_bytes, ranks))
@@ -169,11 +215,16 @@ class DpAttentionCostModel(CostModel):
 
     def _moe_s(self, rank_tokens: float, eager: bool) -> float:
         """``_moe_terms``' summed time (each ``max(gpu, launches)``), memoised."""
+        return sum(self._moe_parts(rank_tokens, eager))
+
+    def _moe_parts(self, rank_tokens: float, eager: bool) -> tuple[float, float]:
+        """``_moe_terms``' (compute, dispatch + combine) seconds over the MoE layers."""
         key = (rank_tokens, eager)
         t = self._moe_memo.get(key)
         if t is None:
-            t = sum(max(gpu, launch) for _, gpu, launch, _ in self._moe_terms(rank_tokens,
-                                                                               eager))
+            terms = self._moe_terms(rank_tokens, eager)
+            t = tuple(sum(max(gpu, launch) for name, gpu, launch, _ in terms
+                          if (name in COMM) == comm) for comm in (False, True))
             tt.remember(self._moe_memo, key, t)
         return t
 
@@ -194,6 +245,8 @@ class DpAttentionCostModel(CostModel):
 
     def step_time(self, new_tokens, context, logits_tokens=None) -> float:
         """The slowest rank's forward plus the MoE layers' experts and collectives."""
+        if self.parallel.two_batch_overlap:
+            return self.breakdown(new_tokens, context, logits_tokens).time_s
         rank_s, _, t_max, eager = self._ranks_priced(new_tokens, context, logits_tokens,
                                                      super().step_time)
         return rank_s + (self._moe_s(t_max, eager) if t_max > 0 else 0.0)
@@ -202,6 +255,8 @@ class DpAttentionCostModel(CostModel):
         """The slowest rank's operators, then the MoE layers' (``step_time`` within
         rounding)."""
         check_step(new_tokens, context, logits_tokens)
+        if self.parallel.two_batch_overlap:
+            return self._tbo_breakdown(new_tokens, context, logits_tokens)
         costs: list[StepCost] = []
 
         def price(new, ctx, logits) -> float:
@@ -216,6 +271,55 @@ class DpAttentionCostModel(CostModel):
         return StepCost(rank.ops + tuple(ops), rank.step_overhead_s, rank.pipeline_s,
                         rank_s + sum(op.time_s for op in ops), launch_s=rank.launch_s,
                         mode=rank.mode)
+
+    def _tbo_half(self, batches) -> tuple[list[OpCost], list[tuple], float, float]:
+        """One micro-batch over its ranks' ``batches``: (the slowest rank's operators, the
+        MoE terms at its busiest rank's tokens, its compute s, one MoE layer's
+        communication s)."""
+        costs = [CostModel.breakdown(self, *b) for b in batches if b[0].size]
+        if not costs:
+            return [], [], 0.0, 0.0
+        rank = max(costs, key=lambda c: c.time_s - c.step_overhead_s - c.launch_s)
+        t_max = max(float(b[0].sum()) for b in batches)
+        busiest = max(batches, key=lambda b: float(b[0].sum()))
+        eager = self._mode(busiest[0], t_max)[0] == "eager"
+        terms = self._moe_terms(t_max, eager) if t_max else []
+        compute, comm = self._moe_parts(t_max, eager) if t_max else (0.0, 0.0)
+        rank_s = rank.time_s - rank.step_overhead_s - rank.launch_s
+        return list(rank.ops), terms, rank_s + compute, comm / self._ep_moe.layers
+
+    def _tbo_breakdown(self, new_tokens, context, logits_tokens) -> StepCost:
+        """The step as two overlapped micro-batches (simulator/cost/tbo.py): each operator
+        the sum of its two runs, the dispatch and combine at what the other micro-batch's
+        compute leaves exposed; the graph replay and the host time once, at the whole batch."""
+        new = np.asarray(new_tokens, dtype=np.float64)
+        ctx = np.asarray(context, dtype=np.float64)
+        ctx = np.full_like(new, float(ctx.reshape(-1)[0])) if ctx.size == 1 else ctx
+        lg = new.copy() if logits_tokens is None else np.asarray(logits_tokens, np.float64)
+        if lg.ndim == 0:  # a total: shared by the requests' new tokens
+            lg = float(lg) * new / max(float(new.sum()), 1.0)
+        halves = [tbo.split_rank(*b) for b in self._rank_batches(new, ctx, lg)]
+        a, b = (self._tbo_half([h[i] for h in halves]) for i in (0, 1))
+        share = tbo.DEEPEP_NORMAL_SMS / self._roof.kernels.sm_count \
+            if self._dispatch == "deepep_normal" and self._roof.kernels else 0.0
+        layers = self._ep_moe.layers
+        per_a, per_b = a[2] / self._layers, b[2] / self._layers
+        ops = []
+        for (rank_ops, terms, _c, m), other in ((a, per_b), (b, per_a)):
+            keep = float(tbo.exposed(m, other, share)) / m if m > 0 else 0.0
+            ops += rank_ops
+            ops += [OpCost(name, 0.0, nb, 0.0, 0.0, gpu * (keep if name in COMM else 1),
+                           0.0, 0.0 if name in COMM else max(launch - gpu, 0.0),
+                           roofline_s=gpu * (keep if name in COMM else 1.0))
+                    for name, gpu, launch, nb in terms]
+        device = tbo.overlapped_step(a[2], b[2], a[3], b[3], self._layers, layers, share)
+        whole = self._rank_batches(new, ctx, lg)
+        busiest = max(whole, key=lambda r: float(r[0].sum()))
+        mode = self._mode(busiest[0], float(busiest[0].sum()))[0]
+        total = self._with_replays(mode, device)
+        host = self._host_time(max(int(np.count_nonzero(r[0])) for r in whole), total)
+        return StepCost(merged(ops), host, 0.0, total + host, launch_s=total - device,
+                        mode=mode)
 
     # the closed forms do not apply: the engine prices step by step
     def uniform_step_times(self, n, u, ctx_sums, logits):

@@ -106,6 +106,11 @@ class MoeShape:
     up_out: float            # w13 output per routed token row on the device
     down_in: float           # w2 input per routed token row
     hidden: int
+    # the busiest EP rank's share of the routed rows where the routing or the placement
+    # makes it more than its 1/ep (moe_kernels.busiest_rank_share); None: uniform routing
+    # over an even placement, where today's rows per touched expert stand
+    rank_share: float | None = None
+    eplb: bool = False       # placed by EPLB: its rows are the busiest rank's, alone
 
     @classmethod
     def of(cls, model, tp: int, ep: int, skew: float) -> "MoeShape":
@@ -139,6 +144,10 @@ def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[
     if cm._shapes:  # the busiest rank sets the pace (moe_kernels.busiest_experts)
         d_busy = moe_kernels.busiest_experts(s, tokens)
         rows_busy = rows * d_busy / np.maximum(d_dev, 1e-12)
+        if s.rank_share is not None:  # a hot rank: its expected rows, if more; under
+            # EPLB the replicas even out what the uneven contiguous blocks added
+            hot = tokens * s.k * s.rank_share
+            rows_busy = hot if s.eplb else np.maximum(rows_busy, hot)
         eta = moe_kernels.streaming_efficiency(cm)
         kernel = moe_kernels.grouped_gemm_kernel(cm)
     out = []

@@ -70,7 +70,9 @@ each expert is touched with probability ``1 - (1 - p_e)^T`` (simulator/cost/moe.
 independently (the k-of-E picks of one token are slightly anti-correlated: an approximation),
 rank r holding experts [r E/ep, (r+1) E/ep) as vLLM assigns them; the count on each rank is
 Poisson-binomial (exact by convolution) and the expected maximum over the ranks is
-``sum_j 1 - prod_r P(count_r < j)``.
+``sum_j 1 - prod_r P(count_r < j)``.  Its rows are the touched experts' share of the mean
+rank's; where a skewed routing or EPLB's placement makes one rank's expected rows larger
+(``busiest_rank_share``), those rows (simulator/cost/moe.py ``MoeShape.rank_share``).
 """
 from __future__ import annotations
 
@@ -81,6 +83,7 @@ import numpy as np
 
 from hardware.kernels import GEMM, OTHER
 from simulator.cost.precision import compute_dtype
+from simulator.inputs.errors import SpecsimError
 
 BLOCK_M_SMALL, BLOCK_M, BLOCK_N = 16, 64, 128
 QUANT_GROUP = 128          # FP8 block scales: one fp32 scale per 128 activations
@@ -124,6 +127,49 @@ def expected_max_count(probs_touched: np.ndarray, ep: int) -> np.ndarray:
     cdf = np.cumsum(pmf, axis=-1)                        # P(count_r <= j)
     below = np.prod(np.minimum(cdf, 1.0), axis=-2)       # P(max <= j), j = 0..per
     return (1.0 - below[..., :-1]).sum(axis=-1)          # E[max] = sum_{j>=1} P(max >= j)
+
+
+def busiest_rank_share(probs: np.ndarray, ep: int, eplb: bool = False,
+                       redundant: int = 0) -> float:
+    """The busiest EP rank's share of a layer's routed rows, from each expert's inclusion
+    probability ``probs`` (sum k): under expert parallelism every rank waits for the one
+    with the most rows.  Without EPLB, rank r holds the contiguous block
+    [r ceil(E/ep), (r+1) ceil(E/ep)) (vLLM's and SGLang's default placement); with it, the
+    placement of DeepSeek's EPLB global policy (deepseek-ai/EPLB eplb.py
+    ``replicate_experts`` then ``balanced_packing``): each of ``redundant`` extra slots
+    replicates the expert of the highest load per replica (a replica serves an equal share
+    of its expert's tokens), then the ``E + redundant`` replicas, heaviest first, go to the
+    lightest rank that still has room (``(E + redundant) / ep`` replicas a rank).  The share
+    is of the expected loads, what EPLB balances: at a step's thousands of rows a rank's
+    draw stays within a few per cent of its expectation (Hoeffding), which is left out."""
+    p = np.asarray(probs, dtype=np.float64)
+    if not eplb:
+        per = -(-p.size // ep)
+        pad = np.concatenate([p, np.zeros(per * ep - p.size)])
+        return float(pad.reshape(ep, per).sum(axis=1).max() / p.sum())
+    loads = eplb_rank_loads(p, ep, redundant)
+    return float(loads.max() / p.sum())
+
+
+def eplb_rank_loads(load: np.ndarray, ep: int, redundant: int) -> np.ndarray:
+    """Each rank's expected load under EPLB's global policy (``busiest_rank_share``)."""
+    slots = load.size + redundant
+    if slots % ep:
+        raise SpecsimError(f"{load.size} experts + {redundant} redundant = {slots} replicas "
+                           f"do not split evenly over {ep} EP ranks",
+                           field="parallelism.ep_num_redundant_experts",
+                           fix=f"use a count making experts + redundant a multiple of {ep}")
+    replicas = np.ones(load.size)
+    for _ in range(redundant):  # replicate_experts: the max load per replica, first index
+        replicas[int(np.argmax(load / replicas))] += 1
+    weights = np.repeat(load / replicas, replicas.astype(int))
+    per = slots // ep
+    ranks, room = np.zeros(ep), np.full(ep, per)
+    for w in np.sort(weights)[::-1]:  # balanced_packing: heaviest to the lightest open rank
+        r = int(np.argmin(np.where(room > 0, ranks, np.inf)))
+        ranks[r] += w
+        room[r] -= 1
+    return ranks
 
 
 def touched_probabilities(shape, tokens) -> np.ndarray:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapping
+from simulator.inputs.yaml_io import as_bool, as_number, as_str, check_keys, require_mapping
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,14 @@ class Parallelism:
     # allgather_reducescatter backend), all_to_all (DeepEP low-latency) or deepep_normal
     # (DeepEP's normal kernels, SGLang's prefill; dp_attention.py)
     moe_dispatch: str = "all_gather"
+    # SGLang's enable_two_batch_overlap: the step run as two micro-batches, one's dispatch
+    # and combine under the other's compute (dp_attention.py, tbo.py)
+    two_batch_overlap: bool = False
+    # SGLang's enable_eplb and ep_num_redundant_experts (vLLM's enable_eplb and
+    # eplb_config.num_redundant_experts): experts placed, hot ones replicated, by DeepSeek's
+    # EPLB from the routing's expected loads (moe_kernels.busiest_rank_share)
+    eplb: bool = False
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel", "pipeline_parallel", "micro_batches",
@@ -90,6 +98,16 @@ class Parallelism:
                                "no offloading and the draft on its rank", field=field,
                                fix="drop pipeline_parallel, offload_fraction and "
                                    "draft_tensor_parallel_size")
+        if self.two_batch_overlap and self.moe_dispatch == "all_gather":
+            raise SpecsimError("two-batch overlap is modelled with DeepEP's dispatch (its "
+                               "communication beside the other micro-batch's compute)",
+                               field="parallelism.enable_two_batch_overlap",
+                               fix="set moe_dispatch: all_to_all or deepep_normal, or drop "
+                                   "enable_two_batch_overlap")
+        if self.redundant_experts and not self.eplb:
+            raise SpecsimError("redundant experts are placed by EPLB",
+                               field="parallelism.ep_num_redundant_experts",
+                               fix="add enable_eplb: true or drop ep_num_redundant_experts")
         if self.moe_dispatch not in MOE_DISPATCH:
             raise SpecsimError(f"unknown MoE dispatch {self.moe_dispatch!r}",
                                field="parallelism.moe_dispatch",
@@ -140,7 +158,8 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
     data = require_mapping(data or {}, source=source, field="parallelism")
     keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
             "draft_tensor_parallel_size", "expert_parallel", "data_parallel_attention",
-            "moe_dispatch")
+            "moe_dispatch", "enable_two_batch_overlap", "enable_eplb",
+            "ep_num_redundant_experts")
     check_keys(data, allowed=keys, source=source, prefix="parallelism.")
     kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
                        minimum=1, maximum=1024)
@@ -148,6 +167,14 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
     if "moe_dispatch" in data:
         kw["moe_dispatch"] = as_str(data["moe_dispatch"], source=source,
                                     field="parallelism.moe_dispatch", choices=MOE_DISPATCH)
+    for key, name in (("enable_two_batch_overlap", "two_batch_overlap"),
+                      ("enable_eplb", "eplb")):
+        if key in data:
+            kw[name] = as_bool(data[key], source=source, field=f"parallelism.{key}")
+    if "ep_num_redundant_experts" in data:
+        kw["redundant_experts"] = as_number(data["ep_num_redundant_experts"], source=source,
+                                            field="parallelism.ep_num_redundant_experts",
+                                            integer=True, minimum=0, maximum=4096)
     if "offload_fraction" in data:
         kw["offload_fraction"] = float(as_number(data["offload_fraction"], source=source,
                                                  field="parallelism.offload_fraction",
@@ -160,4 +187,13 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
         kw["expert_parallel"] = expert_parallel_degree(
             data["expert_parallel"], kw.get("tensor_parallel", 1), source,
             kw.get("data_parallel_attention", 1))
+    if kw.get("data_parallel_attention", 1) == 1 and any(
+            kw.get(k) for k in ("two_batch_overlap", "eplb", "redundant_experts")):
+        # a DP rank's own placement (memory_plan) drops them; a scenario cannot ask for them
+        raise SpecsimError("two-batch overlap and EPLB are modelled under data-parallel "
+                           "attention only", source=source,
+                           field="parallelism.enable_two_batch_overlap",
+                           fix="set data_parallel_attention > 1 with expert_parallel: true, "
+                               "or drop enable_two_batch_overlap, enable_eplb and "
+                               "ep_num_redundant_experts")
     return Parallelism(**kw)

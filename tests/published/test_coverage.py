@@ -34,9 +34,10 @@ OUTSIDE: dict[str, str] = {
     "absolute": ("1/9 covered: DeepSeek-V3's token/s on SGLang 0.4.1.post2 is predicted "
                  "+45% to +187% (KNOWN_MISSES), far beyond the cost factor's sigma 0.0549 "
                  "from the sim-to-real runs: that build's per-step cost is not modelled; "
-                 "SGLang's large-scale EP prefill -13% to -34% and the no-TBO decode +24% "
-                 "(moe_cases.py: two-batch overlap, EPLB and FA3 MLA prefill not modelled) "
-                 "are outside it too; only the TBO decode (-1%) is covered"),
+                 "SGLang's large-scale EP cases with two-batch overlap (prefill 1K, 2K, "
+                 "4K +49%, +36%, +16%, decode +56%) and the no-TBO decode (+24%) are "
+                 "outside it too (moe_cases.py); only the perfect-EPLB 4K prefill (-2%) is "
+                 "covered"),
 }
 
 

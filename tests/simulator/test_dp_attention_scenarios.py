@@ -38,9 +38,14 @@ def test_dp1_equals_todays_deployment_exactly():
     assert_identical(simulate(base), simulate(dp1))
 
 
-@pytest.mark.parametrize("policy", ["none", "mtp"])
-def test_fast_forward_on_and_off_identical(policy):
-    sc = load_scenario(str(SCENARIO), SMALL)
+TBO_EPLB = ["parallelism.moe_dispatch=all_to_all", "parallelism.enable_two_batch_overlap=true",
+            "parallelism.enable_eplb=true"]
+
+
+@pytest.mark.parametrize("policy, extra", [("none", []), ("mtp", []), ("mtp", TBO_EPLB)])
+def test_fast_forward_on_and_off_identical(policy, extra):
+    """(with two-batch overlap and EPLB too: the same seed, the same DataFrames)"""
+    sc = load_scenario(str(SCENARIO), SMALL + extra)
     if policy == "none":
         sc = sc.with_policy(PolicyConfig("none", {}))
     on, off = _both(sc)
