@@ -124,7 +124,8 @@ def chain_draft_pricer(draft_cost, n: int, steps: int):
     their context sum alone, on Python numbers: bitwise a row of the draft cost's
     ``chain_decode_times`` (its ``uniform_pricer`` at each forward's sum, added left to
     right as numpy adds fewer than 8 numbers; from 8 on its sum is pairwise); None where
-    the cost declares no closed forms (``ClosedFormPricer``), none applies, or ``steps`` is not 1-7."""
+    the cost declares no closed forms (``ClosedFormPricer``), none applies, or ``steps`` is
+    not 1-7."""
     forms = closed_forms(draft_cost)
     price = forms.uniform_pricer(n, 1, n) if forms is not None and 0 < steps < 8 and n >= 1 \
         else None

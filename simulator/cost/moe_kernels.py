@@ -64,8 +64,9 @@ sgl-project/sglang PR #11816's DeepSeek-R1 runs; 64 in vLLM's ``get_default_conf
 block weights); BLOCK_N 128 (the FP8 block scale's 128 columns).  Where few rows reach each
 expert the weights bound the time and the tile choice does not matter.
 
-The busiest device (``busiest_experts``, ``expected_max_count``).  Under expert parallelism every rank waits for the
-slowest before the layer's all-reduce, so the rank with the most touched experts is priced:
+The busiest device (``busiest_experts``, ``expected_max_count``).  Under expert parallelism
+every rank waits for the slowest before the layer's all-reduce, so the rank with the most
+touched experts is priced:
 each expert is touched with probability ``1 - (1 - p_e)^T`` (simulator/cost/moe.py), experts
 independently (the k-of-E picks of one token are slightly anti-correlated: an approximation),
 rank r holding experts [r E/ep, (r+1) E/ep) as vLLM assigns them; the count on each rank is

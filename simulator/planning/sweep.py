@@ -303,7 +303,8 @@ def evaluate(task: tuple) -> dict[str, Any]:
 
 
 def _assemble(df: pd.DataFrame, spec: SweepSpec, keys: list[str]) -> pd.DataFrame:
-    """One row per point of ``spec``, in point order; columns: point, key, fields, results, error."""
+    """One row per point of ``spec``, in point order; columns: point, key, fields, results,
+    error."""
     df = df.drop_duplicates("key", keep="last").set_index("key")
     df = df.drop(columns=[c for c in ("point",) if c in df]).reindex(keys)
     df.insert(0, "point", np.arange(len(keys)))
