@@ -93,7 +93,11 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
     moe = {key: sourced(value, f"moe.{key}") for key, value in (
         ("quantized_grouped_gemm_memory_efficiency", profile.moe_quantized_gemm_efficiency),
         ("grouped_gemm_compute_efficiency", profile.moe_grouped_gemm_compute_efficiency),
-        ("grouped_gemm_overlap_exponent", profile.moe_grouped_gemm_overlap_exponent))
+        ("grouped_gemm_overlap_exponent", profile.moe_grouped_gemm_overlap_exponent),
+        ("fp8_triton_compute_efficiency", profile.moe_fp8_triton_compute_efficiency),
+        ("fp8_triton_overlap_exponent", profile.moe_fp8_triton_overlap_exponent),
+        ("fp8_deepgemm_compute_efficiency", profile.moe_fp8_deepgemm_compute_efficiency),
+        ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent))
         if value is not None}
     if moe:
         data["moe"] = moe

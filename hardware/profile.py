@@ -95,6 +95,13 @@ class HardwareProfile:
     # ... p of its time (compute^p + memory^p)^(1/p), the roofs' imperfect overlap near the
     # ridge point; None: max(compute, memory)
     moe_grouped_gemm_overlap_exponent: float | None = None
+    # the same pair for FP8 block-scaled experts, per kernel family: vLLM's Triton fused_moe
+    # (experts reached by all-gather) and DeepGEMM's grouped GEMMs (behind DeepEP's
+    # dispatch); None: the GEMM kind's rate, the roofs' max
+    moe_fp8_triton_compute_efficiency: float | None = None
+    moe_fp8_triton_overlap_exponent: float | None = None
+    moe_fp8_deepgemm_compute_efficiency: float | None = None
+    moe_fp8_deepgemm_overlap_exponent: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -235,7 +242,11 @@ def _collectives(data: Mapping[str, Any], *, source: str, sources: dict) -> Coll
 
 MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_efficiency",
             "grouped_gemm_compute_efficiency": "moe_grouped_gemm_compute_efficiency",
-            "grouped_gemm_overlap_exponent": "moe_grouped_gemm_overlap_exponent"}
+            "grouped_gemm_overlap_exponent": "moe_grouped_gemm_overlap_exponent",
+            "fp8_triton_compute_efficiency": "moe_fp8_triton_compute_efficiency",
+            "fp8_triton_overlap_exponent": "moe_fp8_triton_overlap_exponent",
+            "fp8_deepgemm_compute_efficiency": "moe_fp8_deepgemm_compute_efficiency",
+            "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent"}
 
 
 def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, float]:
@@ -249,7 +260,9 @@ def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, fl
                            fix="give one of " + ", ".join(MOE_KEYS) + ", or leave it out")
     bounds = {k: {"strictly_positive": True, "maximum": 1.0} for k in MOE_KEYS}
     # p = 1: the roofs add (no overlap); p -> infinity: their max (perfect overlap)
-    bounds["grouped_gemm_overlap_exponent"] = {"minimum": 1.0, "maximum": 100.0}
+    for key in ("grouped_gemm_overlap_exponent", "fp8_triton_overlap_exponent",
+                "fp8_deepgemm_overlap_exponent"):
+        bounds[key] = {"minimum": 1.0, "maximum": 100.0}
     return {MOE_KEYS[k]: float(_sourced(moe[k], source=source, field=f"moe.{k}",
                                         sources=sources, **bounds[k])) for k in moe}
 

@@ -191,8 +191,9 @@ def grouped_gemm_s(roof, eta, experts, rows, n: float, k: float, wb: float, ab: 
     crate, mrate, latency, floor = roof.kind_rates(GEMM)
     if eta is not None:
         mrate = roof.bandwidth_bytes_per_s * eta
-    if kernel is not None and kernel.compute_efficiency is not None:
-        crate = roof.peak_flops_per_s * kernel.compute_efficiency
+    own = None if kernel is None else kernel.compute_efficiency
+    if own is not None and not kernel.on_routed_rows:
+        crate = roof.peak_flops_per_s * own
     sms = roof.kernels.sm_count
     experts = np.asarray(experts, dtype=np.float64)
     rows = np.asarray(rows, dtype=np.float64)
@@ -200,6 +201,8 @@ def grouped_gemm_s(roof, eta, experts, rows, n: float, k: float, wb: float, ab: 
     bm = np.where(m_e <= BLOCK_M_SMALL, BLOCK_M_SMALL, BLOCK_M)
     blocks = experts * np.ceil(m_e / bm) * np.ceil(n / BLOCK_N)
     compute = np.ceil(blocks / sms) * (2.0 * bm * BLOCK_N * k) / (crate / sms)
+    if own is not None and kernel.on_routed_rows:  # the kernel's throughput on real rows
+        compute = np.maximum(compute, 2.0 * rows * n * k / (roof.peak_flops_per_s * own))
     hbm = (experts * n * k * wb + rows * (n + k) * ab) / mrate
     p = None if kernel is None else kernel.overlap_exponent
     return np.where(rows > 0, np.maximum(_roofs(compute, hbm, p) + latency, floor), 0.0)
@@ -223,19 +226,29 @@ class GroupedGemm:
 
     compute_efficiency: float | None = None
     overlap_exponent: float | None = None
+    # the efficiency bounds the routed rows' own work (the FP8 fits) beside the padded tiles'
+    # waves at the GEMM kind's rate, instead of replacing that rate (the BF16 fit)
+    on_routed_rows: bool = False
 
 
 def grouped_gemm_kernel(cm) -> GroupedGemm | None:
-    """The profile's fused-MoE kernel numbers for 16-bit expert weights (measured on BF16:
-    the FP8/FP4 kernels' compute is not), None otherwise (module docstring)."""
-    hw = cm.hardware
-    if compute_dtype(cm.model.dtype) != cm.model.dtype:
+    """The profile's grouped-GEMM numbers for the model's experts and the kernel family that
+    runs them (module docstring): 16-bit experts, the Triton kernel's BF16 fit; FP8
+    block-scaled experts reached by all-gather, vLLM's Triton fused_moe FP8 fit; behind
+    DeepEP's dispatch (``moe_dispatch`` all_to_all or deepep_normal), DeepGEMM's; other
+    formats (FP4) or a profile without the numbers: None."""
+    hw, dtype = cm.hardware, cm.model.dtype
+    if compute_dtype(dtype) == dtype:
+        pair = (hw.moe_grouped_gemm_compute_efficiency, hw.moe_grouped_gemm_overlap_exponent)
+    elif dtype != "fp8":
         return None
-    if hw.moe_grouped_gemm_compute_efficiency is None \
-            and hw.moe_grouped_gemm_overlap_exponent is None:
+    elif cm.parallel.moe_dispatch == "all_gather":
+        pair = (hw.moe_fp8_triton_compute_efficiency, hw.moe_fp8_triton_overlap_exponent)
+    else:
+        pair = (hw.moe_fp8_deepgemm_compute_efficiency, hw.moe_fp8_deepgemm_overlap_exponent)
+    if pair == (None, None):
         return None
-    return GroupedGemm(hw.moe_grouped_gemm_compute_efficiency,
-                       hw.moe_grouped_gemm_overlap_exponent)
+    return GroupedGemm(*pair, on_routed_rows=compute_dtype(dtype) != dtype)
 
 
 def streaming_efficiency(cm) -> float | None:

@@ -60,6 +60,15 @@ GEMMA4_H200_BF16 = ("h200", "qwen3-30b-a3b", 1, "bf16",
                     (("hidden_size", 2816), ("expert_ffn_size", 704)))
 
 
+def kernel_fields(efficiency, exponent) -> dict:
+    """The profile fields of every grouped-GEMM family set to one pair (a call prices with the
+    family of its experts' dtype and dispatch only: moe_kernels.grouped_gemm_kernel)."""
+    return {f"moe_{family}_{name}": value for family in ("grouped_gemm", "fp8_triton",
+                                                          "fp8_deepgemm")
+            for name, value in (("compute_efficiency", efficiency),
+                                ("overlap_exponent", exponent))}
+
+
 @functools.cache
 def _cost_model(profile: str, model: str, tp: int, dtype: str,
                 eta: float | None = -1.0, kernel: tuple | None = None,
@@ -72,8 +81,7 @@ def _cost_model(profile: str, model: str, tp: int, dtype: str,
     if eta is None or eta >= 0:
         hw = dataclasses.replace(hw, moe_quantized_gemm_efficiency=eta)
     if kernel is not None:
-        hw = dataclasses.replace(hw, moe_grouped_gemm_compute_efficiency=kernel[0],
-                                 moe_grouped_gemm_overlap_exponent=kernel[1])
+        hw = dataclasses.replace(hw, **kernel_fields(*kernel))
     spec = dataclasses.replace(load_model(model), **dict(shapes))
     return CostModel(hw, with_precision(spec, hw, dtype), Parallelism(tensor_parallel=tp))
 

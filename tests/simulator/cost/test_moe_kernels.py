@@ -109,7 +109,8 @@ def test_busiest_rank_prices_the_expert_gemms(tokens):
     up = moe.routed_terms(ep, np.array([tokens]))[0]
     rows = tokens * s.k / 8 * busy / (s.distinct(tokens) / 8)
     priced = moe_kernels.grouped_gemm_s(ep._lin_roof, hw.moe_quantized_gemm_efficiency, busy,
-                                        rows, s.up_out, s.hidden, ep._wb, ep._b)
+                                        rows, s.up_out, s.hidden, ep._wb, ep._b,
+                                        moe_kernels.grouped_gemm_kernel(ep))
     assert float(up[-2][0]) == pytest.approx(float(priced), rel=1e-9)
 
 
@@ -162,14 +163,16 @@ def test_grouped_gemm_kernel_numbers_closed_form():
         == pytest.approx(latency + c6 + mem, rel=1e-12)
 
 
-def test_grouped_gemm_kernel_numbers_are_for_16_bit_experts_only():
-    # measured on BF16 (PR #24700's Mixtral series): FP8 block-scaled experts keep the GEMM
-    # kind's compute and the max of the roofs; a profile without the numbers, likewise
+def test_grouped_gemm_kernel_numbers_by_expert_dtype():
+    # the BF16 pair (PR #24700's Mixtral series) prices 16-bit experts only: FP8 experts take
+    # their own family's pair (test_fp8_moe.py), a profile without the numbers none
     h100 = load_profile("h100-sxm")
     mx = CostModel(h100, load_model("mixtral-8x7b"), Parallelism(tensor_parallel=2))
     assert moe_kernels.grouped_gemm_kernel(mx) == moe_kernels.GroupedGemm(
         h100.moe_grouped_gemm_compute_efficiency, h100.moe_grouped_gemm_overlap_exponent)
-    assert moe_kernels.grouped_gemm_kernel(_DS_EP) is None
+    h200 = _DS_EP.hardware
+    assert moe_kernels.grouped_gemm_kernel(_DS_EP) == moe_kernels.GroupedGemm(
+        h200.moe_fp8_triton_compute_efficiency, h200.moe_fp8_triton_overlap_exponent, True)
     a100 = CostModel(load_profile("a100-80gb"), load_model("mixtral-8x7b"),
                      Parallelism(tensor_parallel=2))
     assert moe_kernels.grouped_gemm_kernel(a100) is None

@@ -1,0 +1,76 @@
+"""Published timings of FP8 grouped expert GEMMs at many rows per expert, the two kernel
+families the profiles' ``moe.fp8_triton_*`` and ``moe.fp8_deepgemm_*`` pairs were fitted on,
+and the cost model's price of the same calls (simulator/cost/moe_kernels.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from hardware.profile import load_profile
+from simulator.cost import moe_kernels
+from tests.simulator.cost import fused_moe_measured as fm
+
+# vllm-project/vllm PR #24700 ("[Perf] Improve default fused moe configs by analyzing tuned
+# configs", mgoin, 2025-09-11), "Qwen3 MoE FP8": benchmark_moe.py --model=Qwen/Qwen3-30B-A3B
+# -tp=1 --dtype=fp8_w8a8 on an H100, the "# Main" block (the default Triton config before
+# the PR), "Kernel time" (us) by batch size.  The BF16 checkpoint has no weight_block_size,
+# so the weights are per-tensor FP8: the same Triton kernel without the block-scale loads.
+QWEN3_30B_H100_FP8 = ("h100-sxm", "qwen3-30b-a3b", 1, "fp8",
+                      {1: 44.54, 2: 59.94, 4: 90.46, 8: 129.77, 16: 185.40, 24: 215.99,
+                       32: 238.37, 48: 257.83, 64: 262.73, 96: 270.98, 128: 273.72,
+                       256: 355.49, 512: 391.86, 1024: 536.33, 1536: 727.31, 2048: 911.64,
+                       3072: 1279.17, 4096: 1647.57})
+
+# deepseek-ai/DeepGEMM README, "Performance" ("all shapes potentially used in DeepSeek-V3/R1
+# inference ... on H800 with NVCC 12.8"), the two grouped tables: (groups, M per group, N,
+# K, TFLOPS), FLOPs 2 x groups x M x N x K.  Contiguous layout (prefill, what SGLang runs
+# after DeepEP's normal dispatch), then masked layout (decode, after the low-latency one).
+# The H800 is the H100 SXM's GH100 (132 SMs, same clocks and HBM3), only its NVLink cut.
+DEEPGEMM_H800 = (
+    (4, 8192, 4096, 7168, 1297), (4, 8192, 7168, 2048, 1099),
+    (8, 4096, 4096, 7168, 1288), (8, 4096, 7168, 2048, 1093),
+    (1, 1024, 4096, 7168, 1233), (1, 1024, 7168, 2048, 925),
+    (2, 512, 4096, 7168, 1040), (2, 512, 7168, 2048, 916),
+    (4, 256, 4096, 7168, 932), (4, 256, 7168, 2048, 815))
+
+TRITON_EFFICIENCIES = tuple(np.round(np.arange(0.05, 0.401, 0.01), 2))
+DEEPGEMM_EFFICIENCIES = tuple(np.round(np.arange(0.40, 0.901, 0.01), 2))
+EXPONENTS = (1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0)
+
+
+def triton_errors(kernel: tuple | None = None) -> np.ndarray:
+    """Relative errors of the priced fused-MoE calls over both Triton FP8 series (PR
+    #24700's H100 one, then PR #11730's H200 decode one); ``kernel``: ``(efficiency, p)``
+    instead of the profile's."""
+    return np.concatenate([fm.errors(QWEN3_30B_H100_FP8, kernel=kernel),
+                           fm.errors(fm.QWEN3_235B_H200, kernel=kernel)])
+
+
+def best_triton() -> tuple[float, float]:
+    """The ``moe.fp8_triton_*`` pair on the grid with the least rms over both series."""
+    grid = [(float(e), p) for e in TRITON_EFFICIENCIES for p in EXPONENTS]
+    return min(grid, key=lambda kp: fm.rms(triton_errors(kp)))
+
+
+def deepgemm_errors(kernel: tuple | None = -1) -> np.ndarray:
+    """Relative errors of ``grouped_gemm_s`` (FP8 weights, BF16 activations as the MoE
+    layer prices them) on h100-sxm against each DeepGEMM row; ``kernel`` -1: the profile's
+    pair, None: the GEMM kind's rate and the roofs' max, else ``(efficiency, p)``."""
+    hw = load_profile("h100-sxm")
+    roof = hw.roofline("fp8")
+    if kernel == -1:
+        kernel = (hw.moe_fp8_deepgemm_compute_efficiency, hw.moe_fp8_deepgemm_overlap_exponent)
+    own = None if kernel is None else moe_kernels.GroupedGemm(*kernel, on_routed_rows=True)
+    out = []
+    for groups, m, n, k, tflops in DEEPGEMM_H800:
+        measured = 2.0 * groups * m * n * k / (tflops * 1e12)
+        priced = moe_kernels.grouped_gemm_s(roof, hw.moe_quantized_gemm_efficiency,
+                                            float(groups), float(groups * m), float(n),
+                                            float(k), 1.0, 2.0, own)
+        out.append(float(priced) / measured - 1.0)
+    return np.array(out)
+
+
+def best_deepgemm() -> tuple[float, float]:
+    """The ``moe.fp8_deepgemm_*`` pair on the grid with the least rms over the table."""
+    grid = [(float(e), p) for e in DEEPGEMM_EFFICIENCIES for p in EXPONENTS + (12.0,)]
+    return min(grid, key=lambda kp: fm.rms(deepgemm_errors(kp)))
