@@ -58,6 +58,17 @@ own fraction of the peak, and the two roofs combine as ``(c^p + m^p)^(1/p)`` (p 
 p -> infinity: their max), both fitted jointly to that series; the max of the roofs at the
 GEMM kind's rate priced it 19-29% too cheap from 512 tokens, so a step carrying a prefill
 chunk was priced too cheap.  Decode-sized calls, far below the ridge, move by under 3%.
+FP8 experts, per kernel family (``moe.fp8_triton_*``, ``moe.fp8_deepgemm_*``): behind
+DeepEP's dispatch (``moe_dispatch`` all_to_all or deepep_normal) SGLang runs DeepGEMM's
+grouped GEMMs (contiguous layout at prefill, masked at decode), fitted on the grouped rows of
+DeepGEMM's README (H800: 815-1,297 TFLOPS, 0.41-0.66 of the FP8 peak); reached by all-gather,
+vLLM's Triton fused_moe, fitted on vLLM PR #24700's Qwen3-30B-A3B FP8 H100 series (about 200
+TFLOPS at 4,096 tokens) jointly with SGLang PR #11730's decode-sized one.  The max of the
+roofs at the GEMM kind's 0.78 was 10-29% too cheap on the first, up to 59% on the second.
+There the efficiency bounds the routed rows' own FLOPs, beside the padded tiles' waves at the
+GEMM kind's rate (``GroupedGemm.on_routed_rows``): a wave of one 16-row tile per expert costs
+what it did, so a decode-sized call keeps its price (the Triton kernel's tenth of the peak
+is a throughput over many tiles, not one tile's time).  FP4 experts: no measured numbers.
 BLOCK_M is 16 while an expert gets at most 16 rows and 64 beyond (the tuned configs of small
 batches: BLOCK_SIZE_M 16 up to 32 tokens in that Mixtral file and at 1-16 tokens in
 sgl-project/sglang PR #11816's DeepSeek-R1 runs; 64 in vLLM's ``get_default_config`` for FP8
