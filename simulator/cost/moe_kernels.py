@@ -231,9 +231,10 @@ def _roofs(compute, memory, p: float | None):
 
 @dataclass(frozen=True)
 class GroupedGemm:
-    """The fused-MoE Triton kernel's own numbers where a profile measured them (its
-    ``moe:`` block): the fraction of the peak its compute reaches, and p of its roofs'
-    overlap (module docstring); None: the GEMM kind's rate, the roofs' max."""
+    """A grouped-GEMM kernel family's own numbers where a profile measured them (its
+    ``moe:`` block: the BF16 Triton kernel, the FP8 Triton kernel, DeepGEMM): the fraction
+    of the peak its compute reaches, and p of its roofs' overlap (module docstring); None:
+    the GEMM kind's rate, the roofs' max."""
 
     compute_efficiency: float | None = None
     overlap_exponent: float | None = None
