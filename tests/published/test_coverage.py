@@ -35,8 +35,8 @@ OUTSIDE: dict[str, str] = {
                  "+45% to +187% (KNOWN_MISSES), far beyond the cost factor's sigma 0.0549 "
                  "from the sim-to-real runs: that build's per-step cost is not modelled; "
                  "SGLang's large-scale EP cases with two-batch overlap (prefill 1K, 2K, "
-                 "4K +49%, +36%, +16%, decode +56%) and the no-TBO decode (+24%) are "
-                 "outside it too (moe_cases.py); only the perfect-EPLB 4K prefill (-2%) is "
+                 "4K +38%, +27%, +10%, decode +56%) and the no-TBO decode (+22%) are "
+                 "outside it too (moe_cases.py); only the perfect-EPLB 4K prefill (-7%) is "
                  "covered"),
 }
 
