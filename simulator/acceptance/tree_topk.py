@@ -15,11 +15,13 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from simulator.acceptance.context_free import ChainCounts
 from simulator.acceptance.fields import model_config, probability_list
 from simulator.acceptance.sampling import (
     check_batch,
     check_tree,
     sample_from_survival,
+    survival_counter,
     tree_node_probs,
     walk_tree,
 )
@@ -42,7 +44,7 @@ def parse_coverage(value: Any, *, source: str, field: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TopKCoverageAcceptance(NodeConditionals):
+class TopKCoverageAcceptance(NodeConditionals, ChainCounts):
     """Per-depth cumulative top-k coverage; ``max_depth`` caps how deep a draft may go."""
 
     coverage: tuple[tuple[float, ...], ...]
@@ -93,6 +95,13 @@ class TopKCoverageAcceptance(NodeConditionals):
     def sample_chain(self, gammas, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         g, _, _ = check_batch(gammas, contexts, request_ids)
         return sample_from_survival(self.position_rates(int(g.max(initial=0))), g, rng)
+
+    def chain_counter(self, gamma: int):
+        """``sample_chain``'s counts given its uniforms (the top-1 column: context-free);
+        None where the chain is deeper than ``max_depth`` (its sampling says why)."""
+        if self.max_depth is not None and int(gamma) > self.max_depth:
+            return None
+        return survival_counter(self.position_rates(int(gamma)), int(gamma))
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         tree, c, _ = check_tree(tree, contexts, request_ids)

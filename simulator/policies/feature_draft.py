@@ -27,7 +27,7 @@ from simulator.cost.dp_attention import cost_model
 from simulator.cost.drafting import level_draft_time
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import (
     PolicyBase,
@@ -45,8 +45,10 @@ from simulator.policies.tree_acceptance import (
 from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 
+_SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
-class FeatureDraft(PolicyBase):
+
+class FeatureDraft(PolicyBase, CarriedDraft):
     """A one-layer drafter on the target's features (see the module docstring)."""
 
     # EAGLE-2's tree (and EAGLE-3's with topk > 1) is rebuilt and reranked every iteration
@@ -56,6 +58,7 @@ class FeatureDraft(PolicyBase):
         self._emitted = np.ones(len(ctx.workload) if ctx.workload is not None else 0)
         self._ctx = ctx
         self._host = None
+        self._later: dict = {}  # iteration_draft_s' pricers, by batch size
 
     @property
     def host(self):
@@ -113,8 +116,60 @@ class FeatureDraft(PolicyBase):
         return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
 
     def observe(self, plan, batch, accepted, step_time_s) -> None:
-        self._reread(batch.request_ids)
-        self._emitted[batch.request_ids] = np.asarray(accepted) + 1.0
+        self.observe_accepted(batch.request_ids, accepted)
+
+    # ---------------------------------------------------------------- fast-forward
+    def chain_stretch(self) -> ChainStretch | None:
+        """A chain's stretches (simulator/engine/chain_stretch.py): its draft priced from
+        the contexts and the tokens each request re-reads (``CarriedDraft``); None for a
+        tree, or where acceptance is not context-free or not bound yet."""
+        if not self.tree.is_chain:
+            return None
+        counts = self.acceptance.chain_counter(self.tree.num_nodes)
+        return None if counts is None else \
+            ChainStretch(self.tree.num_nodes, None, counts, carried=self)
+
+    def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
+        return self._reread(request_ids)
+
+    def iteration_draft_s(self, context: np.ndarray, reread: np.ndarray) -> float:
+        """``draft_time`` + the host work, its forwards after the first (uniform: one
+        token a request over contexts summing to the batch's + n x offset) priced by the
+        layer's closed form as a function of that sum, as ``step_time`` prices them
+        (bitwise: the same memoised form, the same whole-number sum)."""
+        n = context.size
+        later = self._later.get(n, self._later)
+        if later is self._later:
+            later = self._later[n] = self._later_pricers(n)
+        if later is None:
+            return self.draft_time(context.astype(np.float64), reread) + self.host(n)
+        first = np.maximum(reread, 1.0)
+        total = level_draft_time(self.cost, context.astype(np.float64), self.levels[:1],
+                                 logits=self.logits[:1], first_tokens=first)
+        s = float(int(_SUM(context)))
+        for offset, price in later:
+            total += price(s + offset)
+        total = total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
+        return total + self.host(n)
+
+    def _later_pricers(self, n: int) -> list | None:
+        """(n x the tokens before it, its price as a function of the context sum) of every
+        forward after the first; None where one has no closed form."""
+        forms, out, offset = closed_forms(self.cost), [], 0.0
+        if forms is None or len(self._later) >= 1024:
+            self._later.clear()
+        for t, lg in zip(self.levels[1:], self.logits[1:]):
+            offset += float(self.levels[len(out)])
+            price = None if forms is None or t < 1 else \
+                forms.uniform_pricer(n, int(t), n * int(lg))
+            if price is None:
+                return None
+            out.append((float(n) * offset, price))
+        return out
+
+    def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
+        self._reread(request_ids)
+        self._emitted[request_ids] = np.asarray(accepted) + 1.0
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """The layer fills its own KV over every prompt chunk (no logits)."""

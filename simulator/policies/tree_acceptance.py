@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.acceptance.context_free import chain_counts
 from simulator.acceptance.tree_kinds import NodeConditionals, TreeAlgorithm
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.token_tree import TokenTree
@@ -89,6 +90,13 @@ class PolicyAcceptance:
             got = self.model.sample_tree(tree, ctx, ids, rng)
         out[on] = got
         return out
+
+    def chain_counter(self, gamma: int):
+        """``sample``'s counts for requests all drafting a chain of ``gamma``, given its
+        uniforms (simulator/acceptance/context_free.py's ``chain_counts``); None where the
+        model is not context-free, or not bound yet (the policy's own model is bound on
+        first use, drawing from the run's generator)."""
+        return chain_counts(self.model, gamma) if self._bound else None
 
     def check_fits(self, tree: TokenTree) -> "PolicyAcceptance":
         """Raise now (not mid-run) if the model cannot draft ``tree`` (token_level: a node

@@ -1,0 +1,134 @@
+"""Fast-forward of the feature-level chain drafters (``eagle``, ``eagle3``, ``mtp``): their
+stretches (simulator/engine/chain_short.py, through ``ChainStretch.carried``) price each
+iteration from the contexts and what every request accepted the iteration before, and give
+the same DataFrames as the step-by-step reference (``engine.fast_forward: false``), bit for
+bit: on the shipped scenarios that use them and on random ones (acceptance models,
+preemption, admissions, several replicas)."""
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.scenario import PolicyConfig, load_scenario
+from simulator.simulate import simulate
+from tests.helpers import REPO, scenario, workload
+from tests.simulator.engine.test_fast_forward import _both, assert_identical
+
+SCENARIOS = REPO / "workloads" / "scenarios"
+
+
+@pytest.mark.parametrize("name", ["eagle", "eagle3_moe", "mtp_moe", "uncertainty"])
+def test_shipped_feature_chains_take_stretches(name):
+    """The shipped chains of eagle, eagle3 and mtp: identical, and most iterations advanced
+    in stretches (the step-by-step reference advances none)."""
+    on, off = _both(load_scenario(SCENARIOS / f"{name}.yaml"))
+    assert_identical(on, off)
+    info = on.info["engine"]
+    assert off.info["engine"]["vectorised"] == 0
+    assert info["vectorised"] > info["iterations"] / 2
+
+
+def test_a_tree_or_an_unbound_acceptance_takes_no_stretch():
+    """A static tree (not a chain) and a policy's own acceptance model (bound on its first
+    draw, from the run's generator) stay on the step-by-step path: identical, no stretch."""
+    rng = np.random.default_rng(5)
+    wl = workload(np.sort(rng.uniform(0, 4, 20)), rng.integers(8, 400, 20),
+                  rng.integers(5, 120, 20))
+    for params in ({"tree": [2, 2, 1]},
+                   {"num_speculative_tokens": 3,
+                    "acceptance": {"model": "per_request", "mean": 0.7, "concentration": 3}}):
+        sc = scenario("none", hardware="a100-40gb", target="vicuna-7b",
+                      draft="eagle-vicuna-7b")
+        sc = dataclasses.replace(sc, policy=PolicyConfig("eagle", params),
+                                 acceptance={"model": "tree_topk",
+                                             "coverage": [[0.7, 0.85]] * 3})
+        on, off = _both(sc, wl)
+        assert_identical(on, off)
+        assert on.info["engine"]["vectorised"] == 0
+
+
+def test_the_stretch_tells_the_policy_what_it_accepted():
+    """The draft's first forward re-reads what each request accepted last iteration: after
+    a run the policy's record of it is the step-by-step run's, request by request, and it
+    varied (so the stretches priced real, differing re-reads)."""
+    from simulator.engine.replica import Replica
+    seen = {}
+    init = Replica.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.setdefault(self.fast_forward, []).append(self.policy)
+
+    sc = dataclasses.replace(load_scenario(SCENARIOS / "eagle.yaml"), replicas=2)
+    Replica.__init__ = keep
+    try:
+        on, off = _both(sc)
+    finally:
+        Replica.__init__ = init
+    assert_identical(on, off)
+    for a, b in zip(seen[True], seen[False]):
+        assert np.array_equal(a._emitted, b._emitted)
+    assert np.unique(np.concatenate([p._emitted for p in seen[True]])).size > 3
+
+
+def test_mtp_on_deepseek_with_preemption():
+    """MTP on DeepSeek-V3 (MLA: the target's verification has no closed form, so each
+    stretch iteration prices it by ``step_time``), a KV cache small enough to preempt."""
+    rng = np.random.default_rng(2)
+    n = 40
+    sc = load_scenario(SCENARIOS / "mtp_moe.yaml", ["replicas=2", "batching.max_num_seqs=24",
+                                                    "batching.gpu_memory_utilization=0.575"])
+    wl = workload(np.sort(rng.uniform(0, 3, n)), rng.integers(8, 3000, n),
+                  rng.integers(20, 400, n))
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    assert on.steps["preemptions"].sum() > 0  # the KV cache ran out: requests recomputed
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 3
+
+
+ACCEPTANCE = [{"model": "iid", "alpha": 0.75},
+              {"model": "per_request", "mean": 0.6, "concentration": 3.0},
+              {"model": "positional", "rates": [0.9, 0.7, 0.6, 0.5]},
+              {"model": "tree_topk", "coverage": [[0.8, 0.9], [0.7, 0.85], [0.6, 0.8]]}]
+# (policy, draft, a gpu_memory_utilization that leaves llama-3.1-8b a few hundred blocks)
+DRAFTERS = [("eagle", "eagle-llama-3.1-8b-instruct", 0.40), ("eagle3", None, 0.4125)]
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 24))
+    return {"arrival": np.cumsum(draw(st.lists(st.floats(0, 0.3), min_size=n, max_size=n))),
+            "prompt": draw(st.lists(st.integers(1, 600), min_size=n, max_size=n)),
+            "output": draw(st.lists(st.integers(1, 150), min_size=n, max_size=n)),
+            "drafter": draw(st.sampled_from(range(len(DRAFTERS)))),
+            "k": draw(st.integers(1, 6)),
+            "acceptance": draw(st.sampled_from(range(len(ACCEPTANCE)))),
+            "tight": draw(st.booleans()), "seqs": draw(st.integers(1, 16)),
+            "batched": draw(st.integers(64, 1024)), "chunked": draw(st.booleans()),
+            "replicas": draw(st.integers(1, 3)),
+            "router": draw(st.sampled_from(["round_robin", "least_outstanding_tokens"])),
+            "seed": draw(st.integers(0, 2**31))}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,  # same examples every run
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_feature_chains_are_identical(case):
+    name, draft, util = DRAFTERS[case["drafter"]]
+    sc = scenario("none", hardware="a100-40gb", target="llama-3.1-8b", draft=draft,
+                  replicas=case["replicas"], router=case["router"], seed=case["seed"],
+                  batching={"max_num_seqs": case["seqs"],
+                            "max_num_batched_tokens": case["batched"],
+                            "enable_chunked_prefill": case["chunked"],
+                            "gpu_memory_utilization": util if case["tight"] else 0.9})
+    sc = dataclasses.replace(sc, policy=PolicyConfig(name, {"num_speculative_tokens": case["k"]}),
+                             acceptance=ACCEPTANCE[case["acceptance"]])
+    wl = workload(case["arrival"], case["prompt"], case["output"])
+    try:
+        on, off = _both(sc, wl)
+    except ValueError as exc:  # a configuration that can serve nothing says so, in both
+        assert "max_num_batched_tokens" in str(exc) or "no request can be served" in str(exc)
+        return
+    assert_identical(on, off)
