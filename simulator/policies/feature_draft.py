@@ -133,30 +133,33 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return self._reread(request_ids)
 
     def iteration_draft_s(self, context: np.ndarray, reread: np.ndarray) -> float:
-        """``draft_time`` + the host work, its forwards after the first (uniform: one
-        token a request over contexts summing to the batch's + n x offset) priced by the
-        layer's closed form as a function of that sum, as ``step_time`` prices them
-        (bitwise: the same memoised form, the same whole-number sum)."""
+        """``draft_time`` + the host work, on the same arrays (``level_draft_time``'s first
+        forward, on the tokens re-read), its later forwards (uniform: one token a request
+        over contexts summing to the batch's + n x offset) priced by the layer's closed form
+        as a function of that sum, as ``step_time`` prices them (bitwise: the same memoised
+        form, the same whole-number sum)."""
         n = context.size
-        later = self._later.get(n, self._later)
-        if later is self._later:
-            later = self._later[n] = self._later_pricers(n)
-        if later is None:
+        memo = self._later.get(n, self._later)
+        if memo is self._later:
+            memo = self._later[n] = self._later_pricers(n)
+        if memo is None:
             return self.draft_time(context.astype(np.float64), reread) + self.host(n)
-        first = np.maximum(reread, 1.0)
-        total = level_draft_time(self.cost, context.astype(np.float64), self.levels[:1],
-                                 logits=self.logits[:1], first_tokens=first)
+        logits, later = memo
+        first = np.maximum(reread, 1.0)  # >= 1: level_draft_time's new tokens, bitwise
+        start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
+        total = 0.0 + self.cost.step_time(first, start, logits)
         s = float(int(_SUM(context)))
         for offset, price in later:
             total += price(s + offset)
         total = total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
         return total + self.host(n)
 
-    def _later_pricers(self, n: int) -> list | None:
-        """(n x the tokens before it, its price as a function of the context sum) of every
-        forward after the first; None where one has no closed form."""
+    def _later_pricers(self, n: int) -> tuple | None:
+        """(the first forward's logits per request; (n x the tokens before it, its price as a
+        function of the context sum) of every later forward); None where one has no closed
+        form."""
         forms, out, offset = closed_forms(self.cost), [], 0.0
-        if forms is None or len(self._later) >= 1024:
+        if len(self._later) >= 1024:
             self._later.clear()
         for t, lg in zip(self.levels[1:], self.logits[1:]):
             offset += float(self.levels[len(out)])
@@ -165,7 +168,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             if price is None:
                 return None
             out.append((float(n) * offset, price))
-        return out
+        return np.full(n, float(self.logits[0])), out
 
     def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
         self._reread(request_ids)
