@@ -59,6 +59,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self._ctx = ctx
         self._host = None
         self._later: dict = {}  # iteration_draft_s' pricers, by batch size
+        self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
 
     @property
     def host(self):
@@ -151,8 +152,14 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         s = float(int(_SUM(context)))
         for offset, price in later:
             total += price(s + offset)
-        total = total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
-        return total + self.host(n)
+        tokens = first.sum()  # the linears' seconds: a function of (tokens, n) alone
+        extra = self._extras.get((tokens, n))
+        if extra is None:
+            if len(self._extras) >= 4096:
+                self._extras.clear()
+            extra = self._extras[tokens, n] = self._extra_s(
+                tokens, [n * t for t in self.levels[1:]])
+        return total + extra + self.host(n)
 
     def _later_pricers(self, n: int) -> tuple | None:
         """(the first forward's logits per request; (n x the tokens before it, its price as a
