@@ -62,10 +62,9 @@ def chain_schedule(replica, spec: ChainStretch, now: float) -> ChainStep | None:
     ctx = c.astype(np.float64)  # the plan's contexts, before admissions replace the arrays
     # chain_draft_time when every decode drafts g: the draft's chain_decode_time, bitwise
     # its closed form's row (ChainStretch.draft_times); the plan's CPU time is 0.0
-    prices = None if spec.carried is not None else chain_prices(replica, spec, nd)
     if spec.carried is not None:  # priced from the contexts and the last acceptances
         draft = spec.carried.iteration_draft_s(c, spec.carried.reread_tokens(b.ids[pos]))
-    elif prices is not None:
+    elif (prices := chain_prices(replica, spec, nd)) is not None:
         draft = prices[0](float(int(_SUM(c))))
     elif (draft := spec.draft_times(nd, np.array([float(int(_SUM(c)))]))) is None:
         return None

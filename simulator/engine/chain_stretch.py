@@ -281,8 +281,8 @@ def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,
     cols[_KV_READ] = sums + n * u
     cols[_PAIRS] = u * sums + n * (u * (u + 1) // 2)
     if move_on(replica, spec, k, got[-1], _SUM(accepted, axis=0), accepted[-1],
-               int(used[-1]), float(ends[-1]), retired):  # the last row reads the KV retirements freed
-        cols[_KV_USED, -1] = replica.used_blocks
+               int(used[-1]), float(ends[-1]), retired):
+        cols[_KV_USED, -1] = replica.used_blocks  # the last row reads the KV retirements freed
     np.divide(cols[_KV_USED], lim.kv_blocks, out=cols[_OCCUPANCY])
     replica.rec.record_steps(cols.T)
 

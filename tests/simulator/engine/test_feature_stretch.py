@@ -3,7 +3,8 @@ stretches (simulator/engine/chain_short.py, through ``ChainStretch.carried``) pr
 iteration from the contexts and what every request accepted the iteration before, and give
 the same DataFrames as the step-by-step reference (``engine.fast_forward: false``), bit for
 bit: on the shipped scenarios that use them and on random ones (acceptance models,
-preemption, admissions, several replicas)."""
+preemption, admissions, several replicas), where ``chain`` joins them with the positional
+acceptance models (``ChainCounts``: positional, tree_topk) its stretches now take too."""
 import dataclasses
 
 import numpy as np
@@ -88,12 +89,30 @@ def test_mtp_on_deepseek_with_preemption():
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 3
 
 
+def test_chain_with_a_measured_curve_takes_stretches():
+    """``chain`` with a measured acceptance curve (positional: context-free, one uniform a
+    request, ``ChainCounts``) advances stretches too, identically."""
+    rng = np.random.default_rng(4)
+    n = 30
+    sc = scenario("chain:num_speculative_tokens=4", hardware="a100-40gb", target="llama-2-7b",
+                  draft="llama-68m", replicas=2)
+    sc = dataclasses.replace(sc, acceptance={"model": "curve",
+                                             "lengths": {1: 1.8, 2: 2.4, 3: 2.8, 4: 3.0}})
+    wl = workload(np.sort(rng.uniform(0, 8, n)), rng.integers(8, 900, n),
+                  rng.integers(10, 200, n))
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
+    assert on.steps["accepted_tokens"].nunique() > 5  # the draws really varied
+
+
 ACCEPTANCE = [{"model": "iid", "alpha": 0.75},
               {"model": "per_request", "mean": 0.6, "concentration": 3.0},
               {"model": "positional", "rates": [0.9, 0.7, 0.6, 0.5]},
               {"model": "tree_topk", "coverage": [[0.8, 0.9], [0.7, 0.85], [0.6, 0.8]]}]
 # (policy, draft, a gpu_memory_utilization that leaves llama-3.1-8b a few hundred blocks)
-DRAFTERS = [("eagle", "eagle-llama-3.1-8b-instruct", 0.40), ("eagle3", None, 0.4125)]
+DRAFTERS = [("eagle", "eagle-llama-3.1-8b-instruct", 0.40), ("eagle3", None, 0.4125),
+            ("chain", "llama-3.2-1b", 0.45)]
 
 
 @st.composite
@@ -112,7 +131,7 @@ def cases(draw):
             "seed": draw(st.integers(0, 2**31))}
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,  # same examples every run
+@settings(max_examples=50, deadline=None, derandomize=True,  # same examples every run
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_random_feature_chains_are_identical(case):
