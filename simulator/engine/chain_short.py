@@ -24,8 +24,9 @@ every pass here, iteration by iteration: each iteration's draft price comes from
 contexts and the acceptances drawn the iteration before (``CarriedDraft.iteration_draft_s``,
 bitwise ``propose``'s), the target's verification from its closed form or, where it has
 none (MLA's multi-token attention), from ``step_time`` on the arrays the step-by-step path
-hands it; the policy is told the last iteration's acceptances (``observe_accepted``), as its
-``observe`` would have been.
+hands it; its acceptances are the policy's own draws (``draw_accepted``: a chain's or a
+tree's, from the replica's generator in the step-by-step order), and the policy is told the
+last iteration's (``observe_accepted``), as its ``observe`` would have been.
 """
 from __future__ import annotations
 
@@ -95,7 +96,8 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
             break
         d, v = (draft(s), verify(s)) if draft is not None else price(s, c0 + got, last)
         end = clock + (d + v)
-        emit = accepted(rng.random(n), ids)
+        emit = accepted(rng.random(n), ids) if draft is not None else \
+            spec.carried.draw_accepted(rng, ids, c0 + got)
         emit += 1
         last = emit
         if end >= horizon:  # the next arrival comes first: this one crosses it

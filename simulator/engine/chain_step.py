@@ -86,11 +86,13 @@ def chain_complete(replica, spec: ChainStretch, step: ChainStep, now: float) -> 
     row."""
     prefilled = replica._emit_prefills(step, now)
     dec, nd, g = step.decode_pos, step.num_decode, spec.gamma
-    accepted = spec.accepted(replica.rng.random(nd), replica.b.ids[dec])  # in [0, g]
+    ids = replica.b.ids[dec]
+    accepted = spec.accepted(replica.rng.random(nd), ids) if spec.carried is None else \
+        spec.carried.draw_accepted(replica.rng, ids, replica.b.computed[dec])  # in [0, g]
     _, decoded = replica._emit_accepted(dec, accepted, g, now)  # g >= 1 drafts each
     replica._roll_back(dec)
     if spec.carried is not None:  # what its observe would have seen, before retirements
-        spec.carried.observe_accepted(replica.b.ids[dec], accepted)
+        spec.carried.observe_accepted(ids, accepted)
     replica._retire(now)
     n_pf, used = int(step.prefill_pos.size), replica.used_blocks
     replica.rec.record_step(StepRow(

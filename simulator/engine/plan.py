@@ -55,11 +55,20 @@ def emitted_tokens(accepted: np.ndarray, generated: np.ndarray,
 
 
 class CarriedDraft(ABC):
-    """A chain proposer whose price also depends on what each request accepted last
-    iteration (EAGLE's layer and MTP's modules re-read those tokens in their first forward),
-    declared by subclassing.  Its ``ChainStretch`` carries it: the engine prices each
-    iteration of a stretch from the contexts and the previous acceptances, and tells the
-    policy what it would have observed."""
+    """A proposer whose every request drafts the same count (a chain, or a tree's nodes)
+    and whose price also depends on what each request accepted last iteration (EAGLE's
+    layer and MTP's modules re-read those tokens in their first forward), declared by
+    subclassing.  Its ``ChainStretch`` carries it: the engine advances such a stretch
+    iteration by iteration, prices each from the contexts and the previous acceptances,
+    draws each iteration's acceptances through it (from the replica's generator, where
+    ``accept`` would draw them) and tells the policy what it would have observed."""
+
+    @abstractmethod
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        """Accepted drafts per request (a new int64 array, each in [0, gamma]) of an
+        iteration in which every request at ``context`` drafted: what ``accept`` returns
+        (clamped as the engine clamps it) with the same draws."""
 
     @abstractmethod
     def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
@@ -86,8 +95,9 @@ class ChainStretch:
     gamma: int
     max_context: int | None
     # accepted(draws, request_ids): accepted drafts (K, n) from uniforms (K, n), row j what
-    # ``accept`` gives when its ``rng.random(n)`` returns draws[j], element by element
-    accepted: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    # ``accept`` gives when its ``rng.random(n)`` returns draws[j], element by element;
+    # None where ``carried`` draws them
+    accepted: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
     # draft_times(n, ctx_sums): the proposer's seconds of K iterations of n requests whose
     # contexts sum to ctx_sums (K,), bitwise ``propose``'s; None: no closed form (and no
     # such function where ``carried`` prices the draft)
@@ -95,14 +105,16 @@ class ChainStretch:
     # draft_pricer(n): draft_times of one iteration of n requests as a function of their
     # context sum (a Python float), bitwise; None (or returning None): use draft_times
     draft_pricer: Callable[[int], Callable[[float], float] | None] | None = None
-    # a draft priced from the previous acceptances too (then draft_times is None): the
-    # engine prices a stretch iteration by iteration through it and reports what it accepted
+    # a draft priced from the previous acceptances too (then draft_times and accepted are
+    # None): the engine prices a stretch iteration by iteration through it, draws through it
+    # and reports what it accepted
     carried: CarriedDraft | None = None
 
     def __post_init__(self) -> None:
-        if (self.draft_times is None) == (self.carried is None):
-            raise ValueError("a ChainStretch prices its draft by draft_times or by carried, "
-                             "exactly one of them")
+        if (self.draft_times is None) == (self.carried is None) or \
+                (self.accepted is None) == (self.carried is None):
+            raise ValueError("a ChainStretch prices its draft and draws its acceptances by "
+                             "draft_times and accepted, or by carried")
 
 
 class Policy(Protocol):

@@ -120,18 +120,20 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self.observe_accepted(batch.request_ids, accepted)
 
     # ---------------------------------------------------------------- fast-forward
-    def chain_stretch(self) -> ChainStretch | None:
-        """A chain's stretches (simulator/engine/chain_stretch.py): its draft priced from
-        the contexts and the tokens each request re-reads (``CarriedDraft``); None for a
-        tree, or where acceptance is not context-free or not bound yet."""
-        if not self.tree.is_chain:
-            return None
-        counts = self.acceptance.chain_counter(self.tree.num_nodes)
-        return None if counts is None else \
-            ChainStretch(self.tree.num_nodes, None, counts, carried=self)
+    def chain_stretch(self) -> ChainStretch:
+        """Stretches of its chain or tree (simulator/engine/chain_short.py): every request
+        drafts the tree's nodes, its draft priced from the contexts and the tokens each
+        request re-reads, its acceptances drawn as ``accept`` draws them (``CarriedDraft``)."""
+        return ChainStretch(self.tree.num_nodes, None, None, carried=self)
 
     def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
         return self._reread(request_ids)
+
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        got = np.asarray(self.acceptance.sample_all(self.tree, context, request_ids, rng),
+                         np.int64)
+        return np.minimum(np.maximum(got, 0), self.tree.num_nodes)
 
     def iteration_draft_s(self, context: np.ndarray, reread: np.ndarray) -> float:
         """``draft_time`` + the host work, on the same arrays (``level_draft_time``'s first

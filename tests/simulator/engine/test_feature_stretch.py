@@ -1,6 +1,7 @@
-"""Fast-forward of the feature-level chain drafters (``eagle``, ``eagle3``, ``mtp``): their
+"""Fast-forward of the feature-level drafters (``eagle``, ``eagle2``, ``eagle3``, ``mtp``): their
 stretches (simulator/engine/chain_short.py, through ``ChainStretch.carried``) price each
-iteration from the contexts and what every request accepted the iteration before, and give
+iteration from the contexts and what every request accepted the iteration before, draw as
+``accept`` draws (chains and trees, any acceptance model), and give
 the same DataFrames as the step-by-step reference (``engine.fast_forward: false``), bit for
 bit: on the shipped scenarios that use them and on random ones (acceptance models,
 preemption, admissions, several replicas), where ``chain`` joins them with the positional
@@ -20,10 +21,10 @@ from tests.simulator.engine.test_fast_forward import _both, assert_identical
 SCENARIOS = REPO / "workloads" / "scenarios"
 
 
-@pytest.mark.parametrize("name", ["eagle", "eagle3_moe", "mtp_moe", "uncertainty"])
-def test_shipped_feature_chains_take_stretches(name):
-    """The shipped chains of eagle, eagle3 and mtp: identical, and most iterations advanced
-    in stretches (the step-by-step reference advances none)."""
+@pytest.mark.parametrize("name", ["eagle", "eagle2", "eagle3_moe", "mtp_moe", "uncertainty"])
+def test_shipped_feature_drafts_take_stretches(name):
+    """The shipped eagle, eagle2 (a dynamic tree), eagle3 and mtp scenarios: identical, and
+    most iterations advanced in stretches (the step-by-step reference advances none)."""
     on, off = _both(load_scenario(SCENARIOS / f"{name}.yaml"))
     assert_identical(on, off)
     info = on.info["engine"]
@@ -31,23 +32,28 @@ def test_shipped_feature_chains_take_stretches(name):
     assert info["vectorised"] > info["iterations"] / 2
 
 
-def test_a_tree_or_an_unbound_acceptance_takes_no_stretch():
-    """A static tree (not a chain) and a policy's own acceptance model (bound on its first
-    draw, from the run's generator) stay on the step-by-step path: identical, no stretch."""
+@pytest.mark.parametrize("params, acceptance", [
+    ({"tree": [2, 2, 1]}, {"model": "tree_topk", "coverage": [[0.7, 0.85]] * 3}),
+    ({"num_speculative_tokens": 3,  # the policy's own model, bound on its first draw
+      "acceptance": {"model": "per_request", "mean": 0.7, "concentration": 3}}, None),
+    ({"num_speculative_tokens": 4},  # acceptance that depends on the context
+     {"model": "context_decay", "alpha0": 0.85, "scale_tokens": 300, "floor": 0.3})],
+    ids=["static-tree", "own-acceptance", "context-decay"])
+def test_trees_and_any_acceptance_take_stretches(params, acceptance):
+    """A carried draft draws its acceptances as ``accept`` does, iteration by iteration: a
+    static tree, a policy's own model (bound from the run's generator on its first draw)
+    and an acceptance that depends on the context all advance in stretches, identically."""
     rng = np.random.default_rng(5)
     wl = workload(np.sort(rng.uniform(0, 4, 20)), rng.integers(8, 400, 20),
                   rng.integers(5, 120, 20))
-    for params in ({"tree": [2, 2, 1]},
-                   {"num_speculative_tokens": 3,
-                    "acceptance": {"model": "per_request", "mean": 0.7, "concentration": 3}}):
-        sc = scenario("none", hardware="a100-40gb", target="vicuna-7b",
-                      draft="eagle-vicuna-7b")
-        sc = dataclasses.replace(sc, policy=PolicyConfig("eagle", params),
-                                 acceptance={"model": "tree_topk",
-                                             "coverage": [[0.7, 0.85]] * 3})
-        on, off = _both(sc, wl)
-        assert_identical(on, off)
-        assert on.info["engine"]["vectorised"] == 0
+    sc = scenario("none", hardware="a100-40gb", target="vicuna-7b", draft="eagle-vicuna-7b")
+    sc = dataclasses.replace(sc, policy=PolicyConfig("eagle", params))
+    if acceptance is not None:
+        sc = dataclasses.replace(sc, acceptance=acceptance)
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
+    assert on.steps["accepted_tokens"].nunique() > 3  # the draws really varied
 
 
 def test_the_stretch_tells_the_policy_what_it_accepted():
@@ -111,8 +117,16 @@ ACCEPTANCE = [{"model": "iid", "alpha": 0.75},
               {"model": "positional", "rates": [0.9, 0.7, 0.6, 0.5]},
               {"model": "tree_topk", "coverage": [[0.8, 0.9], [0.7, 0.85], [0.6, 0.8]]}]
 # (policy, draft, a gpu_memory_utilization that leaves llama-3.1-8b a few hundred blocks)
-DRAFTERS = [("eagle", "eagle-llama-3.1-8b-instruct", 0.40), ("eagle3", None, 0.4125),
-            ("chain", "llama-3.2-1b", 0.45)]
+ACCEPTANCE.append({"model": "context_decay", "alpha0": 0.9, "scale_tokens": 400})
+# (policy, its parameters beside the drafts, draft, a gpu_memory_utilization that leaves
+# llama-3.1-8b a few hundred KV blocks, whether it drafts a tree: tree_topk acceptance)
+DRAFTERS = [("eagle", {}, "eagle-llama-3.1-8b-instruct", 0.40, False),
+            ("eagle3", {}, None, 0.4125, False),
+            ("eagle3", {"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6}, None,
+             0.4125, True),
+            ("eagle2", {"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
+             "eagle-llama-3.1-8b-instruct", 0.40, True),
+            ("chain", {}, "llama-3.2-1b", 0.45, False)]
 
 
 @st.composite
@@ -135,15 +149,18 @@ def cases(draw):
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_random_feature_chains_are_identical(case):
-    name, draft, util = DRAFTERS[case["drafter"]]
+    name, extra, draft, util, tree = DRAFTERS[case["drafter"]]
+    k = "speculative_num_steps" if name == "eagle2" else "num_speculative_tokens"
     sc = scenario("none", hardware="a100-40gb", target="llama-3.1-8b", draft=draft,
                   replicas=case["replicas"], router=case["router"], seed=case["seed"],
                   batching={"max_num_seqs": case["seqs"],
                             "max_num_batched_tokens": case["batched"],
                             "enable_chunked_prefill": case["chunked"],
                             "gpu_memory_utilization": util if case["tight"] else 0.9})
-    sc = dataclasses.replace(sc, policy=PolicyConfig(name, {"num_speculative_tokens": case["k"]}),
-                             acceptance=ACCEPTANCE[case["acceptance"]])
+    # 5 nodes reach depth 5 at most, and 1 forward of top-2 proposes 2 nodes only
+    steps = min(max(case["k"], 2), 5) if tree else case["k"]
+    sc = dataclasses.replace(sc, policy=PolicyConfig(name, {k: steps, **extra}),
+                             acceptance=ACCEPTANCE[3 if tree else case["acceptance"]])
     wl = workload(case["arrival"], case["prompt"], case["output"])
     try:
         on, off = _both(sc, wl)
