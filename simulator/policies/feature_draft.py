@@ -60,6 +60,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self._host = None
         self._later: dict = {}  # iteration_draft_s' pricers, by batch size
         self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
+        self._counts = None  # draw_accepted's chain counter, once the model is bound
 
     @property
     def host(self):
@@ -131,6 +132,12 @@ class FeatureDraft(PolicyBase, CarriedDraft):
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:
+        counts = self._counts
+        if counts is None and self.tree.is_chain:  # a context-free chain: its counts from
+            counts = self._counts = self.acceptance.chain_counter(  # the same uniforms
+                self.tree.num_nodes)
+        if counts is not None:
+            return counts(rng.random(request_ids.size), request_ids)
         got = np.asarray(self.acceptance.sample_all(self.tree, context, request_ids, rng),
                          np.int64)
         return np.minimum(np.maximum(got, 0), self.tree.num_nodes)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.acceptance.context_free import chain_counts
 from simulator.acceptance.tree_kinds import NodeConditionals, TreeAlgorithm
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.token_tree import TokenTree
@@ -80,6 +81,13 @@ class PolicyAcceptance:
             return out
         out[on] = self.sample_all(tree, batch.context[on], batch.request_ids[on], rng)
         return out
+
+    def chain_counter(self, gamma: int):
+        """``sample_all``'s counts for a chain of ``gamma`` given its uniforms (one a
+        request: simulator/acceptance/context_free.py's ``chain_counts``); None where the
+        model is not context-free, or not bound yet (the policy's own model is bound on its
+        first use, drawing from the run's generator)."""
+        return chain_counts(self.model, gamma) if self._bound else None
 
     def sample_all(self, tree: TokenTree, context: np.ndarray, request_ids: np.ndarray,
                    rng: np.random.Generator) -> np.ndarray:
