@@ -105,7 +105,20 @@ class TopKCoverageAcceptance(NodeConditionals, ChainCounts):
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         tree, c, _ = check_tree(tree, contexts, request_ids)
-        return walk_tree(tree, self.node_conditionals(tree), rng, c.size)
+        return walk_tree(tree, self._conditionals(tree), rng, c.size)
+
+    def _conditionals(self, tree: TokenTree) -> np.ndarray:
+        """``node_conditionals``, memoised by the tree's shape (a policy samples one tree
+        every iteration; the values are the same, read-only)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        key = tree.parents.tobytes()
+        cond = memo.get(key)
+        if cond is None:
+            if len(memo) >= 64:
+                memo.clear()
+            cond = memo[key] = self.node_conditionals(tree)
+            cond.flags.writeable = False
+        return cond
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         if int(gamma) == 0:
