@@ -56,7 +56,7 @@ def emitted_tokens(accepted: np.ndarray, generated: np.ndarray,
 
 class CarriedDraft(ABC):
     """A proposer whose every request drafts the same count (a chain, or a tree's nodes)
-    and whose price also depends on what each request accepted last iteration (EAGLE's
+    and whose price may also depend on what each request accepted last iteration (EAGLE's
     layer and MTP's modules re-read those tokens in their first forward), declared by
     subclassing.  Its ``ChainStretch`` carries it: the engine advances such a stretch
     iteration by iteration, prices each from the contexts and the previous acceptances,

@@ -1,11 +1,12 @@
-"""Fast-forward of the feature-level drafters (``eagle``, ``eagle2``, ``eagle3``, ``mtp``): their
-stretches (simulator/engine/chain_short.py, through ``ChainStretch.carried``) price each
-iteration from the contexts and what every request accepted the iteration before, draw as
-``accept`` draws (chains and trees, any acceptance model), and give
-the same DataFrames as the step-by-step reference (``engine.fast_forward: false``), bit for
-bit: on the shipped scenarios that use them and on random ones (acceptance models,
-preemption, admissions, several replicas), where ``chain`` joins them with the positional
-acceptance models (``ChainCounts``: positional, tree_topk) its stretches now take too."""
+"""Fast-forward of the drafters that price their own stretches (``eagle``, ``eagle2``,
+``eagle3``, ``mtp``, ``medusa``: ``ChainStretch.carried``, simulator/engine/chain_short.py):
+each iteration priced from the contexts and what every request accepted the iteration
+before, its acceptances drawn as ``accept`` draws them (chains and trees, any acceptance
+model).  The same DataFrames as the step-by-step reference (``engine.fast_forward:
+false``), bit for bit: on the shipped scenarios that use them and on random ones
+(acceptance models, preemption, admissions, several replicas), where ``chain`` joins them
+with the positional acceptance models (``ChainCounts``: positional, curve, tree_topk) its
+stretches now take too."""
 import dataclasses
 
 import numpy as np
@@ -21,10 +22,12 @@ from tests.simulator.engine.test_fast_forward import _both, assert_identical
 SCENARIOS = REPO / "workloads" / "scenarios"
 
 
-@pytest.mark.parametrize("name", ["eagle", "eagle2", "eagle3_moe", "mtp_moe", "uncertainty"])
+@pytest.mark.parametrize("name", ["eagle", "eagle2", "eagle3_moe", "mtp_moe", "uncertainty",
+                                  "medusa"])
 def test_shipped_feature_drafts_take_stretches(name):
-    """The shipped eagle, eagle2 (a dynamic tree), eagle3 and mtp scenarios: identical, and
-    most iterations advanced in stretches (the step-by-step reference advances none)."""
+    """The shipped eagle, eagle2 (a dynamic tree), eagle3, mtp and medusa (a 63-node tree)
+    scenarios: identical, and most iterations advanced in stretches (the step-by-step
+    reference advances none)."""
     on, off = _both(load_scenario(SCENARIOS / f"{name}.yaml"))
     assert_identical(on, off)
     info = on.info["engine"]
@@ -54,6 +57,23 @@ def test_trees_and_any_acceptance_take_stretches(params, acceptance):
     assert_identical(on, off)
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
     assert on.steps["accepted_tokens"].nunique() > 3  # the draws really varied
+
+
+@pytest.mark.parametrize("params", [{"node_budget": 20},
+                                    {"node_budget": 12, "typical_acceptance": True}])
+def test_medusa_heads_take_stretches(params):
+    """Medusa's heads (priced on the batch size, nothing re-read) with its tree sampled
+    from the acceptance model or by typical acceptance's lifted rates: identical, taken."""
+    rng = np.random.default_rng(8)
+    n = 30
+    sc = load_scenario(SCENARIOS / "medusa.yaml", ["replicas=2"])
+    sc = dataclasses.replace(sc, policy=PolicyConfig("medusa", params))
+    wl = workload(np.sort(rng.uniform(0, 6, n)), rng.integers(8, 800, n),
+                  rng.integers(10, 200, n))
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
+    assert on.steps["accepted_tokens"].nunique() > 3
 
 
 def test_the_stretch_tells_the_policy_what_it_accepted():
