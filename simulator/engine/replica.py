@@ -25,8 +25,8 @@ a replica reads or changes it (each replica draws from its own random stream; th
 tables do not depend on the order replicas report in), so a replica completes every step that
 ends before the next arrival at once, on its own clock ``now``, with no SimPy timeout; a
 pure-decode stretch is advanced in one vectorised pass (fast_forward.py), and so is an
-all-decoding stretch of a chain (``chain``, eagle's, eagle3's, mtp's: chain_stretch.py, its
-draws made in order), whose other iterations (admissions) run fused (chain_step.py).  Under
+all-decoding stretch of a policy with a ``ChainStretch`` (chain_stretch.py: its draws made
+in order), whose other iterations (admissions) run fused (chain_step.py).  Under
 ``none`` (the fused iteration's cases) the process is ``_run_lazy``: its decodes advance in
 lockstep, O(1) an iteration (lazy_decode.py).  It yields to SimPy only for a step that ends
 at or after the next arrival, landing exactly where it ends.  The same decisions, draws and
