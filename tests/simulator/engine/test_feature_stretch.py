@@ -1,12 +1,12 @@
 """Fast-forward of the drafters that price their own stretches (``eagle``, ``eagle2``,
-``eagle3``, ``mtp``, ``medusa``: ``ChainStretch.carried``, simulator/engine/chain_short.py):
-each iteration priced from the contexts and what every request accepted the iteration
-before, its acceptances drawn as ``accept`` draws them (chains and trees, any acceptance
-model).  The same DataFrames as the step-by-step reference (``engine.fast_forward:
-false``), bit for bit: on the shipped scenarios that use them and on random ones
-(acceptance models, preemption, admissions, several replicas), where ``chain`` joins them
-with the positional acceptance models (``ChainCounts``: positional, curve, tree_topk) its
-stretches now take too."""
+``eagle3``, ``mtp``, ``medusa``, ``specinfer``: ``ChainStretch.carried``,
+simulator/engine/chain_short.py): each iteration priced from the contexts and what every
+request accepted the iteration before, its acceptances drawn as ``accept`` draws them
+(chains and trees, any acceptance model).  The same DataFrames as the step-by-step
+reference (``engine.fast_forward: false``), bit for bit: on the shipped scenarios that use
+them and on random ones (acceptance models, preemption, admissions, several replicas),
+where ``chain`` joins them with the positional acceptance models (``ChainCounts``:
+positional, curve, tree_topk) its stretches now take too."""
 import dataclasses
 
 import numpy as np
@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.scenario import PolicyConfig, load_scenario
-from simulator.simulate import simulate
 from tests.helpers import REPO, scenario, workload
 from tests.simulator.engine.test_fast_forward import _both, assert_identical
 
@@ -23,7 +22,7 @@ SCENARIOS = REPO / "workloads" / "scenarios"
 
 
 @pytest.mark.parametrize("name", ["eagle", "eagle2", "eagle3_moe", "mtp_moe", "uncertainty",
-                                  "medusa"])
+                                  "medusa", "specinfer"])
 def test_shipped_feature_drafts_take_stretches(name):
     """The shipped eagle, eagle2 (a dynamic tree), eagle3, mtp and medusa (a 63-node tree)
     scenarios: identical, and most iterations advanced in stretches (the step-by-step
@@ -74,6 +73,27 @@ def test_medusa_heads_take_stretches(params):
     assert_identical(on, off)
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
     assert on.steps["accepted_tokens"].nunique() > 3
+
+
+@pytest.mark.parametrize("params", [{"expansion": [1, 2, 1, 1]},
+                                    {"draft_models": ["llama-68m", "llama-160m"],
+                                     "num_speculative_tokens": 3}])
+def test_specinfer_trees_take_stretches_up_to_the_drafts_context(params):
+    """SpecInfer's token tree (an expansion, or merged chains of two drafts), with prompts
+    straddling the drafts' 2,048-token context: a request stops being speculated once prompt
+    + generated + the tree's depth reaches it, and the stretches stop there too."""
+    rng = np.random.default_rng(9)
+    n = 30
+    sc = load_scenario(SCENARIOS / "specinfer.yaml", ["replicas=2"])
+    sc = dataclasses.replace(sc, policy=PolicyConfig("specinfer", params))
+    prompt = np.where(rng.random(n) < 0.4, rng.integers(1900, 2040, n), rng.integers(8, 600, n))
+    wl = workload(np.sort(rng.uniform(0, 6, n)), prompt, rng.integers(10, 200, n))
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    steps = on.steps
+    assert ((steps["draft_tokens"] < steps["num_decode"] * steps["draft_tokens"].max())
+            & (steps["num_decode"] > 0)).any()  # some decodes were not speculated
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 3
 
 
 def test_the_stretch_tells_the_policy_what_it_accepted():
