@@ -128,11 +128,13 @@ def _carried_prices(replica, spec: ChainStretch, n: int):
     form where it has one, else by ``step_time`` on the arrays ``Forward._forward`` hands it
     (a pure-decode step), bitwise what the step-by-step path prices."""
     draft, prices = spec.carried.iteration_draft_s, chain_prices(replica, spec, n)
+    rng = replica.rng
+    ids = replica.b.ids  # the batch's, unchanged while the stretch's iterations are priced
     if prices is not None:
         verify = prices[1]
-        return lambda s, ctx, last: (draft(ctx, last), verify(s))
+        return lambda s, ctx, last: (draft(ids, ctx, last, rng), verify(s))
     tokens, step_time = np.full(n, float(spec.gamma + 1)), replica.target_cost.step_time
-    return lambda s, ctx, last: (draft(ctx, last),
+    return lambda s, ctx, last: (draft(ids, ctx, last, rng),
                                  step_time(tokens, ctx.astype(np.float64), tokens))
 
 

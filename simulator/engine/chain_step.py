@@ -63,7 +63,9 @@ def chain_schedule(replica, spec: ChainStretch, now: float) -> ChainStep | None:
     # chain_draft_time when every decode drafts g: the draft's chain_decode_time, bitwise
     # its closed form's row (ChainStretch.draft_times); the plan's CPU time is 0.0
     if spec.carried is not None:  # priced from the contexts and the last acceptances
-        draft = spec.carried.iteration_draft_s(c, spec.carried.reread_tokens(b.ids[pos]))
+        ids = b.ids[pos]
+        draft = spec.carried.iteration_draft_s(ids, c, spec.carried.reread_tokens(ids),
+                                               replica.rng)
     elif (prices := chain_prices(replica, spec, nd)) is not None:
         draft = prices[0](float(int(_SUM(c))))
     elif (draft := spec.draft_times(nd, np.array([float(int(_SUM(c)))]))) is None:

@@ -75,10 +75,12 @@ class CarriedDraft(ABC):
         """Per request, the tokens its next draft re-reads (what it last observed)."""
 
     @abstractmethod
-    def iteration_draft_s(self, context: np.ndarray, reread: np.ndarray) -> float:
-        """The proposer's seconds (GPU and CPU) of one iteration in which every request at
-        ``context`` (ints) drafts, re-reading ``reread`` tokens (accepted + 1 last time):
-        bitwise ``propose``'s ``draft_time_s + cpu_time_s``."""
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
+        """The proposer's seconds (GPU and CPU) of one iteration in which every request
+        (``request_ids``) at ``context`` (ints) drafts, re-reading ``reread`` tokens (accepted + 1 last time):
+        bitwise ``propose``'s ``draft_time_s + cpu_time_s``, with ``propose``'s draws from
+        ``rng`` where it draws (a staged draft's inner acceptances)."""
 
     @abstractmethod
     def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:

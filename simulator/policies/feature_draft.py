@@ -142,7 +142,8 @@ class FeatureDraft(PolicyBase, CarriedDraft):
                          np.int64)
         return np.minimum(np.maximum(got, 0), self.tree.num_nodes)
 
-    def iteration_draft_s(self, context: np.ndarray, reread: np.ndarray) -> float:
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
         """``draft_time`` + the host work, on the same arrays (``level_draft_time``'s first
         forward, on the tokens re-read), its later forwards (uniform: one token a request
         over contexts summing to the batch's + n x offset) priced by the layer's closed form

@@ -177,7 +177,8 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
     def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
         return np.ones(request_ids.size)  # the heads read the target's last hidden state only
 
-    def iteration_draft_s(self, context: np.ndarray, reread: np.ndarray) -> float:
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
         n = context.size  # propose's draft_time_s + cpu_time_s, a function of n alone
         return self.heads_time(n) + self.host(n)
 

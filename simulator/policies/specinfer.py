@@ -203,7 +203,8 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
     def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
         return np.ones(request_ids.size)  # the drafts keep their own KV: nothing re-read
 
-    def iteration_draft_s(self, context: np.ndarray, reread: np.ndarray) -> float:
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
         return self.draft_time(context.astype(np.float64)) + self.host(context.size)
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,

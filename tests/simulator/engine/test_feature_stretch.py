@@ -1,5 +1,5 @@
 """Fast-forward of the drafters that price their own stretches (``eagle``, ``eagle2``,
-``eagle3``, ``mtp``, ``medusa``, ``specinfer``: ``ChainStretch.carried``,
+``eagle3``, ``mtp``, ``medusa``, ``specinfer``, ``staged``: ``ChainStretch.carried``,
 simulator/engine/chain_short.py): each iteration priced from the contexts and what every
 request accepted the iteration before, its acceptances drawn as ``accept`` draws them
 (chains and trees, any acceptance model).  The same DataFrames as the step-by-step
@@ -22,7 +22,7 @@ SCENARIOS = REPO / "workloads" / "scenarios"
 
 
 @pytest.mark.parametrize("name", ["eagle", "eagle2", "eagle3_moe", "mtp_moe", "uncertainty",
-                                  "medusa", "specinfer"])
+                                  "medusa", "specinfer", "staged"])
 def test_shipped_feature_drafts_take_stretches(name):
     """The shipped eagle, eagle2 (a dynamic tree), eagle3, mtp and medusa (a 63-node tree)
     scenarios: identical, and most iterations advanced in stretches (the step-by-step
@@ -93,6 +93,23 @@ def test_specinfer_trees_take_stretches_up_to_the_drafts_context(params):
     steps = on.steps
     assert ((steps["draft_tokens"] < steps["num_decode"] * steps["draft_tokens"].max())
             & (steps["num_decode"] > 0)).any()  # some decodes were not speculated
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 3
+
+
+@pytest.mark.parametrize("params", [{"num_speculative_tokens": 5},
+                                    {"num_speculative_tokens": 4, "draft2": "ngram"}])
+def test_staged_drafts_draw_inside_their_price(params):
+    """Staged speculation draws its inner acceptances while it drafts (``propose``), then
+    the outer ones (``accept``): a stretch prices and draws in that order, so the results
+    are identical, also with prompts straddling the drafts' context."""
+    rng = np.random.default_rng(10)
+    n = 30
+    sc = load_scenario(SCENARIOS / "staged.yaml", ["replicas=2"])
+    sc = dataclasses.replace(sc, policy=PolicyConfig("staged", params))
+    prompt = np.where(rng.random(n) < 0.3, rng.integers(1950, 2040, n), rng.integers(8, 600, n))
+    wl = workload(np.sort(rng.uniform(0, 6, n)), prompt, rng.integers(10, 200, n))
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 3
 
 
