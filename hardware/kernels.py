@@ -29,7 +29,8 @@ efficiency, no floor).  With it, hardware/roofline.py's ``gemm_time``, ``transfe
   more than one query per request, or one); ``attention_prefill_fa3`` (FlashAttention-3, a
   Hopper kernel: where the engine runs it, simulator/cost/engines.yaml ``prefill_attention``,
   and the profile has the entry, it prices the requests of more than one query instead of
-  ``attention_prefill``, on the causal pairs plus ``query_overhead_tokens`` per query row);
+  ``attention_prefill``, on the causal pairs plus ``query_overhead_tokens`` per query row of
+  a prefill chunk, simulator/cost/step_models.py ``attention_work``);
   ``elementwise`` (PyTorch's vectorised elementwise
   kernels: residual adds, GELU); ``other`` (a small kernel of no modelled kind: the MoE
   routing, alignment and sum, activation quantisation, MLA's cache write: the block's own

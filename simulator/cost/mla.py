@@ -81,7 +81,8 @@ class MlaShape:
         """Per request (FLOPs, bytes) of one layer's attention; ``causal``: the new tokens'
         causal half on average, else the kernel's new x (context + new) pairs; ``overhead``:
         keys' worth of work per query of the expanded (prefill) form, FlashAttention-3's,
-        which runs that form on Hopper (vLLM's MLA prefill calls flash_attn_varlen_func)."""
+        which runs that form on Hopper (vLLM's MLA prefill calls flash_attn_varlen_func);
+        the same DECODE_MAX_QUERY bound as step_models.attention_work's."""
         dec = new <= DECODE_MAX_QUERY
         pair, kv, q_io, up = (np.where(dec, d, p) for d, p in zip(self.decode, self.prefill))
         width = 0.5 * (new + 1.0) if causal else new

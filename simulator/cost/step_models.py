@@ -311,12 +311,15 @@ def attention_work(cm, new: np.ndarray, ctx: np.ndarray, causal: bool,
                     overhead: float = 0.0):
     """One layer's attention (FLOPs, bytes) per request: ``causal`` the new tokens'
     causal half on average, else the kernel's new x (context + new) pairs, plus
-    ``overhead`` keys per query of a multi-query request (causal only: FA3's); MLA's two
-    forms by request (simulator/cost/mla.py)."""
+    ``overhead`` keys per query of a prefill chunk (causal only: FA3's; a full query tile's
+    fixed cost spread over its rows, so not charged to requests of up to DECODE_MAX_QUERY
+    tokens, verification, whose few rows read the KV memory-bound); MLA's two forms by
+    request (simulator/cost/mla.py)."""
     if cm._mla is not None:
         return cm._mla.arrays(new, ctx, causal, overhead)
     if causal:
-        w = 0.5 * (new + 1.0) + (np.where(new > 1, overhead, 0.0) if overhead else 0.0)
+        w = 0.5 * (new + 1.0) + (np.where(new > DECODE_MAX_QUERY, overhead, 0.0)
+                                 if overhead else 0.0)
         return (cm._attn_flops_per_pair * new * (ctx + w),
                 (ctx + new) * cm._kv_bytes_per_token + new * cm._q_io_bytes_per_token)
     kv = ctx + new
@@ -328,11 +331,10 @@ def prefill_width(cm, u: float) -> float:
     """``w`` of a request of ``u`` > 1 new tokens whose attention does ``u * (x + w)``
     query-key pairs' work at context ``x``: the kernel's ``u`` (FA2-class kind with shapes),
     the causal ``(u + 1) / 2`` (flat rates), plus FA3's per-query overhead (CostModel's
-    ``_attention_work``; MLA's absorbed form, up to DECODE_MAX_QUERY tokens, has none)."""
+    ``attention_work``: none up to DECODE_MAX_QUERY tokens)."""
     if not cm._prefill_causal:
         return float(u)
-    plain = u <= 1 or (cm._mla is not None and u <= DECODE_MAX_QUERY)
-    return 0.5 * (u + 1.0) + (0.0 if plain else cm._prefill_overhead)
+    return 0.5 * (u + 1.0) + (0.0 if u <= DECODE_MAX_QUERY else cm._prefill_overhead)
 
 
 def _chunk_attention(cm, chunks: list[int], chunk_ctx: list[int]) -> float:
