@@ -10,8 +10,9 @@ import pytest
 from hardware.kernels import ATTENTION_PREFILL, ATTENTION_PREFILL_FA3
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
-from simulator.cost.execution import resolve_execution
+from simulator.cost.execution import parse_execution, resolve_execution
 from simulator.cost.spec_host import load_engine
+from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
@@ -76,9 +77,19 @@ def test_engine_selects_the_kernel():
     assert load_engine("vllm-v0.9").prefill_attention == "fa3"
     assert load_engine("sglang-v0.4").prefill_attention == "fa2"
     fa3, fa2 = _prefill_s("vllm-v0.9", 4096), _prefill_s("sglang-v0.4", 4096)
-    assert _prefill_s(None, 4096) == fa3  # the default execution is vLLM V1's
+    assert _prefill_s(None, 4096) == fa2  # no engine named: the FA2-class kernel
     # closed form of one 4096-token prompt, one layer of Llama-3.1-8B (32 heads of 128):
     # FA3 on its causal pairs 4096 x 4097 / 2 plus 275 keys a query, FA2 on 4096 x 4096
     pair, peak, lat = 4.0 * 4096, 989.4e12, 3.8e-6
     assert fa3 == pytest.approx(pair * 4096 * (0.5 * 4097 + 275) / (0.675 * peak) + lat, rel=1e-9)
     assert fa2 == pytest.approx(pair * 4096 * 4096 / (0.35 * peak) + lat, rel=1e-9)
+
+
+def test_the_scenario_can_name_the_kernel():
+    # SGLang's --attention-backend fa3 on the 0.4.1 engine's counts, as harness "sglang-2025"
+    out = parse_execution({"engine": "sglang-v0.4", "prefill_attention": "fa3"}, source="t")
+    assert out["spec"].name == "sglang-v0.4" and out["spec"].prefill_attention == "fa3"
+    assert parse_execution({"prefill_attention": "fa3"}, source="t")["spec"].name == "none"
+    with pytest.raises(SpecsimError) as err:
+        parse_execution({"prefill_attention": "fa4"}, source="t")
+    assert err.value.field == "execution.prefill_attention" and "fa3" in str(err.value)
