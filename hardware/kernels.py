@@ -26,7 +26,12 @@ efficiency, no floor).  With it, hardware/roofline.py's ``gemm_time``, ``transfe
 - per kind of kernel, optional overrides of the compute efficiency, memory efficiency, latency,
   floor, L2-resident efficiency and row bandwidth, each with its source.  The kinds are kernel
   implementations: ``gemm``; ``attention_prefill`` and ``attention_decode`` (FlashAttention with
-  more than one query per request, or one); ``elementwise`` (PyTorch's vectorised elementwise
+  more than one query per request, or one); ``attention_prefill_fa3`` (FlashAttention-3, a
+  Hopper kernel: where the engine runs it, simulator/cost/engines.yaml ``prefill_attention``,
+  and the profile has the entry, it prices the requests of more than one query instead of
+  ``attention_prefill``, on the causal pairs plus ``query_overhead_tokens`` per query row of
+  a prefill chunk, simulator/cost/step_models.py ``attention_work``);
+  ``elementwise`` (PyTorch's vectorised elementwise
   kernels: residual adds, GELU); ``other`` (a small kernel of no modelled kind: the MoE
   routing, alignment and sum, activation quantisation, MLA's cache write: the block's own
   latency and the flat rates unless the profile gives the kind an entry);
@@ -46,14 +51,17 @@ from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapp
 GEMM = "gemm"
 ATTENTION_PREFILL = "attention_prefill"   # attention of requests with more than one query
 ATTENTION_DECODE = "attention_decode"     # attention of requests with one query token
+# FlashAttention-3 (Hopper only): the prefill kernel vLLM V1 and SGLang run on sm90, priced on
+# the causal pairs it computes plus ``query_overhead_tokens`` keys' worth per query row
+ATTENTION_PREFILL_FA3 = "attention_prefill_fa3"
 ELEMENTWISE = "elementwise"               # residual adds and plain elementwise kernels
 OTHER = "other"  # a small kernel of no modelled kind (MoE routing, quantisation, cache writes)
 TRANSFER_KINDS = (ELEMENTWISE, "embedding", "norm", "activation", "rope", OTHER)
-KINDS = (GEMM, ATTENTION_PREFILL, ATTENTION_DECODE) + TRANSFER_KINDS
+KINDS = (GEMM, ATTENTION_PREFILL, ATTENTION_PREFILL_FA3, ATTENTION_DECODE) + TRANSFER_KINDS
 _SCALARS = ("sm_count", "gemm_tiles", "latency_us", "min_kernel_us")
 _OPTIONAL = ("l2_cache_mib", "l2_bandwidth_gb_per_s")
 _KIND_NUMBERS = ("compute_efficiency", "memory_efficiency", "latency_us", "min_kernel_us",
-                 "l2_memory_efficiency", "row_bandwidth_gb_per_s")
+                 "l2_memory_efficiency", "row_bandwidth_gb_per_s", "query_overhead_tokens")
 MAX_L2_EFFICIENCY = 10.0    # L2 bandwidth over HBM bandwidth is a few times at most
 MAX_TILE = 1024
 MAX_TILES = 32
@@ -69,6 +77,9 @@ class KindRates:
     min_kernel_s: float | None = None
     l2_memory_efficiency: float | None = None
     row_bandwidth_bytes_per_s: float | None = None
+    # a prefill attention kernel's fixed work per query row, in keys (its pipeline's fill and
+    # epilogue, as if it attended this many more keys); None: priced on the pairs alone
+    query_overhead_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -153,8 +164,13 @@ def _kind(data: Any, *, source: str, field: str, sources: dict) -> KindRates:
         row = 1e9 * as_number(data["row_bandwidth_gb_per_s"], source=source,
                               field=f"{field}.row_bandwidth_gb_per_s", strictly_positive=True,
                               maximum=1e6, fix="one thread block's bandwidth in GB/s")
+    overhead = None
+    if "query_overhead_tokens" in data:
+        overhead = float(as_number(data["query_overhead_tokens"], source=source,
+                                   field=f"{field}.query_overhead_tokens", minimum=0,
+                                   maximum=1e6, fix="keys' worth of work per query row, >= 0"))
     return KindRates(eff.get("compute_efficiency"), eff.get("memory_efficiency"),
-                     times.get("latency_us"), times.get("min_kernel_us"), l2, row)
+                     times.get("latency_us"), times.get("min_kernel_us"), l2, row, overhead)
 
 
 def parse_kernels(data: Any, *, source: str) -> KernelShapes | None:
@@ -229,6 +245,8 @@ def kernels_to_dict(shapes: KernelShapes) -> dict:
             entry["l2_memory_efficiency"] = _r(rates.l2_memory_efficiency)
         if rates.row_bandwidth_bytes_per_s is not None:
             entry["row_bandwidth_gb_per_s"] = _r(rates.row_bandwidth_bytes_per_s / 1e9)
+        if rates.query_overhead_tokens is not None:
+            entry["query_overhead_tokens"] = _r(rates.query_overhead_tokens)
         entry["source"] = src.get(f"kernels.{kind}", "unknown")
         out[kind] = entry
     return out

@@ -24,6 +24,7 @@ import numpy as np
 from hardware.kernels import (
     ATTENTION_DECODE,
     ATTENTION_PREFILL,
+    ATTENTION_PREFILL_FA3,
     ELEMENTWISE,
     GEMM,
     KernelShapes,
@@ -218,13 +219,15 @@ class Roofline:
         return self._kernel(roof if np.ndim(roof) else float(roof), latency, floor,
                             np.asarray(nbytes) > 0)
 
-    def attention_time(self, flops, nbytes, query_tokens) -> float:
+    def attention_time(self, flops, nbytes, query_tokens,
+                       prefill_kind: str = ATTENTION_PREFILL) -> float:
         """Seconds of the attention kernels of one step, given per-request arrays.
 
         Requests with one query token (decode) run in one kernel, requests with more (prefill
         chunks, verification) in another, each priced ``sum_i max(F_i / compute rate,
         B_i / memory rate)`` at its kind's efficiencies, plus one latency and the floor per
-        kernel launched.  Without a kernels block: the plain sum of per-request roofline
+        kernel launched; ``prefill_kind`` is the multi-query kernel the engine runs on this GPU
+        (``prefill_kind_for``).  Without a kernels block: the plain sum of per-request roofline
         times, today's formula.  Requests with 0 query tokens are not in the step.
         """
         flops = _vector(flops)
@@ -243,9 +246,20 @@ class Roofline:
             prefill = queries > 1
             n_prefill = int(np.count_nonzero(prefill))
             if n_prefill:  # all verification or chunks (a chain's steps): no mask either
-                total += self._attention_kernel(ATTENTION_PREFILL, flops, nbytes,
+                total += self._attention_kernel(prefill_kind, flops, nbytes,
                                                 None if n_prefill == size else prefill)
         return total
+
+    def prefill_kind_for(self, kernel: str) -> tuple[str, float]:
+        """(kind, query overhead in keys) of the multi-query attention kernel an engine asking
+        for ``kernel`` (simulator/cost/spec_host.py PREFILL_KERNELS) runs here: FlashAttention-3
+        where the profile prices it (a Hopper profile's ``attention_prefill_fa3``), else the
+        FlashAttention-2-class ``attention_prefill`` with no overhead."""
+        k = self.kernels
+        if kernel == "fa3" and k is not None and ATTENTION_PREFILL_FA3 in k.kinds:
+            return ATTENTION_PREFILL_FA3, k.kinds[ATTENTION_PREFILL_FA3].query_overhead_tokens \
+                or 0.0
+        return ATTENTION_PREFILL, 0.0
 
     def _attention_kernel(self, kind: str, flops, nbytes, members) -> float:
         """One attention kernel over the requests in ``members`` (None: all of them); a

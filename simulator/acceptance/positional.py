@@ -10,8 +10,14 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from simulator.acceptance.context_free import ChainCounts
 from simulator.acceptance.fields import freeze_rates, model_config, probability_list
-from simulator.acceptance.sampling import check_batch, sample_chain_tree, sample_from_survival
+from simulator.acceptance.sampling import (
+    check_batch,
+    sample_chain_tree,
+    sample_from_survival,
+    survival_counter,
+)
 from simulator.speculation.closed_forms import expected_tokens_per_position
 
 
@@ -23,7 +29,7 @@ def extend_rates(rates: np.ndarray, gamma: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class PositionalAcceptance:
+class PositionalAcceptance(ChainCounts):
     """Conditional rates r_1, r_2, ...: P(first k accepted) = r_1 * ... * r_k."""
 
     rates: tuple[float, ...]
@@ -43,6 +49,11 @@ class PositionalAcceptance:
     def sample_chain(self, gammas, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         g, _, _ = check_batch(gammas, contexts, request_ids)
         return sample_from_survival(self.position_rates(int(g.max(initial=0))), g, rng)
+
+    def chain_counter(self, gamma: int):
+        """``sample_chain``'s counts given its uniforms (context-free: a chain stretch may
+        draw many iterations at once, simulator/engine/chain_stretch.py)."""
+        return survival_counter(self.position_rates(int(gamma)), int(gamma))
 
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         return sample_chain_tree(self, tree, contexts, request_ids, rng)

@@ -102,6 +102,16 @@ def geometric_counter(alpha: float, gamma: int):
     return counts
 
 
+def survival_counter(survival: np.ndarray, gamma: int):
+    """``sample_from_survival``'s counts of requests all drafting ``gamma`` against
+    ``survival``, given its uniforms (any shape): the same search, element by element."""
+    neg = -survival
+
+    def counts(draws: np.ndarray, request_ids=None) -> np.ndarray:
+        return np.minimum(neg.searchsorted(-draws, "left"), gamma)
+    return counts
+
+
 def sample_leading(success_prob: np.ndarray, gammas: np.ndarray,
                    rng: np.random.Generator) -> np.ndarray:
     """Leading successes given per-request, per-position probabilities (B, G)."""

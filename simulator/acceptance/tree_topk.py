@@ -15,11 +15,13 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from simulator.acceptance.context_free import ChainCounts
 from simulator.acceptance.fields import model_config, probability_list
 from simulator.acceptance.sampling import (
     check_batch,
     check_tree,
     sample_from_survival,
+    survival_counter,
     tree_node_probs,
     walk_tree,
 )
@@ -42,7 +44,7 @@ def parse_coverage(value: Any, *, source: str, field: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TopKCoverageAcceptance(NodeConditionals):
+class TopKCoverageAcceptance(NodeConditionals, ChainCounts):
     """Per-depth cumulative top-k coverage; ``max_depth`` caps how deep a draft may go."""
 
     coverage: tuple[tuple[float, ...], ...]
@@ -94,9 +96,29 @@ class TopKCoverageAcceptance(NodeConditionals):
         g, _, _ = check_batch(gammas, contexts, request_ids)
         return sample_from_survival(self.position_rates(int(g.max(initial=0))), g, rng)
 
+    def chain_counter(self, gamma: int):
+        """``sample_chain``'s counts given its uniforms (the top-1 column: context-free);
+        None where the chain is deeper than ``max_depth`` (its sampling says why)."""
+        if self.max_depth is not None and int(gamma) > self.max_depth:
+            return None
+        return survival_counter(self.position_rates(int(gamma)), int(gamma))
+
     def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         tree, c, _ = check_tree(tree, contexts, request_ids)
-        return walk_tree(tree, self.node_conditionals(tree), rng, c.size)
+        return walk_tree(tree, self._conditionals(tree), rng, c.size)
+
+    def _conditionals(self, tree: TokenTree) -> np.ndarray:
+        """``node_conditionals``, memoised by the tree's shape (a policy samples one tree
+        every iteration; the values are the same, read-only)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        key = tree.parents.tobytes()
+        cond = memo.get(key)
+        if cond is None:
+            if len(memo) >= 64:
+                memo.clear()
+            cond = memo[key] = self.node_conditionals(tree)
+            cond.flags.writeable = False
+        return cond
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         if int(gamma) == 0:

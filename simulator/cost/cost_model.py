@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hardware.kernels import ATTENTION_PREFILL_FA3
 from hardware.profile import HardwareProfile
 from simulator.cost import layer_ops as lo
 from simulator.cost import mla
@@ -101,6 +102,11 @@ class CostModel(ClosedFormPricer):
                                              * self._f / tp) * b
         self._attention_shape(m, tp, b)
         self._shapes = self._roof.kernels is not None  # kernel shapes: tiles, latency
+        # the engine's multi-query attention kernel on this GPU: FA3 priced on the causal
+        # pairs plus its per-query overhead, the FA2-class kind on new x (ctx + new) pairs
+        self._prefill_kind, self._prefill_overhead = self._roof.prefill_kind_for(
+            self.execution.spec.prefill_attention)
+        self._prefill_causal = not self._shapes or self._prefill_kind == ATTENTION_PREFILL_FA3
         self._gated, self._tp = m.gated_mlp, tp
         self._rope = not m.learned_position_embeddings
         self._lm_head_weight = v * h / tp
@@ -165,18 +171,7 @@ class CostModel(ClosedFormPricer):
         active = new > 0
         return a_flops, a_bytes, active, self._attention_s(new, ctx, bool(active.all()))
 
-    def _attention_work(self, new: np.ndarray, ctx: np.ndarray, causal: bool):
-        """One layer's attention (FLOPs, bytes) per request: ``causal`` the new tokens'
-        causal half on average, else the kernel's new x (context + new) pairs; MLA's two
-        forms by request (simulator/cost/mla.py)."""
-        if self._mla is not None:
-            return self._mla.arrays(new, ctx, causal)
-        if causal:
-            return (self._attn_flops_per_pair * new * (ctx + 0.5 * (new + 1.0)),
-                    (ctx + new) * self._kv_bytes_per_token + new * self._q_io_bytes_per_token)
-        kv = ctx + new
-        return (self._attn_flops_per_pair * new * kv,
-                kv * self._kv_bytes_per_token + new * self._q_io_bytes_per_token)
+    _attention_work = sm.attention_work  # per request (FLOPs, bytes): step_models
 
     def _attention_coefficients(self, u: float) -> tuple[float, float, float, float]:
         """(FLOPs per query-key pair, KV bytes per cached token, query bytes per new token,
@@ -328,7 +323,8 @@ class CostModel(ClosedFormPricer):
         With kernel shapes ``Roofline.attention_time`` (a decode and a multi-query kernel),
         whose work grows as new x (context + new) as the measured kernels do."""
         if self._shapes:
-            return self._roof.attention_time(*self._attention_work(new, ctx, False), new)
+            return self._roof.attention_time(*self._attention_work(
+                new, ctx, self._prefill_causal, self._prefill_overhead), new, self._prefill_kind)
         a_flops, a_bytes = self._attention_work(new, ctx, True)
         per_request = self._roof.time(a_flops, a_bytes)
         return float((per_request if all_active else per_request[new > 0]).sum())

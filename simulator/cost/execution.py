@@ -40,7 +40,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.cost.spec_host import SpecHost, load_engine
+from simulator.cost.spec_host import PREFILL_KERNELS, SpecHost, load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_bool, as_number, as_str, check_keys, require_mapping
 
@@ -153,7 +153,7 @@ _KEYS = ("enforce_eager", "disable_custom_all_reduce", "cudagraph_capture_sizes"
          "max_cudagraph_capture_size",
          "async_scheduling", "captured_draft_loop", "step_model", "kernel_launch_us",
          "graph_launch_us",
-         "cpu_step_us", "cpu_per_seq_us", "engine")
+         "cpu_step_us", "cpu_per_seq_us", "engine", "prefill_attention")
 
 
 def parse_execution(data: Any, *, source: str) -> dict:
@@ -194,6 +194,11 @@ def parse_execution(data: Any, *, source: str) -> dict:
     if "engine" in data:
         out["spec"] = load_engine(as_str(data["engine"], source=source,
                                          field="execution.engine"), source=source)
+    if "prefill_attention" in data:  # the engine's knob: SGLang --attention-backend fa3,
+        # vLLM VLLM_FLASH_ATTN_VERSION; the named engine's choice otherwise (engines.yaml)
+        out["spec"] = dataclasses.replace(out.get("spec", SpecHost()), prefill_attention=as_str(
+            data["prefill_attention"], source=source, field="execution.prefill_attention",
+            choices=PREFILL_KERNELS))
     if "step_model" in data:
         out["step_model"] = as_str(data["step_model"], source=source,
                                    field="execution.step_model", choices=STEP_MODELS)

@@ -77,10 +77,15 @@ class MlaShape:
         """The form a request of ``u`` new tokens takes (module docstring)."""
         return self.decode if u <= DECODE_MAX_QUERY else self.prefill
 
-    def arrays(self, new: np.ndarray, ctx: np.ndarray, causal: bool):
+    def arrays(self, new: np.ndarray, ctx: np.ndarray, causal: bool, overhead: float = 0.0):
         """Per request (FLOPs, bytes) of one layer's attention; ``causal``: the new tokens'
-        causal half on average, else the kernel's new x (context + new) pairs."""
+        causal half on average, else the kernel's new x (context + new) pairs; ``overhead``:
+        keys' worth of work per query of the expanded (prefill) form, FlashAttention-3's,
+        which runs that form on Hopper (vLLM's MLA prefill calls flash_attn_varlen_func);
+        the same DECODE_MAX_QUERY bound as step_models.attention_work's."""
         dec = new <= DECODE_MAX_QUERY
         pair, kv, q_io, up = (np.where(dec, d, p) for d, p in zip(self.decode, self.prefill))
         width = 0.5 * (new + 1.0) if causal else new
+        if overhead:
+            width = width + np.where(dec, 0.0, overhead)
         return pair * new * (ctx + width) + up * ctx, (ctx + new) * kv + new * q_io

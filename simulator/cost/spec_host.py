@@ -46,6 +46,11 @@ COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_le
           "rerank_kernels", "rerank_node_ops", "vocab_map_kernels", "feature_kernels",
           "fuse_kernels", "syncs", "rerank_syncs", "host_steps")
 MAX_COUNT = 10_000
+# The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):
+# fa3, FlashAttention-3 on Hopper (the profile's ``kernels.attention_prefill_fa3``); fa2, the
+# FlashAttention-2-class kernel every profile prices (``kernels.attention_prefill``).  A GPU
+# without an fa3 entry runs the fa2 entry whatever the engine asks.
+PREFILL_KERNELS = ("fa2", "fa3")
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,13 @@ class SpecHost:
     rerank_syncs: int = 0        # syncs of a dynamic tree's build
     host_steps: int = 0          # extra engine host steps per iteration
     overlap: bool = False        # launches and host ops hidden under the device's work
+    # the prefill attention kernel (PREFILL_KERNELS): a named engine's (engines.yaml), or the
+    # scenario's execution.prefill_attention; without either the FA2-class kernel every
+    # profile prices (the A100's fitted to measured kernels).  The inference-sim H100 runs
+    # (vLLM 0.11.0, FA3) are replayed without an engine: priced at FA3's paper figure they
+    # all come out fast (TTFT -3% to -11%, TPOT -3% to -6%), the paper's contiguous-KV
+    # kernel being faster than vLLM's paged one (docs/execution.md, prefill attention)
+    prefill_attention: str = "fa2"
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def kernels(self, work: SpecWork) -> int:
@@ -152,11 +164,24 @@ def _catalog() -> dict[str, SpecHost]:
 
 def _entry(name: str, data: Any, src: str) -> SpecHost:
     data = require_mapping(data, source=src, field=name)
-    check_keys(data, allowed=("version", "overlap", *COUNTS), required=("version",),
-               source=src, prefix=f"{name}.")
+    check_keys(data, allowed=("version", "overlap", "prefill_attention", *COUNTS),
+               required=("version",), source=src, prefix=f"{name}.")
     out: dict[str, Any] = {"name": name, "version": as_str(
         data["version"], source=src, field=f"{name}.version")}
     sources = []
+    if "prefill_attention" in data:
+        item = require_mapping(data["prefill_attention"], source=src,
+                               field=f"{name}.prefill_attention")
+        check_keys(item, allowed=("value", "source"), required=("value", "source"),
+                   source=src, prefix=f"{name}.prefill_attention.")
+        kernel = as_str(item["value"], source=src, field=f"{name}.prefill_attention.value")
+        if kernel not in PREFILL_KERNELS:
+            raise SpecsimError(f"unknown prefill attention kernel {kernel!r}", source=src,
+                               field=f"{name}.prefill_attention.value",
+                               fix="use one of: " + ", ".join(PREFILL_KERNELS))
+        out["prefill_attention"] = kernel
+        sources.append("prefill_attention: " + as_str(
+            item["source"], source=src, field=f"{name}.prefill_attention.source"))
     for key in ("overlap", *COUNTS):
         if key not in data:
             continue

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware.kernels import ATTENTION_DECODE, ATTENTION_PREFILL
+from hardware.kernels import ATTENTION_DECODE
+from simulator.cost.mla import DECODE_MAX_QUERY
 from simulator.cost.execution import KERNELS_OUTSIDE_GRAPH
 from simulator.cost.op_cost import OpCost, StepCost
 
@@ -119,8 +120,8 @@ def uniform_step(cm, n: int, u: float, logits: float) -> UniformStep | None:
     # per request at context x: FLOPs pair*u*(x + w) + up*x (the kernel's u*(x+u) pairs with
     # shapes, the causal u*(x + (u+1)/2) without; up: MLA's expanded form), bytes
     # (x + u)*kv + u*q_io, as CostModel._attention_work
-    width = u if cm._shapes else 0.5 * (u + 1.0)
-    line = cm._roof.attention_line(ATTENTION_DECODE if u == 1 else ATTENTION_PREFILL,
+    width = prefill_width(cm, u)
+    line = cm._roof.attention_line(ATTENTION_DECODE if u == 1 else cm._prefill_kind,
                                    pair * u + up, pair * u * width, kv, u * kv + u * q_io)
     if line is None:
         return None
@@ -227,8 +228,8 @@ def decode_line(cm, u: float = 1.0) -> tuple[float, float, float, float] | None:
     pair, kv, q_io, up = cm._attention_coefficients(u)
     if u == 1:  # the kernel's 1 x (x + 1) pairs with shapes, the causal 1 x (x + 1) without
         return cm._roof.attention_line(ATTENTION_DECODE, pair + up, pair, kv, kv + q_io)
-    width = u if cm._shapes else 0.5 * (u + 1.0)  # as uniform_step
-    return cm._roof.attention_line(ATTENTION_PREFILL, pair * u + up, pair * u * width, kv,
+    width = prefill_width(cm, u)  # as uniform_step
+    return cm._roof.attention_line(cm._prefill_kind, pair * u + up, pair * u * width, kv,
                                    u * kv + u * q_io)
 
 
@@ -289,10 +290,11 @@ def mixed_verify_time(cm, n: int, u: int, ctx_sum: float, chunks: list[int],
     pair, kvb, qb = cm._attn_flops_per_pair, cm._kv_bytes_per_token, cm._q_io_bytes_per_token
     roof = cm._roof
     if cm._shapes:
-        crate, mrate, _, _ = roof.kind_rates(ATTENTION_PREFILL)
+        crate, mrate, _, _ = roof.kind_rates(cm._prefill_kind)
         for c, x in zip(chunks, chunk_ctx):
             kv = float(x + c)
-            total += max(pair * c * kv / crate, (kv * kvb + c * qb) / mrate)
+            total += max(pair * c * (x + prefill_width(cm, c)) / crate,
+                         (kv * kvb + c * qb) / mrate)
         total = max(total + latency, floor)
     else:
         inv_c, inv_m = roof.inverse_compute_rate, roof.inverse_memory_rate
@@ -305,6 +307,36 @@ def mixed_verify_time(cm, n: int, u: int, ctx_sum: float, chunks: list[int],
     return cm._step_from(mode, fixed, total, n + len(chunks))
 
 
+def attention_work(cm, new: np.ndarray, ctx: np.ndarray, causal: bool,
+                    overhead: float = 0.0):
+    """One layer's attention (FLOPs, bytes) per request: ``causal`` the new tokens'
+    causal half on average, else the kernel's new x (context + new) pairs, plus
+    ``overhead`` keys per query of a prefill chunk (causal only: FA3's; a full query tile's
+    fixed cost spread over its rows, so not charged to requests of up to DECODE_MAX_QUERY
+    tokens, verification, whose few rows read the KV memory-bound); MLA's two forms by
+    request (simulator/cost/mla.py)."""
+    if cm._mla is not None:
+        return cm._mla.arrays(new, ctx, causal, overhead)
+    if causal:
+        w = 0.5 * (new + 1.0) + (np.where(new > DECODE_MAX_QUERY, overhead, 0.0)
+                                 if overhead else 0.0)
+        return (cm._attn_flops_per_pair * new * (ctx + w),
+                (ctx + new) * cm._kv_bytes_per_token + new * cm._q_io_bytes_per_token)
+    kv = ctx + new
+    return (cm._attn_flops_per_pair * new * kv,
+            kv * cm._kv_bytes_per_token + new * cm._q_io_bytes_per_token)
+
+
+def prefill_width(cm, u: float) -> float:
+    """``w`` of a request of ``u`` > 1 new tokens whose attention does ``u * (x + w)``
+    query-key pairs' work at context ``x``: the kernel's ``u`` (FA2-class kind with shapes),
+    the causal ``(u + 1) / 2`` (flat rates), plus FA3's per-query overhead (CostModel's
+    ``attention_work``: none up to DECODE_MAX_QUERY tokens)."""
+    if not cm._prefill_causal:
+        return float(u)
+    return 0.5 * (u + 1.0) + (0.0 if u <= DECODE_MAX_QUERY else cm._prefill_overhead)
+
+
 def _chunk_attention(cm, chunks: list[int], chunk_ctx: list[int]) -> float:
     """One layer's attention seconds of the prefill chunks (each > 1 token): with kernel
     shapes one multi-query kernel over ``new x (context + new)`` pairs, else each chunk's
@@ -314,17 +346,18 @@ def _chunk_attention(cm, chunks: list[int], chunk_ctx: list[int]) -> float:
     roof = cm._roof
     if cm._mla is not None:  # MLA's expanded form by request: the array formulas
         new, ctx = np.asarray(chunks, np.float64), np.asarray(chunk_ctx, np.float64)
-        flops, nbytes = cm._attention_work(new, ctx, not cm._shapes)
+        flops, nbytes = cm._attention_work(new, ctx, cm._prefill_causal, cm._prefill_overhead)
         if cm._shapes:
-            return roof.attention_time(flops, nbytes, new)
+            return roof.attention_time(flops, nbytes, new, cm._prefill_kind)
         return float(roof.time(flops, nbytes).sum())
     pair, kvb, qb = cm._attn_flops_per_pair, cm._kv_bytes_per_token, cm._q_io_bytes_per_token
     total = 0.0
     if cm._shapes:
-        crate, mrate, latency, floor = roof.kind_rates(ATTENTION_PREFILL)
+        crate, mrate, latency, floor = roof.kind_rates(cm._prefill_kind)
         for c, x in zip(chunks, chunk_ctx):
             kv = float(x + c)
-            total += max(pair * c * kv / crate, (kv * kvb + c * qb) / mrate)
+            total += max(pair * c * (x + prefill_width(cm, c)) / crate,
+                         (kv * kvb + c * qb) / mrate)
         return max(total + latency, floor)
     inv_c, inv_m = roof.inverse_compute_rate, roof.inverse_memory_rate
     for c, x in zip(chunks, chunk_ctx):

@@ -17,6 +17,16 @@ takes the first (up to 8) iterations one at a time instead:
 
 Where the prices have no scalar form it hands over to ``_pass``; a stretch that goes on past
 8 iterations continues in vectorised passes of 32, 128 and 256.
+
+A draft priced from the previous iteration's acceptances too (``ChainStretch.carried``: the
+feature-level drafters, whose first forward re-reads the tokens the target accepted) takes
+every pass here, iteration by iteration: each iteration's draft price comes from its
+contexts and the acceptances drawn the iteration before (``CarriedDraft.iteration_draft_s``,
+bitwise ``propose``'s), the target's verification from its closed form or, where it has
+none (MLA's multi-token attention), from ``step_time`` on the arrays the step-by-step path
+hands it; its acceptances are the policy's own draws (``draw_accepted``: a chain's or a
+tree's, from the replica's generator in the step-by-step order), and the policy is told the
+last iteration's (``observe_accepted``), as its ``observe`` would have been.
 """
 from __future__ import annotations
 
@@ -50,7 +60,9 @@ def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | Non
     times as many each, vectorised (``_pass``)."""
     done, k, step = NONE, FIRST_PASS, _short
     while (got := step(replica, spec, k))[0] == _FULL:
-        done, k, step = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS), _pass
+        done, k = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS)
+        if spec.carried is None:  # a carried draft is priced iteration by iteration
+            step = _pass
     return (done, None) if got[0] == NONE else got
 
 
@@ -62,11 +74,14 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     base, seq_max = opened
     b = replica.b
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
-    prices = chain_prices(replica, spec, n)
-    if prices is None:
-        return _pass(replica, spec, k_max, opened)
-    draft, verify = prices
     u, c0, ids, rng, accepted = g + 1, b.computed, b.ids, replica.rng, spec.accepted
+    draft = verify = last = None
+    if spec.carried is not None:  # priced from the contexts and the last acceptances
+        price, last = _carried_prices(replica, spec, n), spec.carried.reread_tokens(ids)
+    elif (prices := chain_prices(replica, spec, n)) is None:
+        return _pass(replica, spec, k_max, opened)
+    else:
+        draft, verify = prices
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
     s, clock, got = int(_SUM(c0)), replica.now, 0
@@ -79,10 +94,12 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
         if spec.max_context is not None and seq_max + len(emits) * u >= spec.max_context \
                 and _ANY(b.prompt_len + b.generated + (g + got) >= spec.max_context):
             break
-        d, v = draft(s), verify(s)
+        d, v = (draft(s), verify(s)) if draft is not None else price(s, c0 + got, last)
         end = clock + (d + v)
-        emit = accepted(rng.random(n), ids)
+        emit = accepted(rng.random(n), ids) if draft is not None else \
+            spec.carried.draw_accepted(rng, ids, c0 + got)
         emit += 1
+        last = emit
         if end >= horizon:  # the next arrival comes first: this one crosses it
             cross = True
             break
@@ -102,6 +119,23 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     if not emits:
         return NONE, None
     return (RETIRED if retired else _FULL if len(emits) == k_max else ADVANCED), None
+
+
+def _carried_prices(replica, spec: ChainStretch, n: int):
+    """``price(s, ctx, last)``: the (draft, verify) seconds of one iteration of ``n``
+    requests at contexts ``ctx`` (summing to ``s``) that accepted ``last`` - 1 drafts last
+    time, under a draft ``spec.carried`` prices: the target's verification by its closed
+    form where it has one, else by ``step_time`` on the arrays ``Forward._forward`` hands it
+    (a pure-decode step), bitwise what the step-by-step path prices."""
+    draft, prices = spec.carried.iteration_draft_s, chain_prices(replica, spec, n)
+    rng = replica.rng
+    ids = replica.b.ids  # the batch's, unchanged while the stretch's iterations are priced
+    if prices is not None:
+        verify = prices[1]
+        return lambda s, ctx, last: (draft(ids, ctx, last, rng), verify(s))
+    tokens, step_time = np.full(n, float(spec.gamma + 1)), replica.target_cost.step_time
+    return lambda s, ctx, last: (draft(ids, ctx, last, rng),
+                                 step_time(tokens, ctx.astype(np.float64), tokens))
 
 
 def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: list,
@@ -128,7 +162,8 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
     got = np.array(gots) if k > 1 else gots[0][None, :]
     # after the roll-backs: ceil((computed + got) / bs) blocks each (integers: exact)
     used = (base + _SUM((got + (b.computed + (bs - 1))) // bs, axis=1)).tolist()
-    if move_on(replica, spec, k, gots[-1], num_accepted, used[-1], end, retired):
+    if move_on(replica, spec, k, gots[-1], num_accepted, emits[-1] - 1, used[-1], end,
+               retired):
         used[-1] = replica.used_blocks  # the last row reads the KV retirements freed
     index, kv, queue, pairs = replica.index, lim.kv_blocks, len(replica.waiting), \
         n * (u * (u + 1) // 2)  # u tokens each: u (x + (u + 1) / 2) pairs at context x

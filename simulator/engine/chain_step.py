@@ -62,8 +62,11 @@ def chain_schedule(replica, spec: ChainStretch, now: float) -> ChainStep | None:
     ctx = c.astype(np.float64)  # the plan's contexts, before admissions replace the arrays
     # chain_draft_time when every decode drafts g: the draft's chain_decode_time, bitwise
     # its closed form's row (ChainStretch.draft_times); the plan's CPU time is 0.0
-    prices = chain_prices(replica, spec, nd)
-    if prices is not None:
+    if spec.carried is not None:  # priced from the contexts and the last acceptances
+        ids = b.ids[pos]
+        draft = spec.carried.iteration_draft_s(ids, c, spec.carried.reread_tokens(ids),
+                                               replica.rng)
+    elif (prices := chain_prices(replica, spec, nd)) is not None:
         draft = prices[0](float(int(_SUM(c))))
     elif (draft := spec.draft_times(nd, np.array([float(int(_SUM(c)))]))) is None:
         return None
@@ -85,9 +88,13 @@ def chain_complete(replica, spec: ChainStretch, step: ChainStep, now: float) -> 
     row."""
     prefilled = replica._emit_prefills(step, now)
     dec, nd, g = step.decode_pos, step.num_decode, spec.gamma
-    accepted = spec.accepted(replica.rng.random(nd), replica.b.ids[dec])  # in [0, g]
+    ids = replica.b.ids[dec]
+    accepted = spec.accepted(replica.rng.random(nd), ids) if spec.carried is None else \
+        spec.carried.draw_accepted(replica.rng, ids, replica.b.computed[dec])  # in [0, g]
     _, decoded = replica._emit_accepted(dec, accepted, g, now)  # g >= 1 drafts each
     replica._roll_back(dec)
+    if spec.carried is not None:  # what its observe would have seen, before retirements
+        spec.carried.observe_accepted(ids, accepted)
     replica._retire(now)
     n_pf, used = int(step.prefill_pos.size), replica.used_blocks
     replica.rec.record_step(StepRow(

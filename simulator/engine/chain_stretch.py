@@ -67,13 +67,15 @@ def chain_stretch_of(replica) -> ChainStretch | None:
 def chain_prices(replica, spec: ChainStretch, n: int):
     """(draft, verify): the seconds of one chain iteration of ``n`` requests as functions of
     their context sum (Python floats), bitwise ``_times``'s; None where either has no such
-    form (the draft's ``draft_pricer``, the target's ``uniform_pricer``).  Memoised."""
+    form (the draft's ``draft_pricer``, the target's ``uniform_pricer``); the draft's None
+    where ``spec.carried`` prices it (from the contexts and acceptances).  Memoised."""
     memo = replica._chain_prices
     got = memo.get(n, memo)
     if got is memo:
         u, got = spec.gamma + 1, None
         draft = spec.draft_pricer(n) if spec.draft_pricer is not None else None
-        verify = replica.forms.uniform_pricer(n, u, n * u) if draft is not None else None
+        verify = replica.forms.uniform_pricer(n, u, n * u) \
+            if draft is not None or spec.carried is not None else None
         if verify is not None:
             got = (draft, verify)
         if len(memo) >= 1024:
@@ -87,7 +89,7 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
     ``sums``, bitwise what the step-by-step path prices; None where a closed form does not
     apply (the step-by-step path prices those)."""
     u = spec.gamma + 1
-    draft = spec.draft_times(n, sums)
+    draft = spec.draft_times(n, sums) if spec.carried is None else None
     if draft is None:
         return None
     verify = replica.forms.uniform_step_times(n, u, sums.astype(np.float64), n * u)
@@ -232,6 +234,8 @@ def complete_crossing(replica, spec: ChainStretch, step: ChainCrossing, now: flo
     b.num_draft_tokens += g
     b.num_accepted += accepted
     replica.rec.record_acceptance_of(g, accepted)
+    if spec.carried is not None:  # what its observe would have seen
+        spec.carried.observe_accepted(b.ids, accepted)
     keep = (b.computed + (bs - 1)) // bs
     replica.used_blocks -= int(_SUM(b.blocks - keep))
     b.blocks[:] = keep
@@ -276,20 +280,22 @@ def _commit(replica, spec: ChainStretch, emit: np.ndarray, got: np.ndarray,
     # u tokens each: u (x + (u + 1) / 2) pairs at context x, whole numbers
     cols[_KV_READ] = sums + n * u
     cols[_PAIRS] = u * sums + n * (u * (u + 1) // 2)
-    if move_on(replica, spec, k, got[-1], _SUM(accepted, axis=0), int(used[-1]),
-               float(ends[-1]), retired):  # the last row reads the KV retirements freed
-        cols[_KV_USED, -1] = replica.used_blocks
+    if move_on(replica, spec, k, got[-1], _SUM(accepted, axis=0), accepted[-1],
+               int(used[-1]), float(ends[-1]), retired):
+        cols[_KV_USED, -1] = replica.used_blocks  # the last row reads the KV retirements freed
     np.divide(cols[_KV_USED], lim.kv_blocks, out=cols[_OCCUPANCY])
     replica.rec.record_steps(cols.T)
 
 
 def move_on(replica, spec: ChainStretch, k: int, total: np.ndarray, accepted: np.ndarray,
-            used: int, end: float, retired: bool) -> bool:
+            last: np.ndarray, used: int, end: float, retired: bool) -> bool:
     """Move the batch ``k`` chain iterations on, to ``end``: ``total`` tokens emitted and
-    ``accepted`` drafts accepted per request, ``used`` KV blocks in use after the last
-    roll-back; retire the last iteration's finishers (``retired``: some) as its completion
-    does.  Returns ``retired``."""
+    ``accepted`` drafts accepted per request (``last``: the last iteration's, uncapped),
+    ``used`` KV blocks in use after the last roll-back; retire the last iteration's
+    finishers (``retired``: some) as its completion does.  Returns ``retired``."""
     b, bs = replica.b, replica.limits.block_size
+    if spec.carried is not None:  # what its observe would have seen, before retirements
+        spec.carried.observe_accepted(b.ids, last)
     b.generated += total
     b.computed += total
     np.floor_divide(b.computed + (bs - 1), bs, out=b.blocks)

@@ -1,6 +1,7 @@
 """The socket between the engine and a policy: what the engine hands a policy each iteration
 (``BatchView``), what the policy returns (``DraftPlan``), what a chain policy offers its
-stretches (``ChainStretch``), and the ``Policy`` and ``StepPricer`` protocols the engine
+stretches (``ChainStretch``, with a ``CarriedDraft`` where its draft's price depends on the
+previous iteration's acceptances), and the ``Policy`` and ``StepPricer`` protocols the engine
 calls, with ``ClosedFormPricer``: the closed forms a pricer may declare (``closed_forms``
 finds them).  Every fast path is reached through these declarations, never by probing an
 object for a member.  The engine imports nothing else of the project."""
@@ -53,24 +54,69 @@ def emitted_tokens(accepted: np.ndarray, generated: np.ndarray,
     return np.minimum(accepted + 1, output_len - generated)
 
 
+class CarriedDraft(ABC):
+    """A proposer whose every request drafts the same count (a chain, or a tree's nodes)
+    and whose price may also depend on what each request accepted last iteration (EAGLE's
+    layer and MTP's modules re-read those tokens in their first forward), declared by
+    subclassing.  Its ``ChainStretch`` carries it: the engine advances such a stretch
+    iteration by iteration, prices each from the contexts and the previous acceptances,
+    draws each iteration's acceptances through it (from the replica's generator, where
+    ``accept`` would draw them) and tells the policy what it would have observed."""
+
+    @abstractmethod
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        """Accepted drafts per request (a new int64 array, each in [0, gamma]) of an
+        iteration in which every request at ``context`` drafted: what ``accept`` returns
+        (clamped as the engine clamps it) with the same draws."""
+
+    @abstractmethod
+    def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
+        """Per request, the tokens its next draft re-reads (what it last observed)."""
+
+    @abstractmethod
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
+        """The proposer's seconds (GPU and CPU) of one iteration in which every request
+        (``request_ids``) at ``context`` (ints) drafts, re-reading ``reread`` tokens (accepted + 1 last time):
+        bitwise ``propose``'s ``draft_time_s + cpu_time_s``, with ``propose``'s draws from
+        ``rng`` where it draws (a staged draft's inner acceptances)."""
+
+    @abstractmethod
+    def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
+        """What ``observe`` records of an iteration whose drafts ``accepted`` (uncapped)."""
+
+
 @dataclass(frozen=True)
 class ChainStretch:
     """What a chain policy gives the engine to advance several of its iterations at once
-    (chain_stretch.py), where its per-iteration work depends on the batch alone: every
-    request drafts ``gamma`` while prompt + generated + gamma < ``max_context`` (None: no
-    limit)."""
+    (chain_stretch.py), where its per-iteration work depends on the batch (and, with
+    ``carried``, on the previous iteration's acceptances) alone: every request drafts
+    ``gamma`` while prompt + generated + gamma < ``max_context`` (None: no limit)."""
 
     gamma: int
     max_context: int | None
     # accepted(draws, request_ids): accepted drafts (K, n) from uniforms (K, n), row j what
-    # ``accept`` gives when its ``rng.random(n)`` returns draws[j], element by element
-    accepted: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    # ``accept`` gives when its ``rng.random(n)`` returns draws[j], element by element;
+    # None where ``carried`` draws them
+    accepted: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
     # draft_times(n, ctx_sums): the proposer's seconds of K iterations of n requests whose
-    # contexts sum to ctx_sums (K,), bitwise ``propose``'s; None: no closed form
-    draft_times: Callable[[int, np.ndarray], np.ndarray | None]
+    # contexts sum to ctx_sums (K,), bitwise ``propose``'s; None: no closed form (and no
+    # such function where ``carried`` prices the draft)
+    draft_times: Callable[[int, np.ndarray], np.ndarray | None] | None = None
     # draft_pricer(n): draft_times of one iteration of n requests as a function of their
     # context sum (a Python float), bitwise; None (or returning None): use draft_times
     draft_pricer: Callable[[int], Callable[[float], float] | None] | None = None
+    # a draft priced from the previous acceptances too (then draft_times and accepted are
+    # None): the engine prices a stretch iteration by iteration through it, draws through it
+    # and reports what it accepted
+    carried: CarriedDraft | None = None
+
+    def __post_init__(self) -> None:
+        if (self.draft_times is None) == (self.carried is None) or \
+                (self.accepted is None) == (self.carried is None):
+            raise ValueError("a ChainStretch prices its draft and draws its acceptances by "
+                             "draft_times and accepted, or by carried")
 
 
 class Policy(Protocol):

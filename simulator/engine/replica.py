@@ -25,12 +25,12 @@ a replica reads or changes it (each replica draws from its own random stream; th
 tables do not depend on the order replicas report in), so a replica completes every step that
 ends before the next arrival at once, on its own clock ``now``, with no SimPy timeout; a
 pure-decode stretch is advanced in one vectorised pass (fast_forward.py), and so is an
-all-decoding stretch under ``chain`` (chain_stretch.py: its draws made in order), whose other
-iterations (admissions) run fused (chain_step.py).  Under ``none`` (the fused iteration's
-cases) the process is ``_run_lazy``: its decodes advance in lockstep, O(1) an iteration
-(lazy_decode.py).  It yields to SimPy only for a step that ends at or after the next arrival,
-landing exactly where the step ends.  The same decisions, draws and floating-point operations
-in the same order: results identical to the step-by-step reference (``fast_forward: false``).
+all-decoding stretch of a policy with a ``ChainStretch`` (chain_stretch.py: its draws made
+in order), whose other iterations (admissions) run fused (chain_step.py).  Under
+``none`` (the fused iteration's cases) the process is ``_run_lazy``: its decodes advance in
+lockstep, O(1) an iteration (lazy_decode.py).  It yields to SimPy only for a step that ends
+at or after the next arrival, landing exactly where it ends.  The same decisions, draws and
+float operations in the same order: results identical to the step-by-step reference.
 """
 from __future__ import annotations
 

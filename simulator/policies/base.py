@@ -31,8 +31,10 @@ A built policy (``cls(params, ctx)``, one per replica) says:
 - for fast-forward (the engine's ``Policy`` protocol declares both; defaults here):
   ``plain_decode`` (True: it proposes, draws and learns nothing, ``none``), and
   ``chain_stretch()`` -> a :class:`~simulator.engine.plan.ChainStretch` or None (its
-  iterations depend on the batch alone and draw one uniform per request: ``chain``; the
-  engine then also runs its other iterations fused where every decode drafts); without
+  iterations depend on the batch alone and draw one uniform per request: ``chain``; or the
+  policy prices and draws them itself, a ``CarriedDraft``: ``eagle``, ``eagle2``,
+  ``eagle3``, ``mtp``, ``medusa``, ``specinfer``, ``staged``; the engine then also runs its other iterations fused
+  where every decode drafts); without
   either, fast-forward only skips the policy's SimPy timeouts.  ``prefill_adds_time`` says
   whether the class overrides ``prefill_time`` (the engine skips the base's, which adds 0).
 

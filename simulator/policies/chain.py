@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.acceptance.context_free import context_free
-from simulator.acceptance.sampling import geometric_counts
+from simulator.acceptance.context_free import chain_counts
 from simulator.cost.drafting import (
     chain_draft_pricer,
     chain_draft_time,
@@ -82,16 +81,15 @@ class ChainSpeculation(PolicyBase):
         (simulator/engine/chain_stretch.py); None where acceptance depends on more than the
         request (its context, its tokens), the draft's time has no closed form over the
         batch's context sum, or nothing is drafted."""
-        model, forms = context_free(self.acceptance), closed_forms(self.draft_cost)
-        if model is None or forms is None or self.gamma < 1:
+        forms = closed_forms(self.draft_cost)
+        counts = chain_counts(self.acceptance, self.gamma) if self.gamma >= 1 else None
+        if counts is None or forms is None:
             return None
         g, cost, host = self.gamma, self.draft_cost, self.host
-        # sample_chain's draws (sample_geometric) given its uniforms, with one alpha bound
-        # once where the model has a counter; chain_draft_time when every request drafts g:
-        # the draft cost's chain_decode_time
-        alphas, times = model.chain_alphas, forms.chain_decode_times
-        return ChainStretch(g, self.draft_max_context, model.chain_counter(g) or (
-                            lambda draws, ids: geometric_counts(draws, alphas(ids), g)),
+        # sample_chain's draws given its uniforms (context_free.py's chain_counts);
+        # chain_draft_time when every request drafts g: the draft cost's chain_decode_time
+        times = forms.chain_decode_times
+        return ChainStretch(g, self.draft_max_context, counts,
                             lambda n, sums: _plus(times(n, sums, g), host(n)),
                             lambda n: _pricer_plus(chain_draft_pricer(cost, n, g), host(n)))
 

@@ -27,7 +27,7 @@ from simulator.cost.dp_attention import cost_model
 from simulator.cost.drafting import level_draft_time
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import (
     PolicyBase,
@@ -46,8 +46,10 @@ from simulator.policies.tree_acceptance import (
 from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 
+_SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
-class FeatureDraft(PolicyBase):
+
+class FeatureDraft(PolicyBase, CarriedDraft):
     """A one-layer drafter on the target's features (see the module docstring)."""
 
     # EAGLE-2's tree (and EAGLE-3's with topk > 1) is rebuilt and reranked every iteration
@@ -57,6 +59,9 @@ class FeatureDraft(PolicyBase):
         self._emitted = np.ones(len(ctx.workload) if ctx.workload is not None else 0)
         self._ctx = ctx
         self._host = None
+        self._later: dict = {}  # iteration_draft_s' pricers, by batch size
+        self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
+        self._counts = None  # draw_accepted's chain counter, once the model is bound
 
     @property
     def host(self):
@@ -114,8 +119,78 @@ class FeatureDraft(PolicyBase):
         return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
 
     def observe(self, plan, batch, accepted, step_time_s) -> None:
-        self._reread(batch.request_ids)
-        self._emitted[batch.request_ids] = np.asarray(accepted) + 1.0
+        self.observe_accepted(batch.request_ids, accepted)
+
+    # ---------------------------------------------------------------- fast-forward
+    def chain_stretch(self) -> ChainStretch:
+        """Stretches of its chain or tree (simulator/engine/chain_short.py): every request
+        drafts the tree's nodes, its draft priced from the contexts and the tokens each
+        request re-reads, its acceptances drawn as ``accept`` draws them (``CarriedDraft``)."""
+        return ChainStretch(self.tree.num_nodes, None, None, carried=self)
+
+    def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
+        return self._reread(request_ids)
+
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        counts = self._counts
+        if counts is None and self.tree.is_chain:  # a context-free chain: its counts from
+            counts = self._counts = self.acceptance.chain_counter(  # the same uniforms
+                self.tree.num_nodes)
+        if counts is not None:
+            return counts(rng.random(request_ids.size), request_ids)
+        got = np.asarray(self.acceptance.sample_all(self.tree, context, request_ids, rng),
+                         np.int64)
+        return np.minimum(np.maximum(got, 0), self.tree.num_nodes)
+
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
+        """``draft_time`` + the host work, on the same arrays (``level_draft_time``'s first
+        forward, on the tokens re-read), its later forwards (uniform: one token a request
+        over contexts summing to the batch's + n x offset) priced by the layer's closed form
+        as a function of that sum, as ``step_time`` prices them (bitwise: the same memoised
+        form, the same whole-number sum)."""
+        n = context.size
+        memo = self._later.get(n, self._later)
+        if memo is self._later:
+            memo = self._later[n] = self._later_pricers(n)
+        if memo is None:
+            return self.draft_time(context.astype(np.float64), reread) + self.host(n)
+        logits, later = memo
+        first = np.maximum(reread, 1.0)  # >= 1: level_draft_time's new tokens, bitwise
+        start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
+        total = 0.0 + self.cost.step_time(first, start, logits)
+        s = float(int(_SUM(context)))
+        for offset, price in later:
+            total += price(s + offset)
+        tokens = first.sum()  # the linears' seconds: a function of (tokens, n) alone
+        extra = self._extras.get((tokens, n))
+        if extra is None:
+            if len(self._extras) >= 4096:
+                self._extras.clear()
+            extra = self._extras[tokens, n] = self._extra_s(
+                tokens, [n * t for t in self.levels[1:]])
+        return total + extra + self.host(n)
+
+    def _later_pricers(self, n: int) -> tuple | None:
+        """(the first forward's logits per request; (n x the tokens before it, its price as a
+        function of the context sum) of every later forward); None where one has no closed
+        form."""
+        forms, out, offset = closed_forms(self.cost), [], 0.0
+        if len(self._later) >= 1024:
+            self._later.clear()
+        for t, lg in zip(self.levels[1:], self.logits[1:]):
+            offset += float(self.levels[len(out)])
+            price = None if forms is None or t < 1 else \
+                forms.uniform_pricer(n, int(t), n * int(lg))
+            if price is None:
+                return None
+            out.append((float(n) * offset, price))
+        return np.full(n, float(self.logits[0])), out
+
+    def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
+        self._reread(request_ids)
+        self._emitted[request_ids] = np.asarray(accepted) + 1.0
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """The layer fills its own KV over every prompt chunk (no logits)."""

@@ -31,7 +31,7 @@ from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
 from simulator.cost.drafting import OperatorPrices
 from simulator.cost.spec_host import SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import ModelSpec, attached_model
@@ -63,7 +63,7 @@ def _heads(params: dict, draft, target) -> tuple[ModelSpec, int]:
     return spec, heads
 
 
-class MedusaSpeculation(PolicyBase):
+class MedusaSpeculation(PolicyBase, CarriedDraft):
     """Medusa heads draft a Cartesian-product candidate tree; one tree-attention verification."""
 
     name = "medusa"
@@ -166,6 +166,30 @@ class MedusaSpeculation(PolicyBase):
         if on.any():
             out[on] = walk_tree(self.tree, self._cond, rng, int(on.sum()))
         return out
+
+    # ---------------------------------------------------------------- fast-forward
+    def chain_stretch(self) -> ChainStretch:
+        """Stretches of its tree (simulator/engine/chain_short.py): every request drafts
+        the tree's nodes, the heads priced on the batch size, the acceptances drawn as
+        ``accept`` draws them (``CarriedDraft``; nothing is re-read or learnt)."""
+        return ChainStretch(self.tree.num_nodes, None, None, carried=self)
+
+    def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
+        return np.ones(request_ids.size)  # the heads read the target's last hidden state only
+
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
+        n = context.size  # propose's draft_time_s + cpu_time_s, a function of n alone
+        return self.heads_time(n) + self.host(n)
+
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        got = self.acceptance.sample_all(self.tree, context, request_ids, rng) \
+            if self._cond is None else walk_tree(self.tree, self._cond, rng, request_ids.size)
+        return np.minimum(np.maximum(np.asarray(got, np.int64), 0), self.tree.num_nodes)
+
+    def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
+        """Nothing: the heads learn nothing from the outcome."""
 
 
 def _probe(depth: int):

@@ -43,7 +43,7 @@ from simulator.cost.drafting import (
     sharded_time,
 )
 from simulator.cost.spec_host import SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
 from simulator.models.spec import check_shared_vocabulary, load_model
@@ -64,7 +64,7 @@ SPECINFER_EXPANSION = (1, 1, 3, 1, 1, 1, 1, 1)  # SpecInfer section 6 (seed 000,
 VERIFICATIONS = ("greedy", "mss", "naive")
 
 
-class SpecInferSpeculation(PolicyBase):
+class SpecInferSpeculation(PolicyBase, CarriedDraft):
     """Expansion- or merge-based token trees verified in one tree-attention forward."""
 
     draft_parallelism = "data"  # SpecInfer's SSMs: a whole copy per GPU, the batch split
@@ -189,6 +189,31 @@ class SpecInferSpeculation(PolicyBase):
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         return self.acceptance.sample(self.tree, batch, plan.num_draft, rng)
+
+    # ---------------------------------------------------------------- fast-forward
+    def chain_stretch(self) -> ChainStretch:
+        """Stretches of its tree (simulator/engine/chain_short.py, ``CarriedDraft``): every
+        request drafts the tree's nodes while prompt + generated + depth < the drafts'
+        context, i.e. + nodes < that context + nodes - depth (the stretch's rule)."""
+        limit = self.draft_max_context
+        nodes = self.tree.num_nodes
+        return ChainStretch(nodes, None if limit is None else
+                            limit + nodes - self.tree.max_depth, None, carried=self)
+
+    def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
+        return np.ones(request_ids.size)  # the drafts keep their own KV: nothing re-read
+
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
+        return self.draft_time(context.astype(np.float64)) + self.host(context.size)
+
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        got = self.acceptance.sample_all(self.tree, context, request_ids, rng)
+        return np.minimum(np.maximum(np.asarray(got, np.int64), 0), self.tree.num_nodes)
+
+    def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
+        """Nothing: the drafts learn nothing from the outcome."""
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         if self.draft_max_context is not None and new_tokens.size:

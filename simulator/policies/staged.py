@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.acceptance.context_free import chain_counts
 from simulator.acceptance.iid import IIDAcceptance
 from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
@@ -62,7 +63,7 @@ def _draft2(name: str, target=None):
     return spec
 
 
-class StagedSpeculation(PolicyBase):
+class StagedSpeculation(PolicyBase, CarriedDraft):
     """A draft model whose own decoding is sped up by a smaller draft (two stages)."""
 
     name = "staged"
@@ -105,6 +106,7 @@ class StagedSpeculation(PolicyBase):
         if alpha is None:
             alpha = float(np.asarray(ctx.acceptance.position_rates(1))[0])
         self.inner = IIDAcceptance(alpha)
+        self._counts = None  # draw_accepted's counter, where acceptance is context-free
         self.execution = spec_execution(ctx)
 
     @property
@@ -156,6 +158,37 @@ class StagedSpeculation(PolicyBase):
         host = SpecCharge(self.execution, SpecWork(draft_forwards=rounds))
         return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu,
                          cpu_time_s=cpu + host(int(np.count_nonzero(on))))
+
+    # ---------------------------------------------------------------- fast-forward
+    def chain_stretch(self) -> ChainStretch | None:
+        """Stretches of its chain (simulator/engine/chain_short.py, ``CarriedDraft``): each
+        iteration's inner rounds drawn and priced as ``propose`` draws and prices them, its
+        acceptances drawn as ``accept`` draws them; None where nothing is drafted."""
+        if self.gamma < 1:
+            return None
+        self._counts = chain_counts(self.acceptance, self.gamma)
+        return ChainStretch(self.gamma, self.draft_max_context, None, carried=self)
+
+    def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
+        return np.ones(request_ids.size)  # both drafts keep their own KV: nothing re-read
+
+    def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
+                          reread: np.ndarray, rng: np.random.Generator) -> float:
+        gpu, cpu, rounds = self.draft_time(context.astype(np.float64), request_ids, rng)
+        host = SpecCharge(self.execution, SpecWork(draft_forwards=rounds))
+        return gpu + (cpu + host(context.size))  # propose's draft_time_s + cpu_time_s
+
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        n = request_ids.size
+        if self._counts is not None:  # context-free: the same uniforms, one a request
+            return self._counts(rng.random(n), request_ids)
+        got = self.acceptance.sample_chain(np.full(n, self.gamma, np.int64), context,
+                                           request_ids, rng)
+        return np.minimum(np.maximum(np.asarray(got, np.int64), 0), self.gamma)
+
+    def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
+        """Nothing: the drafts learn nothing from the outcome."""
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         limit = (self.gamma, self.draft_max_context)

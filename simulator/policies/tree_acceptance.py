@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.acceptance.context_free import chain_counts
 from simulator.acceptance.tree_kinds import NodeConditionals, TreeAlgorithm
 from simulator.inputs.errors import SpecsimError
 from simulator.speculation.token_tree import TokenTree
@@ -78,17 +79,27 @@ class PolicyAcceptance:
         on = num_draft > 0
         if not on.any():
             return out
+        out[on] = self.sample_all(tree, batch.context[on], batch.request_ids[on], rng)
+        return out
+
+    def chain_counter(self, gamma: int):
+        """``sample_all``'s counts for a chain of ``gamma`` given its uniforms (one a
+        request: simulator/acceptance/context_free.py's ``chain_counts``); None where the
+        model is not context-free, or not bound yet (the policy's own model is bound on its
+        first use, drawing from the run's generator)."""
+        return chain_counts(self.model, gamma) if self._bound else None
+
+    def sample_all(self, tree: TokenTree, context: np.ndarray, request_ids: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+        """``sample`` of requests that all drafted ``tree`` (the same draws, in order): the
+        policy's own model bound first, on its first use."""
         if not self._bound:
             self.model = self.model.bind(self._n, rng, self._tasks)
             self._bound = True
-        ctx, ids = batch.context[on], batch.request_ids[on]
         if tree.is_chain:
-            got = self.model.sample_chain(np.full(ctx.size, tree.num_nodes, np.int64), ctx,
-                                          ids, rng)
-        else:
-            got = self.model.sample_tree(tree, ctx, ids, rng)
-        out[on] = got
-        return out
+            return self.model.sample_chain(np.full(context.size, tree.num_nodes, np.int64),
+                                           context, request_ids, rng)
+        return self.model.sample_tree(tree, context, request_ids, rng)
 
     def check_fits(self, tree: TokenTree) -> "PolicyAcceptance":
         """Raise now (not mid-run) if the model cannot draft ``tree`` (token_level: a node

@@ -188,14 +188,14 @@ CURRENT_CASES: list[Case] = [
     Case("sglang-eagle3-llama31-8b-chain3-speedup", PR_5318 + ": steps 3, topk 1, 4 draft "
          "tokens, acceptance length 2.12, 214.14 token/s",
          PR_5318_TOKS["chain3"] / PR_5318_TOKS["none"], SPEEDUP, sglang_e3_speedup("chain3"),
-         "sglang"),
+         "sglang-2025"),
     Case("sglang-eagle3-llama31-8b-tree548-speedup", PR_5318 + ": steps 5, topk 4, 8 draft "
          "tokens, acceptance length 2.56, 204.46 token/s",
          PR_5318_TOKS["tree548"] / PR_5318_TOKS["none"], SPEEDUP,
-         sglang_e3_speedup("tree548"), "sglang"),
+         sglang_e3_speedup("tree548"), "sglang-2025"),
     Case("sglang-eagle3-llama31-8b-chain-over-tree", PR_5318 + ": the chain (214.14 token/s) "
          "beats the tree (204.46) despite its lower acceptance length (2.12 vs 2.56)",
-         ("chain3", "tree548"), ORDER, sglang_e3_order, "sglang"),
+         ("chain3", "tree548"), ORDER, sglang_e3_order, "sglang-2025"),
     *[Case(f"sglang-mtp-dsv3-h200-batch{b}-speedup", SGL_MTP.format(x=x, b=b) + "; "
            "acceptance 0.85-0.90 (DeepSeek-V3 report sec. 5.4.3)", x, SPEEDUP, dsv3_mtp(b),
            "sglang") for b, x in SGL_MTP_SPEEDUP.items()],

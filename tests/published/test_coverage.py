@@ -31,7 +31,7 @@ OUTSIDE: dict[str, str] = {
     "tau": ("5/7 (71%) covered: Medusa's and SpecInfer's acceptance sources state no spread "
             "(default_spreads), so their tau intervals are points, and both points miss "
             "(2.41 vs 2.32; 2.65 vs 2.21-2.38); the five EAGLE taus are all covered"),
-    "absolute": ("1/9 covered: DeepSeek-V3's token/s on SGLang 0.4.1.post2 is predicted "
+    "absolute": ("3/9 covered: DeepSeek-V3's token/s on SGLang 0.4.1.post2 is predicted "
                  "+45% to +187% (KNOWN_MISSES), far beyond the cost factor's sigma 0.0549 "
                  "from the sim-to-real runs: that build's per-step cost is not modelled; "
                  "SGLang's large-scale EP cases with two-batch overlap (prefill 1K, 2K, "
