@@ -31,13 +31,13 @@ OUTSIDE: dict[str, str] = {
     "tau": ("5/7 (71%) covered: Medusa's and SpecInfer's acceptance sources state no spread "
             "(default_spreads), so their tau intervals are points, and both points miss "
             "(2.41 vs 2.32; 2.65 vs 2.21-2.38); the five EAGLE taus are all covered"),
-    "absolute": ("3/9 covered: DeepSeek-V3's token/s on SGLang 0.4.1.post2 is predicted "
-                 "+45% to +187% (KNOWN_MISSES), far beyond the cost factor's sigma 0.0549 "
+    "absolute": ("0/9 covered: DeepSeek-V3's token/s on SGLang 0.4.1.post2 is predicted "
+                 "+44% to +187% (KNOWN_MISSES), far beyond the cost factor's sigma 0.0549 "
                  "from the sim-to-real runs: that build's per-step cost is not modelled; "
                  "SGLang's large-scale EP cases with two-batch overlap (prefill 1K, 2K, "
-                 "4K +38%, +27%, +10%, decode +56%) and the no-TBO decode (+22%) are "
-                 "outside it too (moe_cases.py); only the perfect-EPLB 4K prefill (-7%) is "
-                 "covered"),
+                 "4K +51%, +53%, +54%, perfect-EPLB 4K +31%, decode +56%) and the no-TBO "
+                 "decode (+22%) are outside it too (moe_cases.py: TBO priced at +65% to "
+                 "+73% at prefill against the blog's +27% to +35%)"),
 }
 
 
