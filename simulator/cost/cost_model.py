@@ -41,7 +41,6 @@ from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.precision import check_kv_cache_dtype, compute_dtype, linear_roofline
 from simulator.engine.plan import ClosedFormPricer
-from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
 
 # Kernels per layer: 2 norms, QKV, attention, O, MLP up(+gate), act, down, 2 residual adds
@@ -67,13 +66,7 @@ class CostModel(ClosedFormPricer):
                  parallel: Parallelism = Parallelism(), *, overheads: bool = True,
                  execution: Execution | None = None, host: bool = True,
                  tables: bool = True, routing_skew: float = 0.0) -> None:
-        if model.num_heads % parallel.tensor_parallel:
-            raise SpecsimError(f"{model.name} has {model.num_heads} heads, not divisible by "
-                               f"tensor_parallel={parallel.tensor_parallel}",
-                               field="tensor_parallel")
-        if parallel.pipeline_parallel > model.num_layers:
-            raise SpecsimError(f"{model.name} has only {model.num_layers} layers",
-                               field="pipeline_parallel")
+        parallel.check_splits(model)
         self.hardware = hardware.with_overheads(overheads)
         if not overheads:
             execution = Execution.free()

@@ -113,6 +113,17 @@ class Parallelism:
                                field="parallelism.moe_dispatch",
                                fix="one of " + ", ".join(MOE_DISPATCH))
 
+    def check_splits(self, model) -> None:
+        """``model`` (a ModelSpec) splits as this asks: its heads over the TP ranks, its
+        layers over the pipeline stages."""
+        if model.num_heads % self.tensor_parallel:
+            raise SpecsimError(f"{model.name} has {model.num_heads} heads, not divisible by "
+                               f"tensor_parallel={self.tensor_parallel}",
+                               field="tensor_parallel")
+        if self.pipeline_parallel > model.num_layers:
+            raise SpecsimError(f"{model.name} has only {model.num_layers} layers",
+                               field="pipeline_parallel")
+
     @property
     def draft_tp(self) -> int:
         """The draft's tensor parallel degree."""
