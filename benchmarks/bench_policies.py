@@ -25,11 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_engine import pin  # beside this file: the script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 # label -> shipped scenario (each the policy's own, with its models and acceptance)
@@ -65,15 +66,6 @@ def measure(job: dict) -> dict:
     return {"cpu_s": cpu, "wall_s": wall, "requests": len(res.requests),
             "iterations": int(engine["iterations"]), "vectorised": int(engine["vectorised"]),
             "digest": digest.hexdigest()[:12], "imported": str(Path(simulator.__file__).parent)}
-
-
-def pin() -> list[str]:
-    """The prefix that pins a child to CPU 0, or none where taskset or CPU 0 is missing."""
-    try:
-        ok = 0 in os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        ok = False
-    return ["taskset", "-c", "0"] if ok and shutil.which("taskset") else []
 
 
 def spawn(job: dict, timeout_s: float) -> dict:
