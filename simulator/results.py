@@ -31,6 +31,8 @@ from simulator.engine.steps_store import totals_of
 if TYPE_CHECKING:  # pandas is imported where a frame is built (cold start)
     import pandas as pd
 
+    from simulator.cost.cost_model import CostModel
+
 PERCENTILES = (50, 90, 99)
 
 
@@ -48,12 +50,12 @@ def _flops_per_token(model) -> float:
                   + model.tied_embeddings * model.lm_head_params())
 
 
-def _weight_bytes_per_step(cost, totals: dict | None) -> float:
+def _weight_bytes_per_step(cost: CostModel, totals: dict | None) -> float:
     """Weight bytes one device reads per step: a MoE model's at the run's mean tokens per
     step (the experts those tokens touch: an upper bound on the mean, the touched count
     being concave in the tokens); a dense model's whatever the tokens."""
     steps = float(totals["steps"]) if totals else 0.0
-    if not steps or not hasattr(cost, "weight_bytes_read"):
+    if not steps:
         return float(cost.weight_bytes_read_per_step)
     return float(cost.weight_bytes_read((totals["prefill_tokens"] + totals["decode_tokens"])
                                         / steps))
@@ -130,8 +132,7 @@ class Results:
                 "attn_flops_per_pair": 4.0 * dep.target.q_size * dep.target.num_layers,
                 "replicas": scenario.replicas,
                 "steps_table": rec.steps_info(), "itl": itl_info(itl, sketch),
-                "execution": dep.target_cost.execution.describe()
-                if hasattr(dep.target_cost, "execution") else None}
+                "execution": dep.target_cost.execution.describe()}
         events = pd.DataFrame(rec.events, columns=["time_s", "event", "request_id", "tokens"]) \
             if rec.record_events else None
         accepted_hist, drafted_hist = rec.histograms()

@@ -173,7 +173,7 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
 
 def draft_max_context(*models) -> int | None:
     """The shortest ``max_context`` of the draft models given (None where there are none)."""
-    limits = [int(m.max_context) for m in models if getattr(m, "max_context", None)]
+    limits = [int(m.max_context) for m in models if m.max_context]
     return min(limits) if limits else None
 
 

@@ -228,13 +228,13 @@ def resolve_execution(hardware, overrides: dict | None = None, *, max_num_seqs: 
             else capture_sizes_up_to(max_capture)
     elif max_capture is not None:
         kw["capture_sizes"] = tuple(s for s in kw["capture_sizes"] if s <= max_capture)
-    graphs = getattr(hardware, "graph_launch_s", None)
+    graphs = hardware.graph_launch_s
     if graphs is None:  # the device has no graph replay: every step runs eager
         kw["cuda_graphs"] = False
     base = {"kernel_launch_s": hardware.kernel_overhead_s,
             "graph_launch_s": graphs or 0.0,
             "cpu_step_s": hardware.step_overhead_s,
-            "cpu_per_seq_s": getattr(hardware, "cpu_per_seq_s", 0.0)}
+            "cpu_per_seq_s": hardware.cpu_per_seq_s}
     base.update(kw)
     return Execution(**base)
 

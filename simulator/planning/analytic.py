@@ -49,6 +49,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from simulator.acceptance.tree_kinds import NodeConditionals
 from simulator.cost.drafting import chain_draft_time, draft_max_context, fits_draft_context
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
@@ -315,7 +316,7 @@ def _expected(p: dict, config: tuple[int, ...]) -> float:
     import json
     acc = _acceptance(json.dumps(p["acceptance"], sort_keys=True))
     if p["policy"] == "tree":
-        if not hasattr(acc, "expected_tree_accepted"):
+        if not isinstance(acc, NodeConditionals):
             raise SpecsimError(f"acceptance model {acc.name!r} has no tree semantics",
                                field="acceptance.model",
                                fix="use sequoia or tree_topk for the tree policy")
