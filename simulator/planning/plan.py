@@ -347,7 +347,7 @@ def plan(spec: PlanSpec, *, executor: Any = "serial", workers: int | None = None
         if isinstance(executor, str) else executor
     count = _SimulationCount(plan_bound(spec), len(tasks), progress)
     fn = functools.partial(plan_candidate, tick=count.tick) \
-        if getattr(ex, "name", "") == "serial" else plan_candidate
+        if ex.name == "serial" else plan_candidate
     try:
         results = run_items(fn, tasks, ex, chunk_size=1, on_result=count.settled)
     finally:
