@@ -71,16 +71,17 @@ def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
     return float(floor) if np.ndim(tokens) == 0 else floor
 
 
-def grouped_floor(cm, experts, rows, n: float, k: float):
+def grouped_floor(cm, experts, rows, n: float, k: float, block_m: tuple[int, int]):
     """The K-loop floor of a fused-MoE grouped GEMM: ``experts`` touched on the busiest
-    device, ``rows`` routed rows between them (moe_kernels' BLOCK_M choice per expert)."""
-    from simulator.cost.moe_kernels import BLOCK_M, BLOCK_M_SMALL
+    device, ``rows`` routed rows between them, each expert's rows in tiles of
+    ``block_m[0]`` rows while they fit in one, else ``block_m[1]`` (moe_kernels' choice)."""
+    small, large = block_m
     step = k_step_s(cm)
     experts = np.asarray(experts, dtype=np.float64)
     if step is None:
         return np.zeros_like(experts)
     m_e = np.asarray(rows, dtype=np.float64) / np.maximum(experts, 1e-12)
-    bm = np.where(m_e <= BLOCK_M_SMALL, BLOCK_M_SMALL, BLOCK_M)
+    bm = np.where(m_e <= small, small, large)
     tiles = experts * np.ceil(m_e / bm) * np.ceil(n / TILE_N)
     return np.where(np.asarray(rows) > 0, k_loop_floor(cm, tiles, k, step), 0.0)
 
@@ -103,19 +104,19 @@ def engine_kernels(cm, T) -> list[tuple[str, list, int]]:
     return out
 
 
-def split_qkv_a_terms(cm, T) -> list[tuple[str, object, object, int, int]]:
+def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int, int]]:
     """An engine that runs ``q_a_proj`` and ``kv_a_proj_with_mqa`` as two linears (SGLang
     0.4.1: two ReplicatedLinear, each quantising the hidden states) where the generic model
     prices one fused GEMM: ``(name, bytes, GPU s, kernels, layers)`` of the difference, the
-    two GEMMs (each at least its K loop) and the second quantisation less the fused GEMM."""
+    two GEMMs (each at least its K loop) and the second quantisation (``quant_bytes``, the
+    hidden states' at ``T`` tokens) less the fused GEMM."""
     m = cm.model
     if not (cm.execution.spec.split_qkv_a and m.is_mla and m.q_lora_rank) or not cm._shapes:
         return []
-    from simulator.cost.moe_kernels import _quant_bytes
     h, r, a, wb = m.hidden_size, m.q_lora_rank, m.kv_lora_rank + m.qk_rope_head_dim, cm._wb
 
     def gemm(n):
         return np.maximum(cm._lin_roof.gemm_time(T, n, h), dense_floor(cm, T, n, h, wb))
-    quant = cm._roof.transfer_time(_quant_bytes(cm, T, h), OTHER)
+    quant = cm._roof.transfer_time(quant_bytes, OTHER)
     gpu = np.maximum(gemm(r) + gemm(a) - gemm(r + a), 0.0) + quant
-    return [("engine_split_qkv_a", _quant_bytes(cm, T, h), gpu, 2, m.num_layers)]
+    return [("engine_split_qkv_a", quant_bytes, gpu, 2, m.num_layers)]

@@ -163,7 +163,9 @@ def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[
         if cm._shapes:
             gpu = np.maximum(moe_kernels.grouped_gemm_s(roof, eta, d_busy, rows_busy, t_out,
                                                         t_in, wb, b, kernel),
-                             engine_kernels.grouped_floor(cm, d_busy, rows_busy, t_out, t_in))
+                             engine_kernels.grouped_floor(cm, d_busy, rows_busy, t_out, t_in,
+                                                          (moe_kernels.BLOCK_M_SMALL,
+                                                           moe_kernels.BLOCK_M)))
         else:
             gpu = np.maximum(compute_s, memory_s)
         out.append((name, flops, hbm, host, compute_s, memory_s, host_s,

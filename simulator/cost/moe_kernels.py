@@ -303,7 +303,7 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
     out += engine_kernels(cm, T)  # the engine's own launches beside these (engines.yaml)
-    return _priced(cm, T, out) + split_qkv_a_terms(cm, T)
+    return _priced(cm, T, out) + split_qkv_a_terms(cm, T, _quant_bytes(cm, T, m.hidden_size))
 
 
 def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:
