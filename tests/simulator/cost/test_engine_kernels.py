@@ -172,3 +172,17 @@ def test_an_unknown_fp8_gemm_is_refused_by_name():
     with pytest.raises(SpecsimError) as err:
         _entry("x", {"version": "v", "fp8_gemm": {"value": "cublas", "source": "s"}}, "t")
     assert err.value.field == "x.fp8_gemm.value" and "triton" in str(err.value)
+
+
+def test_dsv3_decode_at_batch_1_within_30_percent_of_sglang_041():
+    # must-hold of issue 35: sgl-project/sglang PR #2643 (v0.4.1.post2, 2024-12-29),
+    # DeepSeek-V3 --tp 8 (H200, as tests/published/current_cases.py reads it), CUDA graph,
+    # batch 1, input 128, output 256: 30.29 output token/s, 33.0 ms an output token (the
+    # prefill's share included, as in the prediction: the run's makespan over its tokens)
+    from tests.published.harness import run
+    got = run("h200", "deepseek-v3", {"name": "none"}, tensor_parallel=8, batch=1,
+              engine="sglang", prompt=128, output=256, rounds=2)
+    per_token = got.makespan_s / (2 * 256)
+    assert abs(per_token / (1 / 30.29) - 1) <= 0.30
+    # and the decode step itself (TPOT) sits inside the same band
+    assert abs(got.tpot_s / (1 / 30.29) - 1) <= 0.30
