@@ -156,6 +156,9 @@ def test_step_time_agrees_with_breakdown_under_the_engine():
         new, ctx = np.ones(n), np.full(n, 300.0)
         assert cm.step_time(new, ctx) == pytest.approx(cm.breakdown(new, ctx).time_s,
                                                        rel=1e-9)
+    # a step carrying a prefill chunk: the tables' vectorised path against the scalar one
+    new, ctx = np.array([1.0, 1.0, 57.0]), np.array([300.0, 120.0, 0.0])
+    assert cm.step_time(new, ctx) == pytest.approx(cm.breakdown(new, ctx).time_s, rel=1e-9)
 
 
 def test_a_dense_model_and_bf16_weights_are_unchanged():
