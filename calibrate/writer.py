@@ -97,7 +97,9 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
         ("fp8_triton_compute_efficiency", profile.moe_fp8_triton_compute_efficiency),
         ("fp8_triton_overlap_exponent", profile.moe_fp8_triton_overlap_exponent),
         ("fp8_deepgemm_compute_efficiency", profile.moe_fp8_deepgemm_compute_efficiency),
-        ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent))
+        ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent),
+        ("fp8_triton_k_step_us", None if profile.moe_fp8_triton_k_step_s is None
+         else profile.moe_fp8_triton_k_step_s * 1e6))
         if value is not None}
     if moe:
         data["moe"] = moe

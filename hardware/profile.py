@@ -102,6 +102,9 @@ class HardwareProfile:
     moe_fp8_triton_overlap_exponent: float | None = None
     moe_fp8_deepgemm_compute_efficiency: float | None = None
     moe_fp8_deepgemm_overlap_exponent: float | None = None
+    # the Triton block-FP8 GEMM's time per 128-deep K step of one program (its serial K
+    # loop), the floor of a grid under one wave (simulator/cost/engine_kernels.py); None: no floor
+    moe_fp8_triton_k_step_s: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -246,7 +249,9 @@ MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_effi
             "fp8_triton_compute_efficiency": "moe_fp8_triton_compute_efficiency",
             "fp8_triton_overlap_exponent": "moe_fp8_triton_overlap_exponent",
             "fp8_deepgemm_compute_efficiency": "moe_fp8_deepgemm_compute_efficiency",
-            "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent"}
+            "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent",
+            "fp8_triton_k_step_us": "moe_fp8_triton_k_step_s"}
+_MOE_SCALE = {"fp8_triton_k_step_us": 1e-6}  # microseconds in the YAML, seconds inside
 
 
 def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, float]:
@@ -263,8 +268,9 @@ def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, fl
     for key in ("grouped_gemm_overlap_exponent", "fp8_triton_overlap_exponent",
                 "fp8_deepgemm_overlap_exponent"):
         bounds[key] = {"minimum": 1.0, "maximum": 100.0}
-    return {MOE_KEYS[k]: float(_sourced(moe[k], source=source, field=f"moe.{k}",
-                                        sources=sources, **bounds[k])) for k in moe}
+    bounds["fp8_triton_k_step_us"] = {"strictly_positive": True, "maximum": 1000.0}
+    return {MOE_KEYS[k]: _MOE_SCALE.get(k, 1.0) * float(_sourced(
+        moe[k], source=source, field=f"moe.{k}", sources=sources, **bounds[k])) for k in moe}
 
 
 def _defaults(data: Mapping[str, Any], source: str,

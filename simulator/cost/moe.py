@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cost import moe_kernels
+from simulator.cost import engine_kernels, moe_kernels
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, check_keys, require_mapping
 
@@ -161,8 +161,11 @@ def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[
         compute_s = roof.compute_time(flops, hbm)
         memory_s = roof.memory_time(hbm)
         if cm._shapes:
-            gpu = moe_kernels.grouped_gemm_s(roof, eta, d_busy, rows_busy, t_out, t_in, wb, b,
-                                             kernel)
+            gpu = np.maximum(moe_kernels.grouped_gemm_s(roof, eta, d_busy, rows_busy, t_out,
+                                                        t_in, wb, b, kernel),
+                             engine_kernels.grouped_floor(cm, d_busy, rows_busy, t_out, t_in,
+                                                          (moe_kernels.BLOCK_M_SMALL,
+                                                           moe_kernels.BLOCK_M)))
         else:
             gpu = np.maximum(compute_s, memory_s)
         out.append((name, flops, hbm, host, compute_s, memory_s, host_s,

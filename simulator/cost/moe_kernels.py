@@ -94,6 +94,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.kernels import GEMM, OTHER
+from simulator.cost.engine_kernels import engine_kernels, split_qkv_a_terms
 from simulator.cost.precision import compute_dtype
 from simulator.inputs.errors import SpecsimError
 
@@ -301,7 +302,8 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
     if quantised:
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
-    return _priced(cm, T, out)
+    out += engine_kernels(cm, T)  # the engine's own launches beside these (engines.yaml)
+    return _priced(cm, T, out) + split_qkv_a_terms(cm, T, _quant_bytes(cm, T, m.hidden_size))
 
 
 def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:

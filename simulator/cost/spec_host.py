@@ -45,6 +45,14 @@ CATALOG = Path(__file__).with_name("engines.yaml")
 COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_level_kernels",
           "rerank_kernels", "rerank_node_ops", "vocab_map_kernels", "feature_kernels",
           "fuse_kernels", "syncs", "rerank_syncs", "host_steps")
+# Launches per decoder layer a DeepSeek-class model's decode runs beyond the cost model's
+# generic MoE/MLA families, by kind (simulator/cost/engine_kernels.py); 0 where not read
+DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_kernels",
+                 "moe_other_kernels")
+# The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
+# per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
+FP8_GEMMS = ("default", "triton")
+BOOLS = ("overlap", "split_qkv_a")
 MAX_COUNT = 10_000
 # The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):
 # fa3, FlashAttention-3 on Hopper (the profile's ``kernels.attention_prefill_fa3``); fa2, the
@@ -93,6 +101,14 @@ class SpecHost:
     # all come out fast (TTFT -3% to -11%, TPOT -3% to -6%), the paper's contiguous-KV
     # kernel being faster than vLLM's paged one (docs/execution.md, prefill attention)
     prefill_attention: str = "fa2"
+    # DeepSeek-class decode beside the speculative path (engine_kernels.py): the engine's
+    # extra launches per MLA layer and per MoE layer, pointwise or other, and its FP8 GEMMs
+    mla_pointwise_kernels: int = 0
+    mla_other_kernels: int = 0
+    moe_pointwise_kernels: int = 0
+    moe_other_kernels: int = 0
+    fp8_gemm: str = "default"
+    split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def kernels(self, work: SpecWork) -> int:
@@ -164,7 +180,8 @@ def _catalog() -> dict[str, SpecHost]:
 
 def _entry(name: str, data: Any, src: str) -> SpecHost:
     data = require_mapping(data, source=src, field=name)
-    check_keys(data, allowed=("version", "overlap", "prefill_attention", *COUNTS),
+    check_keys(data, allowed=("version", "prefill_attention", "fp8_gemm", *BOOLS, *COUNTS,
+                              *DECODE_COUNTS),
                required=("version",), source=src, prefix=f"{name}.")
     out: dict[str, Any] = {"name": name, "version": as_str(
         data["version"], source=src, field=f"{name}.version")}
@@ -182,14 +199,22 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
         out["prefill_attention"] = kernel
         sources.append("prefill_attention: " + as_str(
             item["source"], source=src, field=f"{name}.prefill_attention.source"))
-    for key in ("overlap", *COUNTS):
+    if "fp8_gemm" in data:
+        item = require_mapping(data["fp8_gemm"], source=src, field=f"{name}.fp8_gemm")
+        check_keys(item, allowed=("value", "source"), required=("value", "source"),
+                   source=src, prefix=f"{name}.fp8_gemm.")
+        out["fp8_gemm"] = as_str(item["value"], source=src, field=f"{name}.fp8_gemm.value",
+                                 choices=FP8_GEMMS)
+        sources.append("fp8_gemm: " + as_str(item["source"], source=src,
+                                             field=f"{name}.fp8_gemm.source"))
+    for key in (*BOOLS, *COUNTS, *DECODE_COUNTS):
         if key not in data:
             continue
         item = require_mapping(data[key], source=src, field=f"{name}.{key}")
         check_keys(item, allowed=("value", "source"), required=("value", "source"),
                    source=src, prefix=f"{name}.{key}.")
         where = f"{name}.{key}.value"
-        out[key] = as_bool(item["value"], source=src, field=where) if key == "overlap" \
+        out[key] = as_bool(item["value"], source=src, field=where) if key in BOOLS \
             else int(as_number(item["value"], source=src, field=where, integer=True,
                                minimum=0, maximum=MAX_COUNT))
         sources.append(f"{key}: " + as_str(item["source"], source=src,

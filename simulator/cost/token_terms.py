@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.cost import engine_kernels as ek
 from simulator.cost import moe
 from simulator.cost import moe_kernels as mk
 
@@ -44,7 +45,8 @@ def remember(memo: dict, key, value) -> None:
 
 # ---------------------------------------------------------------- per operator (scalar)
 def linear(cm, tokens: float, weight: float, out_per_tok: float, in_per_tok: float,
-           layers: int, roof=None, wb: float | None = None) -> tuple[float, ...]:
+           layers: int, roof=None, wb: float | None = None,
+           name: str = "") -> tuple[float, ...]:
     """A GEMM ``[tokens x in] @ [in x out]`` over ``layers``: (flops, hbm bytes, host
     bytes, compute s, memory s, host s, GPU s), its weights ``wb`` bytes an element
     computed on ``roof`` (default: the model's 16-bit roofline and activation bytes).
@@ -59,8 +61,10 @@ def linear(cm, tokens: float, weight: float, out_per_tok: float, in_per_tok: flo
     compute_s = roof.compute_time(flops, hbm)
     memory_s = roof.memory_time(hbm)
     host_s = host / cm._host_bw if host else 0.0
-    if cm._shapes:
-        gpu = float(roof.gemm_time(tokens, out_per_tok, in_per_tok))
+    if cm._shapes:  # at least a Triton FP8 kernel's serial K loop (engine_kernels.py)
+        gpu = max(float(roof.gemm_time(tokens, out_per_tok, in_per_tok)),
+                  ek.dense_floor(cm, tokens, out_per_tok, in_per_tok,
+                                 cm._b if wb is None else wb, name))
     else:
         gpu = max(compute_s, memory_s)
     return (flops * layers, hbm * layers, host * layers, compute_s * layers,
@@ -109,7 +113,7 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
     terms = []
     for name, weight, out_t, in_t, n, roof, wb in cm._linears:
         n = layers if n is None else n
-        lin = linear(cm, tokens, weight, out_t, in_t, n, roof, wb)
+        lin = linear(cm, tokens, weight, out_t, in_t, n, roof, wb, name)
         terms.append((name,) + lin[:6] + (k * n,) + lin[6:])
     if cm._moe is not None:
         n = cm._moe.layers
@@ -168,7 +172,7 @@ def terms_time(terms: list[tuple]) -> float:
 
 # ---------------------------------------------------------------- per count (vectorised)
 def _linear_times(cm, tokens: np.ndarray, weight: float, out_per_tok: float,
-                  in_per_tok: float, layers: int, roof=None, wb=None) -> np.ndarray:
+                  in_per_tok: float, layers: int, roof=None, wb=None, name="") -> np.ndarray:
     """``linear``'s GPU seconds (the host link a roof) at every count of ``tokens``."""
     roof = cm._roof if roof is None else roof
     wbytes = weight * (cm._b if wb is None else wb)
@@ -176,7 +180,9 @@ def _linear_times(cm, tokens: np.ndarray, weight: float, out_per_tok: float,
     host = wbytes * cm._offload
     host_s = host / cm._host_bw if host else 0.0
     if cm._shapes:
-        gpu = roof.gemm_time(tokens, out_per_tok, in_per_tok)
+        gpu = np.maximum(roof.gemm_time(tokens, out_per_tok, in_per_tok),
+                         ek.dense_floor(cm, tokens, out_per_tok, in_per_tok,
+                                 cm._b if wb is None else wb, name))
     else:
         gpu = np.maximum(roof.compute_time(2.0 * tokens * weight, hbm),
                          roof.memory_time(hbm))
@@ -189,10 +195,10 @@ def layer_times(cm, tokens: np.ndarray, eager: bool) -> np.ndarray:
     layers, k = cm._layers, cm._launch_s if eager else 0.0
     roof = cm._roof
     total = np.zeros_like(tokens)
-    for _, weight, out_t, in_t, n, lroof, wb in cm._linears:
+    for name, weight, out_t, in_t, n, lroof, wb in cm._linears:
         n = layers if n is None else n
         total = total + np.maximum(k * n, _linear_times(cm, tokens, weight, out_t, in_t, n,
-                                                        lroof, wb))
+                                                        lroof, wb, name))
     if cm._moe is not None:
         n = cm._moe.layers
         for *_, gpu, launches in moe.routed_terms(cm, tokens):

@@ -40,11 +40,9 @@ ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop":
                                    "engine": "eagle-official"},
                             "vllm": {"engine": "vllm-v0.9"},
                             "sglang": {"engine": "sglang-v0.4"},
-                            # SGLang from April 2025 on Hopper: FlashAttention-3 its default
-                            # prefill attention on sm90, DeepSeek's MLA included (issue #5064,
-                            # 2025-04-04; PR #5113 runs DeepSeek's prefill as MHA on FA3),
-                            # where 0.4.1 ran FlashInfer; the 0.4.1 counts otherwise
-                            "sglang-2025": {"engine": "sglang-v0.4", "prefill_attention": "fa3"}}
+                            # SGLang from April 2025: FA3 prefill on Hopper (issue #5064),
+                            # CUTLASS/DeepGEMM block-FP8 GEMMs; 0.4.1's speculative counts
+                            "sglang-2025": {"engine": "sglang-v0.4.5"}}
 
 
 @dataclass(frozen=True)

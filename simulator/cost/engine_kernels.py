@@ -1,0 +1,122 @@
+"""What one engine's DeepSeek-class decode launches beyond the generic MoE/MLA layer, and
+the serial K loop of its Triton block-FP8 GEMMs.
+
+The cost model prices a MoE/MLA layer by kernel families every engine runs (moe_kernels.py:
+one routing kernel, the align, the quantisations, the latent norms, the cache write, one
+rope kernel).  An engine may launch more, and at decode batch sizes each extra launch costs
+its GPU latency however little it does (under CUDA graphs, no host time).  SGLang 0.4.1, the
+engine of the first DeepSeek-V3 releases, ran in native PyTorch what later engines fused:
+the biased grouped top-k (17 launches where one fused kernel stands), the absorbed MLA's
+per-tensor FP8 quantisation of the two ``bmm_fp8`` inputs (``input_to_float8``: 12 launches
+each), DeepSeek's YaRN rope (13), and the copies that assemble the latent query and key.
+``engines.yaml`` counts them per layer, split by kind: pointwise ones priced as the profile's
+``elementwise`` kernels, reductions, top-k, scatters and gathers as its ``other`` kind, each
+at the bytes of one token's tensors (a few KB: the kind's latency, whatever the batch).
+
+The K loop.  A Triton block-FP8 GEMM (SGLang's and vLLM's ``w8a8_block_fp8_matmul``, and the
+``fused_moe`` kernel with block scales) gives each program one BLOCK_M x BLOCK_N output
+tile and walks the whole K dimension in 128-deep steps, loading a weight tile and its scale
+per step; it has no split-K.  At decode M the grid is a few tiles (N / 128 for a dense
+linear, touched experts x N / 128 for the grouped GEMM), under one wave of the SMs, so the
+time is one program's serial loop, ``K / 128`` steps, not the weights over the bandwidth:
+``latency + ceil(tiles / SMs) * ceil(K / 128) * t_step`` bounds the GEMM's time below,
+``t_step`` the profile's ``moe.fp8_triton_k_step_us`` (measured on Hopper, cited there).
+At many tiles the bound is the HBM stream again (132 programs a wave each loading a 16 KB
+tile a step), so it only binds where few tiles run: small batches, few experts.
+Engines that run DeepGEMM or CUTLASS block-FP8 kernels (split-K or persistent) do not pay
+it: ``engines.yaml``'s ``fp8_gemm: triton`` turns it on.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hardware.kernels import ELEMENTWISE, GEMM, OTHER
+
+K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton kernels
+TILE_N = 128  # BLOCK_SIZE_N: the block scale's 128 output columns
+# linears the Triton FP8 engine does not run on its K-loop kernel: kv_b's absorbed halves run
+# as flashinfer's bmm_fp8 at decode (SGLang 0.4.1 deepseek_v2.py forward_absorb)
+NOT_TRITON = ("kv_b_proj",)
+
+
+def k_step_s(cm) -> float | None:
+    """The Triton K step's seconds where the engine runs its block-FP8 GEMMs on Triton, the
+    model's linears are 8-bit and the profile measured the step; else None (no floor)."""
+    spec, m = cm.execution.spec, cm.model
+    if spec.fp8_gemm != "triton" or m.dtype != "fp8" or cm._roof.kernels is None:
+        return None
+    return cm.hardware.moe_fp8_triton_k_step_s
+
+
+def k_loop_floor(cm, tiles, k: float, step: float):
+    """Seconds of a Triton GEMM of ``tiles`` output tiles (an array or a float) over a
+    K dimension of ``k``: its waves of programs, each walking ``ceil(k / 128)`` steps."""
+    _, _, latency, _ = cm._roof.kind_rates(GEMM)
+    waves = np.ceil(np.asarray(tiles, dtype=np.float64) / cm._roof.kernels.sm_count)
+    return np.where(waves > 0, latency + waves * np.ceil(k / K_STEP) * step, 0.0)
+
+
+def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
+                name: str = ""):
+    """The K-loop floor of one dense linear ``name`` at ``tokens`` rows (0 where none
+    applies: a 16-bit linear such as the router, the absorbed MLA's ``bmm_fp8`` on cuBLASLt
+    that the ``kv_b_proj`` term prices at decode, or no Triton FP8 engine)."""
+    step = k_step_s(cm)
+    if step is None or wb >= cm._b or name in NOT_TRITON:
+        return 0.0 if np.ndim(tokens) == 0 else np.zeros_like(tokens, dtype=np.float64)
+    # BLOCK_M 64 (the default config of the kernel; tuned small-M configs use 16-64)
+    tiles = np.ceil(np.asarray(tokens, dtype=np.float64) / 64.0) * np.ceil(
+        out_per_tok / TILE_N)
+    floor = k_loop_floor(cm, tiles, in_per_tok, step)
+    return float(floor) if np.ndim(tokens) == 0 else floor
+
+
+def grouped_floor(cm, experts, rows, n: float, k: float, block_m: tuple[int, int]):
+    """The K-loop floor of a fused-MoE grouped GEMM: ``experts`` touched on the busiest
+    device, ``rows`` routed rows between them, each expert's rows in tiles of
+    ``block_m[0]`` rows while they fit in one, else ``block_m[1]`` (moe_kernels' choice)."""
+    small, large = block_m
+    step = k_step_s(cm)
+    experts = np.asarray(experts, dtype=np.float64)
+    if step is None:
+        return np.zeros_like(experts)
+    m_e = np.asarray(rows, dtype=np.float64) / np.maximum(experts, 1e-12)
+    bm = np.where(m_e <= small, small, large)
+    tiles = experts * np.ceil(m_e / bm) * np.ceil(n / TILE_N)
+    return np.where(np.asarray(rows) > 0, k_loop_floor(cm, tiles, k, step), 0.0)
+
+
+def engine_kernels(cm, T) -> list[tuple[str, list, int]]:
+    """The engine's extra launches per layer (module docstring) as moe_kernels' families:
+    ``(name, [(bytes, kind), ...], layers)``; none for a model without MLA or experts."""
+    spec, m, b = cm.execution.spec, cm.model, cm._b
+    out = []
+    if m.is_mla and (spec.mla_pointwise_kernels or spec.mla_other_kernels):
+        nb = T * m.num_heads / cm._tp * m.kv_lora_rank * b  # a latent query's bytes
+        kern = [(nb, ELEMENTWISE)] * spec.mla_pointwise_kernels \
+            + [(nb, OTHER)] * spec.mla_other_kernels
+        out.append(("engine_mla_kernels", kern, m.num_layers))
+    if m.is_moe and (spec.moe_pointwise_kernels or spec.moe_other_kernels):
+        nb = T * m.num_experts * 4.0  # one token's fp32 expert scores
+        kern = [(nb, ELEMENTWISE)] * spec.moe_pointwise_kernels \
+            + [(nb, OTHER)] * spec.moe_other_kernels
+        out.append(("engine_moe_gate", kern, m.moe_layers))
+    return out
+
+
+def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int, int]]:
+    """An engine that runs ``q_a_proj`` and ``kv_a_proj_with_mqa`` as two linears (SGLang
+    0.4.1: two ReplicatedLinear, each quantising the hidden states) where the generic model
+    prices one fused GEMM: ``(name, bytes, GPU s, kernels, layers)`` of the difference, the
+    two GEMMs (each at least its K loop) and the second quantisation (``quant_bytes``, the
+    hidden states' at ``T`` tokens) less the fused GEMM."""
+    m = cm.model
+    if not (cm.execution.spec.split_qkv_a and m.is_mla and m.q_lora_rank) or not cm._shapes:
+        return []
+    h, r, a, wb = m.hidden_size, m.q_lora_rank, m.kv_lora_rank + m.qk_rope_head_dim, cm._wb
+
+    def gemm(n):
+        return np.maximum(cm._lin_roof.gemm_time(T, n, h), dense_floor(cm, T, n, h, wb))
+    quant = cm._roof.transfer_time(quant_bytes, OTHER)
+    gpu = np.maximum(gemm(r) + gemm(a) - gemm(r + a), 0.0) + quant
+    return [("engine_split_qkv_a", quant_bytes, gpu, 2, m.num_layers)]
