@@ -64,6 +64,7 @@ import math
 import numpy as np
 
 from simulator.cost import moe, moe_kernels, tbo
+from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
 from simulator.cost.cost_model import CostModel
 from simulator.cost.op_cost import OpCost, StepCost, check_step
@@ -243,9 +244,22 @@ class DpAttentionCostModel(CostModel):
         eager = busiest is not None and self._mode(busiest[0], t_max)[0] == "eager"
         return (times[slowest] if times else 0.0), slowest, t_max, eager
 
+    def _overlapped(self, new_tokens, context) -> bool:
+        """Whether this step runs as two overlapped micro-batches (tbo.overlap_applies)."""
+        par = self.parallel
+        if not par.two_batch_overlap:
+            return False
+        new = np.asarray(new_tokens, dtype=np.float64).reshape(-1)
+        ctx = np.broadcast_to(np.asarray(context, dtype=np.float64).reshape(-1), new.shape) \
+            if np.size(context) in (1, new.size) else np.zeros_like(new)
+        ranks = [(new[r::self._ranks], ctx[r::self._ranks])
+                 for r in range(min(self._ranks, new.size))]
+        return tbo.overlap_applies(ranks, self._ranks, par.tbo_decode_token_threshold,
+                                   par.tbo_prefill_token_threshold, sm.UNIFORM_MAX_QUERY)
+
     def step_time(self, new_tokens, context, logits_tokens=None) -> float:
         """The slowest rank's forward plus the MoE layers' experts and collectives."""
-        if self.parallel.two_batch_overlap:
+        if self._overlapped(new_tokens, context):
             return self.breakdown(new_tokens, context, logits_tokens).time_s
         rank_s, _, t_max, eager = self._ranks_priced(new_tokens, context, logits_tokens,
                                                      super().step_time)
@@ -255,7 +269,7 @@ class DpAttentionCostModel(CostModel):
         """The slowest rank's operators, then the MoE layers' (``step_time`` within
         rounding)."""
         check_step(new_tokens, context, logits_tokens)
-        if self.parallel.two_batch_overlap:
+        if self._overlapped(new_tokens, context):
             return self._tbo_breakdown(new_tokens, context, logits_tokens)
         costs: list[StepCost] = []
 

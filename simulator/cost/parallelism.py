@@ -43,6 +43,11 @@ class Parallelism:
     # SGLang's enable_two_batch_overlap: the step run as two micro-batches, one's dispatch
     # and combine under the other's compute (dp_attention.py, tbo.py)
     two_batch_overlap: bool = False
+    # vLLM's dbo_decode_token_threshold / dbo_prefill_token_threshold: a step is split only
+    # where every DP rank holds at least this many tokens (the decode one for a rank whose
+    # batch is uniform decode, tbo.overlap_applies); 0: every step (SGLang has no threshold)
+    tbo_decode_token_threshold: int = 0
+    tbo_prefill_token_threshold: int = 0
     # SGLang's enable_eplb and ep_num_redundant_experts (vLLM's enable_eplb and
     # eplb_config.num_redundant_experts): experts placed, hot ones replicated, by DeepSeek's
     # EPLB from the routing's expected loads (moe_kernels.busiest_rank_share)
@@ -55,6 +60,11 @@ class Parallelism:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecsimError(f"must be a whole number >= 1, got {value!r}", field=name)
+        for name in ("tbo_decode_token_threshold", "tbo_prefill_token_threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecsimError(f"must be a whole number >= 0, got {value!r}",
+                                   field=f"parallelism.{name}")
         dtp = self.draft_tensor_parallel
         if dtp is not None and (isinstance(dtp, bool) or dtp not in (1, self.tensor_parallel)):
             raise SpecsimError(f"must be 1 or the target's tensor_parallel "
@@ -164,13 +174,24 @@ def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int
     return ep
 
 
+def _tbo_threshold(data: Any, key: str, kw: dict, source: str) -> int:
+    """A two-batch-overlap token threshold: a whole number >= 0, given with the overlap."""
+    if not kw.get("two_batch_overlap"):
+        raise SpecsimError("a two-batch-overlap threshold without the overlap",
+                           source=source, field=f"parallelism.{key}",
+                           fix="add enable_two_batch_overlap: true or remove it")
+    return as_number(data[key], source=source, field=f"parallelism.{key}", integer=True,
+                     minimum=0, maximum=10_000_000)
+
+
 def parallelism_from_dict(data: Any, source: str) -> Parallelism:
     """A scenario's (or a disaggregated pool's) ``parallelism`` mapping, validated."""
     data = require_mapping(data or {}, source=source, field="parallelism")
     keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
             "draft_tensor_parallel_size", "expert_parallel", "data_parallel_attention",
             "moe_dispatch", "enable_two_batch_overlap", "enable_eplb",
-            "ep_num_redundant_experts")
+            "ep_num_redundant_experts", "tbo_decode_token_threshold",
+            "tbo_prefill_token_threshold")
     check_keys(data, allowed=keys, source=source, prefix="parallelism.")
     kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
                        minimum=1, maximum=1024)
@@ -182,6 +203,9 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
                       ("enable_eplb", "eplb")):
         if key in data:
             kw[name] = as_bool(data[key], source=source, field=f"parallelism.{key}")
+    for key in ("tbo_decode_token_threshold", "tbo_prefill_token_threshold"):
+        if key in data:
+            kw[key] = _tbo_threshold(data, key, kw, source)
     if "ep_num_redundant_experts" in data:
         kw["redundant_experts"] = as_number(data["ep_num_redundant_experts"], source=source,
                                             field="parallelism.ep_num_redundant_experts",

@@ -31,12 +31,42 @@ The split (``split_rank``) follows SGLang's two_batch_overlap.py: a rank's batch
 its token midpoint, in request order, a request whose tokens straddle it split in two (the
 second part's context the first's tokens on); decode requests (one token each) split by
 count.
+
+Where the engine splits (``overlap_applies``): SGLang splits every step it can; vLLM
+(``--enable-dbo``, vLLM 0.11's ParallelConfig ``dbo_decode_token_threshold`` 32 and
+``dbo_prefill_token_threshold`` 512; vllm/v1/worker/ubatch_splitting.py
+``check_ubatch_thresholds``: ``num_tokens >= threshold``, the decode one for a uniform-decode
+batch) splits a step only if every DP rank votes for it, an idle rank voting no
+(``get_dp_padding_ubatch``: "Either all ranks run with microbatching or none of them do";
+vllm-project/vllm #50738: "including an idle rank that has nothing scheduled").  A step below
+the threshold runs as one batch, its communication after its compute.
 """
 from __future__ import annotations
 
 import numpy as np
 
 DEEPEP_NORMAL_SMS = 20  # deepseek-ai/DeepEP deep_ep/buffer.py: Buffer.num_sms default
+
+
+def overlap_applies(ranks_batch: list[tuple[np.ndarray, np.ndarray]], ranks: int,
+                    decode_threshold: int, prefill_threshold: int,
+                    uniform_max: float) -> bool:
+    """Whether a step is split (module docstring): each of the ``ranks`` DP ranks' new tokens
+    (``ranks_batch``, the busy ranks' per-request (new, context) arrays; the rest idle)
+    reach the threshold of its batch's kind: uniform decode (every request continuing a
+    sequence with the same count of new tokens, at most ``uniform_max``: vLLM's
+    ``1 + num_speculative_tokens``) or one with a prefill."""
+    if decode_threshold <= 0 and prefill_threshold <= 0:
+        return True
+    if len(ranks_batch) < ranks:
+        return False  # an idle rank votes no
+    for new, ctx in ranks_batch:
+        active = new > 0
+        uniform = bool(active.any()) and bool(np.all(ctx[active] > 0)) and \
+            new[active].min() == new[active].max() <= uniform_max
+        if float(new.sum()) < (decode_threshold if uniform else prefill_threshold):
+            return False
+    return True
 
 
 def exposed(m, c, sm_share: float):

@@ -104,3 +104,74 @@ def test_bad_overlap_and_eplb_settings_name_their_field():
     with pytest.raises(SpecsimError, match="parallelism.ep_num_redundant_experts"):
         DpAttentionCostModel(load_profile("h100-sxm"), load_model("deepseek-v3"),
                              Parallelism(**EP16, eplb=True, redundant_experts=5))
+
+
+def _with_thresholds(decode: int, prefill: int):
+    serial, over = _models("all_to_all")
+    gated = DpAttentionCostModel(load_profile("h100-sxm"), load_model("deepseek-v3"),
+                                 dataclasses.replace(over.parallel,
+                                                     tbo_decode_token_threshold=decode,
+                                                     tbo_prefill_token_threshold=prefill))
+    return serial, over, gated
+
+
+@pytest.mark.parametrize("per_rank,split", [(31, False), (32, True), (64, True)])
+def test_vllm_decode_threshold_splits_at_and_above_it(per_rank, split):
+    # vLLM's check_ubatch_thresholds: num_tokens >= dbo_decode_token_threshold (32) for a
+    # uniform-decode batch; below it the step is the serial one, exactly
+    serial, over, gated = _with_thresholds(32, 512)
+    n = 16 * per_rank
+    batch = (np.ones(n), np.full(n, 2000.0), np.ones(n))
+    want = (over if split else serial).step_time(*batch)
+    assert gated.step_time(*batch) == want
+    assert gated.breakdown(*batch).time_s == pytest.approx(want, rel=1e-12)
+
+
+def test_vllm_prefill_threshold_and_every_rank_votes():
+    serial, over, gated = _with_thresholds(32, 512)
+    # one prompt a rank: 512 tokens split (>=), 511 do not
+    for tokens, model in ((512.0, over), (511.0, serial)):
+        batch = (np.full(16, tokens), np.zeros(16), np.ones(16))
+        assert gated.step_time(*batch) == model.step_time(*batch)
+    # one rank below its threshold keeps every rank whole: 15 ranks with 600-token prompts,
+    # the last (request 15) with 100
+    new = np.full(16, 600.0)
+    new[15] = 100.0
+    batch = (new, np.zeros(16), np.ones(16))
+    assert gated.step_time(*batch) == serial.step_time(*batch)
+    # an idle rank votes no: 15 requests over 16 ranks
+    batch = (np.full(15, 600.0), np.zeros(15), np.ones(15))
+    assert gated.step_time(*batch) == serial.step_time(*batch)
+    # a decode rank is judged by the decode threshold: 40 uniform decodes (>= 32) on every
+    # rank pass where the prefill threshold (512) would not
+    batch = (np.ones(16 * 40), np.full(16 * 40, 100.0), np.ones(16 * 40))
+    assert gated.step_time(*batch) == over.step_time(*batch)
+
+
+def test_overlap_applies_by_batch_kind():
+    ones, ctx = np.ones(40), np.full(40, 9.0)
+    decode = (ones, ctx)
+    assert tbo.overlap_applies([decode, decode], 2, 32, 512, 128)
+    # 2 x 250 new tokens: a prefill (no context) below 512; with context and equal counts
+    # a uniform batch (e.g. verification) judged by the decode threshold
+    chunks = np.array([250.0, 250.0])
+    assert not tbo.overlap_applies([decode, (chunks, np.zeros(2))], 2, 32, 512, 128)
+    assert not tbo.overlap_applies([decode, (chunks, np.full(2, 5.0))], 2, 32, 512, 128)
+    assert tbo.overlap_applies([decode, (chunks, np.full(2, 5.0))], 2, 32, 512, 250)
+    assert not tbo.overlap_applies([decode], 2, 32, 512, 128)          # one rank idle
+    assert tbo.overlap_applies([], 2, 0, 0, 128)                       # no thresholds
+
+
+def test_a_threshold_needs_the_overlap_and_a_whole_number():
+    base = {"data_parallel_attention": 8, "expert_parallel": True,
+            "moe_dispatch": "all_to_all"}
+    with pytest.raises(SpecsimError, match="without the overlap") as err:
+        parallelism_from_dict({**base, "tbo_decode_token_threshold": 32}, source="t")
+    assert err.value.field == "parallelism.tbo_decode_token_threshold"
+    with pytest.raises(SpecsimError) as err:
+        parallelism_from_dict({**base, "enable_two_batch_overlap": True,
+                               "tbo_prefill_token_threshold": 1.5}, source="t")
+    assert err.value.field == "parallelism.tbo_prefill_token_threshold"
+    par = parallelism_from_dict({**base, "enable_two_batch_overlap": True,
+                                 "tbo_prefill_token_threshold": 512}, source="t")
+    assert (par.tbo_decode_token_threshold, par.tbo_prefill_token_threshold) == (0, 512)
