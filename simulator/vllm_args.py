@@ -298,6 +298,8 @@ def apply_vllm_args(data: Mapping[str, Any], args: Mapping[str, Any]) -> dict[st
         node[name] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
     if dp_attention:
         _data_parallel_attention(data, int(args["data_parallel_size"]))
+    if args.get("enable_dbo"):
+        data["parallelism"]["tbo_schedule"] = "vllm"
     if args.get("enable_dbo") and data["parallelism"].get("moe_dispatch",
                                                           "all_gather") == "all_gather":
         raise SpecsimError("vLLM's dual-batch overlap runs with DeepEP's all-to-all only "

@@ -339,6 +339,7 @@ def test_vllm_dbo_and_eplb_map_onto_overlap_and_eplb():
     assert (par.two_batch_overlap, par.tbo_decode_token_threshold,
             par.tbo_prefill_token_threshold) == (True, 32, 512)
     assert (par.eplb, par.redundant_experts, par.moe_dispatch) == (True, 32, "deepep_normal")
+    assert par.tbo_schedule == "vllm"  # vLLM's split at the token midpoint, its schedule
     # thresholds as given; the deprecated --num-redundant-experts; the low-latency backend
     args = vllm_args_from_mapping({**DP_EP, "enable_dbo": True,
                                    "dbo_decode_token_threshold": 0,
