@@ -25,7 +25,9 @@ Not every part hides: a collective longer than the compute the schedule puts bes
 its excess, and a collective's wait cannot move into another stage.  At prefill DeepEP's
 normal kernels hold ``Buffer.num_sms`` = 20 SMs while they run (deepseek-ai/DeepEP
 deep_ep/buffer.py; SGLang's DeepEPConfig default): SGLang runs the routed experts' DeepGEMM
-on the rest for the whole overlapped prefill (``deep_gemm_num_sms = total - num_sms``), so
+on the rest for the whole overlapped prefill (``deep_gemm_num_sms = total - num_sms``;
+vLLM's DBO the same with DeepEP's high-throughput kernels: vllm/envs.py ``VLLM_DBO_COMM_SMS``
+20, "the rest of the SMs on the device will be allocated to compute", set as DeepGEMM's), so
 they take ``SMs / (SMs - 20)`` times as long, and other compute gets ``1 - 20 / SMs`` of the
 SMs while a collective is in flight (``_Streams.run``: the work done at that rate inside
 each collective's interval, at the full rate outside; the blog's ablation: "the no-TBO 8k
