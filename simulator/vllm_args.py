@@ -20,6 +20,7 @@ from simulator.inputs.yaml_io import (
     check_keys,
     clip,
     load_yaml_file,
+    parse_yaml_text,
     require_mapping,
     short,
 )
@@ -52,7 +53,29 @@ ENGINE_ARGS: dict[str, tuple[str, str, str]] = {
     "data_parallel_size": ("", "replicas", "int"),
     "dtype": ("", "quantization", "dtype"),  # the weights' 16-bit type, unless quantization
     "speculative_config": ("", "speculative_config", "any"),
+    # vLLM's MoE knobs (vllm/config/parallel.py ParallelConfig, vllm/engine/arg_utils.py of
+    # the 0.11 line): dual-batch overlap is the project's two-batch overlap with vLLM's
+    # thresholds (simulator/cost/tbo.py overlap_applies); EPLB's redundant experts come in
+    # eplb_config (or the deprecated --num-redundant-experts, "removed in v0.12.0"); the
+    # all-to-all backend (the VLLM_ALL2ALL_BACKEND environment variable before it) is the
+    # MoE dispatch (VLLM_A2A)
+    "enable_dbo": ("parallelism", "enable_two_batch_overlap", "bool"),
+    "dbo_decode_token_threshold": ("parallelism", "tbo_decode_token_threshold", "count"),
+    "dbo_prefill_token_threshold": ("parallelism", "tbo_prefill_token_threshold", "count"),
+    "enable_eplb": ("parallelism", "enable_eplb", "bool"),
+    "eplb_config": ("parallelism", "ep_num_redundant_experts", "eplb"),
+    "num_redundant_experts": ("parallelism", "ep_num_redundant_experts", "count"),
+    "all2all_backend": ("parallelism", "moe_dispatch", "a2a"),
 }
+# vLLM's ParallelConfig defaults when --enable-dbo is given without them
+DBO_DEFAULTS = {"dbo_decode_token_threshold": 32, "dbo_prefill_token_threshold": 512}
+# vLLM's all2all backends -> the scenario's moe_dispatch (simulator/cost/dp_attention.py)
+VLLM_A2A = {"allgather_reducescatter": "all_gather", "deepep_low_latency": "all_to_all",
+            "deepep_high_throughput": "deepep_normal"}
+# EPLBConfig's fields in vLLM 0.11: only the redundant experts change a step's price (the
+# placement is computed once from the expected loads, moe_kernels.busiest_rank_share; how
+# often vLLM re-places them and whether it logs balance do not move the steady state)
+EPLB_KEYS = ("num_redundant_experts", "window_size", "step_interval", "log_balancedness")
 # vLLM's --dtype (vllm/config/model.py, _STR_DTYPE_TO_TORCH_DTYPE) -> specsim's weight types;
 # "auto" keeps the model file's (its config.json torch_dtype)
 VLLM_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
@@ -85,6 +108,13 @@ def _engine_value(key: str, value: Any, source: str) -> Any:
         return as_bool(value, source=source, field=key)
     if kind == "dtype":
         return VLLM_DTYPES[as_str(value, source=source, field=key, choices=VLLM_DTYPES)]
+    if kind == "count":
+        return as_number(value, source=source, field=key, integer=True, minimum=0,
+                         maximum=10_000_000)
+    if kind == "a2a":
+        return VLLM_A2A[as_str(value, source=source, field=key, choices=VLLM_A2A)]
+    if kind == "eplb":
+        return _eplb_redundant(value, source)
     if kind == "fraction":
         return float(as_number(value, source=source, field=key, strictly_positive=True,
                                maximum=1.0))
@@ -98,6 +128,16 @@ def _engine_value(key: str, value: Any, source: str) -> Any:
                                   field=key)[0]
         return value
     return spec_mapping(value, source, key)  # speculative_config, checked now
+
+
+def _eplb_redundant(value: Any, source: str) -> int:
+    """vLLM's ``eplb_config`` (a mapping, or the CLI's JSON string) -> its redundant experts."""
+    if isinstance(value, str):
+        value = parse_yaml_text(value, source=f"{source}: eplb_config")
+    data = require_mapping(value, source=source, field="eplb_config")
+    check_keys(data, allowed=EPLB_KEYS, source=source, prefix="eplb_config.")
+    return as_number(data.get("num_redundant_experts", 0), source=source, integer=True,
+                     field="eplb_config.num_redundant_experts", minimum=0, maximum=4096)
 
 
 def _args_file(path: str | Path) -> tuple[str, Mapping[str, Any]]:
@@ -145,7 +185,43 @@ def vllm_args_from_mapping(data: Mapping[str, Any], *, source: str) -> dict[str,
         out.pop("dtype", None)
     if out.get("data_parallel_size", 1) > 1 and out.get("enable_expert_parallel"):
         _check_dp_expert_parallel(out, source)
+    _check_moe_knobs(out, data, source)
     return out
+
+
+def _check_moe_knobs(out: dict[str, Any], data: Mapping[str, Any], source: str) -> None:
+    """vLLM's own rules for EPLB and DBO (vllm/config/parallel.py, docs/design/dbo.md), and
+    vLLM's threshold defaults written in when DBO is on."""
+    given = {str(k).replace("-", "_") for k in data}
+    if {"eplb_config", "num_redundant_experts"} <= given:
+        raise SpecsimError("the redundant experts given twice (eplb_config and the "
+                           "deprecated num_redundant_experts)", source=source,
+                           field="num_redundant_experts", fix="keep eplb_config only")
+    if out.get("enable_eplb") and not out.get("enable_expert_parallel"):
+        raise SpecsimError("EPLB places experts over an expert-parallel group",
+                           source=source, field="enable_eplb",
+                           fix="add enable_expert_parallel: true (vLLM requires it too)")
+    if out.get("eplb_config", out.get("num_redundant_experts", 0)) and \
+            not out.get("enable_eplb"):
+        field = "eplb_config" if "eplb_config" in out else "num_redundant_experts"
+        raise SpecsimError("redundant experts without EPLB", source=source,
+                           field=field + (".num_redundant_experts" if field == "eplb_config"
+                                          else ""),
+                           fix="add enable_eplb: true (vLLM requires it too) or remove them")
+    dbo = out.get("enable_dbo", False)
+    for key, default in DBO_DEFAULTS.items():
+        if key in out and not dbo:
+            raise SpecsimError("a dual-batch-overlap threshold without enable_dbo",
+                               source=source, field=key,
+                               fix="add enable_dbo: true or remove it")
+        if dbo:
+            out.setdefault(key, default)
+    if dbo and not (out.get("data_parallel_size", 1) > 1 and
+                    out.get("enable_expert_parallel")):
+        raise SpecsimError("dual-batch overlap runs under data parallelism with expert "
+                           "parallelism only", source=source, field="enable_dbo",
+                           fix="add data_parallel_size: N (N > 1) and "
+                               "enable_expert_parallel: true, or remove enable_dbo")
 
 
 def _check_dp_expert_parallel(out: Mapping[str, Any], source: str) -> None:
@@ -222,4 +298,13 @@ def apply_vllm_args(data: Mapping[str, Any], args: Mapping[str, Any]) -> dict[st
         node[name] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
     if dp_attention:
         _data_parallel_attention(data, int(args["data_parallel_size"]))
+    if args.get("enable_dbo"):
+        data["parallelism"]["tbo_schedule"] = "vllm"
+    if args.get("enable_dbo") and data["parallelism"].get("moe_dispatch",
+                                                          "all_gather") == "all_gather":
+        raise SpecsimError("vLLM's dual-batch overlap runs with DeepEP's all-to-all only "
+                           "(docs/design/dbo.md)", field="enable_dbo",
+                           fix="add all2all_backend: deepep_low_latency (decode) or "
+                               "deepep_high_throughput (prefill), or set the scenario's "
+                               "parallelism.moe_dispatch")
     return data

@@ -64,6 +64,7 @@ import math
 import numpy as np
 
 from simulator.cost import moe, moe_kernels, tbo
+from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
 from simulator.cost.cost_model import CostModel
 from simulator.cost.op_cost import OpCost, StepCost, check_step
@@ -243,9 +244,22 @@ class DpAttentionCostModel(CostModel):
         eager = busiest is not None and self._mode(busiest[0], t_max)[0] == "eager"
         return (times[slowest] if times else 0.0), slowest, t_max, eager
 
+    def _overlapped(self, new_tokens, context) -> bool:
+        """Whether this step runs as two overlapped micro-batches (tbo.overlap_applies)."""
+        par = self.parallel
+        if not par.two_batch_overlap:
+            return False
+        new = np.asarray(new_tokens, dtype=np.float64).reshape(-1)
+        ctx = np.broadcast_to(np.asarray(context, dtype=np.float64).reshape(-1), new.shape) \
+            if np.size(context) in (1, new.size) else np.zeros_like(new)
+        ranks = [(new[r::self._ranks], ctx[r::self._ranks])
+                 for r in range(min(self._ranks, new.size))]
+        return tbo.overlap_applies(ranks, self._ranks, par.tbo_decode_token_threshold,
+                                   par.tbo_prefill_token_threshold, sm.UNIFORM_MAX_QUERY)
+
     def step_time(self, new_tokens, context, logits_tokens=None) -> float:
         """The slowest rank's forward plus the MoE layers' experts and collectives."""
-        if self.parallel.two_batch_overlap:
+        if self._overlapped(new_tokens, context):
             return self.breakdown(new_tokens, context, logits_tokens).time_s
         rank_s, _, t_max, eager = self._ranks_priced(new_tokens, context, logits_tokens,
                                                      super().step_time)
@@ -255,7 +269,7 @@ class DpAttentionCostModel(CostModel):
         """The slowest rank's operators, then the MoE layers' (``step_time`` within
         rounding)."""
         check_step(new_tokens, context, logits_tokens)
-        if self.parallel.two_batch_overlap:
+        if self._overlapped(new_tokens, context):
             return self._tbo_breakdown(new_tokens, context, logits_tokens)
         costs: list[StepCost] = []
 
@@ -272,54 +286,58 @@ class DpAttentionCostModel(CostModel):
                         rank_s + sum(op.time_s for op in ops), launch_s=rank.launch_s,
                         mode=rank.mode)
 
-    def _tbo_half(self, batches) -> tuple[list[OpCost], list[tuple], float, float]:
-        """One micro-batch over its ranks' ``batches``: (the slowest rank's operators, the
-        MoE terms at its busiest rank's tokens, its compute s, one MoE layer's
-        communication s)."""
+    def _tbo_half(self, batches) -> tuple[tbo.Half, list[OpCost]]:
+        """One micro-batch over its ranks' ``batches``: its work by stage part (tbo.Half,
+        the slowest rank's forward and the MoE terms at its busiest rank's tokens) and its
+        operators (the collectives at their serial time)."""
         costs = [CostModel.breakdown(self, *b) for b in batches if b[0].size]
         if not costs:
-            return [], [], 0.0, 0.0
+            return tbo.Half(*[0.0] * 8), []
         rank = max(costs, key=lambda c: c.time_s - c.step_overhead_s - c.launch_s)
         t_max = max(float(b[0].sum()) for b in batches)
         busiest = max(batches, key=lambda b: float(b[0].sum()))
         eager = self._mode(busiest[0], t_max)[0] == "eager"
         terms = self._moe_terms(t_max, eager) if t_max else []
-        compute, comm = self._moe_parts(t_max, eager) if t_max else (0.0, 0.0)
-        rank_s = rank.time_s - rank.step_overhead_s - rank.launch_s
-        return list(rank.ops), terms, rank_s + compute, comm / self._ep_moe.layers
+        ops = list(rank.ops) + [
+            OpCost(name, 0.0, nb, 0.0, 0.0, gpu, 0.0, max(launch - gpu, 0.0), roofline_s=gpu)
+            for name, gpu, launch, nb in terms]
+        return tbo.half_of({op.name: op.time_s for op in ops}, self._layers,
+                           self._ep_moe.layers), ops
 
     def _tbo_breakdown(self, new_tokens, context, logits_tokens) -> StepCost:
-        """The step as two overlapped micro-batches (simulator/cost/tbo.py): each operator
-        the sum of its two runs, the dispatch and combine at what the other micro-batch's
-        compute leaves exposed; the graph replay and the host time once, at the whole batch."""
+        """The step as two overlapped micro-batches (simulator/cost/tbo.py): each compute
+        operator the sum of its two runs (the expert GEMMs on the SMs DeepEP leaves them at
+        prefill), the dispatch and combine what the overlap leaves exposed, in proportion to
+        their serial times; the graph replay and the host time once, at the whole batch."""
         new = np.asarray(new_tokens, dtype=np.float64)
         ctx = np.asarray(context, dtype=np.float64)
         ctx = np.full_like(new, float(ctx.reshape(-1)[0])) if ctx.size == 1 else ctx
         lg = new.copy() if logits_tokens is None else np.asarray(logits_tokens, np.float64)
         if lg.ndim == 0:  # a total: shared by the requests' new tokens
             lg = float(lg) * new / max(float(new.sum()), 1.0)
-        halves = [tbo.split_rank(*b) for b in self._rank_batches(new, ctx, lg)]
-        a, b = (self._tbo_half([h[i] for h in halves]) for i in (0, 1))
-        share = tbo.DEEPEP_NORMAL_SMS / self._roof.kernels.sm_count \
-            if self._dispatch == "deepep_normal" and self._roof.kernels else 0.0
-        layers = self._ep_moe.layers
-        per_a, per_b = a[2] / self._layers, b[2] / self._layers
-        ops = []
-        for (rank_ops, terms, _c, m), other in ((a, per_b), (b, per_a)):
-            keep = float(tbo.exposed(m, other, share)) / m if m > 0 else 0.0
-            ops += rank_ops
-            ops += [OpCost(name, 0.0, nb, 0.0, 0.0, gpu * (keep if name in COMM else 1),
-                           0.0, 0.0 if name in COMM else max(launch - gpu, 0.0),
-                           roofline_s=gpu * (keep if name in COMM else 1.0))
-                    for name, gpu, launch, nb in terms]
-        device = tbo.overlapped_step(a[2], b[2], a[3], b[3], self._layers, layers, share)
         whole = self._rank_batches(new, ctx, lg)
+        sglang = self.parallel.tbo_schedule == "sglang"
+        halves = [tbo.split_rank(*b, by_sequence=sglang) for b in whole]
+        (a, ops_a), (b, ops_b) = (self._tbo_half([h[i] for h in halves]) for i in (0, 1))
+        decode = tbo.uniform_decode(new, ctx, sm.UNIFORM_MAX_QUERY)
+        normal = self._dispatch == "deepep_normal" and self._roof.kernels is not None
+        sms = self._roof.kernels.sm_count if normal else 1
+        share = tbo.DEEPEP_NORMAL_SMS / sms if normal else 0.0
+        factor = sms / (sms - tbo.DEEPEP_NORMAL_SMS) if normal and not decode else 1.0
+        device = tbo.overlapped_step(a, b, self._ep_moe.layers, decode and sglang, share,
+                                     factor)
+        ops = merged([op if op.name not in tbo.EXPERT_OPS else dataclasses.replace(
+            op, roofline_s=(op.time_s - op.overhead_s) * factor) for op in ops_a + ops_b])
+        compute = sum(op.time_s for op in ops if op.name not in COMM)
+        serial = sum(op.time_s for op in ops if op.name in COMM)
+        keep = max(device - compute, 0.0) / serial if serial > 0 else 0.0
+        ops = tuple(op if op.name not in COMM else dataclasses.replace(
+            op, roofline_s=op.time_s * keep, overhead_s=0.0) for op in ops)
         busiest = max(whole, key=lambda r: float(r[0].sum()))
         mode = self._mode(busiest[0], float(busiest[0].sum()))[0]
         total = self._with_replays(mode, device)
         host = self._host_time(max(int(np.count_nonzero(r[0])) for r in whole), total)
-        return StepCost(merged(ops), host, 0.0, total + host, launch_s=total - device,
-                        mode=mode)
+        return StepCost(ops, host, 0.0, total + host, launch_s=total - device, mode=mode)
 
     # the closed forms do not apply: the engine prices step by step
     def uniform_step_times(self, n, u, ctx_sums, logits):

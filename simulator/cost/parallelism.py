@@ -43,6 +43,15 @@ class Parallelism:
     # SGLang's enable_two_batch_overlap: the step run as two micro-batches, one's dispatch
     # and combine under the other's compute (dp_attention.py, tbo.py)
     two_batch_overlap: bool = False
+    # vLLM's dbo_decode_token_threshold / dbo_prefill_token_threshold: a step is split only
+    # where every DP rank holds at least this many tokens (the decode one for a rank whose
+    # batch is uniform decode, tbo.overlap_applies); 0: every step (SGLang has no threshold)
+    tbo_decode_token_threshold: int = 0
+    tbo_prefill_token_threshold: int = 0
+    # whose two-batch overlap: "sglang" (a prefill batch cut between whole requests, its
+    # decode schedule staggered by two stages) or "vllm" (DBO: cut at the token midpoint,
+    # one schedule for both); simulator/cost/tbo.py
+    tbo_schedule: str = "sglang"
     # SGLang's enable_eplb and ep_num_redundant_experts (vLLM's enable_eplb and
     # eplb_config.num_redundant_experts): experts placed, hot ones replicated, by DeepSeek's
     # EPLB from the routing's expected loads (moe_kernels.busiest_rank_share)
@@ -55,6 +64,11 @@ class Parallelism:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecsimError(f"must be a whole number >= 1, got {value!r}", field=name)
+        for name in ("tbo_decode_token_threshold", "tbo_prefill_token_threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecsimError(f"must be a whole number >= 0, got {value!r}",
+                                   field=f"parallelism.{name}")
         dtp = self.draft_tensor_parallel
         if dtp is not None and (isinstance(dtp, bool) or dtp not in (1, self.tensor_parallel)):
             raise SpecsimError(f"must be 1 or the target's tensor_parallel "
@@ -104,6 +118,10 @@ class Parallelism:
                                field="parallelism.enable_two_batch_overlap",
                                fix="set moe_dispatch: all_to_all or deepep_normal, or drop "
                                    "enable_two_batch_overlap")
+        if self.tbo_schedule not in TBO_SCHEDULES:
+            raise SpecsimError(f"unknown schedule {self.tbo_schedule!r}",
+                               field="parallelism.tbo_schedule", fix="one of " +
+                               ", ".join(TBO_SCHEDULES))
         if self.redundant_experts and not self.eplb:
             raise SpecsimError("redundant experts are placed by EPLB",
                                field="parallelism.ep_num_redundant_experts",
@@ -145,6 +163,7 @@ class Parallelism:
 
 
 MOE_DISPATCH = ("all_gather", "all_to_all", "deepep_normal")
+TBO_SCHEDULES = ("sglang", "vllm")
 
 
 def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int:
@@ -164,13 +183,28 @@ def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int
     return ep
 
 
+def _tbo_threshold(data: Any, key: str, kw: dict, source: str) -> int:
+    """A two-batch-overlap setting, given with the overlap: a token threshold (a whole
+    number >= 0) or the schedule."""
+    if not kw.get("two_batch_overlap"):
+        raise SpecsimError("a two-batch-overlap setting without the overlap",
+                           source=source, field=f"parallelism.{key}",
+                           fix="add enable_two_batch_overlap: true or remove it")
+    if key == "tbo_schedule":
+        return as_str(data[key], source=source, field=f"parallelism.{key}",
+                      choices=TBO_SCHEDULES)
+    return as_number(data[key], source=source, field=f"parallelism.{key}", integer=True,
+                     minimum=0, maximum=10_000_000)
+
+
 def parallelism_from_dict(data: Any, source: str) -> Parallelism:
     """A scenario's (or a disaggregated pool's) ``parallelism`` mapping, validated."""
     data = require_mapping(data or {}, source=source, field="parallelism")
     keys = ("tensor_parallel", "pipeline_parallel", "micro_batches", "offload_fraction",
             "draft_tensor_parallel_size", "expert_parallel", "data_parallel_attention",
             "moe_dispatch", "enable_two_batch_overlap", "enable_eplb",
-            "ep_num_redundant_experts")
+            "ep_num_redundant_experts", "tbo_decode_token_threshold",
+            "tbo_prefill_token_threshold", "tbo_schedule")
     check_keys(data, allowed=keys, source=source, prefix="parallelism.")
     kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
                        minimum=1, maximum=1024)
@@ -182,6 +216,9 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
                       ("enable_eplb", "eplb")):
         if key in data:
             kw[name] = as_bool(data[key], source=source, field=f"parallelism.{key}")
+    for key in ("tbo_decode_token_threshold", "tbo_prefill_token_threshold", "tbo_schedule"):
+        if key in data:
+            kw[key] = _tbo_threshold(data, key, kw, source)
     if "ep_num_redundant_experts" in data:
         kw["redundant_experts"] = as_number(data["ep_num_redundant_experts"], source=source,
                                             field="parallelism.ep_num_redundant_experts",

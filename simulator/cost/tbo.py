@@ -1,68 +1,256 @@
-"""Two-batch overlap (SGLang ``--enable-two-batch-overlap``) under DP attention with EP.
+"""Two-batch overlap (SGLang ``--enable-two-batch-overlap``, vLLM ``--enable-dbo``) under DP
+attention with EP.
 
 The mechanism (DeepSeek's inference system, github.com/deepseek-ai/profile-data: "two
 micro-batches ... the computation of one micro-batch overlaps with the communication of the
 other"; the SGLang large-scale EP blog, lmsys.org/blog/2025-05-05-large-scale-ep, "Two-batch
-Overlap"): each rank's batch is split in two micro-batches, A and B; the compute stream runs
-A's layer, then B's, then A's next; a MoE layer's dispatch and combine of A run on the
-communication side while B computes, and B's while A computes its next layer.  So, per MoE
-layer, A's communication ``m_A`` hides behind B's compute ``c_B`` and B's behind A's:
+Overlap"): each rank's batch is split in two micro-batches, A and B, and the step runs on two
+streams of one GPU: the compute stream runs the micro-batches' stages in turn, the
+communication stream their DeepEP collectives, one at a time in launch order.  Which
+compute hides which collective is the engine's schedule, SGLang's
+python/sglang/srt/operations_strategy.py (the "deepseek_blog" strategies), taken stage by
+stage (``_stages``; a stage runs until its yield):
 
-    step = C_A + C_B + L_moe * (exposed(m_A, c_B) + exposed(m_B, c_A))
-    exposed(m, c) = max(m, c + s m) - c = max(m - c, s m)
+- prefill (``tbo_delta_stages=0``, A and B in turn): [attention, gate, dispatch launched] |
+  [dispatch awaited, routed experts, combine launched] | [shared expert, combine awaited,
+  the next layer's attention ...].  So A's dispatch hides behind B's attention, B's behind
+  A's experts, A's combine behind B's experts and A's shared expert, B's behind A's next
+  attention: the drawing of profile-data's prefill (108 SMs computing, 24 communicating),
+  and vLLM's DBO schedule (docs/design/dbo.md, one schedule for every batch).
+- decode (``tbo_delta_stages=2``: A runs two stages ahead): [attention's input
+  projections] | [attention, output projection, gate] | [dispatch launched, shared expert]
+  | [dispatch awaited, routed experts, combine launched] | [combine awaited] per layer.
 
-``C_x`` a micro-batch's whole compute (its ranks' forwards at its own tokens, its routed
-experts and routing kernels), ``c_x = C_x / num_layers`` its compute in one layer (the layers'
-compute taken as even; the dense layers have no collective), ``m_x`` one MoE layer's dispatch
-plus combine at its tokens, ``s`` the share of the SMs the communication kernels hold while
-they run (DeepEP's normal kernels run on ``Buffer.num_sms`` = 20 SMs, deepseek-ai/DeepEP
-deep_ep/buffer.py, so the compute beside them runs on the rest; the low-latency kernels'
-receive is a hook that holds no SM, the DeepEP README: s = 0).
+Not every part hides: a collective longer than the compute the schedule puts beside it shows
+its excess, and a collective's wait cannot move into another stage.  At prefill DeepEP's
+normal kernels hold ``Buffer.num_sms`` = 20 SMs while they run (deepseek-ai/DeepEP
+deep_ep/buffer.py; SGLang's DeepEPConfig default): SGLang runs the routed experts' DeepGEMM
+on the rest for the whole overlapped prefill (``deep_gemm_num_sms = total - num_sms``;
+vLLM's DBO the same with DeepEP's high-throughput kernels: vllm/envs.py ``VLLM_DBO_COMM_SMS``
+20, "the rest of the SMs on the device will be allocated to compute", set as DeepGEMM's), so
+they take ``SMs / (SMs - 20)`` times as long, and other compute gets ``1 - 20 / SMs`` of the
+SMs while a collective is in flight (``_Streams.run``: the work done at that rate inside
+each collective's interval, at the full rate outside; the blog's ablation: "the no-TBO 8k
+case outperforms the TBO 16k case in per-kernel speed ... reduced streaming multiprocessors
+(SMs) with TBO").  DeepEP's low-latency kernels (decode) hold no SM while the data is in
+flight (profile-data: "all GPU SMs are freed"; SGLang's decode strategy sets no DeepGEMM
+SM count).
 
 What the split costs is priced by pricing each micro-batch on its own: each runs every
 kernel (twice the kernel floors and launches), reads every weight (twice the weight bytes of a
 memory-bound decode) and computes its GEMMs at half the rows (lower efficiency at smaller M).
 The forward is still one step of the scheduler and one CUDA graph: the host time and the
-graph replay are counted once.  With no communication the step is ``C_A + C_B``, what the
-split alone adds; with each micro-batch's communication within the other's compute
-(and s = 0) it is hidden in full.
+graph replay are counted once.  A micro-batch's operators are placed in the stages by name
+(``half_of``): the routed experts, the shared expert and the collectives spread evenly over
+the MoE layers, the other per-layer operators over every layer (the dense layers' share,
+with the dense MLPs and the embedding, before the first MoE layer; the LM head after the
+last).  With no communication the step is the two micro-batches' compute; with every
+collective within the compute beside it (and no SM held) it is hidden in full.
 
-The split (``split_rank``) follows SGLang's two_batch_overlap.py: a rank's batch is cut at
-its token midpoint, in request order, a request whose tokens straddle it split in two (the
-second part's context the first's tokens on); decode requests (one token each) split by
-count.
+The split (``split_rank``): decode requests (one token each) by count in both engines; a
+prefill batch between whole requests in SGLang (``split_by_sequence``: requests of unequal
+lengths split unevenly, a single request stays whole in one micro-batch and nothing
+overlaps), at the token midpoint in vLLM (``create_ubatch_slices``: a request that straddles
+it is cut in two, the second part's context the first's tokens on).
+``parallelism.tbo_schedule`` picks the engine (``sglang``, or ``vllm`` from ``--vllm-args``'
+``enable_dbo``).
+
+Where the engine splits (``overlap_applies``): SGLang splits every step it can; vLLM
+(``--enable-dbo``, vLLM 0.11's ParallelConfig ``dbo_decode_token_threshold`` 32 and
+``dbo_prefill_token_threshold`` 512; vllm/v1/worker/ubatch_splitting.py
+``check_ubatch_thresholds``: ``num_tokens >= threshold``, the decode one for a uniform-decode
+batch) splits a step only if every DP rank votes for it, an idle rank voting no
+(``get_dp_padding_ubatch``: "Either all ranks run with microbatching or none of them do";
+vllm-project/vllm #50738: "including an idle rank that has nothing scheduled").  A step below
+the threshold runs as one batch, its communication after its compute.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 DEEPEP_NORMAL_SMS = 20  # deepseek-ai/DeepEP deep_ep/buffer.py: Buffer.num_sms default
 
 
-def exposed(m, c, sm_share: float):
-    """Seconds communication ``m`` adds beyond compute ``c`` it runs beside (module
-    docstring); arrays broadcast."""
-    return np.maximum(np.subtract(m, c), np.multiply(sm_share, m))
+def overlap_applies(ranks_batch: list[tuple[np.ndarray, np.ndarray]], ranks: int,
+                    decode_threshold: int, prefill_threshold: int,
+                    uniform_max: float) -> bool:
+    """Whether a step is split (module docstring): each of the ``ranks`` DP ranks' new tokens
+    (``ranks_batch``, the busy ranks' per-request (new, context) arrays; the rest idle)
+    reach the threshold of its batch's kind: uniform decode (every request continuing a
+    sequence with the same count of new tokens, at most ``uniform_max``: vLLM's
+    ``1 + num_speculative_tokens``) or one with a prefill."""
+    if decode_threshold <= 0 and prefill_threshold <= 0:
+        return True
+    if len(ranks_batch) < ranks:
+        return False  # an idle rank votes no
+    for new, ctx in ranks_batch:
+        threshold = decode_threshold if uniform_decode(new, ctx, uniform_max) \
+            else prefill_threshold
+        if float(new.sum()) < threshold:
+            return False
+    return True
 
 
-def overlapped_step(c_a: float, c_b: float, m_a: float, m_b: float, layers: int,
-                    moe_layers: int, sm_share: float = 0.0) -> float:
-    """The device seconds of a two-batch-overlapped forward: micro-batch computes ``c_a``,
-    ``c_b`` (whole forwards), one MoE layer's communication ``m_a``, ``m_b``, over ``layers``
-    layers of which ``moe_layers`` communicate (module docstring)."""
-    per_a, per_b = c_a / layers, c_b / layers
-    hidden = exposed(m_a, per_b, sm_share) + exposed(m_b, per_a, sm_share)
-    return c_a + c_b + moe_layers * float(hidden)
+def uniform_decode(new: np.ndarray, ctx: np.ndarray, uniform_max: float) -> bool:
+    """Every request continues a sequence with the same count of new tokens, at most
+    ``uniform_max`` (a decode or verification batch: SGLang's DECODE and TARGET_VERIFY
+    forward modes, vLLM's uniform decode)."""
+    active = new > 0
+    return bool(active.any()) and bool(np.all(ctx[active] > 0)) and \
+        new[active].min() == new[active].max() <= uniform_max
 
 
-def split_rank(new: np.ndarray, ctx: np.ndarray, logits: np.ndarray):
-    """One rank's batch cut at its token midpoint: two ``(new, ctx, logits)`` per-request
-    arrays (module docstring); logits go with a split request's second part."""
+@dataclass(frozen=True)
+class Half:
+    """One micro-batch's work, in device seconds at the whole GPU: ``lead`` before the first
+    MoE layer (embedding, the dense layers), per MoE layer ``prep`` (the attention's input
+    projections), ``core`` (the rest of the layer before the experts: attention, its output
+    projection, norms, the router), ``experts`` (the routed experts' grouped GEMMs),
+    ``shared`` (the shared expert and its add), ``dispatch`` and ``combine`` (its DeepEP
+    collectives), and ``tail`` after the last (final norm, LM head)."""
+
+    lead: float
+    prep: float
+    core: float
+    experts: float
+    shared: float
+    dispatch: float
+    combine: float
+    tail: float
+
+
+def _stages(h: Half, layers: int, decode: bool) -> list[list[tuple]]:
+    """One micro-batch's stages, SGLang's operations_strategy.py (module docstring): each
+    a list of ("run", s, expert?), ("send", s) (a collective launched) and ("wait",) (the
+    last one's result needed)."""
+    attn = [("run", h.prep, False), ("run", h.core, False)]
+    if decode:  # delta 2: prep | core | dispatch + shared | experts | combine's wait
+        out = [[("run", h.lead, False), attn[0]]]
+        for i in range(layers):
+            out += [[attn[1]], [("send", h.dispatch), ("run", h.shared, False)],
+                    [("wait",), ("run", h.experts, True), ("send", h.combine)], [("wait",)]]
+            out.append([attn[0]] if i + 1 < layers else [("run", h.tail, False)])
+        return out
+    out = [[("run", h.lead, False), *attn, ("send", h.dispatch)]]  # delta 0
+    for i in range(layers):
+        out.append([("wait",), ("run", h.experts, True), ("send", h.combine)])
+        nxt = [*attn, ("send", h.dispatch)] if i + 1 < layers else [("run", h.tail, False)]
+        out.append([("run", h.shared, False), ("wait",), *nxt])
+    return out
+
+
+PREP_OPS = ("fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "qkv_proj")  # attention's inputs
+EXPERT_OPS = ("experts_up", "experts_down")
+SHARED_OPS = ("shared_up", "shared_down", "fp8_quant_shared", "moe_shared_add")
+LEAD_OPS = ("embedding", "mlp_up", "mlp_down", "fp8_quant_mlp")  # the dense layers' MLP
+TAIL_OPS = ("lm_head",)
+MOE_CORE_OPS = ("router", "moe_routing")  # the gate and top-k of each MoE layer
+COMM_OPS = ("moe_dispatch", "moe_combine")
+
+
+def half_of(times: dict[str, float], layers: int, moe_layers: int) -> Half:
+    """A micro-batch's ``Half`` from its operators' seconds over the forward (the
+    CostModel's names): the routed experts, shared expert and collectives spread over the
+    MoE layers, the other per-layer operators over every layer (the dense layers' share of
+    them, with the dense MLPs, before the first MoE layer)."""
+    def total(names) -> float:
+        return sum(times.get(n, 0.0) for n in names)
+    named = PREP_OPS + EXPERT_OPS + SHARED_OPS + LEAD_OPS + TAIL_OPS + COMM_OPS + \
+        MOE_CORE_OPS
+    rest = sum(t for n, t in times.items() if n not in named)
+    dense = (layers - moe_layers) / layers
+    per = (1.0 - dense) / moe_layers
+    return Half(lead=total(LEAD_OPS) + dense * (rest + total(PREP_OPS)),
+                prep=per * total(PREP_OPS),
+                core=per * rest + total(MOE_CORE_OPS) / moe_layers,
+                experts=total(EXPERT_OPS) / moe_layers, shared=total(SHARED_OPS) / moe_layers,
+                dispatch=times.get("moe_dispatch", 0.0) / moe_layers,
+                combine=times.get("moe_combine", 0.0) / moe_layers, tail=total(TAIL_OPS))
+
+
+class _Streams:
+    """The compute stream and the communication stream of one GPU: collectives run one at a
+    time in launch order; while one runs, compute other than the SM-capped expert GEMMs
+    gets ``1 - sm_share`` of the SMs."""
+
+    def __init__(self, sm_share: float, expert_factor: float) -> None:
+        self.t, self.free, self.busy, self.first = 0.0, 0.0, [], 0
+        self.share, self.expert_factor = sm_share, expert_factor
+        self.done: dict[int, float] = {}
+
+    def run(self, work: float, expert: bool) -> None:
+        if expert or self.share <= 0.0:
+            self.t += work * (self.expert_factor if expert else 1.0)
+            return
+        rate = 1.0 - self.share
+        for a, b in self.busy[self.first:]:
+            if b <= self.t:
+                self.first += 1
+                continue
+            if a > self.t:  # the SMs are all free until the next collective
+                if work <= a - self.t:
+                    break
+                work -= a - self.t
+                self.t = a
+            if work <= (b - self.t) * rate:
+                self.t += work / rate
+                return
+            work -= (b - self.t) * rate
+            self.t = b
+        self.t += work
+
+    def send(self, who: int, seconds: float) -> None:
+        if seconds <= 0.0:  # no collective (e.g. one rank's empty micro-batch): no wait
+            self.done[who] = self.t
+            return
+        start = max(self.t, self.free)
+        self.free = self.done[who] = start + seconds
+        self.busy.append((start, self.free))
+
+    def wait(self, who: int) -> None:
+        self.t = max(self.t, self.done.get(who, 0.0))
+
+
+def overlapped_step(a: Half, b: Half, layers: int, decode: bool, sm_share: float = 0.0,
+                    expert_factor: float = 1.0) -> float:
+    """The device seconds of a two-batch-overlapped forward over ``layers`` MoE layers: the
+    stages of both micro-batches issued in SGLang's order (A's first ``delta`` stages, then
+    A and B in turn, then B's last ``delta``) and run on the two streams (module
+    docstring)."""
+    sa, sb = _stages(a, layers, decode), _stages(b, layers, decode)
+    delta = 2 if decode else 0
+    order = [(0, st) for st in sa[:delta]]
+    for x, y in zip(sa[delta:], sb):
+        order += [(0, x), (1, y)]
+    order += [(1, st) for st in sb[len(sb) - delta:]]
+    streams = _Streams(sm_share, expert_factor)
+    for who, stage in order:
+        for step in stage:
+            if step[0] == "run":
+                streams.run(step[1], step[2])
+            elif step[0] == "send":
+                streams.send(who, step[1])
+            else:
+                streams.wait(who)
+    return streams.t
+
+
+def split_rank(new: np.ndarray, ctx: np.ndarray, logits: np.ndarray, *,
+               by_sequence: bool = False):
+    """One rank's batch in two ``(new, ctx, logits)`` per-request arrays (module
+    docstring): decode requests (one token each) by count; else at the token midpoint, a
+    request that straddles it cut in two (its logits with the second part: vLLM), or
+    ``by_sequence`` between whole requests (SGLang, ``split_by_sequence``)."""
     cum = np.cumsum(new)
     total = float(cum[-1]) if cum.size else 0.0
     half = np.floor(total / 2.0)
     if new.size and np.all(new <= 1.0):  # decode: whole requests, by count
         cut = new.size // 2
+        return (new[:cut], ctx[:cut], logits[:cut]), (new[cut:], ctx[cut:], logits[cut:])
+    if by_sequence:
+        cut = split_by_sequence(new)
         return (new[:cut], ctx[:cut], logits[:cut]), (new[cut:], ctx[cut:], logits[cut:])
     i = int(np.searchsorted(cum, half, side="left")) if cum.size else 0
     if i >= new.size:
@@ -80,3 +268,17 @@ def split_rank(new: np.ndarray, ctx: np.ndarray, logits: np.ndarray):
         second = (new[i + 1:], ctx[i + 1:], logits[i + 1:])
         first = (new[:i + 1], ctx[:i + 1], logits[:i + 1])
     return first, second
+
+
+def split_by_sequence(new: np.ndarray) -> int:
+    """SGLang's prefill split (python/sglang/srt/two_batch_overlap.py of the large-EP blog's
+    release, ``_split_array_by_half_sum``): the first micro-batch takes whole requests up to
+    the first whose running sum of new tokens reaches half the total (floor), never the
+    last; a single request stays whole in the second."""
+    half = float(np.sum(new)) // 2
+    cut = 0
+    for value in np.cumsum(new)[:-1]:
+        cut += 1
+        if value >= half:
+            break
+    return cut

@@ -319,3 +319,66 @@ def test_data_parallel_size_on_a_moe_target_is_not_replicas():
     with pytest.raises(SpecsimError, match="mixture of experts") as err:
         apply_vllm_args({}, args)
     assert err.value.field == "data_parallel_size"
+
+
+DP_EP = {"model": "deepseek-v3", "data-parallel-size": 8, "enable-expert-parallel": True,
+         "max-num-seqs": 32, "max-num-batched-tokens": 4096}
+
+
+def test_vllm_dbo_and_eplb_map_onto_overlap_and_eplb():
+    from simulator.vllm_args import apply_vllm_args, vllm_args_from_mapping
+    # vLLM 0.11 (vllm/config/parallel.py): --enable-dbo with the thresholds' defaults
+    # (dbo_decode_token_threshold 32, dbo_prefill_token_threshold 512), --enable-eplb with
+    # --eplb-config's num_redundant_experts (a JSON string on the CLI), --all2all-backend
+    args = vllm_args_from_mapping({**DP_EP, "enable-dbo": True, "enable-eplb": True,
+                                   "all2all-backend": "deepep_high_throughput",
+                                   "eplb-config": '{"num_redundant_experts": 32, '
+                                                  '"window_size": 1000}'}, source="t")
+    par = scenario_from_dict(apply_vllm_args({"hardware": "h100-sxm", "policy": {
+        "name": "none"}}, args), source="t").parallelism
+    assert (par.two_batch_overlap, par.tbo_decode_token_threshold,
+            par.tbo_prefill_token_threshold) == (True, 32, 512)
+    assert (par.eplb, par.redundant_experts, par.moe_dispatch) == (True, 32, "deepep_normal")
+    assert par.tbo_schedule == "vllm"  # vLLM's split at the token midpoint, its schedule
+    # thresholds as given; the deprecated --num-redundant-experts; the low-latency backend
+    args = vllm_args_from_mapping({**DP_EP, "enable_dbo": True,
+                                   "dbo_decode_token_threshold": 0,
+                                   "dbo-prefill-token-threshold": 64, "enable_eplb": True,
+                                   "num_redundant_experts": 8,
+                                   "all2all_backend": "deepep_low_latency"}, source="t")
+    par = scenario_from_dict(apply_vllm_args({"hardware": "h100-sxm", "policy": {
+        "name": "none"}}, args), source="t").parallelism
+    assert (par.tbo_decode_token_threshold, par.tbo_prefill_token_threshold,
+            par.redundant_experts, par.moe_dispatch) == (0, 64, 8, "all_to_all")
+
+
+@pytest.mark.parametrize("args,field", [
+    ({"enable_dbo": True}, "enable_dbo"),                     # no DP + EP
+    ({"enable_eplb": True}, "enable_eplb"),                   # no EP
+    ({**DP_EP, "eplb_config": {"num_redundant_experts": 4}},
+     "eplb_config.num_redundant_experts"),                    # no EPLB
+    ({**DP_EP, "dbo_decode_token_threshold": 16}, "dbo_decode_token_threshold"),
+    ({**DP_EP, "enable_dbo": True, "dbo_prefill_token_threshold": -1},
+     "dbo_prefill_token_threshold"),
+    ({**DP_EP, "all2all_backend": "pplx"}, "all2all_backend"),
+    ({**DP_EP, "enable_eplb": True, "eplb_config": {"num_redundant": 4}},
+     "eplb_config.num_redundant"),
+    ({**DP_EP, "enable_eplb": True, "eplb_config": {"num_redundant_experts": 4},
+      "num_redundant_experts": 4}, "num_redundant_experts")])
+def test_bad_dbo_and_eplb_arguments_name_their_field(args, field):
+    from simulator.vllm_args import vllm_args_from_mapping
+    with pytest.raises(SpecsimError) as err:
+        vllm_args_from_mapping(args, source="t")
+    assert err.value.field == field
+
+
+def test_run_vllm_dbo_without_deepep_exits_2_naming_it(tmp_path):
+    # vLLM's DBO needs DeepEP's all-to-all (docs/design/dbo.md); the scenario's dispatch is
+    # the all-gather default, so the run is refused before anything is written
+    args = _write(tmp_path / "args.yaml", {**DP_EP, "enable-dbo": True})
+    out = subprocess.run([sys.executable, "-m", "simulator.cli", "run", "--vllm-args",
+                          str(args), "--out", str(tmp_path / "o"), "--no-progress"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr and "enable_dbo" in out.stderr
+    assert "all2all_backend" in out.stderr and not (tmp_path / "o").exists()

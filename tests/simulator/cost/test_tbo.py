@@ -1,5 +1,6 @@
-"""Two-batch overlap (simulator/cost/tbo.py): the overlap's closed form, the token-midpoint
-split, and the overlapped DP-attention step against its two micro-batches priced apart."""
+"""Two-batch overlap (simulator/cost/tbo.py): the two-stream schedules worked by hand, the
+splits, vLLM's thresholds, and the overlapped DP-attention step against its micro-batches'
+compute and communication."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,31 +18,74 @@ from simulator.models.spec import load_model
 EP16 = dict(tensor_parallel=1, data_parallel_attention=16, expert_parallel=16)
 
 
-def test_zero_communication_costs_the_split_alone():
-    # no communication: the two micro-batches' compute back to back, nothing else
-    assert tbo.overlapped_step(3.0, 2.0, 0.0, 0.0, 61, 58) == 5.0
-    assert tbo.overlapped_step(3.0, 2.0, 0.0, 0.0, 61, 58, sm_share=0.15) == 5.0
+def _half(**kw) -> tbo.Half:
+    return tbo.Half(**{**dict.fromkeys(tbo.Half.__dataclass_fields__, 0.0), **kw})
 
 
-def test_communication_below_the_other_half_compute_is_hidden():
-    c_a, c_b, layers = 7.625, 15.25, 61        # 0.125 s and 0.25 s a layer (exact floats)
-    assert tbo.overlapped_step(c_a, c_b, 0.25, 0.125, layers, 58) == c_a + c_b
-    assert tbo.overlapped_step(c_a, c_b, 0.19, 0.05, layers, 58) == c_a + c_b
+@pytest.mark.parametrize("decode", [False, True])
+def test_zero_communication_costs_the_split_alone(decode):
+    # no collective: the two micro-batches' compute back to back, nothing else
+    a = _half(lead=0.5, prep=0.25, core=1.0, experts=2.0, shared=0.5, tail=0.125)
+    b = dataclasses.replace(a, core=1.5)
+    assert tbo.overlapped_step(a, b, 3, decode) == 0.625 * 2 + 3 * (3.75 + 4.25)
 
 
-def test_communication_beyond_the_other_half_compute_shows_its_excess():
-    # A's 0.5 s a layer under B's 0.2 s: 0.3 s exposed in each of the 58 MoE layers; B's
-    # 0.05 s under A's 0.1 s hidden
-    got = tbo.overlapped_step(6.1, 12.2, 0.5, 0.05, 61, 58)
-    assert got == pytest.approx(6.1 + 12.2 + 58 * 0.3, rel=1e-12)
+def test_prefill_schedule_worked_by_hand():
+    # one MoE layer, attention 2, experts 3, dispatch 1, combine 4 (SGLang's prefill stages):
+    # A attn 0-2, dA 2-3 | B attn 2-4, dB 4-5 | A experts 4-7, cA 7-11 | B experts 7-10,
+    # cB queued behind cA: 11-15 | A waits cA (11) | B waits cB: 15
+    h = _half(core=2.0, experts=3.0, dispatch=1.0, combine=4.0)
+    assert tbo.overlapped_step(h, h, 1, False) == 15.0   # serial: 20, compute alone: 10
 
 
-def test_kernels_holding_sms_slow_the_compute_beside_them():
-    # s of the SMs held for the whole m: the compute beside it runs at 1 - s, so a layer
-    # pair takes max(m, c + s m); c 0.2, m 0.15, s 0.25: 0.2375, 0.0375 over c
-    assert float(tbo.exposed(0.15, 0.2, 0.25)) == pytest.approx(0.0375, rel=1e-12)
-    got = tbo.overlapped_step(12.2, 12.2, 0.15, 0.15, 61, 58, sm_share=0.25)
-    assert got == pytest.approx(24.4 + 58 * 2 * 0.0375, rel=1e-12)
+def test_prefill_hides_all_but_the_last_combine():
+    # every collective shorter than the compute the schedule puts beside it: hidden, except
+    # B's last combine, which has only B's own shared expert (0) left to run beside it
+    h = _half(core=5.0, experts=5.0, dispatch=1.0, combine=1.0)
+    assert tbo.overlapped_step(h, h, 3, False) == 2 * 3 * 10.0 + 1.0
+
+
+def test_decode_schedule_worked_by_hand():
+    # SGLang's decode stages, B two stages behind A: A prep 0-1, core 1-3, dA 3-5 beside A's
+    # shared 3-4 | B prep 4-5 | A waits dA, experts 5-8, cA 8-12 | B core 8-10 | A waits cA
+    # (12) | B's dA 12-14 beside B's shared 12-13 | B experts 14-17, cB 17-21 | B waits: 21
+    h = _half(prep=1.0, core=2.0, shared=1.0, experts=3.0, dispatch=2.0, combine=4.0)
+    assert tbo.overlapped_step(h, h, 1, True) == 21.0    # serial: 26, compute alone: 14
+
+
+def test_sm_share_slows_the_compute_beside_a_collective_and_caps_the_experts():
+    # s = 0.5: B's attention (2) starts at 2 beside A's dispatch (2-3): half rate for 1,
+    # then 1.5 at full rate: 2-4.5; dB 4.5-5.5 | A experts 4.5-6.5 | B waits 5.5, 6.5-8.5
+    h = _half(core=2.0, experts=2.0, dispatch=1.0)
+    assert tbo.overlapped_step(h, h, 1, False) == 8.0
+    assert tbo.overlapped_step(h, h, 1, False, sm_share=0.5) == 8.5
+    # the expert GEMMs on the SMs DeepEP leaves them: 1.5 x as long, A 4.5-7.5, B 7.5-10.5
+    assert tbo.overlapped_step(h, h, 1, False, sm_share=0.5, expert_factor=1.5) == 10.5
+
+
+def test_operators_placed_in_the_stages_by_name():
+    # 61 layers, 58 of them MoE (DeepSeek-V3): the dense layers' share of the per-layer
+    # operators, the dense MLP and the embedding lead; the routed and shared experts, the
+    # router and the collectives are per MoE layer; the LM head is last
+    times = {"attention": 61.0, "fused_qkv_a_proj": 6.1, "mlp_up": 3.0, "embedding": 1.0,
+             "experts_up": 58.0, "experts_down": 29.0, "shared_up": 5.8, "moe_routing": 11.6,
+             "moe_dispatch": 116.0, "moe_combine": 174.0, "lm_head": 2.0}
+    h = tbo.half_of(times, 61, 58)
+    assert h.lead == pytest.approx(3.0 + 1.0 + 3 * 1.0 + 3 * 0.1)
+    assert (h.prep, h.core) == (pytest.approx(0.1), pytest.approx(1.0 + 0.2))
+    assert (h.experts, h.shared, h.dispatch, h.combine, h.tail) == \
+        (1.5, pytest.approx(0.1), 2.0, 3.0, 2.0)
+
+
+def test_sglang_splits_a_prefill_between_whole_requests():
+    # _split_array_by_half_sum: the first prefix whose sum reaches floor(total / 2)
+    assert tbo.split_by_sequence(np.array([3.0, 5.0, 2.0])) == 2        # 8 | 2
+    assert tbo.split_by_sequence(np.full(4, 4096.0)) == 2               # even
+    assert tbo.split_by_sequence(np.array([1.0, 1.0, 10.0])) == 2       # 2 | 10
+    assert tbo.split_by_sequence(np.array([100.0])) == 0                # whole, in B
+    (n1, c1, _), (n2, c2, _) = tbo.split_rank(np.array([3.0, 5.0, 2.0]), np.zeros(3),
+                                              np.ones(3), by_sequence=True)
+    assert list(n1) == [3, 5] and list(n2) == [2]
 
 
 def test_split_at_the_token_midpoint_keeps_every_token_and_its_context():
@@ -71,25 +115,30 @@ def _models(dispatch: str = "all_to_all"):
 
 
 @pytest.mark.parametrize("dispatch,new", [("all_to_all", 1.0), ("deepep_normal", 512.0)])
-def test_overlapped_step_against_its_micro_batches_priced_apart(dispatch, new):
+def test_overlapped_step_within_its_compute_and_its_serial_communication(dispatch, new):
     serial, over = _models(dispatch)
     n = 16 * 8
     full = (np.full(n, new), np.full(n, 1000.0), np.ones(n))
     half = (np.full(n // 2, new), np.full(n // 2, 1000.0), np.ones(n // 2))
     step = over.step_time(*full)
-    names = [op.name for op in over.breakdown(*full).ops]
-    assert step == pytest.approx(over.breakdown(*full).time_s, rel=1e-12)
+    bd = over.breakdown(*full)
+    names = [op.name for op in bd.ops]
+    assert step == pytest.approx(bd.time_s, rel=1e-12)
     # the two runs of an operator are one operator (drafting.py reads them by name)
     assert len(names) == len(set(names)) and "o_proj" in names
     # each micro-batch is half of every rank's requests: priced apart, serially, each is
-    # its compute + its communication + its own host time and replay
-    bd = serial.breakdown(*half)
-    comm = sum(op.time_s for op in bd.ops if op.name in COMM)
-    whole_half = bd.time_s
-    # overlapped: at least the two computes (host and replay once), at most the two
-    # halves run one after the other
-    assert 2 * (whole_half - comm - bd.step_overhead_s - bd.launch_s) <= step
-    assert step <= 2 * whole_half
+    # its compute W/2 + its communication M/2 + its own host time and replay; overlapped,
+    # the compute stream runs all of W (the experts x SMs / (SMs - 20) at prefill), at
+    # worst at 1 - s of the SMs, and idles only while a collective runs: W <= step <= W /
+    # (1 - s) + M, host and replay once
+    half_bd = serial.breakdown(*half)
+    sms = over._roof.kernels.sm_count
+    s, cap = (20 / sms, sms / (sms - 20)) if dispatch == "deepep_normal" else (0.0, 1.0)
+    comm = 2 * sum(op.time_s for op in half_bd.ops if op.name in COMM)
+    work = 2 * sum(op.time_s * (cap if op.name in tbo.EXPERT_OPS else 1.0)
+                   for op in half_bd.ops if op.name not in COMM)
+    device = step - bd.step_overhead_s - bd.launch_s
+    assert work * (1 - 1e-9) <= device <= work / (1 - s) + comm
 
 
 def test_bad_overlap_and_eplb_settings_name_their_field():
@@ -104,3 +153,86 @@ def test_bad_overlap_and_eplb_settings_name_their_field():
     with pytest.raises(SpecsimError, match="parallelism.ep_num_redundant_experts"):
         DpAttentionCostModel(load_profile("h100-sxm"), load_model("deepseek-v3"),
                              Parallelism(**EP16, eplb=True, redundant_experts=5))
+
+
+def _with_thresholds(decode: int, prefill: int):
+    serial, over = _models("all_to_all")
+    gated = DpAttentionCostModel(load_profile("h100-sxm"), load_model("deepseek-v3"),
+                                 dataclasses.replace(over.parallel,
+                                                     tbo_decode_token_threshold=decode,
+                                                     tbo_prefill_token_threshold=prefill))
+    return serial, over, gated
+
+
+@pytest.mark.parametrize("per_rank,split", [(31, False), (32, True), (64, True)])
+def test_vllm_decode_threshold_splits_at_and_above_it(per_rank, split):
+    # vLLM's check_ubatch_thresholds: num_tokens >= dbo_decode_token_threshold (32) for a
+    # uniform-decode batch; below it the step is the serial one, exactly
+    serial, over, gated = _with_thresholds(32, 512)
+    n = 16 * per_rank
+    batch = (np.ones(n), np.full(n, 2000.0), np.ones(n))
+    want = (over if split else serial).step_time(*batch)
+    assert gated.step_time(*batch) == want
+    assert gated.breakdown(*batch).time_s == pytest.approx(want, rel=1e-12)
+
+
+def test_vllm_prefill_threshold_and_every_rank_votes():
+    serial, over, gated = _with_thresholds(32, 512)
+    # one prompt a rank: 512 tokens split (>=), 511 do not
+    for tokens, model in ((512.0, over), (511.0, serial)):
+        batch = (np.full(16, tokens), np.zeros(16), np.ones(16))
+        assert gated.step_time(*batch) == model.step_time(*batch)
+    # one rank below its threshold keeps every rank whole: 15 ranks with 600-token prompts,
+    # the last (request 15) with 100
+    new = np.full(16, 600.0)
+    new[15] = 100.0
+    batch = (new, np.zeros(16), np.ones(16))
+    assert gated.step_time(*batch) == serial.step_time(*batch)
+    # an idle rank votes no: 15 requests over 16 ranks
+    batch = (np.full(15, 600.0), np.zeros(15), np.ones(15))
+    assert gated.step_time(*batch) == serial.step_time(*batch)
+    # a decode rank is judged by the decode threshold: 40 uniform decodes (>= 32) on every
+    # rank pass where the prefill threshold (512) would not
+    batch = (np.ones(16 * 40), np.full(16 * 40, 100.0), np.ones(16 * 40))
+    assert gated.step_time(*batch) == over.step_time(*batch)
+
+
+def test_overlap_applies_by_batch_kind():
+    ones, ctx = np.ones(40), np.full(40, 9.0)
+    decode = (ones, ctx)
+    assert tbo.overlap_applies([decode, decode], 2, 32, 512, 128)
+    # 2 x 250 new tokens: a prefill (no context) below 512; with context and equal counts
+    # a uniform batch (e.g. verification) judged by the decode threshold
+    chunks = np.array([250.0, 250.0])
+    assert not tbo.overlap_applies([decode, (chunks, np.zeros(2))], 2, 32, 512, 128)
+    assert not tbo.overlap_applies([decode, (chunks, np.full(2, 5.0))], 2, 32, 512, 128)
+    assert tbo.overlap_applies([decode, (chunks, np.full(2, 5.0))], 2, 32, 512, 250)
+    assert not tbo.overlap_applies([decode], 2, 32, 512, 128)          # one rank idle
+    assert tbo.overlap_applies([], 2, 0, 0, 128)                       # no thresholds
+
+
+def test_a_threshold_needs_the_overlap_and_a_whole_number():
+    base = {"data_parallel_attention": 8, "expert_parallel": True,
+            "moe_dispatch": "all_to_all"}
+    with pytest.raises(SpecsimError, match="without the overlap") as err:
+        parallelism_from_dict({**base, "tbo_decode_token_threshold": 32}, source="t")
+    assert err.value.field == "parallelism.tbo_decode_token_threshold"
+    with pytest.raises(SpecsimError) as err:
+        parallelism_from_dict({**base, "enable_two_batch_overlap": True,
+                               "tbo_prefill_token_threshold": 1.5}, source="t")
+    assert err.value.field == "parallelism.tbo_prefill_token_threshold"
+    par = parallelism_from_dict({**base, "enable_two_batch_overlap": True,
+                                 "tbo_prefill_token_threshold": 512}, source="t")
+    assert (par.tbo_decode_token_threshold, par.tbo_prefill_token_threshold) == (0, 512)
+
+
+def test_one_prompt_a_rank_overlaps_in_vllm_not_in_sglang():
+    # SGLang cuts between whole requests: one 4,096-token prompt a rank stays whole in one
+    # micro-batch, so nothing overlaps and the capped DeepGEMM makes the step no faster
+    # than the serial one; vLLM cuts it at its token midpoint and overlaps
+    serial, sglang = _models("deepep_normal")
+    vllm = DpAttentionCostModel(load_profile("h100-sxm"), load_model("deepseek-v3"),
+                                dataclasses.replace(sglang.parallel, tbo_schedule="vllm"))
+    batch = (np.full(16, 4096.0), np.zeros(16), np.ones(16))
+    assert sglang.step_time(*batch) >= serial.step_time(*batch)
+    assert vllm.step_time(*batch) < serial.step_time(*batch)
