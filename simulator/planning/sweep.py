@@ -51,10 +51,8 @@ SIM_SWEEPABLE = ("seed", "hardware", "target", "draft", "parallelism", "policy",
                  "batching", "workload", "slo", "replicas", "router", "overheads")
 NOT_SWEEPABLE = {"name": "it labels the scenario, not a configuration",
                  "hardware_dir": "it is a search path; set it under fixed",
-                 # one declaration for every point: points that drew different spreads
-                 # would not compare like for like
-                 "uncertainty": "it declares how uncertain every point's inputs are; set it "
-                                "under fixed"}
+                 "uncertainty": "it declares how uncertain every point's inputs are, the "
+                                "same for all to compare like for like; set it under fixed"}
 ANALYTIC_ONLY = ("batch", "context", "tree_width", "c", "c_target_over_draft")
 
 # Sweep sizes (docs/limits.md), checked on the product of the axis lengths before any
