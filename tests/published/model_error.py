@@ -30,7 +30,7 @@ from tests.published.tolerances import ABSOLUTE, Case
 KINDS = ("throughput", "latency")
 # the unit a published absolute's source gives it, per metric kind (checked on every case:
 # test_coverage.py), so that a new absolute case is sorted by what it measures
-UNITS = {"throughput": ("token/s", "tokens/s"), "latency": (" ms", " ms ", "latency")}
+UNITS = {"throughput": ("token/s", "tokens/s"), "latency": (" ms", "latency")}
 # a leave-one-out sigma needs this many other cases of its kind: a median of fewer is the
 # error of one or two cases, not a distribution
 MIN_OTHERS = 3
