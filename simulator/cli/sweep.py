@@ -37,16 +37,16 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--uncertainty", type=bounded_int(MAX_UNCERTAINTY_DRAWS), default=None,
                    metavar="N", help="simulated sweeps: also run N Monte Carlo draws of each "
                    "point's declared input uncertainty and print p5/p50/p95 of each metric "
-                   f"(at most {MAX_UNCERTAINTY_DRAWS:,}; docs/uncertainty.md)")
+                   f"(at most {MAX_UNCERTAINTY_DRAWS:,}; docs/uncertainty.md); default: each "
+                   "point's scenario's uncertainty.draws, else none")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``specsim sweep``."""
     from simulator.planning.sweep import load_sweep, run_sweep
     spec = load_sweep(args.sweep, allow_large=args.allow_large)
-    if args.uncertainty is not None:  # before any point runs
-        from simulator.planning.sweep_uncertainty import check_sweep_uncertainty
-        check_sweep_uncertainty(spec)
+    from simulator.planning.sweep_uncertainty import draws_asked
+    draws = draws_asked(spec, args.uncertainty)  # before any point runs
     from simulator.output_paths import OutputLock
     out = Path(args.out).expanduser() if args.out else Path(f"sweep-{spec.name}.csv")
     if args.report:
@@ -59,8 +59,8 @@ def main(args: argparse.Namespace) -> int:
         df = run_sweep(spec, executor=args.executor, workers=args.workers,
                        address=args.address, out=out, progress=bar.set,
                        restart=args.restart)  # one sweep at a time appends to a file
-    if args.uncertainty is not None:  # the intervals join the printed table only
-        df = _with_intervals(args, spec, df)
+    if draws != 0:  # the intervals join the printed table only
+        df = _with_intervals(args, spec, df, draws)
     failed = int(df["error"].notna().sum())
     if args.report:
         from reports import render_report  # only reports/ imports altair
@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
     shown = df[fields + [c for c in shown_cols if c in df] + ["error"]].copy()
     for c in [c for c in shown.columns if c.endswith("_s") and not c.endswith("per_s")]:
         shown[c[:-2] + "_ms"] = shown.pop(c) * 1e3
-    if args.uncertainty is not None:
+    if draws != 0:
         shown = _interval_columns(df, shown)
     if not failed:
         shown = shown.drop(columns=["error"])
@@ -92,13 +92,14 @@ def main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _with_intervals(args: argparse.Namespace, spec, df):
-    """The table with each point's p5/p50/p95 (simulator/planning/sweep_uncertainty.py)."""
+def _with_intervals(args: argparse.Namespace, spec, df, draws: int | None):
+    """The table with each point's p5/p50/p95 (simulator/planning/sweep_uncertainty.py)
+    over ``draws`` draws (None: each point's ``uncertainty.draws``)."""
     from simulator.cli.progress import Progress
     from simulator.planning.sweep_uncertainty import sweep_intervals
     executor = "local" if args.executor == "auto" else args.executor
     with Progress("uncertainty", unit="draws", enabled=not args.no_progress) as bar:
-        return sweep_intervals(spec, df, args.uncertainty, executor=executor,
+        return sweep_intervals(spec, df, draws, executor=executor,
                                workers=args.workers, address=args.address, progress=bar.set)
 
 

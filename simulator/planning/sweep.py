@@ -50,7 +50,9 @@ SIM_ALIASES = {"gamma": "policy.num_speculative_tokens",
 SIM_SWEEPABLE = ("seed", "hardware", "target", "draft", "parallelism", "policy", "acceptance",
                  "batching", "workload", "slo", "replicas", "router", "overheads")
 NOT_SWEEPABLE = {"name": "it labels the scenario, not a configuration",
-                 "hardware_dir": "it is a search path; set it under fixed"}
+                 "hardware_dir": "it is a search path; set it under fixed",
+                 "uncertainty": "it declares how uncertain every point's inputs are, the "
+                                "same for all to compare like for like; set it under fixed"}
 ANALYTIC_ONLY = ("batch", "context", "tree_width", "c", "c_target_over_draft")
 
 # Sweep sizes (docs/limits.md), checked on the product of the axis lengths before any

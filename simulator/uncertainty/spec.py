@@ -12,6 +12,9 @@ Three sources (docs/uncertainty.md):
   sim-to-real validation (``COST_SIGMA``'s source).
 - ``workload``: the trace (arrivals, lengths) and the engine's draws re-drawn from a seed
   spawned per draw from the scenario's seed.
+- ``model_error: published`` (opt-in): the ``cost`` factor's sigma taken from the
+  published-results check's absolute throughputs instead of the sim-to-real runs
+  (``MODEL_ERROR_SIGMA``), for a deployment unlike the one H100 build those runs measured.
 - ``spec_cost`` (opt-in: not among the default sources): one multiplicative lognormal factor
   per draw on the speculative path alone (draft forwards and the engine's speculative host
   work: ``Scenario.spec_cost_factor``), the error a uniform cost factor cancels out of every
@@ -58,6 +61,21 @@ SPEC_COST_SOURCE = ("python -m tests.published --coverage 10: the 24 speedup cas
                     "read as a factor g on the speculative path (1/speedup is linear in g), "
                     "median |ln g| / 0.6745 = 0.9119")
 
+# The cost model's error on the published check's absolute metrics: each absolute case's
+# error ln(predicted / published), sigma = median |e| / 0.6745 over every case of the
+# throughput kind (tests/published/model_error.py; the coverage reads it leave one out).
+# Every published absolute is a throughput (tokens/s), so the one kind with cases is
+# throughput; it is applied as the device's cost factor, whose inverse a saturated
+# throughput is, and the simulation carries the same factor into the latencies.
+MODEL_ERROR_SIGMA = 0.6351
+MODEL_ERROR_SOURCE = ("python -m tests.published --coverage 10: the cost model's error on the "
+                      "published check's 9 absolute throughputs (DeepSeek-V3 on SGLang 0.4.1, "
+                      "8 x H200; SGLang's large-scale EP, 12 x 8 H100), ln(predicted / "
+                      "published) from +0.195 to +1.053 (every one too fast), median |e| / "
+                      "0.6745 = 0.6351")
+# uncertainty.model_error: where the cost factor's sigma comes from instead of COST_SOURCE
+MODEL_ERROR_KEYS = ("published",)
+
 
 @dataclass(frozen=True)
 class AcceptanceSpread:
@@ -97,10 +115,10 @@ def check_draws(n: Any, *, source: str, field: str) -> int:
 
 def parse_uncertainty(data: Any, source: str, acceptance: AcceptanceSpread | None) -> Uncertainty:
     """``uncertainty: {draws: N, sources: [...], cost: {sigma, source}, spec_cost: {sigma,
-    source}, acceptance: default}`` -> Uncertainty."""
+    source}, acceptance: default, model_error: published}`` -> Uncertainty."""
     data = require_mapping(data or {}, source=source, field="uncertainty")
-    check_keys(data, allowed=("draws", "sources", "cost", "spec_cost", "acceptance"),
-               source=source, prefix="uncertainty.")
+    check_keys(data, allowed=("draws", "sources", "cost", "spec_cost", "acceptance",
+                              "model_error"), source=source, prefix="uncertainty.")
     kw: dict[str, Any] = {"acceptance": acceptance}
     if data.get("acceptance") is not None:
         as_str(data["acceptance"], source=source, field="uncertainty.acceptance",
@@ -118,7 +136,21 @@ def parse_uncertainty(data: Any, source: str, acceptance: AcceptanceSpread | Non
     for key in ("cost", "spec_cost"):
         if data.get(key) is not None:
             kw[f"{key}_sigma"], kw[f"{key}_source"] = _sigma(data[key], key, source)
+    if data.get("model_error") is not None:
+        kw["cost_sigma"], kw["cost_source"] = _model_error(data, source)
     return Uncertainty(**kw)
+
+
+def _model_error(data: Mapping[str, Any], source: str) -> tuple[float, str]:
+    """``uncertainty.model_error: published``: the cost factor's sigma and its source."""
+    as_str(data["model_error"], source=source, field="uncertainty.model_error",
+           choices=MODEL_ERROR_KEYS)
+    if data.get("cost") is not None:
+        raise SpecsimError("uncertainty.cost gives the cost factor's sigma too", source=source,
+                           field="uncertainty.model_error",
+                           fix="keep one: model_error: published (the published check's "
+                               "sigma) or cost: {sigma, source}")
+    return MODEL_ERROR_SIGMA, MODEL_ERROR_SOURCE
 
 
 def _sigma(data: Any, key: str, source: str) -> tuple[float, str]:

@@ -16,6 +16,15 @@ is read as the factor ``g`` on its speculative path that would make its predicti
 published number (``spec_factors``); sigma is the median ``|ln g|`` over the other speedup
 cases over 0.6745 (the median absolute value of a zero-mean normal, as ``COST_SIGMA`` is
 read).  The shipped default (``SPEC_COST_SIGMA``) is the same over every speedup case.
+
+The two other groups take the model's own error on the check, leave one out too
+(tests/published/model_error.py): an absolute case's device cost factor has the sigma of
+the other absolute cases of its metric kind (a throughput is the step's inverse, so a
+lognormal factor on the step is the same lognormal error on the throughput) in place of
+``COST_SIGMA``; a tau case whose drafter states no acceptance spread (its prediction does
+not move under the acceptance draw) has its predictions multiplied by a lognormal factor
+with the sigma of the other tau cases' errors.  Every sigma is computed from the cases'
+predictions at run time.
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ from simulator.uncertainty.spec import COST_SIGMA, NORMAL_MEDIAN_ABS
 from tests.published.case_draw import CaseDraw
 from tests.published.cases import CASES
 from tests.published.harness import drawn
+from tests.published.model_error import KINDS, kind_errors, log_error, loo_sigma, metric_kind
 from tests.published.tolerances import ABSOLUTE, RANGE, SPEEDUP, TAU, Case
 
 GROUPS = ("tau", "speedup", "absolute")
@@ -46,13 +56,14 @@ def numeric_cases(cases: list[Case] = CASES) -> list[Case]:
 
 
 def draws(n: int, seed: int = 0) -> list[np.ndarray]:
-    """Draw ``i``'s standard numbers (acceptance z, acceptance u, cost z, speculative z),
-    from child ``i`` of ``SeedSequence(seed)``: the same draws for every case and sigma."""
+    """Draw ``i``'s standard numbers (acceptance z, acceptance u, cost z, speculative z,
+    tau model-error z), from child ``i`` of ``SeedSequence(seed)``: the same draws for every
+    case and sigma (the fifth drawn last, so the first four are what they were before it)."""
     out = []
     for child in np.random.SeedSequence(seed).spawn(n):
         rng = np.random.default_rng(child)
         out.append(np.array([rng.standard_normal(), rng.uniform(), rng.standard_normal(),
-                             rng.standard_normal()]))
+                             rng.standard_normal(), rng.standard_normal()]))
     return out
 
 
@@ -91,6 +102,42 @@ def spec_sigma(factors: dict[str, float], leave_out: str | None = None) -> float
     return float(np.median(logs)) / NORMAL_MEDIAN_ABS
 
 
+def has_spread(case: Case) -> bool:
+    """Whether the case's prediction moves under its drafter's declared acceptance spread
+    (a draw one sd, or the range's top, away): False where its source states none."""
+    return predict(case, CaseDraw(acceptance_z=1.0, acceptance_u=1.0)) != predict(case)
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """The model's errors on the check (``ln(predicted / published)``), per group."""
+
+    absolute: dict[str, float]   # absolute case -> error
+    kinds: dict[str, str]        # absolute case -> metric kind (model_error.metric_kind)
+    tau: dict[str, float]        # tau case -> error
+    no_spread: frozenset[str]    # the tau cases whose drafter states no spread
+
+    def cost_sigma(self, name: str | None = None, kind: str = "throughput") -> float:
+        """The absolute cases' sigma of ``name``'s kind (``kind`` without a name), left
+        one out."""
+        kind = self.kinds[name] if name is not None else kind
+        return loo_sigma(kind_errors(self.absolute, self.kinds)[kind], name)
+
+    def tau_sigma(self, name: str | None = None) -> float:
+        return loo_sigma(self.tau, name)
+
+
+def model_error(chosen: list[Case]) -> ModelError:
+    """Every absolute and tau case's point error, and which tau cases state no spread."""
+    absolute = {c.name: log_error(c.published, predict(c)) for c in chosen
+                if group(c) == "absolute"}
+    kinds = {c.name: metric_kind(c) for c in chosen if group(c) == "absolute"}
+    taus = [c for c in chosen if group(c) == "tau"]
+    return ModelError(absolute, kinds, {c.name: log_error(c.published, predict(c))
+                                        for c in taus},
+                      frozenset(c.name for c in taus if not has_spread(c)))
+
+
 @dataclass(frozen=True)
 class Covered:
     """One case's interval and whether it holds the published number."""
@@ -102,6 +149,7 @@ class Covered:
     p5: float
     p50: float
     p95: float
+    model_sigma: float | None = None  # the model error's sigma (absolute: the cost factor's)
 
     @property
     def covered(self) -> bool:
@@ -110,27 +158,45 @@ class Covered:
         return self.p5 <= hi and lo <= self.p95
 
 
-def interval(case: Case, numbers: list[np.ndarray], sigma: float,
-             miss: float | None = None) -> Covered:
-    """The case's p5/p50/p95 over the draws ``numbers``, its speculative sigma ``sigma``."""
+def interval(case: Case, numbers: list[np.ndarray], sigma: float, miss: float | None = None,
+             *, cost_sigma: float = COST_SIGMA, tau_sigma: float | None = None) -> Covered:
+    """The case's p5/p50/p95 over the draws ``numbers``: its speculative sigma ``sigma``,
+    its device cost factor's ``cost_sigma`` and, for a tau without a spread, the model
+    error's ``tau_sigma`` (a lognormal factor on each prediction)."""
     preds = [predict(case, CaseDraw(acceptance_z=float(z[0]), acceptance_u=float(z[1]),
-                                    cost_factor=float(np.exp(COST_SIGMA * z[2])),
+                                    cost_factor=float(np.exp(cost_sigma * z[2])),
                                     spec_cost_factor=float(np.exp(sigma * z[3]))))
+             * (1.0 if tau_sigma is None else float(np.exp(tau_sigma * z[4])))
              for z in numbers]
     p5, p50, p95 = (float(v) for v in np.quantile(preds, (0.05, 0.5, 0.95)))
-    return Covered(case, group(case), sigma, miss, p5, p50, p95)
+    model = tau_sigma if tau_sigma is not None else \
+        cost_sigma if group(case) == "absolute" else None
+    return Covered(case, group(case), sigma, miss, p5, p50, p95, model)
 
 
-def coverage(n: int, cases: list[Case] = CASES, seed: int = 0) -> tuple[list[Covered], float]:
-    """Every numeric case's interval over ``n`` draws, the speedups' speculative sigma left
-    one out; and the shipped sigma (every speedup case)."""
+def _case_interval(case: Case, numbers: list[np.ndarray], factors: dict[str, float],
+                   full: float, err: ModelError) -> Covered:
+    """One case's interval, each sigma estimated without it."""
+    if case.name in factors:
+        return interval(case, numbers, spec_sigma(factors, case.name), factors[case.name])
+    if case.name in err.absolute:
+        return interval(case, numbers, full, cost_sigma=err.cost_sigma(case.name))
+    if case.name in err.no_spread:
+        return interval(case, numbers, full, tau_sigma=err.tau_sigma(case.name))
+    return interval(case, numbers, full)
+
+
+def coverage(n: int, cases: list[Case] = CASES,
+             seed: int = 0) -> tuple[list[Covered], float, ModelError]:
+    """Every numeric case's interval over ``n`` draws, every sigma estimated from the check
+    left one out; the shipped speculative sigma (every speedup case) and the model's
+    errors (``ModelError``: its sigmas over every case)."""
     chosen = numeric_cases(cases)
     factors = spec_factors(chosen)
+    err = model_error(chosen)
     numbers = draws(n, seed)
     full = spec_sigma(factors)
-    rows = [interval(c, numbers, spec_sigma(factors, c.name), factors[c.name])
-            if c.name in factors else interval(c, numbers, full) for c in chosen]
-    return rows, full
+    return [_case_interval(c, numbers, factors, full, err) for c in chosen], full, err
 
 
 def by_group(rows: list[Covered]) -> dict[str, tuple[int, int]]:
@@ -139,18 +205,27 @@ def by_group(rows: list[Covered]) -> dict[str, tuple[int, int]]:
                 sum(r.group == g for r in rows)) for g in GROUPS}
 
 
-def print_coverage(n: int) -> int:
-    """The table and the per-group coverage; exit status 1 where a group leaves BAND."""
-    start = time.perf_counter()
-    rows, full = coverage(n)
+def _print_rows(rows: list[Covered], err: ModelError) -> None:
     print(f"{'case':44s} {'group':8s} {'published':>11s} {'p5':>8s} {'p50':>8s} "
-          f"{'p95':>8s} {'spec sigma':>10s} {'miss g':>7s}  covered")
+          f"{'p95':>8s} {'spec sigma':>10s} {'miss g':>7s} {'ln err':>7s} {'model sigma':>11s}"
+          "  covered")
+    errors = {**err.absolute, **err.tau}
     for r in rows:
         pub = r.case.published
         text = "-".join(f"{v:.2f}" for v in pub) if isinstance(pub, tuple) else f"{pub:.2f}"
+        e = errors.get(r.case.name)
         print(f"{r.case.name:44s} {r.group:8s} {text:>11s} {r.p5:8.2f} {r.p50:8.2f} "
-              f"{r.p95:8.2f} {r.sigma:10.4f} {'' if r.miss is None else f'{r.miss:.2f}':>7s}  "
+              f"{r.p95:8.2f} {r.sigma:10.4f} {'' if r.miss is None else f'{r.miss:.2f}':>7s} "
+              f"{'' if e is None else f'{e:+.3f}':>7s} "
+              f"{'' if r.model_sigma is None else f'{r.model_sigma:.4f}':>11s}  "
               f"{'yes' if r.covered else 'no'}")
+
+
+def print_coverage(n: int) -> int:
+    """The table and the per-group coverage; exit status 1 where a group leaves BAND."""
+    start = time.perf_counter()
+    rows, full, err = coverage(n)
+    _print_rows(rows, err)
     outside = 0
     for g, (k, m) in by_group(rows).items():
         frac = k / m if m else float("nan")
@@ -158,6 +233,13 @@ def print_coverage(n: int) -> int:
         outside += int(not inside)
         print(f"{g}: {k}/{m} ({frac:.0%}) inside the 90% intervals"
               + ("" if inside else f", outside [{BAND[0]:.0%}, {BAND[1]:.0%}]"))
-    print(f"speculative-path sigma over every speedup case (the shipped default): {full:.4f}; "
-          f"{n} draws, {time.perf_counter() - start:.1f} s")
+    print(f"speculative-path sigma over every speedup case (the shipped default): {full:.4f}")
+    counts = {k: sum(v == k for v in err.kinds.values()) for k in KINDS}
+    for kind in KINDS:
+        print(f"model error, absolute {kind} ({counts[kind]} cases): sigma "
+              f"{err.cost_sigma(kind=kind):.4f} over every case (uncertainty.model_error: "
+              "published)" if counts[kind] else f"model error, absolute {kind}: no case")
+    print(f"model error, tau ({len(err.tau)} cases): sigma {err.tau_sigma():.4f} over every "
+          f"case; drawn for the cases without a spread: {', '.join(sorted(err.no_spread))}")
+    print(f"{n} draws, {time.perf_counter() - start:.1f} s")
     return 1 if outside else 0

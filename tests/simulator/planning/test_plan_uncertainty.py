@@ -134,3 +134,21 @@ def test_the_table_says_the_replicas_with_their_interval(tmp_path, capsys):
     verdict = out.split("a100 (3 draws): ")[1].splitlines()[0]
     assert verdict.startswith(("1 replica", "2 replicas", "3 replicas"))  # target 4/s
     assert " at 90%)" in verdict or "(every draw)" in verdict
+
+
+def test_a_plans_fixed_block_declares_every_candidate_s_uncertainty(tmp_path, capsys):
+    data = toy({}, fixed={"uncertainty": {"draws": 3, "sources": ["cost"],
+                                          "cost": {"sigma": 0.05, "source": "test"}}})
+    spec = plan_from_dict(data, source="test")
+    [(_, raw)] = spec.candidates
+    unc = scenario_from_dict(raw, source="t").uncertainty
+    assert (unc.draws, unc.sources, unc.cost_sigma) == (3, ("cost",), 0.05)
+    bad = toy({}, fixed={"uncertainty": {"draws": 0}})
+    with pytest.raises(SpecsimError) as exc:
+        plan_from_dict(bad, source="test")
+    assert "uncertainty.draws" in str(exc.value)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    assert main(["plan", str(path), "--no-progress", "--executor", "serial"]) == 2
+    err = capsys.readouterr().err
+    assert "uncertainty.draws" in err and "Traceback" not in err

@@ -77,3 +77,39 @@ def test_the_csv_carries_the_intervals(tmp_path, capsys):
     assert (df["p99_ttft_s_p5"] <= df["p99_ttft_s_p95"]).all() and len(df) == 2
     saved = pd.read_csv(tmp_path / "r.csv")  # the results file stays the point sweep's
     assert "p99_ttft_s_p5" not in saved
+
+
+def test_without_the_flag_each_point_draws_its_scenario_s_own_draws(tmp_path, capsys):
+    # uncertainty.draws: 3 under fixed (a plan's or sweep's fixed: block may now set it)
+    # is what --uncertainty 3 gives; with no draws declared, no interval is drawn
+    data = sweep({"sources": ["cost"]})
+    data["fixed"] = {"uncertainty.draws": 3}
+    spec = sweep_from_dict(data, source="test")
+    assert all(scenario_from_dict(r, source="t").uncertainty.draws == 3 for r in spec.payloads)
+    point = run_sweep(spec, executor="serial")
+    pd.testing.assert_frame_equal(sweep_intervals(spec, point, None, executor="serial"),
+                                  sweep_intervals(spec, point, 3, executor="serial"))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "r.csv"), "--no-progress",
+                 "--executor", "serial", "--format", "csv"]) == 0
+    import io
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert (df["uncertainty_draws"] == 3).all()
+    assert (df["p50_tpot_s_p5"] < df["p50_tpot_s_p95"]).all()
+    plain = tmp_path / "p.yaml"
+    plain.write_text(yaml.safe_dump(sweep({"sources": ["cost"]})))
+    assert main(["sweep", str(plain), "--out", str(tmp_path / "q.csv"), "--no-progress",
+                 "--executor", "serial", "--format", "csv"]) == 0
+    assert "p50_tpot_s_p5" not in capsys.readouterr().out
+
+
+def test_a_point_may_not_set_uncertainty_only_fixed_may(tmp_path, capsys):
+    data = sweep({})
+    data["grid"] = {"gamma": [1], "uncertainty.draws": [2, 4]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "r.csv"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "uncertainty.draws" in err and "under fixed" in err and "Traceback" not in err
+    assert not (tmp_path / "r.csv").exists()
