@@ -90,17 +90,7 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
         data["kernels"] = kernels_to_dict(profile.kernels)
     if collectives_to_dict(profile.collectives):
         data["collectives"] = collectives_to_dict(profile.collectives)
-    moe = {key: sourced(value, f"moe.{key}") for key, value in (
-        ("quantized_grouped_gemm_memory_efficiency", profile.moe_quantized_gemm_efficiency),
-        ("grouped_gemm_compute_efficiency", profile.moe_grouped_gemm_compute_efficiency),
-        ("grouped_gemm_overlap_exponent", profile.moe_grouped_gemm_overlap_exponent),
-        ("fp8_triton_compute_efficiency", profile.moe_fp8_triton_compute_efficiency),
-        ("fp8_triton_overlap_exponent", profile.moe_fp8_triton_overlap_exponent),
-        ("fp8_deepgemm_compute_efficiency", profile.moe_fp8_deepgemm_compute_efficiency),
-        ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent),
-        ("fp8_triton_k_step_us", None if profile.moe_fp8_triton_k_step_s is None
-         else profile.moe_fp8_triton_k_step_s * 1e6))
-        if value is not None}
+    moe = _moe_dict(profile, sourced)
     if moe:
         data["moe"] = moe
     cal: dict[str, Any] = {}
@@ -113,6 +103,21 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
     if cal:
         data["calibration"] = cal
     return data
+
+
+def _moe_dict(profile: HardwareProfile, sourced) -> dict:
+    """The profile's ``moe:`` fields that are set, each with its source."""
+    k_step = profile.moe_fp8_triton_k_step_s
+    return {key: sourced(value, f"moe.{key}") for key, value in (
+        ("quantized_grouped_gemm_memory_efficiency", profile.moe_quantized_gemm_efficiency),
+        ("grouped_gemm_compute_efficiency", profile.moe_grouped_gemm_compute_efficiency),
+        ("grouped_gemm_overlap_exponent", profile.moe_grouped_gemm_overlap_exponent),
+        ("fp8_triton_compute_efficiency", profile.moe_fp8_triton_compute_efficiency),
+        ("fp8_triton_overlap_exponent", profile.moe_fp8_triton_overlap_exponent),
+        ("fp8_deepgemm_compute_efficiency", profile.moe_fp8_deepgemm_compute_efficiency),
+        ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent),
+        ("fp8_triton_k_step_us", None if k_step is None else k_step * 1e6))
+        if value is not None}
 
 
 class _Dumper(yaml.SafeDumper):
