@@ -1,7 +1,8 @@
 """The socket between the engine and a policy: what the engine hands a policy each iteration
 (``BatchView``), what the policy returns (``DraftPlan``), what a chain policy offers its
 stretches (``ChainStretch``, with a ``CarriedDraft`` where its draft's price depends on the
-previous iteration's acceptances), and the ``Policy`` and ``StepPricer`` protocols the engine
+previous iteration's acceptances), ``VariedDraft``: what a policy whose per-request draft
+counts vary offers its stretches, and the ``Policy`` and ``StepPricer`` protocols the engine
 calls, with ``ClosedFormPricer``: the closed forms a pricer may declare (``closed_forms``
 finds them).  Every fast path is reached through these declarations, never by probing an
 object for a member.  The engine imports nothing else of the project."""
@@ -119,6 +120,42 @@ class ChainStretch:
                              "draft_times and accepted, or by carried")
 
 
+class VariedDraft(ABC):
+    """A proposer whose per-request draft counts may differ from request to request and
+    from iteration to iteration (the ``adaptive`` wrapper's controllers), declared by
+    subclassing.  Between two batch-changing events the engine advances it iteration by
+    iteration on arrays (varied_stretch.py): no ``BatchView`` and no ``DraftPlan`` per
+    iteration, its counts, prices and draws through these methods, which give bitwise what
+    ``propose``, ``accept`` and ``observe`` give for the batch the arrays describe (every
+    running request decoding, nothing trimmed: the engine checks the bounds first)."""
+
+    @property
+    @abstractmethod
+    def max_verify_tokens(self) -> int:
+        """The most tokens one request verifies in an iteration (1 + its most drafts)."""
+
+    @abstractmethod
+    def plan_counts(self, request_ids: np.ndarray, context: np.ndarray,
+                    generated: np.ndarray, output_len: np.ndarray, prompt_len: np.ndarray,
+                    batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+        """(drafts per request, an int64 array; the proposer's seconds): ``propose``'s
+        ``num_draft`` and ``draft_time_s + cpu_time_s``, its state moved as ``propose``
+        moves it.  The arrays are the engine's: read them, do not keep them."""
+
+    @abstractmethod
+    def draw_counts(self, rng: np.random.Generator, request_ids: np.ndarray,
+                    context: np.ndarray, num_draft: np.ndarray) -> np.ndarray:
+        """``accept``'s accepted drafts per request (before the engine clamps them to
+        [0, num_draft]), with the same draws from ``rng``."""
+
+    @abstractmethod
+    def observe_counts(self, request_ids: np.ndarray, generated: np.ndarray,
+                       output_len: np.ndarray, num_draft: np.ndarray, accepted: np.ndarray,
+                       step_time_s: float) -> None:
+        """``observe`` of an iteration whose requests had ``generated`` tokens before it,
+        drafted ``num_draft`` and had ``accepted`` (clamped) of them accepted."""
+
+
 class Policy(Protocol):
     """A serving policy instance (one per simulation; may hold adaptive state)."""
 
@@ -147,6 +184,11 @@ class Policy(Protocol):
         """How the engine may advance several of its iterations at once while every request
         decodes (chain_stretch.py); None: it may not (each iteration is proposed, drawn and
         observed one by one)."""
+
+    def varied_draft(self) -> VariedDraft | None:
+        """Where ``chain_stretch`` is None: how the engine may advance its iterations on
+        arrays while every request decodes, with draft counts that vary (varied_stretch.py);
+        None: it may not."""
 
 
 class StepPricer(Protocol):
