@@ -137,16 +137,19 @@ class VariedDraft(ABC):
     @abstractmethod
     def plan_counts(self, request_ids: np.ndarray, context: np.ndarray,
                     generated: np.ndarray, output_len: np.ndarray, prompt_len: np.ndarray,
-                    batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-        """(drafts per request, an int64 array; the proposer's seconds): ``propose``'s
-        ``num_draft`` and ``draft_time_s + cpu_time_s``, its state moved as ``propose``
-        moves it.  The arrays are the engine's: read them, do not keep them."""
+                    batch_size: int,
+                    rng: np.random.Generator) -> tuple[np.ndarray, float, Any]:
+        """(drafts per request, an int64 array; the proposer's seconds; the payload):
+        ``propose``'s ``num_draft``, ``draft_time_s + cpu_time_s`` and ``payload``, its
+        state moved as ``propose`` moves it.  The arrays are the engine's: read them, do
+        not keep them."""
 
     @abstractmethod
     def draw_counts(self, rng: np.random.Generator, request_ids: np.ndarray,
-                    context: np.ndarray, num_draft: np.ndarray) -> np.ndarray:
+                    context: np.ndarray, generated: np.ndarray, num_draft: np.ndarray,
+                    payload: Any) -> np.ndarray:
         """``accept``'s accepted drafts per request (before the engine clamps them to
-        [0, num_draft]), with the same draws from ``rng``."""
+        [0, num_draft]) of the plan ``plan_counts`` gave, with the same draws from ``rng``."""
 
     @abstractmethod
     def observe_counts(self, request_ids: np.ndarray, generated: np.ndarray,

@@ -13,7 +13,8 @@ or ``Step``.  An iteration is the step-by-step one, operation for operation:
    tokens (``max_verify_tokens``) fits the token budget and the free KV blocks (the general
    path would trim or preempt otherwise); the head of the queue is not admitted even with
    the least the decodes can take (one token each: a larger reservation only blocks it
-   more);
+   more), and with a prefix cache nobody waits (the head's cached prefix depends on what
+   the reservation evicts); the cache's free queue moves as the general path moves it;
 2. the counts and the proposer's seconds (``plan_counts``), the target's verification by
    ``step_time`` on the arrays ``Forward._forward`` hands it, the KV reserved as
    ``_reserve_decodes`` reserves it;
@@ -53,7 +54,7 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
         n = int(b.ids.size)
         if not n:
             return (RETIRED if done else NONE), None
-        if replica.cache is not None or not _opens(replica, n, u_max):
+        if not _opens(replica, n, u_max):
             return done, None
         step = _iteration(replica, spec)
         if step is not None:
@@ -72,6 +73,8 @@ def _opens(replica, n: int, u_max: int) -> bool:
         return False
     if not replica.waiting:
         return True
+    if replica.cache is not None:  # what the head finds cached depends on the reservation
+        return False
     least = replica.used_blocks + int(_SUM(np.maximum(-(-(c + 1) // bs) - blocks, 0)))
     return admission_blocked(replica, least, n)
 
@@ -81,8 +84,8 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
     return it as a ``Step`` where it crosses the next arrival (step 3)."""
     b, now = replica.b, replica.now
     ids, ctx = b.ids, b.computed
-    k, draft_s = spec.plan_counts(ids, ctx, b.generated, b.output_len, b.prompt_len,
-                                  int(ids.size), replica.rng)
+    k, draft_s, payload = spec.plan_counts(ids, ctx, b.generated, b.output_len,
+                                           b.prompt_len, int(ids.size), replica.rng)
     verify_tokens = k + 1
     verify, dec_ctx = verify_tokens.astype(np.float64), ctx.astype(np.float64)
     verify_s = replica.target_cost.step_time(verify, dec_ctx, verify)
@@ -90,28 +93,31 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
     attn_pairs = float(_SUM(verify * (dec_ctx + 0.5 * (verify + 1.0))))
     need = np.maximum(-(-(ctx + verify_tokens) // replica.limits.block_size) - b.blocks, 0)
     b.blocks += need
-    replica.used_blocks += int(_SUM(need))
+    replica._take_blocks(int(_SUM(need)))  # from the prefix cache's free queue, if any
     decode_tokens = int(_SUM(verify_tokens))
     if now + (draft_s + verify_s) >= replica.arrivals.horizon(replica.index):
         n = int(ids.size)
         batch = BatchView(ids.copy(), ctx.copy(), b.generated.copy(), b.output_len.copy(),
                           b.prompt_len.copy(), n, now)
-        plan = DraftPlan(k, verify_tokens, draft_s)
+        plan = DraftPlan(k, verify_tokens, draft_s, 0.0, payload)
         return Step(now, draft_s, verify_s, plan, batch, batch.request_ids, slice(0, n),
                     NO_IDS, NO_IDS, NO_IDS, NO_FLAGS, decode_tokens, 0, 0, kv_read,
                     attn_pairs)
-    _complete(replica, spec, k, draft_s, verify_s, decode_tokens, kv_read, attn_pairs)
+    _complete(replica, spec, k, payload, (draft_s, verify_s, decode_tokens, kv_read,
+                                          attn_pairs))
     return None
 
 
-def _complete(replica, spec: VariedDraft, k: np.ndarray, draft_s: float, verify_s: float,
-              decode_tokens: int, kv_read: float, attn_pairs: float) -> None:
-    """Complete the iteration planned from ``k`` drafts each (step 4)."""
+def _complete(replica, spec: VariedDraft, k: np.ndarray, payload, priced: tuple) -> None:
+    """Complete the iteration planned from ``k`` drafts each (``payload``: the plan's),
+    priced (draft_s, verify_s, decode tokens, KV tokens read, attention pairs) (step 4)."""
+    draft_s, verify_s, decode_tokens, kv_read, attn_pairs = priced
     b, lim, rec, rng = replica.b, replica.limits, replica.rec, replica.rng
     n, start, duration = int(b.ids.size), replica.now, draft_s + verify_s
     end = start + duration
     ids, generated = b.ids, b.generated.copy()
-    accepted = np.asarray(spec.draw_counts(rng, ids, b.computed, k), np.int64)
+    accepted = np.asarray(spec.draw_counts(rng, ids, b.computed, generated, k, payload),
+                          np.int64)
     accepted = np.minimum(np.maximum(accepted, 0), k)
     emitted = emitted_tokens(accepted, generated, b.output_len)
     rec.record_itl_shared(end - b.last_emit)
@@ -128,7 +134,10 @@ def _complete(replica, spec: VariedDraft, k: np.ndarray, draft_s: float, verify_
     keep = (b.computed + (lim.block_size - 1)) // lim.block_size  # the roll-back
     held = int(_SUM(b.blocks))
     np.minimum(b.blocks, keep, out=b.blocks)
-    replica.used_blocks -= held - int(_SUM(b.blocks))
+    freed = held - int(_SUM(b.blocks))
+    replica.used_blocks -= freed
+    if replica.cache is not None:
+        replica.cache.give_back(freed)
     spec.observe_counts(ids, generated, b.output_len, k, accepted, duration)
     replica.now = end
     replica.stats["iterations"] += 1

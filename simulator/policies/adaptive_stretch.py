@@ -40,9 +40,9 @@ class AdaptiveStretch(VariedDraft):
             k = policy.goodput(k, request_ids, context, generated, output_len,
                                control.predictor(request_ids, context))
         time_s, cpu_s = control.draft_seconds(request_ids, context, k)
-        return k, time_s + cpu_s
+        return k, time_s + cpu_s, None
 
-    def draw_counts(self, rng, request_ids, context, num_draft):
+    def draw_counts(self, rng, request_ids, context, generated, num_draft, payload):
         return self.chain.draw_chain(rng, request_ids, context, num_draft)
 
     def observe_counts(self, request_ids, generated, output_len, num_draft, accepted,
