@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -120,43 +120,51 @@ class ChainStretch:
                              "draft_times and accepted, or by carried")
 
 
+class VariedPlan(NamedTuple):
+    """One iteration's plan of a ``VariedDraft``: what its ``DraftPlan`` would hold."""
+
+    num_draft: np.ndarray      # draft tokens per request (int64; 0: no speculation)
+    verify_tokens: np.ndarray  # tokens per request in the verification forward (int64)
+    seconds: float             # the proposer's ``draft_time_s + cpu_time_s``
+    payload: Any = None        # policy-private, as ``DraftPlan.payload``
+
+
 class VariedDraft(ABC):
     """A proposer whose per-request draft counts may differ from request to request and
-    from iteration to iteration (the ``adaptive`` wrapper's controllers), declared by
-    subclassing.  Between two batch-changing events the engine advances it iteration by
-    iteration on arrays (varied_stretch.py): no ``BatchView`` and no ``DraftPlan`` per
-    iteration, its counts, prices and draws through these methods, which give bitwise what
-    ``propose``, ``accept`` and ``observe`` give for the batch the arrays describe (every
-    running request decoding, nothing trimmed: the engine checks the bounds first)."""
+    from iteration to iteration (the ``adaptive`` wrapper's controllers, the model-free
+    proposers' lookups), declared by subclassing.  Between two batch-changing events the
+    engine advances it iteration by iteration on arrays (varied_stretch.py): no
+    ``BatchView`` and no ``DraftPlan`` per iteration, its counts, prices and draws through
+    these methods, which give bitwise what ``propose``, ``accept`` and ``observe`` give for
+    the batch the arrays describe (every running request decoding, nothing trimmed: the
+    engine checks the bounds first).  The arrays are the engine's: read them, do not keep
+    them."""
 
     @property
     @abstractmethod
     def max_verify_tokens(self) -> int:
-        """The most tokens one request verifies in an iteration (1 + its most drafts)."""
+        """The most tokens one request verifies in an iteration."""
 
     @abstractmethod
     def plan_counts(self, request_ids: np.ndarray, context: np.ndarray,
                     generated: np.ndarray, output_len: np.ndarray, prompt_len: np.ndarray,
-                    batch_size: int,
-                    rng: np.random.Generator) -> tuple[np.ndarray, float, Any]:
-        """(drafts per request, an int64 array; the proposer's seconds; the payload):
-        ``propose``'s ``num_draft``, ``draft_time_s + cpu_time_s`` and ``payload``, its
-        state moved as ``propose`` moves it.  The arrays are the engine's: read them, do
-        not keep them."""
+                    batch_size: int, rng: np.random.Generator) -> VariedPlan:
+        """``propose``'s plan for these requests (``batch_size``: the running batch's),
+        its state moved and its draws made as ``propose`` moves and makes them."""
 
     @abstractmethod
     def draw_counts(self, rng: np.random.Generator, request_ids: np.ndarray,
-                    context: np.ndarray, generated: np.ndarray, num_draft: np.ndarray,
-                    payload: Any) -> np.ndarray:
-        """``accept``'s accepted drafts per request (before the engine clamps them to
-        [0, num_draft]) of the plan ``plan_counts`` gave, with the same draws from ``rng``."""
+                    context: np.ndarray, generated: np.ndarray,
+                    plan: VariedPlan) -> np.ndarray:
+        """``accept``'s accepted drafts per request of ``plan`` (before the engine clamps
+        them to [0, num_draft]), with the same draws from ``rng``."""
 
     @abstractmethod
     def observe_counts(self, request_ids: np.ndarray, generated: np.ndarray,
-                       output_len: np.ndarray, num_draft: np.ndarray, accepted: np.ndarray,
+                       output_len: np.ndarray, plan: VariedPlan, accepted: np.ndarray,
                        step_time_s: float) -> None:
-        """``observe`` of an iteration whose requests had ``generated`` tokens before it,
-        drafted ``num_draft`` and had ``accepted`` (clamped) of them accepted."""
+        """``observe`` of an iteration of ``plan`` whose requests had ``generated`` tokens
+        before it and ``accepted`` (clamped) drafts accepted."""
 
 
 class Policy(Protocol):

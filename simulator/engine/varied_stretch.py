@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED, admission_blocked
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, emitted_tokens
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
 from simulator.engine.step import NO_FLAGS, NO_IDS, Step, StepRow
 
 _SUM, _ANY = np.add.reduce, np.logical_or.reduce
@@ -84,9 +84,9 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
     return it as a ``Step`` where it crosses the next arrival (step 3)."""
     b, now = replica.b, replica.now
     ids, ctx = b.ids, b.computed
-    k, draft_s, payload = spec.plan_counts(ids, ctx, b.generated, b.output_len,
-                                           b.prompt_len, int(ids.size), replica.rng)
-    verify_tokens = k + 1
+    plan = spec.plan_counts(ids, ctx, b.generated, b.output_len, b.prompt_len,
+                            int(ids.size), replica.rng)
+    verify_tokens, draft_s = plan.verify_tokens, plan.seconds
     verify, dec_ctx = verify_tokens.astype(np.float64), ctx.astype(np.float64)
     verify_s = replica.target_cost.step_time(verify, dec_ctx, verify)
     kv_read = float(_SUM(dec_ctx) + _SUM(verify))  # whole numbers: exact
@@ -99,25 +99,24 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
         n = int(ids.size)
         batch = BatchView(ids.copy(), ctx.copy(), b.generated.copy(), b.output_len.copy(),
                           b.prompt_len.copy(), n, now)
-        plan = DraftPlan(k, verify_tokens, draft_s, 0.0, payload)
-        return Step(now, draft_s, verify_s, plan, batch, batch.request_ids, slice(0, n),
+        general = DraftPlan(plan.num_draft, verify_tokens, draft_s, 0.0, plan.payload)
+        return Step(now, draft_s, verify_s, general, batch, batch.request_ids, slice(0, n),
                     NO_IDS, NO_IDS, NO_IDS, NO_FLAGS, decode_tokens, 0, 0, kv_read,
                     attn_pairs)
-    _complete(replica, spec, k, payload, (draft_s, verify_s, decode_tokens, kv_read,
-                                          attn_pairs))
+    _complete(replica, spec, plan, (verify_s, decode_tokens, kv_read, attn_pairs))
     return None
 
 
-def _complete(replica, spec: VariedDraft, k: np.ndarray, payload, priced: tuple) -> None:
-    """Complete the iteration planned from ``k`` drafts each (``payload``: the plan's),
-    priced (draft_s, verify_s, decode tokens, KV tokens read, attention pairs) (step 4)."""
-    draft_s, verify_s, decode_tokens, kv_read, attn_pairs = priced
+def _complete(replica, spec: VariedDraft, plan: VariedPlan, priced: tuple) -> None:
+    """Complete the iteration of ``plan``, priced (verify_s, decode tokens, KV tokens
+    read, attention pairs) (step 4)."""
+    (verify_s, decode_tokens, kv_read, attn_pairs), k = priced, plan.num_draft
+    draft_s = plan.seconds
     b, lim, rec, rng = replica.b, replica.limits, replica.rec, replica.rng
     n, start, duration = int(b.ids.size), replica.now, draft_s + verify_s
     end = start + duration
     ids, generated = b.ids, b.generated.copy()
-    accepted = np.asarray(spec.draw_counts(rng, ids, b.computed, generated, k, payload),
-                          np.int64)
+    accepted = np.asarray(spec.draw_counts(rng, ids, b.computed, generated, plan), np.int64)
     accepted = np.minimum(np.maximum(accepted, 0), k)
     emitted = emitted_tokens(accepted, generated, b.output_len)
     rec.record_itl_shared(end - b.last_emit)
@@ -138,7 +137,7 @@ def _complete(replica, spec: VariedDraft, k: np.ndarray, payload, priced: tuple)
     replica.used_blocks -= freed
     if replica.cache is not None:
         replica.cache.give_back(freed)
-    spec.observe_counts(ids, generated, b.output_len, k, accepted, duration)
+    spec.observe_counts(ids, generated, b.output_len, plan, accepted, duration)
     replica.now = end
     replica.stats["iterations"] += 1
     replica.stats["vectorised"] += 1

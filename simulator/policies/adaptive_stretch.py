@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import VariedDraft, emitted_tokens
+from simulator.engine.plan import VariedDraft, VariedPlan, emitted_tokens
 
 
 class AdaptiveStretch(VariedDraft):
@@ -40,14 +40,14 @@ class AdaptiveStretch(VariedDraft):
             k = policy.goodput(k, request_ids, context, generated, output_len,
                                control.predictor(request_ids, context))
         time_s, cpu_s = control.draft_seconds(request_ids, context, k)
-        return k, time_s + cpu_s, None
+        return VariedPlan(k, k + 1, time_s + cpu_s)
 
-    def draw_counts(self, rng, request_ids, context, generated, num_draft, payload):
-        return self.chain.draw_chain(rng, request_ids, context, num_draft)
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return self.chain.draw_chain(rng, request_ids, context, plan.num_draft)
 
-    def observe_counts(self, request_ids, generated, output_len, num_draft, accepted,
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):
         emitted = emitted_tokens(accepted, generated, output_len)
         done = generated + emitted >= output_len
         self.control.observe_arrays(request_ids, emitted, done)
-        self.policy.learn(request_ids, num_draft, accepted, done)
+        self.policy.learn(request_ids, plan.num_draft, accepted, done)

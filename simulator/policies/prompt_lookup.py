@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, emitted_tokens
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
@@ -172,8 +172,7 @@ class PromptLookup(PolicyBase, VariedDraft):
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        self.observe_counts(batch.request_ids, batch.generated, batch.output_len,
-                            plan.num_draft, accepted, step_time_s)
+        self._forget_finished(batch.request_ids, batch.generated, batch.output_len, accepted)
 
     # ------------------------------------------------------------------ VariedDraft
     def varied_draft(self) -> VariedDraft:
@@ -184,13 +183,20 @@ class PromptLookup(PolicyBase, VariedDraft):
                     batch_size, rng):
         drafts, cpu_s = self.lookup(request_ids, generated,
                                     np.full(request_ids.size, self.k, np.int64))
-        return chain_counts(drafts, request_ids), 0.0 + cpu_s, drafts
+        k = chain_counts(drafts, request_ids)
+        return VariedPlan(k, k + 1, 0.0 + cpu_s, drafts)
 
-    def draw_counts(self, rng, request_ids, context, generated, num_draft, payload):
-        return chains_accepted(self.text, payload, request_ids, generated, num_draft)
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return chains_accepted(self.text, plan.payload, request_ids, generated,
+                               plan.num_draft)
 
-    def observe_counts(self, request_ids, generated, output_len, num_draft, accepted,
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):
+        self._forget_finished(request_ids, generated, output_len, accepted)
+
+    def _forget_finished(self, request_ids: np.ndarray, generated: np.ndarray,
+                         output_len: np.ndarray, accepted: np.ndarray) -> None:
+        """Drop the text and the n-grams of the requests this iteration finishes."""
         emitted = emitted_tokens(accepted, generated, output_len)
         for rid in request_ids[generated + emitted >= output_len].tolist():
             self.text.forget(rid)
