@@ -57,12 +57,15 @@ class InContextTarget:
         follow = self._follow.get(rid)
         if follow is None:
             follow = self._follow[rid] = [dict() for _ in range(self.order + 1)]
-        known = self.text.known(rid, generated).tolist()
-        start = max(self._seen.get(rid, 0), 1)
-        for i in range(start, len(known)):
+        known = self.text.known(rid, generated)
+        start, size = max(self._seen.get(rid, 0), 1), known.size
+        lo = max(start - self.order, 0)  # only the new tokens and the order before them
+        text = known[lo:].tolist()
+        for i in range(start, size):
             for k in range(1, min(self.order, i) + 1):
-                follow[k][tuple(known[i - k:i])] = known[i]  # the latest occurrence wins
-        self._seen[rid] = len(known)
+                # the latest occurrence wins
+                follow[k][tuple(text[i - lo - k:i - lo])] = text[i - lo]
+        self._seen[rid] = size
 
     def predict(self, rid: int, tail: list[int]) -> int:
         """Next token after ``tail`` (the end of a guessed context)."""
@@ -220,7 +223,7 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
                 self._pool[rid] = {}
             last = int(self.text.known(rid, g)[-1])
             cands = self._pool[rid].get(last, [])[:self.g]
-            drafts[rid] = [np.asarray(c, np.int64) for c in cands]
+            drafts[rid] = cands  # (N - 1)-token tuples
             num_draft[i] = len(cands) * (self.n - 1)
             verify[i] = 1 + sum(len(lane) for lane in lanes) + num_draft[i]
         return VariedPlan(num_draft, verify, 0.0 + (self.cpu_s * n + self.host(n)), drafts)
@@ -239,8 +242,8 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
         for i, (rid, g, k) in enumerate(zip(request_ids.tolist(), generated.tolist(),
                                             num_draft.tolist())):
             if k:
-                truth = self.text.upcoming(rid, g, self.n - 1)
-                out[i] = max(matched_prefix(c, truth) for c in drafts[rid])
+                truth = self.text.upcoming(rid, g, self.n - 1).tolist()
+                out[i] = max(_prefix(c, truth) for c in drafts[rid])
         return out
 
     def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
@@ -275,3 +278,14 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
                 del entries[self.g:]
                 del lane[0]
             lane.append(token)
+
+
+def _prefix(draft: tuple, truth: list) -> int:
+    """``matched_prefix`` of a pooled candidate (a tuple) against the target's next tokens
+    (a list): the leading tokens they share."""
+    n = 0
+    for a, b in zip(draft, truth):
+        if a != b:
+            break
+        n += 1
+    return n
