@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simulator.policies.base import PolicyBase
 from simulator.policies.chain import ChainSpeculation
-from simulator.scenario import PolicyConfig, load_scenario
+from simulator.scenario import PolicyConfig, load_scenario, scenario_from_dict
 from tests.helpers import REPO, scenario, workload
 from tests.simulator.engine.test_fast_forward import (
     _both,
@@ -111,3 +111,52 @@ def test_random_adaptive_runs_are_identical(case):
     sc = dataclasses.replace(sc, policy=_policy(case),
                              acceptance=ACCEPTANCE[case["acceptance"]])
     identical_or_unservable(sc, workload(case["arrival"], case["prompt"], case["output"]))
+
+
+@pytest.mark.parametrize("name", ["prompt_lookup", "suffix", "lookahead", "token_trace"])
+def test_shipped_model_free_scenarios_take_stretches(name):
+    """The shipped prompt lookup, suffix decoding and lookahead scenarios (and the token
+    trace one): identical, and most iterations taken on arrays."""
+    on, off = _both(load_scenario(SCENARIOS / f"{name}.yaml"))
+    assert_identical(on, off)
+    assert off.info["engine"]["vectorised"] == 0
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
+
+
+MODEL_FREE = [{"name": "prompt_lookup", "num_speculative_tokens": 3, "prompt_lookup_min": 1},
+              {"name": "prompt_lookup", "num_speculative_tokens": 8, "prompt_lookup_max": 5},
+              {"name": "suffix"},
+              {"name": "suffix", "num_speculative_tokens": 4, "speculate_tree": False,
+               "suffix_decoding_max_cached_requests": 3},
+              {"name": "lookahead"},
+              {"name": "lookahead", "window_size": 2, "ngram_size": 3, "guess_set_size": 2}]
+
+
+@st.composite
+def token_cases(draw):
+    return {"kind": draw(st.sampled_from(["code_edit", "agent_loop", "free_chat"])),
+            "n": draw(st.integers(1, 16)), "rate": draw(st.floats(0.2, 20.0)),
+            "policy": draw(st.sampled_from(range(len(MODEL_FREE)))),
+            "seqs": draw(st.integers(1, 16)), "batched": draw(st.integers(256, 2048)),
+            "chunked": draw(st.booleans()), "caching": draw(st.booleans()),
+            "tight": draw(st.booleans()), "replicas": draw(st.integers(1, 3)),
+            "seed": draw(st.integers(0, 2**31))}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(token_cases())
+def test_random_model_free_runs_are_identical(case):
+    """The model-free proposers on token workloads (their lookups on the real ids), with
+    and without prefix caching, tight KV (preemption), admissions and several replicas."""
+    sc = scenario_from_dict({
+        "name": "t", "seed": case["seed"], "hardware": "a100-40gb", "target": "opt-13b",
+        "replicas": case["replicas"], "policy": MODEL_FREE[case["policy"]],
+        "batching": {"max_num_seqs": case["seqs"], "max_num_batched_tokens": case["batched"],
+                     "enable_chunked_prefill": case["chunked"],
+                     "enable_prefix_caching": case["caching"],
+                     "gpu_memory_utilization": 0.7 if case["tight"] else 0.9},
+        "workload": {"tokens": {"kind": case["kind"], "num_requests": case["n"],
+                                "arrival": {"process": "poisson",
+                                            "rate_per_s": case["rate"]}}}}, source="test")
+    identical_or_unservable(sc)
