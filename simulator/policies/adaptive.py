@@ -48,8 +48,8 @@ from simulator.policies.adaptive_controllers import (
     goodput_gammas,
 )
 from simulator.policies.base import PolicyBase, PolicyContext
-from simulator.policies.adaptive_stretch import AdaptiveStretch
-from simulator.policies.draft_control import ChainControl
+from simulator.policies.adaptive_stretch import AdaptiveChain, AdaptiveLimited
+from simulator.policies.draft_control import ChainControl, LimitedControl, LimitedDraft
 
 CONTROLLERS: dict[str, dict[str, Param]] = {
     "fixed": {},
@@ -197,11 +197,15 @@ class AdaptiveSpeculation(PolicyBase):
         return self.base.max_verify_tokens
 
     def varied_draft(self) -> VariedDraft | None:
-        """Around ``chain`` (per-request gammas with its catch-up), its iterations on arrays
-        (adaptive_stretch.py), any controller; None around any other base."""
-        if not isinstance(self.control, ChainControl) or self.control.chain is None:
-            return None
-        return AdaptiveStretch(self, self.control)
+        """Around ``chain`` (per-request gammas with its catch-up) or a ``LimitedDraft``
+        (``prompt_lookup``, ``suffix``), its iterations on arrays (adaptive_stretch.py), any
+        controller; None around any other base (switched on and off as a whole)."""
+        control = self.control
+        if isinstance(control, ChainControl) and control.chain is not None:
+            return AdaptiveChain(self, control)
+        if isinstance(control, LimitedControl) and isinstance(control.base, LimitedDraft):
+            return AdaptiveLimited(self, control)
+        return None
 
     # ------------------------------------------------------------------ the iteration
     def cap(self, batch_size: int) -> int:

@@ -136,17 +136,23 @@ class KillSwitch:
     def __init__(self, window: int, threshold: float) -> None:
         self.threshold = threshold
         self._window: deque[tuple[int, int]] = deque(maxlen=window)
+        self._sums = [0, 0]  # the window's accepted and drafted tokens (integers: exact)
         self.tripped = False
 
     def update(self, accepted: int, drafted: int) -> None:
         """Record one iteration's accepted and drafted tokens (iterations without drafts skip)."""
         if self.tripped or drafted <= 0:
             return
-        self._window.append((accepted, drafted))
-        if len(self._window) == self._window.maxlen:
-            acc = sum(a for a, _ in self._window)
-            drafted_total = sum(d for _, d in self._window)
-            self.tripped = acc < self.threshold * drafted_total
+        window, sums = self._window, self._sums
+        if len(window) == window.maxlen:  # the oldest leaves the window
+            old_accepted, old_drafted = window[0]
+            sums[0] -= old_accepted
+            sums[1] -= old_drafted
+        window.append((accepted, drafted))
+        sums[0] += accepted
+        sums[1] += drafted
+        if len(window) == window.maxlen:
+            self.tripped = sums[0] < self.threshold * sums[1]
 
 
 class AcceptanceEstimate:

@@ -36,7 +36,8 @@ A built policy (``cls(params, ctx)``, one per replica) says:
   ``eagle3``, ``mtp``, ``medusa``, ``specinfer``, ``staged``; the engine then also runs its
   other iterations fused where every decode drafts); or ``varied_draft()`` -> a
   :class:`~simulator.engine.plan.VariedDraft` or None (per-request counts that vary: the
-  ``adaptive`` wrapper around ``chain``; its iterations run on arrays); without any,
+  model-free proposers, the ``adaptive`` wrapper around ``chain`` or one of them; its
+  iterations run on arrays); without any,
   fast-forward only skips the policy's SimPy timeouts.  ``prefill_adds_time`` says
   whether the class overrides ``prefill_time`` (the engine skips the base's, which adds 0).
 

@@ -17,7 +17,9 @@ import numpy as np
 
 from simulator.cost.drafting import chain_draft_time
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from abc import abstractmethod
+
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
 class GateControl:
@@ -42,6 +44,17 @@ class GateControl:
         return None
 
 
+class LimitedDraft(VariedDraft):
+    """A base whose proposals take per-request caps and which is a ``VariedDraft`` itself
+    (``prompt_lookup``, ``suffix``), declared by subclassing: the adaptive wrapper's
+    stretches plan it under their caps through ``plan_limited``."""
+
+    @abstractmethod
+    def plan_limited(self, request_ids: np.ndarray, generated: np.ndarray,
+                     max_draft: np.ndarray) -> VariedPlan:
+        """``propose_limited``'s plan, on arrays."""
+
+
 class LimitedControl:
     """Per-request caps for a base with ``propose_limited(batch, rng, caps)``."""
 
@@ -55,6 +68,10 @@ class LimitedControl:
         return self.base.propose_limited(batch, rng, k)
 
     def draft_predictor(self, batch: BatchView):
+        return self.predictor(batch.request_ids, batch.context)
+
+    def predictor(self, request_ids: np.ndarray, context: np.ndarray):
+        """``draft_predictor``, on arrays."""
         return lambda k: 0.0  # CPU microseconds, negligible against a forward
 
     def observe(self, *args) -> None:

@@ -26,7 +26,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
-from simulator.policies.draft_control import LimitedControl
+from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.ngram_index import NgramIndex
 from simulator.policies.token_text import (
     TokenText,
@@ -95,7 +95,7 @@ def chains_accepted(text: TokenText, drafts: dict, request_ids: np.ndarray,
     return out
 
 
-class PromptLookup(PolicyBase, VariedDraft):
+class PromptLookup(PolicyBase, LimitedDraft):
     """Propose the continuation of the longest recurring suffix n-gram of each request."""
 
     name = "prompt_lookup"
@@ -181,8 +181,11 @@ class PromptLookup(PolicyBase, VariedDraft):
 
     def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
                     batch_size, rng):
-        drafts, cpu_s = self.lookup(request_ids, generated,
-                                    np.full(request_ids.size, self.k, np.int64))
+        return self.plan_limited(request_ids, generated,
+                                 np.full(request_ids.size, self.k, np.int64))
+
+    def plan_limited(self, request_ids, generated, max_draft):
+        drafts, cpu_s = self.lookup(request_ids, generated, max_draft)
         k = chain_counts(drafts, request_ids)
         return VariedPlan(k, k + 1, 0.0 + cpu_s, drafts)
 

@@ -30,7 +30,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
-from simulator.policies.draft_control import LimitedControl
+from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.token_text import TokenText, require_token_ids
 from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
 
@@ -47,7 +47,7 @@ class _RequestState:
         self.indexed = 0
 
 
-class SuffixDecoding(PolicyBase, VariedDraft):
+class SuffixDecoding(PolicyBase, LimitedDraft):
     """Speculation trees from a per-request and a global suffix trie, frequency-scored."""
 
     name = "suffix"
@@ -222,8 +222,11 @@ class SuffixDecoding(PolicyBase, VariedDraft):
 
     def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
                     batch_size, rng):
-        n, cpu, specs = self.speculations(request_ids, generated,
-                                          np.full(request_ids.size, self.k, np.int64))
+        return self.plan_limited(request_ids, generated,
+                                 np.full(request_ids.size, self.k, np.int64))
+
+    def plan_limited(self, request_ids, generated, max_draft):
+        n, cpu, specs = self.speculations(request_ids, generated, max_draft)
         return VariedPlan(n, n + 1, 0.0 + cpu, specs)
 
     def draw_counts(self, rng, request_ids, context, generated, plan):

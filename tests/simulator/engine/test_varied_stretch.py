@@ -129,7 +129,14 @@ MODEL_FREE = [{"name": "prompt_lookup", "num_speculative_tokens": 3, "prompt_loo
               {"name": "suffix", "num_speculative_tokens": 4, "speculate_tree": False,
                "suffix_decoding_max_cached_requests": 3},
               {"name": "lookahead"},
-              {"name": "lookahead", "window_size": 2, "ngram_size": 3, "guess_set_size": 2}]
+              {"name": "lookahead", "window_size": 2, "ngram_size": 3, "guess_set_size": 2},
+              # adaptive around the lookups: their caps from the controllers
+              {"name": "adaptive", "base": {"name": "prompt_lookup",
+                                            "num_speculative_tokens": 6},
+               "controller": "goodput"},
+              {"name": "adaptive", "base": {"name": "suffix", "num_speculative_tokens": 8},
+               "num_speculative_tokens_per_batch_size": [[1, 2, 8], [3, 256, 2]],
+               "acceptance_rate_window_size": 8, "acceptance_rate_threshold": 0.4}]
 
 
 @st.composite
@@ -143,12 +150,12 @@ def token_cases(draw):
             "seed": draw(st.integers(0, 2**31))}
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
+@settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(token_cases())
 def test_random_model_free_runs_are_identical(case):
-    """The model-free proposers on token workloads (their lookups on the real ids), with
-    and without prefix caching, tight KV (preemption), admissions and several replicas."""
+    """The model-free proposers on token workloads (their lookups on the real ids), alone
+    and under the adaptive wrapper, with and without prefix caching, tight KV (preemption), admissions and several replicas."""
     sc = scenario_from_dict({
         "name": "t", "seed": case["seed"], "hardware": "a100-40gb", "target": "opt-13b",
         "replicas": case["replicas"], "policy": MODEL_FREE[case["policy"]],
