@@ -25,7 +25,8 @@ the handle its ``draft_control`` returns (simulator/policies/draft_control.py): 
 (a draft model that skipped iterations catches up on the missed tokens in its first
 forward) and the model-free ``prompt_lookup`` and ``suffix`` (their ``propose_limited``).
 Any other base is switched on or off as a whole (a zero cap drops its drafts), and
-``goodput`` refuses it.  The policies it can wrap are handed to it by the registry, which
+``goodput`` refuses it.  Around ``chain``, ``prompt_lookup`` or ``suffix`` fast-forward takes
+its iterations on arrays (``varied_draft``: adaptive_stretch.py), with the same results.  The policies it can wrap are handed to it by the registry, which
 declares the registered wrapper as a subclass with its ``BASES``; this file imports no
 other policy.
 """
