@@ -1,7 +1,8 @@
 """The socket between the engine and a policy: what the engine hands a policy each iteration
 (``BatchView``), what the policy returns (``DraftPlan``), what a chain policy offers its
 stretches (``ChainStretch``, with a ``CarriedDraft`` where its draft's price depends on the
-previous iteration's acceptances), and the ``Policy`` and ``StepPricer`` protocols the engine
+previous iteration's acceptances), ``VariedDraft``: what a policy whose per-request draft
+counts vary offers its stretches, and the ``Policy`` and ``StepPricer`` protocols the engine
 calls, with ``ClosedFormPricer``: the closed forms a pricer may declare (``closed_forms``
 finds them).  Every fast path is reached through these declarations, never by probing an
 object for a member.  The engine imports nothing else of the project."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -119,6 +120,53 @@ class ChainStretch:
                              "draft_times and accepted, or by carried")
 
 
+class VariedPlan(NamedTuple):
+    """One iteration's plan of a ``VariedDraft``: what its ``DraftPlan`` would hold."""
+
+    num_draft: np.ndarray      # draft tokens per request (int64; 0: no speculation)
+    verify_tokens: np.ndarray  # tokens per request in the verification forward (int64)
+    seconds: float             # the proposer's ``draft_time_s + cpu_time_s``
+    payload: Any = None        # policy-private, as ``DraftPlan.payload``
+
+
+class VariedDraft(ABC):
+    """A proposer whose per-request draft counts may differ from request to request and
+    from iteration to iteration (the ``adaptive`` wrapper's controllers, the model-free
+    proposers' lookups), declared by subclassing.  Between two batch-changing events the
+    engine advances it iteration by iteration on arrays (varied_stretch.py): no
+    ``BatchView`` and no ``DraftPlan`` per iteration, its counts, prices and draws through
+    these methods, which give bitwise what ``propose``, ``accept`` and ``observe`` give for
+    the batch the arrays describe (every running request decoding, nothing trimmed: the
+    engine checks the bounds first).  The arrays are the engine's: read them, do not keep
+    them."""
+
+    @property
+    @abstractmethod
+    def max_verify_tokens(self) -> int:
+        """The most tokens one request verifies in an iteration."""
+
+    @abstractmethod
+    def plan_counts(self, request_ids: np.ndarray, context: np.ndarray,
+                    generated: np.ndarray, output_len: np.ndarray, prompt_len: np.ndarray,
+                    batch_size: int, rng: np.random.Generator) -> VariedPlan:
+        """``propose``'s plan for these requests (``batch_size``: the running batch's),
+        its state moved and its draws made as ``propose`` moves and makes them."""
+
+    @abstractmethod
+    def draw_counts(self, rng: np.random.Generator, request_ids: np.ndarray,
+                    context: np.ndarray, generated: np.ndarray,
+                    plan: VariedPlan) -> np.ndarray:
+        """``accept``'s accepted drafts per request of ``plan`` (before the engine clamps
+        them to [0, num_draft]), with the same draws from ``rng``."""
+
+    @abstractmethod
+    def observe_counts(self, request_ids: np.ndarray, generated: np.ndarray,
+                       output_len: np.ndarray, plan: VariedPlan, accepted: np.ndarray,
+                       step_time_s: float) -> None:
+        """``observe`` of an iteration of ``plan`` whose requests had ``generated`` tokens
+        before it and ``accepted`` (clamped) drafts accepted."""
+
+
 class Policy(Protocol):
     """A serving policy instance (one per simulation; may hold adaptive state)."""
 
@@ -147,6 +195,11 @@ class Policy(Protocol):
         """How the engine may advance several of its iterations at once while every request
         decodes (chain_stretch.py); None: it may not (each iteration is proposed, drawn and
         observed one by one)."""
+
+    def varied_draft(self) -> VariedDraft | None:
+        """Where ``chain_stretch`` is None: how the engine may advance its iterations on
+        arrays while every request decodes, with draft counts that vary (varied_stretch.py);
+        None: it may not."""
 
 
 class StepPricer(Protocol):

@@ -16,21 +16,17 @@ continuous batching, one token budget shared by decodes and prefills:
 4. advance time by the step's duration, then complete it (completion.py).
 
 Under ``none`` the four run fused (plain_step.py), with the same results; a preemption, a
-prefix cache (own_cache.py: only while a preempted request waits, without shared prefixes)
-or the event log take the path above.  The running requests' state lives in the
-``RunningBatch``, everyone else's in the run's table.
+prefix cache (own_cache.py: only while a preempted request waits) or the event log take the
+path above.  The running requests' state is the ``RunningBatch``, the others' the table.
 
 **Fast-forward** (``engine.fast_forward``, the default).  Between two arrivals nothing outside
-a replica reads or changes it (each replica draws from its own random stream; the recorder's
-tables do not depend on the order replicas report in), so a replica completes every step that
-ends before the next arrival at once, on its own clock ``now``, with no SimPy timeout; a
-pure-decode stretch is advanced in one vectorised pass (fast_forward.py), and so is an
-all-decoding stretch of a policy with a ``ChainStretch`` (chain_stretch.py: its draws made
-in order), whose other iterations (admissions) run fused (chain_step.py).  Under
-``none`` (the fused iteration's cases) the process is ``_run_lazy``: its decodes advance in
-lockstep, O(1) an iteration (lazy_decode.py).  It yields to SimPy only for a step that ends
-at or after the next arrival, landing exactly where it ends.  The same decisions, draws and
-float operations in the same order: results identical to the step-by-step reference.
+a replica reads or changes it (its own random stream; the tables ignore the order replicas
+report in), so it completes every step ending before the next arrival at once, on its own
+clock ``now``, with no SimPy timeout: pure decodes in one vectorised pass (fast_forward.py;
+under ``none``, ``_run_lazy``: lazy_decode.py), a ``ChainStretch``'s all-decoding stretches
+too (chain_stretch.py; its admissions fused, chain_step.py), a ``VariedDraft``'s on arrays
+(varied_stretch.py).  It yields only for a step ending at or after the next arrival.  The
+same decisions, draws and float operations in the same order: identical results.
 """
 from __future__ import annotations
 
@@ -55,6 +51,7 @@ from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer, clos
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
 from simulator.engine.step import NO_FLOATS, NO_IDS, Step
+from simulator.engine.varied_stretch import advance_varied, varied_draft_of
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
@@ -87,8 +84,9 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self._mixed, self._mixed_verify = (None, None) if forms is None \
             else (forms.mixed_step_time, forms.mixed_verify_time)
         self._one_token = plain_decode
-        # chain speculation's stretches (chain_stretch.py), None: the policy has none
+        # its stretches: a chain's (chain_stretch.py) or varied drafts' (varied_stretch.py)
         self._chain = chain_stretch_of(self) if self.fast_forward else None
+        self._varied = varied_draft_of(self) if self.fast_forward else None
         self._hit = (0, 0)  # the queue head's cached blocks, and how many are free ones
         self.waiting: deque[int] = deque()
         self.b = RunningBatch()
@@ -127,8 +125,9 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
                 continue
             step = None
             if self.fast_forward:
-                done, step = advance_decodes(self) if self._chain is None \
-                    else advance_chain(self, self._chain)
+                done, step = advance_chain(self, self._chain) if self._chain is not None \
+                    else advance_varied(self, self._varied) if self._varied is not None \
+                    else advance_decodes(self)
                 if done == RETIRED:
                     continue  # the batch changed: idle now, or another stretch
             if step is None and self.plain:

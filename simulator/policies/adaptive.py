@@ -25,7 +25,8 @@ the handle its ``draft_control`` returns (simulator/policies/draft_control.py): 
 (a draft model that skipped iterations catches up on the missed tokens in its first
 forward) and the model-free ``prompt_lookup`` and ``suffix`` (their ``propose_limited``).
 Any other base is switched on or off as a whole (a zero cap drops its drafts), and
-``goodput`` refuses it.  The policies it can wrap are handed to it by the registry, which
+``goodput`` refuses it.  Around ``chain``, ``prompt_lookup`` or ``suffix`` fast-forward takes
+its iterations on arrays (``varied_draft``: adaptive_stretch.py), with the same results.  The policies it can wrap are handed to it by the registry, which
 declares the registered wrapper as a subclass with its ``BASES``; this file imports no
 other policy.
 """
@@ -36,7 +37,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, emitted_tokens
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
 from simulator.inputs.yaml_io import as_str, require_mapping
@@ -48,6 +49,8 @@ from simulator.policies.adaptive_controllers import (
     goodput_gammas,
 )
 from simulator.policies.base import PolicyBase, PolicyContext
+from simulator.policies.adaptive_stretch import AdaptiveChain, AdaptiveLimited
+from simulator.policies.draft_control import ChainControl, LimitedControl, LimitedDraft
 
 CONTROLLERS: dict[str, dict[str, Param]] = {
     "fixed": {},
@@ -194,18 +197,35 @@ class AdaptiveSpeculation(PolicyBase):
     def max_verify_tokens(self) -> int:
         return self.base.max_verify_tokens
 
+    def varied_draft(self) -> VariedDraft | None:
+        """Around ``chain`` (per-request gammas with its catch-up) or a ``LimitedDraft``
+        (``prompt_lookup``, ``suffix``), its iterations on arrays (adaptive_stretch.py), any
+        controller; None around any other base (switched on and off as a whole)."""
+        control = self.control
+        if isinstance(control, ChainControl) and control.chain is not None:
+            return AdaptiveChain(self, control)
+        if isinstance(control, LimitedControl) and isinstance(control.base, LimitedDraft):
+            return AdaptiveLimited(self, control)
+        return None
+
     # ------------------------------------------------------------------ the iteration
-    def caps(self, batch: BatchView) -> np.ndarray:
-        """Per-request gamma limits from the schedule and the switches."""
+    def cap(self, batch_size: int) -> int:
+        """The iteration's gamma limit from the schedule and the switches (before the
+        requests past the draft model's context are set to 0)."""
         k = self.control.max_draft
         if self.schedule is not None:
-            k = min(k, self.schedule.gamma(batch.batch_size))
-        if self.disable_at is not None and batch.batch_size >= self.disable_at:
+            k = min(k, self.schedule.gamma(batch_size))
+        if self.disable_at is not None and batch_size >= self.disable_at:
             k = 0
         if self.kill is not None and self.kill.tripped:
             k = 0
         if self.ema is not None:
             k = min(k, self.ema.steps)
+        return k
+
+    def caps(self, batch: BatchView) -> np.ndarray:
+        """Per-request gamma limits from the schedule and the switches."""
+        k = self.cap(batch.batch_size)
         caps = np.full(len(batch), k, np.int64)
         if k:  # requests past the draft model's context
             caps[~self.base.speculable(batch)] = 0
@@ -213,21 +233,31 @@ class AdaptiveSpeculation(PolicyBase):
 
     def step_predictor(self, batch: BatchView):
         """k -> predicted seconds of this iteration's drafting and verification."""
-        draft = self.control.draft_predictor(batch)
-        ctx = batch.context.astype(float)
+        return self.predictor(batch.context, self.control.draft_predictor(batch))
+
+    def predictor(self, context: np.ndarray, draft):
+        """``step_predictor`` at ``context`` with the draft's predictor ``draft``."""
+        ctx, step_time = context.astype(float), self.target_cost.step_time
 
         def predict(k: np.ndarray) -> float:
             tokens = (k + 1).astype(float)
-            return draft(k) + self.target_cost.step_time(tokens, ctx, tokens)
+            return draft(k) + step_time(tokens, ctx, tokens)
 
         return predict
+
+    def goodput(self, k: np.ndarray, request_ids: np.ndarray, context: np.ndarray,
+                generated: np.ndarray, output_len: np.ndarray, draft) -> np.ndarray:
+        """The goodput controller's gammas under the caps ``k`` (``draft``: the draft's
+        predictor for these requests)."""
+        k = np.minimum(k, np.maximum(output_len - generated - 1, 0))
+        alpha = self.estimate.alpha(request_ids)
+        return goodput_gammas(alpha, k, self.predictor(context, draft))
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = self.caps(batch)
         if self.estimate is not None and k.any():
-            k = np.minimum(k, np.maximum(batch.output_len - batch.generated - 1, 0))
-            alpha = self.estimate.alpha(batch.request_ids)
-            k = goodput_gammas(alpha, k, self.step_predictor(batch))
+            k = self.goodput(k, batch.request_ids, batch.context, batch.generated,
+                             batch.output_len, self.control.draft_predictor(batch))
         return self.control.propose(batch, rng, k)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
@@ -239,8 +269,13 @@ class AdaptiveSpeculation(PolicyBase):
                 step_time_s: float) -> None:
         emitted = emitted_tokens(accepted, batch.generated, batch.output_len)
         done = batch.generated + emitted >= batch.output_len
-        drafted = plan.num_draft
         self.control.observe(plan, batch, emitted, done)
+        self.learn(batch.request_ids, plan.num_draft, accepted, done)
+        self.base.observe(plan, batch, accepted, step_time_s)
+
+    def learn(self, request_ids: np.ndarray, drafted: np.ndarray, accepted: np.ndarray,
+              done: np.ndarray) -> None:
+        """The controllers' part of ``observe``: the EMA, the kill switch, the estimates."""
         if self.ema is not None:
             if drafted.any():
                 self.ema.update(accepted[drafted > 0])
@@ -249,9 +284,8 @@ class AdaptiveSpeculation(PolicyBase):
         if self.kill is not None:
             self.kill.update(int(accepted.sum()), int(drafted.sum()))
         if self.estimate is not None:
-            self.estimate.update(batch.request_ids, drafted, accepted)
-            self.estimate.forget(batch.request_ids[done])
-        self.base.observe(plan, batch, accepted, step_time_s)
+            self.estimate.update(request_ids, drafted, accepted)
+            self.estimate.forget(request_ids[done])
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         return self.base.prefill_time(new_tokens, context)

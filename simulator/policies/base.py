@@ -33,9 +33,12 @@ A built policy (``cls(params, ctx)``, one per replica) says:
   ``chain_stretch()`` -> a :class:`~simulator.engine.plan.ChainStretch` or None (its
   iterations depend on the batch alone and draw one uniform per request: ``chain``; or the
   policy prices and draws them itself, a ``CarriedDraft``: ``eagle``, ``eagle2``,
-  ``eagle3``, ``mtp``, ``medusa``, ``specinfer``, ``staged``; the engine then also runs its other iterations fused
-  where every decode drafts); without
-  either, fast-forward only skips the policy's SimPy timeouts.  ``prefill_adds_time`` says
+  ``eagle3``, ``mtp``, ``medusa``, ``specinfer``, ``staged``; the engine then also runs its
+  other iterations fused where every decode drafts); or ``varied_draft()`` -> a
+  :class:`~simulator.engine.plan.VariedDraft` or None (per-request counts that vary: the
+  model-free proposers, the ``adaptive`` wrapper around ``chain`` or one of them; its
+  iterations run on arrays); without any,
+  fast-forward only skips the policy's SimPy timeouts.  ``prefill_adds_time`` says
   whether the class overrides ``prefill_time`` (the engine skips the base's, which adds 0).
 
 Adding a policy touches its own file, the ``POLICIES`` dict in ``registry.py`` and its test;
@@ -53,7 +56,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import fits_draft_context
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, StepPricer
+from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, StepPricer, VariedDraft
 from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import ModelSpec
 from simulator.policies.draft_control import GateControl
@@ -172,6 +175,11 @@ class PolicyBase(ABC):
     def chain_stretch(self) -> ChainStretch | None:
         """What the engine needs to advance several iterations at once (engine.plan's
         ``ChainStretch``); None by default: each iteration is proposed and drawn alone."""
+        return None
+
+    def varied_draft(self) -> VariedDraft | None:
+        """Per-request draft counts that vary, advanced on arrays (engine.plan's
+        ``VariedDraft``); None by default."""
         return None
 
     def speculable(self, batch: BatchView) -> np.ndarray:

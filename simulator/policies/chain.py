@@ -20,6 +20,7 @@ from simulator.cost.drafting import (
     chain_draft_time,
     draft_max_context,
     draft_prefill_time,
+    fits_draft_context,
 )
 from simulator.cost.spec_host import SpecWork
 from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, closed_forms
@@ -63,8 +64,20 @@ class ChainSpeculation(PolicyBase):
         """Requests the draft model can speculate on (the others decode normally)."""
         return batch_fits_draft(batch, self.gamma, self.draft_max_context)
 
+    def speculable_of(self, prompt_len: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        """``speculable`` of requests with these prompt and generated lengths, on arrays."""
+        return fits_draft_context(prompt_len + generated, self.gamma, self.draft_max_context)
+
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
         return accept_chain(self.acceptance, plan, batch, rng)
+
+    def draw_chain(self, rng: np.random.Generator, request_ids: np.ndarray,
+                   context: np.ndarray, num_draft: np.ndarray) -> np.ndarray:
+        """``accept`` of requests drafting ``num_draft`` at ``context``, on arrays: the same
+        draws (none when nothing was drafted)."""
+        if not num_draft.any():
+            return np.zeros(num_draft.size, dtype=np.int64)
+        return self.acceptance.sample_chain(num_draft, context, request_ids, rng)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = np.where(self.speculable(batch), self.gamma, 0).astype(np.int64)
@@ -95,7 +108,7 @@ class ChainSpeculation(PolicyBase):
 
     def draft_control(self, params: dict) -> ChainControl:
         """Per-request gammas: the draft model catches up on skipped iterations."""
-        return ChainControl(self.draft_cost, self.gamma, self.host.execution)
+        return ChainControl(self.draft_cost, self.gamma, self.host.execution, chain=self)
 
 
 def _plus(times, host_s: float):

@@ -17,7 +17,9 @@ import numpy as np
 
 from simulator.cost.drafting import chain_draft_time
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, DraftPlan
+from abc import abstractmethod
+
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
 class GateControl:
@@ -42,6 +44,17 @@ class GateControl:
         return None
 
 
+class LimitedDraft(VariedDraft):
+    """A base whose proposals take per-request caps and which is a ``VariedDraft`` itself
+    (``prompt_lookup``, ``suffix``), declared by subclassing: the adaptive wrapper's
+    stretches plan it under their caps through ``plan_limited``."""
+
+    @abstractmethod
+    def plan_limited(self, request_ids: np.ndarray, generated: np.ndarray,
+                     max_draft: np.ndarray) -> VariedPlan:
+        """``propose_limited``'s plan, on arrays."""
+
+
 class LimitedControl:
     """Per-request caps for a base with ``propose_limited(batch, rng, caps)``."""
 
@@ -55,6 +68,10 @@ class LimitedControl:
         return self.base.propose_limited(batch, rng, k)
 
     def draft_predictor(self, batch: BatchView):
+        return self.predictor(batch.request_ids, batch.context)
+
+    def predictor(self, request_ids: np.ndarray, context: np.ndarray):
+        """``draft_predictor``, on arrays."""
         return lambda k: 0.0  # CPU microseconds, negligible against a forward
 
     def observe(self, *args) -> None:
@@ -66,17 +83,20 @@ class ChainControl:
 
     per_request = True
 
-    def __init__(self, draft_cost, gamma: int, execution=None) -> None:
+    def __init__(self, draft_cost, gamma: int, execution=None, chain=None) -> None:
         self.max_draft = int(gamma)
+        # the chain policy whose drafts these are (its ``speculable_of`` and ``draw_chain``:
+        # the adaptive wrapper's stretches call them), None where none is given
+        self.chain = chain
         self.draft_cost = draft_cost
         self.execution = execution  # the engine's speculative host work (spec_host.py)
         self._lags: dict[int, int] = {}
         self._drafted: dict[int, bool] = {}
         self._memo: dict[tuple[int, int], float] = {}
 
-    def _lag(self, batch: BatchView) -> np.ndarray:
-        return np.fromiter((self._lags.get(r, 0) for r in batch.request_ids.tolist()),
-                           np.int64, len(batch))
+    def _lag(self, request_ids: np.ndarray) -> np.ndarray:
+        return np.fromiter((self._lags.get(r, 0) for r in request_ids.tolist()),
+                           np.int64, request_ids.size)
 
     def _catch_up_s(self, ctx: np.ndarray, lag: np.ndarray) -> float:
         """Extra time of first forwards that also feed ``lag`` skipped tokens."""
@@ -88,20 +108,31 @@ class ChainControl:
             - self.draft_cost.step_time(np.ones(c.size), c)
 
     def propose(self, batch: BatchView, rng, k: np.ndarray) -> DraftPlan:
+        time_s, cpu_s = self.draft_seconds(batch.request_ids, batch.context, k)
+        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=time_s,
+                         cpu_time_s=cpu_s)
+
+    def draft_seconds(self, request_ids: np.ndarray, context: np.ndarray,
+                      k: np.ndarray) -> tuple[float, float]:
+        """``propose``'s (draft_time_s, cpu_time_s) for requests ``request_ids`` at
+        ``context`` drafting ``k`` each, on arrays (what a stretch calls)."""
         on = k > 0
-        self._drafted = dict(zip(batch.request_ids.tolist(), on.tolist()))
-        time_s = chain_draft_time(self.draft_cost, batch.context, k)
+        self._drafted = dict(zip(request_ids.tolist(), on.tolist()))
+        time_s = chain_draft_time(self.draft_cost, context, k)
         if on.any():  # the first forward also feeds the tokens the draft model skipped
-            time_s += self._catch_up_s(batch.context[on], self._lag(batch)[on])
+            time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
         # the longest chain sets the draft loop's forwards
         host = SpecCharge(self.execution, SpecWork(draft_forwards=int(k.max(initial=0))))
-        return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=time_s,
-                         cpu_time_s=host(int(np.count_nonzero(on))))
+        return time_s, host(int(np.count_nonzero(on)))
 
     def draft_predictor(self, batch: BatchView):
         """k -> predicted draft time: memoised decode steps (contexts rounded to 128 tokens)."""
-        ctx, lag = batch.context.astype(float), self._lag(batch)
-        memo, decode_time = self._memo, self.draft_cost.decode_time
+        return self.predictor(batch.request_ids, batch.context)
+
+    def predictor(self, request_ids: np.ndarray, context: np.ndarray):
+        """``draft_predictor`` of requests ``request_ids`` at ``context``, on arrays."""
+        ctx, lag = context.astype(float), self._lag(request_ids)
+        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(lag.any())
 
         def predict(k: np.ndarray) -> float:
             k_max = int(k.max(initial=0))
@@ -110,13 +141,16 @@ class ChainControl:
             # requests drafting more than j tokens, and their summed contexts, for every j
             n = np.cumsum(np.bincount(k, minlength=k_max + 1)[::-1])[::-1][1:]
             c = np.cumsum(np.bincount(k, weights=ctx, minlength=k_max + 1)[::-1])[::-1][1:]
+            # the j-th forward's key: int(c[j] / n[j] + j) >> 7, the same operations at once
+            rounded = ((c / n + np.arange(k_max)).astype(np.int64) >> 7).tolist()
             total = 0.0
-            for j in range(k_max):
-                key = (int(n[j]), int(c[j] / n[j] + j) >> 7)
+            for key in zip(n.tolist(), rounded):
                 t = memo.get(key)
                 if t is None:
                     t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
                 total += t
+            if not lagging:  # nobody catches up: _catch_up_s would add 0.0
+                return total + 0.0
             on = k > 0
             return total + self._catch_up_s(ctx[on], lag[on])
 
@@ -124,8 +158,13 @@ class ChainControl:
 
     def observe(self, plan: DraftPlan, batch: BatchView, emitted: np.ndarray,
                 done: np.ndarray) -> None:
+        self.observe_arrays(batch.request_ids, emitted, done)
+
+    def observe_arrays(self, request_ids: np.ndarray, emitted: np.ndarray,
+                       done: np.ndarray) -> None:
+        """``observe`` of requests ``request_ids``, on arrays."""
         # a request whose drafts the engine trimmed still ran the draft model: use the proposal
-        for rid, e, d in zip(batch.request_ids.tolist(), emitted.tolist(), done.tolist()):
+        for rid, e, d in zip(request_ids.tolist(), emitted.tolist(), done.tolist()):
             if d or self._drafted.get(rid, False):
                 self._lags.pop(rid, None)
             else:

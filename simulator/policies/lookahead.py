@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
@@ -57,12 +57,15 @@ class InContextTarget:
         follow = self._follow.get(rid)
         if follow is None:
             follow = self._follow[rid] = [dict() for _ in range(self.order + 1)]
-        known = self.text.known(rid, generated).tolist()
-        start = max(self._seen.get(rid, 0), 1)
-        for i in range(start, len(known)):
+        known = self.text.known(rid, generated)
+        start, size = max(self._seen.get(rid, 0), 1), known.size
+        lo = max(start - self.order, 0)  # only the new tokens and the order before them
+        text = known[lo:].tolist()
+        for i in range(start, size):
             for k in range(1, min(self.order, i) + 1):
-                follow[k][tuple(known[i - k:i])] = known[i]  # the latest occurrence wins
-        self._seen[rid] = len(known)
+                # the latest occurrence wins
+                follow[k][tuple(text[i - lo - k:i - lo])] = text[i - lo]
+        self._seen[rid] = size
 
     def predict(self, rid: int, tail: list[int]) -> int:
         """Next token after ``tail`` (the end of a guessed context)."""
@@ -153,7 +156,7 @@ class JacobiDecoding(PolicyBase):
             self._window[rid] = new
 
 
-class LookaheadDecoding(PolicyBase):
+class LookaheadDecoding(PolicyBase, VariedDraft):
     """Lookahead decoding: Jacobi lanes feed an n-gram pool whose hits are verified."""
 
     name = "lookahead"
@@ -186,10 +189,33 @@ class LookaheadDecoding(PolicyBase):
         return 1 + (self.w + self.g) * (self.n - 1)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
+        plan = self.plan_counts(batch.request_ids, batch.context, batch.generated,
+                                batch.output_len, batch.prompt_len, batch.batch_size, rng)
+        # cpu_time_s is 0.0 + the CPU seconds: the same float once draft_time_s is added
+        return DraftPlan(num_draft=plan.num_draft, verify_tokens=plan.verify_tokens,
+                         cpu_time_s=plan.seconds, payload=plan.payload)
+
+    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
+        return self._accepted(plan.payload, batch.request_ids, batch.generated, plan.num_draft)
+
+    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
+                step_time_s: float) -> None:
+        self._observe(batch.request_ids, batch.generated, batch.output_len, plan.verify_tokens,
+                      accepted)
+
+    # ------------------------------------------------------------------ VariedDraft
+    def varied_draft(self) -> VariedDraft:
+        """Its iterations on arrays (engine/varied_stretch.py): itself."""
+        return self
+
+    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
+                    batch_size, rng):
+        """``propose``'s plan on arrays (each request's lanes started from random prompt
+        tokens on its first iteration, as ``propose`` draws them)."""
+        n = request_ids.size
         drafts: dict[int, list[np.ndarray]] = {}
-        num_draft = np.zeros(len(batch), np.int64)
-        verify = np.ones(len(batch), np.int64)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
+        num_draft, verify = np.zeros(n, np.int64), np.ones(n, np.int64)
+        for i, (rid, g) in enumerate(zip(request_ids.tolist(), generated.tolist())):
             lanes = self._lanes.get(rid)
             if lanes is None:
                 picks = rng.integers(0, self.text.prompt_ids[rid].size, self.w)
@@ -197,43 +223,69 @@ class LookaheadDecoding(PolicyBase):
                 self._pool[rid] = {}
             last = int(self.text.known(rid, g)[-1])
             cands = self._pool[rid].get(last, [])[:self.g]
-            drafts[rid] = [np.asarray(c, np.int64) for c in cands]
+            drafts[rid] = cands  # (N - 1)-token tuples
             num_draft[i] = len(cands) * (self.n - 1)
             verify[i] = 1 + sum(len(lane) for lane in lanes) + num_draft[i]
-        return DraftPlan(num_draft=num_draft, verify_tokens=verify,
-                         cpu_time_s=self.cpu_s * len(batch) + self.host(len(batch)),
-                         payload=drafts)
+        return VariedPlan(num_draft, verify, 0.0 + (self.cpu_s * n + self.host(n)), drafts)
 
-    def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        out = np.zeros(len(batch), np.int64)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-            if plan.num_draft[i]:
-                truth = self.text.upcoming(rid, g, self.n - 1)
-                out[i] = max(matched_prefix(c, truth) for c in plan.payload[rid])
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return self._accepted(plan.payload, request_ids, generated, plan.num_draft)
+
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
+                       step_time_s):
+        self._observe(request_ids, generated, output_len, plan.verify_tokens, accepted)
+
+    def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
+                  num_draft: np.ndarray) -> np.ndarray:
+        """``accept`` on arrays: the longest verified prefix among the pooled candidates."""
+        out = np.zeros(request_ids.size, np.int64)
+        for i, (rid, g, k) in enumerate(zip(request_ids.tolist(), generated.tolist(),
+                                            num_draft.tolist())):
+            if k:
+                truth = self.text.upcoming(rid, g, self.n - 1).tolist()
+                out[i] = max(_prefix(c, truth) for c in drafts[rid])
         return out
 
-    def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
-                step_time_s: float) -> None:
-        done = finished_mask(batch, accepted)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-            if done[i]:
+    def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
+                 output_len: np.ndarray, verify_tokens: np.ndarray,
+                 accepted: np.ndarray) -> None:
+        """``observe`` on arrays: every lane steps and hands its n-gram to the pool."""
+        done = generated + emitted_tokens(accepted, generated, output_len) >= output_len
+        for rid, g, d, v in zip(request_ids.tolist(), generated.tolist(), done.tolist(),
+                                verify_tokens.tolist()):
+            if d:
                 for store in (self._lanes, self._pool):
                     store.pop(rid, None)
                 self.target.forget(rid)
                 self.text.forget(rid)
                 continue
-            if plan.verify_tokens[i] <= 1 or rid not in self._lanes:
+            if v <= 1 or rid not in self._lanes:
                 continue  # trimmed or switched off: no lookahead branch ran
             self.target.see(rid, g)
-            pool = self._pool[rid]
-            for lane in self._lanes[rid]:
-                token = self.target.predict(rid, lane)
-                if len(lane) == self.n - 1:
-                    entries = pool.setdefault(lane[0], [])
-                    gram = tuple(lane[1:]) + (token,)
-                    if gram in entries:
-                        entries.remove(gram)
-                    entries.insert(0, gram)      # most recent first
-                    del entries[self.g:]
-                    del lane[0]
-                lane.append(token)
+            self._step_lanes(rid)
+
+    def _step_lanes(self, rid: int) -> None:
+        """Each lane of ``rid`` gets its next guess; a full lane's n-gram enters the pool."""
+        pool = self._pool[rid]
+        for lane in self._lanes[rid]:
+            token = self.target.predict(rid, lane)
+            if len(lane) == self.n - 1:
+                entries = pool.setdefault(lane[0], [])
+                gram = tuple(lane[1:]) + (token,)
+                if gram in entries:
+                    entries.remove(gram)
+                entries.insert(0, gram)      # most recent first
+                del entries[self.g:]
+                del lane[0]
+            lane.append(token)
+
+
+def _prefix(draft: tuple, truth: list) -> int:
+    """``matched_prefix`` of a pooled candidate (a tuple) against the target's next tokens
+    (a list): the leading tokens they share."""
+    n = 0
+    for a, b in zip(draft, truth):
+        if a != b:
+            break
+        n += 1
+    return n

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
-from simulator.policies.draft_control import LimitedControl
+from simulator.policies.draft_control import LimitedControl, LimitedDraft
+from simulator.policies.ngram_index import NgramIndex
 from simulator.policies.token_text import (
     TokenText,
-    finished_mask,
     matched_prefix,
     require_token_ids,
 )
@@ -67,22 +67,35 @@ def ngram_lookup(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarr
 
 def chain_plan(drafts: dict[int, np.ndarray], batch: BatchView, cpu_time_s: float) -> DraftPlan:
     """A plan verifying each request's draft chain (``drafts`` keyed by request id)."""
-    k = np.fromiter((drafts[int(r)].size for r in batch.request_ids), np.int64, len(batch))
+    k = chain_counts(drafts, batch.request_ids)
     return DraftPlan(num_draft=k, verify_tokens=k + 1, cpu_time_s=cpu_time_s, payload=drafts)
+
+
+def chain_counts(drafts: dict[int, np.ndarray], request_ids: np.ndarray) -> np.ndarray:
+    """Each request's draft length (``drafts`` keyed by request id)."""
+    return np.fromiter((drafts[r].size for r in request_ids.tolist()), np.int64,
+                       request_ids.size)
 
 
 def accept_chains(text: TokenText, plan: DraftPlan, batch: BatchView) -> np.ndarray:
     """Greedy verification of each request's chain against the target's next tokens."""
-    out = np.zeros(len(batch), np.int64)
-    for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-        k = int(plan.num_draft[i])
+    return chains_accepted(text, plan.payload, batch.request_ids, batch.generated,
+                           plan.num_draft)
+
+
+def chains_accepted(text: TokenText, drafts: dict, request_ids: np.ndarray,
+                    generated: np.ndarray, num_draft: np.ndarray) -> np.ndarray:
+    """``accept_chains`` on arrays: each request's first ``num_draft`` drafted tokens
+    against the target's next ones."""
+    out = np.zeros(request_ids.size, np.int64)
+    for i, (rid, g, k) in enumerate(zip(request_ids.tolist(), generated.tolist(),
+                                        num_draft.tolist())):
         if k:
-            draft = plan.payload[rid][:k]
-            out[i] = matched_prefix(draft, text.upcoming(rid, g, k))
+            out[i] = matched_prefix(drafts[rid][:k], text.upcoming(rid, g, k))
     return out
 
 
-class PromptLookup(PolicyBase):
+class PromptLookup(PolicyBase, LimitedDraft):
     """Propose the continuation of the longest recurring suffix n-gram of each request."""
 
     name = "prompt_lookup"
@@ -116,6 +129,7 @@ class PromptLookup(PolicyBase):
         self.max_n = int(params["prompt_lookup_max"])
         self.cpu_s = float(params["cpu_time_per_request_s"])
         self.host = spec_charge(ctx, SpecWork())  # model-free: the verification's work
+        self._index: dict[int, NgramIndex] = {}  # each running request's n-grams
 
     @property
     def max_verify_tokens(self) -> int:
@@ -128,17 +142,27 @@ class PromptLookup(PolicyBase):
     def propose_limited(self, batch: BatchView, rng: np.random.Generator,
                         max_draft: np.ndarray) -> DraftPlan:
         """Propose at most ``max_draft[i]`` tokens for request i (adaptive controllers' hook)."""
-        drafts = {}
-        looked = 0
-        for rid, g, cap in zip(batch.request_ids.tolist(), batch.generated.tolist(),
+        drafts, cpu_s = self.lookup(batch.request_ids, batch.generated, max_draft)
+        return chain_plan(drafts, batch, cpu_s)
+
+    def lookup(self, request_ids: np.ndarray, generated: np.ndarray,
+               max_draft: np.ndarray) -> tuple[dict, float]:
+        """(each request's draft, keyed by id; the proposer's CPU seconds): at most
+        ``max_draft[i]`` tokens for request i, each request's n-grams indexed as its text
+        grows (ngram_index.py: ``ngram_lookup``'s answer)."""
+        drafts, looked, index, text = {}, 0, self._index, self.text
+        for rid, g, cap in zip(request_ids.tolist(), generated.tolist(),
                                np.minimum(max_draft, self.k).tolist()):
             if cap > 0:
                 looked += 1
-                drafts[rid] = ngram_lookup(self.text.known(rid, g), self.min_n, self.max_n, cap)
+                grams = index.get(rid)
+                if grams is None:
+                    grams = index[rid] = NgramIndex(self.min_n, self.max_n)
+                drafts[rid] = grams.lookup(text.known(rid, g), cap)
             else:
-                drafts[rid] = self.text.full(rid)[:0]
+                drafts[rid] = text.full(rid)[:0]
         found = sum(1 for d in drafts.values() if d.size)  # requests verifying a draft
-        return chain_plan(drafts, batch, looked * self.cpu_s + self.host(found))
+        return drafts, looked * self.cpu_s + self.host(found)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         return self.propose_limited(batch, rng, np.full(len(batch), self.k, np.int64))
@@ -148,5 +172,35 @@ class PromptLookup(PolicyBase):
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        for rid in batch.request_ids[finished_mask(batch, accepted)].tolist():
+        self._forget_finished(batch.request_ids, batch.generated, batch.output_len, accepted)
+
+    # ------------------------------------------------------------------ VariedDraft
+    def varied_draft(self) -> VariedDraft:
+        """Its iterations on arrays (engine/varied_stretch.py): itself."""
+        return self
+
+    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
+                    batch_size, rng):
+        return self.plan_limited(request_ids, generated,
+                                 np.full(request_ids.size, self.k, np.int64))
+
+    def plan_limited(self, request_ids, generated, max_draft):
+        drafts, cpu_s = self.lookup(request_ids, generated, max_draft)
+        k = chain_counts(drafts, request_ids)
+        return VariedPlan(k, k + 1, 0.0 + cpu_s, drafts)
+
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return chains_accepted(self.text, plan.payload, request_ids, generated,
+                               plan.num_draft)
+
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
+                       step_time_s):
+        self._forget_finished(request_ids, generated, output_len, accepted)
+
+    def _forget_finished(self, request_ids: np.ndarray, generated: np.ndarray,
+                         output_len: np.ndarray, accepted: np.ndarray) -> None:
+        """Drop the text and the n-grams of the requests this iteration finishes."""
+        emitted = emitted_tokens(accepted, generated, output_len)
+        for rid in request_ids[generated + emitted >= output_len].tolist():
             self.text.forget(rid)
+            self._index.pop(rid, None)

@@ -25,13 +25,13 @@ from collections import deque
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan
+from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
-from simulator.policies.draft_control import LimitedControl
-from simulator.policies.token_text import TokenText, finished_mask, require_token_ids
+from simulator.policies.draft_control import LimitedControl, LimitedDraft
+from simulator.policies.token_text import TokenText, require_token_ids
 from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
@@ -47,7 +47,7 @@ class _RequestState:
         self.indexed = 0
 
 
-class SuffixDecoding(PolicyBase):
+class SuffixDecoding(PolicyBase, LimitedDraft):
     """Speculation trees from a per-request and a global suffix trie, frequency-scored."""
 
     name = "suffix"
@@ -159,28 +159,40 @@ class SuffixDecoding(PolicyBase):
     def propose_limited(self, batch: BatchView, rng: np.random.Generator,
                         max_draft: np.ndarray) -> DraftPlan:
         """Propose at most ``max_draft[i]`` nodes for request i (adaptive controllers' hook)."""
+        n, cpu, specs = self.speculations(batch.request_ids, batch.generated, max_draft)
+        return DraftPlan(num_draft=n, verify_tokens=n + 1, cpu_time_s=cpu, payload=specs)
+
+    def speculations(self, request_ids: np.ndarray, generated: np.ndarray,
+                     max_draft: np.ndarray) -> tuple[np.ndarray, float, dict]:
+        """(nodes per request, the CPU seconds, each request's ``Speculation`` by id):
+        ``propose_limited``'s, on arrays."""
         specs: dict[int, Speculation] = {}
         cpu = 0.0
-        for rid, g, cap in zip(batch.request_ids.tolist(), batch.generated.tolist(),
-                               np.minimum(max_draft, self.k).tolist()):
+        ids = request_ids.tolist()
+        for rid, g, cap in zip(ids, generated.tolist(), np.minimum(max_draft, self.k).tolist()):
             if cap > 0:
                 specs[rid], added = self.speculate(rid, g, cap)
                 cpu += self.cpu_request_s + added * self.cpu_token_s
             else:
                 specs[rid] = Speculation([], [], [])
-        n = np.fromiter((len(specs[r]) for r in batch.request_ids.tolist()), np.int64, len(batch))
+        n = np.fromiter((len(specs[r]) for r in ids), np.int64, len(ids))
         cpu += self.host(int(np.count_nonzero(n)))
-        return DraftPlan(num_draft=n, verify_tokens=n + 1, cpu_time_s=cpu, payload=specs)
+        return n, cpu, specs
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         return self.propose_limited(batch, rng, np.full(len(batch), self.k, np.int64))
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        out = np.zeros(len(batch), np.int64)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-            n = int(plan.num_draft[i])
+        return self._accepted(plan.payload, batch.request_ids, batch.generated, plan.num_draft)
+
+    def _accepted(self, specs: dict, request_ids: np.ndarray, generated: np.ndarray,
+                  num_draft: np.ndarray) -> np.ndarray:
+        """``accept`` on arrays: the deepest node of each tree on the target's path."""
+        out = np.zeros(request_ids.size, np.int64)
+        for i, (rid, g, n) in enumerate(zip(request_ids.tolist(), generated.tolist(),
+                                            num_draft.tolist())):
             if n:
-                spec = plan.payload[rid]
+                spec = specs[rid]
                 out[i] = tree_accepted(spec, self.text.upcoming(rid, g, len(spec)))
         return out
 
@@ -188,7 +200,13 @@ class SuffixDecoding(PolicyBase):
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
         """Move finished requests' outputs into the global trie (FIFO beyond the cap)."""
-        for rid in batch.request_ids[finished_mask(batch, accepted)].tolist():
+        self._finish(batch.request_ids, batch.generated, batch.output_len, accepted)
+
+    def _finish(self, request_ids: np.ndarray, generated: np.ndarray, output_len: np.ndarray,
+                accepted: np.ndarray) -> None:
+        """``observe`` on arrays."""
+        emitted = emitted_tokens(accepted, generated, output_len)
+        for rid in request_ids[generated + emitted >= output_len].tolist():
             self._requests.pop(rid, None)
             self.text.forget(rid)
             if self.use_global and self.max_cached > 0:
@@ -196,3 +214,24 @@ class SuffixDecoding(PolicyBase):
                 self._cached.append(rid)
                 if len(self._cached) > self.max_cached:
                     self.global_index.remove(self.text.output_ids[self._cached.popleft()])
+
+    # ------------------------------------------------------------------ VariedDraft
+    def varied_draft(self) -> VariedDraft:
+        """Its iterations on arrays (engine/varied_stretch.py): itself."""
+        return self
+
+    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
+                    batch_size, rng):
+        return self.plan_limited(request_ids, generated,
+                                 np.full(request_ids.size, self.k, np.int64))
+
+    def plan_limited(self, request_ids, generated, max_draft):
+        n, cpu, specs = self.speculations(request_ids, generated, max_draft)
+        return VariedPlan(n, n + 1, 0.0 + cpu, specs)
+
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return self._accepted(plan.payload, request_ids, generated, plan.num_draft)
+
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
+                       step_time_s):
+        self._finish(request_ids, generated, output_len, accepted)

@@ -1,5 +1,5 @@
 """The engine reaches its fast paths through declared contracts (simulator/engine/plan.py:
-``Policy``, ``StepPricer``, ``ClosedFormPricer``), never by probing an object for a member:
+``Policy``, ``StepPricer``, ``ClosedFormPricer``, ``VariedDraft``), never by probing an object for a member:
 no ``getattr``/``hasattr`` in the engine or the policies, and a policy and a pricer written
 here against those declarations alone are fast-forwarded, with the same results as the
 step-by-step reference."""
@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 import simulator.run_setup as run_setup
-from simulator.engine.plan import BatchView, ChainStretch, ClosedFormPricer, DraftPlan
+from simulator.engine.plan import (
+    BatchView,
+    ChainStretch,
+    ClosedFormPricer,
+    DraftPlan,
+    VariedDraft,
+    VariedPlan,
+)
 from simulator.scenario import EngineOptions
 from simulator.simulate import simulate
 from tests.helpers import REPO, scenario, workload
@@ -107,6 +114,9 @@ class ToyChain:
                             lambda n, sums: self._draft_s(n, np.asarray(sums, np.float64)),
                             lambda n: lambda x: self._draft_s(n, x))
 
+    def varied_draft(self) -> VariedDraft | None:
+        return None
+
     def _accepted(self, draws, request_ids):
         return np.where(draws < self.alpha, self.gamma, 0).astype(np.int64)
 
@@ -136,7 +146,59 @@ class ToyPlain(ToyChain):
         return None
 
 
-@pytest.mark.parametrize("toy", [ToyChain, ToyPlain])
+class ToyVaried(ToyChain, VariedDraft):
+    """Draft counts that differ per request and change every iteration, (request id +
+    generated) mod (gamma + 1), each request's drafts all accepted when its one uniform
+    falls below ``alpha``: a ``VariedDraft``, its iterations taken on arrays."""
+
+    name = "toy_varied"
+    prefill_adds_time = False
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}  # accepted drafts per request, as observed
+
+    def propose(self, batch, rng) -> DraftPlan:
+        plan = self.plan_counts(batch.request_ids, batch.context, batch.generated,
+                                batch.output_len, batch.prompt_len, batch.batch_size, rng)
+        return DraftPlan(plan.num_draft, plan.verify_tokens, draft_time_s=plan.seconds)
+
+    def accept(self, plan, batch, rng):
+        return self._draw(rng, plan.num_draft)
+
+    def observe(self, plan, batch, accepted, step_time_s) -> None:
+        self._learn(batch.request_ids, accepted)
+
+    def prefill_time(self, new_tokens, context) -> float:
+        return 0.0
+
+    def chain_stretch(self) -> ChainStretch | None:
+        return None
+
+    def varied_draft(self) -> VariedDraft | None:
+        return self
+
+    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
+                    batch_size, rng) -> VariedPlan:
+        k = (request_ids + generated) % (self.gamma + 1)
+        return VariedPlan(k, k + 1, self.d * float(np.count_nonzero(k))
+                          + self.e * float(np.sum(context)))
+
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return self._draw(rng, plan.num_draft)
+
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
+                       step_time_s) -> None:
+        self._learn(request_ids, accepted)
+
+    def _draw(self, rng, k):
+        return np.where(rng.random(k.size) < self.alpha, k, 0)
+
+    def _learn(self, request_ids, accepted) -> None:
+        for rid, a in zip(request_ids.tolist(), accepted.tolist()):
+            self.seen[rid] = self.seen.get(rid, 0) + a
+
+
+@pytest.mark.parametrize("toy", [ToyChain, ToyPlain, ToyVaried])
 def test_a_policy_and_a_pricer_of_the_contract_alone_fast_forward_exactly(toy, monkeypatch):
     monkeypatch.setattr(run_setup, "build_policy", lambda *args, **kwargs: toy())
     rng = np.random.default_rng(5)
@@ -151,6 +213,11 @@ def test_a_policy_and_a_pricer_of_the_contract_alone_fast_forward_exactly(toy, m
     assert_identical(on, off)
     assert off.info["engine"]["vectorised"] == 0
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 4
-    if toy is ToyChain:  # acceptance really varied, and the proposer's time is there
-        assert on.steps["accepted_tokens"].nunique() > 5
-        assert on.steps["draft_s"].gt(0).all()
+    steps = on.steps
+    if toy is not ToyPlain:  # acceptance really varied, and the proposer's time is there
+        assert steps["accepted_tokens"].nunique() > 5
+        assert steps["draft_s"][steps["draft_tokens"] > 0].gt(0).all()
+    if toy is ToyChain:  # it prices the prefill chunks too
+        assert steps["draft_s"].gt(0).all()
+    if toy is ToyVaried:  # the counts really varied, per request and per iteration
+        assert steps["draft_tokens"].nunique() > 10

@@ -7,6 +7,7 @@ import pytest
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import PolicyContext
+from simulator.policies.ngram_index import NgramIndex
 from simulator.policies.prompt_lookup import PROMPT_LOOKUP_S_PER_REQUEST, PromptLookup, ngram_lookup
 from simulator.policies.token_text import matched_prefix
 from simulator.scenario import load_scenario, scenario_from_dict
@@ -108,6 +109,23 @@ def test_bad_parameters_name_the_field(params, field):
     with pytest.raises(SpecsimError) as err:
         PromptLookup.parse_params(params, source="test")
     assert err.value.field == field
+
+
+def test_the_growing_index_gives_the_lookups_answer():
+    """``NgramIndex`` (the policy's, kept as a request's text grows) against its definition:
+    texts grown a few tokens at a time, any n-gram bounds, any cap, every answer the same
+    (the same tokens: they become the draft)."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        text = rng.integers(0, int(rng.integers(2, 6)), size=int(rng.integers(1, 80)))
+        lo = int(rng.integers(1, 4))
+        hi = int(rng.integers(lo, 7))
+        index, size = NgramIndex(lo, hi), int(rng.integers(0, 4))
+        while size <= text.size:
+            k = int(rng.integers(0, 6))
+            want = naive_lookup(text[:size], lo, hi, k) if k > 0 else []
+            assert index.lookup(text[:size], k).tolist() == want
+            size += int(rng.integers(1, 4))
 
 
 def test_a_workload_without_token_ids_is_refused():

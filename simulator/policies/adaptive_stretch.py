@@ -1,0 +1,108 @@
+"""The ``adaptive`` wrapper on arrays: its ``VariedDraft`` (engine.plan), around ``chain``
+(``AdaptiveChain``) or a model-free base that is one itself (``AdaptiveLimited``:
+``prompt_lookup``, ``suffix``).
+
+Each iteration the controller's gammas differ per request (the caps of the schedule and the
+switches, the draft model's context, the goodput search), so a stretch cannot draw and price
+many iterations at once as a chain's does; the engine takes them one by one instead
+(simulator/engine/varied_stretch.py), and these classes give it ``propose``, ``accept`` and
+``observe`` on the batch's arrays: the same controller evaluated on the same numbers in the
+same order (``AdaptiveSpeculation.cap``, ``goodput``, ``learn``; the control's
+``predictor``; the base's plan, draws and observation on arrays), so the results are bitwise
+the step-by-step path's.  The wrapped chain observes nothing (its ``observe`` is the base
+class's): only the controllers and the draft model's catch-up learn from an iteration.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+
+from simulator.engine.plan import VariedDraft, VariedPlan, emitted_tokens
+
+
+class AdaptiveStretch(VariedDraft):
+    """``policy`` (an ``AdaptiveSpeculation``), its per-request gammas set through
+    ``control`` (its base's draft control), on arrays; a subclass plans, draws and
+    observes the base."""
+
+    def __init__(self, policy, control) -> None:
+        self.policy, self.control = policy, control
+
+    @property
+    def max_verify_tokens(self) -> int:
+        return self.policy.max_verify_tokens
+
+    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
+                    batch_size, rng):
+        policy = self.policy
+        top = policy.cap(batch_size)
+        k = np.full(request_ids.size, top, np.int64)
+        if top:  # requests past the draft model's context
+            k[~self._speculable(prompt_len, generated)] = 0
+        if policy.estimate is not None and k.any():
+            k = policy.goodput(k, request_ids, context, generated, output_len,
+                               self.control.predictor(request_ids, context))
+        return self._plan(request_ids, context, generated, k)
+
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
+                       step_time_s):
+        emitted = emitted_tokens(accepted, generated, output_len)
+        done = generated + emitted >= output_len
+        self._observe_control(request_ids, emitted, done)
+        self.policy.learn(request_ids, plan.num_draft, accepted, done)
+        self._observe_base(request_ids, generated, output_len, plan, accepted, step_time_s)
+
+    def _speculable(self, prompt_len, generated) -> np.ndarray:
+        """The base's ``speculable`` on arrays (every request, by default)."""
+        return np.ones(prompt_len.size, bool)
+
+    @abstractmethod
+    def _plan(self, request_ids, context, generated, k) -> VariedPlan:
+        """The base's plan under the gammas ``k``."""
+
+    def _observe_control(self, request_ids, emitted, done) -> None:
+        """The control's ``observe`` (nothing, by default)."""
+
+    def _observe_base(self, request_ids, generated, output_len, plan, accepted,
+                      step_time_s) -> None:
+        """The base's ``observe`` (nothing, by default)."""
+
+
+class AdaptiveChain(AdaptiveStretch):
+    """Around ``chain``: per-request gammas through its ``ChainControl`` (the draft model's
+    catch-up), the chain's context limit and acceptance."""
+
+    def __init__(self, policy, control) -> None:
+        super().__init__(policy, control)
+        self.chain = control.chain
+
+    def _speculable(self, prompt_len, generated) -> np.ndarray:
+        return self.chain.speculable_of(prompt_len, generated)
+
+    def _plan(self, request_ids, context, generated, k) -> VariedPlan:
+        time_s, cpu_s = self.control.draft_seconds(request_ids, context, k)
+        return VariedPlan(k, k + 1, time_s + cpu_s)
+
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return self.chain.draw_chain(rng, request_ids, context, plan.num_draft)
+
+    def _observe_control(self, request_ids, emitted, done) -> None:
+        self.control.observe_arrays(request_ids, emitted, done)
+
+
+class AdaptiveLimited(AdaptiveStretch):
+    """Around a ``LimitedDraft`` base (``control.base``): its lookups under the caps."""
+
+    def _plan(self, request_ids, context, generated, k) -> VariedPlan:
+        return self.control.base.plan_limited(request_ids, generated, k)
+
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        if not plan.num_draft.any():
+            return np.zeros(request_ids.size, np.int64)
+        return self.control.base.draw_counts(rng, request_ids, context, generated, plan)
+
+    def _observe_base(self, request_ids, generated, output_len, plan, accepted,
+                      step_time_s) -> None:
+        self.control.base.observe_counts(request_ids, generated, output_len, plan, accepted,
+                                         step_time_s)

@@ -1,0 +1,58 @@
+"""Kit: ``prompt_lookup``'s n-gram match, kept up to date as a request's text grows.
+
+``ngram_lookup`` (prompt_lookup.py) scans the whole text each iteration: the positions of the
+last token, then how far back each one's match reaches.  The answer depends on the text
+alone (the earliest occurrence, ending before the last token, of the longest suffix n-gram
+with min_n <= n <= max_n), and a request's text only grows (its prompt, then one output
+token after another; a preempted request keeps what it emitted), so ``NgramIndex`` keeps,
+for every n-gram of those lengths, where its earliest occurrence ends, adding the
+occurrences each new token ends, and looks the suffix n-grams up longest first: the same
+answer (tests/simulator/policies/test_prompt_lookup.py compares them on random texts), in
+time proportional to the tokens added instead of the text's length.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class NgramIndex:
+    """The earliest end of every n-gram (``min_n`` <= n <= ``max_n``) of a growing text."""
+
+    __slots__ = ("min_n", "max_n", "first", "ends")
+
+    def __init__(self, min_n: int, max_n: int) -> None:
+        self.min_n, self.max_n = min_n, max_n
+        self.first: dict[tuple, int] = {}  # n-gram -> the end of its earliest occurrence
+        self.ends = 0  # the occurrences ending before this position are indexed
+
+    def lookup(self, tokens: np.ndarray, k: int) -> np.ndarray:
+        """``ngram_lookup(tokens, min_n, max_n, k)``, where ``tokens`` extends every text
+        this index was given before."""
+        size, min_n = tokens.size, self.min_n
+        if k <= 0 or size < min_n + 1:
+            return tokens[:0]
+        self._extend(tokens, size - 1)  # occurrences ending before the last token
+        longest = min(self.max_n, size - 1)
+        tail, first = tuple(tokens[size - longest:].tolist()), self.first
+        for n in range(longest, min_n - 1, -1):
+            end = first.get(tail[longest - n:])
+            if end is not None:
+                return tokens[end + 1:end + 1 + k]
+        return tokens[:0]
+
+    def _extend(self, tokens: np.ndarray, upto: int) -> None:
+        """Index the occurrences ending at ``self.ends`` .. ``upto - 1`` (earliest kept)."""
+        start = self.ends
+        if start >= upto:
+            return
+        lo = max(0, start - self.max_n + 1)
+        text, first = tokens[lo:upto].tolist(), self.first
+        lengths = range(self.min_n, self.max_n + 1)
+        for end in range(start - lo, upto - lo):
+            for n in lengths:
+                if n > end + 1:
+                    break
+                key = tuple(text[end + 1 - n:end + 1])
+                if key not in first:
+                    first[key] = end + lo
+        self.ends = upto
