@@ -16,12 +16,15 @@ operators of a one-layer model of the same shapes (``OperatorPrices``).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from simulator.engine.plan import closed_forms
 from simulator.speculation.token_tree import TokenTree
+
+if TYPE_CHECKING:
+    from simulator.models.spec import ModelSpec
 
 
 # ---------------------------------------------------------------- drafting cost
@@ -171,9 +174,10 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
     return draft_cost.step_time(new_tokens, context, logits_tokens=np.zeros(new_tokens.size))
 
 
-def draft_max_context(*models) -> int | None:
-    """The shortest ``max_context`` of the draft models given (None where there are none)."""
-    limits = [int(m.max_context) for m in models if m.max_context]
+def draft_max_context(*models: ModelSpec | None) -> int | None:
+    """The shortest ``max_context`` of the draft models given (None entries: no model;
+    None where there are none)."""
+    limits = [int(m.max_context) for m in models if m is not None and m.max_context]
     return min(limits) if limits else None
 
 
