@@ -11,12 +11,14 @@ per-tensor FP8 quantisation of the two ``bmm_fp8`` inputs (``input_to_float8``: 
 each), DeepSeek's YaRN rope (13), and the copies that assemble the latent query and key.
 ``engines.yaml`` counts them per layer, split by kind: pointwise ones priced as the profile's
 ``elementwise`` kernels, reductions, top-k, scatters and gathers as its ``other`` kind.
-The MoE gate's run on every token, at the step's tokens' fp32 scores.  The MLA ones run on
-the absorbed decode path only (a prefill chunk attends in the expanded form, mla.py), so,
-as moe_kernels' decode-path ``mla_kernels``, each is priced at one request's latent query
-(a few KB: the kind's latency, whatever the step's tokens; the token tables know the
-total, not how many are decodes): priced at every token they cost a 16,384-token prefill
-rank 5 x 2 GB a layer; at a large decode batch this leaves out their tensors' bandwidth.
+The MoE gate's launches run on every token, at the step's tokens' fp32 scores.  The MLA
+ones run on the absorbed decode path only (a prefill chunk attends in the expanded form,
+mla.py), so, as moe_kernels' decode-path ``mla_kernels``, each is priced at one request's
+latent query (a few KB: the kind's latency, whatever the step's tokens; the token tables
+know the total, not how many are decodes): priced at every token they cost a 16,384-token
+prefill rank 5 x 2 GB a layer; at a large decode batch this leaves out their tensors'
+bandwidth (SGLang 0.4.5's five at their own bytes would take the large-EP decode step
+from 73.4 to 73.5 ms).
 
 The K loop.  A Triton block-FP8 GEMM (SGLang's and vLLM's ``w8a8_block_fp8_matmul``, and the
 ``fused_moe`` kernel with block scales) gives each program one BLOCK_M x BLOCK_N output
