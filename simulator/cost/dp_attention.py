@@ -196,8 +196,10 @@ class DpAttentionCostModel(CostModel):
         # the router's kernels and the weighted sum over the tokens the experts see (all of
         # them after an all-gather); the shared expert's add over the rank's own tokens
         route = total if self._dispatch == "all_gather" else rank_tokens
+        low = self._dispatch == "all_to_all"  # DeepEP low latency: moe_kernels._moe_kernels
         for tokens, family in ((route, "moe_routing"), (rank_tokens, "moe_shared_add")):
-            for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(self, tokens, s):
+            for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(
+                    self, tokens, s, low, self.parallel.eplb):
                 if name == family:
                     out.append((name, float(gpu) * n, kernels * k * n, float(nb) * n))
         coll = self._collectives

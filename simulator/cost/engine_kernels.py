@@ -10,8 +10,15 @@ the biased grouped top-k (17 launches where one fused kernel stands), the absorb
 per-tensor FP8 quantisation of the two ``bmm_fp8`` inputs (``input_to_float8``: 12 launches
 each), DeepSeek's YaRN rope (13), and the copies that assemble the latent query and key.
 ``engines.yaml`` counts them per layer, split by kind: pointwise ones priced as the profile's
-``elementwise`` kernels, reductions, top-k, scatters and gathers as its ``other`` kind, each
-at the bytes of one token's tensors (a few KB: the kind's latency, whatever the batch).
+``elementwise`` kernels, reductions, top-k, scatters and gathers as its ``other`` kind.
+The MoE gate's launches run on every token, at the step's tokens' fp32 scores.  The MLA
+ones run on the absorbed decode path only (a prefill chunk attends in the expanded form,
+mla.py), so, as moe_kernels' decode-path ``mla_kernels``, each is priced at one request's
+latent query (a few KB: the kind's latency, whatever the step's tokens; the token tables
+know the total, not how many are decodes): priced at every token they cost a 16,384-token
+prefill rank 5 x 2 GB a layer; at a large decode batch this leaves out their tensors'
+bandwidth (SGLang 0.4.5's five at their own bytes would take the large-EP decode step
+from 73.4 to 73.5 ms).
 
 The K loop.  A Triton block-FP8 GEMM (SGLang's and vLLM's ``w8a8_block_fp8_matmul``, and the
 ``fused_moe`` kernel with block scales) gives each program one BLOCK_M x BLOCK_N output
@@ -25,6 +32,17 @@ At many tiles the bound is the HBM stream again (132 programs a wave each loadin
 tile a step), so it only binds where few tiles run: small batches, few experts.
 Engines that run DeepGEMM or CUTLASS block-FP8 kernels (split-K or persistent) do not pay
 it: ``engines.yaml``'s ``fp8_gemm: triton`` turns it on.
+
+Behind DeepEP's low-latency dispatch (``moe_dispatch: all_to_all``) the MoE layer is not the
+fused-MoE path the generic families describe: DeepEP's dispatch casts the hidden states to
+FP8 and lands each expert's rows in its own slab (no align, no separate quantisation), and
+its combine takes the top-k weights and sums the k rows (no ``moe_sum``) (deepseek-ai/DeepEP
+README, ``low_latency_dispatch(..., use_fp8=True)`` and ``low_latency_combine(x, topk_idx,
+topk_weights, handle)``); moe_kernels drops those three there.  What the engine launches
+around it instead is ``ep_kernels``: ``deepep_pointwise_kernels`` a MoE layer (SGLang: the
+int64 cast of the top-k ids before the dispatch, DeepGEMM's column-major TMA-aligned copy
+of the down projection's input scales), and under EPLB ``eplb_map_kernels`` (the gather of
+the logical top-k ids into physical replicas), each at the bytes of the step's top-k ids.
 """
 from __future__ import annotations
 
@@ -92,7 +110,8 @@ def engine_kernels(cm, T) -> list[tuple[str, list, int]]:
     spec, m, b = cm.execution.spec, cm.model, cm._b
     out = []
     if m.is_mla and (spec.mla_pointwise_kernels or spec.mla_other_kernels):
-        nb = T * m.num_heads / cm._tp * m.kv_lora_rank * b  # a latent query's bytes
+        # one request's latent query (module docstring: decode-path launches)
+        nb = np.minimum(T, 1.0) * m.num_heads / cm._tp * m.kv_lora_rank * b
         kern = [(nb, ELEMENTWISE)] * spec.mla_pointwise_kernels \
             + [(nb, OTHER)] * spec.mla_other_kernels
         out.append(("engine_mla_kernels", kern, m.num_layers))
@@ -102,6 +121,15 @@ def engine_kernels(cm, T) -> list[tuple[str, list, int]]:
             + [(nb, OTHER)] * spec.moe_other_kernels
         out.append(("engine_moe_gate", kern, m.moe_layers))
     return out
+
+
+def ep_kernels(cm, T, low_latency: bool, eplb: bool) -> list[tuple[object, str]]:
+    """The engine's launches a MoE layer around DeepEP's low-latency dispatch and EPLB's
+    expert map (module docstring), as ``(bytes, kind)`` at ``T`` tokens of the rank."""
+    spec, m = cm.execution.spec, cm.model
+    nb = T * m.experts_per_token * 12.0  # the top-k ids, 4 bytes in and 8 out
+    kern = [(nb, ELEMENTWISE)] * (spec.deepep_pointwise_kernels if low_latency else 0)
+    return kern + [(nb, OTHER)] * (spec.eplb_map_kernels if eplb else 0)
 
 
 def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int, int]]:

@@ -12,6 +12,9 @@ adds, the activation, rope, attention, the collectives):
   the GEMM's BLOCK_M), ``moe_sum`` (the k weighted rows of each token added), under FP8/FP4
   weights the two activation quantisations of the routed GEMMs' inputs
   (``per_token_group_quant_fp8`` of the hidden states and of the activated intermediate);
+  behind DeepEP's low-latency dispatch only the routing kernel and the second quantisation
+  (DeepEP casts, lays out and sums the rows itself: engine_kernels.py), with the engine's
+  own launches around DeepEP and EPLB's expert map;
 - ``moe_shared_add`` (MoE layers with shared experts): the routed output scaled by
   ``routed_scaling_factor`` and the shared output added, two in-place elementwise kernels
   (vLLM's ``DeepseekV2MoE.forward``);
@@ -94,7 +97,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.kernels import GEMM, OTHER
-from simulator.cost.engine_kernels import engine_kernels, split_qkv_a_terms
+from simulator.cost.engine_kernels import engine_kernels, ep_kernels, split_qkv_a_terms
 from simulator.cost.precision import compute_dtype
 from simulator.inputs.errors import SpecsimError
 
@@ -313,15 +316,22 @@ def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:
              len(kern), layers) for name, kern, layers in out]
 
 
-def _moe_kernels(cm, T, s) -> list[tuple]:
-    """The ``moe_routing`` and ``moe_shared_add`` families of MoeShape ``s`` at ``T`` tokens."""
+def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False) -> list[tuple]:
+    """The ``moe_routing`` and ``moe_shared_add`` families of MoeShape ``s`` at ``T`` tokens;
+    ``low_latency``: behind DeepEP's low-latency dispatch, which quantises, lays out and sums
+    the routed rows itself (no align, no moe_sum, no quantisation of the hidden states), with
+    the engine's own launches around it (engine_kernels.ep_kernels, ``eplb`` its map)."""
     b, h = cm._b, cm._h
     E, k = s.num_experts, s.k
-    kern = [(T * (E * 4.0 + k * 8.0), None), (T * k * 4.0 * 3, None),
-            (T * k * h * b + T * h * b, None)]
-    if compute_dtype(cm.model.dtype) != cm.model.dtype:  # activations quantised on the fly
-        kern += [(_quant_bytes(cm, T, h), None),
-                 (_quant_bytes(cm, T * k / s.ep, s.down_in), None)]
+    quantised = compute_dtype(cm.model.dtype) != cm.model.dtype  # activations on the fly
+    route = [(T * (E * 4.0 + k * 8.0), None)]
+    down_q = [(_quant_bytes(cm, T * k / s.ep, s.down_in), None)] if quantised else []
+    if low_latency:
+        kern = route + down_q
+    else:
+        kern = route + [(T * k * 4.0 * 3, None), (T * k * h * b + T * h * b, None)] + (
+            [(_quant_bytes(cm, T, h), None)] if quantised else []) + down_q
+    kern += ep_kernels(cm, T, low_latency, eplb)
     out = [("moe_routing", kern, s.layers)]
     if cm.model.shared_experts:  # routed output scaled, shared output added (in place)
         out.append(("moe_shared_add", [(2 * T * h * b, None), (3 * T * h * b, None)],
@@ -329,10 +339,12 @@ def _moe_kernels(cm, T, s) -> list[tuple]:
     return out
 
 
-def moe_kernel_terms(cm, tokens, shape) -> list[tuple[str, object, object, int, int]]:
+def moe_kernel_terms(cm, tokens, shape, low_latency: bool = False,
+                     eplb: bool = False) -> list[tuple[str, object, object, int, int]]:
     """``small_kernel_terms``' MoE families for the experts' placement ``shape`` (DP
-    attention prices them outside its ranks' forwards: dp_attention.py)."""
-    return _priced(cm, tokens, _moe_kernels(cm, tokens, shape))
+    attention prices them outside its ranks' forwards: dp_attention.py), behind DeepEP's
+    low-latency dispatch or not, with EPLB's expert map or not (``_moe_kernels``)."""
+    return _priced(cm, tokens, _moe_kernels(cm, tokens, shape, low_latency, eplb))
 
 
 def small_kernel_count(cm) -> int:

@@ -48,7 +48,7 @@ COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_le
 # Launches per decoder layer a DeepSeek-class model's decode runs beyond the cost model's
 # generic MoE/MLA families, by kind (simulator/cost/engine_kernels.py); 0 where not read
 DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_kernels",
-                 "moe_other_kernels")
+                 "moe_other_kernels", "deepep_pointwise_kernels", "eplb_map_kernels")
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton")
@@ -107,6 +107,10 @@ class SpecHost:
     mla_other_kernels: int = 0
     moe_pointwise_kernels: int = 0
     moe_other_kernels: int = 0
+    # per MoE layer behind DeepEP's low-latency dispatch (moe_dispatch all_to_all), and the
+    # logical-to-physical expert map under EPLB (DP attention's MoE terms, dp_attention.py)
+    deepep_pointwise_kernels: int = 0
+    eplb_map_kernels: int = 0
     fp8_gemm: str = "default"
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
     sources: tuple[str, ...] = field(default=(), compare=False)

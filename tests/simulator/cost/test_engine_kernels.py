@@ -9,7 +9,9 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.cost import engine_kernels as ek
+from simulator.cost import moe_kernels as mk
 from simulator.cost.cost_model import CostModel
+from simulator.cost.dp_attention import cost_model
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import _entry, load_engine
@@ -66,9 +68,35 @@ def test_decode_counts_are_the_listed_kernels():
     assert e.moe_pointwise_kernels == _count(moe, "pointwise") == 11
     assert e.moe_other_kernels == _count(moe, "other") - GENERIC["routing"][1] == 6
     assert e.fp8_gemm == "triton" and e.split_qkv_a
-    later = load_engine("sglang-v0.4.5")  # CUTLASS / DeepGEMM, fused gate: none of these
-    assert later.fp8_gemm == "default" and later.mla_pointwise_kernels == 0
-    assert later.prefill_attention == "fa3"
+    assert e.deepep_pointwise_kernels == e.eplb_map_kernels == 0  # no DeepEP in 0.4.1
+
+
+# The launches read in SGLang's DeepSeek decode of April-June 2025 (engines.yaml sglang-v0.4.5
+# names the files): DP attention, DeepEP low latency, DeepGEMM, FA3 MLA.  fp8_kernel.py
+# per_tensor_quant_mla_fp8, called on q_nope^T and on the attention output^T:
+PER_TENSOR_QUANT_MLA = [("other", "_per_tensor_quant_mla_fp8_stage1 (atomic max)"),
+                        ("pointwise", "_per_tensor_quant_mla_fp8_stage2 (quantise)")]
+# deepseek_v2.py forward_absorb_core: the bmm output back to [T, H * 128] before o_proj
+MLA_045_COPIES = [("pointwise", "attn_bmm_output.transpose(0, 1).flatten(1, 2)")]
+# topk.py biased_grouped_topk_gpu: the cast, sgl-kernel's fused gate (the generic routing)
+GATE_045 = [("pointwise", "gating_output.to(torch.float32)"), ("other", "moe_fused_gate")]
+# token_dispatcher.py dispatch_a and layer.py forward_deepgemm_masked, around DeepEP LL
+DEEPEP_LL = [("pointwise", "topk_idx.to(torch.int64)"),
+             ("pointwise", "get_col_major_tma_aligned_tensor(down_input_scale)")]
+EPLB_MAP = [("other", "partial_logical_to_rank_dispatch_physical_map[topk_ids]")]
+
+
+def test_sglang_045_decode_counts_are_the_listed_kernels():
+    e = load_engine("sglang-v0.4.5")
+    mla = 2 * PER_TENSOR_QUANT_MLA + MLA_045_COPIES
+    assert e.mla_pointwise_kernels == _count(mla, "pointwise") == 3
+    assert e.mla_other_kernels == _count(mla, "other") == 2
+    assert e.moe_pointwise_kernels == _count(GATE_045, "pointwise") == 1
+    assert e.moe_other_kernels == _count(GATE_045, "other") - GENERIC["routing"][1] == 0
+    assert e.deepep_pointwise_kernels == _count(DEEPEP_LL, "pointwise") == 2
+    assert e.eplb_map_kernels == _count(EPLB_MAP, "other") == 1
+    assert e.fp8_gemm == "default" and not e.split_qkv_a  # DeepGEMM / CUTLASS, fused qkv_a
+    assert e.prefill_attention == "fa3"
 
 
 # sgl-project/sglang PR #5820 (2025-04-28), 'main' tables, the 'sglang triton' column (us):
@@ -189,3 +217,54 @@ def test_dsv3_decode_at_batch_1_within_30_percent_of_sglang_041():
     assert abs(per_token / (1 / 30.29) - 1) <= 0.30
     # and the decode step itself (TPOT) sits inside the same band
     assert abs(got.tpot_s / (1 / 30.29) - 1) <= 0.30
+
+
+def _dp(dispatch: str, eplb: bool, engine: str = "sglang-v0.4.5"):
+    """DeepSeek-V3 over 16 H100s with DP attention and EP (SGLang's large-EP decode)."""
+    hw = load_profile("h100-sxm")
+    ex = resolve_execution(hw, {"spec": load_engine(engine)}, max_num_seqs=256)
+    par = Parallelism(tensor_parallel=1, data_parallel_attention=16, expert_parallel=16,
+                      moe_dispatch=dispatch, eplb=eplb, redundant_experts=0)
+    return cost_model(hw, load_model("deepseek-v3"), par, execution=ex)
+
+
+def test_deepep_low_latency_routing_family_closed_form():
+    # behind DeepEP's low-latency dispatch the routing family is the routing kernel, the
+    # down projection's input quantisation (fused with the activation) and the engine's
+    # launches around DeepEP (2 pointwise) and EPLB's map (1 gather); no align, no moe_sum,
+    # no quantisation of the hidden states (DeepEP's dispatch casts, its combine sums)
+    cm, T = _dp("all_to_all", eplb=True), 128.0
+    s, roof, b, h = cm._ep_moe, cm._roof, cm._b, cm._h
+    ids = T * s.k * 12.0
+    quant = T * s.k / s.ep * s.down_in * (b + 1.0 + 4.0 / 128)
+    want = (roof.transfer_time(T * (s.num_experts * 4.0 + s.k * 8.0), "other")
+            + roof.transfer_time(quant, "other")
+            + 2 * roof.transfer_time(ids, "elementwise", rows=T)
+            + roof.transfer_time(ids, "other", rows=T))
+    got = {n: g for n, _, g, _, _ in mk.moe_kernel_terms(cm, T, s, True, True)}
+    assert float(got["moe_routing"]) == pytest.approx(float(want), rel=1e-12)
+    kernels = {n: k for n, _, _, k, _ in mk.moe_kernel_terms(cm, T, s, True, True)}
+    assert kernels["moe_routing"] == 2 + 2 + 1
+    # the fused-MoE path keeps its five, plus the map under EPLB, and no DeepEP launches
+    assert {n: k for n, _, _, k, _ in mk.moe_kernel_terms(cm, T, s, False, True)}[
+        "moe_routing"] == 5 + 1
+    assert {n: k for n, _, _, k, _ in mk.moe_kernel_terms(cm, T, s, False, False)}[
+        "moe_routing"] == 5
+
+
+def test_the_dp_step_prices_the_low_latency_family_per_moe_layer():
+    cm = _dp("all_to_all", eplb=False)
+    ops = {op.name: op.time_s for op in cm.breakdown(np.ones(16 * 64), np.full(1024, 900.0)).ops}
+    s = cm._ep_moe
+    fam = {n: g for n, _, g, _, _ in mk.moe_kernel_terms(cm, 64.0, s, True, False)}
+    assert ops["moe_routing"] == pytest.approx(float(fam["moe_routing"]) * s.layers, rel=1e-9)
+
+
+def test_mla_launches_run_on_the_decode_path_only():
+    # the absorbed-MLA launches cost one request's bytes whatever the step's tokens: a
+    # 16,384-token prefill chunk pays their latency, not 2 GB a layer each
+    cm = _cm("sglang-v0.4.5")
+    one = {n: g for n, _, g, _, _ in mk.small_kernel_terms(cm, 1.0)}
+    big = {n: g for n, _, g, _, _ in mk.small_kernel_terms(cm, 16384.0)}
+    assert float(big["engine_mla_kernels"]) == pytest.approx(float(one["engine_mla_kernels"]))
+    assert float(big["engine_moe_gate"]) > float(one["engine_moe_gate"])  # every token's
