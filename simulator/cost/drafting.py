@@ -38,13 +38,15 @@ def forward_tokens(tree: TokenTree) -> np.ndarray:
 
 def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
                      logits: Sequence[int] | None = None,
-                     first_tokens: np.ndarray | None = None) -> float:
+                     first_tokens: np.ndarray | None = None, first_cost=None) -> float:
     """Seconds of sequential draft forwards over the batch.
 
     Forward j carries ``tokens[j]`` tokens per request (``first_tokens`` per request for
     j = 0 when given: EAGLE re-reads the tokens the target accepted) and computes
     ``logits[j]`` distributions per request; its context is the prefix plus every token
     the forwards before it added.  ``tokens = [1] * g`` is a draft model's chain of g.
+    ``first_cost`` prices forward 0 where the engine runs it otherwise than the rest
+    (SGLang's eager draft extend); by default ``cost`` prices all of them.
     """
     ctx = np.asarray(context, dtype=np.float64)
     if ctx.size == 0 or len(tokens) == 0:
@@ -57,7 +59,8 @@ def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
         if j == 0 and first_tokens is not None:
             new = np.maximum(np.asarray(first_tokens, np.float64), 1.0)
             start = np.maximum(ctx - (new - 1.0), 0.0)  # those tokens are not in its KV yet
-        total += cost.step_time(new, start, np.full(ctx.size, float(lg)))
+        pricer = first_cost if j == 0 and first_cost is not None else cost
+        total += pricer.step_time(new, start, np.full(ctx.size, float(lg)))
         offset += float(t)
     return total
 

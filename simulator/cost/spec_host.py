@@ -22,7 +22,9 @@ several target layers' hidden states), never its name: every policy calls ``spec
 the same work costs the same (tests/simulator/cost/test_spec_host.py holds every shipped
 policy to it).  With ``overlap`` (the engine runs the speculative path's host work under
 the device's, as TensorRT-LLM's overlap scheduler does) only the syncs and extra host steps
-show.  Everything is a per-iteration constant in the batch's size: no per-request loop.
+show.  Where the engine runs the draft's forward over the accepted tokens outside any CUDA
+graph (``draft_extend_eager``) that forward is priced eager by the layer's own cost model
+(feature_draft.py), not here.  Everything is a per-iteration constant in the batch's size: no per-request loop.
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton")
-BOOLS = ("overlap", "split_qkv_a")
+BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager")
 MAX_COUNT = 10_000
 # The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):
 # fa3, FlashAttention-3 on Hopper (the profile's ``kernels.attention_prefill_fa3``); fa2, the
@@ -94,6 +96,9 @@ class SpecHost:
     rerank_syncs: int = 0        # syncs of a dynamic tree's build
     host_steps: int = 0          # extra engine host steps per iteration
     overlap: bool = False        # launches and host ops hidden under the device's work
+    # the draft's forward over the tokens accepted last time (SGLang's draft extend) runs
+    # outside any CUDA graph: each of its kernels launched eagerly (policies/feature_draft.py)
+    draft_extend_eager: bool = False
     # the prefill attention kernel (PREFILL_KERNELS): a named engine's (engines.yaml), or the
     # scenario's execution.prefill_attention; without either the FA2-class kernel every
     # profile prices (the A100's fitted to measured kernels).  The inference-sim H100 runs

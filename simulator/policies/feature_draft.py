@@ -15,6 +15,11 @@ reduced ``draft_vocab_size`` and fused ``feature_layers`` are engine host work t
 ``cost`` (the layer's CostModel), ``prices`` (its ``OperatorPrices``), ``tree``,
 ``levels``, ``logits`` and ``acceptance`` (a ``PolicyAcceptance``), and says what its
 extra linears cost.
+
+The first forward is the engine's draft extend; where the engine runs it outside any CUDA
+graph (SGLang before PR #6606: ``SpecHost.draft_extend_eager``, engines.yaml) it is priced by
+the same layer's cost model in eager mode (``extend_cost``), as are the layer's prompt
+chunks, which go through the same extend path.
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self._emitted = np.ones(len(ctx.workload) if ctx.workload is not None else 0)
         self._ctx = ctx
         self._host = None
+        self._first = extend_cost(self.cost)  # the draft extend's pricer (eager or not)
         self._later: dict = {}  # iteration_draft_s' pricers, by batch size
         self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
         self._counts = None  # draw_accepted's chain counter, once the model is bound
@@ -89,7 +95,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             return 0.0
         first = np.ones(n) if reread is None else np.maximum(reread, 1.0)
         total = level_draft_time(self.cost, context, self.levels, logits=self.logits,
-                                 first_tokens=first)
+                                 first_tokens=first, first_cost=self._first)
         return total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
 
     def _reread(self, request_ids: np.ndarray) -> np.ndarray:
@@ -159,7 +165,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         logits, later = memo
         first = np.maximum(reread, 1.0)  # >= 1: level_draft_time's new tokens, bitwise
         start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
-        total = 0.0 + self.cost.step_time(first, start, logits)
+        total = 0.0 + self._first.step_time(first, start, logits)
         s = float(int(_SUM(context)))
         for offset, price in later:
             total += price(s + offset)
@@ -196,8 +202,23 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         """The layer fills its own KV over every prompt chunk (no logits)."""
         if not new_tokens.size:
             return 0.0
-        return self.cost.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
+        return self._first.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
             + self._extra_s(float(new_tokens.sum()), [])
+
+
+def extend_cost(cost):
+    """The pricer of the layer's draft extend (the forward over the tokens accepted last
+    time, and the prompt chunks): ``cost`` itself, or, where the engine launches that forward
+    outside any CUDA graph (``SpecHost.draft_extend_eager``), the same model on the same
+    deployment with every kernel launched eagerly."""
+    model = deployed(cost)
+    if model is None:
+        return cost
+    execution = model.execution
+    if not (execution.spec.draft_extend_eager and execution.cuda_graphs):
+        return cost
+    return cost_model(model.hardware, model.model, model.parallel, host=model.host,
+                      execution=dataclasses.replace(execution, cuda_graphs=False))
 
 
 def module_cost(ctx: PolicyContext, spec) -> CostModel:

@@ -8,6 +8,8 @@ import pytest
 from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
 from simulator.cost.cost_model import CostModel
+from simulator.cost.execution import Execution
+from simulator.cost.spec_host import load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.policies.base import PolicyContext
@@ -125,3 +127,45 @@ def test_bad_knobs():
     with pytest.raises(SpecsimError, match="cannot reach depth"):
         Eagle3Speculation.parse_params({"num_speculative_tokens": 5, "topk": 4,
                                         "speculative_num_draft_tokens": 4}, source="t")
+
+
+def _on_engine(k: int, eager: bool) -> Eagle3Speculation:
+    # SGLang 0.4.x's speculative counts, its draft extend eager (engines.yaml) or not
+    spec = dataclasses.replace(load_engine("sglang-v0.4.5"), draft_extend_eager=eager)
+    ex = Execution(kernel_launch_s=10e-6, graph_launch_s=15e-6, spec=spec)
+    p = Eagle3Speculation.parse_params({"num_speculative_tokens": k}, source="test")
+    acc = acceptance_from_config({"model": "tree_topk", "coverage": [COV]}, source="t")
+    return Eagle3Speculation(p, PolicyContext(target_cost=CostModel(HW, LLAMA, execution=ex),
+                                              target_model=LLAMA, acceptance=acc))
+
+
+def test_an_eager_draft_extend_reprices_the_first_forward_alone():
+    # SGLang before PR #6606 runs the draft over the accepted tokens outside any CUDA graph
+    # (ForwardMode.DRAFT_EXTEND is not a graph mode); the later forwards replay its captured
+    # draft loop.  So the eager extend changes the iteration by the first forward's eager
+    # price less its graph price, whatever the chain's length
+    ctx, reread = np.array([300.0, 700.0]), np.array([3.0, 1.0])
+    graphed = _on_engine(2, False).cost
+    eager_cost = CostModel(HW, graphed.model, execution=dataclasses.replace(
+        graphed.execution, cuda_graphs=False), host=False)
+    start, logits = ctx - (reread - 1.0), np.ones(2)
+    first = eager_cost.step_time(reread, start, logits) - graphed.step_time(reread, start,
+                                                                            logits)
+    assert first > 0  # eager: every kernel at least one launch, no single replay
+    for k in (2, 5):
+        on, off = _on_engine(k, True), _on_engine(k, False)
+        assert on.draft_time(ctx, reread) - off.draft_time(ctx, reread) == pytest.approx(
+            first, rel=1e-9)
+        assert on.iteration_draft_s(np.arange(2), ctx, reread, None) - \
+            off.iteration_draft_s(np.arange(2), ctx, reread, None) == pytest.approx(
+                first, rel=1e-9)
+
+
+def test_engines_that_capture_the_draft_extend_price_it_as_a_graph_replay():
+    # vLLM V1 0.9 pads the first pass to a captured size; SGLang's 0.4.x entries do not
+    assert not load_engine("vllm-v0.9").draft_extend_eager
+    assert load_engine("sglang-v0.4").draft_extend_eager
+    assert load_engine("sglang-v0.4.5").draft_extend_eager
+    for name in ("sglang-v0.4", "sglang-v0.4.5"):
+        src = [s for s in load_engine(name).sources if s.startswith("draft_extend_eager:")]
+        assert len(src) == 1 and "PR #6606" in src[0]
