@@ -18,13 +18,17 @@ work, per engine, from counts read in each engine's code at a named version
 
 Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, nodes,
 whether it reranks a dynamic tree, maps a reduced draft vocabulary to the target's, fuses
-several target layers' hidden states), never its name: every policy calls ``spec_host_s``, so
+several target layers' hidden states, verifies a branching tree), never its name: every policy calls ``spec_host_s``, so
 the same work costs the same (tests/simulator/cost/test_spec_host.py holds every shipped
 policy to it).  With ``overlap`` (the engine runs the speculative path's host work under
 the device's, as TensorRT-LLM's overlap scheduler does) only the syncs and extra host steps
 show.  Where the engine runs the draft's forward over the accepted tokens outside any CUDA
 graph (``draft_extend_eager``) that forward is priced eager by the layer's own cost model
-(feature_draft.py), not here.  Everything is a per-iteration constant in the batch's size: no per-request loop.
+(feature_draft.py), not here.  Where the engine's attention backend verifies a tree as a
+cascade (``tree_cascade``: SGLang's FA3 backend with top-k > 1) the extra kernels of every
+layer are GPU work, priced by the cost models' own kernels (tree_cascade.py,
+``spec_device_s``), and the expand part's metadata is eager host work
+(``tree_verify_kernels``).  Everything is a per-iteration constant in the batch's size: no per-request loop.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from simulator.cost.tree_cascade import tree_cascade_s
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import (
     as_bool,
@@ -46,7 +51,7 @@ from simulator.inputs.yaml_io import (
 CATALOG = Path(__file__).with_name("engines.yaml")
 COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_level_kernels",
           "rerank_kernels", "rerank_node_ops", "vocab_map_kernels", "feature_kernels",
-          "fuse_kernels", "syncs", "rerank_syncs", "host_steps")
+          "fuse_kernels", "tree_verify_kernels", "syncs", "rerank_syncs", "host_steps")
 # Launches per decoder layer a DeepSeek-class model's decode runs beyond the cost model's
 # generic MoE/MLA families, by kind (simulator/cost/engine_kernels.py); 0 where not read
 DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_kernels",
@@ -54,7 +59,7 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton")
-BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager")
+BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade")
 MAX_COUNT = 10_000
 # The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):
 # fa3, FlashAttention-3 on Hopper (the profile's ``kernels.attention_prefill_fa3``); fa2, the
@@ -75,6 +80,12 @@ class SpecWork:
     #                           mapped to the target's (EAGLE-3's d2t)
     feature_layers: int = 0   # target layers whose hidden states are gathered and fused each
     #                           iteration (EAGLE-3: 3); 0: the last layer's alone
+    # the verified tokens' rows of the tree mask: the drafted tokens each attends (the root
+    # 1, a node its depth + 1); () where the verification is a chain's (a causal block)
+    verify_tree_keys: tuple[int, ...] = ()
+    # the draft forwards that expand a tree's top-k branches: (queries a request, drafted
+    # tokens each attends) of each; () for a chain or a tree drafted level by level
+    draft_tree: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,8 @@ class SpecHost:
     vocab_map_kernels: int = 0   # a draft-vocabulary map's launches, per draft forward
     feature_kernels: int = 0     # gathers per fused target layer beyond the one of draft_prep
     fuse_kernels: int = 0        # the fused features' concatenation and fusing linear
+    tree_verify_kernels: int = 0  # eager metadata launches of a tree's verification beyond
+    #                               a chain's (SGLang FA3's expand page table and mask rows)
     syncs: int = 0               # device->host syncs per iteration (accepted counts, drafts)
     rerank_syncs: int = 0        # syncs of a dynamic tree's build
     host_steps: int = 0          # extra engine host steps per iteration
@@ -99,6 +112,9 @@ class SpecHost:
     # the draft's forward over the tokens accepted last time (SGLang's draft extend) runs
     # outside any CUDA graph: each of its kernels launched eagerly (policies/feature_draft.py)
     draft_extend_eager: bool = False
+    # a tree's attention runs as a cascade (prefix part, expand part over the tree, merged)
+    # in every layer of the verification and of the top-k draft forwards (tree_cascade.py)
+    tree_cascade: bool = False
     # the prefill attention kernel (PREFILL_KERNELS): a named engine's (engines.yaml), or the
     # scenario's execution.prefill_attention; without either the FA2-class kernel every
     # profile prices (the A100's fitted to measured kernels).  The inference-sim H100 runs
@@ -131,6 +147,8 @@ class SpecHost:
         n += self.tree_level_kernels * work.tree_levels
         if work.rerank:
             n += self.rerank_kernels + self.rerank_node_ops * work.tree_nodes
+        if work.verify_tree_keys:
+            n += self.tree_verify_kernels
         return n
 
     def steps(self, work: SpecWork) -> int:
@@ -148,20 +166,42 @@ def spec_host_s(execution, work: SpecWork, sequences: int) -> float:
     return launches + spec.steps(work) * execution.host_s(sequences)
 
 
+def tree_rows(tree) -> tuple[int, ...]:
+    """``SpecWork.verify_tree_keys`` of verifying the TokenTree ``tree`` (with its root):
+    () for a chain, whose verification is one causal block."""
+    if tree.num_nodes <= tree.max_depth:
+        return ()
+    return (1,) + tuple(int(d) + 1 for d in tree.depth)
+
+
+def spec_device_s(execution, work: SpecWork, sequences: int, target=None,
+                  draft=None) -> float:
+    """Seconds of the GPU work an engine's tree attention adds to one iteration of ``work``
+    (``SpecHost.tree_cascade``: tree_cascade.py), on the ``target`` cost model's layers and
+    the ``draft``'s (either None: a pricer without a model, or no draft layer)."""
+    if sequences <= 0 or not execution.spec.tree_cascade:
+        return 0.0
+    return tree_cascade_s(target, draft, work.verify_tree_keys, work.draft_tree, sequences)
+
+
 class SpecCharge:
-    """``spec_host_s`` bound to one execution and one method's work, memoised by batch
-    size (a policy holds one and calls it per iteration)."""
+    """``spec_host_s`` + ``spec_device_s`` bound to one execution, one method's work and
+    its cost models, memoised by batch size (a policy holds one and calls it per
+    iteration)."""
 
-    __slots__ = ("execution", "work", "_memo")
+    __slots__ = ("execution", "work", "target", "draft", "_memo")
 
-    def __init__(self, execution, work: SpecWork) -> None:
+    def __init__(self, execution, work: SpecWork, target=None, draft=None) -> None:
         self.execution, self.work, self._memo = execution, work, {}
+        self.target, self.draft = target, draft
 
     def __call__(self, sequences: int) -> float:
         got = self._memo.get(sequences)
         if got is None:
-            got = self._memo[sequences] = (0.0 if self.execution is None else
-                                           spec_host_s(self.execution, self.work, sequences))
+            ex = self.execution
+            got = self._memo[sequences] = 0.0 if ex is None else (
+                spec_host_s(ex, self.work, sequences)
+                + spec_device_s(ex, self.work, sequences, self.target, self.draft))
         return got
 
 

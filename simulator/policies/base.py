@@ -210,10 +210,12 @@ def side_cost(ctx: PolicyContext, spec: ModelSpec, *, tensor_parallel: int | Non
                      execution=execution, host=separate)
 
 
-def spec_charge(ctx: PolicyContext, work: SpecWork) -> SpecCharge:
-    """The engine's host work of one speculative iteration of ``work`` (spec_host.py), as a
-    function of the drafting requests: every policy charges its iterations by it."""
-    return SpecCharge(spec_execution(ctx), work)
+def spec_charge(ctx: PolicyContext, work: SpecWork, draft=None) -> SpecCharge:
+    """The engine's host work of one speculative iteration of ``work`` (spec_host.py), and
+    the GPU work its tree attention adds on the target's layers and on ``draft``'s (the
+    method's draft layer cost model, where its forwards expand a tree), as a function of the
+    drafting requests: every policy charges its iterations by it."""
+    return SpecCharge(spec_execution(ctx), work, deployed(ctx.target_cost), deployed(draft))
 
 
 def spec_execution(ctx: PolicyContext):

@@ -31,7 +31,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.dp_attention import cost_model
 from simulator.cost.drafting import level_draft_time
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import SpecWork
+from simulator.cost.spec_host import SpecWork, tree_rows
 from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import (
@@ -76,11 +76,16 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         if self._host is None:
             forwards, s = len(self.levels), self.spec
             tree = self.tree.num_nodes > self.tree.max_depth
+            # a tree's later forwards draft levels[j] tokens a request, each over the j
+            # drafted tokens of its branch (SGLang's draft step j - 1: decode_length j)
+            drafted = tuple((int(self.levels[j]), j) for j in range(1, forwards)) \
+                if tree else ()
             self._host = spec_charge(self._ctx, SpecWork(
                 draft_forwards=forwards, tree_levels=forwards if tree else 0,
                 tree_nodes=self.tree.num_nodes, rerank=tree and self.reranks,
                 vocab_map=0 < s.draft_vocab_size < s.vocab_size,
-                feature_layers=s.feature_layers))
+                feature_layers=s.feature_layers, verify_tree_keys=tree_rows(self.tree),
+                draft_tree=drafted), draft=self.cost)
         return self._host
 
     def _extra_s(self, first_tokens: float, later_tokens: list[float]) -> float:

@@ -30,7 +30,7 @@ import numpy as np
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
 from simulator.cost.drafting import OperatorPrices
-from simulator.cost.spec_host import SpecWork
+from simulator.cost.spec_host import SpecWork, tree_rows
 from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
@@ -101,8 +101,6 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.spec, self.num_heads = _heads(params, ctx.draft_model, ctx.target_model)
         self.prices = OperatorPrices(side_cost(ctx, self.spec))
-        # the heads draft in one forward; the candidates come from precomputed tree buffers
-        self.host = spec_charge(ctx, SpecWork(draft_forwards=1))
         ranked = params["choices"] is None or params["typical_acceptance"]
         if params["choices"] is not None:
             self.tree = tree_from_choices(params["choices"], field="policy.choices")
@@ -125,6 +123,10 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
             table = exclusive_table(model, self.num_heads, width, field="policy.top_k")
             self.tree = best_tree(table, params["node_budget"])
         self.acceptance.check_fits(self.tree)
+        # the heads draft in one forward; the candidates come from precomputed tree buffers;
+        # the target verifies the tree
+        self.host = spec_charge(ctx, SpecWork(draft_forwards=1,
+                                              verify_tree_keys=tree_rows(self.tree)))
         self.typical = bool(params["typical_acceptance"])
         self._cond = None
         if self.typical:

@@ -42,7 +42,7 @@ from simulator.cost.drafting import (
     level_draft_time,
     sharded_time,
 )
-from simulator.cost.spec_host import SpecWork
+from simulator.cost.spec_host import SpecWork, tree_rows
 from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
@@ -148,7 +148,8 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         depth = self.tree.max_depth  # one draft forward a level; a tree where it branches
         self.host = spec_charge(ctx, SpecWork(
             draft_forwards=depth, tree_nodes=self.tree.num_nodes,
-            tree_levels=depth if self.tree.num_nodes > depth else 0))
+            tree_levels=depth if self.tree.num_nodes > depth else 0,
+            verify_tree_keys=tree_rows(self.tree)))
 
     @property
     def max_verify_tokens(self) -> int:
