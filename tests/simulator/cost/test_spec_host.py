@@ -20,6 +20,7 @@ from simulator.cost.spec_host import (
     load_engine,
     spec_host_s,
 )
+from simulator.cost.tree_cascade import tree_cascade_s
 from simulator.deployment import resolve_deployment
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
@@ -127,7 +128,8 @@ def _scenario(policy: dict, target: str, draft: str | None, engine: str | None):
 def _without_spec_work(sc):
     """The same engine's forwards (an engine also prices DeepSeek's decode kernels and its
     prefill attention: engines.yaml) without its speculative path's host work."""
-    quiet = dataclasses.replace(sc.execution["spec"], **{k: 0 for k in COUNTS})
+    quiet = dataclasses.replace(sc.execution["spec"], **{k: 0 for k in COUNTS},
+                                tree_cascade=False)
     return dataclasses.replace(sc, execution={**sc.execution, "spec": quiet})
 
 
@@ -147,15 +149,24 @@ def _proposer_s(sc, n: int) -> float:
 MODEL_METHODS = {
     "chain": ({"name": "chain", "num_speculative_tokens": 4}, "llama-2-7b", "llama-68m",
               SpecWork(draft_forwards=4)),
+    # its tree: one node at depth 1, two at 2, one child each at 3; a verified token attends
+    # the root, its ancestors and itself: the root's row 1 key, a node's its depth + 1
     "specinfer": ({"name": "specinfer", "expansion": [1, 2, 1]}, "llama-2-7b", "llama-68m",
-                  SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=1 + 2 + 2)),
-    "medusa": ({"name": "medusa", "node_budget": 16}, "vicuna-7b", "medusa-vicuna-7b",
-               SpecWork(draft_forwards=1)),
+                  SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=1 + 2 + 2,
+                           verify_tree_keys=(1, 2, 3, 3, 4, 4))),
+    # the heads' tree given as paths: two nodes at depth 1, three at depth 2
+    "medusa": ({"name": "medusa", "choices": [[0], [1], [0, 0], [0, 1], [1, 0]]}, "vicuna-7b",
+               "medusa-vicuna-7b",
+               SpecWork(draft_forwards=1, verify_tree_keys=(1, 2, 2, 3, 3, 3))),
     "eagle": ({"name": "eagle", "num_speculative_tokens": 3}, "vicuna-7b", "eagle-vicuna-7b",
               SpecWork(draft_forwards=3)),
+    # EAGLE-2's tree under ranks 0.6, 0.2 (the coverage below): the best 5 candidates by
+    # path probability are 0.6 (depth 1), 0.36 (2), 0.216 (3), 0.2 (1), 0.12 (2); its 2
+    # later forwards draft top-2 a request, over 1 and 2 drafted tokens of each branch
     "eagle2": ({"name": "eagle2", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
                 "speculative_num_draft_tokens": 6}, "vicuna-7b", "eagle-vicuna-7b",
-               SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True)),
+               SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True,
+                        verify_tree_keys=(1, 2, 3, 4, 2, 3), draft_tree=((2, 1), (2, 2)))),
     # EAGLE-3 (its model file): a 32000-token head mapped to the target's vocabulary every
     # forward, the hidden states of 3 target layers fused each iteration
     "eagle3": ({"name": "eagle3", "num_speculative_tokens": 2}, "llama-3.1-8b",
@@ -165,7 +176,8 @@ MODEL_METHODS = {
                      "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
                     "llama-3.1-8b", "eagle3-llama-3.1-8b-instruct",
                     SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True,
-                             vocab_map=True, feature_layers=3)),
+                             vocab_map=True, feature_layers=3,
+                             verify_tree_keys=(1, 2, 3, 4, 2, 3), draft_tree=((2, 1), (2, 2)))),
     "mtp": ({"name": "mtp", "num_speculative_tokens": 2}, "deepseek-v3", None,
             SpecWork(draft_forwards=2)),
     # inner acceptance 0: each round of the outer draft yields one token, so 4 rounds (4
@@ -175,14 +187,23 @@ MODEL_METHODS = {
 }
 
 
-@pytest.mark.parametrize("engine", ["vllm-v0.9", "sglang-v0.4", "eagle-official"])
+@pytest.mark.parametrize("engine", ["vllm-v0.9", "sglang-v0.4", "sglang-v0.4.5",
+                                    "eagle-official"])
 @pytest.mark.parametrize("name", list(MODEL_METHODS))
 def test_each_model_drafting_method_pays_spec_host_s_for_its_work(name, engine):
+    """... and, on an engine whose attention verifies a tree as a cascade (SGLang 0.4.5's
+    FA3), the cascade's GPU work on the target's layers and the draft layer's."""
     policy, target, draft, work = MODEL_METHODS[name]
     with_engine = _scenario(policy, target, draft, engine)
     ex = resolve_deployment(with_engine).target_cost.execution
     extra = _proposer_s(with_engine, 3) - _proposer_s(_without_spec_work(with_engine), 3)
-    assert extra == pytest.approx(spec_host_s(ex, work, 3), rel=1e-9, abs=1e-12)
+    want = spec_host_s(ex, work, 3)
+    if ex.spec.tree_cascade:
+        pol = prepare(with_engine).policies[0]
+        layer = pol.cost if work.draft_tree else None  # the draft layer's cost model
+        want += tree_cascade_s(resolve_deployment(with_engine).target_cost, layer,
+                               work.verify_tree_keys, work.draft_tree, 3)
+    assert extra == pytest.approx(want, rel=1e-9, abs=1e-12)
     assert extra > 0
 
 

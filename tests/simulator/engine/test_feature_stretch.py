@@ -223,3 +223,35 @@ def test_random_feature_chains_are_identical(case):
     sc = dataclasses.replace(sc, policy=PolicyConfig(name, {k: steps, **extra}),
                              acceptance=ACCEPTANCE[3 if tree else case["acceptance"]])
     identical_or_unservable(sc, workload(case["arrival"], case["prompt"], case["output"]))
+
+
+@pytest.mark.parametrize("policy, target, draft", [
+    (PolicyConfig("eagle3", {"num_speculative_tokens": 5, "speculative_eagle_topk": 4,
+                             "speculative_num_draft_tokens": 8}),
+     "llama-3.1-8b", "eagle3-llama-3.1-8b-instruct"),
+    (PolicyConfig("eagle2", {"speculative_num_steps": 4, "speculative_eagle_topk": 3,
+                             "speculative_num_draft_tokens": 10}), "vicuna-7b",
+     "eagle-vicuna-7b"),
+    (PolicyConfig("medusa", {"node_budget": 12}), "vicuna-7b", "medusa-vicuna-7b")],
+    ids=["eagle3-tree", "eagle2", "medusa"])
+def test_trees_on_a_cascading_engine_stay_exact(policy, target, draft):
+    """SGLang 0.4.5's FA3 backend verifies (and drafts) a tree as a cascade
+    (simulator/cost/tree_cascade.py): the iterations the stretches advance pay it as the
+    step-by-step ones do, bit for bit, and it costs time."""
+    from simulator.cost.spec_host import load_engine
+
+    rng = np.random.default_rng(11)
+    wl = workload(np.sort(rng.uniform(0, 3, 16)), rng.integers(8, 400, 16),
+                  rng.integers(10, 120, 16))
+    sglang = load_engine("sglang-v0.4.5")
+    sc = dataclasses.replace(
+        scenario("none", hardware="h100-sxm", target=target, draft=draft), policy=policy,
+        acceptance={"model": "tree_topk", "coverage": [[0.6, 0.8, 0.88, 0.92]]},
+        execution={"spec": sglang})
+    on, off = _both(sc, wl)
+    assert_identical(on, off)
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
+    plain = dataclasses.replace(sc, execution={"spec": dataclasses.replace(
+        sglang, tree_cascade=False)})
+    base, _ = _both(plain, wl)
+    assert on.steps["start_s"].iloc[-1] > base.steps["start_s"].iloc[-1]
