@@ -264,9 +264,20 @@ class Roofline:
     def _attention_kernel(self, kind: str, flops, nbytes, members) -> float:
         """One attention kernel over the requests in ``members`` (None: all of them); a
         masked sum rather than a gather (fewer passes over a step's small arrays)."""
-        crate, mrate, latency, floor = self.kind_rates(kind)
-        per_request = np.maximum(flops / crate, nbytes / mrate)
+        per_request = self.attention_roofs(kind, flops, nbytes)
         roof = float(_ADD(per_request) if members is None else _ADD(per_request, where=members))
+        return self.attention_kernel_s(kind, roof)
+
+    def attention_roofs(self, kind: str, flops, nbytes):
+        """Per request, its roof time in a ``kind`` attention kernel (elementwise: any shape;
+        ``attention_time`` sums them over a kernel's requests)."""
+        crate, mrate, _, _ = self.kind_rates(kind)
+        return np.maximum(flops / crate, nbytes / mrate)
+
+    def attention_kernel_s(self, kind: str, roof: float) -> float:
+        """A ``kind`` attention kernel's seconds from its requests' summed roofs: one
+        latency, at least the floor."""
+        _, _, latency, floor = self.kind_rates(kind)
         return max(roof + latency, floor)
 
     def attention_line(self, kind: str, flops_slope: float, flops_base: float,

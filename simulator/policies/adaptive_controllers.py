@@ -212,8 +212,9 @@ def expected_emitted(alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
 
 
 def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
-                   step_time: Callable[[np.ndarray], float],
-                   max_candidates: int = 12) -> np.ndarray:
+                   step_time: Callable[[np.ndarray], float] | None = None,
+                   max_candidates: int = 12, *,
+                   step_times: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Per-request gammas maximising sum of expected emitted tokens / predicted step time.
 
     If step time grew with each request's own tokens only, every request would draft while
@@ -221,6 +222,9 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     search runs over thresholds: k_i(theta) = #{1 <= j <= cap_i : alpha_i^j >= theta}.  A
     draft model's chain, though, costs max(k) sequential forwards whoever needs them, so the
     uniform choices k_i = min(cap_i, u) are candidates too; the best predicted one wins.
+    ``step_time`` predicts one candidate's seconds; ``step_times``, where given, every
+    distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
+    ``step_time`` of each row: the same choice, without a call per candidate.
     """
     cap = np.maximum(cap.astype(np.int64), 0)
     k_max = int(cap.max(initial=0))
@@ -235,21 +239,32 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         table = (1.0 - powers) / (1.0 - a)[:, None]
     table = np.where((a >= 1.0)[:, None], np.arange(1, k_max + 2) + 0.0, table)
-    rows, powers = np.arange(cap.size), powers[:, :k_max]
+    powers = powers[:, :k_max]
     allowed = np.arange(1, k_max + 1)[None, :] <= cap[:, None]
     levels = np.unique(powers[allowed])[::-1]
     if levels.size > max_candidates:
         levels = levels[np.linspace(0, levels.size - 1, max_candidates).round().astype(int)]
-    candidates = [np.minimum(cap, u) for u in range(1, k_max + 1)]
-    candidates += [((powers >= theta) & allowed).sum(axis=1) for theta in levels]
-    best_k, best = zero, float(cap.size) / step_time(zero)
-    seen = {zero.tobytes()}
-    for k in candidates:
-        key = k.tobytes()
-        if key in seen:
-            continue
-        seen.add(key)
-        value = float(table[rows, k].sum()) / step_time(k)
+    uniform = np.minimum(cap[None, :], np.arange(1, k_max + 1)[:, None])
+    thresholds = ((powers[None, :, :] >= levels[:, None, None]) & allowed[None]).sum(axis=2)
+    ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
+    seconds = step_times(ks).tolist() if step_times is not None \
+        else [step_time(k) for k in ks]
+    # each candidate's sum along its own row: the 1-D sum of that gather
+    gains = np.add.reduce(table[np.arange(cap.size)[None, :], ks], axis=1).tolist()
+    best_c, best = 0, float(cap.size) / seconds[0]
+    for c in range(1, len(seconds)):
+        value = gains[c] / seconds[c]
         if value > best * (1 + 1e-12):
-            best_k, best = k, value
-    return best_k
+            best_c, best = c, value
+    return ks[best_c].copy()
+
+
+def _distinct(ks: np.ndarray) -> np.ndarray:
+    """The rows of ``ks`` without repeats, each where it first appears."""
+    seen, keep = set(), []
+    for c, row in enumerate(ks):
+        key = row.tobytes()
+        if key not in seen:
+            seen.add(key)
+            keep.append(c)
+    return ks[keep] if len(keep) < ks.shape[0] else ks

@@ -74,6 +74,10 @@ class LimitedControl:
         """``draft_predictor``, on arrays."""
         return lambda k: 0.0  # CPU microseconds, negligible against a forward
 
+    def rows_predictor(self, request_ids: np.ndarray, context: np.ndarray):
+        """``predictor`` of every row of a (C, n) matrix of caps at once."""
+        return lambda ks: np.zeros(ks.shape[0])
+
     def observe(self, *args) -> None:
         return None
 
@@ -155,6 +159,65 @@ class ChainControl:
             return total + self._catch_up_s(ctx[on], lag[on])
 
         return predict
+
+    def rows_predictor(self, request_ids: np.ndarray, context: np.ndarray):
+        """``predictor(request_ids, context)`` of every row of a (C, n) matrix of gammas at
+        once, bitwise: each forward's key from the same integer counts and context sums
+        (whole numbers: exact however summed) by the same division and rounding, the
+        memoised times added forward after forward from 0.0 (a row with fewer forwards adds
+        0.0, which changes no float), the catch-up once per set of drafting requests."""
+        ctx, lag = context.astype(float), self._lag(request_ids)
+        lagging = bool(lag.any())
+
+        def predict(ks: np.ndarray) -> np.ndarray:
+            k_max = np.maximum.reduce(ks, axis=1)
+            forwards = int(k_max.max(initial=0))
+            total = np.zeros(ks.shape[0])
+            if forwards == 0:
+                return total
+            over = ks[:, None, :] > np.arange(forwards)[None, :, None]  # (C, J, n)
+            n = np.add.reduce(over, axis=2)
+            c = np.add.reduce(np.where(over, ctx, 0.0), axis=2)
+            live = n > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rounded = np.where(live, c / n + np.arange(forwards), 0.0).astype(np.int64) >> 7
+            times = np.zeros((ks.shape[0], forwards))
+            times[live] = self._decode_times(n[live], rounded[live])
+            for j in range(forwards):
+                total = total + times[:, j]
+            if not lagging:
+                return total + 0.0
+            return total + self._catch_ups(ks, ctx, lag, k_max)
+
+        return predict
+
+    def _decode_times(self, n: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+        """The memoised decode steps of keys (n, rounded context >> 7), as ``predictor``'s."""
+        memo, decode_time = self._memo, self.draft_cost.decode_time
+        keys, where = np.unique((n << 32) | rounded, return_inverse=True)  # both < 2**31
+        out = []
+        for code in keys.tolist():
+            key = (code >> 32, code & 0xFFFFFFFF)
+            t = memo.get(key)
+            if t is None:
+                t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
+            out.append(t)
+        return np.array(out)[where.reshape(-1)]
+
+    def _catch_ups(self, ks: np.ndarray, ctx: np.ndarray, lag: np.ndarray,
+                   k_max: np.ndarray) -> np.ndarray:
+        """Per row, ``_catch_up_s`` of its drafting requests (0.0 for a row drafting none:
+        ``predictor`` returns before it)."""
+        out, seen = np.zeros(ks.shape[0]), {}
+        for r, row in enumerate(ks):
+            if k_max[r] == 0:
+                continue
+            on = row > 0
+            key = on.tobytes()
+            if key not in seen:
+                seen[key] = self._catch_up_s(ctx[on], lag[on])
+            out[r] = seen[key]
+        return out
 
     def observe(self, plan: DraftPlan, batch: BatchView, emitted: np.ndarray,
                 done: np.ndarray) -> None:
