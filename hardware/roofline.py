@@ -274,11 +274,11 @@ class Roofline:
         crate, mrate, _, _ = self.kind_rates(kind)
         return np.maximum(flops / crate, nbytes / mrate)
 
-    def attention_kernel_s(self, kind: str, roof: float) -> float:
+    def attention_kernel_s(self, kind: str, roof, maximum=max):
         """A ``kind`` attention kernel's seconds from its requests' summed roofs: one
-        latency, at least the floor."""
+        latency, at least the floor (``maximum=np.maximum``: of an array of such sums)."""
         _, _, latency, floor = self.kind_rates(kind)
-        return max(roof + latency, floor)
+        return maximum(roof + latency, floor)
 
     def attention_line(self, kind: str, flops_slope: float, flops_base: float,
                        bytes_slope: float, bytes_base: float) -> tuple[float, ...] | None:

@@ -111,11 +111,31 @@ def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> 
     k_max = int(num_draft.max())
     if int(num_draft.min()) == k_max:  # the common case: one vectorised pass
         return draft_cost.chain_decode_time(context, k_max)
+    forms = closed_forms(draft_cost)
+    if forms is not None and context.dtype.kind in "iu":
+        return _varied_chain_time(forms, context, num_draft, k_max)
     total = 0.0
     for j in range(k_max):
         mask = num_draft > j
         n = int(mask.sum())
         total += draft_cost.step_time(np.ones(n), context[mask] + j)
+    return total
+
+
+def _varied_chain_time(forms, context: np.ndarray, num_draft: np.ndarray,
+                       k_max: int) -> float:
+    """``chain_draft_time``'s loop for whole-number contexts: forward j's batch of ones is
+    the cost's uniform closed form at the sum of its contexts (integers: exact however
+    summed, as ``step_time`` sums them), ``step_time`` itself where none applies."""
+    over = num_draft > np.arange(k_max)[:, None]  # (forwards, requests)
+    counts = np.add.reduce(over, axis=1).tolist()
+    sums = np.add.reduce(over * context, axis=1).tolist()
+    total = 0.0
+    for j, (n, s) in enumerate(zip(counts, sums)):
+        t = forms.uniform_step_time(n, 1, float(s + n * j), n)
+        if t is None:
+            t = forms.step_time(np.ones(n), context[over[j]] + j)
+        total += t
     return total
 
 

@@ -23,14 +23,16 @@ _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 
 def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
     """``cm.step_time(row, context, row)`` for each row of ``tokens`` (C, n), bitwise."""
-    tokens = np.asarray(tokens, np.float64)
-    ctx = np.asarray(context, np.float64)
+    tokens, ctx = np.asarray(tokens), np.asarray(context, np.float64)
     if tokens.ndim != 2 or ctx.ndim != 1 or tokens.shape[1] != ctx.size or not ctx.size \
             or cm._general_only or not _whole(tokens):
-        return np.array([cm.step_time(row, ctx, row) for row in tokens], np.float64)
+        return np.array([cm.step_time(row, ctx, row)
+                         for row in tokens.astype(np.float64)], np.float64)
     n = ctx.size
-    lo, hi = _MIN(tokens, axis=1).tolist(), _MAX(tokens, axis=1).tolist()
-    totals = _SUM(tokens, axis=1).tolist()  # whole numbers: the same sums in any order
+    # whole numbers (integers, or floats that are): the same sums in any order
+    lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)
+    totals = _SUM(tokens, axis=1).astype(np.float64).tolist()
+    lo, hi, tokens = lo.tolist(), hi.tolist(), tokens.astype(np.float64)
     attention = _attention_layers(cm, tokens, ctx)
     ctx_sum = None
     out = []
@@ -51,7 +53,9 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray
 def _whole(tokens: np.ndarray) -> bool:
     """Every request brings a whole number of new tokens, at least one (``step_time``'s
     masks of idle requests and its non-integer totals are left to it)."""
-    return bool(_MIN(tokens, axis=None) >= 1.0) and bool((tokens == np.floor(tokens)).all())
+    if not tokens.size or _MIN(tokens, axis=None) < 1:
+        return False
+    return tokens.dtype.kind in "iu" or bool((tokens == np.floor(tokens)).all())
 
 
 def _attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
@@ -64,21 +68,24 @@ def _attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
     roof, n = cm._roof, ctx.size
     flops, nbytes = cm._attention_work(tokens, ctx, cm._prefill_causal, cm._prefill_overhead)
     decode = tokens == 1.0
-    n_decode = np.count_nonzero(decode, axis=1).tolist()
-    totals = [0.0] * tokens.shape[0]
-    if any(n_decode):
+    n_decode = np.count_nonzero(decode, axis=1)
+    # attention_time's total: 0.0, plus the decode kernel where it runs, plus the
+    # multi-query one where it runs (adding 0.0 for a kernel that does not run: no change)
+    total = np.zeros(tokens.shape[0])
+    counts = n_decode.tolist()
+    if n_decode.any():
         sums = _kernel_sums(roof.attention_roofs(ATTENTION_DECODE, flops, nbytes), decode,
-                            n_decode, n)
-        totals = [t + roof.attention_kernel_s(ATTENTION_DECODE, s) if m else t
-                  for t, s, m in zip(totals, sums, n_decode)]
-    if any(m < n for m in n_decode):
+                            counts, n)
+        total = total + np.where(n_decode > 0, roof.attention_kernel_s(
+            ATTENTION_DECODE, np.array(sums), np.maximum), 0.0)
+    if (n_decode < n).any():
         kind = cm._prefill_kind
         prefill = ~decode  # whole numbers of at least one token: > 1 where not == 1
         sums = _kernel_sums(roof.attention_roofs(kind, flops, nbytes), prefill,
-                            [n - m for m in n_decode], n)
-        totals = [t + roof.attention_kernel_s(kind, s) if m < n else t
-                  for t, s, m in zip(totals, sums, n_decode)]
-    return totals
+                            [n - m for m in counts], n)
+        total = total + np.where(n_decode < n, roof.attention_kernel_s(
+            kind, np.array(sums), np.maximum), 0.0)
+    return total.tolist()
 
 
 def _kernel_sums(per_request: np.ndarray, members: np.ndarray, counts: list[int],

@@ -257,9 +257,9 @@ class AdaptiveSpeculation(PolicyBase):
         step_time = self.target_cost.step_time
 
         def predict(ks: np.ndarray) -> np.ndarray:
-            tokens = (ks + 1).astype(float)
+            tokens = ks + 1  # whole numbers: as (k + 1).astype(float) to the pricer
             verify = target.verify_step_times(tokens, ctx) if target is not None else \
-                np.array([step_time(row, ctx, row) for row in tokens], np.float64)
+                np.array([step_time(row, ctx, row) for row in tokens.astype(float)])
             return draft_rows(ks) + verify
 
         return predict

@@ -231,19 +231,22 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     zero = np.zeros(cap.size, np.int64)
     if k_max == 0:
         return zero
-    a = np.clip(alpha, 0.0, 1.0)
+    a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
     powers = a[:, None] ** np.arange(1, k_max + 2)[None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
+    if certain.any():
+        table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
+        table = np.where(certain[:, None], np.arange(1, k_max + 2) + 0.0, table)
+    else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    table = np.where((a >= 1.0)[:, None], np.arange(1, k_max + 2) + 0.0, table)
     powers = powers[:, :k_max]
     allowed = np.arange(1, k_max + 1)[None, :] <= cap[:, None]
     levels = np.unique(powers[allowed])[::-1]
     if levels.size > max_candidates:
-        levels = levels[np.linspace(0, levels.size - 1, max_candidates).round().astype(int)]
+        levels = levels[_spread(levels.size, max_candidates)]
     uniform = np.minimum(cap[None, :], np.arange(1, k_max + 1)[:, None])
     thresholds = ((powers[None, :, :] >= levels[:, None, None]) & allowed[None]).sum(axis=2)
     ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
@@ -260,11 +263,25 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` without repeats, each where it first appears."""
+    """The rows of ``ks`` (C-contiguous) without repeats, each where it first appears."""
+    data, width = ks.tobytes(), ks.shape[1] * ks.itemsize
     seen, keep = set(), []
-    for c, row in enumerate(ks):
-        key = row.tobytes()
+    for c in range(ks.shape[0]):
+        key = data[c * width:(c + 1) * width]
         if key not in seen:
             seen.add(key)
             keep.append(c)
     return ks[keep] if len(keep) < ks.shape[0] else ks
+
+
+_SPREADS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _spread(size: int, count: int) -> np.ndarray:
+    """``count`` indices spread evenly over ``size`` (np.linspace's, rounded), memoised:
+    a pure function of the two sizes."""
+    key = (size, count)
+    out = _SPREADS.get(key)
+    if out is None:
+        out = _SPREADS[key] = np.linspace(0, size - 1, count).round().astype(int)
+    return out

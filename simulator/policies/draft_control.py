@@ -97,6 +97,7 @@ class ChainControl:
         self._lags: dict[int, int] = {}
         self._drafted: dict[int, bool] = {}
         self._memo: dict[tuple[int, int], float] = {}
+        self._charges: dict[int, SpecCharge] = {}
 
     def _lag(self, request_ids: np.ndarray) -> np.ndarray:
         return np.fromiter((self._lags.get(r, 0) for r in request_ids.tolist()),
@@ -125,8 +126,12 @@ class ChainControl:
         time_s = chain_draft_time(self.draft_cost, context, k)
         if on.any():  # the first forward also feeds the tokens the draft model skipped
             time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
-        # the longest chain sets the draft loop's forwards
-        host = SpecCharge(self.execution, SpecWork(draft_forwards=int(k.max(initial=0))))
+        # the longest chain sets the draft loop's forwards (a charge memoised per count)
+        forwards = int(k.max(initial=0))
+        host = self._charges.get(forwards)
+        if host is None:
+            host = self._charges[forwards] = SpecCharge(
+                self.execution, SpecWork(draft_forwards=forwards))
         return time_s, host(int(np.count_nonzero(on)))
 
     def draft_predictor(self, batch: BatchView):
@@ -163,56 +168,50 @@ class ChainControl:
     def rows_predictor(self, request_ids: np.ndarray, context: np.ndarray):
         """``predictor(request_ids, context)`` of every row of a (C, n) matrix of gammas at
         once, bitwise: each forward's key from the same integer counts and context sums
-        (whole numbers: exact however summed) by the same division and rounding, the
-        memoised times added forward after forward from 0.0 (a row with fewer forwards adds
-        0.0, which changes no float), the catch-up once per set of drafting requests."""
+        (whole numbers: exact however summed) by the same division and rounding, a row's
+        memoised times added forward after forward from 0.0 as Python floats, the catch-up
+        once per set of drafting requests."""
         ctx, lag = context.astype(float), self._lag(request_ids)
-        lagging = bool(lag.any())
+        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(lag.any())
 
         def predict(ks: np.ndarray) -> np.ndarray:
-            k_max = np.maximum.reduce(ks, axis=1)
-            forwards = int(k_max.max(initial=0))
-            total = np.zeros(ks.shape[0])
+            forwards = int(np.maximum.reduce(ks, axis=None)) if ks.size else 0
             if forwards == 0:
-                return total
-            over = ks[:, None, :] > np.arange(forwards)[None, :, None]  # (C, J, n)
+                return np.zeros(ks.shape[0])
+            over = ks[:, None, :] > np.arange(forwards)[:, None]  # (C, J, n)
             n = np.add.reduce(over, axis=2)
-            c = np.add.reduce(np.where(over, ctx, 0.0), axis=2)
-            live = n > 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rounded = np.where(live, c / n + np.arange(forwards), 0.0).astype(np.int64) >> 7
-            times = np.zeros((ks.shape[0], forwards))
-            times[live] = self._decode_times(n[live], rounded[live])
-            for j in range(forwards):
-                total = total + times[:, j]
+            c = np.add.reduce(over * ctx, axis=2)
+            # n >= 1 wherever a key is read (a row's counts only fall: its first 0 ends it)
+            rounded = (c / np.maximum(n, 1) + np.arange(forwards)).astype(np.int64) >> 7
+            out = [self._chain_total(row_n, row_r, memo, decode_time)
+                   for row_n, row_r in zip(n.tolist(), rounded.tolist())]
             if not lagging:
-                return total + 0.0
-            return total + self._catch_ups(ks, ctx, lag, k_max)
+                return np.array(out) + 0.0
+            return np.array(out) + self._catch_ups(ks, ctx, lag)
 
         return predict
 
-    def _decode_times(self, n: np.ndarray, rounded: np.ndarray) -> np.ndarray:
-        """The memoised decode steps of keys (n, rounded context >> 7), as ``predictor``'s."""
-        memo, decode_time = self._memo, self.draft_cost.decode_time
-        keys, where = np.unique((n << 32) | rounded, return_inverse=True)  # both < 2**31
-        out = []
-        for code in keys.tolist():
-            key = (code >> 32, code & 0xFFFFFFFF)
+    @staticmethod
+    def _chain_total(counts: list[int], rounded: list[int], memo: dict, decode_time) -> float:
+        """One row's forwards, summed from 0.0 as ``predictor`` sums them."""
+        total = 0.0
+        for key in zip(counts, rounded):
+            if not key[0]:
+                break
             t = memo.get(key)
             if t is None:
                 t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
-            out.append(t)
-        return np.array(out)[where.reshape(-1)]
+            total += t
+        return total
 
-    def _catch_ups(self, ks: np.ndarray, ctx: np.ndarray, lag: np.ndarray,
-                   k_max: np.ndarray) -> np.ndarray:
+    def _catch_ups(self, ks: np.ndarray, ctx: np.ndarray, lag: np.ndarray) -> np.ndarray:
         """Per row, ``_catch_up_s`` of its drafting requests (0.0 for a row drafting none:
         ``predictor`` returns before it)."""
         out, seen = np.zeros(ks.shape[0]), {}
         for r, row in enumerate(ks):
-            if k_max[r] == 0:
-                continue
             on = row > 0
+            if not on.any():
+                continue
             key = on.tobytes()
             if key not in seen:
                 seen[key] = self._catch_up_s(ctx[on], lag[on])

@@ -3,7 +3,8 @@ goodput controller's search).  Each row must be ``step_time``'s float bit for bi
 kind of device pricing (kernel shapes with FA2- and FA3-class prefill kernels, flat rates,
 MLA), every way a forward runs, and every mix of rows: uniform (the closed form), all
 decodes, all verifications, decodes and verifications together, batches past numpy's
-pairwise-summation block (128)."""
+pairwise-summation block (128).  And ``chain_draft_time`` of per-request draft counts on
+whole-number contexts (its forwards by the closed form) against its definition."""
 import dataclasses
 import functools
 
@@ -12,6 +13,7 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
+from simulator.cost.drafting import chain_draft_time
 from simulator.cost.execution import eager, resolve_execution
 from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import ClosedFormPricer
@@ -57,6 +59,8 @@ def test_rows_are_step_time_bit_for_bit(profile, model, tp, execution):
             got = cm.verify_step_times(tokens, ctx)
             want = [cm.step_time(row, ctx, row) for row in tokens]
             assert got.tolist() == want, (n, tokens)
+            # the same counts as integers (what the goodput search passes)
+            assert cm.verify_step_times(tokens.astype(np.int64), ctx).tolist() == want
 
 
 def test_rows_left_to_step_time_are_priced_by_it():
@@ -84,3 +88,22 @@ def test_default_is_one_step_time_a_row():
     # the toy's own formula: 1 ms a token, 1 us a context token, 0.1 ms a step
     assert _Plain().verify_step_times(tokens, ctx).tolist() == \
         [4.0 * 1e-3 + 30.0 * 1e-6 + 1e-4, 7.0 * 1e-3 + 30.0 * 1e-6 + 1e-4]
+
+
+@pytest.mark.parametrize("profile,model,tp,execution", CASES[:6],
+                         ids=["-".join(map(str, c)) for c in CASES[:6]])
+def test_a_varied_chain_is_its_forwards_to_the_bit(profile, model, tp, execution):
+    """``chain_draft_time`` of per-request draft counts on whole-number contexts (its
+    closed-form forwards) against its definition: forward j is one decode of the requests
+    drafting more than j, at their contexts + j."""
+    cm = _cost_model(profile, model, tp, execution)
+    rng = np.random.default_rng(11)
+    for n in (2, 5, 17, 140):
+        ctx = rng.integers(1, 8000, n)
+        k = rng.integers(0, 7, n)
+        k[0], k[1] = 6, 0  # never all equal (the uniform case is chain_decode_time's)
+        want = 0.0
+        for j in range(6):
+            on = k > j
+            want += cm.step_time(np.ones(int(on.sum())), ctx[on] + j)
+        assert chain_draft_time(cm, ctx, k) == want
