@@ -242,13 +242,14 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
         table = np.where(certain[:, None], np.arange(1, k_max + 2) + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    powers = powers[:, :k_max]
     allowed = np.arange(1, k_max + 1)[None, :] <= cap[:, None]
-    levels = np.unique(powers[allowed])[::-1]
+    # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
+    powers = np.where(allowed, powers[:, :k_max], -1.0)
+    levels = _descending_distinct(powers[allowed])
     if levels.size > max_candidates:
         levels = levels[_spread(levels.size, max_candidates)]
     uniform = np.minimum(cap[None, :], np.arange(1, k_max + 1)[:, None])
-    thresholds = ((powers[None, :, :] >= levels[:, None, None]) & allowed[None]).sum(axis=2)
+    thresholds = np.add.reduce(powers[None, :, :] >= levels[:, None, None], axis=2)
     ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
@@ -263,15 +264,24 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` (C-contiguous) without repeats, each where it first appears."""
-    data, width = ks.tobytes(), ks.shape[1] * ks.itemsize
+    """The rows of ``ks`` without repeats, each where it first appears."""
     seen, keep = set(), []
-    for c in range(ks.shape[0]):
-        key = data[c * width:(c + 1) * width]
-        if key not in seen:
-            seen.add(key)
+    for c, row in enumerate(map(tuple, ks.tolist())):
+        if row not in seen:
+            seen.add(row)
             keep.append(c)
     return ks[keep] if len(keep) < ks.shape[0] else ks
+
+
+def _descending_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)[::-1]`` (finite values) without its layers."""
+    ordered = np.sort(values)
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, bool)
+    keep[-1] = True
+    np.not_equal(ordered[:-1], ordered[1:], out=keep[:-1])
+    return ordered[keep][::-1]
 
 
 _SPREADS: dict[tuple[int, int], np.ndarray] = {}
