@@ -47,6 +47,11 @@ def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
     if ctx.size == 0 or len(tokens) == 0:
         return 0.0
     logits = tokens if logits is None else logits
+    forms = closed_forms(cost)
+    if forms is not None and first_tokens is None and _whole(ctx) \
+            and all(float(t) >= 1.0 and float(t).is_integer() and float(lg).is_integer()
+                    for t, lg in zip(tokens, logits)):
+        return _uniform_levels(forms, ctx, tokens, logits)
     total, offset = 0.0, np.zeros(ctx.size)
     for j, (t, lg) in enumerate(zip(tokens, logits)):
         new = np.full(ctx.size, float(t))
@@ -59,11 +64,43 @@ def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
     return total
 
 
+def _whole(ctx: np.ndarray) -> bool:
+    """Whole-number contexts (their sums are exact in any order)."""
+    return bool((ctx == np.floor(ctx)).all())
+
+
+def _uniform_levels(forms, ctx: np.ndarray, tokens: Sequence[int],
+                    logits: Sequence[int]) -> float:
+    """``level_draft_time``'s loop without a first forward of its own, on whole numbers:
+    forward j is a uniform batch of ``tokens[j]`` new tokens a request at contexts ``ctx``
+    + the tokens before it, whose ``step_time`` is the closed form at the contexts' sum
+    (exact, as ``step_time``'s) where one applies, ``step_time`` itself elsewhere."""
+    n, ctx_sum = ctx.size, float(np.add.reduce(ctx))
+    total, offset = 0.0, 0.0
+    for t, lg in zip(tokens, logits):
+        u = float(t)
+        x = forms.uniform_step_time(n, u, ctx_sum + n * offset, n * float(lg))
+        if x is None:
+            x = forms.step_time(np.full(n, u), ctx + offset, np.full(n, float(lg)))
+        total += x
+        offset += u
+    return total
+
+
+_SHARDS: dict[tuple[int, int], list[np.ndarray]] = {}
+
+
 def sharded_time(devices: int, size: int, price) -> float:
     """Data parallel over ``devices``: the batch split evenly, the slowest shard's time."""
     if size == 0:
         return 0.0
-    shards = [s for s in np.array_split(np.arange(size), min(max(devices, 1), size)) if s.size]
+    key = (devices, size)
+    shards = _SHARDS.get(key)
+    if shards is None:  # np.array_split's even split, a pure function of the two sizes
+        shards = [s for s in np.array_split(np.arange(size), min(max(devices, 1), size))
+                  if s.size]
+        if len(_SHARDS) < 4096:
+            _SHARDS[key] = shards
     return max(price(s) for s in shards)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
-from simulator.cost.drafting import chain_draft_time
+from simulator.cost.drafting import chain_draft_time, level_draft_time
 from simulator.cost.execution import eager, resolve_execution
 from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import ClosedFormPricer
@@ -107,3 +107,21 @@ def test_a_varied_chain_is_its_forwards_to_the_bit(profile, model, tp, execution
             on = k > j
             want += cm.step_time(np.ones(int(on.sum())), ctx[on] + j)
         assert chain_draft_time(cm, ctx, k) == want
+
+
+@pytest.mark.parametrize("profile,model,tp,execution", CASES[:6],
+                         ids=["-".join(map(str, c)) for c in CASES[:6]])
+def test_tree_levels_are_their_forwards_to_the_bit(profile, model, tp, execution):
+    """``level_draft_time`` on whole-number contexts (its forwards by the closed form)
+    against its definition: forward j carries tokens[j] a request over the prefix and the
+    tokens before it, logits[j] of them through the head."""
+    cm = _cost_model(profile, model, tp, execution)
+    rng = np.random.default_rng(13)
+    for n in (1, 4, 33, 150):
+        ctx = rng.integers(1, 8000, n).astype(np.float64)
+        tokens, logits = [1, 3, 7, 2], [1, 0, 7, 2]
+        want, offset = 0.0, 0.0
+        for t, lg in zip(tokens, logits):
+            want += cm.step_time(np.full(n, float(t)), ctx + offset, np.full(n, float(lg)))
+            offset += t
+        assert level_draft_time(cm, ctx, tokens, logits=logits) == want
