@@ -128,6 +128,11 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     rejected).  Children are tried in rank order; the first accepted is followed.
     """
     table = tree.child_table
+    alike = np.ndim(cond) == 1
+    if alike:  # every request alike: each tree row's children's probabilities
+        by_row = np.where(table >= 0, np.asarray(cond)[np.maximum(table, 0)], 0.0)
+        if batch == 1:
+            return _walk_one(table, by_row, rng, tree.max_depth)
     cond = np.broadcast_to(cond, (batch, tree.num_nodes))
     rows = np.zeros(batch, dtype=np.intp)
     accepted = np.zeros(batch, dtype=np.int64)
@@ -135,7 +140,8 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     b = np.arange(batch)[:, None]
     for _ in range(tree.max_depth):
         kids = table[rows]
-        probs = np.where(kids >= 0, cond[b, np.maximum(kids, 0)], 0.0)
+        probs = by_row[rows] if alike else \
+            np.where(kids >= 0, cond[b, np.maximum(kids, 0)], 0.0)
         ok = rng.random(probs.shape) < probs
         hit = ok.any(axis=1)
         first = np.argmax(ok, axis=1)
@@ -145,6 +151,22 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
         rows = np.where(active, kids[b[:, 0], first] + 1, rows)
         accepted += active
     return accepted
+
+
+def _walk_one(table: np.ndarray, by_row: np.ndarray, rng: np.random.Generator,
+              depth: int) -> np.ndarray:
+    """``walk_tree`` of one request: the same draws (one row of the children's count per
+    level, until a level accepts none), on Python numbers."""
+    row, accepted, width = 0, 0, table.shape[1]
+    kids, probs = table.tolist(), by_row.tolist()
+    for _ in range(depth):
+        draws = rng.random((1, width))[0].tolist()
+        first = next((i for i, (u, p) in enumerate(zip(draws, probs[row])) if u < p), None)
+        if first is None:
+            break
+        row = kids[row][first] + 1
+        accepted += 1
+    return np.array([accepted], np.int64)
 
 
 def tree_node_probs(tree: TokenTree, cond: np.ndarray) -> np.ndarray:
