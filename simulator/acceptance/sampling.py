@@ -120,6 +120,9 @@ def sample_leading(success_prob: np.ndarray, gammas: np.ndarray,
     return np.minimum(np.argmin(ok, axis=1), gammas).astype(np.int64)
 
 
+_FEW = 8  # up to this many requests a walk on Python numbers beats a dozen array operations
+
+
 def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
               batch: int) -> np.ndarray:
     """Accepted path lengths for ``batch`` requests verifying ``tree``.
@@ -131,8 +134,8 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     alike = np.ndim(cond) == 1
     if alike:  # every request alike: each tree row's children's probabilities
         by_row = np.where(table >= 0, np.asarray(cond)[np.maximum(table, 0)], 0.0)
-        if batch == 1:
-            return _walk_one(table, by_row, rng, tree.max_depth)
+        if batch <= _FEW:
+            return _walk_few(table, by_row, rng, tree.max_depth, batch)
     cond = np.broadcast_to(cond, (batch, tree.num_nodes))
     rows = np.zeros(batch, dtype=np.intp)
     accepted = np.zeros(batch, dtype=np.int64)
@@ -153,20 +156,29 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     return accepted
 
 
-def _walk_one(table: np.ndarray, by_row: np.ndarray, rng: np.random.Generator,
-              depth: int) -> np.ndarray:
-    """``walk_tree`` of one request: the same draws (one row of the children's count per
-    level, until a level accepts none), on Python numbers."""
-    row, accepted, width = 0, 0, table.shape[1]
+def _walk_few(table: np.ndarray, by_row: np.ndarray, rng: np.random.Generator,
+              depth: int, batch: int) -> np.ndarray:
+    """``walk_tree`` of a few requests alike, on Python numbers: the same draws (a row of
+    the children's count per request per level, until no request is walking), a request
+    stopping at its first level that accepts none."""
+    width = table.shape[1]
     kids, probs = table.tolist(), by_row.tolist()
+    rows, accepted, active = [0] * batch, [0] * batch, [True] * batch
     for _ in range(depth):
-        draws = rng.random((1, width))[0].tolist()
-        first = next((i for i, (u, p) in enumerate(zip(draws, probs[row])) if u < p), None)
-        if first is None:
+        draws = rng.random((batch, width)).tolist()
+        for r in range(batch):
+            if not active[r]:
+                continue
+            first = next((i for i, (u, p) in enumerate(zip(draws[r], probs[rows[r]]))
+                          if u < p), None)
+            if first is None:
+                active[r] = False
+            else:
+                rows[r] = kids[rows[r]][first] + 1
+                accepted[r] += 1
+        if not any(active):
             break
-        row = kids[row][first] + 1
-        accepted += 1
-    return np.array([accepted], np.int64)
+    return np.array(accepted, np.int64)
 
 
 def tree_node_probs(tree: TokenTree, cond: np.ndarray) -> np.ndarray:

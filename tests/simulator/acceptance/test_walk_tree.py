@@ -1,5 +1,5 @@
 """``walk_tree``'s shortcuts (issue 36): with one conditional vector for every request it
-reads each tree row's children's probabilities from one table, and a single request walks
+reads each tree row's children's probabilities from one table, and a few requests walk
 on Python numbers; both must give the general walk's accepted lengths with the same draws
 (the generator left in the same state), written out below as it stood before."""
 import numpy as np
@@ -35,7 +35,7 @@ TREES = [TokenTree.chain(5), TokenTree.from_config([3, 2, 2, 1]),
 
 
 @pytest.mark.parametrize("tree", TREES, ids=["chain5", "3-2-2-1", "1-4-1-2-1-1"])
-@pytest.mark.parametrize("batch", [1, 2, 9])
+@pytest.mark.parametrize("batch", [1, 2, 8, 9, 40])
 def test_walks_as_the_general_walk_with_the_same_draws(tree, batch):
     seeds = np.random.default_rng(17)
     for _ in range(40):
