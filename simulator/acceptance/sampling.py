@@ -135,7 +135,7 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     if alike:  # every request alike: each tree row's children's probabilities
         by_row = np.where(table >= 0, np.asarray(cond)[np.maximum(table, 0)], 0.0)
         if batch <= _FEW:
-            return _walk_few(table, by_row, rng, tree.max_depth, batch)
+            return _walk_few(table.tolist(), by_row.tolist(), rng, tree.max_depth, batch)
     cond = np.broadcast_to(cond, (batch, tree.num_nodes))
     rows = np.zeros(batch, dtype=np.intp)
     accepted = np.zeros(batch, dtype=np.int64)
@@ -156,13 +156,13 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     return accepted
 
 
-def _walk_few(table: np.ndarray, by_row: np.ndarray, rng: np.random.Generator,
-              depth: int, batch: int) -> np.ndarray:
-    """``walk_tree`` of a few requests alike, on Python numbers: the same draws (a row of
-    the children's count per request per level, until no request is walking), a request
-    stopping at its first level that accepts none."""
-    width = table.shape[1]
-    kids, probs = table.tolist(), by_row.tolist()
+def _walk_few(kids: list, probs: list, rng: np.random.Generator, depth: int,
+              batch: int) -> np.ndarray:
+    """``walk_tree`` of a few requests alike, on Python numbers (``kids``, ``probs``: the
+    child table and its probabilities as lists): the same draws (a row of the children's
+    count per request per level, until no request is walking), a request stopping at its
+    first level that accepts none."""
+    width = len(kids[0])
     rows, accepted, active = [0] * batch, [0] * batch, [True] * batch
     for _ in range(depth):
         draws = rng.random((batch, width)).tolist()

@@ -48,10 +48,10 @@ def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
         return 0.0
     logits = tokens if logits is None else logits
     forms = closed_forms(cost)
-    if forms is not None and first_tokens is None and _whole(ctx) \
-            and all(float(t) >= 1.0 and float(t).is_integer() and float(lg).is_integer()
-                    for t, lg in zip(tokens, logits)):
-        return _uniform_levels(forms, ctx, tokens, logits)
+    if forms is not None and first_tokens is None and _whole(ctx):
+        total = _uniform_levels(forms, ctx, tokens, logits)
+        if total is not None:
+            return total
     total, offset = 0.0, np.zeros(ctx.size)
     for j, (t, lg) in enumerate(zip(tokens, logits)):
         new = np.full(ctx.size, float(t))
@@ -70,18 +70,21 @@ def _whole(ctx: np.ndarray) -> bool:
 
 
 def _uniform_levels(forms, ctx: np.ndarray, tokens: Sequence[int],
-                    logits: Sequence[int]) -> float:
+                    logits: Sequence[int]) -> float | None:
     """``level_draft_time``'s loop without a first forward of its own, on whole numbers:
     forward j is a uniform batch of ``tokens[j]`` new tokens a request at contexts ``ctx``
     + the tokens before it, whose ``step_time`` is the closed form at the contexts' sum
-    (exact, as ``step_time``'s) where one applies, ``step_time`` itself elsewhere."""
+    (exact, as ``step_time``'s) where one applies, ``step_time`` itself elsewhere; None
+    where a count is not a whole number (at least one token): the sums would not be exact."""
     n, ctx_sum = ctx.size, float(np.add.reduce(ctx))
     total, offset = 0.0, 0.0
     for t, lg in zip(tokens, logits):
-        u = float(t)
-        x = forms.uniform_step_time(n, u, ctx_sum + n * offset, n * float(lg))
+        u, g = float(t), float(lg)
+        if u < 1.0 or not u.is_integer() or not g.is_integer():
+            return None
+        x = forms.uniform_step_time(n, u, ctx_sum + n * offset, n * g)
         if x is None:
-            x = forms.step_time(np.full(n, u), ctx + offset, np.full(n, float(lg)))
+            x = forms.step_time(np.full(n, u), ctx + offset, np.full(n, g))
         total += x
         offset += u
     return total
