@@ -133,9 +133,9 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     table = tree.child_table
     alike = np.ndim(cond) == 1
     if alike:  # every request alike: each tree row's children's probabilities
-        by_row = np.where(table >= 0, np.asarray(cond)[np.maximum(table, 0)], 0.0)
+        by_row, kids, probs = _children_probs(table, np.asarray(cond, np.float64))
         if batch <= _FEW:
-            return _walk_few(table.tolist(), by_row.tolist(), rng, tree.max_depth, batch)
+            return _walk_few(kids, probs, rng, tree.max_depth, batch)
     cond = np.broadcast_to(cond, (batch, tree.num_nodes))
     rows = np.zeros(batch, dtype=np.intp)
     accepted = np.zeros(batch, dtype=np.int64)
@@ -154,6 +154,24 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
         rows = np.where(active, kids[b[:, 0], first] + 1, rows)
         accepted += active
     return accepted
+
+
+_CHILDREN: dict[tuple, tuple[np.ndarray, list, list]] = {}
+
+
+def _children_probs(table: np.ndarray, cond: np.ndarray) -> tuple[np.ndarray, list, list]:
+    """Each tree row's children's probabilities (0 where no child), and the child table and
+    those as lists; memoised by value (a policy walks the same tree with the same
+    conditionals every iteration)."""
+    key = (table.shape, table.tobytes(), cond.tobytes())
+    hit = _CHILDREN.get(key)
+    if hit is None:
+        by_row = np.where(table >= 0, cond[np.maximum(table, 0)], 0.0)
+        by_row.flags.writeable = False  # shared by every walk of this tree
+        if len(_CHILDREN) >= 64:
+            _CHILDREN.clear()
+        hit = _CHILDREN[key] = (by_row, table.tolist(), by_row.tolist())
+    return hit
 
 
 def _walk_few(kids: list, probs: list, rng: np.random.Generator, depth: int,
