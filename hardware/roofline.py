@@ -264,10 +264,21 @@ class Roofline:
     def _attention_kernel(self, kind: str, flops, nbytes, members) -> float:
         """One attention kernel over the requests in ``members`` (None: all of them); a
         masked sum rather than a gather (fewer passes over a step's small arrays)."""
-        crate, mrate, latency, floor = self.kind_rates(kind)
-        per_request = np.maximum(flops / crate, nbytes / mrate)
+        per_request = self.attention_roofs(kind, flops, nbytes)
         roof = float(_ADD(per_request) if members is None else _ADD(per_request, where=members))
-        return max(roof + latency, floor)
+        return self.attention_kernel_s(kind, roof)
+
+    def attention_roofs(self, kind: str, flops, nbytes):
+        """Per request, its roof time in a ``kind`` attention kernel (elementwise: any shape;
+        ``attention_time`` sums them over a kernel's requests)."""
+        crate, mrate, _, _ = self.kind_rates(kind)
+        return np.maximum(flops / crate, nbytes / mrate)
+
+    def attention_kernel_s(self, kind: str, roof, maximum=max):
+        """A ``kind`` attention kernel's seconds from its requests' summed roofs: one
+        latency, at least the floor (``maximum=np.maximum``: of an array of such sums)."""
+        _, _, latency, floor = self.kind_rates(kind)
+        return maximum(roof + latency, floor)
 
     def attention_line(self, kind: str, flops_slope: float, flops_base: float,
                        bytes_slope: float, bytes_base: float) -> tuple[float, ...] | None:

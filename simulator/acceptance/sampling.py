@@ -120,6 +120,9 @@ def sample_leading(success_prob: np.ndarray, gammas: np.ndarray,
     return np.minimum(np.argmin(ok, axis=1), gammas).astype(np.int64)
 
 
+_FEW = 8  # up to this many requests a walk on Python numbers beats a dozen array operations
+
+
 def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
               batch: int) -> np.ndarray:
     """Accepted path lengths for ``batch`` requests verifying ``tree``.
@@ -128,6 +131,11 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     rejected).  Children are tried in rank order; the first accepted is followed.
     """
     table = tree.child_table
+    alike = np.ndim(cond) == 1
+    if alike:  # every request alike: each tree row's children's probabilities
+        by_row, kids, probs = _children_probs(table, np.asarray(cond, np.float64))
+        if batch <= _FEW:
+            return _walk_few(kids, probs, rng, tree.max_depth, batch)
     cond = np.broadcast_to(cond, (batch, tree.num_nodes))
     rows = np.zeros(batch, dtype=np.intp)
     accepted = np.zeros(batch, dtype=np.int64)
@@ -135,7 +143,8 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     b = np.arange(batch)[:, None]
     for _ in range(tree.max_depth):
         kids = table[rows]
-        probs = np.where(kids >= 0, cond[b, np.maximum(kids, 0)], 0.0)
+        probs = by_row[rows] if alike else \
+            np.where(kids >= 0, cond[b, np.maximum(kids, 0)], 0.0)
         ok = rng.random(probs.shape) < probs
         hit = ok.any(axis=1)
         first = np.argmax(ok, axis=1)
@@ -145,6 +154,49 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
         rows = np.where(active, kids[b[:, 0], first] + 1, rows)
         accepted += active
     return accepted
+
+
+_CHILDREN: dict[tuple, tuple[np.ndarray, list, list]] = {}
+
+
+def _children_probs(table: np.ndarray, cond: np.ndarray) -> tuple[np.ndarray, list, list]:
+    """Each tree row's children's probabilities (0 where no child), and the child table and
+    those as lists; memoised by value (a policy walks the same tree with the same
+    conditionals every iteration)."""
+    key = (table.shape, table.tobytes(), cond.tobytes())
+    hit = _CHILDREN.get(key)
+    if hit is None:
+        by_row = np.where(table >= 0, cond[np.maximum(table, 0)], 0.0)
+        by_row.flags.writeable = False  # shared by every walk of this tree
+        if len(_CHILDREN) >= 64:
+            _CHILDREN.clear()
+        hit = _CHILDREN[key] = (by_row, table.tolist(), by_row.tolist())
+    return hit
+
+
+def _walk_few(kids: list, probs: list, rng: np.random.Generator, depth: int,
+              batch: int) -> np.ndarray:
+    """``walk_tree`` of a few requests alike, on Python numbers (``kids``, ``probs``: the
+    child table and its probabilities as lists): the same draws (a row of the children's
+    count per request per level, until no request is walking), a request stopping at its
+    first level that accepts none."""
+    width = len(kids[0])
+    rows, accepted, active = [0] * batch, [0] * batch, [True] * batch
+    for _ in range(depth):
+        draws = rng.random((batch, width)).tolist()
+        for r in range(batch):
+            if not active[r]:
+                continue
+            first = next((i for i, (u, p) in enumerate(zip(draws[r], probs[rows[r]]))
+                          if u < p), None)
+            if first is None:
+                active[r] = False
+            else:
+                rows[r] = kids[rows[r]][first] + 1
+                accepted[r] += 1
+        if not any(active):
+            break
+    return np.array(accepted, np.int64)
 
 
 def tree_node_probs(tree: TokenTree, cond: np.ndarray) -> np.ndarray:

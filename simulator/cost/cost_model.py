@@ -36,6 +36,7 @@ from simulator.cost import layer_ops as lo
 from simulator.cost import mla
 from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
+from simulator.cost import verify_rows
 from simulator.cost.execution import Execution, resolve_execution
 from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
@@ -346,6 +347,10 @@ class CostModel(ClosedFormPricer):
         s = np.asarray(ctx_sums, dtype=np.float64)
         times = self.uniform_step_times(n, 1, s[:, None] + n * np.arange(steps), n)
         return None if times is None else np.add.reduce(times, axis=1)
+
+    def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """``ClosedFormPricer.verify_step_times``, the rows at once (verify_rows.py)."""
+        return verify_rows.verify_step_times(self, tokens, context)
 
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:

@@ -52,6 +52,11 @@ def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
     if ctx.size == 0 or len(tokens) == 0:
         return 0.0
     logits = tokens if logits is None else logits
+    forms = closed_forms(cost)
+    if forms is not None and first_tokens is None and _whole(ctx):
+        total = _uniform_levels(forms, ctx, tokens, logits)
+        if total is not None:
+            return total
     total, offset = 0.0, np.zeros(ctx.size)
     for j, (t, lg) in enumerate(zip(tokens, logits)):
         new = np.full(ctx.size, float(t))
@@ -65,11 +70,46 @@ def level_draft_time(cost, context: np.ndarray, tokens: Sequence[int], *,
     return total
 
 
+def _whole(ctx: np.ndarray) -> bool:
+    """Whole-number contexts (their sums are exact in any order)."""
+    return bool((ctx == np.floor(ctx)).all())
+
+
+def _uniform_levels(forms, ctx: np.ndarray, tokens: Sequence[int],
+                    logits: Sequence[int]) -> float | None:
+    """``level_draft_time``'s loop without a first forward of its own, on whole numbers:
+    forward j is a uniform batch of ``tokens[j]`` new tokens a request at contexts ``ctx``
+    + the tokens before it, whose ``step_time`` is the closed form at the contexts' sum
+    (exact, as ``step_time``'s) where one applies, ``step_time`` itself elsewhere; None
+    where a count is not a whole number (at least one token): the sums would not be exact."""
+    n, ctx_sum = ctx.size, float(np.add.reduce(ctx))
+    total, offset = 0.0, 0.0
+    for t, lg in zip(tokens, logits):
+        u, g = float(t), float(lg)
+        if u < 1.0 or not u.is_integer() or not g.is_integer():
+            return None
+        x = forms.uniform_step_time(n, u, ctx_sum + n * offset, n * g)
+        if x is None:
+            x = forms.step_time(np.full(n, u), ctx + offset, np.full(n, g))
+        total += x
+        offset += u
+    return total
+
+
+_SHARDS: dict[tuple[int, int], list[np.ndarray]] = {}
+
+
 def sharded_time(devices: int, size: int, price) -> float:
     """Data parallel over ``devices``: the batch split evenly, the slowest shard's time."""
     if size == 0:
         return 0.0
-    shards = [s for s in np.array_split(np.arange(size), min(max(devices, 1), size)) if s.size]
+    key = (devices, size)
+    shards = _SHARDS.get(key)
+    if shards is None:  # np.array_split's even split, a pure function of the two sizes
+        shards = [s for s in np.array_split(np.arange(size), min(max(devices, 1), size))
+                  if s.size]
+        if len(_SHARDS) < 4096:
+            _SHARDS[key] = shards
     return max(price(s) for s in shards)
 
 
@@ -117,11 +157,31 @@ def chain_draft_time(draft_cost, context: np.ndarray, num_draft: np.ndarray) -> 
     k_max = int(num_draft.max())
     if int(num_draft.min()) == k_max:  # the common case: one vectorised pass
         return draft_cost.chain_decode_time(context, k_max)
+    forms = closed_forms(draft_cost)
+    if forms is not None and context.dtype.kind in "iu":
+        return _varied_chain_time(forms, context, num_draft, k_max)
     total = 0.0
     for j in range(k_max):
         mask = num_draft > j
         n = int(mask.sum())
         total += draft_cost.step_time(np.ones(n), context[mask] + j)
+    return total
+
+
+def _varied_chain_time(forms, context: np.ndarray, num_draft: np.ndarray,
+                       k_max: int) -> float:
+    """``chain_draft_time``'s loop for whole-number contexts: forward j's batch of ones is
+    the cost's uniform closed form at the sum of its contexts (integers: exact however
+    summed, as ``step_time`` sums them), ``step_time`` itself where none applies."""
+    over = num_draft > np.arange(k_max)[:, None]  # (forwards, requests)
+    counts = np.add.reduce(over, axis=1).tolist()
+    sums = np.add.reduce(over * context, axis=1).tolist()
+    total = 0.0
+    for j, (n, s) in enumerate(zip(counts, sums)):
+        t = forms.uniform_step_time(n, 1, float(s + n * j), n)
+        if t is None:
+            t = forms.step_time(np.ones(n), context[over[j]] + j)
+        total += t
     return total
 
 

@@ -253,6 +253,14 @@ class ClosedFormPricer(ABC):
         """K chains of ``steps`` sequential one-token forwards of ``n`` requests (a draft
         model's), the k-th starting from contexts summing to ``ctx_sums[k]``."""
 
+    def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """``step_time(tokens[c], context, tokens[c])`` of each row ``c`` of the (C, n)
+        ``tokens`` (token counts, as floats): C candidate verifications of one batch (a
+        controller's search), every token through the LM head; bitwise, by default one call
+        a row."""
+        rows = np.asarray(tokens, np.float64)
+        return np.array([self.step_time(row, context, row) for row in rows], np.float64)
+
 
 def closed_forms(cost: StepPricer | None) -> ClosedFormPricer | None:
     """``cost``'s declared closed forms, None where it declares none (``step_time`` only)."""

@@ -26,9 +26,12 @@ the handle its ``draft_control`` returns (simulator/policies/draft_control.py): 
 forward) and the model-free ``prompt_lookup`` and ``suffix`` (their ``propose_limited``).
 Any other base is switched on or off as a whole (a zero cap drops its drafts), and
 ``goodput`` refuses it.  Around ``chain``, ``prompt_lookup`` or ``suffix`` fast-forward takes
-its iterations on arrays (``varied_draft``: adaptive_stretch.py), with the same results.  The policies it can wrap are handed to it by the registry, which
-declares the registered wrapper as a subclass with its ``BASES``; this file imports no
-other policy.
+its iterations on arrays (``varied_draft``: adaptive_stretch.py), with the same results.
+``goodput`` prices its candidate gammas all at once (``rows_predictor``: the draft's and
+the target's ``verify_step_times``), bitwise what pricing them one by one (``predictor``,
+kept as the definition the tests hold it to) gives.  The policies it can wrap are handed to
+it by the registry, which declares the registered wrapper as a subclass with its
+``BASES``; this file imports no other policy.
 """
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, emitted_tokens
+from simulator.engine.plan import (BatchView, DraftPlan, VariedDraft, closed_forms,
+                                   emitted_tokens)
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, parse_params
 from simulator.inputs.yaml_io import as_str, require_mapping
@@ -245,19 +249,35 @@ class AdaptiveSpeculation(PolicyBase):
 
         return predict
 
+    def rows_predictor(self, context: np.ndarray, draft_rows):
+        """``predictor`` of every row of a (C, n) matrix of gammas at once, bitwise
+        (``draft_rows``: the draft's ``rows_predictor``; the target's verifications by its
+        ``verify_step_times`` where it declares closed forms, else one ``step_time`` a row)."""
+        ctx, target = context.astype(float), closed_forms(self.target_cost)
+        step_time = self.target_cost.step_time
+
+        def predict(ks: np.ndarray) -> np.ndarray:
+            tokens = ks + 1  # whole numbers: as (k + 1).astype(float) to the pricer
+            verify = target.verify_step_times(tokens, ctx) if target is not None else \
+                np.array([step_time(row, ctx, row) for row in tokens.astype(float)])
+            return draft_rows(ks) + verify
+
+        return predict
+
     def goodput(self, k: np.ndarray, request_ids: np.ndarray, context: np.ndarray,
-                generated: np.ndarray, output_len: np.ndarray, draft) -> np.ndarray:
-        """The goodput controller's gammas under the caps ``k`` (``draft``: the draft's
-        predictor for these requests)."""
+                generated: np.ndarray, output_len: np.ndarray, draft_rows) -> np.ndarray:
+        """The goodput controller's gammas under the caps ``k`` (``draft_rows``: the
+        draft's ``rows_predictor`` for these requests): its candidates priced at once."""
         k = np.minimum(k, np.maximum(output_len - generated - 1, 0))
         alpha = self.estimate.alpha(request_ids)
-        return goodput_gammas(alpha, k, self.predictor(context, draft))
+        return goodput_gammas(alpha, k, step_times=self.rows_predictor(context, draft_rows))
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = self.caps(batch)
         if self.estimate is not None and k.any():
             k = self.goodput(k, batch.request_ids, batch.context, batch.generated,
-                             batch.output_len, self.control.draft_predictor(batch))
+                             batch.output_len,
+                             self.control.rows_predictor(batch.request_ids, batch.context))
         return self.control.propose(batch, rng, k)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:

@@ -212,8 +212,9 @@ def expected_emitted(alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
 
 
 def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
-                   step_time: Callable[[np.ndarray], float],
-                   max_candidates: int = 12) -> np.ndarray:
+                   step_time: Callable[[np.ndarray], float] | None = None,
+                   max_candidates: int = 12, *,
+                   step_times: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Per-request gammas maximising sum of expected emitted tokens / predicted step time.
 
     If step time grew with each request's own tokens only, every request would draft while
@@ -221,35 +222,76 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     search runs over thresholds: k_i(theta) = #{1 <= j <= cap_i : alpha_i^j >= theta}.  A
     draft model's chain, though, costs max(k) sequential forwards whoever needs them, so the
     uniform choices k_i = min(cap_i, u) are candidates too; the best predicted one wins.
+    ``step_time`` predicts one candidate's seconds; ``step_times``, where given, every
+    distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
+    ``step_time`` of each row: the same choice, without a call per candidate.
     """
     cap = np.maximum(cap.astype(np.int64), 0)
     k_max = int(cap.max(initial=0))
     zero = np.zeros(cap.size, np.int64)
     if k_max == 0:
         return zero
-    a = np.clip(alpha, 0.0, 1.0)
+    a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
     powers = a[:, None] ** np.arange(1, k_max + 2)[None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
+    if certain.any():
+        table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
+        table = np.where(certain[:, None], np.arange(1, k_max + 2) + 0.0, table)
+    else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    table = np.where((a >= 1.0)[:, None], np.arange(1, k_max + 2) + 0.0, table)
-    rows, powers = np.arange(cap.size), powers[:, :k_max]
     allowed = np.arange(1, k_max + 1)[None, :] <= cap[:, None]
-    levels = np.unique(powers[allowed])[::-1]
+    # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
+    powers = np.where(allowed, powers[:, :k_max], -1.0)
+    levels = _descending_distinct(powers[allowed])
     if levels.size > max_candidates:
-        levels = levels[np.linspace(0, levels.size - 1, max_candidates).round().astype(int)]
-    candidates = [np.minimum(cap, u) for u in range(1, k_max + 1)]
-    candidates += [((powers >= theta) & allowed).sum(axis=1) for theta in levels]
-    best_k, best = zero, float(cap.size) / step_time(zero)
-    seen = {zero.tobytes()}
-    for k in candidates:
-        key = k.tobytes()
-        if key in seen:
-            continue
-        seen.add(key)
-        value = float(table[rows, k].sum()) / step_time(k)
+        levels = levels[_spread(levels.size, max_candidates)]
+    uniform = np.minimum(cap[None, :], np.arange(1, k_max + 1)[:, None])
+    thresholds = np.add.reduce(powers[None, :, :] >= levels[:, None, None], axis=2)
+    ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
+    seconds = step_times(ks).tolist() if step_times is not None \
+        else [step_time(k) for k in ks]
+    # each candidate's sum along its own row: the 1-D sum of that gather
+    gains = np.add.reduce(table[np.arange(cap.size)[None, :], ks], axis=1).tolist()
+    best_c, best = 0, float(cap.size) / seconds[0]
+    for c in range(1, len(seconds)):
+        value = gains[c] / seconds[c]
         if value > best * (1 + 1e-12):
-            best_k, best = k, value
-    return best_k
+            best_c, best = c, value
+    return ks[best_c].copy()
+
+
+def _distinct(ks: np.ndarray) -> np.ndarray:
+    """The rows of ``ks`` without repeats, each where it first appears."""
+    seen, keep = set(), []
+    for c, row in enumerate(map(tuple, ks.tolist())):
+        if row not in seen:
+            seen.add(row)
+            keep.append(c)
+    return ks[keep] if len(keep) < ks.shape[0] else ks
+
+
+def _descending_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)[::-1]`` (finite values) without its layers."""
+    ordered = np.sort(values)
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, bool)
+    keep[-1] = True
+    np.not_equal(ordered[:-1], ordered[1:], out=keep[:-1])
+    return ordered[keep][::-1]
+
+
+_SPREADS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _spread(size: int, count: int) -> np.ndarray:
+    """``count`` indices spread evenly over ``size`` (np.linspace's, rounded), memoised:
+    a pure function of the two sizes."""
+    key = (size, count)
+    out = _SPREADS.get(key)
+    if out is None:
+        out = _SPREADS[key] = np.linspace(0, size - 1, count).round().astype(int)
+    return out

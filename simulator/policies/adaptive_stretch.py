@@ -42,7 +42,7 @@ class AdaptiveStretch(VariedDraft):
             k[~self._speculable(prompt_len, generated)] = 0
         if policy.estimate is not None and k.any():
             k = policy.goodput(k, request_ids, context, generated, output_len,
-                               self.control.predictor(request_ids, context))
+                               self.control.rows_predictor(request_ids, context))
         return self._plan(request_ids, context, generated, k)
 
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,

@@ -74,6 +74,10 @@ class LimitedControl:
         """``draft_predictor``, on arrays."""
         return lambda k: 0.0  # CPU microseconds, negligible against a forward
 
+    def rows_predictor(self, request_ids: np.ndarray, context: np.ndarray):
+        """``predictor`` of every row of a (C, n) matrix of caps at once."""
+        return lambda ks: np.zeros(ks.shape[0])
+
     def observe(self, *args) -> None:
         return None
 
@@ -93,6 +97,7 @@ class ChainControl:
         self._lags: dict[int, int] = {}
         self._drafted: dict[int, bool] = {}
         self._memo: dict[tuple[int, int], float] = {}
+        self._charges: dict[int, SpecCharge] = {}
 
     def _lag(self, request_ids: np.ndarray) -> np.ndarray:
         return np.fromiter((self._lags.get(r, 0) for r in request_ids.tolist()),
@@ -121,8 +126,12 @@ class ChainControl:
         time_s = chain_draft_time(self.draft_cost, context, k)
         if on.any():  # the first forward also feeds the tokens the draft model skipped
             time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
-        # the longest chain sets the draft loop's forwards
-        host = SpecCharge(self.execution, SpecWork(draft_forwards=int(k.max(initial=0))))
+        # the longest chain sets the draft loop's forwards (a charge memoised per count)
+        forwards = int(k.max(initial=0))
+        host = self._charges.get(forwards)
+        if host is None:
+            host = self._charges[forwards] = SpecCharge(
+                self.execution, SpecWork(draft_forwards=forwards))
         return time_s, host(int(np.count_nonzero(on)))
 
     def draft_predictor(self, batch: BatchView):
@@ -155,6 +164,59 @@ class ChainControl:
             return total + self._catch_up_s(ctx[on], lag[on])
 
         return predict
+
+    def rows_predictor(self, request_ids: np.ndarray, context: np.ndarray):
+        """``predictor(request_ids, context)`` of every row of a (C, n) matrix of gammas at
+        once, bitwise: each forward's key from the same integer counts and context sums
+        (whole numbers: exact however summed) by the same division and rounding, a row's
+        memoised times added forward after forward from 0.0 as Python floats, the catch-up
+        once per set of drafting requests."""
+        ctx, lag = context.astype(float), self._lag(request_ids)
+        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(lag.any())
+
+        def predict(ks: np.ndarray) -> np.ndarray:
+            forwards = int(np.maximum.reduce(ks, axis=None)) if ks.size else 0
+            if forwards == 0:
+                return np.zeros(ks.shape[0])
+            over = ks[:, None, :] > np.arange(forwards)[:, None]  # (C, J, n)
+            n = np.add.reduce(over, axis=2)
+            c = np.add.reduce(over * ctx, axis=2)
+            # n >= 1 wherever a key is read (a row's counts only fall: its first 0 ends it)
+            rounded = (c / np.maximum(n, 1) + np.arange(forwards)).astype(np.int64) >> 7
+            out = [self._chain_total(row_n, row_r, memo, decode_time)
+                   for row_n, row_r in zip(n.tolist(), rounded.tolist())]
+            if not lagging:
+                return np.array(out) + 0.0
+            return np.array(out) + self._catch_ups(ks, ctx, lag)
+
+        return predict
+
+    @staticmethod
+    def _chain_total(counts: list[int], rounded: list[int], memo: dict, decode_time) -> float:
+        """One row's forwards, summed from 0.0 as ``predictor`` sums them."""
+        total = 0.0
+        for key in zip(counts, rounded):
+            if not key[0]:
+                break
+            t = memo.get(key)
+            if t is None:
+                t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
+            total += t
+        return total
+
+    def _catch_ups(self, ks: np.ndarray, ctx: np.ndarray, lag: np.ndarray) -> np.ndarray:
+        """Per row, ``_catch_up_s`` of its drafting requests (0.0 for a row drafting none:
+        ``predictor`` returns before it)."""
+        out, seen = np.zeros(ks.shape[0]), {}
+        for r, row in enumerate(ks):
+            on = row > 0
+            if not on.any():
+                continue
+            key = on.tobytes()
+            if key not in seen:
+                seen[key] = self._catch_up_s(ctx[on], lag[on])
+            out[r] = seen[key]
+        return out
 
     def observe(self, plan: DraftPlan, batch: BatchView, emitted: np.ndarray,
                 done: np.ndarray) -> None:

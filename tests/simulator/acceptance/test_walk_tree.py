@@ -1,0 +1,60 @@
+"""``walk_tree``'s shortcuts (issue 36): with one conditional vector for every request it
+reads each tree row's children's probabilities from one table, and a few requests walk
+on Python numbers; both must give the general walk's accepted lengths with the same draws
+(the generator left in the same state), written out below as it stood before."""
+import numpy as np
+import pytest
+
+from simulator.acceptance.sampling import walk_tree
+from simulator.speculation.token_tree import TokenTree
+
+
+def _general(tree, cond, rng, batch):
+    table = tree.child_table
+    cond = np.broadcast_to(cond, (batch, tree.num_nodes))
+    rows = np.zeros(batch, dtype=np.intp)
+    accepted = np.zeros(batch, dtype=np.int64)
+    active = np.ones(batch, dtype=bool)
+    b = np.arange(batch)[:, None]
+    for _ in range(tree.max_depth):
+        kids = table[rows]
+        probs = np.where(kids >= 0, cond[b, np.maximum(kids, 0)], 0.0)
+        ok = rng.random(probs.shape) < probs
+        hit = ok.any(axis=1)
+        first = np.argmax(ok, axis=1)
+        active &= hit
+        if not active.any():
+            break
+        rows = np.where(active, kids[b[:, 0], first] + 1, rows)
+        accepted += active
+    return accepted
+
+
+TREES = [TokenTree.chain(5), TokenTree.from_config([3, 2, 2, 1]),
+         TokenTree.from_config([1, 4, 1, 2, 1, 1])]
+
+
+@pytest.mark.parametrize("tree", TREES, ids=["chain5", "3-2-2-1", "1-4-1-2-1-1"])
+@pytest.mark.parametrize("batch", [1, 2, 8, 9, 40])
+def test_walks_as_the_general_walk_with_the_same_draws(tree, batch):
+    seeds = np.random.default_rng(17)
+    for _ in range(40):
+        level = seeds.uniform(0.05, 0.99)
+        cond = np.minimum(seeds.uniform(0.0, 1.0, tree.num_nodes) * 2 * level, 1.0)
+        seed = int(seeds.integers(1 << 30))
+        mine, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+        got = walk_tree(tree, cond, mine, batch)
+        assert got.tolist() == _general(tree, cond, ref, batch).tolist()
+        assert got.dtype == np.int64
+        assert mine.random() == ref.random()  # the same number of draws taken
+        rows = seeds.uniform(0.0, 1.0, (batch, tree.num_nodes))  # per-request conditionals
+        mine, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert walk_tree(tree, rows, mine, batch).tolist() == \
+            _general(tree, rows, ref, batch).tolist()
+        assert mine.random() == ref.random()
+
+
+def test_a_certain_tree_is_walked_to_its_depth():
+    tree = TREES[1]
+    assert walk_tree(tree, np.ones(tree.num_nodes), np.random.default_rng(0), 1).tolist() == \
+        [tree.max_depth]
