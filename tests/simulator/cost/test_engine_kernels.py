@@ -234,7 +234,7 @@ def test_deepep_low_latency_routing_family_closed_form():
     # launches around DeepEP (2 pointwise) and EPLB's map (1 gather); no align, no moe_sum,
     # no quantisation of the hidden states (DeepEP's dispatch casts, its combine sums)
     cm, T = _dp("all_to_all", eplb=True), 128.0
-    s, roof, b, h = cm._ep_moe, cm._roof, cm._b, cm._h
+    s, roof, b = cm._ep_moe, cm._roof, cm._b
     ids = T * s.k * 12.0
     quant = T * s.k / s.ep * s.down_in * (b + 1.0 + 4.0 / 128)
     want = (roof.transfer_time(T * (s.num_experts * 4.0 + s.k * 8.0), "other")
