@@ -47,7 +47,16 @@ class GateControl:
 class LimitedDraft(VariedDraft):
     """A base whose proposals take per-request caps and which is a ``VariedDraft`` itself
     (``prompt_lookup``, ``suffix``), declared by subclassing: the adaptive wrapper's
-    stretches plan it under their caps through ``plan_limited``."""
+    stretches plan it under their caps through ``plan_limited``; alone, it plans under
+    its own ``k``."""
+
+    k: int  # its draft length, the cap of an iteration no controller limits
+
+    def plan_counts(self, request_ids: np.ndarray, context: np.ndarray,
+                    generated: np.ndarray, output_len: np.ndarray, prompt_len: np.ndarray,
+                    batch_size: int, rng: np.random.Generator) -> VariedPlan:
+        return self.plan_limited(request_ids, generated,
+                                 np.full(request_ids.size, self.k, np.int64))
 
     @abstractmethod
     def plan_limited(self, request_ids: np.ndarray, generated: np.ndarray,

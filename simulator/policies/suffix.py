@@ -220,11 +220,6 @@ class SuffixDecoding(PolicyBase, LimitedDraft):
         """Its iterations on arrays (engine/varied_stretch.py): itself."""
         return self
 
-    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
-                    batch_size, rng):
-        return self.plan_limited(request_ids, generated,
-                                 np.full(request_ids.size, self.k, np.int64))
-
     def plan_limited(self, request_ids, generated, max_draft):
         n, cpu, specs = self.speculations(request_ids, generated, max_draft)
         return VariedPlan(n, n + 1, 0.0 + cpu, specs)
