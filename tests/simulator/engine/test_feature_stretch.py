@@ -79,6 +79,18 @@ def test_medusa_heads_take_stretches(params):
     assert on.steps["accepted_tokens"].nunique() > 3
 
 
+def _straddling(policy: str, params: dict, *, seed: int, share: float, low: int):
+    """The policy's shipped scenario on 2 replicas, fast-forward on and off, with ``share``
+    of 30 prompts between ``low`` and 2,040 tokens: across the drafts' 2,048-token context."""
+    rng = np.random.default_rng(seed)
+    n = 30
+    sc = load_scenario(SCENARIOS / f"{policy}.yaml", ["replicas=2"])
+    sc = dataclasses.replace(sc, policy=PolicyConfig(policy, params))
+    prompt = np.where(rng.random(n) < share, rng.integers(low, 2040, n), rng.integers(8, 600, n))
+    wl = workload(np.sort(rng.uniform(0, 6, n)), prompt, rng.integers(10, 200, n))
+    return _both(sc, wl)
+
+
 @pytest.mark.parametrize("params", [{"expansion": [1, 2, 1, 1]},
                                     {"draft_models": ["llama-68m", "llama-160m"],
                                      "num_speculative_tokens": 3}])
@@ -86,13 +98,7 @@ def test_specinfer_trees_take_stretches_up_to_the_drafts_context(params):
     """SpecInfer's token tree (an expansion, or merged chains of two drafts), with prompts
     straddling the drafts' 2,048-token context: a request stops being speculated once prompt
     + generated + the tree's depth reaches it, and the stretches stop there too."""
-    rng = np.random.default_rng(9)
-    n = 30
-    sc = load_scenario(SCENARIOS / "specinfer.yaml", ["replicas=2"])
-    sc = dataclasses.replace(sc, policy=PolicyConfig("specinfer", params))
-    prompt = np.where(rng.random(n) < 0.4, rng.integers(1900, 2040, n), rng.integers(8, 600, n))
-    wl = workload(np.sort(rng.uniform(0, 6, n)), prompt, rng.integers(10, 200, n))
-    on, off = _both(sc, wl)
+    on, off = _straddling("specinfer", params, seed=9, share=0.4, low=1900)
     assert_identical(on, off)
     steps = on.steps
     assert ((steps["draft_tokens"] < steps["num_decode"] * steps["draft_tokens"].max())
@@ -106,13 +112,7 @@ def test_staged_drafts_draw_inside_their_price(params):
     """Staged speculation draws its inner acceptances while it drafts (``propose``), then
     the outer ones (``accept``): a stretch prices and draws in that order, so the results
     are identical, also with prompts straddling the drafts' context."""
-    rng = np.random.default_rng(10)
-    n = 30
-    sc = load_scenario(SCENARIOS / "staged.yaml", ["replicas=2"])
-    sc = dataclasses.replace(sc, policy=PolicyConfig("staged", params))
-    prompt = np.where(rng.random(n) < 0.3, rng.integers(1950, 2040, n), rng.integers(8, 600, n))
-    wl = workload(np.sort(rng.uniform(0, 6, n)), prompt, rng.integers(10, 200, n))
-    on, off = _both(sc, wl)
+    on, off = _straddling("staged", params, seed=10, share=0.3, low=1950)
     assert_identical(on, off)
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 3
 
