@@ -80,7 +80,8 @@ def run_searches(path: Path) -> None:
     simulations, seconds, and whether the answers agree."""
     from simulator.models.spec import load_model
     from simulator.planning.capacity import max_sustainable_rate
-    from simulator.planning.plan import fit_context, load_plan
+    from simulator.planning.plan import load_plan
+    from simulator.planning.preflight import fit_context
     from simulator.scenario import scenario_from_dict
     from simulator.simulate import scenario_workload
     spec = load_plan(path)

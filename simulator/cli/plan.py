@@ -48,7 +48,8 @@ def main(args: argparse.Namespace) -> int:
     if args.target is not None or args.plan is None:
         return _question(args)
     from simulator.output_paths import check_file_target, write_text_file
-    from simulator.planning.plan import load_plan, plan, preflight, preflight_lines
+    from simulator.planning.plan import load_plan, plan
+    from simulator.planning.preflight import preflight, preflight_lines
     spec = load_plan(args.plan)
     if args.drop_over_context or args.truncate_over_context:
         spec = dataclasses.replace(spec, over_context="drop" if args.drop_over_context

@@ -81,7 +81,8 @@ def run_plan_draw(item: PlanDraw) -> dict[str, Any]:
     """One draw's answers (runs in a worker): the plan's metrics and the simulations run."""
     from simulator.models.spec import load_model
     from simulator.planning.capacity import evaluate_rate, max_sustainable_rate
-    from simulator.planning.plan import cost_per_million_tokens, device_price, fit_context
+    from simulator.planning.plan import cost_per_million_tokens, device_price
+    from simulator.planning.preflight import fit_context
     from simulator.scenario import scenario_from_dict
     from simulator.simulate import scenario_workload
     label, raw, base_dir, slo, search, target, max_rep, prices, mode = item.task

@@ -12,14 +12,8 @@ from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file
 from simulator.planning import capacity
 from simulator.planning.capacity import RateSearch, rate_search_bound, replica_search_bound
-from simulator.planning.plan import (
-    fit_context,
-    plan,
-    plan_candidate,
-    plan_from_dict,
-    preflight,
-    preflight_lines,
-)
+from simulator.planning.plan import plan, plan_candidate, plan_from_dict
+from simulator.planning.preflight import fit_context, preflight, preflight_lines
 from simulator.scenario import scenario_from_dict
 from simulator.simulate import simulate
 from tests.helpers import REPO
