@@ -161,9 +161,8 @@ _TBO_WHY = (
     "beside the compute its stage puts there, DeepEP's 20 SMs taken from the compute beside "
     "it and from DeepGEMM for the whole prefill), still hides more than the blog measured: "
     "the same steps without TBO price the serial compute too fast for the communication "
-    "(39% of the prefill step, 58% of the decode step) that the overlap now hides. The "
-    "blog's own ablation measured TBO at +27% to +35% at prefill and +25.5% at decode, where "
-    "this prices ")
+    "(45% to 48% of the prefill step) that the overlap now hides. The blog's own ablation "
+    "measured TBO at +27% to +35% at prefill, where this prices ")
 _FA3 = ("; with SGLang's FlashAttention-3 MLA prefill (engine sglang-2025) the attention is "
         "cheaper still, and the FP8 grouped expert GEMMs run at DeepGEMM's measured rate "
         "(moe.fp8_deepgemm_*, its README's grouped tables) and the dense FP8 linears at "
@@ -182,18 +181,4 @@ MOE_KNOWN_MISSES: dict[str, str] = {
        for p, q, d, t, w in ((1024, 78_428, "+36.0%", "+62%", 48_446),
                              (2048, 75_589, "+38.6%", "+60%", 47_348),
                              (4096, 70_486, "+40.1%", "+56%", 45_294))},
-    "sglang-large-ep-dsv3-decode-2k-per-node": (
-        "predicted 27,913 vs published 22,282 output tokens/s per node (+25.3%): " + _TBO_WHY
-        + "+29% (21,591 without it): SGLang's decode schedule (B two stages behind A) "
-        "prices the blog's ablation (0.75 at 32 tokens a device, -27% measured; a crossover "
-        "between 64 and 128, as measured; 1.29 at 256, 1.255 measured), but the step it "
-        "overlaps is priced 73.4 ms against the blog's 91.9 ms (8 x 256 / 22,282), with "
-        "SGLang's own decode launches read kernel by kernel (engines.yaml sglang-v0.4.5: 5 "
-        "a MLA layer, 1 + 2 + 1 a MoE layer around DeepEP and EPLB, while DeepEP's dispatch "
-        "and combine take over the align, moe_sum and hidden-state quantisation): the small "
-        "kernels are not where the 18 ms go; nor the collectives (a micro-batch's dispatch "
-        "priced 0.169 ms a layer against the blog's ~0.17 ms for SGLang and DeepSeek alike, "
-        "its combine 0.31 ms against DeepEP's README 314-369 us at 128 tokens, EP 64-128) or "
-        "the dense linears (at 128 rows a micro-batch DeepGEMM's tile waves price below the "
-        "roofline, itself within 16% of its README's 64- and 128-row table but two rows)"),
 }
