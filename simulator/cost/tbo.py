@@ -38,7 +38,8 @@ SM count), but every SM while they send and receive (the blog's decode breakdown
 "either fully utilize SMs (during send/receive) or none (during inflight waiting)"; a
 layer's dispatch holds them 0.06 ms in DeepEP's unit test, 128 tokens a rank x 8 copies):
 ``LL_SM_S`` per 1,024 routed copies, run on the compute stream after each collective's
-launch (``Half.dispatch_sm``, ``combine_sm``; the combine's time is not stated, so it is
+launch in either schedule (``Half.dispatch_sm``, ``combine_sm``; zero for the normal
+kernels, whose SMs are the ``sm_share``; the combine's time is not stated, so it is
 taken per copy as the dispatch's, though its BF16 copies are twice the bytes).  With it
 SGLang's decode ablation is priced 0.71 at 32 tokens a device (0.73 measured), 1.26 at 256
 (1.255), where the SMs free throughout priced 0.75 and 1.29.
@@ -151,10 +152,12 @@ def _stages(h: Half, layers: int, decode: bool) -> list[list[tuple]]:
                      ("run", h.combine_sm, False)], [("wait",)]]
             out.append([attn[0]] if i + 1 < layers else [("run", h.tail, False)])
         return out
-    out = [[("run", h.lead, False), *attn, ("send", h.dispatch)]]  # delta 0
+    send_d = [("send", h.dispatch), ("run", h.dispatch_sm, False)]  # delta 0
+    out = [[("run", h.lead, False), *attn, *send_d]]
     for i in range(layers):
-        out.append([("wait",), ("run", h.experts, True), ("send", h.combine)])
-        nxt = [*attn, ("send", h.dispatch)] if i + 1 < layers else [("run", h.tail, False)]
+        out.append([("wait",), ("run", h.experts, True), ("send", h.combine),
+                    ("run", h.combine_sm, False)])
+        nxt = [*attn, *send_d] if i + 1 < layers else [("run", h.tail, False)]
         out.append([("run", h.shared, False), ("wait",), *nxt])
     return out
 

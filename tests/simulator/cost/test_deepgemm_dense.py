@@ -14,7 +14,7 @@ from simulator.cost.parallelism import Parallelism
 from simulator.cost.spec_host import load_engine
 from simulator.models.spec import load_model
 
-# deepseek-ai/DeepGEMM README (release of 2025-02, commit tables "Normal GEMMs for dense
+# deepseek-ai/DeepGEMM README (its first release, 2025-02: the table "Normal GEMMs for dense
 # models", H800 with NVCC 12.8; the H800 is the H100 SXM's GH100: 132 SMs, same clocks):
 # (M, N, K, TFLOPS) at M = 4096, DeepSeek-V3's dense linears (fused_qkv_a, q_b, kv_b, o_proj,
 # shared/dense MLP up and down), FLOPs 2 M N K

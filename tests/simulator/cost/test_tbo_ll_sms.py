@@ -3,8 +3,6 @@ decode schedule worked by hand with that time, and SGLang's decode TBO ablation 
 large-EP blog, predicted from it."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -30,9 +28,13 @@ def test_decode_schedule_with_the_sms_held_worked_by_hand():
     h = _half(prep=1.0, core=2.0, shared=1.0, experts=3.0, dispatch=2.0, combine=4.0,
               dispatch_sm=0.5, combine_sm=0.5)
     assert tbo.overlapped_step(h, h, 1, True) == 21.5
-    # at prefill the normal kernels' SMs are the sm_share's: the held times are not used
-    assert tbo.overlapped_step(h, h, 1, False) == tbo.overlapped_step(
-        dataclasses.replace(h, dispatch_sm=0.0, combine_sm=0.0), h, 1, False)
+    # the prefill (and vLLM DBO) schedule by hand, the same kernels: A core 0-2, dA 2-3, held
+    # 2-2.5 | B core 2.5-4.5, dB 4.5-5.5, held -5 | A waits dA, experts 5-8, cA 8-12, held
+    # -8.5 | B waits dB, experts 8.5-11.5, cB 12-16, held -12 | A shared 12-13, waits cA
+    # (13) | B shared 13-14, waits cB: 16
+    p = _half(core=2.0, shared=1.0, experts=3.0, dispatch=1.0, combine=4.0,
+              dispatch_sm=0.5, combine_sm=0.5)
+    assert tbo.overlapped_step(p, p, 1, False) == 16.0
 
 
 def _decode_step(per_rank: int, overlap: bool) -> float:
