@@ -303,8 +303,12 @@ class DpAttentionCostModel(CostModel):
         ops = list(rank.ops) + [
             OpCost(name, 0.0, nb, 0.0, 0.0, gpu, 0.0, max(launch - gpu, 0.0), roofline_s=gpu)
             for name, gpu, launch, nb in terms]
-        return tbo.half_of({op.name: op.time_s for op in ops}, self._layers,
-                           self._ep_moe.layers), ops
+        half = tbo.half_of({op.name: op.time_s for op in ops}, self._layers,
+                           self._ep_moe.layers)
+        if self._dispatch == "all_to_all":  # DeepEP low latency holds the SMs a while
+            held = tbo.LL_SM_S * t_max * self._ep_moe.k * self._comm_hot / tbo.LL_SM_COPIES
+            half = dataclasses.replace(half, dispatch_sm=held, combine_sm=held)
+        return half, ops
 
     def _tbo_breakdown(self, new_tokens, context, logits_tokens) -> StepCost:
         """The step as two overlapped micro-batches (simulator/cost/tbo.py): each compute

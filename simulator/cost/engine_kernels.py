@@ -33,6 +33,21 @@ tile a step), so it only binds where few tiles run: small batches, few experts.
 Engines that run DeepGEMM or CUTLASS block-FP8 kernels (split-K or persistent) do not pay
 it: ``engines.yaml``'s ``fp8_gemm: triton`` turns it on.
 
+DeepGEMM (``fp8_gemm: deepgemm``: SGLang with ``SGL_ENABLE_JIT_DEEPGEMM=1``, as the large-EP
+deployment ran, sgl-project/sglang issue #6017).  At many rows its dense FP8 GEMMs are well
+below the GEMM kind's 0.78 of the FP8 peak, the more so the shorter K: the DeepGEMM README's
+dense table (H800) at M = 4096 gives 1,358 TFLOPS at DeepSeek-V3's ``o_proj`` (N 7168, K
+16384), 1,304 and 1,025 at the shared expert's (4096 x 7168, 7168 x 2048), 1,058 at
+``fused_qkv_a_proj`` (2112 x 7168), 990 at ``q_b_proj`` (24576 x 1536) and 590 at
+``kv_b_proj`` (32768 x 512).  A persistent kernel's tile pays its K steps and then a fixed
+cost (its pipeline's fill and the 128 x 128 BF16 output's store), which a short K does not
+amortise: ``ceil(tiles / SMs) x (ceil(K / 128) x t_step + t_tile)``, ``t_step`` one 128 x 128
+x 128 step at ``DEEPGEMM_EFFICIENCY`` of an SM's FP8 peak; fitted to those six rows it is
+within 1.6% of each, where the roofline's price is 10% to 60% too fast.  Below one wave of
+tiles (decode rows) DeepGEMM picks narrower, unaligned blocks that the formula does not
+describe, and the roofline's price (within 16% of the README's M = 64 and 128 rows but two)
+stands.
+
 Behind DeepEP's low-latency dispatch (``moe_dispatch: all_to_all``) the MoE layer is not the
 fused-MoE path the generic families describe: DeepEP's dispatch casts the hidden states to
 FP8 and lands each expert's rows in its own slab (no align, no separate quantisation), and
@@ -51,6 +66,13 @@ import numpy as np
 from hardware.kernels import ELEMENTWISE, GEMM, OTHER
 
 K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton kernels
+# DeepGEMM's dense FP8 GEMM at many rows (module docstring): the least-squares pair on a grid
+# (efficiency 0.60-0.95 by 0.01, tile 0-8 us by 0.1) over the six M = 4096 rows of the
+# deepseek-ai/DeepGEMM README's "Normal GEMMs for dense models" table (H800, NVCC 12.8, the
+# H100 SXM's GH100 die: 132 SMs, same clocks; tests/simulator/cost/test_deepgemm_dense.py):
+# every row within 1.6%
+DEEPGEMM_EFFICIENCY = 0.74
+DEEPGEMM_TILE_S = 2.2e-6
 TILE_N = 128  # BLOCK_SIZE_N: the block scale's 128 output columns
 # linears the Triton FP8 engine does not run on its K-loop kernel: kv_b's absorbed halves run
 # as flashinfer's bmm_fp8 at decode (SGLang 0.4.1 deepseek_v2.py forward_absorb)
@@ -74,11 +96,31 @@ def k_loop_floor(cm, tiles, k: float, step: float):
     return np.where(waves > 0, latency + waves * np.ceil(k / K_STEP) * step, 0.0)
 
 
+def deepgemm_floor(cm, tokens, n: float, k: float):
+    """DeepGEMM's dense FP8 GEMM ``[tokens x k] @ [k x n]`` where its tiles fill the SMs
+    (module docstring, "DeepGEMM"): its waves of 128-row tiles (64 up to 64 rows), each
+    ``ceil(k / 128)`` K steps at ``DEEPGEMM_EFFICIENCY`` of an SM's FP8 peak plus
+    ``DEEPGEMM_TILE_S``; 0 below one wave, where the roofline's price stands."""
+    sms = cm._roof.kernels.sm_count
+    t = np.asarray(tokens, dtype=np.float64)
+    bm = np.where(t <= 64.0, 64.0, 128.0)
+    tiles = np.ceil(t / bm) * np.ceil(n / TILE_N)
+    step = 2.0 * bm * TILE_N * K_STEP / (cm._lin_roof.peak_flops_per_s * DEEPGEMM_EFFICIENCY
+                                         / sms)
+    per_tile = np.ceil(k / K_STEP) * step + DEEPGEMM_TILE_S
+    return np.where(tiles >= sms, np.ceil(tiles / sms) * per_tile, 0.0)
+
+
 def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
                 name: str = ""):
     """The K-loop floor of one dense linear ``name`` at ``tokens`` rows (0 where none
     applies: a 16-bit linear such as the router, the absorbed MLA's ``bmm_fp8`` on cuBLASLt
-    that the ``kv_b_proj`` term prices at decode, or no Triton FP8 engine)."""
+    that the ``kv_b_proj`` term prices at decode, or no Triton FP8 engine); DeepGEMM's
+    waves of tiles where the engine runs its FP8 linears on DeepGEMM."""
+    if cm.execution.spec.fp8_gemm == "deepgemm" and wb < cm._b and cm.model.dtype == "fp8" \
+            and cm._roof.kernels is not None:
+        floor = deepgemm_floor(cm, tokens, out_per_tok, in_per_tok)
+        return float(floor) if np.ndim(tokens) == 0 else floor
     step = k_step_s(cm)
     if step is None or wb >= cm._b or name in NOT_TRITON:
         return 0.0 if np.ndim(tokens) == 0 else np.zeros_like(tokens, dtype=np.float64)

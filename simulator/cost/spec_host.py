@@ -58,7 +58,7 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
                  "moe_other_kernels", "deepep_pointwise_kernels", "eplb_map_kernels")
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
-FP8_GEMMS = ("default", "triton")
+FP8_GEMMS = ("default", "triton", "deepgemm")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade")
 MAX_COUNT = 10_000
 # The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):

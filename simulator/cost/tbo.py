@@ -34,7 +34,15 @@ each collective's interval, at the full rate outside; the blog's ablation: "the 
 case outperforms the TBO 16k case in per-kernel speed ... reduced streaming multiprocessors
 (SMs) with TBO").  DeepEP's low-latency kernels (decode) hold no SM while the data is in
 flight (profile-data: "all GPU SMs are freed"; SGLang's decode strategy sets no DeepGEMM
-SM count).
+SM count), but every SM while they send and receive (the blog's decode breakdown: they
+"either fully utilize SMs (during send/receive) or none (during inflight waiting)"; a
+layer's dispatch holds them 0.06 ms in DeepEP's unit test, 128 tokens a rank x 8 copies):
+``LL_SM_S`` per 1,024 routed copies, run on the compute stream after each collective's
+launch in either schedule (``Half.dispatch_sm``, ``combine_sm``; zero for the normal
+kernels, whose SMs are the ``sm_share``; the combine's time is not stated, so it is
+taken per copy as the dispatch's, though its BF16 copies are twice the bytes).  With it
+SGLang's decode ablation is priced 0.71 at 32 tokens a device (0.73 measured), 1.26 at 256
+(1.255), where the SMs free throughout priced 0.75 and 1.29.
 
 What the split costs is priced by pricing each micro-batch on its own: each runs every
 kernel (twice the kernel floors and launches), reads every weight (twice the weight bytes of a
@@ -71,6 +79,13 @@ from dataclasses import dataclass
 import numpy as np
 
 DEEPEP_NORMAL_SMS = 20  # deepseek-ai/DeepEP deep_ep/buffer.py: Buffer.num_sms default
+# DeepEP's low-latency dispatch holds every SM while it sends and receives: "unit tests with
+# DeepEP reveal a potential of 0.06ms occupying SMs" for a decode layer's dispatch of SGLang's
+# large-EP deployment (lmsys.org/blog/2025-05-05-large-scale-ep, "Detail Breakdown", decode:
+# 128 tokens a rank each micro-batch, top-8 of DeepSeek-V3's hidden 7168), its in-flight time
+# holding none; per routed copy of a token (the kernels copy each copy in and out)
+LL_SM_S = 60e-6
+LL_SM_COPIES = 128 * 8
 
 
 def overlap_applies(ranks_batch: list[tuple[np.ndarray, np.ndarray]], ranks: int,
@@ -119,6 +134,8 @@ class Half:
     dispatch: float
     combine: float
     tail: float
+    dispatch_sm: float = 0.0  # the seconds each collective's kernels hold every SM on the
+    combine_sm: float = 0.0   # compute stream (DeepEP low latency's send and receive)
 
 
 def _stages(h: Half, layers: int, decode: bool) -> list[list[tuple]]:
@@ -129,14 +146,18 @@ def _stages(h: Half, layers: int, decode: bool) -> list[list[tuple]]:
     if decode:  # delta 2: prep | core | dispatch + shared | experts | combine's wait
         out = [[("run", h.lead, False), attn[0]]]
         for i in range(layers):
-            out += [[attn[1]], [("send", h.dispatch), ("run", h.shared, False)],
-                    [("wait",), ("run", h.experts, True), ("send", h.combine)], [("wait",)]]
+            out += [[attn[1]], [("send", h.dispatch), ("run", h.dispatch_sm, False),
+                                ("run", h.shared, False)],
+                    [("wait",), ("run", h.experts, True), ("send", h.combine),
+                     ("run", h.combine_sm, False)], [("wait",)]]
             out.append([attn[0]] if i + 1 < layers else [("run", h.tail, False)])
         return out
-    out = [[("run", h.lead, False), *attn, ("send", h.dispatch)]]  # delta 0
+    send_d = [("send", h.dispatch), ("run", h.dispatch_sm, False)]  # delta 0
+    out = [[("run", h.lead, False), *attn, *send_d]]
     for i in range(layers):
-        out.append([("wait",), ("run", h.experts, True), ("send", h.combine)])
-        nxt = [*attn, ("send", h.dispatch)] if i + 1 < layers else [("run", h.tail, False)]
+        out.append([("wait",), ("run", h.experts, True), ("send", h.combine),
+                    ("run", h.combine_sm, False)])
+        nxt = [*attn, *send_d] if i + 1 < layers else [("run", h.tail, False)]
         out.append([("run", h.shared, False), ("wait",), *nxt])
     return out
 

@@ -161,14 +161,16 @@ _TBO_WHY = (
     "beside the compute its stage puts there, DeepEP's 20 SMs taken from the compute beside "
     "it and from DeepGEMM for the whole prefill), still hides more than the blog measured: "
     "the same steps without TBO price the serial compute too fast for the communication "
-    "(39% of the prefill step, 58% of the decode step) that the overlap now hides. The "
-    "blog's own ablation measured TBO at +27% to +35% at prefill and +25.5% at decode, where "
-    "this prices ")
+    "(45% to 48% of the prefill step) that the overlap now hides. The blog's own ablation "
+    "measured TBO at +27% to +35% at prefill, where this prices ")
 _FA3 = ("; with SGLang's FlashAttention-3 MLA prefill (engine sglang-2025) the attention is "
         "cheaper still, and the FP8 grouped expert GEMMs run at DeepGEMM's measured rate "
-        "(moe.fp8_deepgemm_*, its README's grouped tables): the serial step without TBO is "
-        "+11% to +26% above the blog's figures with its measured TBO speedup (+27% to +35%) "
-        "undone, while TBO is priced at +59% to +64%: what is left too fast is the compute "
+        "(moe.fp8_deepgemm_*, its README's grouped tables) and the dense FP8 linears at "
+        "DeepGEMM's measured dense rate (engine_kernels.deepgemm_floor, its README's dense "
+        "table: o_proj 1,358, q_b_proj 990, kv_b_proj 590 TFLOPS at 4,096 rows, where the "
+        "roofline priced 1,540): the serial step without TBO is "
+        "+7% to +22% above the blog's figures with its measured TBO speedup (+27% to +35%) "
+        "undone, while TBO is priced at +56% to +62%: what is left too fast is the compute "
         "the communication hides behind, and the collectives' slowdown under overlap the "
         "blog reports without a number (\"communication time slower than unit test results"
         "\" with TBO)")
@@ -176,21 +178,7 @@ MOE_KNOWN_MISSES: dict[str, str] = {
     **{f"sglang-large-ep-dsv3-prefill-{p // 1024}k-per-node": (
         f"predicted {q:,} vs published {PREFILL_PER_NODE[p]:,} input tokens/s per node "
         f"({d}): " + _TBO_WHY + f"{t} ({w:,} without it)" + _FA3)
-       for p, q, d, t, w in ((1024, 82_669, "+43.3%", "+64%", 50_340),
-                             (2048, 80_140, "+46.9%", "+63%", 49_155),
-                             (4096, 74_427, "+48.0%", "+58%", 46_945))},
-    "sglang-large-ep-dsv3-prefill-4k-perfect-eplb-per-node": (
-        "predicted 74,447 vs published 59,337 input tokens/s per node (+25.5%): as the 4K "
-        "point (uniform routing is what EPLB balances exactly, so both are one prediction)"
-        + _FA3),
-    "sglang-large-ep-dsv3-decode-2k-per-node": (
-        "predicted 27,913 vs published 22,282 output tokens/s per node (+25.3%): " + _TBO_WHY
-        + "+29% (21,666 without it): SGLang's decode schedule (B two stages behind A) "
-        "prices the blog's ablation (0.75 at 32 tokens a device, -27% measured; a crossover "
-        "between 64 and 128, as measured; 1.29 at 256, 1.255 measured), but the step it "
-        "overlaps is priced 73.4 ms against the blog's 91.9 ms (8 x 256 / 22,282), with "
-        "SGLang's own decode launches read kernel by kernel (engines.yaml sglang-v0.4.5: 5 "
-        "a MLA layer, 1 + 2 + 1 a MoE layer around DeepEP and EPLB, while DeepEP's dispatch "
-        "and combine take over the align, moe_sum and hidden-state quantisation): the small "
-        "kernels are not where the 18 ms go"),
+       for p, q, d, t, w in ((1024, 78_428, "+36.0%", "+62%", 48_446),
+                             (2048, 75_589, "+38.6%", "+60%", 47_348),
+                             (4096, 70_486, "+40.1%", "+56%", 45_294))},
 }

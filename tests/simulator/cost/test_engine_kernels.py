@@ -95,7 +95,7 @@ def test_sglang_045_decode_counts_are_the_listed_kernels():
     assert e.moe_other_kernels == _count(GATE_045, "other") - GENERIC["routing"][1] == 0
     assert e.deepep_pointwise_kernels == _count(DEEPEP_LL, "pointwise") == 2
     assert e.eplb_map_kernels == _count(EPLB_MAP, "other") == 1
-    assert e.fp8_gemm == "default" and not e.split_qkv_a  # DeepGEMM / CUTLASS, fused qkv_a
+    assert e.fp8_gemm == "deepgemm" and not e.split_qkv_a  # DeepGEMM (JIT), fused qkv_a
     assert e.prefill_attention == "fa3"
 
 
