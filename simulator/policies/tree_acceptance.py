@@ -106,15 +106,15 @@ class PolicyAcceptance:
         return self.model.sample_tree(tree, context, request_ids, rng)
 
     def tree_walk(self, tree: TokenTree):
-        """The bound model's ``sample_tree`` of the branching ``tree`` as (rng, batch) ->
-        accepted path lengths (int64, each in [0, depth]), where every request walks it
-        alike (``NodeConditionals.tree_walk``); None for another model, or before the model
-        is bound.  Kept for the last tree asked (a policy asks for one every iteration)."""
+        """``sample_all`` of the branching ``tree`` as (rng, batch) -> accepted path lengths
+        (int64, each in [0, depth]) where it is the bound model's walk, every request alike
+        (``NodeConditionals.tree_walk``); None for a chain, another model, or before the
+        model is bound.  Kept for the last tree asked (a policy asks every iteration)."""
         walked = self._walked
         if walked is not None and walked[0] is tree and walked[1] is self.model:
             return walked[2]
-        if not self._bound or not isinstance(self.model, NodeConditionals):
-            return None
+        if not self._bound or tree.is_chain or not isinstance(self.model, NodeConditionals):
+            return None  # (a chain is sampled as a chain: other draws)
         walk = self.model.tree_walk(tree)
         self._walked = (tree, self.model, walk)
         return walk

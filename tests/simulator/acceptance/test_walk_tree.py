@@ -84,3 +84,4 @@ def test_models_and_policies_walk_their_conditionals_with_the_same_draws(model, 
         assert mine.random() == kept.random() == ref.random()
     assert policy.tree_walk(tree) is policy.tree_walk(tree)
     assert PolicyAcceptance(model, "scenario", bound=False).tree_walk(tree) is None
+    assert policy.tree_walk(TREES[0]) is None  # a chain is drawn as a chain
