@@ -39,6 +39,7 @@ from simulator.cost.drafting import (
     chain_draft_time,
     draft_max_context,
     draft_prefill_mask,
+    draft_prefill_time,
     forward_tokens,
     level_draft_pricer,
     level_draft_time,
@@ -260,6 +261,11 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         """Nothing: the drafts learn nothing from the outcome."""
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        if new_tokens.size == 1 and self.mode == "expansion":
+            # one chunk (the usual): one shard, draft_prefill_mask's test, then the draft's
+            # closed form where one applies (bitwise its step_time)
+            return draft_prefill_time(self.draft_costs[0], new_tokens, context,
+                                      self.tree.max_depth, self.draft_max_context)
         if self.draft_max_context is not None and new_tokens.size:
             keep = draft_prefill_mask(new_tokens, context, self.tree.max_depth,
                                       self.draft_max_context)

@@ -223,3 +223,17 @@ def test_whole_number_contexts_price_merged_drafts_as_their_chains_bitwise():
             want = max(sum(chain_draft_time(pol.draft_costs[i], ctx.astype(np.float64), k)
                            for i in g) for g in groups)
             assert pol.draft_time(ctx) == want
+
+
+def test_one_prompt_chunk_is_the_drafts_forward_over_it_bitwise():
+    tp2 = CostModel(HW, load_model("llama-2-7b"), Parallelism(tensor_parallel=2))
+    assert DRAFT.uniform_step_time(1, 512, 0.0, 0) is not None  # the closed form under test
+    for target in (TARGET, tp2):
+        pol = make({"expansion": [1, 3, 1]}, target=target)
+        limit = pol.draft_max_context  # llama-68m's context: no speculation at or past it
+        for chunk, ctx in [(512, 0), (37, 1200), (1, 900), (100, limit - 105)]:
+            new, at = np.array([chunk]), np.array([ctx])
+            assert pol.prefill_time(new, at) == DRAFT.step_time(new, at, np.zeros(1))
+        # the prompt and its next token end at limit - 3: its 3 levels would reach the
+        # limit, so the draft never speculates on it and skips the chunk
+        assert pol.prefill_time(np.array([100]), np.array([limit - 104])) == 0.0
