@@ -130,20 +130,24 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     ``cond`` (n,) or (B, n): P(node accepted | parent accepted and earlier siblings
     rejected).  Children are tried in rank order; the first accepted is followed.
     """
-    table = tree.child_table
-    alike = np.ndim(cond) == 1
-    if alike:  # every request alike: each tree row's children's probabilities
-        by_row, kids, probs = _children_probs(table, np.asarray(cond, np.float64))
-        if batch <= _FEW:
-            return _walk_few(kids, probs, rng, tree.max_depth, batch)
-    cond = np.broadcast_to(cond, (batch, tree.num_nodes))
+    if np.ndim(cond) == 1:  # every request alike: the tree's walk bound once
+        return tree_walk(tree, cond)(rng, batch)
+    return _walk_rows(tree.child_table, None, cond, rng, tree.max_depth, batch)
+
+
+def _walk_rows(table: np.ndarray, by_row: np.ndarray | None, cond: np.ndarray | None,
+               rng: np.random.Generator, depth: int, batch: int) -> np.ndarray:
+    """The walk on arrays, a level at a time: each walking request's children's
+    probabilities from ``by_row`` (every request alike) or from its own ``cond`` row."""
+    if by_row is None:
+        cond = np.broadcast_to(cond, (batch, table.shape[0] - 1))
     rows = np.zeros(batch, dtype=np.intp)
     accepted = np.zeros(batch, dtype=np.int64)
     active = np.ones(batch, dtype=bool)
     b = np.arange(batch)[:, None]
-    for _ in range(tree.max_depth):
+    for _ in range(depth):
         kids = table[rows]
-        probs = by_row[rows] if alike else \
+        probs = by_row[rows] if by_row is not None else \
             np.where(kids >= 0, cond[b, np.maximum(kids, 0)], 0.0)
         ok = rng.random(probs.shape) < probs
         hit = ok.any(axis=1)
@@ -156,47 +160,80 @@ def walk_tree(tree: TokenTree, cond: np.ndarray, rng: np.random.Generator,
     return accepted
 
 
-_CHILDREN: dict[tuple, tuple[np.ndarray, list, list]] = {}
+class TreeWalk:
+    """``walk_tree`` of one tree with one conditional vector for every request, bound once
+    (a policy walks the same tree with the same conditionals every iteration): called with
+    (rng, batch), the same draws in the same order (a (batch, width) block of uniforms a
+    level, until no request is walking) and the same accepted lengths.
 
+    Up to 8 requests walk on Python numbers, each tree row's children kept as (rank, P,
+    next row) for the children a uniform in [0, 1) can accept (P > 0: the others are never
+    taken, nor is a child of P NaN); one request walks without lists of requests."""
 
-def _children_probs(table: np.ndarray, cond: np.ndarray) -> tuple[np.ndarray, list, list]:
-    """Each tree row's children's probabilities (0 where no child), and the child table and
-    those as lists; memoised by value (a policy walks the same tree with the same
-    conditionals every iteration)."""
-    key = (table.shape, table.tobytes(), cond.tobytes())
-    hit = _CHILDREN.get(key)
-    if hit is None:
-        by_row = np.where(table >= 0, cond[np.maximum(table, 0)], 0.0)
+    def __init__(self, tree: TokenTree, cond: np.ndarray) -> None:
+        table = tree.child_table
+        self._table, self._depth, self._width = table, tree.max_depth, table.shape[1]
+        by_row = np.where(table >= 0, np.asarray(cond, np.float64)[np.maximum(table, 0)], 0.0)
         by_row.flags.writeable = False  # shared by every walk of this tree
-        if len(_CHILDREN) >= 64:
-            _CHILDREN.clear()
-        hit = _CHILDREN[key] = (by_row, table.tolist(), by_row.tolist())
-    return hit
+        self._by_row = by_row
+        self._steps = [tuple((i, p, kid + 1) for i, (kid, p) in enumerate(zip(krow, prow))
+                             if kid >= 0 and p > 0.0)
+                       for krow, prow in zip(table.tolist(), by_row.tolist())]
+
+    def __call__(self, rng: np.random.Generator, batch: int) -> np.ndarray:
+        if batch == 1:
+            return self._one(rng)
+        if batch <= _FEW:
+            return self._few(rng, batch)
+        return _walk_rows(self._table, self._by_row, None, rng, self._depth, batch)
+
+    def _one(self, rng: np.random.Generator) -> np.ndarray:
+        steps, width, random = self._steps, self._width, rng.random
+        row = accepted = 0
+        for _ in range(self._depth):
+            draws = random(width).tolist()
+            for i, p, after in steps[row]:
+                if draws[i] < p:
+                    row, accepted = after, accepted + 1
+                    break
+            else:  # no child accepted: the walk ends, nothing more drawn
+                break
+        return np.array([accepted], np.int64)
+
+    def _few(self, rng: np.random.Generator, batch: int) -> np.ndarray:
+        steps, width, random = self._steps, self._width, rng.random
+        rows, accepted, walking = [0] * batch, [0] * batch, range(batch)
+        for _ in range(self._depth):
+            draws = random(batch * width).tolist()  # the (batch, width) block, row-major
+            still = []
+            for r in walking:
+                at = r * width
+                for i, p, after in steps[rows[r]]:
+                    if draws[at + i] < p:
+                        rows[r] = after
+                        accepted[r] += 1
+                        still.append(r)
+                        break
+            if not still:
+                break
+            walking = still
+        return np.array(accepted, np.int64)
 
 
-def _walk_few(kids: list, probs: list, rng: np.random.Generator, depth: int,
-              batch: int) -> np.ndarray:
-    """``walk_tree`` of a few requests alike, on Python numbers (``kids``, ``probs``: the
-    child table and its probabilities as lists): the same draws (a row of the children's
-    count per request per level, until no request is walking), a request stopping at its
-    first level that accepts none."""
-    width = len(kids[0])
-    rows, accepted, active = [0] * batch, [0] * batch, [True] * batch
-    for _ in range(depth):
-        draws = rng.random((batch, width)).tolist()
-        for r in range(batch):
-            if not active[r]:
-                continue
-            first = next((i for i, (u, p) in enumerate(zip(draws[r], probs[rows[r]]))
-                          if u < p), None)
-            if first is None:
-                active[r] = False
-            else:
-                rows[r] = kids[rows[r]][first] + 1
-                accepted[r] += 1
-        if not any(active):
-            break
-    return np.array(accepted, np.int64)
+_WALKS: dict[tuple, TreeWalk] = {}
+
+
+def tree_walk(tree: TokenTree, cond: np.ndarray) -> TreeWalk:
+    """``tree``'s walk under the conditionals ``cond`` (one vector for every request),
+    memoised by value (the same tree and conditionals every iteration)."""
+    cond = np.asarray(cond, np.float64)
+    key = (tree.parents.tobytes(), cond.tobytes())
+    walk = _WALKS.get(key)
+    if walk is None:
+        if len(_WALKS) >= 64:
+            _WALKS.clear()
+        walk = _WALKS[key] = TreeWalk(tree, cond)
+    return walk
 
 
 def tree_node_probs(tree: TokenTree, cond: np.ndarray) -> np.ndarray:

@@ -15,10 +15,8 @@ import numpy as np
 from simulator.acceptance.fields import freeze_rates, model_config, probability_list
 from simulator.acceptance.sampling import (
     check_batch,
-    check_tree,
     sample_geometric,
     tree_node_probs,
-    walk_tree,
 )
 from simulator.acceptance.tree_kinds import NodeConditionals
 from simulator.inputs.errors import SpecsimError
@@ -56,10 +54,6 @@ class SequoiaAcceptance(NodeConditionals):
     def sample_chain(self, gammas, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
         g, _, _ = check_batch(gammas, contexts, request_ids)
         return sample_geometric(np.full(g.shape, self._rates[0]), g, rng)
-
-    def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
-        tree, c, _ = check_tree(tree, contexts, request_ids)
-        return walk_tree(tree, self.node_conditionals(tree), rng, c.size)
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         return self._rates[0] ** np.arange(1, int(gamma) + 1)

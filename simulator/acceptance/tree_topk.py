@@ -19,11 +19,9 @@ from simulator.acceptance.context_free import ChainCounts
 from simulator.acceptance.fields import model_config, probability_list
 from simulator.acceptance.sampling import (
     check_batch,
-    check_tree,
     sample_from_survival,
     survival_counter,
     tree_node_probs,
-    walk_tree,
 )
 from simulator.acceptance.tree_kinds import NodeConditionals
 from simulator.inputs.errors import SpecsimError
@@ -102,23 +100,6 @@ class TopKCoverageAcceptance(NodeConditionals, ChainCounts):
         if self.max_depth is not None and int(gamma) > self.max_depth:
             return None
         return survival_counter(self.position_rates(int(gamma)), int(gamma))
-
-    def sample_tree(self, tree, contexts, request_ids, rng: np.random.Generator) -> np.ndarray:
-        tree, c, _ = check_tree(tree, contexts, request_ids)
-        return walk_tree(tree, self._conditionals(tree), rng, c.size)
-
-    def _conditionals(self, tree: TokenTree) -> np.ndarray:
-        """``node_conditionals``, memoised by the tree's shape (a policy samples one tree
-        every iteration; the values are the same, read-only)."""
-        memo = self.__dict__.setdefault("_memo", {})
-        key = tree.parents.tobytes()
-        cond = memo.get(key)
-        if cond is None:
-            if len(memo) >= 64:
-                memo.clear()
-            cond = memo[key] = self.node_conditionals(tree)
-            cond.flags.writeable = False
-        return cond
 
     def position_rates(self, gamma: int, context: int = 0) -> np.ndarray:
         if int(gamma) == 0:

@@ -96,6 +96,35 @@ def _uniform_levels(forms, ctx: np.ndarray, tokens: Sequence[int],
     return total
 
 
+def level_draft_pricer(cost, n: int, tokens: Sequence[int],
+                       logits: Sequence[int] | None = None):
+    """``level_draft_time`` of ``n`` requests (no first forward of their own, whole-number
+    contexts) as a function of their context sum alone, on Python numbers: bitwise
+    ``_uniform_levels``' closed forms (each forward's ``uniform_pricer`` at the sum + n x
+    the tokens before it, added left to right from 0.0); None where a forward has none."""
+    forms = closed_forms(cost)
+    if forms is None or n < 1 or len(tokens) == 0:
+        return None
+    logits = tokens if logits is None else logits
+    parts, offset = [], 0.0
+    for t, lg in zip(tokens, logits):
+        u, g = float(t), float(lg)
+        if u < 1.0 or not u.is_integer() or not g.is_integer():
+            return None
+        price = forms.uniform_pricer(n, u, n * g)
+        if price is None:
+            return None
+        parts.append((n * offset, price))
+        offset += u
+
+    def draft(ctx_sum: float) -> float:
+        total = 0.0
+        for before, price in parts:
+            total += price(ctx_sum + before)
+        return total
+    return draft
+
+
 _SHARDS: dict[tuple[int, int], list[np.ndarray]] = {}
 
 
@@ -103,6 +132,16 @@ def sharded_time(devices: int, size: int, price) -> float:
     """Data parallel over ``devices``: the batch split evenly, the slowest shard's time."""
     if size == 0:
         return 0.0
+    return max(price(s) for s in _shards(devices, size))
+
+
+def shard_slices(devices: int, size: int) -> list[tuple[int, int]]:
+    """``sharded_time``'s shards of a batch of ``size`` >= 1 as (start, stop): each a run
+    of consecutive positions (np.array_split's)."""
+    return [(int(s[0]), int(s[-1]) + 1) for s in _shards(devices, size)]
+
+
+def _shards(devices: int, size: int) -> list[np.ndarray]:
     key = (devices, size)
     shards = _SHARDS.get(key)
     if shards is None:  # np.array_split's even split, a pure function of the two sizes
@@ -110,7 +149,7 @@ def sharded_time(devices: int, size: int, price) -> float:
                   if s.size]
         if len(_SHARDS) < 4096:
             _SHARDS[key] = shards
-    return max(price(s) for s in shards)
+    return shards
 
 
 class OperatorPrices:

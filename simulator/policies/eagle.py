@@ -141,3 +141,12 @@ class Eagle2Speculation(_EagleDraft):
             params, ctx, steps, topk, params["speculative_num_draft_tokens"], policy=self.name)
         self.levels = np.array([1] + [topk] * (steps - 1), np.int64)
         self.logits = self.levels
+
+    def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
+                      context: np.ndarray) -> np.ndarray:
+        """The acceptance's tree walk itself where it has one (lengths in [0, depth]: the
+        clamp changes nothing), else ``FeatureDraft``'s draw."""
+        walk = self.acceptance.tree_walk(self.tree)
+        if walk is None:
+            return super().draw_accepted(rng, request_ids, context)
+        return walk(rng, request_ids.size)

@@ -35,11 +35,15 @@ import numpy as np
 
 from simulator.acceptance.tree_kinds import TreeAlgorithm
 from simulator.cost.drafting import (
+    chain_draft_pricer,
     chain_draft_time,
     draft_max_context,
     draft_prefill_mask,
+    draft_prefill_time,
     forward_tokens,
+    level_draft_pricer,
     level_draft_time,
+    shard_slices,
     sharded_time,
 )
 from simulator.cost.spec_host import SpecWork, tree_rows
@@ -60,6 +64,7 @@ from simulator.policies.tree_acceptance import check_acceptance_param, resolve_a
 from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_expansion_size, check_tree_size, parallel_chains
 
+_SUM = np.add.reduce  # ndarray.sum without its method layer (exact on whole numbers)
 SPECINFER_EXPANSION = (1, 1, 3, 1, 1, 1, 1, 1)  # SpecInfer section 6 (seed 000, section 4.2)
 VERIFICATIONS = ("greedy", "mss", "naive")
 
@@ -145,6 +150,7 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         self.verification = params["verification"] or (
             model.tree_method if isinstance(model, TreeAlgorithm) else "as measured")
         self._levels = forward_tokens(self.tree)
+        self._pricers: dict = {}  # draft_time's closed form, by batch size (None: none)
         depth = self.tree.max_depth  # one draft forward a level; a tree where it branches
         self.host = spec_charge(ctx, SpecWork(
             draft_forwards=depth, tree_nodes=self.tree.num_nodes,
@@ -163,6 +169,12 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
 
     def draft_time(self, context: np.ndarray) -> float:
         """GPU time to draft the tree for requests at ``context``."""
+        if context.dtype.kind in "iu" and context.size:  # whole numbers: the closed forms
+            price = self._pricers.get(context.size, self._pricers)
+            if price is self._pricers:
+                price = self._pricers[context.size] = self._draft_pricer(context.size)
+            if price is not None:
+                return price(context)
         if self.mode == "expansion":
             cost = self.draft_costs[0]
             return sharded_time(self.devices, context.size,
@@ -171,6 +183,35 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         k = np.full(context.size, gamma, np.int64)
         return max(sum(chain_draft_time(self.draft_costs[i], context, k) for i in group)
                    for group in self._device_drafts())
+
+    def _draft_pricer(self, n: int):
+        """``draft_time`` of ``n`` requests as a function of their contexts (ints) through
+        each shard's (or draft's) closed form at its context sum: bitwise the loop's
+        (``level_draft_pricer``, ``chain_draft_pricer``), the same shards, the same order of
+        additions and maxima; None where a forward has no closed form."""
+        if len(self._pricers) >= 1024:
+            self._pricers.clear()
+        if self.mode == "merge":
+            drafts = [chain_draft_pricer(cost, n, self.tree.max_depth)
+                      for cost in self.draft_costs]
+            if any(d is None for d in drafts):
+                return None
+            groups = [[drafts[i] for i in group] for group in self._device_drafts()]
+
+            def merged(ctx: np.ndarray) -> float:
+                s = float(int(_SUM(ctx)))
+                return max(sum(d(s) for d in group) for group in groups)
+            return merged
+        shards = shard_slices(self.devices, n)
+        prices = [level_draft_pricer(self.draft_costs[0], stop - start, self._levels)
+                  for start, stop in shards]
+        if any(p is None for p in prices):
+            return None
+        if len(shards) == 1:
+            price = prices[0]
+            return lambda ctx: price(float(int(_SUM(ctx))))
+        return lambda ctx: max(price(float(int(_SUM(ctx[start:stop]))))
+                               for price, (start, stop) in zip(prices, shards))
 
     def expected_accepted(self) -> float | None:
         """Expected accepted tokens per iteration (bonus excluded), where a closed form exists."""
@@ -185,7 +226,7 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         on = self.speculable(batch)
         k = np.where(on, self.tree.num_nodes, 0).astype(np.int64)
         return DraftPlan(num_draft=k, verify_tokens=k + 1,
-                         draft_time_s=self.draft_time(batch.context[on].astype(np.float64)),
+                         draft_time_s=self.draft_time(batch.context[on]),
                          cpu_time_s=self.host(int(np.count_nonzero(on))), payload=self.tree)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
@@ -206,10 +247,13 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
 
     def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
                           reread: np.ndarray, rng: np.random.Generator) -> float:
-        return self.draft_time(context.astype(np.float64)) + self.host(context.size)
+        return self.draft_time(context) + self.host(context.size)
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:
+        walk = self.acceptance.tree_walk(self.tree)
+        if walk is not None:  # sample_all's walk itself: lengths in [0, depth] already
+            return walk(rng, request_ids.size)
         got = self.acceptance.sample_all(self.tree, context, request_ids, rng)
         return np.minimum(np.maximum(np.asarray(got, np.int64), 0), self.tree.num_nodes)
 
@@ -217,6 +261,11 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         """Nothing: the drafts learn nothing from the outcome."""
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        if new_tokens.size == 1 and self.mode == "expansion":
+            # one chunk (the usual): one shard, draft_prefill_mask's test, then the draft's
+            # closed form where one applies (bitwise its step_time)
+            return draft_prefill_time(self.draft_costs[0], new_tokens, context,
+                                      self.tree.max_depth, self.draft_max_context)
         if self.draft_max_context is not None and new_tokens.size:
             keep = draft_prefill_mask(new_tokens, context, self.tree.max_depth,
                                       self.draft_max_context)

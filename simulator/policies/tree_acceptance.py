@@ -71,6 +71,7 @@ class PolicyAcceptance:
         self._bound = bound
         self._n = num_requests
         self._tasks = tasks
+        self._walked = None  # (tree, model, its walk): the last tree walked
 
     def sample(self, tree: TokenTree, batch, num_draft: np.ndarray,
                rng: np.random.Generator) -> np.ndarray:
@@ -99,7 +100,24 @@ class PolicyAcceptance:
         if tree.is_chain:
             return self.model.sample_chain(np.full(context.size, tree.num_nodes, np.int64),
                                            context, request_ids, rng)
+        walk = self.tree_walk(tree)
+        if walk is not None:
+            return walk(rng, context.size)
         return self.model.sample_tree(tree, context, request_ids, rng)
+
+    def tree_walk(self, tree: TokenTree):
+        """``sample_all`` of the branching ``tree`` as (rng, batch) -> accepted path lengths
+        (int64, each in [0, depth]) where it is the bound model's walk, every request alike
+        (``NodeConditionals.tree_walk``); None for a chain, another model, or before the
+        model is bound.  Kept for the last tree asked (a policy asks every iteration)."""
+        walked = self._walked
+        if walked is not None and walked[0] is tree and walked[1] is self.model:
+            return walked[2]
+        if not self._bound or tree.is_chain or not isinstance(self.model, NodeConditionals):
+            return None  # (a chain is sampled as a chain: other draws)
+        walk = self.model.tree_walk(tree)
+        self._walked = (tree, self.model, walk)
+        return walk
 
     def check_fits(self, tree: TokenTree) -> "PolicyAcceptance":
         """Raise now (not mid-run) if the model cannot draft ``tree`` (token_level: a node

@@ -1,11 +1,15 @@
 """``walk_tree``'s shortcuts (issue 36): with one conditional vector for every request it
 reads each tree row's children's probabilities from one table, and a few requests walk
-on Python numbers; both must give the general walk's accepted lengths with the same draws
-(the generator left in the same state), written out below as it stood before."""
+on Python numbers (``TreeWalk``, bound once a tree); both must give the general walk's
+accepted lengths with the same draws (the generator left in the same state), written out
+below as it stood before."""
 import numpy as np
 import pytest
 
 from simulator.acceptance.sampling import walk_tree
+from simulator.acceptance.sequoia import SequoiaAcceptance
+from simulator.acceptance.tree_topk import TopKCoverageAcceptance
+from simulator.policies.tree_acceptance import PolicyAcceptance
 from simulator.speculation.token_tree import TokenTree
 
 
@@ -58,3 +62,26 @@ def test_a_certain_tree_is_walked_to_its_depth():
     tree = TREES[1]
     assert walk_tree(tree, np.ones(tree.num_nodes), np.random.default_rng(0), 1).tolist() == \
         [tree.max_depth]
+
+
+@pytest.mark.parametrize("model", [
+    TopKCoverageAcceptance(((0.6, 0.8, 0.9, 0.95), (0.4, 0.55, 0.6, 0.62))),
+    SequoiaAcceptance((0.7, 0.5, 0.2, 0.1))], ids=["tree_topk", "sequoia"])
+@pytest.mark.parametrize("batch", [1, 3, 9])
+def test_models_and_policies_walk_their_conditionals_with_the_same_draws(model, batch):
+    """``sample_tree`` of a parametric model, and a policy's ``sample_all`` of it (its walk
+    kept for the tree), are the general walk under ``node_conditionals``: the same lengths
+    and the generator left where it leaves it."""
+    tree = TREES[2]
+    cond = model.node_conditionals(tree)
+    policy = PolicyAcceptance(model, "scenario", bound=True)
+    ctx, ids = np.full(batch, 100), np.arange(batch)
+    for seed in range(30):
+        ref, mine, kept = (np.random.default_rng(seed) for _ in range(3))
+        want = _general(tree, cond, ref, batch).tolist()
+        assert model.sample_tree(tree, ctx, ids, mine).tolist() == want
+        assert policy.sample_all(tree, ctx, ids, kept).tolist() == want
+        assert mine.random() == kept.random() == ref.random()
+    assert policy.tree_walk(tree) is policy.tree_walk(tree)
+    assert PolicyAcceptance(model, "scenario", bound=False).tree_walk(tree) is None
+    assert policy.tree_walk(TREES[0]) is None  # a chain is drawn as a chain

@@ -7,7 +7,7 @@ import pytest
 from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
 from simulator.cost.cost_model import CostModel
-from simulator.cost.drafting import chain_draft_time, level_draft_time
+from simulator.cost.drafting import chain_draft_time, level_draft_pricer, level_draft_time
 from simulator.cost.parallelism import Parallelism
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
@@ -189,3 +189,51 @@ def test_merge_based_scenario_runs():
     res = simulate(sc)
     assert (res.requests["status"] == "finished").all()
     assert res.summary()["mean_acceptance_length"] > 1.0
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_whole_number_contexts_price_each_shard_by_the_level_loop_bitwise(tp):
+    """Token counts (ints) are priced by each shard's closed form at its context sum: the
+    level loop's float exactly, and every forward's ``step_time`` summed within rounding."""
+    target = CostModel(HW, load_model("llama-2-7b"), Parallelism(tensor_parallel=tp))
+    pol = make({"expansion": [1, 3, 2, 1]}, target=target)
+    levels = [1, 1, 3, 6]  # the forwards: the root, its child, its 3 children, their 6
+    assert level_draft_pricer(DRAFT, 1, levels) is not None  # the closed forms under test
+    rng = np.random.default_rng(5)
+    for n in range(1, 9):
+        ctx = rng.integers(20, 3000, n)
+        shards = np.array_split(ctx.astype(np.float64), min(tp, n))  # even, in order
+        assert pol.draft_time(ctx) == max(level_draft_time(DRAFT, s, levels) for s in shards)
+        by_forward = max(sum(DRAFT.step_time(np.full(s.size, t), s + before, np.full(s.size, t))
+                             for t, before in zip(levels, [0, 1, 2, 5])) for s in shards)
+        assert pol.draft_time(ctx) == pytest.approx(by_forward, rel=1e-12)
+
+
+def test_whole_number_contexts_price_merged_drafts_as_their_chains_bitwise():
+    params = {"draft_models": ["llama-68m", "llama-160m", "llama-68m"],
+              "num_speculative_tokens": 3}
+    tp2 = CostModel(HW, load_model("llama-2-7b"), Parallelism(tensor_parallel=2))
+    for target in (TARGET, tp2):
+        pol = make(params, target=target, draft=None)
+        rng = np.random.default_rng(9)
+        for n in (1, 2, 5):
+            ctx = rng.integers(20, 1500, n)
+            k = np.full(n, 3)
+            groups = [[0, 2], [1]] if target is tp2 else [[0, 1, 2]]  # round-robin drafts
+            want = max(sum(chain_draft_time(pol.draft_costs[i], ctx.astype(np.float64), k)
+                           for i in g) for g in groups)
+            assert pol.draft_time(ctx) == want
+
+
+def test_one_prompt_chunk_is_the_drafts_forward_over_it_bitwise():
+    tp2 = CostModel(HW, load_model("llama-2-7b"), Parallelism(tensor_parallel=2))
+    assert DRAFT.uniform_step_time(1, 512, 0.0, 0) is not None  # the closed form under test
+    for target in (TARGET, tp2):
+        pol = make({"expansion": [1, 3, 1]}, target=target)
+        limit = pol.draft_max_context  # llama-68m's context: no speculation at or past it
+        for chunk, ctx in [(512, 0), (37, 1200), (1, 900), (100, limit - 105)]:
+            new, at = np.array([chunk]), np.array([ctx])
+            assert pol.prefill_time(new, at) == DRAFT.step_time(new, at, np.zeros(1))
+        # the prompt and its next token end at limit - 3: its 3 levels would reach the
+        # limit, so the draft never speculates on it and skips the chunk
+        assert pol.prefill_time(np.array([100]), np.array([limit - 104])) == 0.0
