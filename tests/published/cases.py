@@ -35,6 +35,7 @@ from simulator.acceptance import published as pub
 from tests.published import engine_cases as ec
 from tests.published.current_cases import CURRENT_CASES
 from tests.published.harness import speedup, tau
+from tests.published.load_cases import LOAD_CASES, LOAD_KNOWN_MISSES
 from tests.published.moe_cases import MOE_CASES, MOE_KNOWN_MISSES
 from tests.published.tolerances import (  # noqa: F401 (Tolerance: the tests' import)
     BEST_K,
@@ -193,7 +194,8 @@ CASES: list[Case] = [
          "on ShareGPT loses 14.0% of its speedup from batch 1 to 32 on Llama-3-70B (TP 4), "
          "4.3% on Llama-3.1-8B", ("llama-3-70b-tp4", "llama-3.1-8b"), ORDER,
          ec.batch_drop_order, "vllm"),
-] + CURRENT_CASES + MOE_CASES  # current engines (current_cases.py), large MoE (moe_cases.py)
+] + CURRENT_CASES + MOE_CASES + LOAD_CASES  # current engines (current_cases.py), large
+# MoE (moe_cases.py), speculative gains under load (load_cases.py)
 
 # Cases outside their tolerance today, with the measured miss (``python -m tests.published``).
 # Re-derive after the cost model changes; never widen a tolerance to empty this.
@@ -245,6 +247,7 @@ KNOWN_MISSES: dict[str, str] = {
         "priced as every engine's)")
        for b, p, q, d in ((1, 40.7, 30.29, "+34%"), (8, 276.1, 206.32, "+34%"))},
     **MOE_KNOWN_MISSES,  # large-MoE serving (moe_cases.py)
+    **LOAD_KNOWN_MISSES,  # speculative gains under load (load_cases.py)
 }
 
 

@@ -164,3 +164,56 @@ def throughput(hardware: str, target: str, policy: dict, **kw) -> float:
     rounds, batch = kw.get("rounds", REQUESTS_PER_BATCH_SLOT), kw.get("batch", 1)
     return rounds * batch * kw.get("output", OUTPUT_TOKENS) / run(
         hardware, target, policy, **kw).makespan_s
+
+
+# ------------------------------------------------ runs under load (tests/published/load_cases)
+def load_run(hardware: str, target: str, policy: dict, *, rate_per_s: float,
+             num_requests: int, tensor_parallel: int = 1, parallelism: dict | None = None,
+             max_num_seqs: int = 256, draft: str | None = None,
+             acceptance: dict | None = None, engine: str = "vllm",
+             prompt: int = PROMPT_TOKENS, output: int = OUTPUT_TOKENS) -> Run:
+    """Simulate ``policy`` serving ``num_requests`` fixed-length requests that arrive as an
+    open-loop Poisson stream at ``rate_per_s`` (what ``benchmark_serving --request-rate``
+    sends), the replica's batch capped at ``max_num_seqs``; ``parallelism`` adds keys to
+    the scenario's ``parallelism:`` block (cached: a case's baseline is shared)."""
+    if engine not in ENGINES:
+        raise KeyError(f"unknown engine {engine!r}; one of {sorted(ENGINES)}")
+    draw = _DRAW.plain() if _DRAW is not None and policy["name"] == "none" else _DRAW
+    return _load_run(hardware, target, _freeze(policy), float(rate_per_s), int(num_requests),
+                     tensor_parallel, _freeze(parallelism or {}), max_num_seqs, draft,
+                     _freeze(acceptance), _freeze(ENGINES[engine]), prompt, output, draw)
+
+
+@lru_cache(maxsize=None)
+def _load_run(hardware, target, policy, rate, n, tensor_parallel, parallelism, max_num_seqs,
+              draft, acceptance, execution, prompt, output, draw) -> Run:
+    data = {"name": "published-load-case", "seed": 0, "hardware": hardware, "target": target,
+            "policy": _thaw(policy),
+            "parallelism": {"tensor_parallel": tensor_parallel, **(_thaw(parallelism) or {})},
+            "batching": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": 8192},
+            "execution": _thaw(execution) if execution else {},
+            "workload": {"synthetic": {
+                "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": rate},
+                "prompt": {"dist": "fixed", "tokens": prompt},
+                "output": {"dist": "fixed", "tokens": output}}}}
+    if draft is not None:
+        data["draft"] = draft
+    if acceptance is not None:
+        data["acceptance"] = _thaw(acceptance)
+    scenario = scenario_from_dict(data, source="tests/published")
+    res = simulate(scenario if draw is None else draw.apply(scenario, draft))
+    req = res.requests
+    if not (req["status"] == "finished").all():
+        raise AssertionError(f"{target} on {hardware} at {rate} req/s: not every request "
+                             "finished")
+    makespan = float(req["finish_s"].max() - req["arrival_s"].min())
+    tau = res.summary().get("mean_acceptance_length", float("nan"))
+    return Run(makespan, float(tau), float(req["tpot_s"].mean()))
+
+
+def load_tpot_speedup(hardware: str, target: str, policy: dict, **kw) -> float:
+    """Mean TPOT without speculation over mean TPOT with ``policy``, both under the same
+    open-loop load (``load_run``'s arguments; the baseline without draft or acceptance)."""
+    base_kw = {k: v for k, v in kw.items() if k not in ("draft", "acceptance")}
+    base = load_run(hardware, target, {"name": "none"}, **base_kw)
+    return base.tpot_s / load_run(hardware, target, policy, **kw).tpot_s

@@ -1,0 +1,121 @@
+"""Published speculative gains under load: a request-rate sweep on a serving engine, and a
+speedup at a large batch, where the gain shrinks as the batch grows.
+
+Every number is quoted from its source (named beside it); every tolerance is one of the
+project's kinds (``tests.published.tolerances``), chosen by what the claim is before the
+case was predicted: a speedup within 20% (``SPEEDUP``), the load points ranked by their
+speedup exactly (``ORDER``), gain or loss at each load point exactly (``SIGNS``).  The
+acceptance each run uses comes from a measurement other than the compared number (the
+acceptance rate the source prints beside its timings, or another measurement of the same
+drafter, named).  Where a source names no GPU or lengths, the case says what it takes and
+why.
+
+Each load point is simulated as the source ran it: an open-loop Poisson stream of requests
+at the stated rate (``benchmark_serving --request-rate``), the mean TPOT with speculation
+against the mean TPOT without, on the same arrivals (``harness.load_run``).
+"""
+from __future__ import annotations
+
+from tests.published import engine_cases as ec
+from tests.published.harness import load_tpot_speedup
+from tests.published.tolerances import ORDER, SIGNS, SPEEDUP, Case
+
+# ------------------------------------------------ vLLM: DeepSeek-R1 MTP under a QPS sweep
+# vLLM PR #12755 ("[Model][Speculative Decoding] DeepSeek MTP spec decode", luccafong,
+# github.com/vllm-project/vllm/pull/12755, description of 2025-02-04), "Benchmark Results":
+# "The acceptance rate is 81% ~ 82.3% on R1 k=1. The speedup depends on the QPS, with 1.63x
+# speedup for QPS=1 and certain improvement with QPS<8 as shown in below table."  Table
+# "Results on various QPS", "Draft TP=1": QPS 1, baseline TPOT 55.47 ms, k=1 TPOT 33.99 ms
+# (1.63x); QPS 2, 57.58 ms and 48.8 ms (1.18x).  Setup from the PR's serving command:
+# deepseek-ai/DeepSeek-R1, --tensor-parallel-size 8, --max-num-seqs 128,
+# --num-speculative-tokens 1 (the one MTP module), vLLM V0 of early 2025; the table is the
+# draft at tensor parallel 1 (``draft_tensor_parallel_size: 1``).
+# Not stated, and taken here: the GPU is H200 (8 x 80 GB cannot hold the 671B FP8 weights,
+# about 671 GB, as current_cases' PR #2643 reading); the lengths are the harness's fixed
+# PROMPT_TOKENS / OUTPUT_TOKENS (the PR names no dataset); the arrivals Poisson (vLLM's
+# benchmark_serving default at a request rate); the engine is the project's ``vllm``
+# (V1 0.9's execution block: no V0 engine is described).  Acceptance: the PR's own 81% to
+# 82.3%, its midpoint.  No expert parallelism (vLLM's TP8 default then).
+PR_12755 = ("vLLM PR #12755 (2025-02-04): DeepSeek-R1 MTP k=1, TP8 (H200, inferred), draft "
+            "TP 1, online serving, mean TPOT at a Poisson request rate")
+PR_12755_TPOT_MS = {1: (55.47, 33.99), 2: (57.58, 48.8)}   # QPS: (baseline, MTP k=1)
+PR_12755_ALPHA = 0.5 * (0.81 + 0.823)
+PR_12755_GAIN_QPS = (1, 2, 4)      # "certain improvement with QPS<8": the table's QPS < 8
+# Each rate runs this many requests: at 256 output tokens a request lives seconds, so the
+# batch reaches its steady state within the first tens of requests.
+PR_12755_REQUESTS = 200
+
+
+def dsr1_mtp(qps: float):
+    """Predictor: the TPOT speedup of DeepSeek MTP k=1 (draft TP 1) at ``qps`` req/s."""
+    def predict(engine: str) -> float:
+        return load_tpot_speedup(
+            "h200", "deepseek-v3", {"name": "mtp", "num_speculative_tokens": 1},
+            rate_per_s=qps, num_requests=PR_12755_REQUESTS, tensor_parallel=8,
+            parallelism={"draft_tensor_parallel_size": 1}, max_num_seqs=128,
+            acceptance={"model": "iid", "alpha": PR_12755_ALPHA}, engine=engine)
+    return predict
+
+
+def dsr1_mtp_order(engine: str) -> tuple[str, ...]:
+    """The PR's two tabled QPS points ranked by their TPOT speedup (largest first)."""
+    got = {f"qps{q}": dsr1_mtp(q)(engine) for q in PR_12755_TPOT_MS}
+    return tuple(sorted(got, key=got.get, reverse=True))
+
+
+def dsr1_mtp_signs(engine: str) -> tuple[str, ...]:
+    """Gain or loss of MTP at each QPS below 8 that the PR ran."""
+    return tuple("gain" if dsr1_mtp(q)(engine) > 1.0 else "loss" for q in PR_12755_GAIN_QPS)
+
+
+# ------------------------------------------------ SpecDecode-Bench: EAGLE at batch 128
+# SpecDecode-Bench (ec.SDB; blog index.md, "End-to-End Performance"): vLLM v0.10.1, one
+# H100 80GB for the 8B, EAGLE with k=3, throughput with SD over without: "By batch size 128,
+# this drops to 1.21x for Llama-3.1-8B on GSM8K".  Acceptance: vLLM issue #20780's EAGLE
+# AL at K=3 (2.29, MT-bench: the blog gives no GSM8K acceptance for this model), as
+# engine_cases.batch_drop_order takes it; lengths the harness's fixed ones (the paper's
+# Table 5 limits were not read).
+SDB_GSM8K_BATCH128 = 1.21
+
+
+def sdb_eagle_8b_batch128(engine: str) -> float:
+    return ec._speed(ec.vllm_eagle_8b(3, engine, batch=128))
+
+
+LOAD_CASES: list[Case] = [
+    *[Case(f"vllm-mtp-dsr1-qps{q}-tpot-speedup", PR_12755 + f": QPS {q}, TPOT {b} ms "
+           f"baseline / {s} ms with MTP; acceptance 81-82.3% (same PR)", b / s, SPEEDUP,
+           dsr1_mtp(q), "vllm") for q, (b, s) in PR_12755_TPOT_MS.items()],
+    Case("vllm-mtp-dsr1-qps-gain-shrinks", PR_12755 + ": the speedup falls from 1.63x at "
+         "QPS 1 to 1.18x at QPS 2", ("qps1", "qps2"), ORDER, dsr1_mtp_order, "vllm"),
+    Case("vllm-mtp-dsr1-gain-below-qps8", PR_12755 + ": \"certain improvement with QPS<8\" "
+         "(a gain at QPS 1, 2 and 4)", ("gain",) * len(PR_12755_GAIN_QPS), SIGNS,
+         dsr1_mtp_signs, "vllm"),
+    Case("vllm-eagle-llama31-8b-batch128-speedup", ec.SDB + " (vLLM v0.10.1, H100): EAGLE "
+         "k=3 on Llama-3.1-8B, GSM8K, batch 128: 1.21x throughput (acceptance: vLLM "
+         "#20780's AL at K=3)", SDB_GSM8K_BATCH128, SPEEDUP, sdb_eagle_8b_batch128, "vllm"),
+]
+
+# outside their tolerance today, with the measured miss (cases.KNOWN_MISSES takes them in)
+_MTP_WHY = (
+    "the simulated speedup does not fall with load (1.45x at QPS 1, 2 and 4) where vLLM's "
+    "fell from 1.63x to 1.18x. The PR's baseline TPOT barely moves with load (55.47 -> "
+    "57.58 ms, +4%) while MTP's rises 44% (33.99 -> 48.8 ms); simulated, both rise alike "
+    "(baseline 15.6 -> 21.7 ms, MTP 10.8 -> 14.9 ms): the simulated decode step grows with "
+    "the batch as more of the 256 experts' weights are read (13.7 ms at 4 requests, 21.4 "
+    "ms at 11), where the measured V0 step is a ~55 ms floor that the simulator does not "
+    "price (the MoE/MLA decode of issue 35 part 4: "
+    "15.6 ms against 55.47 at QPS 1, -72%). The step being ~3.5x too cheap also keeps the "
+    "simulated batch small (about 4 and 11 requests in flight at QPS 1 and 2, by Little's "
+    "law over 256 output tokens), far from where verifying a second token costs. What "
+    "makes V0's MTP path dearer with load is not in the PR (its draft at TP 1, V0's "
+    "prefill steps that also run the draft, its batch expansion are candidates, none "
+    "measured there), so no mechanism is changed on this one number")
+LOAD_KNOWN_MISSES: dict[str, str] = {
+    "vllm-mtp-dsr1-qps2-tpot-speedup": (
+        "predicted 1.45x vs published 1.18x (+23.2%; QPS 1 passes at 1.45x vs 1.63x, "
+        "-11.3%): " + _MTP_WHY),
+    "vllm-mtp-dsr1-qps-gain-shrinks": (
+        "predicted qps2 > qps1 (1.454x vs 1.447x, flat) vs published qps1 > qps2 (1.63x vs "
+        "1.18x): " + _MTP_WHY),
+}
