@@ -227,7 +227,7 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
     cap = np.maximum(cap.astype(np.int64), 0)
-    k_max = int(cap.max(initial=0))
+    k_max = int(_MAX(cap)) if cap.size else 0
     zero = np.zeros(cap.size, np.int64)
     if k_max == 0:
         return zero
@@ -235,26 +235,28 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
-    powers = a[:, None] ** np.arange(1, k_max + 2)[None, :]
+    steps = _steps(k_max)
+    powers = a[:, None] ** steps[None, :]
     certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
-    if certain.any():
+    if _ANY(certain):
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
-        table = np.where(certain[:, None], np.arange(1, k_max + 2) + 0.0, table)
+        table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    allowed = np.arange(1, k_max + 1)[None, :] <= cap[:, None]
+    allowed = steps[None, :k_max] <= cap[:, None]
     # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
     powers = np.where(allowed, powers[:, :k_max], -1.0)
     levels = _descending_distinct(powers[allowed])
     if levels.size > max_candidates:
         levels = levels[_spread(levels.size, max_candidates)]
-    uniform = np.minimum(cap[None, :], np.arange(1, k_max + 1)[:, None])
-    thresholds = np.add.reduce(powers[None, :, :] >= levels[:, None, None], axis=2)
+    uniform = np.minimum(cap[None, :], steps[:k_max, None])
+    thresholds = _SUM(powers[None, :, :] >= levels[:, None, None], axis=2)
     ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
-    # each candidate's sum along its own row: the 1-D sum of that gather
-    gains = np.add.reduce(table[np.arange(cap.size)[None, :], ks], axis=1).tolist()
+    # each candidate's sum along its own row: the 1-D sum of that gather (a flat take of
+    # the same entries: table[i, ks[c, i]])
+    gains = _SUM(table.ravel().take(ks + (k_max + 1) * np.arange(cap.size)), axis=1).tolist()
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
@@ -263,14 +265,16 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     return ks[best_c].copy()
 
 
+_MAX, _SUM, _ANY, _ALL = np.maximum.reduce, np.add.reduce, np.logical_or.reduce, \
+    np.logical_and.reduce
+
+
 def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` without repeats, each where it first appears."""
-    seen, keep = set(), []
-    for c, row in enumerate(map(tuple, ks.tolist())):
-        if row not in seen:
-            seen.add(row)
-            keep.append(c)
-    return ks[keep] if len(keep) < ks.shape[0] else ks
+    """The rows of ``ks`` without repeats, each where it first appears (every pair of rows
+    compared at once: a row repeats if it equals an earlier one)."""
+    same = _ALL(ks[:, None, :] == ks[None, :, :], axis=2)
+    repeats = _ANY(np.tril(same, -1), axis=1)
+    return ks[~repeats] if _ANY(repeats) else ks
 
 
 def _descending_distinct(values: np.ndarray) -> np.ndarray:
@@ -282,6 +286,18 @@ def _descending_distinct(values: np.ndarray) -> np.ndarray:
     keep[-1] = True
     np.not_equal(ordered[:-1], ordered[1:], out=keep[:-1])
     return ordered[keep][::-1]
+
+
+_STEPS: dict[int, np.ndarray] = {}
+
+
+def _steps(k_max: int) -> np.ndarray:
+    """``np.arange(1, k_max + 2)``, memoised (read-only: shared by every call)."""
+    out = _STEPS.get(k_max)
+    if out is None:
+        out = _STEPS[k_max] = np.arange(1, k_max + 2)
+        out.flags.writeable = False
+    return out
 
 
 _SPREADS: dict[tuple[int, int], np.ndarray] = {}
