@@ -177,11 +177,12 @@ class AcceptanceEstimate:
     def alpha(self, request_ids: np.ndarray) -> np.ndarray:
         """Current estimate for each request."""
         g, w = self.global_alpha, self.prior_weight
-        out = np.empty(request_ids.size)
-        for i, rid in enumerate(request_ids.tolist()):
-            s, f = self._req.get(rid, (0.0, 0.0))
-            out[i] = (s + w * g) / (s + f + w)
-        return out
+        req, unseen = self._req, (0.0, 0.0)
+        counts = np.array([req.get(rid, unseen) for rid in request_ids.tolist()],
+                          np.float64).reshape(-1, 2)
+        s, f = counts[:, 0], counts[:, 1]
+        # (s + w * g) / (s + f + w) per request, the same operations in the same order
+        return (s + w * g) / (s + f + w)
 
     def update(self, request_ids: np.ndarray, drafted: np.ndarray,
                accepted: np.ndarray) -> None:
@@ -254,9 +255,8 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
-    # each candidate's sum along its own row: the 1-D sum of that gather (a flat take of
-    # the same entries: table[i, ks[c, i]])
-    gains = _SUM(table.ravel().take(ks + (k_max + 1) * np.arange(cap.size)), axis=1).tolist()
+    # each candidate's sum along its own row: the 1-D sum of that gather
+    gains = _SUM(table[np.arange(cap.size)[None, :], ks], axis=1).tolist()
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
@@ -265,16 +265,17 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     return ks[best_c].copy()
 
 
-_MAX, _SUM, _ANY, _ALL = np.maximum.reduce, np.add.reduce, np.logical_or.reduce, \
-    np.logical_and.reduce
+_MAX, _SUM, _ANY = np.maximum.reduce, np.add.reduce, np.logical_or.reduce
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` without repeats, each where it first appears (every pair of rows
-    compared at once: a row repeats if it equals an earlier one)."""
-    same = _ALL(ks[:, None, :] == ks[None, :, :], axis=2)
-    repeats = _ANY(np.tril(same, -1), axis=1)
-    return ks[~repeats] if _ANY(repeats) else ks
+    """The rows of ``ks`` without repeats, each where it first appears."""
+    seen, keep = set(), []
+    for c, row in enumerate(map(tuple, ks.tolist())):
+        if row not in seen:
+            seen.add(row)
+            keep.append(c)
+    return ks[keep] if len(keep) < ks.shape[0] else ks
 
 
 def _descending_distinct(values: np.ndarray) -> np.ndarray:
