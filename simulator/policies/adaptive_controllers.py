@@ -252,7 +252,7 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
         levels = levels[_spread(levels.size, max_candidates)]
     uniform = np.minimum(cap[None, :], steps[:k_max, None])
     thresholds = _SUM(powers[None, :, :] >= levels[:, None, None], axis=2)
-    ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
+    ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]), k_max)
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
     # each candidate's sum along its own row: the 1-D sum of that gather
@@ -268,10 +268,16 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
 _MAX, _SUM, _ANY = np.maximum.reduce, np.add.reduce, np.logical_or.reduce
 
 
-def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` without repeats, each where it first appears."""
+def _distinct(ks: np.ndarray, most: int) -> np.ndarray:
+    """The rows of ``ks`` (whole numbers from 0 to ``most``: gammas) without repeats, each
+    where it first appears; a row is known by its bytes (one buffer, sliced), in the
+    narrowest type that holds ``most``."""
+    kind = np.uint8 if most < 256 else np.uint16 if most < 65536 else np.int64
+    width = ks.shape[1] * np.dtype(kind).itemsize
+    buffer = ks.astype(kind).tobytes()
     seen, keep = set(), []
-    for c, row in enumerate(map(tuple, ks.tolist())):
+    for c in range(ks.shape[0]):
+        row = buffer[c * width:(c + 1) * width]
         if row not in seen:
             seen.add(row)
             keep.append(c)
