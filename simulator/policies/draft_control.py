@@ -22,6 +22,9 @@ from abc import abstractmethod
 from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
+_ALL = np.logical_and.reduce
+
+
 class GateControl:
     """On/off for any base: a zero cap drops that request's drafts."""
 
@@ -104,11 +107,14 @@ class ChainControl:
         self.draft_cost = draft_cost
         self.execution = execution  # the engine's speculative host work (spec_host.py)
         self._lags: dict[int, int] = {}
-        self._drafted: dict[int, bool] = {}
+        # the last proposal's requests and which of them drafted (observe reads them)
+        self._proposed, self._drafting = np.zeros(0, np.int64), np.zeros(0, bool)
         self._memo: dict[tuple[int, int], float] = {}
         self._charges: dict[int, SpecCharge] = {}
 
     def _lag(self, request_ids: np.ndarray) -> np.ndarray:
+        if not self._lags:  # nobody skipped an iteration (every chain drafted each time)
+            return np.zeros(request_ids.size, np.int64)
         return np.fromiter((self._lags.get(r, 0) for r in request_ids.tolist()),
                            np.int64, request_ids.size)
 
@@ -131,7 +137,7 @@ class ChainControl:
         """``propose``'s (draft_time_s, cpu_time_s) for requests ``request_ids`` at
         ``context`` drafting ``k`` each, on arrays (what a stretch calls)."""
         on = k > 0
-        self._drafted = dict(zip(request_ids.tolist(), on.tolist()))
+        self._proposed, self._drafting = request_ids.copy(), on
         time_s = chain_draft_time(self.draft_cost, context, k)
         if on.any():  # the first forward also feeds the tokens the draft model skipped
             time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
@@ -235,8 +241,13 @@ class ChainControl:
                        done: np.ndarray) -> None:
         """``observe`` of requests ``request_ids``, on arrays."""
         # a request whose drafts the engine trimmed still ran the draft model: use the proposal
+        proposed, drafting = self._proposed, self._drafting
+        if not self._lags and request_ids.size == proposed.size \
+                and _ALL(request_ids == proposed) and _ALL(drafting):
+            return  # each one drafted: its lag (none is held) is dropped
+        drafted = dict(zip(proposed.tolist(), drafting.tolist()))
         for rid, e, d in zip(request_ids.tolist(), emitted.tolist(), done.tolist()):
-            if d or self._drafted.get(rid, False):
+            if d or drafted.get(rid, False):
                 self._lags.pop(rid, None)
             else:
                 self._lags[rid] = self._lags.get(rid, 0) + e
