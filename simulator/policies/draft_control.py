@@ -22,7 +22,8 @@ from abc import abstractmethod
 from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
-_ALL = np.logical_and.reduce
+_ALL, _ANY = np.logical_and.reduce, np.logical_or.reduce
+_MAX, _SUM = np.maximum.reduce, np.add.reduce
 
 
 class GateControl:
@@ -139,15 +140,17 @@ class ChainControl:
         on = k > 0
         self._proposed, self._drafting = request_ids.copy(), on
         time_s = chain_draft_time(self.draft_cost, context, k)
-        if on.any():  # the first forward also feeds the tokens the draft model skipped
+        # the first forward also feeds the tokens the draft model skipped (while nobody
+        # lags, _catch_up_s adds 0.0: no change)
+        if self._lags and _ANY(on):
             time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
         # the longest chain sets the draft loop's forwards (a charge memoised per count)
-        forwards = int(k.max(initial=0))
+        forwards = max(int(_MAX(k)), 0) if k.size else 0  # k.max(initial=0)
         host = self._charges.get(forwards)
         if host is None:
             host = self._charges[forwards] = SpecCharge(
                 self.execution, SpecWork(draft_forwards=forwards))
-        return time_s, host(int(np.count_nonzero(on)))
+        return time_s, host(int(_SUM(on)))
 
     def draft_predictor(self, batch: BatchView):
         """k -> predicted draft time: memoised decode steps (contexts rounded to 128 tokens)."""
