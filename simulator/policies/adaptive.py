@@ -56,6 +56,8 @@ from simulator.policies.base import PolicyBase, PolicyContext
 from simulator.policies.adaptive_stretch import AdaptiveChain, AdaptiveLimited
 from simulator.policies.draft_control import ChainControl, LimitedControl, LimitedDraft
 
+_ANY, _SUM = np.logical_or.reduce, np.add.reduce
+
 CONTROLLERS: dict[str, dict[str, Param]] = {
     "fixed": {},
     "acceptance_ema": {
@@ -297,12 +299,12 @@ class AdaptiveSpeculation(PolicyBase):
               done: np.ndarray) -> None:
         """The controllers' part of ``observe``: the EMA, the kill switch, the estimates."""
         if self.ema is not None:
-            if drafted.any():
+            if _ANY(drafted):
                 self.ema.update(accepted[drafted > 0])
             elif self.ema.steps == 0:  # count no-speculation batches towards the next probe
                 self.ema.update(accepted)
         if self.kill is not None:
-            self.kill.update(int(accepted.sum()), int(drafted.sum()))
+            self.kill.update(int(_SUM(accepted)), int(_SUM(drafted)))
         if self.estimate is not None:
             self.estimate.update(request_ids, drafted, accepted)
             self.estimate.forget(request_ids[done])

@@ -188,12 +188,12 @@ class AcceptanceEstimate:
                accepted: np.ndarray) -> None:
         """Fold in one iteration's outcomes."""
         mask = drafted > 0
-        if not mask.any():
+        if not _ANY(mask):
             return
         succ = accepted[mask].astype(float)
         fail = (accepted[mask] < drafted[mask]).astype(float)
-        self._succ = self.decay * self._succ + float(succ.sum())
-        self._fail = self.decay * self._fail + float(fail.sum())
+        self._succ = self.decay * self._succ + float(_SUM(succ))
+        self._fail = self.decay * self._fail + float(_SUM(fail))
         for rid, s, f in zip(request_ids[mask].tolist(), succ.tolist(), fail.tolist()):
             rec = self._req.setdefault(rid, [0.0, 0.0])
             rec[0] += s

@@ -20,6 +20,8 @@ import numpy as np
 
 from simulator.engine.plan import VariedDraft, VariedPlan, emitted_tokens
 
+_ANY = np.logical_or.reduce
+
 
 class AdaptiveStretch(VariedDraft):
     """``policy`` (an ``AdaptiveSpeculation``), its per-request gammas set through
@@ -40,7 +42,7 @@ class AdaptiveStretch(VariedDraft):
         k = np.full(request_ids.size, top, np.int64)
         if top:  # requests past the draft model's context
             k[~self._speculable(prompt_len, generated)] = 0
-        if policy.estimate is not None and k.any():
+        if policy.estimate is not None and _ANY(k):
             k = policy.goodput(k, request_ids, context, generated, output_len,
                                self.control.rows_predictor(request_ids, context))
         return self._plan(request_ids, context, generated, k)

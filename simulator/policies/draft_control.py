@@ -190,7 +190,7 @@ class ChainControl:
         memoised times added forward after forward from 0.0 as Python floats, the catch-up
         once per set of drafting requests."""
         ctx, lag = context.astype(float), self._lag(request_ids)
-        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(lag.any())
+        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(_ANY(lag))
 
         def predict(ks: np.ndarray) -> np.ndarray:
             forwards = int(np.maximum.reduce(ks, axis=None)) if ks.size else 0
