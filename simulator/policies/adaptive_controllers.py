@@ -216,7 +216,18 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
                    step_time: Callable[[np.ndarray], float] | None = None,
                    max_candidates: int = 12, *,
                    step_times: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """Per-request gammas maximising sum of expected emitted tokens / predicted step time.
+    """Per-request gammas maximising sum of expected emitted tokens / predicted step time
+    (``goodput_choice``'s chosen candidate)."""
+    ks, best = goodput_choice(alpha, cap, step_time, max_candidates, step_times=step_times)
+    return ks[best].copy()
+
+
+def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
+                   step_time: Callable[[np.ndarray], float] | None = None,
+                   max_candidates: int = 12, *,
+                   step_times: Callable[[np.ndarray], np.ndarray] | None = None
+                   ) -> tuple[np.ndarray, int]:
+    """The goodput search's distinct candidates (C, n) and the index of the one it chooses.
 
     If step time grew with each request's own tokens only, every request would draft while
     its next token's acceptance probability alpha_i^(k+1) beats a common threshold, so the
@@ -231,7 +242,7 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     k_max = int(_MAX(cap)) if cap.size else 0
     zero = np.zeros(cap.size, np.int64)
     if k_max == 0:
-        return zero
+        return zero[None, :], 0
     a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
@@ -262,7 +273,7 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
         value = gains[c] / seconds[c]
         if value > best * (1 + 1e-12):
             best_c, best = c, value
-    return ks[best_c].copy()
+    return ks, best_c
 
 
 _MAX, _SUM, _ANY = np.maximum.reduce, np.add.reduce, np.logical_or.reduce
