@@ -13,12 +13,18 @@ token, token counts that are not whole numbers) are priced by ``step_time`` itse
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from hardware.kernels import ATTENTION_DECODE
 from simulator.cost import step_models as sm
 
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+_ANY = np.logical_or.reduce
+# per cost model, (token total, uniform?) -> (runtime mode, fixed seconds): pure functions of
+# the key (graph_tokens' bisect, the token tables), read ~16 times an iteration by the search
+_FIXED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
@@ -35,7 +41,7 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray
     lo, hi, tokens = lo.tolist(), hi.tolist(), tokens.astype(np.float64)
     attention = _attention_layers(cm, tokens, ctx)
     ctx_sum = None
-    out = []
+    out, memo, most = [], _FIXED.setdefault(cm, {}), sm.UNIFORM_MAX_QUERY
     for c, (low, high, total) in enumerate(zip(lo, hi, totals)):
         if low == high:  # step_time's closed form of a uniform batch, where one applies
             k = cm._uniform(n, low, total)
@@ -44,9 +50,12 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray
                     ctx_sum = float(_SUM(ctx))
                 out.append(sm.uniform_time(k, ctx_sum, max))
                 continue
-        mode, padded = cm._mode(tokens[c], total, low, high)
-        fixed = cm._fixed(total, total, mode, padded)
-        out.append(cm._step_from(mode, fixed, attention[c], n))
+        key = (total, low == high and high <= most)  # what _mode's runtime mode reads
+        got = memo.get(key)
+        if got is None:
+            mode, padded = cm._mode(tokens[c], total, low, high)
+            got = memo[key] = (mode, cm._fixed(total, total, mode, padded))
+        out.append(cm._step_from(got[0], got[1], attention[c], n))
     return np.array(out, np.float64)
 
 
@@ -68,36 +77,34 @@ def _attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
     roof, n = cm._roof, ctx.size
     flops, nbytes = cm._attention_work(tokens, ctx, cm._prefill_causal, cm._prefill_overhead)
     decode = tokens == 1.0
-    n_decode = np.count_nonzero(decode, axis=1)
+    n_decode = _SUM(decode, axis=1)  # the count of each row's decodes (np.count_nonzero's)
     # attention_time's total: 0.0, plus the decode kernel where it runs, plus the
     # multi-query one where it runs (adding 0.0 for a kernel that does not run: no change)
     total = np.zeros(tokens.shape[0])
     counts = n_decode.tolist()
-    if n_decode.any():
+    if max(counts):
         sums = _kernel_sums(roof.attention_roofs(ATTENTION_DECODE, flops, nbytes), decode,
-                            counts, n)
+                            n_decode == n, min(counts) == n)
         total = total + np.where(n_decode > 0, roof.attention_kernel_s(
-            ATTENTION_DECODE, np.array(sums), np.maximum), 0.0)
-    if (n_decode < n).any():
+            ATTENTION_DECODE, sums, np.maximum), 0.0)
+    if min(counts) < n:
         kind = cm._prefill_kind
         prefill = ~decode  # whole numbers of at least one token: > 1 where not == 1
         sums = _kernel_sums(roof.attention_roofs(kind, flops, nbytes), prefill,
-                            [n - m for m in counts], n)
+                            n_decode == 0, not max(counts))
         total = total + np.where(n_decode < n, roof.attention_kernel_s(
-            kind, np.array(sums), np.maximum), 0.0)
+            kind, sums, np.maximum), 0.0)
     return total.tolist()
 
 
-def _kernel_sums(per_request: np.ndarray, members: np.ndarray, counts: list[int],
-                 n: int) -> list[float]:
+def _kernel_sums(per_request: np.ndarray, members: np.ndarray, full: np.ndarray,
+                 every: bool) -> np.ndarray:
     """Each row's sum of ``per_request`` over its ``members``: unmasked where every request
-    is one (``attention_time`` passes no mask then), masked elsewhere; a reduction along
-    each contiguous row, as the 1-D one of that row."""
-    if all(m == n for m in counts):
-        return _SUM(per_request, axis=1).tolist()
-    full = np.array([m == n for m in counts])
-    masked = _SUM(per_request, axis=1, where=members).tolist()
-    if not full.any():
+    is one (``full``; ``every``: in every row; ``attention_time`` passes no mask then),
+    masked elsewhere; a reduction along each contiguous row, as the 1-D one of that row."""
+    if every:
+        return _SUM(per_request, axis=1)
+    masked = _SUM(per_request, axis=1, where=members)
+    if not _ANY(full):
         return masked
-    plain = _SUM(per_request, axis=1).tolist()
-    return [p if f else m for p, m, f in zip(plain, masked, full.tolist())]
+    return np.where(full, _SUM(per_request, axis=1), masked)

@@ -127,6 +127,10 @@ class VariedPlan(NamedTuple):
     verify_tokens: np.ndarray  # tokens per request in the verification forward (int64)
     seconds: float             # the proposer's ``draft_time_s + cpu_time_s``
     payload: Any = None        # policy-private, as ``DraftPlan.payload``
+    # the target's seconds of this verification where the proposer priced it already on the
+    # cost model the engine prices with: bitwise ``step_time(verify_tokens, context,
+    # verify_tokens)`` (None: the engine prices it)
+    verify_s: float | None = None
 
 
 class VariedDraft(ABC):

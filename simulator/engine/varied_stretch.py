@@ -88,7 +88,8 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
                             int(ids.size), replica.rng)
     verify_tokens, draft_s = plan.verify_tokens, plan.seconds
     verify, dec_ctx = verify_tokens.astype(np.float64), ctx.astype(np.float64)
-    verify_s = replica.target_cost.step_time(verify, dec_ctx, verify)
+    verify_s = plan.verify_s if plan.verify_s is not None else \
+        replica.target_cost.step_time(verify, dec_ctx, verify)
     kv_read = float(_SUM(dec_ctx) + _SUM(verify))  # whole numbers: exact
     attn_pairs = float(_SUM(verify * (dec_ctx + 0.5 * (verify + 1.0))))
     need = np.maximum(-(-(ctx + verify_tokens) // replica.limits.block_size) - b.blocks, 0)

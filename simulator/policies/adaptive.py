@@ -50,11 +50,13 @@ from simulator.policies.adaptive_controllers import (
     AcceptanceEstimate,
     BatchSizeSchedule,
     KillSwitch,
-    goodput_gammas,
+    goodput_choice,
 )
 from simulator.policies.base import PolicyBase, PolicyContext
 from simulator.policies.adaptive_stretch import AdaptiveChain, AdaptiveLimited
 from simulator.policies.draft_control import ChainControl, LimitedControl, LimitedDraft
+
+_ANY, _SUM = np.logical_or.reduce, np.add.reduce
 
 CONTROLLERS: dict[str, dict[str, Param]] = {
     "fixed": {},
@@ -249,10 +251,11 @@ class AdaptiveSpeculation(PolicyBase):
 
         return predict
 
-    def rows_predictor(self, context: np.ndarray, draft_rows):
+    def rows_predictor(self, context: np.ndarray, draft_rows, verified: list | None = None):
         """``predictor`` of every row of a (C, n) matrix of gammas at once, bitwise
         (``draft_rows``: the draft's ``rows_predictor``; the target's verifications by its
-        ``verify_step_times`` where it declares closed forms, else one ``step_time`` a row)."""
+        ``verify_step_times`` where it declares closed forms, else one ``step_time`` a row;
+        ``verified``, where given, receives those verifications' seconds)."""
         ctx, target = context.astype(float), closed_forms(self.target_cost)
         step_time = self.target_cost.step_time
 
@@ -260,6 +263,8 @@ class AdaptiveSpeculation(PolicyBase):
             tokens = ks + 1  # whole numbers: as (k + 1).astype(float) to the pricer
             verify = target.verify_step_times(tokens, ctx) if target is not None else \
                 np.array([step_time(row, ctx, row) for row in tokens.astype(float)])
+            if verified is not None:
+                verified.append(verify)
             return draft_rows(ks) + verify
 
         return predict
@@ -268,9 +273,19 @@ class AdaptiveSpeculation(PolicyBase):
                 generated: np.ndarray, output_len: np.ndarray, draft_rows) -> np.ndarray:
         """The goodput controller's gammas under the caps ``k`` (``draft_rows``: the
         draft's ``rows_predictor`` for these requests): its candidates priced at once."""
+        return self.goodput_priced(k, request_ids, context, generated, output_len,
+                                   draft_rows)[0]
+
+    def goodput_priced(self, k: np.ndarray, request_ids: np.ndarray, context: np.ndarray,
+                       generated: np.ndarray, output_len: np.ndarray,
+                       draft_rows) -> tuple[np.ndarray, float | None]:
+        """``goodput``'s gammas and the target's seconds verifying them at ``context`` (the
+        search priced them: bitwise ``step_time``'s), None where it priced nothing."""
         k = np.minimum(k, np.maximum(output_len - generated - 1, 0))
-        alpha = self.estimate.alpha(request_ids)
-        return goodput_gammas(alpha, k, step_times=self.rows_predictor(context, draft_rows))
+        alpha, verified = self.estimate.alpha(request_ids), []
+        ks, best = goodput_choice(alpha, k, step_times=self.rows_predictor(
+            context, draft_rows, verified))
+        return ks[best].copy(), (float(verified[0][best]) if verified else None)
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = self.caps(batch)
@@ -297,12 +312,12 @@ class AdaptiveSpeculation(PolicyBase):
               done: np.ndarray) -> None:
         """The controllers' part of ``observe``: the EMA, the kill switch, the estimates."""
         if self.ema is not None:
-            if drafted.any():
+            if _ANY(drafted):
                 self.ema.update(accepted[drafted > 0])
             elif self.ema.steps == 0:  # count no-speculation batches towards the next probe
                 self.ema.update(accepted)
         if self.kill is not None:
-            self.kill.update(int(accepted.sum()), int(drafted.sum()))
+            self.kill.update(int(_SUM(accepted)), int(_SUM(drafted)))
         if self.estimate is not None:
             self.estimate.update(request_ids, drafted, accepted)
             self.estimate.forget(request_ids[done])

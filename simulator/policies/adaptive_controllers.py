@@ -177,22 +177,23 @@ class AcceptanceEstimate:
     def alpha(self, request_ids: np.ndarray) -> np.ndarray:
         """Current estimate for each request."""
         g, w = self.global_alpha, self.prior_weight
-        out = np.empty(request_ids.size)
-        for i, rid in enumerate(request_ids.tolist()):
-            s, f = self._req.get(rid, (0.0, 0.0))
-            out[i] = (s + w * g) / (s + f + w)
-        return out
+        req, unseen = self._req, (0.0, 0.0)
+        counts = np.array([req.get(rid, unseen) for rid in request_ids.tolist()],
+                          np.float64).reshape(-1, 2)
+        s, f = counts[:, 0], counts[:, 1]
+        # (s + w * g) / (s + f + w) per request, the same operations in the same order
+        return (s + w * g) / (s + f + w)
 
     def update(self, request_ids: np.ndarray, drafted: np.ndarray,
                accepted: np.ndarray) -> None:
         """Fold in one iteration's outcomes."""
         mask = drafted > 0
-        if not mask.any():
+        if not _ANY(mask):
             return
         succ = accepted[mask].astype(float)
         fail = (accepted[mask] < drafted[mask]).astype(float)
-        self._succ = self.decay * self._succ + float(succ.sum())
-        self._fail = self.decay * self._fail + float(fail.sum())
+        self._succ = self.decay * self._succ + float(_SUM(succ))
+        self._fail = self.decay * self._fail + float(_SUM(fail))
         for rid, s, f in zip(request_ids[mask].tolist(), succ.tolist(), fail.tolist()):
             rec = self._req.setdefault(rid, [0.0, 0.0])
             rec[0] += s
@@ -215,7 +216,18 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
                    step_time: Callable[[np.ndarray], float] | None = None,
                    max_candidates: int = 12, *,
                    step_times: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """Per-request gammas maximising sum of expected emitted tokens / predicted step time.
+    """Per-request gammas maximising sum of expected emitted tokens / predicted step time
+    (``goodput_choice``'s chosen candidate)."""
+    ks, best = goodput_choice(alpha, cap, step_time, max_candidates, step_times=step_times)
+    return ks[best].copy()
+
+
+def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
+                   step_time: Callable[[np.ndarray], float] | None = None,
+                   max_candidates: int = 12, *,
+                   step_times: Callable[[np.ndarray], np.ndarray] | None = None
+                   ) -> tuple[np.ndarray, int]:
+    """The goodput search's distinct candidates (C, n) and the index of the one it chooses.
 
     If step time grew with each request's own tokens only, every request would draft while
     its next token's acceptance probability alpha_i^(k+1) beats a common threshold, so the
@@ -227,46 +239,56 @@ def goodput_gammas(alpha: np.ndarray, cap: np.ndarray,
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
     cap = np.maximum(cap.astype(np.int64), 0)
-    k_max = int(cap.max(initial=0))
+    k_max = int(_MAX(cap)) if cap.size else 0
     zero = np.zeros(cap.size, np.int64)
     if k_max == 0:
-        return zero
+        return zero[None, :], 0
     a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
-    powers = a[:, None] ** np.arange(1, k_max + 2)[None, :]
+    steps = _steps(k_max)
+    powers = a[:, None] ** steps[None, :]
     certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
-    if certain.any():
+    if _ANY(certain):
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
-        table = np.where(certain[:, None], np.arange(1, k_max + 2) + 0.0, table)
+        table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    allowed = np.arange(1, k_max + 1)[None, :] <= cap[:, None]
+    allowed = steps[None, :k_max] <= cap[:, None]
     # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
     powers = np.where(allowed, powers[:, :k_max], -1.0)
     levels = _descending_distinct(powers[allowed])
     if levels.size > max_candidates:
         levels = levels[_spread(levels.size, max_candidates)]
-    uniform = np.minimum(cap[None, :], np.arange(1, k_max + 1)[:, None])
-    thresholds = np.add.reduce(powers[None, :, :] >= levels[:, None, None], axis=2)
-    ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]))
+    uniform = np.minimum(cap[None, :], steps[:k_max, None])
+    thresholds = _SUM(powers[None, :, :] >= levels[:, None, None], axis=2)
+    ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]), k_max)
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
     # each candidate's sum along its own row: the 1-D sum of that gather
-    gains = np.add.reduce(table[np.arange(cap.size)[None, :], ks], axis=1).tolist()
+    gains = _SUM(table[np.arange(cap.size)[None, :], ks], axis=1).tolist()
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
         if value > best * (1 + 1e-12):
             best_c, best = c, value
-    return ks[best_c].copy()
+    return ks, best_c
 
 
-def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` without repeats, each where it first appears."""
+_MAX, _SUM, _ANY = np.maximum.reduce, np.add.reduce, np.logical_or.reduce
+
+
+def _distinct(ks: np.ndarray, most: int) -> np.ndarray:
+    """The rows of ``ks`` (whole numbers from 0 to ``most``: gammas) without repeats, each
+    where it first appears; a row is known by its bytes (one buffer, sliced), in the
+    narrowest type that holds ``most``."""
+    kind = np.uint8 if most < 256 else np.uint16 if most < 65536 else np.int64
+    width = ks.shape[1] * np.dtype(kind).itemsize
+    buffer = ks.astype(kind).tobytes()
     seen, keep = set(), []
-    for c, row in enumerate(map(tuple, ks.tolist())):
+    for c in range(ks.shape[0]):
+        row = buffer[c * width:(c + 1) * width]
         if row not in seen:
             seen.add(row)
             keep.append(c)
@@ -282,6 +304,18 @@ def _descending_distinct(values: np.ndarray) -> np.ndarray:
     keep[-1] = True
     np.not_equal(ordered[:-1], ordered[1:], out=keep[:-1])
     return ordered[keep][::-1]
+
+
+_STEPS: dict[int, np.ndarray] = {}
+
+
+def _steps(k_max: int) -> np.ndarray:
+    """``np.arange(1, k_max + 2)``, memoised (read-only: shared by every call)."""
+    out = _STEPS.get(k_max)
+    if out is None:
+        out = _STEPS[k_max] = np.arange(1, k_max + 2)
+        out.flags.writeable = False
+    return out
 
 
 _SPREADS: dict[tuple[int, int], np.ndarray] = {}

@@ -9,7 +9,9 @@ many iterations at once as a chain's does; the engine takes them one by one inst
 ``observe`` on the batch's arrays: the same controller evaluated on the same numbers in the
 same order (``AdaptiveSpeculation.cap``, ``goodput``, ``learn``; the control's
 ``predictor``; the base's plan, draws and observation on arrays), so the results are bitwise
-the step-by-step path's.  The wrapped chain observes nothing (its ``observe`` is the base
+the step-by-step path's.  Around ``chain`` the goodput search hands the engine the target's
+seconds verifying the gammas it chose (``VariedPlan.verify_s``): it priced them, bitwise
+``step_time``'s, so the engine does not price them again.  The wrapped chain observes nothing (its ``observe`` is the base
 class's): only the controllers and the draft model's catch-up learn from an iteration.
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ from abc import abstractmethod
 import numpy as np
 
 from simulator.engine.plan import VariedDraft, VariedPlan, emitted_tokens
+
+_ANY = np.logical_or.reduce
 
 
 class AdaptiveStretch(VariedDraft):
@@ -40,10 +44,12 @@ class AdaptiveStretch(VariedDraft):
         k = np.full(request_ids.size, top, np.int64)
         if top:  # requests past the draft model's context
             k[~self._speculable(prompt_len, generated)] = 0
-        if policy.estimate is not None and k.any():
-            k = policy.goodput(k, request_ids, context, generated, output_len,
-                               self.control.rows_predictor(request_ids, context))
-        return self._plan(request_ids, context, generated, k)
+        verify_s = None  # the target's seconds verifying k, where the search priced them
+        if policy.estimate is not None and _ANY(k):
+            k, verify_s = policy.goodput_priced(
+                k, request_ids, context, generated, output_len,
+                self.control.rows_predictor(request_ids, context))
+        return self._plan(request_ids, context, generated, k, verify_s)
 
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):
@@ -58,8 +64,9 @@ class AdaptiveStretch(VariedDraft):
         return np.ones(prompt_len.size, bool)
 
     @abstractmethod
-    def _plan(self, request_ids, context, generated, k) -> VariedPlan:
-        """The base's plan under the gammas ``k``."""
+    def _plan(self, request_ids, context, generated, k, verify_s) -> VariedPlan:
+        """The base's plan under the gammas ``k`` (``verify_s``: the target's seconds
+        verifying k + 1 tokens each, None where unpriced)."""
 
     def _observe_control(self, request_ids, emitted, done) -> None:
         """The control's ``observe`` (nothing, by default)."""
@@ -80,9 +87,9 @@ class AdaptiveChain(AdaptiveStretch):
     def _speculable(self, prompt_len, generated) -> np.ndarray:
         return self.chain.speculable_of(prompt_len, generated)
 
-    def _plan(self, request_ids, context, generated, k) -> VariedPlan:
+    def _plan(self, request_ids, context, generated, k, verify_s) -> VariedPlan:
         time_s, cpu_s = self.control.draft_seconds(request_ids, context, k)
-        return VariedPlan(k, k + 1, time_s + cpu_s)
+        return VariedPlan(k, k + 1, time_s + cpu_s, None, verify_s)
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
         return self.chain.draw_chain(rng, request_ids, context, plan.num_draft)
@@ -94,7 +101,8 @@ class AdaptiveChain(AdaptiveStretch):
 class AdaptiveLimited(AdaptiveStretch):
     """Around a ``LimitedDraft`` base (``control.base``): its lookups under the caps."""
 
-    def _plan(self, request_ids, context, generated, k) -> VariedPlan:
+    def _plan(self, request_ids, context, generated, k, verify_s) -> VariedPlan:
+        # its lookups may find fewer drafts than k: the engine prices what they found
         return self.control.base.plan_limited(request_ids, generated, k)
 
     def draw_counts(self, rng, request_ids, context, generated, plan):

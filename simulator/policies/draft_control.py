@@ -22,6 +22,10 @@ from abc import abstractmethod
 from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
+_ALL, _ANY = np.logical_and.reduce, np.logical_or.reduce
+_MAX, _SUM = np.maximum.reduce, np.add.reduce
+
+
 class GateControl:
     """On/off for any base: a zero cap drops that request's drafts."""
 
@@ -104,11 +108,14 @@ class ChainControl:
         self.draft_cost = draft_cost
         self.execution = execution  # the engine's speculative host work (spec_host.py)
         self._lags: dict[int, int] = {}
-        self._drafted: dict[int, bool] = {}
+        # the last proposal's requests and which of them drafted (observe reads them)
+        self._proposed, self._drafting = np.zeros(0, np.int64), np.zeros(0, bool)
         self._memo: dict[tuple[int, int], float] = {}
         self._charges: dict[int, SpecCharge] = {}
 
     def _lag(self, request_ids: np.ndarray) -> np.ndarray:
+        if not self._lags:  # nobody skipped an iteration (every chain drafted each time)
+            return np.zeros(request_ids.size, np.int64)
         return np.fromiter((self._lags.get(r, 0) for r in request_ids.tolist()),
                            np.int64, request_ids.size)
 
@@ -131,17 +138,19 @@ class ChainControl:
         """``propose``'s (draft_time_s, cpu_time_s) for requests ``request_ids`` at
         ``context`` drafting ``k`` each, on arrays (what a stretch calls)."""
         on = k > 0
-        self._drafted = dict(zip(request_ids.tolist(), on.tolist()))
+        self._proposed, self._drafting = request_ids.copy(), on
         time_s = chain_draft_time(self.draft_cost, context, k)
-        if on.any():  # the first forward also feeds the tokens the draft model skipped
+        # the first forward also feeds the tokens the draft model skipped (while nobody
+        # lags, _catch_up_s adds 0.0: no change)
+        if self._lags and _ANY(on):
             time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
         # the longest chain sets the draft loop's forwards (a charge memoised per count)
-        forwards = int(k.max(initial=0))
+        forwards = max(int(_MAX(k)), 0) if k.size else 0  # k.max(initial=0)
         host = self._charges.get(forwards)
         if host is None:
             host = self._charges[forwards] = SpecCharge(
                 self.execution, SpecWork(draft_forwards=forwards))
-        return time_s, host(int(np.count_nonzero(on)))
+        return time_s, host(int(_SUM(on)))
 
     def draft_predictor(self, batch: BatchView):
         """k -> predicted draft time: memoised decode steps (contexts rounded to 128 tokens)."""
@@ -181,7 +190,7 @@ class ChainControl:
         memoised times added forward after forward from 0.0 as Python floats, the catch-up
         once per set of drafting requests."""
         ctx, lag = context.astype(float), self._lag(request_ids)
-        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(lag.any())
+        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(_ANY(lag))
 
         def predict(ks: np.ndarray) -> np.ndarray:
             forwards = int(np.maximum.reduce(ks, axis=None)) if ks.size else 0
@@ -235,8 +244,13 @@ class ChainControl:
                        done: np.ndarray) -> None:
         """``observe`` of requests ``request_ids``, on arrays."""
         # a request whose drafts the engine trimmed still ran the draft model: use the proposal
+        proposed, drafting = self._proposed, self._drafting
+        if not self._lags and request_ids.size == proposed.size \
+                and _ALL(request_ids == proposed) and _ALL(drafting):
+            return  # each one drafted: its lag (none is held) is dropped
+        drafted = dict(zip(proposed.tolist(), drafting.tolist()))
         for rid, e, d in zip(request_ids.tolist(), emitted.tolist(), done.tolist()):
-            if d or self._drafted.get(rid, False):
+            if d or drafted.get(rid, False):
                 self._lags.pop(rid, None)
             else:
                 self._lags[rid] = self._lags.get(rid, 0) + e

@@ -99,3 +99,47 @@ def test_rows_are_the_predictor_bit_for_bit(deployment):
         assert rows(ks).tolist() == [single(k) for k in ks]
         whole = policy.rows_predictor(ctx, rows)(ks).tolist()
         assert whole == [policy.predictor(ctx, single)(k) for k in ks]
+
+
+def test_long_caps_choose_as_one_at_a_time():
+    """Caps past 255 (the candidates' repeats found on two bytes a gamma, not one), under a
+    price growing with the drafted tokens (integer sums: exact in either form)."""
+    # one request, gammas 1..300 (a gamma and that gamma + 256 are not the same candidate):
+    # near-certain acceptance at a small price per draft, so the longest chain wins
+    longest = goodput_gammas(np.array([0.9999]), np.array([300]),
+                             step_times=lambda ks: 1.0 + 0.001 * ks.sum(axis=1))
+    assert longest.tolist() == [300]
+    rng = np.random.default_rng(11)
+    for n in (1, 4, 17):
+        for top in (255, 256, 400):
+            alpha = rng.uniform(0.5, 0.999, n)
+            cap = np.where(rng.random(n) < 0.5, top, rng.integers(0, top + 1, n))
+            rows = goodput_gammas(alpha, cap, step_times=lambda ks: 1.0 + 0.01 * ks.sum(axis=1))
+            single = _one_at_a_time(alpha, cap, lambda k: 1.0 + 0.01 * k.sum())
+            assert rows.tolist() == single.tolist()
+
+
+def test_the_chosen_gammas_come_with_their_verification_priced_as_the_engine_prices_it(
+        deployment):
+    """What a stretch hands the engine instead of pricing the verification again
+    (``VariedPlan.verify_s``): the target's ``step_time`` of the chosen gammas, bit for bit,
+    and the gammas ``goodput`` chooses; nothing where nobody may draft."""
+    policy = POLICIES["adaptive"](
+        load_scenario(SCENARIO).policy.params,
+        PolicyContext(target_cost=deployment.target_cost, draft_cost=deployment.draft_cost))
+    rng = np.random.default_rng(9)
+    for n in (1, 3, 12, 70):
+        for _ in range(3):
+            _, cap, ctx = _batch(rng, n)
+            ids, generated = np.arange(n), rng.integers(0, 40, n)
+            output_len = generated + rng.integers(1, 9, n)
+            args = (cap, ids, ctx, generated, output_len,
+                    policy.control.rows_predictor(ids, ctx))
+            k, verify_s = policy.goodput_priced(*args)
+            assert k.tolist() == policy.goodput(*args).tolist()
+            if not np.minimum(cap, output_len - generated - 1).any():
+                assert verify_s is None  # nobody may draft: no candidate was priced
+                continue
+            tokens = (k + 1).astype(float)
+            want = deployment.target_cost.step_time(tokens, ctx.astype(float), tokens)
+            assert verify_s == want
