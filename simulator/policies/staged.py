@@ -31,9 +31,15 @@ import numpy as np
 
 from simulator.acceptance.context_free import chain_counts
 from simulator.acceptance.iid import IIDAcceptance
-from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
+from simulator.acceptance.sampling import geometric_thresholds
+from simulator.cost.drafting import (
+    chain_draft_pricer,
+    chain_draft_time,
+    draft_max_context,
+    draft_prefill_time,
+)
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
+from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
@@ -108,6 +114,10 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         self.inner = IIDAcceptance(alpha)
         self._counts = None  # draw_accepted's counter, where acceptance is context-free
         self.execution = spec_execution(ctx)
+        self._first_round: dict = {}  # _round_s' closed forms, by batch size
+        self._charges: dict = {}  # the host work's SpecCharge, by rounds
+        a = self.inner.alpha  # _inner_counts' thresholds (IIDAcceptance.sample_chain's)
+        self._cut = geometric_thresholds(a, self.gamma2) if 0.0 < a < 1.0 else None
 
     @property
     def max_verify_tokens(self) -> int:
@@ -115,27 +125,88 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
 
     def draft_time(self, context: np.ndarray, request_ids: np.ndarray,
                    rng: np.random.Generator) -> tuple[float, float, int]:
-        """(GPU s, CPU s, inner rounds) for the draft to produce gamma tokens per request."""
+        """(GPU s, CPU s, inner rounds) for the draft to produce gamma tokens per request
+        (``context``: whole numbers, as ints or floats: the same prices either way)."""
         n = context.size
         produced = np.zeros(n, np.int64)
         gpu = cpu = 0.0
         rounds = 0
         while True:
-            active = np.flatnonzero(produced < self.gamma)
-            if not active.size:
+            if rounds:
+                active = np.flatnonzero(produced < self.gamma)
+                if not active.size:
+                    return gpu, cpu, rounds
+                need = self.gamma - produced[active]
+                k = np.minimum(self.gamma2, need - 1)
+                ctx = context[active] + produced[active]
+            elif n:  # the first round: every request drafting the same count
+                active, ctx = None, context
+                k = np.full(n, min(self.gamma2, self.gamma - 1), np.int64)
+            else:
                 return gpu, cpu, rounds
             rounds += 1
-            need = self.gamma - produced[active]
-            k = np.minimum(self.gamma2, need - 1)
-            ctx = context[active] + produced[active]
+            d2, v = self._round_s(ctx, k, first=active is None)
             if self.draft2_cost is not None:
-                gpu += chain_draft_time(self.draft2_cost, ctx, k)
+                gpu += d2
             else:
                 cpu += self.lookup_s * float(k.sum())
-            gpu += self.draft_cost.step_time((k + 1).astype(np.float64), ctx,
-                                             (k + 1).astype(np.float64))
-            accepted = self.inner.sample_chain(k, ctx, request_ids[active], rng)
-            produced[active] += accepted + 1
+            gpu += v
+            accepted = self._inner_counts(k, ctx, request_ids if active is None
+                                          else request_ids[active], rng)
+            if active is None:
+                produced += accepted + 1
+            else:
+                produced[active] += accepted + 1
+
+    def _round_s(self, ctx: np.ndarray, k: np.ndarray, first: bool) -> tuple[float, float]:
+        """(draft2's chain, the draft's verification) seconds of an inner round: the first
+        round's (every request drafting the same count) by the closed forms as functions of
+        the context sum where they apply (bitwise ``chain_draft_time``'s and
+        ``step_time``'s: the same memoised forms at the same whole-number sum)."""
+        prices = self._first_round.get(ctx.size) if first else None
+        if first and prices is None:
+            prices = self._first_round[ctx.size] = self._first_round_prices(ctx.size)
+        s = float(int(ctx.sum())) if prices is not None else 0.0
+        d2 = v = None
+        if prices is not None:
+            d2 = prices[0](s) if prices[0] is not None else None
+            v = prices[1](s) if prices[1] is not None else None
+        if d2 is None and self.draft2_cost is not None:
+            d2 = chain_draft_time(self.draft2_cost, ctx, k)
+        if v is None:
+            u = (k + 1).astype(np.float64)
+            v = self.draft_cost.step_time(u, ctx, u)
+        return (0.0 if d2 is None else d2), v
+
+    def _first_round_prices(self, n: int) -> tuple:
+        """The first round's (draft2's chain, the draft's verification) as functions of the
+        context sum (``chain_draft_pricer``, ``uniform_pricer``), each None where none applies."""
+        if len(self._first_round) >= 1024:
+            self._first_round.clear()
+        k = min(self.gamma2, self.gamma - 1)
+        d2 = chain_draft_pricer(self.draft2_cost, n, k) \
+            if self.draft2_cost is not None and k >= 1 else None
+        forms = closed_forms(self.draft_cost)
+        v = forms.uniform_pricer(n, k + 1, n * (k + 1)) if forms is not None else None
+        return d2, v
+
+    def _inner_counts(self, k: np.ndarray, ctx: np.ndarray, request_ids: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+        """``self.inner.sample_chain(k, ...)``: for alpha in (0, 1) the same uniforms against
+        the same thresholds, computed once for the most any round drafts (a threshold does
+        not depend on how many follow it: the same counts once capped at ``k``)."""
+        if self._cut is None:
+            return self.inner.sample_chain(k, ctx, request_ids, rng)
+        return np.minimum(self._cut.searchsorted(rng.random(k.shape), "right"), k)
+
+    def _host(self, rounds: int) -> SpecCharge:
+        """The draft loop's host work of ``rounds`` outer forwards (memoised: SpecCharge
+        keeps its own memo by batch size)."""
+        got = self._charges.get(rounds)
+        if got is None:
+            got = self._charges[rounds] = SpecCharge(self.execution,
+                                                     SpecWork(draft_forwards=rounds))
+        return got
 
     def expected_accepted(self) -> float | None:
         """Expected accepted tokens per iteration (bonus excluded): the chain's."""
@@ -152,10 +223,10 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         on = self.speculable(batch)
         k = np.where(on, self.gamma, 0).astype(np.int64)
-        gpu, cpu, rounds = self.draft_time(batch.context[on].astype(np.float64),
+        gpu, cpu, rounds = self.draft_time(batch.context[on],
                                            batch.request_ids[on], rng)
         # the outer draft runs one forward a round: the draft loop's work
-        host = SpecCharge(self.execution, SpecWork(draft_forwards=rounds))
+        host = self._host(rounds)
         return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu,
                          cpu_time_s=cpu + host(int(np.count_nonzero(on))))
 
@@ -174,9 +245,8 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
 
     def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
                           reread: np.ndarray, rng: np.random.Generator) -> float:
-        gpu, cpu, rounds = self.draft_time(context.astype(np.float64), request_ids, rng)
-        host = SpecCharge(self.execution, SpecWork(draft_forwards=rounds))
-        return gpu + (cpu + host(context.size))  # propose's draft_time_s + cpu_time_s
+        gpu, cpu, rounds = self.draft_time(context, request_ids, rng)
+        return gpu + (cpu + self._host(rounds)(context.size))  # propose's draft_time_s + cpu_time_s
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:
