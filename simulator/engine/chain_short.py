@@ -72,6 +72,8 @@ def _rows_or_short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainC
     """A carried draft's pass: vectorised (``_pass``) where its draws and prices come as rows
     (``CarriedDraft.chain_counts`` and ``draft_rows``: a feature drafter's chain, each
     iteration costing two forwards priced on arrays), else ``_short``."""
+    if spec.carried.chain_counts() is None:  # drawn iteration by iteration
+        return _short(replica, spec, k_max)
     got = _pass(replica, spec, k_max)
     return _short(replica, spec, k_max) if got[0] == NO_ROWS else got
 

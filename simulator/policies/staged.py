@@ -54,6 +54,7 @@ from simulator.policies.base import (
 from simulator.policies.chain_acceptance import accept_chain
 
 NGRAM = "ngram"
+_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 
 
 def _draft2(name: str, target=None):
@@ -114,7 +115,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         self.inner = IIDAcceptance(alpha)
         self._counts = None  # draw_accepted's counter, where acceptance is context-free
         self.execution = spec_execution(ctx)
-        self._first_round: dict = {}  # _round_s' closed forms, by batch size
+        self._uniform_rounds: dict = {}  # _round_s' closed forms, by (batch size, count)
         self._charges: dict = {}  # the host work's SpecCharge, by rounds
         a = self.inner.alpha  # _inner_counts' thresholds (IIDAcceptance.sample_chain's)
         self._cut = geometric_thresholds(a, self.gamma2) if 0.0 < a < 1.0 else None
@@ -139,13 +140,15 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
                 need = self.gamma - produced[active]
                 k = np.minimum(self.gamma2, need - 1)
                 ctx = context[active] + produced[active]
+                same = int(_MIN(k))
+                same = same if same == int(_MAX(k)) else None
             elif n:  # the first round: every request drafting the same count
-                active, ctx = None, context
-                k = np.full(n, min(self.gamma2, self.gamma - 1), np.int64)
+                active, ctx, same = None, context, min(self.gamma2, self.gamma - 1)
+                k = np.full(n, same, np.int64)
             else:
                 return gpu, cpu, rounds
             rounds += 1
-            d2, v = self._round_s(ctx, k, first=active is None)
+            d2, v = self._round_s(ctx, k, same)
             if self.draft2_cost is not None:
                 gpu += d2
             else:
@@ -158,17 +161,20 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             else:
                 produced[active] += accepted + 1
 
-    def _round_s(self, ctx: np.ndarray, k: np.ndarray, first: bool) -> tuple[float, float]:
-        """(draft2's chain, the draft's verification) seconds of an inner round: the first
-        round's (every request drafting the same count) by the closed forms as functions of
-        the context sum where they apply (bitwise ``chain_draft_time``'s and
-        ``step_time``'s: the same memoised forms at the same whole-number sum)."""
-        prices = self._first_round.get(ctx.size) if first else None
-        if first and prices is None:
-            prices = self._first_round[ctx.size] = self._first_round_prices(ctx.size)
-        s = float(int(ctx.sum())) if prices is not None else 0.0
+    def _round_s(self, ctx: np.ndarray, k: np.ndarray, same: int | None) -> tuple[float, float]:
+        """(draft2's chain, the draft's verification) seconds of an inner round; one whose
+        requests all draft ``same`` tokens (the first, and many later ones) by the closed
+        forms as functions of the context sum where they apply (bitwise
+        ``chain_draft_time``'s and ``step_time``'s: the same memoised forms at the same
+        whole-number sum)."""
+        prices = None
+        if same is not None:
+            prices = self._uniform_rounds.get((ctx.size, same))
+            if prices is None:
+                prices = self._uniform_round_prices(ctx.size, same)
         d2 = v = None
-        if prices is not None:
+        if prices is not None and prices != (None, None):
+            s = float(int(_SUM(ctx)))
             d2 = prices[0](s) if prices[0] is not None else None
             v = prices[1](s) if prices[1] is not None else None
         if d2 is None and self.draft2_cost is not None:
@@ -178,17 +184,18 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             v = self.draft_cost.step_time(u, ctx, u)
         return (0.0 if d2 is None else d2), v
 
-    def _first_round_prices(self, n: int) -> tuple:
-        """The first round's (draft2's chain, the draft's verification) as functions of the
-        context sum (``chain_draft_pricer``, ``uniform_pricer``), each None where none applies."""
-        if len(self._first_round) >= 1024:
-            self._first_round.clear()
-        k = min(self.gamma2, self.gamma - 1)
+    def _uniform_round_prices(self, n: int, k: int) -> tuple:
+        """A round of ``n`` requests each drafting ``k``: (draft2's chain, the draft's
+        verification) as functions of the context sum (``chain_draft_pricer``,
+        ``uniform_pricer``), each None where none applies; memoised."""
+        if len(self._uniform_rounds) >= 1024:
+            self._uniform_rounds.clear()
         d2 = chain_draft_pricer(self.draft2_cost, n, k) \
             if self.draft2_cost is not None and k >= 1 else None
         forms = closed_forms(self.draft_cost)
         v = forms.uniform_pricer(n, k + 1, n * (k + 1)) if forms is not None else None
-        return d2, v
+        got = self._uniform_rounds[n, k] = (d2, v)
+        return got
 
     def _inner_counts(self, k: np.ndarray, ctx: np.ndarray, request_ids: np.ndarray,
                       rng: np.random.Generator) -> np.ndarray:
