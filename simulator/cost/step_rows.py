@@ -37,8 +37,8 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     totals = _SUM(tokens, axis=1).astype(np.float64).tolist()
     heads = totals if logits is None else [float(_SUM(logits, axis=None))] * len(totals)
     lo, hi, tokens = lo.tolist(), hi.tolist(), tokens.astype(np.float64)
+    out, parts, uniform = [0.0] * len(totals), {}, {}
     attention = None
-    out, parts = [], {}  # parts: the token totals' (closed form or mode and fixed part)
     for j, (low, high, total, head) in enumerate(zip(lo, hi, totals, heads)):
         key = (low, high, total, head)
         part = parts.get(key)
@@ -48,12 +48,16 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
                 mode = cm._mode(tokens[j], total, low, high)
                 k = (mode[0], cm._fixed(total, head, *mode))
             part = parts[key] = k
-        if type(part) is not tuple:  # step_time's closed form of a uniform batch
-            out.append(sm.uniform_time(part, float(_SUM(ctx[j])), max))
+        if type(part) is not tuple:  # step_time's closed form of a uniform batch: below
+            uniform.setdefault(key, []).append(j)
             continue
         if attention is None:
             attention = _attention_layers(cm, tokens, ctx)
-        out.append(cm._step_from(part[0], part[1], attention[j], n))
+        out[j] = cm._step_from(part[0], part[1], attention[j], n)
+    for key, rows in uniform.items():  # the closed form on an array of context sums: the
+        sums = _SUM(ctx[rows], axis=1)  # same operations as on each (whole numbers: exact)
+        for j, x in zip(rows, sm.uniform_time(parts[key], sums, np.maximum).tolist()):
+            out[j] = x
     return np.array(out, np.float64)
 
 
