@@ -208,9 +208,8 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
         total = 0.0 + forms.rows_step_times(first, start, logits)
         s = _SUM(context, axis=1).astype(np.float64)  # whole numbers: exact
-        later_forms = closed_forms(self.cost)
-        for offset, _, t, lg in later:
-            total = total + later_forms.uniform_step_times(n, t, s + offset, lg)
+        for times in _later_times(closed_forms(self.cost), n, s, later):
+            total = total + times
         extras = []
         for tokens in _SUM(first, axis=1).tolist():
             extra = self._extras.get((tokens, n))
@@ -248,6 +247,20 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             return 0.0
         return self._first.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
             + self._extra_s(float(new_tokens.sum()), [])
+
+
+def _later_times(forms, n: int, sums: np.ndarray, later: list) -> list[np.ndarray]:
+    """Each later forward's seconds at every row's context sum ``sums`` (K,), in order:
+    ``forms.uniform_step_times`` at sums + the forward's offset (a chain's forwards, all
+    one form, in one call on the flattened (K, forwards) grid: elementwise the same)."""
+    if len(later) > 1 and all(f[2:] == later[0][2:] for f in later):
+        offsets = np.array([f[0] for f in later])
+        grid = (sums[:, None] + offsets[None, :]).ravel()
+        got = forms.uniform_step_times(n, later[0][2], grid, later[0][3])
+        if got is not None:
+            got = np.asarray(got, np.float64).reshape(sums.size, len(later))
+            return [got[:, j] for j in range(len(later))]
+    return [forms.uniform_step_times(n, t, sums + offset, lg) for offset, _, t, lg in later]
 
 
 def extend_cost(cost):
