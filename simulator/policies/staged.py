@@ -55,6 +55,12 @@ from simulator.policies.chain_acceptance import accept_chain
 
 NGRAM = "ngram"
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+_ANY, _ALL = np.logical_or.reduce, np.logical_and.reduce
+
+
+def _NOTHING(ctx_sum: float) -> float:
+    """``chain_draft_time`` of a round in which no request drafts: no forward, 0 s."""
+    return 0.0
 
 
 def _draft2(name: str, target=None):
@@ -127,26 +133,18 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
     def draft_time(self, context: np.ndarray, request_ids: np.ndarray,
                    rng: np.random.Generator) -> tuple[float, float, int]:
         """(GPU s, CPU s, inner rounds) for the draft to produce gamma tokens per request
-        (``context``: whole numbers, as ints or floats: the same prices either way)."""
+        (``context``: whole numbers, as ints or floats: the same prices either way).  Each
+        round drafts for the requests still short of gamma, in batch order; their arrays
+        shrink as requests finish (a request that has its gamma tokens drafts no more)."""
         n = context.size
-        produced = np.zeros(n, np.int64)
-        gpu = cpu = 0.0
-        rounds = 0
+        if not n:
+            return 0.0, 0.0, 0
+        gamma, gpu, cpu, rounds = self.gamma, 0.0, 0.0, 0
+        where = None  # the drafting requests' positions in the batch (None: all of them)
+        ctx, ids, produced = context, request_ids, np.zeros(n, np.int64)
+        same = min(self.gamma2, gamma - 1)  # the first round: every request the same count
+        k = np.full(n, same, np.int64)
         while True:
-            if rounds:
-                active = np.flatnonzero(produced < self.gamma)
-                if not active.size:
-                    return gpu, cpu, rounds
-                need = self.gamma - produced[active]
-                k = np.minimum(self.gamma2, need - 1)
-                ctx = context[active] + produced[active]
-                same = int(_MIN(k))
-                same = same if same == int(_MAX(k)) else None
-            elif n:  # the first round: every request drafting the same count
-                active, ctx, same = None, context, min(self.gamma2, self.gamma - 1)
-                k = np.full(n, same, np.int64)
-            else:
-                return gpu, cpu, rounds
             rounds += 1
             d2, v = self._round_s(ctx, k, same)
             if self.draft2_cost is not None:
@@ -154,12 +152,17 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             else:
                 cpu += self.lookup_s * float(k.sum())
             gpu += v
-            accepted = self._inner_counts(k, ctx, request_ids if active is None
-                                          else request_ids[active], rng)
-            if active is None:
-                produced += accepted + 1
-            else:
-                produced[active] += accepted + 1
+            produced = produced + (self._inner_counts(k, ctx, ids, rng) + 1)
+            short = produced < gamma
+            if not _ANY(short):
+                return gpu, cpu, rounds
+            if not _ALL(short):
+                where = np.flatnonzero(short) if where is None else where[short]
+                produced, ids = produced[short], request_ids[where]
+            ctx = (context if where is None else context[where]) + produced
+            k = np.minimum(self.gamma2, (gamma - produced) - 1)
+            same = int(_MIN(k))
+            same = same if same == int(_MAX(k)) else None
 
     def _round_s(self, ctx: np.ndarray, k: np.ndarray, same: int | None) -> tuple[float, float]:
         """(draft2's chain, the draft's verification) seconds of an inner round; one whose
@@ -190,8 +193,9 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         ``uniform_pricer``), each None where none applies; memoised."""
         if len(self._uniform_rounds) >= 1024:
             self._uniform_rounds.clear()
-        d2 = chain_draft_pricer(self.draft2_cost, n, k) \
-            if self.draft2_cost is not None and k >= 1 else None
+        d2 = None
+        if self.draft2_cost is not None:  # no draft2 forward where nothing is drafted
+            d2 = chain_draft_pricer(self.draft2_cost, n, k) if k >= 1 else _NOTHING
         forms = closed_forms(self.draft_cost)
         v = forms.uniform_pricer(n, k + 1, n * (k + 1)) if forms is not None else None
         got = self._uniform_rounds[n, k] = (d2, v)
