@@ -27,6 +27,13 @@ none (MLA's multi-token attention), from ``step_time`` on the arrays the step-by
 hands it; its acceptances are the policy's own draws (``draw_accepted``: a chain's or a
 tree's, from the replica's generator in the step-by-step order), and the policy is told the
 last iteration's (``observe_accepted``), as its ``observe`` would have been.
+
+Such a draft whose only draws are one uniform a request and iteration and whose prices come
+as rows (``CarriedDraft.chain_counts`` and ``draft_rows``: a feature drafter's chain) takes
+the vectorised ``_pass`` instead, from the first pass on: an iteration of it costs two
+forwards priced on arrays (its first forward and the target's verification), which rows
+price at a fraction of the cost; ``_pass`` prices its rows 8, 16, 32... at a time until one
+ends past the next arrival, and gives back the draws of those it does not keep.
 """
 from __future__ import annotations
 

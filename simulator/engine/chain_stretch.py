@@ -91,10 +91,11 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarra
     ``sums`` (``ctx``: each request's, (K, n); ``emit``: the accepted drafts + 1 drawn for
     them; ``before``: the emissions of the iteration before the first, None where that
     is the policy's last observed), bitwise what the step-by-step path prices; None where a
-    closed form does not apply (the step-by-step path prices those).  A carried draft's rows come from its
-    ``draft_rows``, each iteration re-reading what the one before accepted, and the
-    target's verification, where it has no closed form (MLA's multi-token attention), from
-    ``rows_step_times`` on the arrays the step-by-step path hands ``step_time``."""
+    closed form does not apply (the step-by-step path prices those).  A carried draft's
+    rows come from its ``draft_rows``, each iteration re-reading what the one before
+    accepted, and the target's verification, where it has no closed form (MLA's
+    multi-token attention), from ``rows_step_times`` on the arrays the step-by-step path
+    hands ``step_time``."""
     u = spec.gamma + 1
     if spec.carried is None:
         draft = spec.draft_times(n, sums)
