@@ -35,6 +35,7 @@ from hardware.profile import HardwareProfile
 from simulator.cost import layer_ops as lo
 from simulator.cost import mla
 from simulator.cost import step_models as sm
+from simulator.cost import step_rows
 from simulator.cost import token_terms as tt
 from simulator.cost import verify_rows
 from simulator.cost.execution import Execution, resolve_execution
@@ -351,6 +352,10 @@ class CostModel(ClosedFormPricer):
     def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
         """``ClosedFormPricer.verify_step_times``, the rows at once (verify_rows.py)."""
         return verify_rows.verify_step_times(self, tokens, context)
+
+    def rows_step_times(self, tokens, context, logits=None) -> np.ndarray:
+        """``ClosedFormPricer.rows_step_times``, the rows at once (step_rows.py)."""
+        return step_rows.rows_step_times(self, tokens, context, logits)
 
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from simulator.cost.linear_op import linear_op_s
 from simulator.engine.plan import closed_forms
 from simulator.speculation.token_tree import TokenTree
 
@@ -153,13 +154,17 @@ def _shards(devices: int, size: int) -> list[np.ndarray]:
 
 
 class OperatorPrices:
-    """Per-layer seconds of a model's linear operators, from ``cost.breakdown`` (cached)."""
+    """Per-layer seconds of a model's linear operators, from ``cost.breakdown`` (cached); the
+    square linear from its o_proj alone where ``linear_op_s`` prices it (bitwise the same:
+    a prompt chunk's token count rarely repeats, and a whole breakdown a miss is most of a
+    MoE drafter's run)."""
 
     def __init__(self, cost) -> None:
         self.cost = cost
         m = cost.model
         self._square = m.hidden_size / m.q_size  # o_proj is q x h; a square h x h layer
         self._cache: dict[int, tuple[float, float]] = {}
+        self._squares: dict[int, float] = {}
 
     def _ops(self, tokens: int) -> tuple[float, float]:
         hit = self._cache.get(tokens)
@@ -176,7 +181,18 @@ class OperatorPrices:
 
     def square_linear_s(self, tokens: int) -> float:
         """An h x h linear over ``tokens`` tokens (Medusa's ResBlock; half of EAGLE's fc)."""
-        return self._ops(int(tokens))[0] if tokens > 0 else 0.0
+        if tokens <= 0:
+            return 0.0
+        tokens = int(tokens)
+        hit = self._squares.get(tokens)
+        if hit is None:
+            o_proj = linear_op_s(self.cost, "o_proj", tokens)
+            hit = self._ops(tokens)[0] if o_proj is None else \
+                o_proj / self.cost.model.num_layers * self._square
+            if len(self._squares) > 1024:
+                self._squares.clear()
+            self._squares[tokens] = hit
+        return hit
 
     def lm_head_s(self, tokens: int) -> float:
         """An h x vocab linear over ``tokens`` tokens (an LM head)."""

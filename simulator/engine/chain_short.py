@@ -27,6 +27,13 @@ none (MLA's multi-token attention), from ``step_time`` on the arrays the step-by
 hands it; its acceptances are the policy's own draws (``draw_accepted``: a chain's or a
 tree's, from the replica's generator in the step-by-step order), and the policy is told the
 last iteration's (``observe_accepted``), as its ``observe`` would have been.
+
+Such a draft whose only draws are one uniform a request and iteration and whose prices come
+as rows (``CarriedDraft.chain_counts`` and ``draft_rows``: a feature drafter's chain) takes
+the vectorised ``_pass`` instead, from the first pass on: an iteration of it costs two
+forwards priced on arrays (its first forward and the target's verification), which rows
+price at a fraction of the cost; ``_pass`` prices its rows 8, 16, 32... at a time until one
+ends past the next arrival, and gives back the draws of those it does not keep.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ from simulator.engine.chain_stretch import (
     _FULL,
     FIRST_PASS,
     MAX_CHAIN_ITERATIONS,
+    NO_ROWS,
     ChainCrossing,
     _crossing,
     _opening,
@@ -58,12 +66,23 @@ def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | Non
     iteration too, else None (the next iteration goes through the step-by-step path).
     The first pass takes up to 8 iterations one by one (``_short``), the next ones four
     times as many each, vectorised (``_pass``)."""
-    done, k, step = NONE, FIRST_PASS, _short
+    done, k = NONE, FIRST_PASS
+    step = _short if spec.carried is None else _rows_or_short
     while (got := step(replica, spec, k))[0] == _FULL:
         done, k = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS)
-        if spec.carried is None:  # a carried draft is priced iteration by iteration
+        if spec.carried is None:
             step = _pass
     return (done, None) if got[0] == NONE else got
+
+
+def _rows_or_short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:
+    """A carried draft's pass: vectorised (``_pass``) where its draws and prices come as rows
+    (``CarriedDraft.chain_counts`` and ``draft_rows``: a feature drafter's chain, each
+    iteration costing two forwards priced on arrays), else ``_short``."""
+    if spec.carried.chain_counts() is None:  # drawn iteration by iteration
+        return _short(replica, spec, k_max)
+    got = _pass(replica, spec, k_max)
+    return _short(replica, spec, k_max) if got[0] == NO_ROWS else got
 
 
 def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:

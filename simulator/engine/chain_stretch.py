@@ -53,6 +53,7 @@ _CONST = np.array([_COL[name] for name in ("replica", "batch_size", "num_decode"
 _ALL, _ANY, _MIN, _MAX, _SUM = (np.logical_and.reduce, np.logical_or.reduce,
                                 np.minimum.reduce, np.maximum.reduce, np.add.reduce)
 _FULL = 3  # a pass that kept all its iterations: the stretch may go on
+NO_ROWS = 4  # a carried draft's pass had no rows to price (nothing done: go one by one)
 
 
 def chain_stretch_of(replica) -> ChainStretch | None:
@@ -84,15 +85,30 @@ def chain_prices(replica, spec: ChainStretch, n: int):
     return got
 
 
-def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray):
+def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarray,
+           emit: np.ndarray, before: np.ndarray | None = None):
     """(draft, verify) seconds of chain iterations of ``n`` requests whose contexts sum to
-    ``sums``, bitwise what the step-by-step path prices; None where a closed form does not
-    apply (the step-by-step path prices those)."""
+    ``sums`` (``ctx``: each request's, (K, n); ``emit``: the accepted drafts + 1 drawn for
+    them; ``before``: the emissions of the iteration before the first, None where that
+    is the policy's last observed), bitwise what the step-by-step path prices; None where a
+    closed form does not apply (the step-by-step path prices those).  A carried draft's
+    rows come from its ``draft_rows``, each iteration re-reading what the one before
+    accepted, and the target's verification, where it has no closed form (MLA's
+    multi-token attention), from ``rows_step_times`` on the arrays the step-by-step path
+    hands ``step_time``."""
     u = spec.gamma + 1
-    draft = spec.draft_times(n, sums) if spec.carried is None else None
+    if spec.carried is None:
+        draft = spec.draft_times(n, sums)
+    else:
+        reread = np.empty(ctx.shape)
+        reread[0] = spec.carried.reread_tokens(replica.b.ids) if before is None else before
+        reread[1:] = emit[:-1]
+        draft = spec.carried.draft_rows(replica.b.ids, ctx, reread)
     if draft is None:
         return None
     verify = replica.forms.uniform_step_times(n, u, sums.astype(np.float64), n * u)
+    if verify is None and spec.carried is not None:
+        verify = replica.forms.rows_step_times(np.full(ctx.shape, float(u)), ctx)
     return None if verify is None else (draft, np.asarray(verify, np.float64))
 
 
@@ -143,20 +159,15 @@ def _pass(replica, spec: ChainStretch, k_max: int,
     n, g, bs = int(b.ids.size), spec.gamma, lim.block_size
     k_max = min(k_max, int(_MIN(b.output_len - b.generated)), max(1, MAX_STRETCH_CELLS // n))
     rng = replica.rng
+    counts = spec.accepted if spec.carried is None else spec.carried.chain_counts()
+    if counts is None:  # a carried draft that draws iteration by iteration
+        return NO_ROWS, None
     saved = rng.bit_generator.state
-    emit = spec.accepted(rng.random((k_max, n)), b.ids)
+    emit = counts(rng.random((k_max, n)), b.ids)
     emit += 1  # the accepted drafts and the target's token (uncapped)
     got = np.add.accumulate(emit, axis=0)  # tokens emitted by each iteration's end
     ctx = b.computed + (got - emit)  # the contexts each iteration starts from
     sums = _SUM(ctx, axis=1)
-    times = _times(replica, spec, n, sums)
-    if times is None:
-        rng.bit_generator.state = saved
-        return NONE, None
-    draft_s, verify_s = times
-    clock = np.add.accumulate(np.concatenate(((replica.now,), draft_s + verify_s)))
-    # the iterations ending before the next arrival, and the first that cannot run here
-    k_time = int(clock[1:].searchsorted(replica.arrivals.horizon(replica.index), "left"))
     # (each test exact where its cheap bound does not clear every iteration: a request's
     # blocks are at most tokens / bs + 1; contexts and lengths only grow)
     blocked, free = k_max, lim.kv_blocks - base
@@ -166,6 +177,14 @@ def _pass(replica, spec: ChainStretch, k_max: int,
         seq = b.prompt_len + b.generated + g
         blocked = _first(_ANY(ctx - b.computed + seq >= spec.max_context, axis=1), blocked)
     ends_at = _first(_ANY(got >= b.output_len - b.generated, axis=1), k_max) + 1
+    horizon = replica.arrivals.horizon(replica.index)
+    priced = _priced(replica, spec, n, sums, ctx, emit, min(blocked, ends_at), horizon)
+    if priced is None:
+        rng.bit_generator.state = saved
+        return (NONE if spec.carried is None else NO_ROWS), None
+    draft_s, verify_s, clock = priced
+    # the iterations ending before the next arrival, and the first that cannot run here
+    k_time = int(clock[1:].searchsorted(horizon, "left"))
     k = min(k_time, blocked, ends_at)
     cross = k == k_time < blocked and k < ends_at  # the next one crosses the arrival
     keep = k + cross
@@ -182,6 +201,40 @@ def _pass(replica, spec: ChainStretch, k_max: int,
     if not k:
         return NONE, None
     return (RETIRED if k == ends_at else _FULL if k == k_max else ADVANCED), None
+
+
+def _priced(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarray,
+            emit: np.ndarray, rows: int, horizon: float):
+    """(draft, verify, clock: the start and every end) of the pass's first iterations, at
+    least up to the first that ends at or past ``horizon`` or all ``rows`` of them (the
+    most it may keep: the rest are never priced); None where ``_times`` has no form.  A
+    carried draft's rows (two forwards on arrays each) are priced 8, 16, 32... at a time
+    until one ends past the horizon: each row's price is its own, however many are asked."""
+    if spec.carried is None:
+        times = _times(replica, spec, n, sums, ctx, emit)
+        if times is None:
+            return None
+        durations = times[0] + times[1]
+        return times[0], times[1], np.add.accumulate(np.concatenate(((replica.now,),
+                                                                     durations)))
+    drafts, verifies, clocks, done, size = [], [], [np.array([replica.now])], 0, 8
+    while done < rows:
+        end = min(done + size, rows)
+        times = _times(replica, spec, n, sums[done:end], ctx[done:end], emit[done:end],
+                       None if not done else emit[done - 1])
+        if times is None:
+            return None
+        drafts.append(times[0])
+        verifies.append(times[1])
+        # the same running sum, continued from the last end
+        clocks.append(np.add.accumulate(np.concatenate(((clocks[-1][-1],),
+                                                        times[0] + times[1])))[1:])
+        done, size = end, 2 * size
+        if clocks[-1][-1] >= horizon:
+            break
+    if not drafts:  # no iteration can run here (the KV cache): nothing to price
+        return np.zeros(0), np.zeros(0), clocks[0]
+    return np.concatenate(drafts), np.concatenate(verifies), np.concatenate(clocks)
 
 
 def _first(flags: np.ndarray, default: int) -> int:

@@ -87,6 +87,22 @@ class CarriedDraft(ABC):
     def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
         """What ``observe`` records of an iteration whose drafts ``accepted`` (uncapped)."""
 
+    def chain_counts(self) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+        """Where each iteration's only draws are ``draw_accepted``'s one uniform a request
+        (``iteration_draft_s`` draws none): ``counts(draws, request_ids)``, the accepted
+        drafts (K, n) of K iterations from their uniforms (K, n), row j what
+        ``draw_accepted`` returns when ``rng.random(n)`` gives draws[j]; with
+        ``draft_rows`` the engine then advances such a stretch K iterations at once
+        (chain_stretch.py).  None (the default): iteration by iteration."""
+        return None
+
+    def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,
+                   reread: np.ndarray) -> np.ndarray | None:
+        """``iteration_draft_s`` of K iterations of the same requests at once (a float
+        array): row j that of ``context[j]`` (ints, (K, n)) re-reading ``reread[j]``,
+        bitwise; None (the default) where there is no such form."""
+        return None
+
 
 @dataclass(frozen=True)
 class ChainStretch:
@@ -264,6 +280,16 @@ class ClosedFormPricer(ABC):
         a row."""
         rows = np.asarray(tokens, np.float64)
         return np.array([self.step_time(row, context, row) for row in rows], np.float64)
+
+    def rows_step_times(self, tokens: np.ndarray, context: np.ndarray,
+                        logits: np.ndarray | None = None) -> np.ndarray:
+        """``step_time(tokens[j], context[j], logits)`` of each row ``j`` of the (K, n)
+        ``tokens`` and ``context`` (``logits``: the requests' LM-head tokens, the same in
+        every row; None: each row's tokens): K forwards of one batch's requests, each at
+        its own contexts (a stretch's iterations); bitwise, by default one call a row."""
+        rows, ctx = np.asarray(tokens, np.float64), np.asarray(context, np.float64)
+        return np.array([self.step_time(row, c, row if logits is None else logits)
+                         for row, c in zip(rows, ctx)], np.float64)
 
 
 def closed_forms(cost: StepPricer | None) -> ClosedFormPricer | None:

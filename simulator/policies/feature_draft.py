@@ -172,7 +172,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
         total = 0.0 + self._first.step_time(first, start, logits)
         s = float(int(_SUM(context)))
-        for offset, price in later:
+        for offset, price, _, _ in later:
             total += price(s + offset)
         tokens = first.sum()  # the linears' seconds: a function of (tokens, n) alone
         extra = self._extras.get((tokens, n))
@@ -183,10 +183,48 @@ class FeatureDraft(PolicyBase, CarriedDraft):
                 tokens, [n * t for t in self.levels[1:]])
         return total + extra + self.host(n)
 
+    def chain_counts(self):
+        """A chain's counts from its uniforms (``draw_accepted``'s counter), once its
+        acceptance model is bound (its first draw binds it); None for a tree."""
+        if self._counts is None and self.tree.is_chain:
+            self._counts = self.acceptance.chain_counter(self.tree.num_nodes)
+        return self._counts
+
+    def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,
+                   reread: np.ndarray) -> np.ndarray | None:
+        """``iteration_draft_s`` of K iterations at once: the first forwards by the layer's
+        ``rows_step_times``, the later ones by its closed form at each row's context sum
+        (``uniform_step_times``: the scalar pricers' floats), the linears from the same memo,
+        added in the same order, elementwise."""
+        k, n = context.shape
+        memo = self._later.get(n, self._later)
+        if memo is self._later:
+            memo = self._later[n] = self._later_pricers(n)
+        forms = closed_forms(self._first)
+        if memo is None or forms is None:
+            return None
+        logits, later = memo
+        first = np.maximum(reread, 1.0)
+        start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
+        total = 0.0 + forms.rows_step_times(first, start, logits)
+        s = _SUM(context, axis=1).astype(np.float64)  # whole numbers: exact
+        for times in _later_times(closed_forms(self.cost), n, s, later):
+            total = total + times
+        extras = []
+        for tokens in _SUM(first, axis=1).tolist():
+            extra = self._extras.get((tokens, n))
+            if extra is None:
+                if len(self._extras) >= 4096:
+                    self._extras.clear()
+                extra = self._extras[tokens, n] = self._extra_s(
+                    tokens, [n * t for t in self.levels[1:]])
+            extras.append(extra)
+        return total + np.array(extras) + self.host(n)
+
     def _later_pricers(self, n: int) -> tuple | None:
         """(the first forward's logits per request; (n x the tokens before it, its price as a
-        function of the context sum) of every later forward); None where one has no closed
-        form."""
+        function of the context sum, its tokens a request and its logits in all) of every
+        later forward); None where one has no closed form."""
         forms, out, offset = closed_forms(self.cost), [], 0.0
         if len(self._later) >= 1024:
             self._later.clear()
@@ -196,7 +234,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
                 forms.uniform_pricer(n, int(t), n * int(lg))
             if price is None:
                 return None
-            out.append((float(n) * offset, price))
+            out.append((float(n) * offset, price, int(t), n * int(lg)))
         return np.full(n, float(self.logits[0])), out
 
     def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
@@ -209,6 +247,20 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             return 0.0
         return self._first.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
             + self._extra_s(float(new_tokens.sum()), [])
+
+
+def _later_times(forms, n: int, sums: np.ndarray, later: list) -> list[np.ndarray]:
+    """Each later forward's seconds at every row's context sum ``sums`` (K,), in order:
+    ``forms.uniform_step_times`` at sums + the forward's offset (a chain's forwards, all
+    one form, in one call on the flattened (K, forwards) grid: elementwise the same)."""
+    if len(later) > 1 and all(f[2:] == later[0][2:] for f in later):
+        offsets = np.array([f[0] for f in later])
+        grid = (sums[:, None] + offsets[None, :]).ravel()
+        got = forms.uniform_step_times(n, later[0][2], grid, later[0][3])
+        if got is not None:
+            got = np.asarray(got, np.float64).reshape(sums.size, len(later))
+            return [got[:, j] for j in range(len(later))]
+    return [forms.uniform_step_times(n, t, sums + offset, lg) for offset, _, t, lg in later]
 
 
 def extend_cost(cost):

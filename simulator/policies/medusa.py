@@ -129,6 +129,7 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
                                               verify_tree_keys=tree_rows(self.tree)))
         self.typical = bool(params["typical_acceptance"])
         self._cond = None
+        self._by_size: dict[int, float] = {}  # iteration_draft_s, a function of n alone
         if self.typical:
             lift = 0.2 if params["typical_lift"] is None else params["typical_lift"]
             cond = np.asarray(model.node_conditionals(self.tree), float)
@@ -182,7 +183,12 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
     def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
                           reread: np.ndarray, rng: np.random.Generator) -> float:
         n = context.size  # propose's draft_time_s + cpu_time_s, a function of n alone
-        return self.heads_time(n) + self.host(n)
+        got = self._by_size.get(n)
+        if got is None:
+            if len(self._by_size) >= 1024:
+                self._by_size.clear()
+            got = self._by_size[n] = self.heads_time(n) + self.host(n)
+        return got
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:

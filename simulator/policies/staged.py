@@ -31,9 +31,15 @@ import numpy as np
 
 from simulator.acceptance.context_free import chain_counts
 from simulator.acceptance.iid import IIDAcceptance
-from simulator.cost.drafting import chain_draft_time, draft_max_context, draft_prefill_time
+from simulator.acceptance.sampling import geometric_thresholds
+from simulator.cost.drafting import (
+    chain_draft_pricer,
+    chain_draft_time,
+    draft_max_context,
+    draft_prefill_time,
+)
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
+from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
@@ -48,6 +54,13 @@ from simulator.policies.base import (
 from simulator.policies.chain_acceptance import accept_chain
 
 NGRAM = "ngram"
+_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+_ANY, _ALL = np.logical_or.reduce, np.logical_and.reduce
+
+
+def _NOTHING(ctx_sum: float) -> float:
+    """``chain_draft_time`` of a round in which no request drafts: no forward, 0 s."""
+    return 0.0
 
 
 def _draft2(name: str, target=None):
@@ -108,6 +121,10 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         self.inner = IIDAcceptance(alpha)
         self._counts = None  # draw_accepted's counter, where acceptance is context-free
         self.execution = spec_execution(ctx)
+        self._uniform_rounds: dict = {}  # _round_s' closed forms, by (batch size, count)
+        self._charges: dict = {}  # the host work's SpecCharge, by rounds
+        a = self.inner.alpha  # _inner_counts' thresholds (IIDAcceptance.sample_chain's)
+        self._cut = geometric_thresholds(a, self.gamma2) if 0.0 < a < 1.0 else None
 
     @property
     def max_verify_tokens(self) -> int:
@@ -115,27 +132,92 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
 
     def draft_time(self, context: np.ndarray, request_ids: np.ndarray,
                    rng: np.random.Generator) -> tuple[float, float, int]:
-        """(GPU s, CPU s, inner rounds) for the draft to produce gamma tokens per request."""
+        """(GPU s, CPU s, inner rounds) for the draft to produce gamma tokens per request
+        (``context``: whole numbers, as ints or floats: the same prices either way).  Each
+        round drafts for the requests still short of gamma, in batch order; their arrays
+        shrink as requests finish (a request that has its gamma tokens drafts no more)."""
         n = context.size
-        produced = np.zeros(n, np.int64)
-        gpu = cpu = 0.0
-        rounds = 0
+        if not n:
+            return 0.0, 0.0, 0
+        gamma, gpu, cpu, rounds = self.gamma, 0.0, 0.0, 0
+        where = None  # the drafting requests' positions in the batch (None: all of them)
+        ctx, ids, produced = context, request_ids, np.zeros(n, np.int64)
+        same = min(self.gamma2, gamma - 1)  # the first round: every request the same count
+        k = np.full(n, same, np.int64)
         while True:
-            active = np.flatnonzero(produced < self.gamma)
-            if not active.size:
-                return gpu, cpu, rounds
             rounds += 1
-            need = self.gamma - produced[active]
-            k = np.minimum(self.gamma2, need - 1)
-            ctx = context[active] + produced[active]
+            d2, v = self._round_s(ctx, k, same)
             if self.draft2_cost is not None:
-                gpu += chain_draft_time(self.draft2_cost, ctx, k)
+                gpu += d2
             else:
                 cpu += self.lookup_s * float(k.sum())
-            gpu += self.draft_cost.step_time((k + 1).astype(np.float64), ctx,
-                                             (k + 1).astype(np.float64))
-            accepted = self.inner.sample_chain(k, ctx, request_ids[active], rng)
-            produced[active] += accepted + 1
+            gpu += v
+            produced = produced + (self._inner_counts(k, ctx, ids, rng) + 1)
+            short = produced < gamma
+            if not _ANY(short):
+                return gpu, cpu, rounds
+            if not _ALL(short):
+                where = np.flatnonzero(short) if where is None else where[short]
+                produced, ids = produced[short], request_ids[where]
+            ctx = (context if where is None else context[where]) + produced
+            k = np.minimum(self.gamma2, (gamma - produced) - 1)
+            same = int(_MIN(k))
+            same = same if same == int(_MAX(k)) else None
+
+    def _round_s(self, ctx: np.ndarray, k: np.ndarray, same: int | None) -> tuple[float, float]:
+        """(draft2's chain, the draft's verification) seconds of an inner round; one whose
+        requests all draft ``same`` tokens (the first, and many later ones) by the closed
+        forms as functions of the context sum where they apply (bitwise
+        ``chain_draft_time``'s and ``step_time``'s: the same memoised forms at the same
+        whole-number sum)."""
+        prices = None
+        if same is not None:
+            prices = self._uniform_rounds.get((ctx.size, same))
+            if prices is None:
+                prices = self._uniform_round_prices(ctx.size, same)
+        d2 = v = None
+        if prices is not None and prices != (None, None):
+            s = float(int(_SUM(ctx)))
+            d2 = prices[0](s) if prices[0] is not None else None
+            v = prices[1](s) if prices[1] is not None else None
+        if d2 is None and self.draft2_cost is not None:
+            d2 = chain_draft_time(self.draft2_cost, ctx, k)
+        if v is None:
+            u = (k + 1).astype(np.float64)
+            v = self.draft_cost.step_time(u, ctx, u)
+        return (0.0 if d2 is None else d2), v
+
+    def _uniform_round_prices(self, n: int, k: int) -> tuple:
+        """A round of ``n`` requests each drafting ``k``: (draft2's chain, the draft's
+        verification) as functions of the context sum (``chain_draft_pricer``,
+        ``uniform_pricer``), each None where none applies; memoised."""
+        if len(self._uniform_rounds) >= 1024:
+            self._uniform_rounds.clear()
+        d2 = None
+        if self.draft2_cost is not None:  # no draft2 forward where nothing is drafted
+            d2 = chain_draft_pricer(self.draft2_cost, n, k) if k >= 1 else _NOTHING
+        forms = closed_forms(self.draft_cost)
+        v = forms.uniform_pricer(n, k + 1, n * (k + 1)) if forms is not None else None
+        got = self._uniform_rounds[n, k] = (d2, v)
+        return got
+
+    def _inner_counts(self, k: np.ndarray, ctx: np.ndarray, request_ids: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+        """``self.inner.sample_chain(k, ...)``: for alpha in (0, 1) the same uniforms against
+        the same thresholds, computed once for the most any round drafts (a threshold does
+        not depend on how many follow it: the same counts once capped at ``k``)."""
+        if self._cut is None:
+            return self.inner.sample_chain(k, ctx, request_ids, rng)
+        return np.minimum(self._cut.searchsorted(rng.random(k.shape), "right"), k)
+
+    def _host(self, rounds: int) -> SpecCharge:
+        """The draft loop's host work of ``rounds`` outer forwards (memoised: SpecCharge
+        keeps its own memo by batch size)."""
+        got = self._charges.get(rounds)
+        if got is None:
+            got = self._charges[rounds] = SpecCharge(self.execution,
+                                                     SpecWork(draft_forwards=rounds))
+        return got
 
     def expected_accepted(self) -> float | None:
         """Expected accepted tokens per iteration (bonus excluded): the chain's."""
@@ -152,10 +234,10 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         on = self.speculable(batch)
         k = np.where(on, self.gamma, 0).astype(np.int64)
-        gpu, cpu, rounds = self.draft_time(batch.context[on].astype(np.float64),
+        gpu, cpu, rounds = self.draft_time(batch.context[on],
                                            batch.request_ids[on], rng)
         # the outer draft runs one forward a round: the draft loop's work
-        host = SpecCharge(self.execution, SpecWork(draft_forwards=rounds))
+        host = self._host(rounds)
         return DraftPlan(num_draft=k, verify_tokens=k + 1, draft_time_s=gpu,
                          cpu_time_s=cpu + host(int(np.count_nonzero(on))))
 
@@ -174,9 +256,8 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
 
     def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
                           reread: np.ndarray, rng: np.random.Generator) -> float:
-        gpu, cpu, rounds = self.draft_time(context.astype(np.float64), request_ids, rng)
-        host = SpecCharge(self.execution, SpecWork(draft_forwards=rounds))
-        return gpu + (cpu + host(context.size))  # propose's draft_time_s + cpu_time_s
+        gpu, cpu, rounds = self.draft_time(context, request_ids, rng)
+        return gpu + (cpu + self._host(rounds)(context.size))  # propose's draft_time_s + cpu_time_s
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:

@@ -1,0 +1,41 @@
+"""One linear operator of a one-request forward, priced alone.
+
+``OperatorPrices`` (drafting.py) reads a drafter's small linears (EAGLE's fc, EAGLE-3's
+fused feature fc, MTP's eh_proj, Medusa's ResBlocks) from ``CostModel.breakdown`` of one
+request of ``tokens`` new tokens.  A prompt chunk's token count rarely repeats, so its memo
+misses and each miss prices the whole forward (attention, a MoE layer's routed experts, the
+small kernels) to read one operator: on the MoE scenarios the largest part of a run.
+``linear_op_s`` prices that operator alone, the same terms in the same order as
+``breakdown``: the forward's runtime mode and padded tokens (``CostModel._mode`` on one
+request: ``Execution.graph_tokens``), the operator's ``token_terms.linear`` over the model's
+layers, its eager launches, ``op_from_term``'s time (bitwise ``breakdown``'s operator:
+``tests/simulator/cost/test_linear_op.py``).  Only for a plain ``CostModel`` with the
+sum-of-operators step model (a subclass may price its forward otherwise: ``None``).
+"""
+from __future__ import annotations
+
+from simulator.cost import step_models as sm
+from simulator.cost import token_terms as tt
+from simulator.cost.cost_model import CostModel
+from simulator.cost.op_cost import op_from_term
+
+
+def linear_op_s(cm: CostModel, name: str, tokens: int) -> float | None:
+    """``{op.name: op.time_s for op in cm.breakdown([tokens], [0], [tokens]).ops}[name]``
+    for a linear operator ``name`` (summed over the layers); None where it cannot say so
+    bitwise (another class, another step model, no such linear)."""
+    if type(cm) is not CostModel or cm.execution.step_model != "sum_of_operators" \
+            or tokens < 1:
+        return None
+    t = float(tokens)
+    mode, padded = cm.execution.graph_tokens(t, t <= sm.UNIFORM_MAX_QUERY)
+    launch = 0.0 if mode != "eager" else cm._launch_s
+    found = None  # breakdown's dict keeps the last operator of a name
+    for op, weight, out_t, in_t, n, roof, wb in cm._linears:
+        if op == name:
+            found = (weight, out_t, in_t, cm._layers if n is None else n, roof, wb)
+    if found is None:
+        return None
+    weight, out_t, in_t, n, roof, wb = found
+    lin = tt.linear(cm, padded, weight, out_t, in_t, n, roof, wb, name)
+    return op_from_term((name,) + lin[:6] + (launch * n,) + lin[6:]).time_s

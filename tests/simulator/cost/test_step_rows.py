@@ -1,0 +1,42 @@
+"""``rows_step_times``: K forwards of one batch's requests, each row with its own contexts,
+must be ``step_time``'s float row by row, bit for bit, on every kind of device pricing of
+``test_verify_rows`` (kernel shapes with FA2- and FA3-class prefill kernels, flat rates, MLA,
+eager and graphs) and every kind of row: uniform (the closed form), decodes, verifications,
+a feature drafter's first forward (re-read tokens, its LM-head tokens given apart), past
+numpy's pairwise-summation block (128 requests)."""
+import numpy as np
+import pytest
+
+from simulator.cost.step_rows import rows_step_times
+from tests.simulator.cost.test_verify_rows import CASES, _cost_model
+
+
+def _rows(rng: np.random.Generator, k: int, n: int, u: int):
+    tokens = np.concatenate([np.full((2, n), u), np.ones((1, n), np.int64),
+                             rng.integers(1, u + 2, (k - 3, n))])
+    context = rng.integers(0, 6000, (k, n))
+    return tokens, context
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
+@pytest.mark.parametrize("n", [1, 5, 130])
+def test_each_row_is_step_times_float(case, n):
+    cm = _cost_model(*case)
+    rng = np.random.default_rng(n)
+    tokens, context = _rows(rng, 7, n, 4)
+    got = rows_step_times(cm, tokens, context)
+    want = [cm.step_time(t.astype(float), c.astype(float), t.astype(float))
+            for t, c in zip(tokens, context)]
+    assert got.tolist() == want
+    logits = np.full(n, 1.0)  # a drafter's first forward: one LM-head token a request
+    got = rows_step_times(cm, tokens, context, logits)
+    assert got.tolist() == [cm.step_time(t.astype(float), c.astype(float), logits)
+                            for t, c in zip(tokens, context)]
+
+
+def test_rows_it_has_no_shortcut_for_are_step_times_own():
+    cm = _cost_model("h200", "deepseek-v3", 8, "graphs")
+    tokens = np.array([[0.0, 2.0, 1.5], [1.0, 1.0, 1.0]])  # an idle request, a fraction
+    context = np.array([[10.0, 20.0, 30.0], [5.0, 6.0, 7.0]])
+    want = [cm.step_time(t, c, t) for t, c in zip(tokens, context)]
+    assert rows_step_times(cm, tokens, context).tolist() == want

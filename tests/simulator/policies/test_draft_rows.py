@@ -1,0 +1,37 @@
+"""``FeatureDraft.draft_rows``: K iterations' draft seconds at once must be
+``iteration_draft_s``'s float row by row, bit for bit (the engine's carried stretches take
+them instead of one call an iteration): EAGLE's chain and EAGLE-2's tree on Vicuna-7B,
+EAGLE-3 on Llama, MTP on a small MoE and on DeepSeek-V3 (MLA attention, TP8), batches of
+one request (uniform rows: the closed form) up to past numpy's pairwise block, re-read
+tokens from 1 (nothing accepted) to the tree's depth + 1."""
+import numpy as np
+import pytest
+
+from simulator.models.spec import load_model
+
+from tests.simulator.policies import test_eagle, test_eagle3, test_mtp
+
+
+def _policies():
+    yield "eagle", test_eagle.make(test_eagle.EagleSpeculation, {"num_speculative_tokens": 5})
+    yield "eagle2", test_eagle.make(test_eagle.Eagle2Speculation)
+    yield "eagle3", test_eagle3.make({"num_speculative_tokens": 3})
+    yield "mtp", test_mtp.make({"num_speculative_tokens": 3}, tp=2)
+    yield "mtp-dsv3", test_mtp.make({"num_speculative_tokens": 3}, tp=8,
+                                    target=load_model("deepseek-v3"))
+
+
+@pytest.mark.parametrize("name,policy", list(_policies()), ids=lambda x: x
+                         if isinstance(x, str) else "")
+@pytest.mark.parametrize("n", [1, 3, 130])
+def test_each_row_is_iteration_draft_s(name, policy, n):
+    rng = np.random.default_rng(n)
+    k, depth = 9, policy.tree.max_depth
+    context = rng.integers(0, 5000, (k, n))
+    reread = rng.integers(1, depth + 2, (k, n)).astype(np.float64)
+    reread[0] = 1.0  # every request re-reading one token: a uniform first forward
+    ids = np.arange(n)
+    got = policy.draft_rows(ids, context, reread)
+    assert got is not None
+    want = [policy.iteration_draft_s(ids, c, r, rng) for c, r in zip(context, reread)]
+    assert got.tolist() == want
