@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost import step_models as sm
-from simulator.cost.verify_rows import _attention_layers, _whole
+from simulator.cost.verify_rows import attention_layers, whole_new_tokens
 
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 
@@ -30,7 +30,7 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     from simulator.cost.cost_model import CostModel  # the class whose step_time this is
     tokens, ctx = np.asarray(tokens), np.asarray(context, np.float64)
     if tokens.ndim != 2 or ctx.shape != tokens.shape or not ctx.size \
-            or type(cm) is not CostModel or cm._general_only or not _whole(tokens):
+            or type(cm) is not CostModel or cm._general_only or not whole_new_tokens(tokens):
         return _one_by_one(cm, tokens, ctx, logits)
     n = ctx.shape[1]
     lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)
@@ -52,7 +52,7 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
             uniform.setdefault(key, []).append(j)
             continue
         if attention is None:
-            attention = _attention_layers(cm, tokens, ctx)
+            attention = attention_layers(cm, tokens, ctx)
         out[j] = cm._step_from(part[0], part[1], attention[j], n)
     for key, rows in uniform.items():  # the closed form on an array of context sums: the
         sums = _SUM(ctx[rows], axis=1)  # same operations as on each (whole numbers: exact)

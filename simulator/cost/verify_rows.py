@@ -31,7 +31,7 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray
     """``cm.step_time(row, context, row)`` for each row of ``tokens`` (C, n), bitwise."""
     tokens, ctx = np.asarray(tokens), np.asarray(context, np.float64)
     if tokens.ndim != 2 or ctx.ndim != 1 or tokens.shape[1] != ctx.size or not ctx.size \
-            or cm._general_only or not _whole(tokens):
+            or cm._general_only or not whole_new_tokens(tokens):
         return np.array([cm.step_time(row, ctx, row)
                          for row in tokens.astype(np.float64)], np.float64)
     n = ctx.size
@@ -39,7 +39,7 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray
     lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)
     totals = _SUM(tokens, axis=1).astype(np.float64).tolist()
     lo, hi, tokens = lo.tolist(), hi.tolist(), tokens.astype(np.float64)
-    attention = _attention_layers(cm, tokens, ctx)
+    attention = attention_layers(cm, tokens, ctx)
     ctx_sum = None
     out, memo, most = [], _FIXED.setdefault(cm, {}), sm.UNIFORM_MAX_QUERY
     for c, (low, high, total) in enumerate(zip(lo, hi, totals)):
@@ -59,7 +59,7 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray
     return np.array(out, np.float64)
 
 
-def _whole(tokens: np.ndarray) -> bool:
+def whole_new_tokens(tokens: np.ndarray) -> bool:
     """Every request brings a whole number of new tokens, at least one (``step_time``'s
     masks of idle requests and its non-integer totals are left to it)."""
     if not tokens.size or _MIN(tokens, axis=None) < 1:
@@ -67,7 +67,7 @@ def _whole(tokens: np.ndarray) -> bool:
     return tokens.dtype.kind in "iu" or bool((tokens == np.floor(tokens)).all())
 
 
-def _attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
+def attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
     """Each row's one-layer attention seconds: ``CostModel._attention_s`` of that row with
     every request active (``Roofline.attention_time``'s two kernels with kernel shapes, the
     flat rates' per-request sum without)."""
