@@ -125,3 +125,19 @@ def test_tree_levels_are_their_forwards_to_the_bit(profile, model, tp, execution
             want += cm.step_time(np.full(n, float(t)), ctx + offset, np.full(n, float(lg)))
             offset += t
         assert level_draft_time(cm, ctx, tokens, logits=logits) == want
+
+
+def test_a_dp_attention_target_prices_its_rows_by_its_own_step_time():
+    # DpAttentionCostModel overrides step_time (each DP rank's attention, the EP dispatch);
+    # the rows' closed form is CostModel's, so it must not price them: each row is the
+    # subclass's own step_time, and differs from what the plain model would say
+    from simulator.cost.dp_attention import DpAttentionCostModel
+    hw, m = load_profile("h200"), load_model("deepseek-v3")
+    par = Parallelism(tensor_parallel=1, data_parallel_attention=8, expert_parallel=8)
+    cm = DpAttentionCostModel(hw, m, par)
+    ctx = np.array([900.0, 1500.0, 2100.0, 300.0, 4000.0, 700.0, 1200.0, 2500.0])
+    rows = np.array([[1] * 8, [3] * 8, [1, 2, 3, 4, 5, 1, 2, 3]])
+    want = [cm.step_time(r.astype(float), ctx, r.astype(float)) for r in rows]
+    assert cm.verify_step_times(rows, ctx).tolist() == want
+    plain = CostModel(hw, m, Parallelism(tensor_parallel=8))
+    assert plain.verify_step_times(rows, ctx).tolist() != want
