@@ -70,7 +70,12 @@ class SuffixIndex:
         self.count = [0]
         self.token = [-1]
         self.parent = [-1]
-        self.kids: list[list[int] | None] = [None]
+        # children as linked lists in int lists (first, last, next sibling; -1: none), not a
+        # list per node: a trie holds ~max_depth nodes per token, and as many live Python
+        # lists made the garbage collector's passes most of a suffix run's CPU
+        self.first = [-1]
+        self.last = [-1]
+        self.next = [-1]
         self._free: list[int] = []
 
     # ------------------------------------------------------------------ building
@@ -82,34 +87,43 @@ class SuffixIndex:
         if self._free:
             node = self._free.pop()
             self.count[node], self.token[node], self.parent[node] = 0, token, parent
-            self.kids[node] = None
+            self.first[node] = self.last[node] = self.next[node] = -1
         else:
             node = len(self.count)
             self.count.append(0)
             self.token.append(token)
             self.parent.append(parent)
-            self.kids.append(None)
-        siblings = self.kids[parent]
-        if siblings is None:
-            self.kids[parent] = [node]
+            self.first.append(-1)
+            self.last.append(-1)
+            self.next.append(-1)
+        tail = self.last[parent]
+        if tail < 0:
+            self.first[parent] = node
         else:
-            siblings.append(node)
+            self.next[tail] = node
+        self.last[parent] = node
         self._edges[key] = node
         return node
 
     def _unlink(self, node: int) -> None:
         parent = self.parent[node]
         del self._edges[parent * _STRIDE + self.token[node]]
-        siblings = self.kids[parent]
-        siblings.remove(node)
-        if not siblings:
-            self.kids[parent] = None
+        first, nxt = self.first, self.next
+        before, c = -1, first[parent]
+        while c != node:
+            before, c = c, nxt[c]
+        if before < 0:
+            first[parent] = nxt[node]
+        else:
+            nxt[before] = nxt[node]
+        if self.last[parent] == node:
+            self.last[parent] = before
         self._free.append(node)
 
     def extend(self, cursor: Cursor, tokens) -> None:
         """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
-        edges, count, token, parent, kids = self._edges, self.count, self.token, self.parent, \
-            self.kids
+        edges, count, token, parent = self._edges, self.count, self.token, self.parent
+        first, last, nxt = self.first, self.last, self.next
         get, keep, free = edges.get, self.max_depth - 1, self._free
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
@@ -127,12 +141,15 @@ class SuffixIndex:
                     count.append(1)
                     token.append(t)
                     parent.append(node)
-                    kids.append(None)
-                    siblings = kids[node]
-                    if siblings is None:
-                        kids[node] = [child]
+                    first.append(-1)
+                    last.append(-1)
+                    nxt.append(-1)
+                    tail = last[node]
+                    if tail < 0:
+                        first[node] = child
                     else:
-                        siblings.append(child)
+                        nxt[tail] = child
+                    last[node] = child
                     edges[key] = child
                 moved.append(child)
             nodes = moved[:keep]  # the deepest suffix cannot grow further
@@ -164,10 +181,18 @@ class SuffixIndex:
             nodes = moved[:keep]
 
     # ------------------------------------------------------------------ queries
+    def children(self, node: int) -> list[int]:
+        """``node``'s children, in the order they were made."""
+        out, c, nxt = [], self.first[node], self.next
+        while c >= 0:
+            out.append(c)
+            c = nxt[c]
+        return out
+
     def out(self, node: int) -> int:
         """Occurrences of ``node``'s substring that a token follows (its children's counts)."""
-        kids = self.kids[node]
-        return sum(self.count[c] for c in kids) if kids else 0
+        count = self.count
+        return sum([count[c] for c in self.children(node)])
 
     def find(self, pattern) -> int:
         """The node of ``pattern`` (-1 when it does not occur)."""
@@ -191,7 +216,7 @@ class SuffixIndex:
         while lo < hi:
             mid = (lo + hi + 1) // 2
             node = self.find(tail[hi - mid:])
-            if node != -1 and self.kids[node]:
+            if node != -1 and self.first[node] >= 0:
                 lo, best = mid, (node, mid)
             else:
                 hi = mid - 1
@@ -202,23 +227,23 @@ class SuffixIndex:
         nodes = cursor.nodes
         for length in range(min(int(max_len), len(nodes)), 0, -1):
             node = nodes[length - 1]
-            if self.kids[node]:
+            if self.first[node] >= 0:
                 return node, length
         return -1, 0
 
     def speculate(self, node: int, budget: int, min_prob: float, tree: bool = True,
                   match_len: int = 0) -> Speculation:
         """Best-first speculation below ``node``: at most ``budget`` tokens, each >= min_prob."""
-        if node < 0 or budget <= 0 or not self.kids[node]:
+        if node < 0 or budget <= 0 or self.first[node] < 0:
             return Speculation([], [], [], match_len)
         if not tree:
             return self._speculate_path(node, budget, min_prob, match_len)
-        count, token, kids = self.count, self.token, self.kids
+        count, token, kids = self.count, self.token, self.children
         parents: list[int] = []
         tokens: list[int] = []
         probs: list[float] = []
         total = self.out(node)
-        heap = [(-count[c] / total, c, -1) for c in kids[node] if count[c] >= min_prob * total]
+        heap = [(-count[c] / total, c, -1) for c in kids(node) if count[c] >= min_prob * total]
         heapq.heapify(heap)
         while heap and len(tokens) < budget:
             neg, c, par = heapq.heappop(heap)
@@ -226,7 +251,7 @@ class SuffixIndex:
             parents.append(par)
             tokens.append(token[c])
             probs.append(-neg)
-            below = kids[c]
+            below = kids(c) if self.first[c] >= 0 else None
             if below:
                 scale = neg / sum(count[d] for d in below)
                 for d in below:
@@ -237,11 +262,11 @@ class SuffixIndex:
 
     def _speculate_path(self, node: int, budget: int, min_prob: float,
                         match_len: int) -> Speculation:
-        count, kids = self.count, self.kids
+        count, kids = self.count, self.children
         parents, tokens, probs = [], [], []
         p = 1.0
-        while len(tokens) < budget and kids[node]:
-            best = max(kids[node], key=lambda c: (count[c], -c))
+        while len(tokens) < budget and self.first[node] >= 0:
+            best = max(kids(node), key=lambda c: (count[c], -c))
             p *= count[best] / self.out(node)
             if p < min_prob:
                 break

@@ -37,7 +37,7 @@ def index_counts(index: SuffixIndex):
     out, stack = {}, [((), 0)]
     while stack:
         path, node = stack.pop()
-        for c in index.kids[node] or []:
+        for c in index.children(node):
             sub = path + (index.token[c],)
             out[sub] = (index.count[c], index.out(c))
             stack.append((sub, c))
