@@ -44,7 +44,11 @@ LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request
 
 
 class InContextTarget:
-    """The target's next token after a guessed context: copy what followed it last time."""
+    """The target's next token after a guessed context: copy what followed it last time.
+
+    The k tokens before a position are keyed by one int, ``t_0 << 32 (k - 1) | ... | t_k-1``
+    (token ids are below 2^32), in one dict per k: no tuple per lookup, and a whole run of
+    new tokens enters by one ``dict.update`` (in order: the latest occurrence wins)."""
 
     def __init__(self, text: TokenText, order: int = OFF_PATH_ORDER) -> None:
         self.text = text
@@ -57,24 +61,40 @@ class InContextTarget:
         follow = self._follow.get(rid)
         if follow is None:
             follow = self._follow[rid] = [dict() for _ in range(self.order + 1)]
-        known = self.text.known(rid, generated)
-        start, size = max(self._seen.get(rid, 0), 1), known.size
-        lo = max(start - self.order, 0)  # only the new tokens and the order before them
-        text = known[lo:].tolist()
-        for i in range(start, size):
-            for k in range(1, min(self.order, i) + 1):
-                # the latest occurrence wins
-                follow[k][tuple(text[i - lo - k:i - lo])] = text[i - lo]
+        size = self.text.prompt_ids[rid].size + int(generated)
+        start = max(self._seen.get(rid, 0), 1)
         self._seen[rid] = size
+        if start >= size:
+            return
+        lo = max(start - self.order, 0)  # only the new tokens and the order before them
+        text = self.text.tokens(rid)[lo:size]
+        for k in range(1, self.order + 1):
+            at = max(start, k) - lo  # the first new position with k tokens before it
+            if at + lo >= size:
+                break
+            keys = text[at - k:size - lo - k]  # the windows' first tokens
+            for j in range(1, k):
+                keys = [key << 32 | t for key, t in zip(keys, text[at - k + j:])]
+            follow[k].update(zip(keys, text[at:]))
 
     def predict(self, rid: int, tail: list[int]) -> int:
         """Next token after ``tail`` (the end of a guessed context)."""
-        follow = self._follow[rid]
-        for k in range(min(self.order, len(tail)), 0, -1):
-            tok = follow[k].get(tuple(tail[-k:]))
-            if tok is not None:
-                return tok
-        return tail[-1]
+        return self.predict_each(rid, (tail,))[0]
+
+    def predict_each(self, rid: int, tails) -> list[int]:
+        """``predict`` of each of ``tails`` (lookahead's lanes: one call a step)."""
+        follow, order, out = self._follow[rid], self.order, []
+        for tail in tails:
+            last = tail[-1]
+            tok, k = None, min(order, len(tail))
+            while tok is None and k > 1:  # the longest seen context first
+                key = tail[-k]
+                for t in tail[len(tail) - k + 1:]:
+                    key = key << 32 | t
+                tok = follow[k].get(key)
+                k -= 1
+            out.append(follow[1].get(last, last) if tok is None else tok)
+        return out
 
     def forget(self, rid: int) -> None:
         self._follow.pop(rid, None)
@@ -212,20 +232,23 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
                     batch_size, rng):
         """``propose``'s plan on arrays (each request's lanes started from random prompt
         tokens on its first iteration, as ``propose`` draws them)."""
-        n = request_ids.size
-        drafts: dict[int, list[np.ndarray]] = {}
-        num_draft, verify = np.zeros(n, np.int64), np.ones(n, np.int64)
-        for i, (rid, g) in enumerate(zip(request_ids.tolist(), generated.tolist())):
+        n, text, width = request_ids.size, self.text, self.n - 1
+        drafts: dict[int, list[tuple]] = {}
+        counts, lanes_held = [], []
+        for rid, g in zip(request_ids.tolist(), generated.tolist()):
             lanes = self._lanes.get(rid)
             if lanes is None:
-                picks = rng.integers(0, self.text.prompt_ids[rid].size, self.w)
-                lanes = self._lanes[rid] = [[int(self.text.prompt_ids[rid][j])] for j in picks]
+                prompt = text.prompt_ids[rid]
+                picks = rng.integers(0, prompt.size, self.w)
+                lanes = self._lanes[rid] = [[int(prompt[j])] for j in picks]
                 self._pool[rid] = {}
-            last = int(self.text.known(rid, g)[-1])
+            last = text.tokens(rid)[text.prompt_ids[rid].size + g - 1]
             cands = self._pool[rid].get(last, [])[:self.g]
             drafts[rid] = cands  # (N - 1)-token tuples
-            num_draft[i] = len(cands) * (self.n - 1)
-            verify[i] = 1 + sum(len(lane) for lane in lanes) + num_draft[i]
+            counts.append(len(cands) * width)
+            lanes_held.append(sum(map(len, lanes)))
+        num_draft = np.array(counts, np.int64)
+        verify = 1 + np.array(lanes_held, np.int64) + num_draft
         return VariedPlan(num_draft, verify, 0.0 + (self.cpu_s * n + self.host(n)), drafts)
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
@@ -238,13 +261,15 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
                   num_draft: np.ndarray) -> np.ndarray:
         """``accept`` on arrays: the longest verified prefix among the pooled candidates."""
-        out = np.zeros(request_ids.size, np.int64)
-        for i, (rid, g, k) in enumerate(zip(request_ids.tolist(), generated.tolist(),
-                                            num_draft.tolist())):
+        out, text, width = [], self.text, self.n - 1
+        for rid, g, k in zip(request_ids.tolist(), generated.tolist(), num_draft.tolist()):
             if k:
-                truth = self.text.upcoming(rid, g, self.n - 1).tolist()
-                out[i] = max(_prefix(c, truth) for c in drafts[rid])
-        return out
+                at = text.prompt_ids[rid].size + g  # the target's next tokens, up to N - 1
+                truth = text.tokens(rid)[at:at + width]
+                out.append(max([_prefix(c, truth) for c in drafts[rid]]))
+            else:
+                out.append(0)
+        return np.array(out, np.int64)
 
     def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
                  output_len: np.ndarray, verify_tokens: np.ndarray,
@@ -266,9 +291,9 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
 
     def _step_lanes(self, rid: int) -> None:
         """Each lane of ``rid`` gets its next guess; a full lane's n-gram enters the pool."""
-        pool = self._pool[rid]
-        for lane in self._lanes[rid]:
-            token = self.target.predict(rid, lane)
+        pool, lanes = self._pool[rid], self._lanes[rid]
+        # the pool is not read while the lanes step: every lane's guess first
+        for lane, token in zip(lanes, self.target.predict_each(rid, lanes)):
             if len(lane) == self.n - 1:
                 entries = pool.setdefault(lane[0], [])
                 gram = tuple(lane[1:]) + (token,)

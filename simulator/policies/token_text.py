@@ -29,6 +29,7 @@ class TokenText:
         self.prompt_ids = prompt_ids
         self.output_ids = output_ids
         self._full: dict[int, np.ndarray] = {}
+        self._lists: dict[int, list[int]] = {}
 
     def full(self, rid: int) -> np.ndarray:
         """Prompt followed by the whole output of request ``rid`` (cached while it runs)."""
@@ -36,6 +37,14 @@ class TokenText:
         if text is None:
             text = np.concatenate((self.prompt_ids[rid], self.output_ids[rid]))
             self._full[rid] = text
+        return text
+
+    def tokens(self, rid: int) -> list[int]:
+        """``full(rid)`` as a Python list (cached while it runs): the proposers read a few
+        tokens at a time, which a list indexes without numpy's per-call layers."""
+        text = self._lists.get(rid)
+        if text is None:
+            text = self._lists[rid] = self.full(rid).tolist()
         return text
 
     def known(self, rid: int, generated: int) -> np.ndarray:
@@ -50,6 +59,7 @@ class TokenText:
     def forget(self, rid: int) -> None:
         """Drop the cached text of a finished request."""
         self._full.pop(rid, None)
+        self._lists.pop(rid, None)
 
 
 def finished_mask(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
