@@ -32,12 +32,7 @@ from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan,
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
-from simulator.policies.token_text import (
-    TokenText,
-    finished_mask,
-    matched_prefix,
-    require_token_ids,
-)
+from simulator.policies.token_text import TokenText, require_token_ids
 
 OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
 LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step
@@ -101,7 +96,7 @@ class InContextTarget:
         self._seen.pop(rid, None)
 
 
-class JacobiDecoding(PolicyBase):
+class JacobiDecoding(PolicyBase, VariedDraft):
     """Plain Jacobi decoding: refine a window of guesses, accept its verified prefix."""
 
     name = "jacobi"
@@ -132,28 +127,61 @@ class JacobiDecoding(PolicyBase):
         return known[rng.integers(0, self.text.prompt_ids[rid].size, self.w)].tolist()
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
-        drafts = {}
-        for rid, g in zip(batch.request_ids.tolist(), batch.generated.tolist()):
-            window = self._window.get(rid)
-            if window is None:
-                window = self._window[rid] = self._initial(rid, g, rng)
-            drafts[rid] = np.asarray(window, np.int64)
-        k = np.full(len(batch), self.w, np.int64)
-        return DraftPlan(num_draft=k, verify_tokens=k + 1, cpu_time_s=self.host(len(batch)),
-                         payload=drafts)
+        plan = self.plan_counts(batch.request_ids, batch.context, batch.generated,
+                                batch.output_len, batch.prompt_len, batch.batch_size, rng)
+        # cpu_time_s is 0.0 + the CPU seconds: the same float once draft_time_s is added
+        return DraftPlan(num_draft=plan.num_draft, verify_tokens=plan.verify_tokens,
+                         cpu_time_s=plan.seconds, payload=plan.payload)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        out = np.zeros(len(batch), np.int64)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-            if plan.num_draft[i]:
-                out[i] = matched_prefix(plan.payload[rid], self.text.upcoming(rid, g, self.w))
-        return out
+        return self._accepted(plan.payload, batch.request_ids, batch.generated, plan.num_draft)
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        done = finished_mask(batch, accepted)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-            if done[i]:
+        self._observe(batch.request_ids, batch.generated, batch.output_len, plan.num_draft,
+                      accepted)
+
+    # ------------------------------------------------------------------ VariedDraft
+    def varied_draft(self) -> VariedDraft:
+        """Its iterations on arrays (engine/varied_stretch.py): itself."""
+        return self
+
+    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
+                    batch_size, rng):
+        """``propose``'s plan on arrays: every request verifies its window (a new request's
+        drawn from ``rng`` first, in the batch's order)."""
+        drafts: dict[int, list[int]] = {}
+        for rid, g in zip(request_ids.tolist(), generated.tolist()):
+            window = self._window.get(rid)
+            if window is None:
+                window = self._window[rid] = self._initial(rid, g, rng)
+            drafts[rid] = window  # observe replaces a window, never changes it
+        k = np.full(request_ids.size, self.w, np.int64)
+        return VariedPlan(k, k + 1, 0.0 + self.host(request_ids.size), drafts)
+
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return self._accepted(plan.payload, request_ids, generated, plan.num_draft)
+
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
+                       step_time_s):
+        self._observe(request_ids, generated, output_len, plan.num_draft, accepted)
+
+    def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
+                  num_draft: np.ndarray) -> np.ndarray:
+        """``accept`` on arrays: each window's prefix that the target's next tokens match."""
+        out, text, w = [], self.text, self.w
+        for rid, g, k in zip(request_ids.tolist(), generated.tolist(), num_draft.tolist()):
+            at = text.prompt_ids[rid].size + g
+            out.append(_prefix(drafts[rid], text.tokens(rid)[at:at + w]) if k else 0)
+        return np.array(out, np.int64)
+
+    def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
+                 output_len: np.ndarray, num_draft: np.ndarray, accepted: np.ndarray) -> None:
+        """``observe`` on arrays: finished requests forgotten, the others' windows moved."""
+        done = generated + emitted_tokens(accepted, generated, output_len) >= output_len
+        for rid, g, d, k, m in zip(request_ids.tolist(), generated.tolist(), done.tolist(),
+                                   num_draft.tolist(), accepted.tolist()):
+            if d:
                 self._window.pop(rid, None)
                 self.target.forget(rid)
                 self.text.forget(rid)
@@ -161,19 +189,23 @@ class JacobiDecoding(PolicyBase):
             window = self._window.get(rid)
             if window is None:  # never proposed for (a controller kept it off)
                 continue
-            m = int(accepted[i])
             self.target.see(rid, g)
-            if plan.num_draft[i]:
-                # the forward predicted output position g + j from the prefix and guesses
-                # 0..j-1; past the accepted m those contexts were off the true path
-                ctx = self.text.known(rid, g)[-OFF_PATH_ORDER:].tolist() + window
-                base = len(ctx) - self.w
-                new = [self.target.predict(rid, ctx[:base + j]) for j in range(m + 1, self.w + 1)]
-            else:  # verification was dropped this step: the window only shifts
-                new = window[1:]
-            while len(new) < self.w:  # fill the freed slots by continuing the guesses
-                new.append(self.target.predict(rid, new[-OFF_PATH_ORDER:] or window[-1:]))
-            self._window[rid] = new
+            self._window[rid] = self._next_window(rid, g, window, k, int(m))
+
+    def _next_window(self, rid: int, g: int, window: list[int], k: int, m: int) -> list[int]:
+        """The window after a step that accepted ``m`` of it (``k``: its draft count)."""
+        if k:
+            # the forward predicted output position g + j from the prefix and guesses
+            # 0..j-1; past the accepted m those contexts were off the true path
+            at = self.text.prompt_ids[rid].size + g
+            ctx = self.text.tokens(rid)[max(at - OFF_PATH_ORDER, 0):at] + window
+            base = len(ctx) - self.w
+            new = [self.target.predict(rid, ctx[:base + j]) for j in range(m + 1, self.w + 1)]
+        else:  # verification was dropped this step: the window only shifts
+            new = window[1:]
+        while len(new) < self.w:  # fill the freed slots by continuing the guesses
+            new.append(self.target.predict(rid, new[-OFF_PATH_ORDER:] or window[-1:]))
+        return new
 
 
 class LookaheadDecoding(PolicyBase, VariedDraft):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 
 
@@ -60,12 +59,6 @@ class TokenText:
         """Drop the cached text of a finished request."""
         self._full.pop(rid, None)
         self._lists.pop(rid, None)
-
-
-def finished_mask(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
-    """Requests whose last output token this iteration emits (accepted drafts + 1, capped)."""
-    emitted = emitted_tokens(accepted, batch.generated, batch.output_len)
-    return batch.generated + emitted >= batch.output_len
 
 
 def matched_prefix(draft: np.ndarray, truth: np.ndarray) -> int:

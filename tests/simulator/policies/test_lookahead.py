@@ -12,6 +12,7 @@ from simulator.policies.token_text import TokenText
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
 from tests.helpers import REPO
+from tests.simulator.engine.test_fast_forward import _both, assert_identical
 from workloads.workload import Workload
 
 SCENARIOS = REPO / "workloads" / "scenarios"
@@ -146,3 +147,14 @@ def test_shipped_scenario_runs():
     res = simulate(load_scenario(SCENARIOS / "lookahead.yaml",
                                  ["workload.tokens.num_requests=4"]))
     assert (res.requests.status == "finished").all()
+
+
+def test_jacobi_takes_the_varied_stretches_with_identical_results():
+    """Jacobi on the lookahead scenario's code edits: advanced on arrays (VariedDraft) under
+    fast-forward, the same tables as step by step."""
+    on, off = _both(load_scenario(SCENARIOS / "lookahead.yaml",
+                                  ["policy={name: jacobi, window_size: 6}",
+                                   "workload.tokens.num_requests=12"]))
+    assert_identical(on, off)
+    assert off.info["engine"]["vectorised"] == 0
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
