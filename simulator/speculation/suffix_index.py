@@ -68,13 +68,13 @@ class SuffixIndex:
         self.max_depth = int(max_depth)
         self._edges: dict[int, int] = {}
         self.count = [0]
-        self.token = [-1]
-        self.parent = [-1]
-        # children as linked lists in int lists (first, last, next sibling; -1: none), not a
+        self.key = [-1]  # each node's edge key: parent * _STRIDE + token
+        # children as linked lists in int lists (first child, next sibling; -1: none), not a
         # list per node: a trie holds ~max_depth nodes per token, and as many live Python
-        # lists made the garbage collector's passes most of a suffix run's CPU
+        # lists made the garbage collector's passes most of a suffix run's CPU.  A new child
+        # goes first: the order of children decides nothing (speculation ranks them by
+        # count and id, the other readers sum or test for any)
         self.first = [-1]
-        self.last = [-1]
         self.next = [-1]
         self._free: list[int] = []
 
@@ -83,31 +83,29 @@ class SuffixIndex:
         """Live nodes, the root included."""
         return len(self.count) - len(self._free)
 
-    def _new_node(self, parent: int, token: int, key: int) -> int:
+    def token(self, node: int) -> int:
+        """The token on the edge into ``node``."""
+        return self.key[node] % _STRIDE
+
+    def _new_node(self, parent: int, key: int) -> int:
         if self._free:
             node = self._free.pop()
-            self.count[node], self.token[node], self.parent[node] = 0, token, parent
-            self.first[node] = self.last[node] = self.next[node] = -1
+            self.count[node], self.key[node], self.first[node] = 0, key, -1
+            self.next[node] = self.first[parent]
         else:
             node = len(self.count)
             self.count.append(0)
-            self.token.append(token)
-            self.parent.append(parent)
+            self.key.append(key)
             self.first.append(-1)
-            self.last.append(-1)
-            self.next.append(-1)
-        tail = self.last[parent]
-        if tail < 0:
-            self.first[parent] = node
-        else:
-            self.next[tail] = node
-        self.last[parent] = node
+            self.next.append(self.first[parent])
+        self.first[parent] = node
         self._edges[key] = node
         return node
 
     def _unlink(self, node: int) -> None:
-        parent = self.parent[node]
-        del self._edges[parent * _STRIDE + self.token[node]]
+        key = self.key[node]
+        parent = key // _STRIDE
+        del self._edges[key]
         first, nxt = self.first, self.next
         before, c = -1, first[parent]
         while c != node:
@@ -116,40 +114,36 @@ class SuffixIndex:
             first[parent] = nxt[node]
         else:
             nxt[before] = nxt[node]
-        if self.last[parent] == node:
-            self.last[parent] = before
         self._free.append(node)
 
     def extend(self, cursor: Cursor, tokens) -> None:
         """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
-        edges, count, token, parent = self._edges, self.count, self.token, self.parent
-        first, last, nxt = self.first, self.last, self.next
+        edges, count, keys, first, nxt = self._edges, self.count, self.key, self.first, \
+            self.next
         get, keep, free = edges.get, self.max_depth - 1, self._free
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
             moved = []
+            found = True
             for node in (0, *nodes):
                 key = node * _STRIDE + t
-                child = get(key)
-                if child is not None:
-                    count[child] += 1
-                elif free:
-                    child = self._new_node(node, t, key)
+                if found:  # the trie is suffix-closed: past a missing suffix, all are new
+                    child = get(key)
+                    if child is not None:
+                        count[child] += 1
+                        moved.append(child)
+                        continue
+                    found = False
+                if free:
+                    child = self._new_node(node, key)
                     count[child] = 1
                 else:  # the hot path of a growing trie, inlined
                     child = len(count)
                     count.append(1)
-                    token.append(t)
-                    parent.append(node)
+                    keys.append(key)
                     first.append(-1)
-                    last.append(-1)
-                    nxt.append(-1)
-                    tail = last[node]
-                    if tail < 0:
-                        first[node] = child
-                    else:
-                        nxt[tail] = child
-                    last[node] = child
+                    nxt.append(first[node])
+                    first[node] = child
                     edges[key] = child
                 moved.append(child)
             nodes = moved[:keep]  # the deepest suffix cannot grow further
@@ -238,7 +232,7 @@ class SuffixIndex:
             return Speculation([], [], [], match_len)
         if not tree:
             return self._speculate_path(node, budget, min_prob, match_len)
-        count, token, kids = self.count, self.token, self.children
+        count, key, kids = self.count, self.key, self.children
         parents: list[int] = []
         tokens: list[int] = []
         probs: list[float] = []
@@ -249,7 +243,7 @@ class SuffixIndex:
             neg, c, par = heapq.heappop(heap)
             idx = len(tokens)
             parents.append(par)
-            tokens.append(token[c])
+            tokens.append(key[c] % _STRIDE)
             probs.append(-neg)
             below = kids(c) if self.first[c] >= 0 else None
             if below:
@@ -271,7 +265,7 @@ class SuffixIndex:
             if p < min_prob:
                 break
             parents.append(len(tokens) - 1)
-            tokens.append(self.token[best])
+            tokens.append(self.key[best] % _STRIDE)
             probs.append(p)
             node = best
         return Speculation(parents, tokens, probs, match_len)
