@@ -79,15 +79,18 @@ class InContextTarget:
     def predict_each(self, rid: int, tails) -> list[int]:
         """``predict`` of each of ``tails`` (lookahead's lanes: one call a step)."""
         follow, order, out = self._follow[rid], self.order, []
+        pairs = follow[2] if order >= 2 else None
         for tail in tails:
-            last = tail[-1]
-            tok, k = None, min(order, len(tail))
-            while tok is None and k > 1:  # the longest seen context first
+            last, size, tok = tail[-1], len(tail), None
+            for k in range(min(order, size), 2, -1):  # the longest seen context first
                 key = tail[-k]
-                for t in tail[len(tail) - k + 1:]:
+                for t in tail[size - k + 1:]:
                     key = key << 32 | t
                 tok = follow[k].get(key)
-                k -= 1
+                if tok is not None:
+                    break
+            if tok is None and pairs is not None and size >= 2:
+                tok = pairs.get(tail[-2] << 32 | last)
             out.append(follow[1].get(last, last) if tok is None else tok)
         return out
 
@@ -323,16 +326,16 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
 
     def _step_lanes(self, rid: int) -> None:
         """Each lane of ``rid`` gets its next guess; a full lane's n-gram enters the pool."""
-        pool, lanes = self._pool[rid], self._lanes[rid]
+        pool, lanes, full, g = self._pool[rid], self._lanes[rid], self.n - 1, self.g
         # the pool is not read while the lanes step: every lane's guess first
         for lane, token in zip(lanes, self.target.predict_each(rid, lanes)):
-            if len(lane) == self.n - 1:
+            if len(lane) == full:
                 entries = pool.setdefault(lane[0], [])
-                gram = tuple(lane[1:]) + (token,)
+                gram = (*lane[1:], token)
                 if gram in entries:
                     entries.remove(gram)
                 entries.insert(0, gram)      # most recent first
-                del entries[self.g:]
+                del entries[g:]
                 del lane[0]
             lane.append(token)
 

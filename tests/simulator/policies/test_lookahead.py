@@ -37,6 +37,32 @@ def test_off_path_rule_copies_the_latest_continuation():
     assert target.predict(0, [9]) == 5
 
 
+def _latest_follower(text, tail, order):
+    """The off-path rule by its definition: what followed the latest occurrence of the
+    tail's last k tokens, the longest k first; an unseen token repeats."""
+    for k in range(min(order, len(tail)), 0, -1):
+        for i in range(len(text) - 1, k - 1, -1):
+            if text[i - k:i] == tail[-k:]:
+                return text[i]
+    return tail[-1]
+
+
+def test_off_path_rule_matches_its_definition_as_the_text_grows():
+    rng = np.random.default_rng(3)
+    for order in (1, 2, 3):
+        prompt, output = rng.integers(0, 4, 30), rng.integers(0, 4, 40)
+        text = TokenText((prompt,), (output,))
+        target = InContextTarget(text, order=order)
+        generated = 0
+        while generated <= output.size:
+            target.see(0, generated)
+            seen = text.known(0, generated).tolist()
+            tails = [rng.integers(0, 5, int(rng.integers(1, 5))).tolist() for _ in range(6)]
+            assert target.predict_each(0, tails) == [_latest_follower(seen, t, order)
+                                                     for t in tails]
+            generated += int(rng.integers(1, 12))
+
+
 def _batch(generated, output_len, prompt_len):
     n = len(generated)
     return BatchView(request_ids=np.arange(n), context=np.asarray(prompt_len) + generated,
