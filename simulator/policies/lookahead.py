@@ -32,19 +32,18 @@ from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan,
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
-from simulator.policies.token_text import (
-    TokenText,
-    finished_mask,
-    matched_prefix,
-    require_token_ids,
-)
+from simulator.policies.token_text import TokenText, require_token_ids
 
 OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
 LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step
 
 
 class InContextTarget:
-    """The target's next token after a guessed context: copy what followed it last time."""
+    """The target's next token after a guessed context: copy what followed it last time.
+
+    The k tokens before a position are keyed by one int, ``t_0 << 32 (k - 1) | ... | t_k-1``
+    (token ids are below 2^32), in one dict per k: no tuple per lookup, and a whole run of
+    new tokens enters by one ``dict.update`` (in order: the latest occurrence wins)."""
 
     def __init__(self, text: TokenText, order: int = OFF_PATH_ORDER) -> None:
         self.text = text
@@ -57,31 +56,50 @@ class InContextTarget:
         follow = self._follow.get(rid)
         if follow is None:
             follow = self._follow[rid] = [dict() for _ in range(self.order + 1)]
-        known = self.text.known(rid, generated)
-        start, size = max(self._seen.get(rid, 0), 1), known.size
-        lo = max(start - self.order, 0)  # only the new tokens and the order before them
-        text = known[lo:].tolist()
-        for i in range(start, size):
-            for k in range(1, min(self.order, i) + 1):
-                # the latest occurrence wins
-                follow[k][tuple(text[i - lo - k:i - lo])] = text[i - lo]
+        size = self.text.prompt_ids[rid].size + int(generated)
+        start = max(self._seen.get(rid, 0), 1)
         self._seen[rid] = size
+        if start >= size:
+            return
+        lo = max(start - self.order, 0)  # only the new tokens and the order before them
+        text = self.text.tokens(rid)[lo:size]
+        for k in range(1, self.order + 1):
+            at = max(start, k) - lo  # the first new position with k tokens before it
+            if at + lo >= size:
+                break
+            keys = text[at - k:size - lo - k]  # the windows' first tokens
+            for j in range(1, k):
+                keys = [key << 32 | t for key, t in zip(keys, text[at - k + j:])]
+            follow[k].update(zip(keys, text[at:]))
 
     def predict(self, rid: int, tail: list[int]) -> int:
         """Next token after ``tail`` (the end of a guessed context)."""
-        follow = self._follow[rid]
-        for k in range(min(self.order, len(tail)), 0, -1):
-            tok = follow[k].get(tuple(tail[-k:]))
-            if tok is not None:
-                return tok
-        return tail[-1]
+        return self.predict_each(rid, (tail,))[0]
+
+    def predict_each(self, rid: int, tails) -> list[int]:
+        """``predict`` of each of ``tails`` (lookahead's lanes: one call a step)."""
+        follow, order, out = self._follow[rid], self.order, []
+        pairs = follow[2] if order >= 2 else None
+        for tail in tails:
+            last, size, tok = tail[-1], len(tail), None
+            for k in range(min(order, size), 2, -1):  # the longest seen context first
+                key = tail[-k]
+                for t in tail[size - k + 1:]:
+                    key = key << 32 | t
+                tok = follow[k].get(key)
+                if tok is not None:
+                    break
+            if tok is None and pairs is not None and size >= 2:
+                tok = pairs.get(tail[-2] << 32 | last)
+            out.append(follow[1].get(last, last) if tok is None else tok)
+        return out
 
     def forget(self, rid: int) -> None:
         self._follow.pop(rid, None)
         self._seen.pop(rid, None)
 
 
-class JacobiDecoding(PolicyBase):
+class JacobiDecoding(PolicyBase, VariedDraft):
     """Plain Jacobi decoding: refine a window of guesses, accept its verified prefix."""
 
     name = "jacobi"
@@ -112,28 +130,61 @@ class JacobiDecoding(PolicyBase):
         return known[rng.integers(0, self.text.prompt_ids[rid].size, self.w)].tolist()
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
-        drafts = {}
-        for rid, g in zip(batch.request_ids.tolist(), batch.generated.tolist()):
-            window = self._window.get(rid)
-            if window is None:
-                window = self._window[rid] = self._initial(rid, g, rng)
-            drafts[rid] = np.asarray(window, np.int64)
-        k = np.full(len(batch), self.w, np.int64)
-        return DraftPlan(num_draft=k, verify_tokens=k + 1, cpu_time_s=self.host(len(batch)),
-                         payload=drafts)
+        plan = self.plan_counts(batch.request_ids, batch.context, batch.generated,
+                                batch.output_len, batch.prompt_len, batch.batch_size, rng)
+        # cpu_time_s is 0.0 + the CPU seconds: the same float once draft_time_s is added
+        return DraftPlan(num_draft=plan.num_draft, verify_tokens=plan.verify_tokens,
+                         cpu_time_s=plan.seconds, payload=plan.payload)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        out = np.zeros(len(batch), np.int64)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-            if plan.num_draft[i]:
-                out[i] = matched_prefix(plan.payload[rid], self.text.upcoming(rid, g, self.w))
-        return out
+        return self._accepted(plan.payload, batch.request_ids, batch.generated, plan.num_draft)
 
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
                 step_time_s: float) -> None:
-        done = finished_mask(batch, accepted)
-        for i, (rid, g) in enumerate(zip(batch.request_ids.tolist(), batch.generated.tolist())):
-            if done[i]:
+        self._observe(batch.request_ids, batch.generated, batch.output_len, plan.num_draft,
+                      accepted)
+
+    # ------------------------------------------------------------------ VariedDraft
+    def varied_draft(self) -> VariedDraft:
+        """Its iterations on arrays (engine/varied_stretch.py): itself."""
+        return self
+
+    def plan_counts(self, request_ids, context, generated, output_len, prompt_len,
+                    batch_size, rng):
+        """``propose``'s plan on arrays: every request verifies its window (a new request's
+        drawn from ``rng`` first, in the batch's order)."""
+        drafts: dict[int, list[int]] = {}
+        for rid, g in zip(request_ids.tolist(), generated.tolist()):
+            window = self._window.get(rid)
+            if window is None:
+                window = self._window[rid] = self._initial(rid, g, rng)
+            drafts[rid] = window  # observe replaces a window, never changes it
+        k = np.full(request_ids.size, self.w, np.int64)
+        return VariedPlan(k, k + 1, 0.0 + self.host(request_ids.size), drafts)
+
+    def draw_counts(self, rng, request_ids, context, generated, plan):
+        return self._accepted(plan.payload, request_ids, generated, plan.num_draft)
+
+    def observe_counts(self, request_ids, generated, output_len, plan, accepted,
+                       step_time_s):
+        self._observe(request_ids, generated, output_len, plan.num_draft, accepted)
+
+    def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
+                  num_draft: np.ndarray) -> np.ndarray:
+        """``accept`` on arrays: each window's prefix that the target's next tokens match."""
+        out, text, w = [], self.text, self.w
+        for rid, g, k in zip(request_ids.tolist(), generated.tolist(), num_draft.tolist()):
+            at = text.prompt_ids[rid].size + g
+            out.append(_prefix(drafts[rid], text.tokens(rid)[at:at + w]) if k else 0)
+        return np.array(out, np.int64)
+
+    def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
+                 output_len: np.ndarray, num_draft: np.ndarray, accepted: np.ndarray) -> None:
+        """``observe`` on arrays: finished requests forgotten, the others' windows moved."""
+        done = generated + emitted_tokens(accepted, generated, output_len) >= output_len
+        for rid, g, d, k, m in zip(request_ids.tolist(), generated.tolist(), done.tolist(),
+                                   num_draft.tolist(), accepted.tolist()):
+            if d:
                 self._window.pop(rid, None)
                 self.target.forget(rid)
                 self.text.forget(rid)
@@ -141,19 +192,23 @@ class JacobiDecoding(PolicyBase):
             window = self._window.get(rid)
             if window is None:  # never proposed for (a controller kept it off)
                 continue
-            m = int(accepted[i])
             self.target.see(rid, g)
-            if plan.num_draft[i]:
-                # the forward predicted output position g + j from the prefix and guesses
-                # 0..j-1; past the accepted m those contexts were off the true path
-                ctx = self.text.known(rid, g)[-OFF_PATH_ORDER:].tolist() + window
-                base = len(ctx) - self.w
-                new = [self.target.predict(rid, ctx[:base + j]) for j in range(m + 1, self.w + 1)]
-            else:  # verification was dropped this step: the window only shifts
-                new = window[1:]
-            while len(new) < self.w:  # fill the freed slots by continuing the guesses
-                new.append(self.target.predict(rid, new[-OFF_PATH_ORDER:] or window[-1:]))
-            self._window[rid] = new
+            self._window[rid] = self._next_window(rid, g, window, k, int(m))
+
+    def _next_window(self, rid: int, g: int, window: list[int], k: int, m: int) -> list[int]:
+        """The window after a step that accepted ``m`` of it (``k``: its draft count)."""
+        if k:
+            # the forward predicted output position g + j from the prefix and guesses
+            # 0..j-1; past the accepted m those contexts were off the true path
+            at = self.text.prompt_ids[rid].size + g
+            ctx = self.text.tokens(rid)[max(at - OFF_PATH_ORDER, 0):at] + window
+            base = len(ctx) - self.w
+            new = [self.target.predict(rid, ctx[:base + j]) for j in range(m + 1, self.w + 1)]
+        else:  # verification was dropped this step: the window only shifts
+            new = window[1:]
+        while len(new) < self.w:  # fill the freed slots by continuing the guesses
+            new.append(self.target.predict(rid, new[-OFF_PATH_ORDER:] or window[-1:]))
+        return new
 
 
 class LookaheadDecoding(PolicyBase, VariedDraft):
@@ -212,20 +267,23 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
                     batch_size, rng):
         """``propose``'s plan on arrays (each request's lanes started from random prompt
         tokens on its first iteration, as ``propose`` draws them)."""
-        n = request_ids.size
-        drafts: dict[int, list[np.ndarray]] = {}
-        num_draft, verify = np.zeros(n, np.int64), np.ones(n, np.int64)
-        for i, (rid, g) in enumerate(zip(request_ids.tolist(), generated.tolist())):
+        n, text, width = request_ids.size, self.text, self.n - 1
+        drafts: dict[int, list[tuple]] = {}
+        counts, lanes_held = [], []
+        for rid, g in zip(request_ids.tolist(), generated.tolist()):
             lanes = self._lanes.get(rid)
             if lanes is None:
-                picks = rng.integers(0, self.text.prompt_ids[rid].size, self.w)
-                lanes = self._lanes[rid] = [[int(self.text.prompt_ids[rid][j])] for j in picks]
+                prompt = text.prompt_ids[rid]
+                picks = rng.integers(0, prompt.size, self.w)
+                lanes = self._lanes[rid] = [[int(prompt[j])] for j in picks]
                 self._pool[rid] = {}
-            last = int(self.text.known(rid, g)[-1])
+            last = text.tokens(rid)[text.prompt_ids[rid].size + g - 1]
             cands = self._pool[rid].get(last, [])[:self.g]
             drafts[rid] = cands  # (N - 1)-token tuples
-            num_draft[i] = len(cands) * (self.n - 1)
-            verify[i] = 1 + sum(len(lane) for lane in lanes) + num_draft[i]
+            counts.append(len(cands) * width)
+            lanes_held.append(sum(map(len, lanes)))
+        num_draft = np.array(counts, np.int64)
+        verify = 1 + np.array(lanes_held, np.int64) + num_draft
         return VariedPlan(num_draft, verify, 0.0 + (self.cpu_s * n + self.host(n)), drafts)
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
@@ -238,13 +296,15 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
                   num_draft: np.ndarray) -> np.ndarray:
         """``accept`` on arrays: the longest verified prefix among the pooled candidates."""
-        out = np.zeros(request_ids.size, np.int64)
-        for i, (rid, g, k) in enumerate(zip(request_ids.tolist(), generated.tolist(),
-                                            num_draft.tolist())):
+        out, text, width = [], self.text, self.n - 1
+        for rid, g, k in zip(request_ids.tolist(), generated.tolist(), num_draft.tolist()):
             if k:
-                truth = self.text.upcoming(rid, g, self.n - 1).tolist()
-                out[i] = max(_prefix(c, truth) for c in drafts[rid])
-        return out
+                at = text.prompt_ids[rid].size + g  # the target's next tokens, up to N - 1
+                truth = text.tokens(rid)[at:at + width]
+                out.append(max([_prefix(c, truth) for c in drafts[rid]]))
+            else:
+                out.append(0)
+        return np.array(out, np.int64)
 
     def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
                  output_len: np.ndarray, verify_tokens: np.ndarray,
@@ -266,16 +326,16 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
 
     def _step_lanes(self, rid: int) -> None:
         """Each lane of ``rid`` gets its next guess; a full lane's n-gram enters the pool."""
-        pool = self._pool[rid]
-        for lane in self._lanes[rid]:
-            token = self.target.predict(rid, lane)
-            if len(lane) == self.n - 1:
+        pool, lanes, full, g = self._pool[rid], self._lanes[rid], self.n - 1, self.g
+        # the pool is not read while the lanes step: every lane's guess first
+        for lane, token in zip(lanes, self.target.predict_each(rid, lanes)):
+            if len(lane) == full:
                 entries = pool.setdefault(lane[0], [])
-                gram = tuple(lane[1:]) + (token,)
+                gram = (*lane[1:], token)
                 if gram in entries:
                     entries.remove(gram)
                 entries.insert(0, gram)      # most recent first
-                del entries[self.g:]
+                del entries[g:]
                 del lane[0]
             lane.append(token)
 

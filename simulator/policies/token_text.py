@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, emitted_tokens
 from simulator.inputs.errors import SpecsimError
 
 
@@ -29,6 +28,7 @@ class TokenText:
         self.prompt_ids = prompt_ids
         self.output_ids = output_ids
         self._full: dict[int, np.ndarray] = {}
+        self._lists: dict[int, list[int]] = {}
 
     def full(self, rid: int) -> np.ndarray:
         """Prompt followed by the whole output of request ``rid`` (cached while it runs)."""
@@ -36,6 +36,14 @@ class TokenText:
         if text is None:
             text = np.concatenate((self.prompt_ids[rid], self.output_ids[rid]))
             self._full[rid] = text
+        return text
+
+    def tokens(self, rid: int) -> list[int]:
+        """``full(rid)`` as a Python list (cached while it runs): the proposers read a few
+        tokens at a time, which a list indexes without numpy's per-call layers."""
+        text = self._lists.get(rid)
+        if text is None:
+            text = self._lists[rid] = self.full(rid).tolist()
         return text
 
     def known(self, rid: int, generated: int) -> np.ndarray:
@@ -50,12 +58,7 @@ class TokenText:
     def forget(self, rid: int) -> None:
         """Drop the cached text of a finished request."""
         self._full.pop(rid, None)
-
-
-def finished_mask(batch: BatchView, accepted: np.ndarray) -> np.ndarray:
-    """Requests whose last output token this iteration emits (accepted drafts + 1, capped)."""
-    emitted = emitted_tokens(accepted, batch.generated, batch.output_len)
-    return batch.generated + emitted >= batch.output_len
+        self._lists.pop(rid, None)
 
 
 def matched_prefix(draft: np.ndarray, truth: np.ndarray) -> int:

@@ -68,9 +68,14 @@ class SuffixIndex:
         self.max_depth = int(max_depth)
         self._edges: dict[int, int] = {}
         self.count = [0]
-        self.token = [-1]
-        self.parent = [-1]
-        self.kids: list[list[int] | None] = [None]
+        self.key = [-1]  # each node's edge key: parent * _STRIDE + token
+        # children as linked lists in int lists (first child, next sibling; -1: none), not a
+        # list per node: a trie holds ~max_depth nodes per token, and as many live Python
+        # lists made the garbage collector's passes most of a suffix run's CPU.  A new child
+        # goes first: the order of children decides nothing (speculation ranks them by
+        # count and id, the other readers sum or test for any)
+        self.first = [-1]
+        self.next = [-1]
         self._free: list[int] = []
 
     # ------------------------------------------------------------------ building
@@ -78,61 +83,67 @@ class SuffixIndex:
         """Live nodes, the root included."""
         return len(self.count) - len(self._free)
 
-    def _new_node(self, parent: int, token: int, key: int) -> int:
+    def token(self, node: int) -> int:
+        """The token on the edge into ``node``."""
+        return self.key[node] % _STRIDE
+
+    def _new_node(self, parent: int, key: int) -> int:
         if self._free:
             node = self._free.pop()
-            self.count[node], self.token[node], self.parent[node] = 0, token, parent
-            self.kids[node] = None
+            self.count[node], self.key[node], self.first[node] = 0, key, -1
+            self.next[node] = self.first[parent]
         else:
             node = len(self.count)
             self.count.append(0)
-            self.token.append(token)
-            self.parent.append(parent)
-            self.kids.append(None)
-        siblings = self.kids[parent]
-        if siblings is None:
-            self.kids[parent] = [node]
-        else:
-            siblings.append(node)
+            self.key.append(key)
+            self.first.append(-1)
+            self.next.append(self.first[parent])
+        self.first[parent] = node
         self._edges[key] = node
         return node
 
     def _unlink(self, node: int) -> None:
-        parent = self.parent[node]
-        del self._edges[parent * _STRIDE + self.token[node]]
-        siblings = self.kids[parent]
-        siblings.remove(node)
-        if not siblings:
-            self.kids[parent] = None
+        key = self.key[node]
+        parent = key // _STRIDE
+        del self._edges[key]
+        first, nxt = self.first, self.next
+        before, c = -1, first[parent]
+        while c != node:
+            before, c = c, nxt[c]
+        if before < 0:
+            first[parent] = nxt[node]
+        else:
+            nxt[before] = nxt[node]
         self._free.append(node)
 
     def extend(self, cursor: Cursor, tokens) -> None:
         """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
-        edges, count, token, parent, kids = self._edges, self.count, self.token, self.parent, \
-            self.kids
+        edges, count, keys, first, nxt = self._edges, self.count, self.key, self.first, \
+            self.next
         get, keep, free = edges.get, self.max_depth - 1, self._free
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
             moved = []
+            found = True
             for node in (0, *nodes):
                 key = node * _STRIDE + t
-                child = get(key)
-                if child is not None:
-                    count[child] += 1
-                elif free:
-                    child = self._new_node(node, t, key)
+                if found:  # the trie is suffix-closed: past a missing suffix, all are new
+                    child = get(key)
+                    if child is not None:
+                        count[child] += 1
+                        moved.append(child)
+                        continue
+                    found = False
+                if free:
+                    child = self._new_node(node, key)
                     count[child] = 1
                 else:  # the hot path of a growing trie, inlined
                     child = len(count)
                     count.append(1)
-                    token.append(t)
-                    parent.append(node)
-                    kids.append(None)
-                    siblings = kids[node]
-                    if siblings is None:
-                        kids[node] = [child]
-                    else:
-                        siblings.append(child)
+                    keys.append(key)
+                    first.append(-1)
+                    nxt.append(first[node])
+                    first[node] = child
                     edges[key] = child
                 moved.append(child)
             nodes = moved[:keep]  # the deepest suffix cannot grow further
@@ -164,10 +175,18 @@ class SuffixIndex:
             nodes = moved[:keep]
 
     # ------------------------------------------------------------------ queries
+    def children(self, node: int) -> list[int]:
+        """``node``'s children, in the order they were made."""
+        out, c, nxt = [], self.first[node], self.next
+        while c >= 0:
+            out.append(c)
+            c = nxt[c]
+        return out
+
     def out(self, node: int) -> int:
         """Occurrences of ``node``'s substring that a token follows (its children's counts)."""
-        kids = self.kids[node]
-        return sum(self.count[c] for c in kids) if kids else 0
+        count = self.count
+        return sum([count[c] for c in self.children(node)])
 
     def find(self, pattern) -> int:
         """The node of ``pattern`` (-1 when it does not occur)."""
@@ -191,7 +210,7 @@ class SuffixIndex:
         while lo < hi:
             mid = (lo + hi + 1) // 2
             node = self.find(tail[hi - mid:])
-            if node != -1 and self.kids[node]:
+            if node != -1 and self.first[node] >= 0:
                 lo, best = mid, (node, mid)
             else:
                 hi = mid - 1
@@ -202,31 +221,31 @@ class SuffixIndex:
         nodes = cursor.nodes
         for length in range(min(int(max_len), len(nodes)), 0, -1):
             node = nodes[length - 1]
-            if self.kids[node]:
+            if self.first[node] >= 0:
                 return node, length
         return -1, 0
 
     def speculate(self, node: int, budget: int, min_prob: float, tree: bool = True,
                   match_len: int = 0) -> Speculation:
         """Best-first speculation below ``node``: at most ``budget`` tokens, each >= min_prob."""
-        if node < 0 or budget <= 0 or not self.kids[node]:
+        if node < 0 or budget <= 0 or self.first[node] < 0:
             return Speculation([], [], [], match_len)
         if not tree:
             return self._speculate_path(node, budget, min_prob, match_len)
-        count, token, kids = self.count, self.token, self.kids
+        count, key, kids = self.count, self.key, self.children
         parents: list[int] = []
         tokens: list[int] = []
         probs: list[float] = []
         total = self.out(node)
-        heap = [(-count[c] / total, c, -1) for c in kids[node] if count[c] >= min_prob * total]
+        heap = [(-count[c] / total, c, -1) for c in kids(node) if count[c] >= min_prob * total]
         heapq.heapify(heap)
         while heap and len(tokens) < budget:
             neg, c, par = heapq.heappop(heap)
             idx = len(tokens)
             parents.append(par)
-            tokens.append(token[c])
+            tokens.append(key[c] % _STRIDE)
             probs.append(-neg)
-            below = kids[c]
+            below = kids(c) if self.first[c] >= 0 else None
             if below:
                 scale = neg / sum(count[d] for d in below)
                 for d in below:
@@ -237,16 +256,16 @@ class SuffixIndex:
 
     def _speculate_path(self, node: int, budget: int, min_prob: float,
                         match_len: int) -> Speculation:
-        count, kids = self.count, self.kids
+        count, kids = self.count, self.children
         parents, tokens, probs = [], [], []
         p = 1.0
-        while len(tokens) < budget and kids[node]:
-            best = max(kids[node], key=lambda c: (count[c], -c))
+        while len(tokens) < budget and self.first[node] >= 0:
+            best = max(kids(node), key=lambda c: (count[c], -c))
             p *= count[best] / self.out(node)
             if p < min_prob:
                 break
             parents.append(len(tokens) - 1)
-            tokens.append(self.token[best])
+            tokens.append(self.key[best] % _STRIDE)
             probs.append(p)
             node = best
         return Speculation(parents, tokens, probs, match_len)

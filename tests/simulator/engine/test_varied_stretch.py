@@ -130,6 +130,8 @@ MODEL_FREE = [{"name": "prompt_lookup", "num_speculative_tokens": 3, "prompt_loo
                "suffix_decoding_max_cached_requests": 3},
               {"name": "lookahead"},
               {"name": "lookahead", "window_size": 2, "ngram_size": 3, "guess_set_size": 2},
+              {"name": "jacobi"},
+              {"name": "jacobi", "window_size": 3, "init": "repeat"},
               # adaptive around the lookups: their caps from the controllers
               {"name": "adaptive", "base": {"name": "prompt_lookup",
                                             "num_speculative_tokens": 6},

@@ -12,6 +12,7 @@ from simulator.policies.token_text import TokenText
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
 from tests.helpers import REPO
+from tests.simulator.engine.test_fast_forward import _both, assert_identical
 from workloads.workload import Workload
 
 SCENARIOS = REPO / "workloads" / "scenarios"
@@ -34,6 +35,32 @@ def test_off_path_rule_copies_the_latest_continuation():
     assert target.predict(0, [8]) == 8        # never seen: repeat
     target.see(0, 2)                          # the output 5 6 becomes visible: 9 -> 5
     assert target.predict(0, [9]) == 5
+
+
+def _latest_follower(text, tail, order):
+    """The off-path rule by its definition: what followed the latest occurrence of the
+    tail's last k tokens, the longest k first; an unseen token repeats."""
+    for k in range(min(order, len(tail)), 0, -1):
+        for i in range(len(text) - 1, k - 1, -1):
+            if text[i - k:i] == tail[-k:]:
+                return text[i]
+    return tail[-1]
+
+
+def test_off_path_rule_matches_its_definition_as_the_text_grows():
+    rng = np.random.default_rng(3)
+    for order in (1, 2, 3):
+        prompt, output = rng.integers(0, 4, 30), rng.integers(0, 4, 40)
+        text = TokenText((prompt,), (output,))
+        target = InContextTarget(text, order=order)
+        generated = 0
+        while generated <= output.size:
+            target.see(0, generated)
+            seen = text.known(0, generated).tolist()
+            tails = [rng.integers(0, 5, int(rng.integers(1, 5))).tolist() for _ in range(6)]
+            assert target.predict_each(0, tails) == [_latest_follower(seen, t, order)
+                                                     for t in tails]
+            generated += int(rng.integers(1, 12))
 
 
 def _batch(generated, output_len, prompt_len):
@@ -146,3 +173,14 @@ def test_shipped_scenario_runs():
     res = simulate(load_scenario(SCENARIOS / "lookahead.yaml",
                                  ["workload.tokens.num_requests=4"]))
     assert (res.requests.status == "finished").all()
+
+
+def test_jacobi_takes_the_varied_stretches_with_identical_results():
+    """Jacobi on the lookahead scenario's code edits: advanced on arrays (VariedDraft) under
+    fast-forward, the same tables as step by step."""
+    on, off = _both(load_scenario(SCENARIOS / "lookahead.yaml",
+                                  ["policy={name: jacobi, window_size: 6}",
+                                   "workload.tokens.num_requests=12"]))
+    assert_identical(on, off)
+    assert off.info["engine"]["vectorised"] == 0
+    assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2

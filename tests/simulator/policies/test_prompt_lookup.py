@@ -7,7 +7,7 @@ import pytest
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import PolicyContext
-from simulator.policies.ngram_index import NgramIndex
+from simulator.policies.ngram_index import BULK_FROM, NgramIndex
 from simulator.policies.prompt_lookup import PROMPT_LOOKUP_S_PER_REQUEST, PromptLookup, ngram_lookup
 from simulator.policies.token_text import matched_prefix
 from simulator.scenario import load_scenario, scenario_from_dict
@@ -113,11 +113,12 @@ def test_bad_parameters_name_the_field(params, field):
 
 def test_the_growing_index_gives_the_lookups_answer():
     """``NgramIndex`` (the policy's, kept as a request's text grows) against its definition:
-    texts grown a few tokens at a time, any n-gram bounds, any cap, every answer the same
-    (the same tokens: they become the draft)."""
+    texts grown a few tokens at a time or by runs long enough for the bulk pass (a prompt),
+    any n-gram bounds, any cap, every answer the same (the same tokens: they become the
+    draft)."""
     rng = np.random.default_rng(7)
     for _ in range(300):
-        text = rng.integers(0, int(rng.integers(2, 6)), size=int(rng.integers(1, 80)))
+        text = rng.integers(0, int(rng.integers(2, 6)), size=int(rng.integers(1, 120)))
         lo = int(rng.integers(1, 4))
         hi = int(rng.integers(lo, 7))
         index, size = NgramIndex(lo, hi), int(rng.integers(0, 4))
@@ -125,7 +126,8 @@ def test_the_growing_index_gives_the_lookups_answer():
             k = int(rng.integers(0, 6))
             want = naive_lookup(text[:size], lo, hi, k) if k > 0 else []
             assert index.lookup(text[:size], k).tolist() == want
-            size += int(rng.integers(1, 4))
+            long = rng.random() < 0.3
+            size += int(rng.integers(BULK_FROM, 3 * BULK_FROM) if long else rng.integers(1, 4))
 
 
 def test_a_workload_without_token_ids_is_refused():

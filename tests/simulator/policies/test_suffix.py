@@ -37,8 +37,8 @@ def index_counts(index: SuffixIndex):
     out, stack = {}, [((), 0)]
     while stack:
         path, node = stack.pop()
-        for c in index.kids[node] or []:
-            sub = path + (index.token[c],)
+        for c in index.children(node):
+            sub = path + (index.token(c),)
             out[sub] = (index.count[c], index.out(c))
             stack.append((sub, c))
     return out
@@ -89,7 +89,7 @@ def test_matching_finds_the_longest_suffix_with_a_continuation():
     online = SuffixIndex(6)
     online.extend(cursor, [1, 2, 3, 4, 1, 2])
     node, length = online.cursor_match(cursor, 5)
-    assert length == 2 and online.token[node] == 2                   # "1 2" seen before
+    assert length == 2 and online.token(node) == 2                   # "1 2" seen before
 
 
 def test_tree_speculation_by_frequency():
