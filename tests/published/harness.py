@@ -39,6 +39,8 @@ REQUESTS_PER_BATCH_SLOT = 16
 ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop": False,
                                    "engine": "eagle-official"},
                             "vllm": {"engine": "vllm-v0.9"},
+                            # vLLM V0 0.7.x (Feb 2025): its DeepSeek decode path, read
+                            "vllm-v0": {"engine": "vllm-v0.7"},
                             "sglang": {"engine": "sglang-v0.4"},
                             # SGLang from April 2025: FA3 prefill on Hopper (issue #5064),
                             # CUTLASS/DeepGEMM block-FP8 GEMMs; 0.4.1's speculative counts

@@ -99,6 +99,52 @@ def test_sglang_045_decode_counts_are_the_listed_kernels():
     assert e.prefill_attention == "fa3"
 
 
+# The launches read in vLLM V0 0.7.x's DeepSeek decode (engines.yaml vllm-v0.7 names the
+# files): vllm/attention/backends/mla/utils.py MLACommonImpl.forward, after the native rope
+# (ROPE above: vLLM's DeepseekScalingRotaryEmbedding.forward, which SGLang 0.4.1 copied)
+V0_MLA_COPIES = [("pointwise", "decode_q_pe[...] = rope's query"),
+                 ("pointwise", "decode_k_pe[...] = rope's key"),
+                 ("pointwise", "output[num_prefill_tokens:] = _forward_decode(...)")]
+# vllm/attention/backends/triton_mla.py TritonMLAImpl._forward_decode
+V0_TRITON_DECODE = [("pointwise", "torch.cat([q_nope, q_pe])"), ("pointwise", "torch.zeros o"),
+                    ("other", "decode_attention_fwd stage 2 (softmax_reducev)")]
+
+
+def test_vllm_v0_decode_counts_are_the_listed_kernels():
+    e = load_engine("vllm-v0.7")
+    mla = ROPE + V0_MLA_COPIES + V0_TRITON_DECODE
+    # vLLM's grouped_topk with the correction bias is SGLang 0.4.1's biased one, kernel for
+    # kernel (fused_moe.py), and its moe_align_block_size fills sorted_ids the same way
+    moe = GROUPED_TOPK + ALIGN
+    assert e.mla_pointwise_kernels == _count(mla, "pointwise") - GENERIC["rope"][1] == 16
+    assert e.mla_other_kernels == _count(mla, "other") == 2
+    assert e.moe_pointwise_kernels == _count(moe, "pointwise") == 11
+    assert e.moe_other_kernels == _count(moe, "other") - GENERIC["routing"][1] == 6
+    assert e.fp8_gemm == "triton" and e.split_qkv_a
+    assert e.deepep_pointwise_kernels == e.eplb_map_kernels == 0  # no DeepEP in V0
+    # V0's speculative path was not read: no speculative host work is charged
+    assert e.verify_kernels == e.draft_prep_kernels == e.syncs == e.host_steps == 0
+
+
+def test_vllm_v0_step_adds_exactly_its_counted_launches():
+    # against vllm-v0.9 (no engine launches, no K-loop floor): the MLA and gate families
+    # are the counted launches at the profile's kinds, one request's latent query a layer
+    v0, v1 = _cm("vllm-v0.7"), _cm("vllm-v0.9")
+    ones, ctx = np.ones(1), np.full(1, 200.0)
+    a = {op.name: op.time_s for op in v0.breakdown(ones, ctx).ops}
+    b = {op.name: op.time_s for op in v1.breakdown(ones, ctx).ops}
+    roof, m = v0._roof, v0.model
+    nb_mla = m.num_heads / 8 * m.kv_lora_rank * 2.0
+    mla = 16 * roof.transfer_time(nb_mla, "elementwise") + 2 * roof.transfer_time(nb_mla,
+                                                                                  "other")
+    assert a["engine_mla_kernels"] == pytest.approx(mla * m.num_layers)
+    assert "engine_mla_kernels" not in b and "engine_moe_gate" not in b
+    g = v0._lin_roof.gemm_time(1.0, 512, 7168)  # the shared experts' w13: its K loop
+    assert a["shared_up"] == pytest.approx(max(g, ek.dense_floor(v0, 1.0, 512, 7168, 1.0))
+                                           * m.moe_layers)
+    assert a["shared_up"] > b["shared_up"]
+
+
 # sgl-project/sglang PR #5820 (2025-04-28), 'main' tables, the 'sglang triton' column (us):
 # DeepSeek-V3 (N, K) -> times at batch 1, 8, 16, 32, 64 (as far as read)
 PR_5820_TRITON_US = {(3072, 1536): [14.336, 12.032, 11.584, 11.744, 11.680],
