@@ -55,7 +55,7 @@ from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch
 from simulator.engine.step import STEP_FIELDS
 
-_ANY, _SUM = np.logical_or.reduce, np.add.reduce
+_ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 
 
@@ -104,7 +104,9 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
     s, clock, got = int(_SUM(c0)), replica.now, 0
-    s0 = s
+    # a request's tokens so far are at most all of them, s - s0: none can have finished
+    # while that is below the fewest any has left
+    s0, fewest = s, int(_MIN(left))
     emits, gots, rows = [], [], []  # rows: (start, draft, verify, context sum, emitted)
     cross = retired = False
     while len(emits) < k_max:
@@ -136,7 +138,7 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
         gots.append(got)
         rows.append((clock, d, v, s, emitted))
         s, clock = s + emitted, end
-        if _ANY(got >= left):
+        if s - s0 >= fewest and _ANY(got >= left):
             retired = True
             break
     if emits:
