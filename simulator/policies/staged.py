@@ -66,6 +66,24 @@ def _NOTHING(ctx_sum: float) -> float:
     return 0.0
 
 
+def _varied_chain_few(forms, ctx: list, k: list) -> float | None:
+    """``chain_draft_time`` of requests drafting different counts ``k`` at whole-number
+    contexts ``ctx``, on Python numbers: ``_varied_chain_time``'s forwards (forward j's
+    batch of ones by the closed form at its contexts' sum + n j, added in order); None
+    where the cost declares no closed forms or a forward has none (the arrays price it)."""
+    if forms is None:
+        return None
+    total = 0.0
+    for j in range(max(k)):
+        on = [c for c, kj in zip(ctx, k) if kj > j]
+        n = len(on)
+        t = forms.uniform_step_time(n, 1, float(sum(on) + n * j), n)
+        if t is None:
+            return None
+        total += t
+    return total
+
+
 def _draft2(name: str, target=None):
     try:
         spec = load_model(name)
@@ -210,6 +228,9 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             if prices[1] is not None and (prices[0] is not None or self.draft2_cost is None):
                 s = float(sum(ctx))
                 return (0.0 if prices[0] is None else prices[0](s)), prices[1](s)
+        elif (d2 := _varied_chain_few(closed_forms(self.draft2_cost), ctx, k)) is not None:
+            u = np.array(k, np.float64) + 1.0  # (k + 1) as floats: whole numbers, exact
+            return d2, self.draft_cost.step_time(u, np.array(ctx, np.int64), u)
         return self._round_s(np.array(ctx, np.int64), np.array(k, np.int64), same)
 
     def _round_s(self, ctx: np.ndarray, k: np.ndarray, same: int | None) -> tuple[float, float]:
