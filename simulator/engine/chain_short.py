@@ -105,12 +105,9 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
     s, clock, got = int(_SUM(c0)), replica.now, 0
-    # a request's tokens so far are at most all of them, s - s0: none can have finished
-    # while that is below the fewest any has left
-    s0, fewest = s, int(_MIN(left))
-    few = n <= _FEW  # a few numbers sum faster as a list than by a reduction's call
-    emits, gots, rows = [], [], []  # rows: (start, draft, verify, context sum, emitted)
-    cross = retired = False
+    # none has finished while all emitted, s - s0, is below the fewest any has left; a few
+    s0, fewest, few = s, int(_MIN(left)), n <= _FEW  # integers sum faster as a list
+    emits, gots, rows, cross, retired = [], [], [], False, False  # as _commit_rows takes them
     while len(emits) < k_max:
         # _pass's blocking, exact where the bound does not clear it (got <= u k each)
         if (s + n * u) // bs + n > free and int(_SUM(-(-(c0 + got + u) // bs))) > free:
@@ -121,14 +118,12 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
                 and _ANY(b.prompt_len + b.generated + (g + got) >= spec.max_context):
             break
         if draft is not None:
-            d, v = draft(s), verify(s)
-            end = clock + (d + v)
-            emit = accepted(rng.random(n), ids)
-        else:  # the contexts once for both (the same integers)
+            d, v, emit = draft(s), verify(s), accepted(rng.random(n), ids)
+        else:  # the contexts once for both (the same integers), priced before the draws
             ctx = c0 + got
             d, v = price(s, ctx, last)
-            end = clock + (d + v)
             emit = spec.carried.draw_accepted(rng, ids, ctx)
+        end = clock + (d + v)
         emit += 1
         last = emit
         if end >= horizon:  # the next arrival comes first: this one crosses it
