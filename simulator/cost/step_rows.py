@@ -54,11 +54,26 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
         if attention is None:
             attention = attention_layers(cm, tokens, ctx)
         out[j] = cm._step_from(part[0], part[1], attention[j], n)
-    for key, rows in uniform.items():  # the closed form on an array of context sums: the
-        sums = _SUM(ctx[rows], axis=1)  # same operations as on each (whole numbers: exact)
-        for j, x in zip(rows, sm.uniform_time(parts[key], sums, np.maximum).tolist()):
-            out[j] = x
+    if uniform:
+        _uniform_rows(out, uniform, parts, _SUM(ctx, axis=1))
     return np.array(out, np.float64)
+
+
+def _uniform_rows(out: list, uniform: dict, parts: dict, sums: np.ndarray) -> None:
+    """``out[j]`` of each uniform row ``j`` (``uniform``: its rows by key) by the closed form
+    ``parts[key]`` at the row's context sum (``sums``: whole numbers, exact however summed):
+    on an array of sums where a key has many rows, on Python floats (``step_time``'s own
+    call) where it has a few; the same operations either way."""
+    listed = None
+    for key, rows in uniform.items():
+        if len(rows) <= 4:  # a few: numpy's per-call cost would be most of it
+            if listed is None:
+                listed = sums.tolist()
+            for j in rows:
+                out[j] = sm.uniform_time(parts[key], listed[j], max)
+            continue
+        for j, x in zip(rows, sm.uniform_time(parts[key], sums[rows], np.maximum).tolist()):
+            out[j] = x
 
 
 def _one_by_one(cm, tokens, ctx, logits) -> np.ndarray:

@@ -55,8 +55,9 @@ from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch
 from simulator.engine.step import STEP_FIELDS
 
-_ANY, _SUM = np.logical_or.reduce, np.add.reduce
+_ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
+_FEW = 64
 
 
 def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
@@ -104,31 +105,37 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
     s, clock, got = int(_SUM(c0)), replica.now, 0
-    emits, gots, rows = [], [], []  # rows: (start, draft, verify, context sum, emitted)
-    cross = retired = False
+    # none has finished while all emitted, s - s0, is below the fewest any has left; a few
+    s0, fewest, few = s, int(_MIN(left)), n <= _FEW  # integers sum faster as a list
+    emits, gots, rows, cross, retired = [], [], [], False, False  # as _commit_rows takes them
     while len(emits) < k_max:
         # _pass's blocking, exact where the bound does not clear it (got <= u k each)
         if (s + n * u) // bs + n > free and int(_SUM(-(-(c0 + got + u) // bs))) > free:
             break
-        if spec.max_context is not None and seq_max + len(emits) * u >= spec.max_context \
+        # a request's tokens so far are at most u a pass and at most all of them, s - s0
+        if spec.max_context is not None \
+                and seq_max + min(len(emits) * u, s - s0) >= spec.max_context \
                 and _ANY(b.prompt_len + b.generated + (g + got) >= spec.max_context):
             break
-        d, v = (draft(s), verify(s)) if draft is not None else price(s, c0 + got, last)
+        if draft is not None:
+            d, v, emit = draft(s), verify(s), accepted(rng.random(n), ids)
+        else:  # the contexts once for both (the same integers), priced before the draws
+            ctx = c0 + got
+            d, v = price(s, ctx, last)
+            emit = spec.carried.draw_accepted(rng, ids, ctx)
         end = clock + (d + v)
-        emit = accepted(rng.random(n), ids) if draft is not None else \
-            spec.carried.draw_accepted(rng, ids, c0 + got)
         emit += 1
         last = emit
         if end >= horizon:  # the next arrival comes first: this one crosses it
             cross = True
             break
         got = got + emit
-        emitted = int(_SUM(emit))
+        emitted = int(sum(emit.tolist())) if few else int(_SUM(emit))  # integers: exact
         emits.append(emit)
         gots.append(got)
         rows.append((clock, d, v, s, emitted))
         s, clock = s + emitted, end
-        if _ANY(got >= left):
+        if s - s0 >= fewest and _ANY(got >= left):
             retired = True
             break
     if emits:
@@ -176,8 +183,10 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
         capped = int(_SUM(emit))
     first_end = rows[1][0] if k > 1 else end
     rec.record_itl_shared(first_end - b.last_emit)
-    for j in range(1, k):  # every decode shares the gap between two iterations' ends
-        rec.record_itl_repeated((rows[j + 1][0] if j + 1 < k else end) - rows[j][0], n)
+    if k > 1:  # every decode shares the gap between two iterations' ends (the samples are
+        # sorted or binned: one call for all, the same differences)
+        ends = np.array([row[0] for row in rows[1:]] + [end])
+        rec.record_itl_repeated(ends[1:] - ends[:-1], n)
     got = np.array(gots) if k > 1 else gots[0][None, :]
     # after the roll-backs: ceil((computed + got) / bs) blocks each (integers: exact)
     used = (base + _SUM((got + (b.computed + (bs - 1))) // bs, axis=1)).tolist()

@@ -52,6 +52,7 @@ from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
+_FEW = 8  # up to this many requests a uniform first forward is priced on Python numbers
 
 
 class FeatureDraft(PolicyBase, CarriedDraft):
@@ -168,13 +169,16 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         if memo is None:
             return self.draft_time(context.astype(np.float64), reread) + self.host(n)
         logits, later = memo
-        first = np.maximum(reread, 1.0)  # >= 1: level_draft_time's new tokens, bitwise
-        start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
-        total = 0.0 + self._first.step_time(first, start, logits)
+        got = self._first_uniform(reread, context, logits) if n <= _FEW else None
+        if got is None:
+            first = np.maximum(reread, 1.0)  # >= 1: level_draft_time's new tokens, bitwise
+            start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
+            got = self._first.step_time(first, start, logits), first.sum()
+        total = 0.0 + got[0]
         s = float(int(_SUM(context)))
         for offset, price, _, _ in later:
             total += price(s + offset)
-        tokens = first.sum()  # the linears' seconds: a function of (tokens, n) alone
+        tokens = got[1]  # the linears' seconds: a function of (tokens, n) alone
         extra = self._extras.get((tokens, n))
         if extra is None:
             if len(self._extras) >= 4096:
@@ -182,6 +186,21 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             extra = self._extras[tokens, n] = self._extra_s(
                 tokens, [n * t for t in self.levels[1:]])
         return total + extra + self.host(n)
+
+    def _first_uniform(self, reread: np.ndarray, context: np.ndarray, logits: np.ndarray):
+        """(the first forward's seconds, its new tokens in all) where a few requests all
+        re-read the same count, by the layer's closed form at the starts' sum, on Python
+        numbers (``step_time``'s own uniform branch: the same form, the same whole-number
+        sum; the declared ``uniform_step_time`` is bitwise ``step_time``'s); None otherwise."""
+        forms = closed_forms(self._first)
+        first = [max(float(r), 1.0) for r in reread.tolist()]
+        t = first[0]
+        if forms is None or first.count(t) != len(first) or not t.is_integer():
+            return None
+        start = [max(c - (t - 1.0), 0.0) for c in context.tolist()]
+        got = forms.uniform_step_time(len(first), t, float(sum(start)),
+                                      float(_SUM(logits)))
+        return None if got is None else (got, np.float64(sum(first)))
 
     def chain_counts(self):
         """A chain's counts from its uniforms (``draw_accepted``'s counter), once its

@@ -192,6 +192,10 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:
+        if self._cond is None:
+            walk = self.acceptance.tree_walk(self.tree)
+            if walk is not None:  # sample_all's walk itself: lengths in [0, depth] already
+                return walk(rng, request_ids.size)
         got = self.acceptance.sample_all(self.tree, context, request_ids, rng) \
             if self._cond is None else walk_tree(self.tree, self._cond, rng, request_ids.size)
         return np.minimum(np.maximum(np.asarray(got, np.int64), 0), self.tree.num_nodes)

@@ -61,6 +61,20 @@ def test_inner_alpha_zero_needs_one_round_per_token():
     assert gpu == pytest.approx(sum(_round(ctx + r, k) for r, k in enumerate(ks)), rel=1e-12)
 
 
+@pytest.mark.parametrize("draft2", ["opt-125m", "ngram"])
+def test_few_requests_on_python_numbers_match_the_arrays(draft2):
+    # whole-number contexts of a few requests take the rounds on Python numbers, the same
+    # contexts as floats the array loop: the same rounds, draws and bits either way
+    pol = make({"draft2": draft2, "inner_alpha": 0.6, "ngram_lookup_s": 1e-5})
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        ctx = rng.integers(1, 3000, int(rng.integers(1, 9)))
+        fast, slow = np.random.default_rng(seed), np.random.default_rng(seed)
+        got = pol.draft_time(ctx, np.arange(ctx.size), fast)
+        assert got == pol.draft_time(ctx.astype(np.float64), np.arange(ctx.size), slow)
+        assert fast.random() == slow.random()  # as many uniforms drawn
+
+
 def test_ngram_second_stage_costs_cpu_lookups_only():
     pol = make({"inner_alpha": 1.0, "ngram_lookup_s": 1e-5})
     ctx = np.array([200.0, 200.0, 500.0])
