@@ -178,14 +178,18 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         s = float(int(_SUM(context)))
         for offset, price, _, _ in later:
             total += price(s + offset)
-        tokens = got[1]  # the linears' seconds: a function of (tokens, n) alone
+        return total + self._linears_s(got[1], n) + self.host(n)
+
+    def _linears_s(self, tokens: float, n: int) -> float:
+        """``_extra_s`` of a first forward of ``tokens`` new tokens in all over ``n``
+        requests, memoised: the linears' seconds are a function of (tokens, n) alone."""
         extra = self._extras.get((tokens, n))
         if extra is None:
             if len(self._extras) >= 4096:
                 self._extras.clear()
             extra = self._extras[tokens, n] = self._extra_s(
                 tokens, [n * t for t in self.levels[1:]])
-        return total + extra + self.host(n)
+        return extra
 
     def _first_uniform(self, reread: np.ndarray, context: np.ndarray, logits: np.ndarray):
         """(the first forward's seconds, its new tokens in all) where a few requests all
@@ -229,15 +233,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         s = _SUM(context, axis=1).astype(np.float64)  # whole numbers: exact
         for times in _later_times(closed_forms(self.cost), n, s, later):
             total = total + times
-        extras = []
-        for tokens in _SUM(first, axis=1).tolist():
-            extra = self._extras.get((tokens, n))
-            if extra is None:
-                if len(self._extras) >= 4096:
-                    self._extras.clear()
-                extra = self._extras[tokens, n] = self._extra_s(
-                    tokens, [n * t for t in self.levels[1:]])
-            extras.append(extra)
+        extras = [self._linears_s(tokens, n) for tokens in _SUM(first, axis=1).tolist()]
         return total + np.array(extras) + self.host(n)
 
     def _later_pricers(self, n: int) -> tuple | None:
