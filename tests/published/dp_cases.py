@@ -21,8 +21,10 @@ baseline's "ShareGPT batch size 4" (``--max-concurrency 4``, 100 prompts, 22,836
 about 52 tokens/s a user), 196.81 output tokens/s over 8 GPUs.
 
 What the commands run, and so what is simulated: SGLang's ``--enable-dp-attention`` without
-``--dp-size`` keeps ``dp_size`` at its default 1, and SGLang sizes the attention group as
-``attn_tp_size = tp_size // dp_size`` (python/sglang/srt/layers/dp_attention.py
+``--dp-size`` keeps ``dp_size`` at its default 1, and SGLang then turns the flag off
+(python/sglang/srt/server_args.py ``_handle_data_parallelism``: "if self.dp_size == 1:
+self.enable_dp_attention = False"); even where it stays on, the attention group is
+``attn_tp_size = tp_size // dp_size`` (layers/dp_attention.py
 ``compute_dp_attention_world_info``): attention stays tensor-parallel over all 8 GPUs and
 no rank holds requests of its own.  The page's "DP attention" run is therefore simulated as
 tensor parallel 8 (``data_parallel_attention`` 1), like the vLLM baseline; its +7.6% over
