@@ -219,3 +219,55 @@ def load_tpot_speedup(hardware: str, target: str, policy: dict, **kw) -> float:
     base_kw = {k: v for k, v in kw.items() if k not in ("draft", "acceptance")}
     base = load_run(hardware, target, {"name": "none"}, **base_kw)
     return base.tpot_s / load_run(hardware, target, policy, **kw).tpot_s
+
+
+# ------------------------------------------- a serving benchmark's run (tests/published/dp_cases)
+@dataclass(frozen=True)
+class Served:
+    """What a serving benchmark prints of one simulated run: the client's duration (first
+    send to last finish) and the mean TPOT."""
+
+    duration_s: float
+    tpot_s: float
+    tokens: int          # input and output tokens of every request
+
+    @property
+    def total_tokens_per_s(self) -> float:
+        """``vllm bench serve``'s "Total Token throughput": all tokens over the duration."""
+        return self.tokens / self.duration_s
+
+
+def serve(hardware: str, target: str, *, num_requests: int, prompt: int, output: int,
+          engine: str, parallelism: dict, batching: dict,
+          max_concurrency: int | None = None) -> Served:
+    """``num_requests`` requests of fixed lengths sent at once (``vllm bench serve`` without a
+    request rate), or held to ``max_concurrency`` in flight (its ``--max-concurrency``),
+    served by one replica of ``parallelism`` and ``batching`` without speculation (cached)."""
+    if engine not in ENGINES:
+        raise KeyError(f"unknown engine {engine!r}; one of {sorted(ENGINES)}")
+    draw = _DRAW.plain() if _DRAW is not None else None
+    return _serve(hardware, target, int(num_requests), int(prompt), int(output),
+                  _freeze(ENGINES[engine]), _freeze(parallelism), _freeze(batching),
+                  max_concurrency, draw)
+
+
+@lru_cache(maxsize=None)
+def _serve(hardware, target, n, prompt, output, execution, parallelism, batching,
+           max_concurrency, draw) -> Served:
+    workload = {"synthetic": {
+        "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": 1e6},
+        "prompt": {"dist": "fixed", "tokens": prompt},
+        "output": {"dist": "fixed", "tokens": output}}}
+    if max_concurrency is not None:
+        workload["max_concurrency"] = max_concurrency
+    data = {"name": "published-serve-case", "seed": 0, "hardware": hardware,
+            "target": target, "policy": {"name": "none"}, "parallelism": _thaw(parallelism),
+            "batching": _thaw(batching), "execution": _thaw(execution),
+            "workload": workload}
+    scenario = scenario_from_dict(data, source="tests/published")
+    res = simulate(scenario if draw is None else draw.apply(scenario, None))
+    req = res.requests
+    if not (req["status"] == "finished").all():
+        raise AssertionError(f"{target} on {hardware}: not every request finished")
+    duration = float(req["finish_s"].max() - req["arrival_s"].min())
+    return Served(duration, float(req["tpot_s"].mean()), n * (prompt + output))

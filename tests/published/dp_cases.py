@@ -1,0 +1,267 @@
+"""Published measurements of DeepSeek-R1 served on one 8 x H200 node (aggregated, no
+speculation): vLLM with tensor parallel 8 against SGLang with ``--tp 8 --enable-dp-attention``,
+from one source, so what the two runs share (client, lengths, GPUs) is the same for both.
+
+Source: GPUStack Performance Lab, "Optimizing DeepSeek-R1 Throughput on NVIDIA H200 GPUs",
+https://docs.gpustack.ai/latest/performance-lab/deepseek-r1/h200 (the gpustack/gpustack file
+docs/performance-lab/deepseek-r1/h200.md, read at commit a5c9faf).  Setup, section
+"Experimental Setup": deepseek-ai/DeepSeek-R1-0528 (FP8) on NVIDIA H200s; vLLM v0.11.0 and
+SGLang v0.5.3; ``vllm bench serve --backend openai-chat`` with a random dataset of fixed
+lengths ("Very long prompt: 32000 input tokens, 100 output tokens; Long prompt: 4000 / 200;
+Medium prompt: 2000 / 100; Short prompt: 128 / 4") and ShareGPT, no request rate and no
+concurrency limit (the printed "Peak concurrent requests" equals the request count: every
+request sent at once).  Numbers: section "Other Benchmark Cases", the baseline
+(``vllm serve deepseek-ai/DeepSeek-R1-0528 -tp 8``) and optimized
+(``python3 -m sglang.launch_server ... --tp 8 --enable-dp-attention``) benchmark results:
+"Total Token throughput (tok/s)" and "Mean TPOT (ms)" of each random case (the page's
+summary table), the request counts and total tokens beside them; the ShareGPT rows of
+sections 1-2 (1,000 prompts, 219,171 input and about 200,760 generated tokens); and the
+baseline's "ShareGPT batch size 4" (``--max-concurrency 4``, 100 prompts, 22,836 input and
+21,338 generated tokens): the one point at a stated per-user speed (mean TPOT 19.36 ms,
+about 52 tokens/s a user), 196.81 output tokens/s over 8 GPUs.
+
+What the commands run, and so what is simulated: SGLang's ``--enable-dp-attention`` without
+``--dp-size`` keeps ``dp_size`` at its default 1, and SGLang then turns the flag off
+(python/sglang/srt/server_args.py ``_handle_data_parallelism``: "if self.dp_size == 1:
+self.enable_dp_attention = False"); even where it stays on, the attention group is
+``attn_tp_size = tp_size // dp_size`` (layers/dp_attention.py
+``compute_dp_attention_world_info``): attention stays tensor-parallel over all 8 GPUs and
+no rank holds requests of its own.  The page's "DP attention" run is therefore simulated as
+tensor parallel 8 (``data_parallel_attention`` 1), like the vLLM baseline; its +7.6% over
+SGLang's plain ``--tp-size 8`` on ShareGPT (7,143.30 vs 6,635.73) is not a case, because the
+simulator runs both commands as the same deployment and the ratio would be 1 by construction.
+Neither engine enables expert parallelism (vLLM's ``-tp 8`` alone; SGLang's ``ep_size``
+default 1), so the experts are tensor-parallel.
+
+Assumed, not stated by the page: the GPUs are H200 SXM (the shipped ``h200`` profile), 8 of
+them (``-tp 8``); the engines are the project's nearest entries (simulator/cost/engines.yaml:
+``vllm`` is vLLM V1 0.9.2 for v0.11.0, ``sglang-2025`` is SGLang 0.4.5-0.4.6 for 0.5.3);
+the batching limits are the engines' defaults on a GPU of over 70 GiB as we read them -- vLLM
+V1's ``max_num_seqs`` 1,024 and ``max_num_batched_tokens`` 8,192 for the API server
+(vllm/engine/arg_utils.py ``_set_default_args_v1``), chunked prefill on; SGLang's chunked
+prefill size 8,192 on a GPU under 160 GB (server_args.py), its running-request cap taken as
+the same 1,024 (the KV pool binds before either cap at these lengths); the ShareGPT prompts
+and answers at their stated means (219 and 201 tokens; 228 and 213 for the 100-prompt run),
+fixed, where ShareGPT's lengths are spread (a stand-in the misses below show is too crude:
+an all-at-once run lasts as long as its longest answers).
+
+The second source is a closed-loop concurrency sweep at stated per-user speeds: InferenceX
+issue #870 ("deepseek sglang h200 experimental", github.com/SemiAnalysisAI/InferenceX/issues/870,
+comment of 2026-03-05, "Concurrency Sweep: DeepSeek R1 FP8 H200 SGLang (1k/1k)"):
+DeepSeek-R1-0528, SGLang v0.5.7, FP8, "TP=8, EP=1", H200, ISL 1024, OSL 1024, table
+"Performance Results": output throughput per GPU and mean TPOT at concurrency 8, 16, 32 and
+64.  The run's setup is InferenceX's single-node script (benchmarks/dsr1_fp8_h200.sh, read at
+commit 1fc5d73; the issue does not print it): for 1k/1k ``--tensor-parallel-size 8
+--data-parallel-size 1 --disable-radix-cache --max-running-requests 512 --chunked-prefill-size
+32768``, FlashInfer attention; the client ``--num-prompts CONC*10 --max-concurrency CONC
+--random-range-ratio RANDOM_RANGE_RATIO``, which InferenceX's DeepSeek-R1 1k/1k scripts set to
+0.8 (lengths uniform between 0.8 and 1 times the stated, mean 0.9 x 1024 = 922: the issue's
+own mean E2E over mean TPOT, 11.89 s / 12.8 ms at concurrency 8, is ~930 tokens).  Assumed:
+the lengths fixed at that mean, 922 in and 922 out; the engine ``sglang-2025`` (0.4.5-0.4.6)
+for v0.5.7; its FA3 prefill for the run's FlashInfer.  These are the points of the issue's
+must-hold: per-GPU throughput at a matched per-user speed (its TPOT).
+
+Tolerance, fixed by the kind of claim before any case was predicted: an absolute throughput
+or latency on a named device and engine within 25% (``ABSOLUTE``).  The ratio of the two
+engines' throughputs on each random case (``SPEEDUP``, within 20%) was registered and
+predicted too (medium -10.7%, long -5.4%, very long -6.7%, short -72% from vLLM's short
+miss below), then taken out: the check's speedup group is the speculative one
+(tests/published/coverage.py ``spec_factors`` reads each speedup's miss as a factor on the
+speculative path), and a ratio of two runs without speculation has no such path -- its
+factor is undefined, which raised ``SPEC_COST_SIGMA`` from 0.9926 to 1.0834 and left the
+four uncoverable (24/31 speedup cases covered).  Each side of every ratio is an absolute
+case here, held to 25%.
+"""
+from __future__ import annotations
+
+from tests.published.harness import serve
+from tests.published.tolerances import ABSOLUTE, Case
+
+PAGE = ("docs.gpustack.ai/latest/performance-lab/deepseek-r1/h200 (GPUStack, DeepSeek-R1-0528 "
+        "FP8, 8 x H200, vLLM v0.11.0 -tp 8 / SGLang v0.5.3 --tp 8 --enable-dp-attention, "
+        "vllm bench serve, all requests at once)")
+ENGINE_NAME = {"vllm": "vLLM -tp 8", "sglang-2025": "SGLang --tp 8 --enable-dp-attention"}
+TP8 = {"tensor_parallel": 8}
+BATCHING = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192,
+            "enable_chunked_prefill": True}
+
+# case: (requests, input tokens, output tokens), from "Benchmark Dataset" and the results
+RANDOM = {"short": (1000, 128, 4), "medium": (500, 2000, 100), "long": (500, 4000, 200),
+          "very-long": (100, 32000, 100)}
+SHAREGPT = (1000, 219, 201)   # 219,171 input / ~200,760 generated tokens over 1,000 prompts
+# engine: case: (Total Token throughput tok/s, Mean TPOT ms), "Other Benchmark Cases"
+PUBLISHED = {
+    "vllm": {"short": (5931.25, 351.83), "medium": (17690.89, 237.02),
+             "long": (15808.55, 164.23), "very-long": (15514.57, 365.79),
+             "sharegpt": (5482.59, 227.45)},
+    "sglang-2025": {"short": (20448.42, 802.48), "medium": (19024.33, 154.49),
+                    "long": (16096.80, 107.91), "very-long": (16091.68, 198.62),
+                    "sharegpt": (7143.30, 304.71)},
+}
+# the baseline's "ShareGPT batch size 4": 100 prompts, --max-concurrency 4
+CONC4 = (100, 228, 213)       # 22,836 input / 21,338 generated tokens over 100 prompts
+CONC4_OUTPUT_TOKS, CONC4_TPOT_MS = 196.81, 19.36
+
+
+def _shape(case: str) -> tuple[int, int, int]:
+    return SHAREGPT if case == "sharegpt" else RANDOM[case]
+
+
+def _served(engine: str, case: str):
+    n, prompt, output = _shape(case)
+    return serve("h200", "deepseek-v3", num_requests=n, prompt=prompt, output=output,
+                 engine=engine, parallelism=TP8, batching=BATCHING)
+
+
+def total_toks(case: str):
+    """Predictor: the run's total (input + output) tokens/s."""
+    return lambda engine: _served(engine, case).total_tokens_per_s
+
+
+def mean_tpot_ms(case: str):
+    """Predictor: the run's mean TPOT in ms."""
+    return lambda engine: 1e3 * _served(engine, case).tpot_s
+
+
+def _conc4(engine: str):
+    n, prompt, output = CONC4
+    return serve("h200", "deepseek-v3", num_requests=n, prompt=prompt, output=output,
+                 engine=engine, parallelism=TP8, batching=BATCHING, max_concurrency=4)
+
+
+def conc4_output_toks(engine: str) -> float:
+    """Output tokens/s of the closed-loop run at 4 requests in flight."""
+    n, _, output = CONC4
+    return n * output / _conc4(engine).duration_s
+
+
+def conc4_tpot_ms(engine: str) -> float:
+    return 1e3 * _conc4(engine).tpot_s
+
+
+# InferenceX issue #870: concurrency: (output tokens/s per GPU, mean TPOT ms)
+IX870 = ("github.com/SemiAnalysisAI/InferenceX/issues/870 (DeepSeek-R1-0528 FP8, SGLang v0.5.7, "
+         "TP=8 EP=1, 8 x H200, 1k/1k at range ratio 0.8, --max-concurrency C, 10 C prompts)")
+IX870_POINTS = {8: (74.6, 12.8), 16: (111.9, 17.2), 32: (151.1, 25.6), 64: (223.6, 34.6)}
+IX870_LENGTH = 922            # 0.9 x 1024: the mean of lengths uniform in [0.8, 1] x 1024
+IX870_BATCHING = {"max_num_seqs": 512, "max_num_batched_tokens": 32768,
+                  "enable_chunked_prefill": True}
+GPUS = 8
+
+
+def _ix870(conc: int, engine: str):
+    return serve("h200", "deepseek-v3", num_requests=10 * conc, prompt=IX870_LENGTH,
+                 output=IX870_LENGTH, engine=engine, parallelism=TP8,
+                 batching=IX870_BATCHING, max_concurrency=conc)
+
+
+def ix870_output_per_gpu(conc: int):
+    """Predictor: output tokens/s per GPU at ``conc`` requests in flight."""
+    return lambda engine: 10 * conc * IX870_LENGTH / _ix870(conc, engine).duration_s / GPUS
+
+
+def ix870_tpot_ms(conc: int):
+    return lambda engine: 1e3 * _ix870(conc, engine).tpot_s
+
+
+def _source(engine: str, case: str, what: str) -> str:
+    n, prompt, output = _shape(case)
+    return (f"{PAGE}: {ENGINE_NAME[engine]}, {case} ({n} requests, {prompt} in / {output} out"
+            + (", ShareGPT at its mean lengths" if case == "sharegpt" else "") + f"): {what}")
+
+
+def _cases() -> list[Case]:
+    cases = []
+    for engine, rows in PUBLISHED.items():
+        for case, (toks, tpot) in rows.items():
+            cases.append(Case(f"gpustack-dsr1-h200-{engine}-{case}-total-toks",
+                              _source(engine, case, f"{toks:,} total tokens/s"), toks,
+                              ABSOLUTE, total_toks(case), engine))
+            cases.append(Case(f"gpustack-dsr1-h200-{engine}-{case}-mean-tpot",
+                              _source(engine, case, f"mean TPOT {tpot} ms"), tpot, ABSOLUTE,
+                              mean_tpot_ms(case), engine))
+    conc = (f"{PAGE}: vLLM -tp 8, ShareGPT batch size 4 (--max-concurrency 4, 100 prompts "
+            "at their mean 228 in / 213 out): ")
+    cases += [Case("gpustack-dsr1-h200-vllm-sharegpt-conc4-output-toks",
+                   conc + f"{CONC4_OUTPUT_TOKS} output tokens/s", CONC4_OUTPUT_TOKS,
+                   ABSOLUTE, conc4_output_toks, "vllm"),
+              Case("gpustack-dsr1-h200-vllm-sharegpt-conc4-mean-tpot",
+                   conc + f"mean TPOT {CONC4_TPOT_MS} ms", CONC4_TPOT_MS, ABSOLUTE,
+                   conc4_tpot_ms, "vllm")]
+    for conc, (toks, tpot) in IX870_POINTS.items():
+        cases += [Case(f"inferencex-dsr1-h200-sglang-tp8-conc{conc}-output-per-gpu",
+                       IX870 + f": concurrency {conc}, {toks} output tokens/s per GPU", toks,
+                       ABSOLUTE, ix870_output_per_gpu(conc), "sglang-2025"),
+                  Case(f"inferencex-dsr1-h200-sglang-tp8-conc{conc}-mean-tpot",
+                       IX870 + f": concurrency {conc}, mean TPOT {tpot} ms", tpot, ABSOLUTE,
+                       ix870_tpot_ms(conc), "sglang-2025")]
+    return cases
+
+
+DP_CASES: list[Case] = _cases()
+
+# outside their tolerance today, with the measured miss (cases.KNOWN_MISSES takes them in)
+_SHAREGPT_WHY = (
+    "ShareGPT's lengths are spread and the stand-in fixes them at their means: an all-at-once "
+    "run lasts until its longest answers finish (the page's vLLM run averaged 2,621 output "
+    "tokens/s against a peak of 7,451, and took 76.59 s where the medium case, with 4.6x "
+    "the input tokens, took 59.26 s), and its mean TPOT mixes short and long answers. Not "
+    "predictable without the per-request lengths, which the page does not give")
+_SGLANG_TPOT_WHY = (
+    "SGLang runs prefill batches apart from decode batches (its chunked prefill is not mixed "
+    "into decode steps by default, enable_mixed_chunk off) and schedules waiting prefills "
+    "first; the page's median ITL shows decode steps without prefill in them: SGLang 48.78 / "
+    "46.40 / 35.27 ms at 2K / 4K / 32K against vLLM's 357.74 / 57.87 / 459.96 ms. The "
+    "simulated SGLang engine steps as vLLM does (decode tokens in the same step as up to "
+    "8,192 prefill tokens), so its TPOT is vLLM's. With 4 output tokens a request (short) "
+    "the prefill-first order instead holds every decode behind the queued prefills (802 ms "
+    "mean TPOT, 481 ms mean ITL). The scheduler is simulator/engine's, not changed here")
+_VLLM_SHORT_WHY = (
+    "vLLM took 22.07 s (mean TTFT 19.4 s) for 1,000 requests of 128 tokens in and 4 out, "
+    "where SGLang on the same GPUs took 6.40 s and the simulation 6.8 s: about 15 ms a "
+    "request that is not GPU work (the prefill of 127k tokens is a few seconds at the "
+    "throughput the same page measures at 2K-32K, and TPOT passes, +4.7%). The serving "
+    "front end (the openai-chat path's templating, tokenisation and streaming of 1,000 "
+    "requests at once) is the candidate; no source measures it, so nothing is priced")
+_IX870_WHY = (
+    "the small-batch decode step is priced too slow for SGLang v0.5.7: the simulated TPOT of "
+    "requests decoding together with no prefill beside them is 12.17 ms at 1 and 17.54 ms "
+    "at 8, above the measured mean of 12.8 ms at 8 (which includes the prefills); the step "
+    "grows with the batch mostly as more distinct experts are read (TP 8, EP 1: every GPU "
+    "reads its eighth of each touched expert). The engine entry describes SGLang 0.4.5-0.4.6, "
+    "not 0.5.7 (FlashInfer MLA here, later fused MoE kernels), and GPUStack's vLLM v0.11 "
+    "point at 4 requests misses the other way (13.7 ms priced, 19.36 ms measured): the "
+    "small-batch errors of the two engines' newer versions go opposite ways, so no shared "
+    "cost-model constant is changed on them. From 32 requests up both metrics pass")
+DP_KNOWN_MISSES: dict[str, str] = {
+    "inferencex-dsr1-h200-sglang-tp8-conc8-output-per-gpu": (
+        "predicted 55.7 vs published 74.6 output tokens/s per GPU (-25.3%): " + _IX870_WHY),
+    "inferencex-dsr1-h200-sglang-tp8-conc8-mean-tpot": (
+        "predicted 17.54 vs published 12.8 ms (+37%): " + _IX870_WHY),
+    "inferencex-dsr1-h200-sglang-tp8-conc16-mean-tpot": (
+        "predicted 22.57 vs published 17.2 ms (+31%; its output per GPU passes, -23.5%): "
+        + _IX870_WHY),
+    "gpustack-dsr1-h200-vllm-short-total-toks": (
+        "predicted 19,468 vs published 5,931 total tokens/s (+228%): " + _VLLM_SHORT_WHY),
+    "gpustack-dsr1-h200-vllm-sharegpt-total-toks": (
+        "predicted 15,352 vs published 5,483 total tokens/s (+180%): " + _SHAREGPT_WHY),
+    "gpustack-dsr1-h200-vllm-sharegpt-mean-tpot": (
+        "predicted 103.0 vs published 227.45 ms (-55%): " + _SHAREGPT_WHY),
+    "gpustack-dsr1-h200-sglang-2025-sharegpt-total-toks": (
+        "predicted 14,491 vs published 7,143 total tokens/s (+103%): " + _SHAREGPT_WHY),
+    "gpustack-dsr1-h200-sglang-2025-sharegpt-mean-tpot": (
+        "predicted 109.7 vs published 304.71 ms (-64%): " + _SHAREGPT_WHY),
+    **{f"gpustack-dsr1-h200-sglang-2025-{c}-mean-tpot": (
+        f"predicted {p} vs published {q} ms ({d}): " + _SGLANG_TPOT_WHY)
+       for c, p, q, d in (("short", 384.6, 802.48, "-52%"), ("medium", 283.1, 154.49, "+83%"),
+                          ("long", 201.8, 107.91, "+87%"),
+                          ("very-long", 443.6, 198.62, "+123%"))},
+    "gpustack-dsr1-h200-vllm-sharegpt-conc4-output-toks": (
+        "predicted 283.4 vs published 196.81 output tokens/s (+44%): the decode step at 4 "
+        "requests is priced 13.7 ms where vLLM's measured TPOT is 19.36 ms (median ITL "
+        "18.84 ms), the small-batch MoE/MLA decode floor that load_cases' PR #12755 miss "
+        "also shows (issue 35 part 4); the fixed ShareGPT lengths move the duration too"),
+    "gpustack-dsr1-h200-vllm-sharegpt-conc4-mean-tpot": (
+        "predicted 13.74 vs published 19.36 ms (-29%): the small-batch decode step priced "
+        "too cheap (see the output-tokens case)"),
+}
