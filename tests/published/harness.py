@@ -113,24 +113,37 @@ def run(hardware: str, target: str, policy: dict, *, draft: str | None = None,
 @lru_cache(maxsize=None)
 def _run(hardware, target, policy, draft, acceptance, tensor_parallel, batch, execution,
          prompt, output, rounds, draw=None) -> Run:
-    n = batch * rounds
-    data = {"name": "published-case", "seed": 0, "hardware": hardware, "target": target,
-            "policy": _thaw(policy), "parallelism": {"tensor_parallel": tensor_parallel},
-            "batching": {"max_num_seqs": batch, "max_num_batched_tokens": 8192},
+    data = _case_data("published-case", hardware, target, policy, {
+        "tensor_parallel": tensor_parallel}, batch, execution, batch * rounds, 1e6, prompt,
+        output, draft, acceptance)
+    return _simulated(data, draw, draft, f"{target} on {hardware}")
+
+
+def _case_data(name, hardware, target, policy, parallelism, max_num_seqs, execution, n, rate,
+               prompt, output, draft, acceptance) -> dict:
+    """A case's scenario: ``n`` fixed-length requests arriving as a Poisson stream."""
+    data = {"name": name, "seed": 0, "hardware": hardware, "target": target,
+            "policy": _thaw(policy), "parallelism": parallelism,
+            "batching": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": 8192},
             "execution": _thaw(execution) if execution else {},
             "workload": {"synthetic": {
-                "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": 1e6},
+                "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": rate},
                 "prompt": {"dist": "fixed", "tokens": prompt},
                 "output": {"dist": "fixed", "tokens": output}}}}
     if draft is not None:
         data["draft"] = draft
     if acceptance is not None:
         data["acceptance"] = _thaw(acceptance)
+    return data
+
+
+def _simulated(data: dict, draw, draft, where: str) -> Run:
+    """Simulate a case's scenario (under ``draw`` if given): its makespan, tau, mean TPOT."""
     scenario = scenario_from_dict(data, source="tests/published")
     res = simulate(scenario if draw is None else draw.apply(scenario, draft))
     req = res.requests
     if not (req["status"] == "finished").all():
-        raise AssertionError(f"{target} on {hardware}: not every request finished")
+        raise AssertionError(f"{where}: not every request finished")
     makespan = float(req["finish_s"].max() - req["arrival_s"].min())
     tau = res.summary().get("mean_acceptance_length", float("nan"))
     return Run(makespan, float(tau), float(req["tpot_s"].mean()))
@@ -189,28 +202,10 @@ def load_run(hardware: str, target: str, policy: dict, *, rate_per_s: float,
 @lru_cache(maxsize=None)
 def _load_run(hardware, target, policy, rate, n, tensor_parallel, parallelism, max_num_seqs,
               draft, acceptance, execution, prompt, output, draw) -> Run:
-    data = {"name": "published-load-case", "seed": 0, "hardware": hardware, "target": target,
-            "policy": _thaw(policy),
-            "parallelism": {"tensor_parallel": tensor_parallel, **(_thaw(parallelism) or {})},
-            "batching": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": 8192},
-            "execution": _thaw(execution) if execution else {},
-            "workload": {"synthetic": {
-                "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": rate},
-                "prompt": {"dist": "fixed", "tokens": prompt},
-                "output": {"dist": "fixed", "tokens": output}}}}
-    if draft is not None:
-        data["draft"] = draft
-    if acceptance is not None:
-        data["acceptance"] = _thaw(acceptance)
-    scenario = scenario_from_dict(data, source="tests/published")
-    res = simulate(scenario if draw is None else draw.apply(scenario, draft))
-    req = res.requests
-    if not (req["status"] == "finished").all():
-        raise AssertionError(f"{target} on {hardware} at {rate} req/s: not every request "
-                             "finished")
-    makespan = float(req["finish_s"].max() - req["arrival_s"].min())
-    tau = res.summary().get("mean_acceptance_length", float("nan"))
-    return Run(makespan, float(tau), float(req["tpot_s"].mean()))
+    data = _case_data("published-load-case", hardware, target, policy, {
+        "tensor_parallel": tensor_parallel, **(_thaw(parallelism) or {})}, max_num_seqs,
+        execution, n, rate, prompt, output, draft, acceptance)
+    return _simulated(data, draw, draft, f"{target} on {hardware} at {rate} req/s")
 
 
 def load_tpot_speedup(hardware: str, target: str, policy: dict, **kw) -> float:
