@@ -58,9 +58,8 @@ NO_ROWS = 4  # a carried draft's pass had no rows to price (nothing done: go one
 
 def chain_stretch_of(replica) -> ChainStretch | None:
     """The replica's policy's ``ChainStretch``, None where the policy has none, a prefix
-    cache is on (its hooks), the target's pricer declares no closed forms or prefill and
-    decode steps run apart (its fused admissions mix them: prefill_first.py)."""
-    if replica.cache is not None or replica.forms is None or not replica.limits.mixed_chunk:
+    cache is on (its hooks) or the target's pricer declares no closed forms."""
+    if replica.cache is not None or replica.forms is None:
         return None
     replica._chain_prices = {}  # chain_prices' memo, by batch size
     return replica.policy.chain_stretch()

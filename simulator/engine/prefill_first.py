@@ -19,10 +19,11 @@ Not modelled: SGLang's ``PrefillAdder`` also holds back KV for the running reque
 tokens (``new_token_ratio``), which admits fewer requests at once when the KV pool is
 nearly full; here a prefill is admitted while its chunk's blocks are free.
 
-Fast-forward keeps only its pure-decode stretches in this mode (fast_forward.py: a stretch
-starts when the queue's head cannot be admitted on the whole budget before the decodes
-reserve, ``admission_blocked``); the fused and chained paths, which plan a step's decodes
-and chunks together, are not taken (replica.py).
+Fast-forward keeps its all-decoding stretches in this mode (plain, chain and varied: a
+stretch starts where the queue's head cannot be admitted on the whole budget before the
+decodes reserve, fast_forward.py ``admission_blocked``, and that blocking only grows while
+it runs); the fused plain iteration, its lazy form and a chain's fused admissions, which
+plan a step's decodes and chunks together, are not taken (replica.py).
 """
 from __future__ import annotations
 

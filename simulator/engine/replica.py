@@ -133,8 +133,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
                     continue  # the batch changed: idle now, or another stretch
             if step is None and self.plain:
                 step = self._plain_schedule(self.now)
-            elif step is None and self._chain is not None:
-                step = chain_schedule(self, self._chain, self.now)
+            elif step is None and self._chain is not None and self.limits.mixed_chunk:
+                step = chain_schedule(self, self._chain, self.now)  # admissions fused
             if step is None:
                 step = self._schedule(self.now)
             if step is None:  # nothing could be scheduled (cannot happen with valid limits)

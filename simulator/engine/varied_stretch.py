@@ -37,8 +37,8 @@ _SUM, _ANY = np.add.reduce, np.logical_or.reduce
 
 def varied_draft_of(replica) -> VariedDraft | None:
     """The replica's policy's ``VariedDraft``; None where it has a chain stretch (those
-    take theirs), none, or prefill and decode steps run apart (prefill_first.py)."""
-    if replica._chain is not None or not replica.limits.mixed_chunk:
+    take theirs) or none."""
+    if replica._chain is not None:
         return None
     return replica.policy.varied_draft()
 

@@ -132,6 +132,20 @@ def cases(draw):
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_random_scenarios_are_identical(case):
+    _random_case(case)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_scenarios_with_steps_apart_are_identical(case):
+    """Prefill and decode steps apart (engine/prefill_first.py) under every policy: the
+    chain and varied stretches start only where the head cannot be admitted on the whole
+    budget."""
+    _random_case({**case, "mixed": False})
+
+
+def _random_case(case) -> None:
     name, params = POLICIES[case["policy"]]
     gamma = 6 if name == "adaptive" else params.get("num_speculative_tokens", 0)
     util = _utilisation_for_blocks(case["blocks"], case["block_size"], case["batched"],
