@@ -48,6 +48,10 @@ class Batching:
     # when the workload names them (Mooncake hash_ids, token ids); no effect otherwise
     enable_prefix_caching: bool = True
     max_model_len: int | None = None  # vLLM's --max-model-len; None: the model's max_context
+    # a step may carry prefill chunks beside decodes (vLLM V1; SGLang --enable-mixed-chunk);
+    # false: prefill steps and decode steps apart, prefill first (SGLang's default,
+    # simulator/engine/prefill_first.py); None: the named engine's (execution.engine), else true
+    mixed_chunk: bool | None = None
 
 
 # ``engine.steps_table``: what the steps table keeps (the summary is exact either way)
@@ -204,7 +208,7 @@ def _batching(data: Any, source: str) -> Batching:
         if k in b:
             bkw[k] = as_number(b[k], source=source, field=f"batching.{k}", integer=True,
                                minimum=1, maximum=10_000_000)
-    for k in ("enable_chunked_prefill", "enable_prefix_caching"):
+    for k in ("enable_chunked_prefill", "enable_prefix_caching", "mixed_chunk"):
         if k in b:
             bkw[k] = as_bool(b[k], source=source, field=f"batching.{k}")
     if "gpu_memory_utilization" in b:

@@ -62,7 +62,8 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                           max_num_batched_tokens=b.max_num_batched_tokens,
                           enable_chunked_prefill=b.enable_chunked_prefill,
                           block_size=b.block_size, kv_blocks=dep.memory.kv_blocks,
-                          max_chunk_tokens=rank_chunk_tokens(scenario))
+                          max_chunk_tokens=rank_chunk_tokens(scenario),
+                          mixed_chunk=mixed_chunk(scenario))
     env = simpy.Environment()
     recorder = Recorder(record_events, steps_table=scenario.engine.steps_table,
                         num_requests=int(table.arrival_s.size), replicas=scenario.replicas)
@@ -106,3 +107,12 @@ def _client(env, table: RequestTable, replicas: list, scenario: Scenario, ok: np
         client.finished(n)
         on_finish(n)
     return client, both
+
+
+def mixed_chunk(scenario: Scenario) -> bool:
+    """Whether a step may carry prefill chunks beside decodes: ``batching.mixed_chunk`` where
+    written, else the named engine's (engines.yaml: SGLang's off), else on (vLLM V1)."""
+    if scenario.batching.mixed_chunk is not None:
+        return scenario.batching.mixed_chunk
+    spec = scenario.execution.get("spec")
+    return True if spec is None else spec.mixed_chunk

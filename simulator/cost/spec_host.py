@@ -59,7 +59,7 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton", "deepgemm")
-BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade")
+BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk")
 MAX_COUNT = 10_000
 # The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):
 # fa3, FlashAttention-3 on Hopper (the profile's ``kernels.attention_prefill_fa3``); fa2, the
@@ -133,6 +133,9 @@ class SpecHost:
     deepep_pointwise_kernels: int = 0
     eplb_map_kernels: int = 0
     fp8_gemm: str = "default"
+    # the scheduler's steps may carry prefill chunks beside decodes (vLLM V1); False: prefill
+    # and decode steps apart (SGLang's default), the default of ``batching.mixed_chunk``
+    mixed_chunk: bool = True
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
     sources: tuple[str, ...] = field(default=(), compare=False)
 

@@ -150,7 +150,11 @@ def _crossing_step(replica, verify_s: float) -> PlainStep:
 def admission_blocked(replica, first: int, decode_tokens: int) -> bool:
     """Whether the head of the queue stays waiting after the first iteration's reservation
     (``first`` blocks in use, ``decode_tokens`` of the budget taken): its blocking can only
-    grow during the stretch."""
+    grow during the stretch.  With prefill and decode steps apart (``mixed_chunk`` off:
+    prefill_first.py) the head is tried before the decodes reserve anything, on the whole
+    budget: ``first`` and ``decode_tokens`` do not apply."""
+    if not replica.limits.mixed_chunk:
+        first, decode_tokens = replica.used_blocks, 0
     saved, replica.used_blocks = replica.used_blocks, first
     # the head looks up its cached prefix after the first iteration's allocation
     gone = replica.cache.evicted_by(first - saved) if replica.cache is not None else ()

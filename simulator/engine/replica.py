@@ -47,6 +47,7 @@ from simulator.engine.forward import Forward
 from simulator.engine.lazy_decode import LazyDecodes
 from simulator.engine.plain_step import PlainStep, PlainSteps
 from simulator.engine.own_cache import OwnCache
+from simulator.engine.prefill_first import separate_schedule
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer, closed_forms
 from simulator.engine.recorder import Recorder
 from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
@@ -76,7 +77,7 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self.cache = prefix_cache  # a PrefixCache (prefix_cache.py), None: caching off
         self.own = None if own_keys is None else OwnCache(own_keys)  # own_cache.py
         plain_decode = policy.plain_decode  # one token per decode
-        self.plain_ok = plain_decode and not recorder.record_events  # the fused iteration
+        self.plain_ok = plain_decode and not recorder.record_events and limits.mixed_chunk
         self.plain = self.plain_ok and prefix_cache is None  # applies (plain_step.py)
         self.forms = forms = closed_forms(target_cost)  # its closed forms, None: none
         # a step of decodes verifying the same count (1 under a plain-decode policy) with
@@ -132,8 +133,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
                     continue  # the batch changed: idle now, or another stretch
             if step is None and self.plain:
                 step = self._plain_schedule(self.now)
-            elif step is None and self._chain is not None:
-                step = chain_schedule(self, self._chain, self.now)
+            elif step is None and self._chain is not None and self.limits.mixed_chunk:
+                step = chain_schedule(self, self._chain, self.now)  # admissions fused
             if step is None:
                 step = self._schedule(self.now)
             if step is None:  # nothing could be scheduled (cannot happen with valid limits)
@@ -204,7 +205,9 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, now: float) -> Step | None:
-        """Plan the decodes, then the prefills, within one token budget; price the step."""
+        """Plan the decodes, then the prefills, in one token budget; price the step."""
+        if not self.limits.mixed_chunk:
+            return separate_schedule(self, now)
         budget = self.limits.max_num_batched_tokens
         mid_prefill, plan, batch, pos, need, preempted = self._plan_decodes(budget, now)
         decode_tokens = 0
@@ -270,11 +273,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
             keep = np.flatnonzero(np.cumsum(plan.verify_tokens) <= budget)
             if not keep.size:
                 return None, None, None, 0
-            batch = BatchView(request_ids=batch.request_ids[keep], context=batch.context[keep],
-                              generated=batch.generated[keep],
-                              output_len=batch.output_len[keep],
-                              prompt_len=batch.prompt_len[keep],
-                              batch_size=batch.batch_size, now_s=now)
+            batch = BatchView(batch.request_ids[keep], batch.context[keep], batch.generated[keep],
+                              batch.output_len[keep], batch.prompt_len[keep], batch.batch_size, now)
             plan.num_draft = plan.num_draft[keep]
             plan.verify_tokens = plan.verify_tokens[keep]
             need = need[keep]

@@ -60,3 +60,7 @@ class EngineLimits:
     # the longest prefill chunk of one request (0: the token budget alone); under DP
     # attention one rank's share of the budget (simulator/cost/dp_attention.py)
     max_chunk_tokens: int = 0
+    # a step may carry prefill chunks and decodes together (vLLM V1; SGLang's
+    # --enable-mixed-chunk); False: a step is a prefill batch or a decode batch, prefill
+    # first (SGLang's default, prefill_first.py)
+    mixed_chunk: bool = True

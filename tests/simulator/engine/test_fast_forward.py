@@ -68,6 +68,25 @@ def test_shipped_scenarios_on_three_replicas(path):
     assert_identical(*_both(sc))
 
 
+@pytest.mark.parametrize("path", SCENARIOS[:3] + SCENARIOS[-3:], ids=lambda p: Path(p).stem)
+def test_shipped_scenarios_with_prefill_and_decode_apart(path):
+    """SGLang's default scheduling (engine/prefill_first.py) on the shipped scenarios."""
+    sc = load_scenario(path, ["batching.mixed_chunk=false", "workload.max_requests=120"])
+    assert_identical(*_both(sc))
+
+
+def test_fast_forward_takes_the_decode_stretches_with_steps_apart():
+    """Prefill first, fast-forward still skips the pure-decode stretches: 16 requests at
+    once, 64 in and 400 out, budget 512: two prefill steps (8 prompts each), then 399
+    decode steps, all vectorised."""
+    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
+                  batching={"max_num_batched_tokens": 512, "mixed_chunk": False})
+    on, off = _both(sc, workload(np.zeros(16), np.full(16, 64), np.full(16, 400)))
+    assert_identical(on, off)
+    assert on.steps["prefill_tokens"].tolist()[:3] == [512, 512, 0]
+    assert len(on.steps) == 2 + 399 and on.info["engine"]["vectorised"] == 399
+
+
 def test_fast_forward_takes_the_decode_stretches():
     """The reference and fast-forward agree and fast-forward really skips: a long decode-only
     batch (16 requests, 400 tokens each, no arrivals after the first) under ``none``."""
@@ -105,13 +124,28 @@ def cases(draw):
             "replicas": draw(st.integers(1, 3)),
             "router": draw(st.sampled_from(["round_robin", "least_outstanding_tokens"])),
             "seed": draw(st.integers(0, 2**31)),
-            "per_request": draw(st.booleans())}  # per-request alphas (beta-drawn) or one
+            "per_request": draw(st.booleans()),  # per-request alphas (beta-drawn) or one
+            "mixed": draw(st.booleans())}  # prefill chunks in decode steps, or steps apart
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,  # same examples every run
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_random_scenarios_are_identical(case):
+    _random_case(case)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_scenarios_with_steps_apart_are_identical(case):
+    """Prefill and decode steps apart (engine/prefill_first.py) under every policy: the
+    chain and varied stretches start only where the head cannot be admitted on the whole
+    budget."""
+    _random_case({**case, "mixed": False})
+
+
+def _random_case(case) -> None:
     name, params = POLICIES[case["policy"]]
     gamma = 6 if name == "adaptive" else params.get("num_speculative_tokens", 0)
     util = _utilisation_for_blocks(case["blocks"], case["block_size"], case["batched"],
@@ -122,7 +156,7 @@ def test_random_scenarios_are_identical(case):
                   batching={"block_size": case["block_size"], "max_num_seqs": case["seqs"],
                             "max_num_batched_tokens": case["batched"],
                             "enable_chunked_prefill": case["chunked"],
-                            "gpu_memory_utilization": util})
+                            "gpu_memory_utilization": util, "mixed_chunk": case["mixed"]})
     sc = dataclasses.replace(sc, policy=PolicyConfig(name, params))
     if case["per_request"]:
         sc = dataclasses.replace(sc, acceptance={"model": "per_request", "mean": case["alpha"],
