@@ -39,13 +39,6 @@ OUTSIDE: dict[str, str] = {
             "miss: Medusa 2.34-2.59 against 2.32 (its error +0.039), SpecInfer 2.56-2.84 "
             "against 2.21-2.38 (+0.106, five times the others' median); the five EAGLE "
             "taus are all covered. At 20 draws 6/7 (Medusa 2.27-2.57 covered)"),
-    "absolute": ("13/13 (100%) covered, above the band: each case's cost factor carries "
-                 "the model error of the other absolutes of its kind left one out "
-                 "(throughput sigma 0.3652-0.4356, latency 0.9576-0.9647); the throughputs' "
-                 "errors are all positive (+0.018 to +0.337), the four vLLM V0 TPOTs' all "
-                 "negative (-0.501 to -0.784), and the intervals are zero-centred, so they "
-                 "are wider than the errors need (p95 up to 4x the point at ten draws): "
-                 "over-covered, not calibrated"),
 }
 
 
