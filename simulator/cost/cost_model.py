@@ -351,11 +351,11 @@ class CostModel(ClosedFormPricer):
 
     def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
         """``ClosedFormPricer.verify_step_times``, the rows at once (verify_rows.py)."""
-        return verify_rows.verify_step_times(self, tokens, context)
+        return verify_rows.verify_step_times(self, tokens, context, type(self) is CostModel)
 
     def rows_step_times(self, tokens, context, logits=None) -> np.ndarray:
         """``ClosedFormPricer.rows_step_times``, the rows at once (step_rows.py)."""
-        return step_rows.rows_step_times(self, tokens, context, logits)
+        return step_rows.rows_step_times(self, tokens, context, logits, type(self) is CostModel)
 
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:

@@ -25,12 +25,13 @@ _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 
 
 def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
-                    logits: np.ndarray | None = None) -> np.ndarray:
-    """``cm.step_time`` of each row of ``tokens`` (K, n) over that row of ``context``."""
-    from simulator.cost.cost_model import CostModel  # the class whose step_time this is
+                    logits: np.ndarray | None = None, closed: bool = False) -> np.ndarray:
+    """``cm.step_time`` of each row of ``tokens`` (K, n) over that row of ``context``; by
+    the closed form (``CostModel.step_time``'s) only where ``closed`` says ``cm`` is that
+    class, row by row through its own ``step_time`` otherwise."""
     tokens, ctx = np.asarray(tokens), np.asarray(context, np.float64)
     if tokens.ndim != 2 or ctx.shape != tokens.shape or not ctx.size \
-            or type(cm) is not CostModel or cm._general_only or not whole_new_tokens(tokens):
+            or not closed or cm._general_only or not whole_new_tokens(tokens):
         return _one_by_one(cm, tokens, ctx, logits)
     n = ctx.shape[1]
     lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)

@@ -27,14 +27,15 @@ _ANY = np.logical_or.reduce
 _FIXED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
-def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
+def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray,
+                      closed: bool = False) -> np.ndarray:
     """``cm.step_time(row, context, row)`` for each row of ``tokens`` (C, n), bitwise.
-    The closed form is ``CostModel.step_time``'s: a subclass that prices its steps otherwise
-    (DP attention's ranks) gets its own ``step_time`` row by row."""
-    from simulator.cost.cost_model import CostModel  # the class whose step_time this is
+    The closed form is ``CostModel.step_time``'s, taken only where ``closed`` says ``cm`` is
+    that class: a subclass that prices its steps otherwise (DP attention's ranks) gets its
+    own ``step_time`` row by row."""
     tokens, ctx = np.asarray(tokens), np.asarray(context, np.float64)
     if tokens.ndim != 2 or ctx.ndim != 1 or tokens.shape[1] != ctx.size or not ctx.size \
-            or type(cm) is not CostModel or cm._general_only or not whole_new_tokens(tokens):
+            or not closed or cm._general_only or not whole_new_tokens(tokens):
         return np.array([cm.step_time(row, ctx, row)
                          for row in tokens.astype(np.float64)], np.float64)
     n = ctx.size

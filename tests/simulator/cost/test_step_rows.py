@@ -7,7 +7,6 @@ numpy's pairwise-summation block (128 requests)."""
 import numpy as np
 import pytest
 
-from simulator.cost.step_rows import rows_step_times
 from tests.simulator.cost.test_verify_rows import CASES, _cost_model
 
 
@@ -24,12 +23,12 @@ def test_each_row_is_step_times_float(case, n):
     cm = _cost_model(*case)
     rng = np.random.default_rng(n)
     tokens, context = _rows(rng, 7, n, 4)
-    got = rows_step_times(cm, tokens, context)
+    got = cm.rows_step_times(tokens, context)
     want = [cm.step_time(t.astype(float), c.astype(float), t.astype(float))
             for t, c in zip(tokens, context)]
     assert got.tolist() == want
     logits = np.full(n, 1.0)  # a drafter's first forward: one LM-head token a request
-    got = rows_step_times(cm, tokens, context, logits)
+    got = cm.rows_step_times(tokens, context, logits)
     assert got.tolist() == [cm.step_time(t.astype(float), c.astype(float), logits)
                             for t, c in zip(tokens, context)]
 
@@ -39,4 +38,22 @@ def test_rows_it_has_no_shortcut_for_are_step_times_own():
     tokens = np.array([[0.0, 2.0, 1.5], [1.0, 1.0, 1.0]])  # an idle request, a fraction
     context = np.array([[10.0, 20.0, 30.0], [5.0, 6.0, 7.0]])
     want = [cm.step_time(t, c, t) for t, c in zip(tokens, context)]
-    assert rows_step_times(cm, tokens, context).tolist() == want
+    assert cm.rows_step_times(tokens, context).tolist() == want
+
+
+def test_a_dp_attention_target_prices_its_rows_by_its_own_step_time():
+    # DpAttentionCostModel overrides step_time; the rows' closed form is CostModel's
+    from hardware.profile import load_profile
+    from simulator.cost.cost_model import CostModel
+    from simulator.cost.dp_attention import DpAttentionCostModel
+    from simulator.cost.parallelism import Parallelism
+    from simulator.models.spec import load_model
+    hw, m = load_profile("h200"), load_model("deepseek-v3")
+    cm = DpAttentionCostModel(hw, m, Parallelism(tensor_parallel=1, data_parallel_attention=8,
+                                                 expert_parallel=8))
+    tokens, context = _rows(np.random.default_rng(3), 5, 8, 3)
+    want = [cm.step_time(t.astype(float), c.astype(float), t.astype(float))
+            for t, c in zip(tokens, context)]
+    assert cm.rows_step_times(tokens, context).tolist() == want
+    plain = CostModel(hw, m, Parallelism(tensor_parallel=8))
+    assert plain.rows_step_times(tokens, context).tolist() != want
