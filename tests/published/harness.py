@@ -259,10 +259,5 @@ def _serve(hardware, target, n, prompt, output, execution, parallelism, batching
             "target": target, "policy": {"name": "none"}, "parallelism": _thaw(parallelism),
             "batching": _thaw(batching), "execution": _thaw(execution),
             "workload": workload}
-    scenario = scenario_from_dict(data, source="tests/published")
-    res = simulate(scenario if draw is None else draw.apply(scenario, None))
-    req = res.requests
-    if not (req["status"] == "finished").all():
-        raise AssertionError(f"{target} on {hardware}: not every request finished")
-    duration = float(req["finish_s"].max() - req["arrival_s"].min())
-    return Served(duration, float(req["tpot_s"].mean()), n * (prompt + output))
+    run = _simulated(data, draw, None, f"{target} on {hardware}")
+    return Served(run.makespan_s, run.tpot_s, n * (prompt + output))
