@@ -288,10 +288,12 @@ class DpAttentionCostModel(CostModel):
                         rank_s + sum(op.time_s for op in ops), launch_s=rank.launch_s,
                         mode=rank.mode)
 
-    def _tbo_half(self, batches) -> tuple[tbo.Half, list[OpCost]]:
+    def _tbo_half(self, batches, capped: frozenset = frozenset()
+                  ) -> tuple[tbo.Half, list[OpCost]]:
         """One micro-batch over its ranks' ``batches``: its work by stage part (tbo.Half,
-        the slowest rank's forward and the MoE terms at its busiest rank's tokens) and its
-        operators (the collectives at their serial time)."""
+        the slowest rank's forward and the MoE terms at its busiest rank's tokens, the
+        GEMMs named in ``capped`` on DeepGEMM's capped SMs) and its operators (the
+        collectives at their serial time)."""
         costs = [CostModel.breakdown(self, *b) for b in batches if b[0].size]
         if not costs:
             return tbo.Half(*[0.0] * 8), []
@@ -304,7 +306,7 @@ class DpAttentionCostModel(CostModel):
             OpCost(name, 0.0, nb, 0.0, 0.0, gpu, 0.0, max(launch - gpu, 0.0), roofline_s=gpu)
             for name, gpu, launch, nb in terms]
         half = tbo.half_of({op.name: op.time_s for op in ops}, self._layers,
-                           self._ep_moe.layers)
+                           self._ep_moe.layers, capped, self._lead_capped())
         if self._dispatch == "all_to_all":  # DeepEP low latency holds the SMs a while
             held = tbo.LL_SM_S * t_max * self._ep_moe.k * self._comm_hot / tbo.LL_SM_COPIES
             half = dataclasses.replace(half, dispatch_sm=held, combine_sm=held)
@@ -324,16 +326,21 @@ class DpAttentionCostModel(CostModel):
         whole = self._rank_batches(new, ctx, lg)
         sglang = self.parallel.tbo_schedule == "sglang"
         halves = [tbo.split_rank(*b, by_sequence=sglang) for b in whole]
-        (a, ops_a), (b, ops_b) = (self._tbo_half([h[i] for h in halves]) for i in (0, 1))
         decode = tbo.uniform_decode(new, ctx, sm.UNIFORM_MAX_QUERY)
         normal = self._dispatch == "deepep_normal" and self._roof.kernels is not None
         sms = self._roof.kernels.sm_count if normal else 1
         share = tbo.DEEPEP_NORMAL_SMS / sms if normal else 0.0
         factor = sms / (sms - tbo.DEEPEP_NORMAL_SMS) if normal and not decode else 1.0
+        capped = self._deepgemm_ops() if factor != 1.0 else frozenset()
+        (a, ops_a), (b, ops_b) = (self._tbo_half([h[i] for h in halves], capped)
+                                  for i in (0, 1))
         device = tbo.overlapped_step(a, b, self._ep_moe.layers, decode and sglang, share,
                                      factor)
-        ops = merged([op if op.name not in tbo.EXPERT_OPS else dataclasses.replace(
-            op, roofline_s=(op.time_s - op.overhead_s) * factor) for op in ops_a + ops_b])
+        on = [tbo.capped_share(op.name, self._layers, self._ep_moe.layers, capped,
+                               self._lead_capped()) for op in ops_a + ops_b]
+        ops = merged([op if not c else dataclasses.replace(op, roofline_s=(
+            op.time_s - op.overhead_s) * (1.0 + (factor - 1.0) * c))
+            for op, c in zip(ops_a + ops_b, on)])
         compute = sum(op.time_s for op in ops if op.name not in COMM)
         serial = sum(op.time_s for op in ops if op.name in COMM)
         keep = max(device - compute, 0.0) / serial if serial > 0 else 0.0
@@ -344,6 +351,19 @@ class DpAttentionCostModel(CostModel):
         total = self._with_replays(mode, device)
         host = self._host_time(max(int(np.count_nonzero(r[0])) for r in whole), total)
         return StepCost(ops, host, 0.0, total + host, launch_s=total - device, mode=mode)
+
+    def _deepgemm_ops(self) -> frozenset:
+        """The dense linears the engine runs on DeepGEMM (engine_kernels.dense_floor's
+        case: an 8-bit linear, ``fp8_gemm: deepgemm``), whose SM count the overlapped
+        prefill caps as the routed experts' (tbo.py docstring)."""
+        if self.execution.spec.fp8_gemm != "deepgemm" or self.model.dtype != "fp8":
+            return frozenset()
+        return frozenset(op[0] for op in self._linears if op[6] < self._b)
+
+    def _lead_capped(self) -> bool:
+        """Whether the dense layers run under the cap: inside vLLM's micro-batches, before
+        SGLang's (deepseek_v2.py runs them whole, then model_forward_maybe_tbo)."""
+        return self.parallel.tbo_schedule != "sglang"
 
     # the closed forms do not apply: the engine prices step by step
     def uniform_step_times(self, n, u, ctx_sums, logits):

@@ -24,12 +24,20 @@ stage (``_stages``; a stage runs until its yield):
 Not every part hides: a collective longer than the compute the schedule puts beside it shows
 its excess, and a collective's wait cannot move into another stage.  At prefill DeepEP's
 normal kernels hold ``Buffer.num_sms`` = 20 SMs while they run (deepseek-ai/DeepEP
-deep_ep/buffer.py; SGLang's DeepEPConfig default): SGLang runs the routed experts' DeepGEMM
-on the rest for the whole overlapped prefill (``deep_gemm_num_sms = total - num_sms``;
-vLLM's DBO the same with DeepEP's high-throughput kernels: vllm/envs.py ``VLLM_DBO_COMM_SMS``
-20, "the rest of the SMs on the device will be allocated to compute", set as DeepGEMM's), so
-they take ``SMs / (SMs - 20)`` times as long, and other compute gets ``1 - 20 / SMs`` of the
-SMs while a collective is in flight (``_Streams.run``: the work done at that rate inside
+deep_ep/buffer.py; SGLang's DeepEPConfig default), and SGLang caps DeepGEMM at the rest for
+the whole overlapped forward (two_batch_overlap.py ``_model_forward_tbo``: the overlapped
+operations inside ``configure_deep_gemm_num_sms(total - num_sms)``; DeepGEMM's
+``set_num_sms``, "the maximum SM count for all GEMM kernels", read by its dense
+``gemm_fp8_fp8_bf16_nt`` as by its grouped GEMMs): the routed experts' GEMMs and, where the
+engine runs its block-FP8 linears on DeepGEMM (``fp8_gemm: deepgemm``), the MoE layers'
+attention projections and shared expert (``half_of``'s ``capped``, the ``*_gemm`` parts);
+its dense layers run before the overlap on the whole batch (deepseek_v2.py: the
+``first_k_dense_replace`` layers, then ``model_forward_maybe_tbo``), uncapped.  vLLM's DBO
+the same with DeepEP's high-throughput kernels (vllm/envs.py ``VLLM_DBO_COMM_SMS`` 20, "the
+rest of the SMs on the device will be allocated to compute"; gpu_ubatch_wrapper.py sets
+DeepGEMM's count around the micro-batches' whole forward, its dense layers included).  So
+those GEMMs take ``SMs / (SMs - 20)`` times as long, and other compute gets ``1 - 20 / SMs`` of
+the SMs while a collective is in flight (``_Streams.run``: the work done at that rate inside
 each collective's interval, at the full rate outside; the blog's ablation: "the no-TBO 8k
 case outperforms the TBO 16k case in per-kernel speed ... reduced streaming multiprocessors
 (SMs) with TBO").  DeepEP's low-latency kernels (decode) hold no SM while the data is in
@@ -124,7 +132,9 @@ class Half:
     projections), ``core`` (the rest of the layer before the experts: attention, its output
     projection, norms, the router), ``experts`` (the routed experts' grouped GEMMs),
     ``shared`` (the shared expert and its add), ``dispatch`` and ``combine`` (its DeepEP
-    collectives), and ``tail`` after the last (final norm, LM head)."""
+    collectives), and ``tail`` after the last (final norm, LM head).  The ``*_gemm`` parts
+    are the GEMMs of ``lead``, ``prep``, ``core`` and ``shared`` that run on DeepGEMM's
+    capped SMs (``half_of``'s ``capped``), the routed ``experts`` always do."""
 
     lead: float
     prep: float
@@ -136,29 +146,35 @@ class Half:
     tail: float
     dispatch_sm: float = 0.0  # the seconds each collective's kernels hold every SM on the
     combine_sm: float = 0.0   # compute stream (DeepEP low latency's send and receive)
+    lead_gemm: float = 0.0
+    prep_gemm: float = 0.0
+    core_gemm: float = 0.0
+    shared_gemm: float = 0.0
 
 
 def _stages(h: Half, layers: int, decode: bool) -> list[list[tuple]]:
     """One micro-batch's stages, SGLang's operations_strategy.py (module docstring): each
-    a list of ("run", s, expert?), ("send", s) (a collective launched) and ("wait",) (the
-    last one's result needed)."""
-    attn = [("run", h.prep, False), ("run", h.core, False)]
+    a list of ("run", s, capped?) (capped: on DeepGEMM's SMs), ("send", s) (a collective
+    launched) and ("wait",) (the last one's result needed)."""
+    lead = [("run", h.lead, False), ("run", h.lead_gemm, True)]
+    prep = [("run", h.prep, False), ("run", h.prep_gemm, True)]
+    core = [("run", h.core, False), ("run", h.core_gemm, True)]
+    shared = [("run", h.shared, False), ("run", h.shared_gemm, True)]
+    experts = [("wait",), ("run", h.experts, True), ("send", h.combine),
+               ("run", h.combine_sm, False)]
     if decode:  # delta 2: prep | core | dispatch + shared | experts | combine's wait
-        out = [[("run", h.lead, False), attn[0]]]
+        out = [lead + prep]
         for i in range(layers):
-            out += [[attn[1]], [("send", h.dispatch), ("run", h.dispatch_sm, False),
-                                ("run", h.shared, False)],
-                    [("wait",), ("run", h.experts, True), ("send", h.combine),
-                     ("run", h.combine_sm, False)], [("wait",)]]
-            out.append([attn[0]] if i + 1 < layers else [("run", h.tail, False)])
+            out += [core, [("send", h.dispatch), ("run", h.dispatch_sm, False), *shared],
+                    experts, [("wait",)]]
+            out.append(prep if i + 1 < layers else [("run", h.tail, False)])
         return out
     send_d = [("send", h.dispatch), ("run", h.dispatch_sm, False)]  # delta 0
-    out = [[("run", h.lead, False), *attn, *send_d]]
+    out = [lead + prep + core + send_d]
     for i in range(layers):
-        out.append([("wait",), ("run", h.experts, True), ("send", h.combine),
-                    ("run", h.combine_sm, False)])
-        nxt = [*attn, *send_d] if i + 1 < layers else [("run", h.tail, False)]
-        out.append([("run", h.shared, False), ("wait",), *nxt])
+        out.append(experts)
+        nxt = prep + core + send_d if i + 1 < layers else [("run", h.tail, False)]
+        out.append([*shared, ("wait",), *nxt])
     return out
 
 
@@ -171,39 +187,70 @@ MOE_CORE_OPS = ("router", "moe_routing")  # the gate and top-k of each MoE layer
 COMM_OPS = ("moe_dispatch", "moe_combine")
 
 
-def half_of(times: dict[str, float], layers: int, moe_layers: int) -> Half:
+def capped_share(name: str, layers: int, moe_layers: int, capped: frozenset,
+                 lead_capped: bool) -> float:
+    """The share of operator ``name``'s seconds on DeepGEMM's capped SMs: all of the routed
+    experts'; of a GEMM named in ``capped``, its MoE layers' share (and the dense layers'
+    where ``lead_capped``); none of the rest, nor of the LM head (``tail``)."""
+    if name in EXPERT_OPS:
+        return 1.0
+    if name not in capped or name in TAIL_OPS:
+        return 0.0
+    if name in LEAD_OPS:
+        return 1.0 if lead_capped else 0.0
+    if name in SHARED_OPS + COMM_OPS + MOE_CORE_OPS or lead_capped:
+        return 1.0
+    return moe_layers / layers  # a per-layer GEMM's MoE layers
+
+
+def half_of(times: dict[str, float], layers: int, moe_layers: int,
+            capped: frozenset = frozenset(), lead_capped: bool = False) -> Half:
     """A micro-batch's ``Half`` from its operators' seconds over the forward (the
     CostModel's names): the routed experts, shared expert and collectives spread over the
     MoE layers, the other per-layer operators over every layer (the dense layers' share of
-    them, with the dense MLPs, before the first MoE layer)."""
-    def total(names) -> float:
-        return sum(times.get(n, 0.0) for n in names)
-    named = PREP_OPS + EXPERT_OPS + SHARED_OPS + LEAD_OPS + TAIL_OPS + COMM_OPS + \
-        MOE_CORE_OPS
-    rest = sum(t for n, t in times.items() if n not in named)
+    them, with the dense MLPs, before the first MoE layer); the GEMMs named in ``capped``
+    in the ``*_gemm`` parts where ``capped_share`` puts them."""
+    parts: dict[str, list[float]] = {}
     dense = (layers - moe_layers) / layers
-    per = (1.0 - dense) / moe_layers
-    return Half(lead=total(LEAD_OPS) + dense * (rest + total(PREP_OPS)),
-                prep=per * total(PREP_OPS),
-                core=per * rest + total(MOE_CORE_OPS) / moe_layers,
-                experts=total(EXPERT_OPS) / moe_layers, shared=total(SHARED_OPS) / moe_layers,
-                dispatch=times.get("moe_dispatch", 0.0) / moe_layers,
-                combine=times.get("moe_combine", 0.0) / moe_layers, tail=total(TAIL_OPS))
+
+    def add(part: str, t: float, on: bool) -> None:
+        free_gemm = parts.setdefault(part, [0.0, 0.0])
+        free_gemm[1 if on else 0] += t
+
+    for name, t in times.items():
+        on = name in capped and name not in TAIL_OPS
+        if name in EXPERT_OPS + SHARED_OPS + COMM_OPS + MOE_CORE_OPS:
+            part = "experts" if name in EXPERT_OPS else "shared" if name in SHARED_OPS \
+                else name if name in COMM_OPS else "core"
+            add(part, t / moe_layers, on)
+        elif name in LEAD_OPS + TAIL_OPS:
+            add("lead" if name in LEAD_OPS else "tail", t, on and lead_capped)
+        else:  # per layer: the dense layers' share leads, the MoE layers' per MoE layer
+            add("lead", dense * t, on and lead_capped)
+            add("prep" if name in PREP_OPS else "core", (1.0 - dense) * t / moe_layers, on)
+
+    def part(name: str, gemm: bool = False) -> float:
+        return parts.get(name, [0.0, 0.0])[1 if gemm else 0]
+    return Half(lead=part("lead"), prep=part("prep"), core=part("core"),
+                experts=part("experts") + part("experts", True), shared=part("shared"),
+                dispatch=part("moe_dispatch"), combine=part("moe_combine"),
+                tail=part("tail"), lead_gemm=part("lead", True), prep_gemm=part("prep", True),
+                core_gemm=part("core", True), shared_gemm=part("shared", True))
 
 
 class _Streams:
     """The compute stream and the communication stream of one GPU: collectives run one at a
-    time in launch order; while one runs, compute other than the SM-capped expert GEMMs
-    gets ``1 - sm_share`` of the SMs."""
+    time in launch order; while one runs, compute other than the GEMMs on DeepGEMM's capped
+    SMs gets ``1 - sm_share`` of the SMs; those take ``expert_factor`` times as long."""
 
     def __init__(self, sm_share: float, expert_factor: float) -> None:
         self.t, self.free, self.busy, self.first = 0.0, 0.0, [], 0
         self.share, self.expert_factor = sm_share, expert_factor
         self.done: dict[int, float] = {}
 
-    def run(self, work: float, expert: bool) -> None:
-        if expert or self.share <= 0.0:
-            self.t += work * (self.expert_factor if expert else 1.0)
+    def run(self, work: float, capped: bool) -> None:
+        if capped or self.share <= 0.0:
+            self.t += work * (self.expert_factor if capped else 1.0)
             return
         rate = 1.0 - self.share
         for a, b in self.busy[self.first:]:
