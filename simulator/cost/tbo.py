@@ -52,6 +52,12 @@ taken per copy as the dispatch's, though its BF16 copies are twice the bytes).  
 SGLang's decode ablation is priced 0.71 at 32 tokens a device (0.73 measured), 1.26 at 256
 (1.255), where the SMs free throughout priced 0.75 and 1.29.
 
+Not priced, for want of a number: the collectives' slowdown under overlap (the blog's
+prefill breakdown: DeepSeek's and SGLang's communication "slower than unit test results,
+while the latter is achievable when disabling TBO") and the compute's beyond the SMs taken
+("potential noisy neighbor effects during overlap"): each collective runs at its standalone
+time (hardware/collectives.py), each kernel at its own price on the SMs it is left.
+
 What the split costs is priced by pricing each micro-batch on its own: each runs every
 kernel (twice the kernel floors and launches), reads every weight (twice the weight bytes of a
 memory-bound decode) and computes its GEMMs at half the rows (lower efficiency at smaller M).
