@@ -55,6 +55,16 @@ def medusa_tree(size: str = "7b") -> TokenTree:
     return best_tree(np.diff(cov, axis=1, prepend=0.0), MEDUSA_TREE_NODES)
 
 
+
+def with_table(acc: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``medusa`` acceptance mapping with its size's table written out as ``top_k``, the
+    probabilities an acceptance spread shifts; any other mapping as it is."""
+    out = dict(acc)
+    if out.get("model") == "medusa" and "top_k" not in out \
+            and out.get("size", "7b") in MEDUSA_TOP_K:
+        out["top_k"] = [list(row) for row in MEDUSA_TOP_K[out.pop("size", "7b")]]
+    return out
+
 @dataclass(frozen=True)
 class MedusaAcceptance(TopKCoverageAcceptance):
     """Top-k coverage with one row per Medusa head and no drafting past the last head."""

@@ -121,6 +121,17 @@ def test_acceptance_default_shifts_the_drafters_published_coverage():
     assert draw_scenario(sc, Draw(0)) is sc  # no shift: the point scenario itself
 
 
+
+def test_a_medusa_size_is_shifted_as_its_table():
+    sc = scenario_from_dict({"target": "vicuna-7b", "draft": "medusa-vicuna-7b",
+                             "policy": {"name": "medusa"}, "workload": SYNTHETIC,
+                             "uncertainty": {"acceptance": "default"}}, source="t")
+    sc = with_published_spread(sc)
+    assert sc.uncertainty.acceptance.sd == default_spread("medusa-vicuna-7b").sd
+    moved = draw_scenario(sc, Draw(0, acceptance_shift=0.3)).acceptance
+    assert "size" not in moved
+    assert np.allclose(moved["top_k"], np.clip(np.asarray(MEDUSA_TOP_K["7b"]) + 0.3, 0, 1))
+
 def test_acceptance_default_varies_the_drafting_policy_only():
     rows = propagate([eagle("none"), eagle()], 3, SerialExecutor())
     none, spec = rows
