@@ -14,10 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
+import numpy as np
+
 from simulator.acceptance.fields import model_config
 from simulator.acceptance.tree_topk import TopKCoverageAcceptance, parse_coverage
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_str
+from simulator.speculation.token_tree import TokenTree
+from simulator.speculation.tree_shapes import best_tree
 
 MEDUSA_SOURCE = ("Medusa (Cai et al., ICML 2024), FasterDecoding/Medusa assets/medusa_acc.csv: "
                  "top-1..top-5 accuracy of each Medusa-1 head on Vicuna 7B/13B/33B")
@@ -38,7 +42,28 @@ MEDUSA_TOP_K: dict[str, tuple[tuple[float, ...], ...]] = {
             (0.1596, 0.2488, 0.3073, 0.3480, 0.3755),
             (0.1370, 0.2067, 0.2621, 0.2984, 0.3258)),
 }
+# Medusa's default sparse tree mc_sim_7b_63 (FasterDecoding/Medusa medusa/model/medusa_choices.py)
+# has 63 nodes; its ranks reach top-10, past the top-5 the table lists, so it is read as the 63
+# nodes of highest path probability (the medusa policy's default tree, the same budget)
+MEDUSA_TREE_NODES = 63
 
+
+def medusa_tree(size: str = "7b") -> TokenTree:
+    """The ``MEDUSA_TREE_NODES`` candidates of highest path probability under ``size``'s table
+    (exclusive rank probabilities: the differences of each head's cumulative top-k)."""
+    cov = np.asarray(MEDUSA_TOP_K[size])
+    return best_tree(np.diff(cov, axis=1, prepend=0.0), MEDUSA_TREE_NODES)
+
+
+
+def with_table(acc: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``medusa`` acceptance mapping with its size's table written out as ``top_k``, the
+    probabilities an acceptance spread shifts; any other mapping as it is."""
+    out = dict(acc)
+    if out.get("model") == "medusa" and "top_k" not in out \
+            and out.get("size", "7b") in MEDUSA_TOP_K:
+        out["top_k"] = [list(row) for row in MEDUSA_TOP_K[out.pop("size", "7b")]]
+    return out
 
 @dataclass(frozen=True)
 class MedusaAcceptance(TopKCoverageAcceptance):

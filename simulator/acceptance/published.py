@@ -59,9 +59,16 @@ EAGLE2_PAPER_KNOBS = {"speculative_num_steps": 6, "speculative_eagle_topk": 10,
 # CIP dataset, success rate of one verification step with top-1 and top-5 candidates
 # (as quoted by the course notes, ../shared/seeds/000, section 4).
 SPECINFER_TOPK = {"greedy": (0.70, 0.89), "stochastic": (0.57, 0.97)}
-# SpecInfer Table 3 (LLaMA-7B + LLaMA-68M, stochastic, tree width 5, depth 8): tokens
-# verified per step with multi-step speculative sampling, range over the five datasets.
-SPECINFER_MSS_TOKENS_PER_STEP = (2.21, 2.38)
+# SpecInfer (ASPLOS '24, doi:10.1145/3620666.3651335) Table 3, LLaMA-7B + LLaMA-68M, tree
+# width 5 and depth 8: tokens verified per stochastic step with multi-step speculative
+# sampling, per prompt dataset (Table 2's width-5 stochastic column gives the same numbers).
+SPECINFER_MSS_BY_DATASET = {"Alpaca": 2.38, "CP": 2.28, "WebQA": 2.21, "CIP": 2.29,
+                            "PIQA": 2.21}
+SPECINFER_MSS_TOKENS_PER_STEP = (min(SPECINFER_MSS_BY_DATASET.values()),
+                                 max(SPECINFER_MSS_BY_DATASET.values()))
+# SpecInfer sec. 6.4: the width experiments expand <1, 1, k, 1, 1, 1, 1, 1> (k the width) with
+# speculation length 8, so Table 3's width-5 tree is this one
+SPECINFER_WIDTH5_EXPANSION = (1, 1, 5, 1, 1, 1, 1, 1)
 
 # Leviathan et al. 2023 (arXiv:2211.17192) Table 3, T5-XXL (11B) target, WMT EnDe, argmax:
 # T5-small (77M) drafts alpha 0.75, T5-large (800M) drafts alpha 0.82.
@@ -73,6 +80,14 @@ LEVIATHAN_T5_LARGE_ARGMAX = 0.82
 SPEC_BENCH_SPS_TAU = 2.28
 # Spec-Bench's SpS is Hugging Face assisted generation, which starts at 5 assistant tokens.
 SPEC_BENCH_SPS_GAMMA = 5
+# Spec-Bench Leaderboard.md, "Leaderboard on A100" (greedy, FP16, batch 1): Medusa's speedup
+# per task, in SPEC_BENCH_TASKS' order, on Vicuna-7B/13B/33B-v1.3.  The leaderboard gives one
+# #Mean Accepted Tokens over all six tasks (2.32, 2.39, 2.33), none per task.
+SPEC_BENCH_TASKS = ("Multi-turn Conversation", "Translation", "Summarization",
+                    "Question Answering", "Mathematical Reasoning", "Retrieval-aug. Generation")
+SPEC_BENCH_MEDUSA_TASK_SPEEDUP = {"7b": (2.05, 1.73, 1.57, 1.75, 2.05, 1.51),
+                                  "13b": (1.96, 1.66, 1.63, 1.63, 2.00, 1.58),
+                                  "33b": (1.98, 1.73, 1.64, 1.66, 2.07, 1.62)}
 
 
 def alpha_for_tau(tau: float, gamma: int) -> float:

@@ -82,8 +82,9 @@ def draw_scenario(scenario: Scenario, draw: Draw) -> Scenario:
 def shifted_acceptance(scenario: Scenario, shift: float) -> dict:
     """The scenario's acceptance (its block, else its drafter's published default) with
     every probability moved by ``shift``, clipped to [0, 1]."""
+    from simulator.acceptance.medusa import with_table
     from simulator.acceptance.provenance import effective_acceptance
-    acc = effective_acceptance(scenario)
+    acc = with_table(effective_acceptance(scenario))  # a Medusa size: its table, to shift
     fields = shifted_fields(acc, source=scenario.name)
     for name in (f for f in fields if f in acc):
         value = acc[name]

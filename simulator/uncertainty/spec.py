@@ -37,7 +37,8 @@ MAX_COST_SIGMA = 1.0             # a log-scale sigma of 1 already spans a factor
 MAX_ACCEPTANCE_SD = 0.5          # probabilities: a wider spread is uniform noise on [0, 1]
 # the acceptance fields that are probabilities, per model (the shift moves each of them)
 PROBABILITY_FIELDS = {"iid": ("alpha",), "positional": ("rates",), "sequoia": ("rates",),
-                      "context_decay": ("alpha0", "floor"), "tree_topk": ("coverage",)}
+                      "context_decay": ("alpha0", "floor"), "tree_topk": ("coverage",),
+                      "medusa": ("top_k",)}
 # uncertainty.acceptance: the spread of the drafter's published default (default_spreads)
 ACCEPTANCE_KEYS = ("default",)
 

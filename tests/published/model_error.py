@@ -7,9 +7,10 @@ Two groups have no declared input spread that could explain their misses:
   from the sim-to-real runs (``COST_SIGMA``) is the cost model's error on one H100 build;
   the published absolutes are other builds and other deployments.  Their own errors are
   the cost model's error on that metric kind;
-- a mean acceptance length whose drafter's source states no spread (Medusa's one training
-  run, SpecInfer's tree): its interval was a point.  The acceptance model's error on the
-  other tau cases is the width its conversion of the inputs into a tau has.
+- a mean acceptance length whose drafter's source states no spread: its interval would be
+  a point.  The acceptance model's error on the other tau cases is the width its conversion
+  of the inputs into a tau has.  (No tau case of the check is such a case today: Medusa's
+  and SpecInfer's sources gave their per-task spreads, ``default_spreads``.)
 
 The estimator, fixed before the coverage it gives was seen (docs/uncertainty.md): a case's
 error is ``ln(predicted / published)`` (a published range: 0 inside it, else the log over

@@ -113,7 +113,7 @@ def test_a_shift_moves_every_probability_and_clips_to_one():
     assert shifted_acceptance(sc, 0.5)["alpha"] == 1.0
     pos = dataclasses.replace(sc, acceptance={"model": "positional", "rates": [0.9, 0.7]})
     assert shifted_acceptance(pos, -0.1)["rates"] == pytest.approx([0.8, 0.6])
-    curve = dataclasses.replace(sc, acceptance={"model": "medusa", "heads": [0.6]})
+    curve = dataclasses.replace(sc, acceptance={"model": "curve", "lengths": {1: 1.8}})
     with pytest.raises(SpecsimError, match="acceptance.uncertainty"):
         shifted_acceptance(curve, 0.1)
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.acceptance.default_spreads import default_spread, default_spreads
+from simulator.acceptance.default_spreads import (
+    default_spread,
+    default_spreads,
+    shift_for_tau,
+    shifted_tree_tau,
+    task_shifts,
+)
 from simulator.acceptance.drafter_defaults import drafter_default, drafter_defaults
+from simulator.acceptance.medusa import MEDUSA_TOP_K, medusa_tree
 from simulator.cli import main
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.executors import SerialExecutor
 from simulator.scenario import scenario_from_dict
+from simulator.speculation.token_tree import TokenTree
 from simulator.uncertainty.draws import Draw, draw_scenario
 from simulator.uncertainty.propagate import propagate
 from simulator.uncertainty.published_spread import with_published_spread
@@ -21,9 +29,12 @@ from tests.simulator.test_uncertainty import SYNTHETIC
 EAGLE_TABLE5_CHAIN_TAU = (3.20, 3.23, 2.97, 3.00, 3.18, 3.12)
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) sec. 5.4.3: "between 85% and 90%"
 DSV3_LOW, DSV3_HIGH = 0.85, 0.90
-NO_SPREAD = ("eagle-llama-3.1-8b-instruct", "eagle3-llama-3.1-8b-instruct",
-             "medusa-vicuna-7b", "medusa-vicuna-13b", "medusa-vicuna-33b", "eagle3-kimi-k2",
-             "llama-68m")
+NO_SPREAD = ("eagle-llama-3.1-8b-instruct", "eagle3-llama-3.1-8b-instruct", "eagle3-kimi-k2")
+# Spec-Bench Leaderboard.md, "Leaderboard on A100", Vicuna-7B-v1.3, Medusa: speedup on
+# MT-bench, translation, summarization, QA, math reasoning, RAG
+SPEC_BENCH_MEDUSA_7B = (2.05, 1.73, 1.57, 1.75, 2.05, 1.51)
+# SpecInfer (ASPLOS '24) Table 3, multi-step speculative sampling: Alpaca, CP, WebQA, CIP, PIQA
+SPECINFER_TABLE3_MSS = (2.38, 2.28, 2.21, 2.29, 2.21)
 
 
 def eagle(policy="eagle", acceptance=None, unc=None, **kw):
@@ -67,6 +78,33 @@ def test_the_mtp_spread_is_the_reports_own_range_around_its_midpoint():
     assert "sec. 5.4.3" in s.source
 
 
+def test_a_shift_for_a_chain_tau_is_the_closed_form_alpha_less_the_default():
+    # a chain under one constant rate a: tau = 1 + a + ... + a^5 (chain_alpha inverts it)
+    chain = TokenTree.chain(5)
+    for tau in (1.5, 2.32, 3.9):
+        assert shift_for_tau([[0.6]], chain, tau) == pytest.approx(chain_alpha(tau) - 0.6,
+                                                                   abs=1e-9)
+    with pytest.raises(SpecsimError, match="outside"):
+        shift_for_tau([[0.6]], chain, 6.5)  # a chain of 5 accepts at most 6
+
+
+@pytest.mark.parametrize("drafter, coverage, tree, measured", [
+    ("medusa-vicuna-7b", MEDUSA_TOP_K["7b"], medusa_tree("7b"), SPEC_BENCH_MEDUSA_7B),
+    ("llama-68m", drafter_default("llama-68m")["coverage"],
+     TokenTree.from_config([1, 1, 5, 1, 1, 1, 1, 1]), SPECINFER_TABLE3_MSS),
+])
+def test_a_per_task_spread_is_the_sd_of_the_shifts_that_reproduce_each_task(
+        drafter, coverage, tree, measured):
+    base = shifted_tree_tau(coverage, tree)
+    shifts = task_shifts(coverage, tree, measured)
+    for d, m in zip(shifts, measured):  # each shift moves the tree tau by the task's ratio
+        assert shifted_tree_tau(coverage, tree, d) == pytest.approx(
+            base * m / np.mean(measured), rel=1e-9)
+    assert np.sign(shifts).tolist() == np.sign(np.asarray(measured) - np.mean(measured)).tolist()
+    s = default_spread(drafter)
+    assert s.sd == pytest.approx(np.std(shifts, ddof=1), abs=1e-4) and s.range is None
+
+
 def test_the_kimi_default_names_the_spread_it_cannot_take():
     # InferenceX kimik2.5_eagle3.yaml, K=8: thinking on 3.77 against off 3.51, +7.4%
     assert "7.4%" in default_spread("eagle3-kimi-k2").source
@@ -82,6 +120,17 @@ def test_acceptance_default_shifts_the_drafters_published_coverage():
     assert moved["measured_for"] == drafter_default("eagle-vicuna-7b")["measured_for"]
     assert draw_scenario(sc, Draw(0)) is sc  # no shift: the point scenario itself
 
+
+
+def test_a_medusa_size_is_shifted_as_its_table():
+    sc = scenario_from_dict({"target": "vicuna-7b", "draft": "medusa-vicuna-7b",
+                             "policy": {"name": "medusa"}, "workload": SYNTHETIC,
+                             "uncertainty": {"acceptance": "default"}}, source="t")
+    sc = with_published_spread(sc)
+    assert sc.uncertainty.acceptance.sd == default_spread("medusa-vicuna-7b").sd
+    moved = draw_scenario(sc, Draw(0, acceptance_shift=0.3)).acceptance
+    assert "size" not in moved
+    assert np.allclose(moved["top_k"], np.clip(np.asarray(MEDUSA_TOP_K["7b"]) + 0.3, 0, 1))
 
 def test_acceptance_default_varies_the_drafting_policy_only():
     rows = propagate([eagle("none"), eagle()], 3, SerialExecutor())
