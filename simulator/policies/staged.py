@@ -40,6 +40,7 @@ from simulator.cost.drafting import (
     draft_max_context,
     draft_prefill_time,
 )
+from simulator.cost.few_step import few_step_time
 from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
@@ -220,7 +221,9 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
 
     def _round_few(self, ctx: list, k: list, same: int | None) -> tuple[float, float]:
         """``_round_s`` of contexts and counts as lists: a uniform round by the closed forms
-        at the context sum, anything else by ``_round_s`` on the same arrays."""
+        at the context sum, a varied one by draft2's forwards' closed forms and the draft's
+        verification on Python numbers (``few_step_time``), anything else by ``_round_s`` on
+        the same arrays."""
         if same is not None:
             prices = self._uniform_rounds.get((len(ctx), same))
             if prices is None:
@@ -228,9 +231,14 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             if prices[1] is not None and (prices[0] is not None or self.draft2_cost is None):
                 s = float(sum(ctx))
                 return (0.0 if prices[0] is None else prices[0](s)), prices[1](s)
-        elif (d2 := _varied_chain_few(closed_forms(self.draft2_cost), ctx, k)) is not None:
-            u = np.array(k, np.float64) + 1.0  # (k + 1) as floats: whole numbers, exact
-            return d2, self.draft_cost.step_time(u, np.array(ctx, np.int64), u)
+        elif (d2 := 0.0 if self.draft2_cost is None else  # an n-gram table: no forward
+              _varied_chain_few(closed_forms(self.draft2_cost), ctx, k)) is not None:
+            u = [kj + 1 for kj in k]  # the verification: few_step_time is step_time's float
+            v = few_step_time(self.draft_cost, u, ctx, float(sum(u)))
+            if v is None:
+                v = np.array(u, np.float64)
+                v = self.draft_cost.step_time(v, np.array(ctx, np.int64), v)
+            return d2, v
         return self._round_s(np.array(ctx, np.int64), np.array(k, np.int64), same)
 
     def _round_s(self, ctx: np.ndarray, k: np.ndarray, same: int | None) -> tuple[float, float]:
