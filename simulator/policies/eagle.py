@@ -150,10 +150,9 @@ class Eagle2Speculation(_EagleDraft):
         ``few_step_time`` over the same new tokens (max(re-read, 1)) and starts
         (max(context - (new - 1), 0)) as ``iteration_draft_s`` hands ``step_time``, bitwise
         its float; None where it has no shortcut (``step_time`` prices it)."""
-        got = super()._first_uniform(reread, context, logits)
-        if got is not None:
-            return got
         first = [max(float(r), 1.0) for r in reread.tolist()]
+        if first.count(first[0]) == len(first):  # uniform: the closed form's, or step_time's
+            return super()._first_uniform(reread, context, logits)
         start = [max(c - (t - 1.0), 0.0) for c, t in zip(context.tolist(), first)]
         t = few_step_time(self._first, first, start, float(_SUM(logits)))
         return None if t is None else (t, np.float64(sum(first)))
