@@ -29,11 +29,14 @@ def _cost_model(profile: str, model: str, tp: int, execution: str) -> CostModel:
           # vLLM's FA3 on Hopper (engines.yaml): causal pairs plus a per-query overhead
           "fa3": dataclasses.replace(plain, spec=dataclasses.replace(
               plain.spec, prefill_attention="fa3"))}
+    # "draft": priced inside another model's engine step (no host time of its own)
     return CostModel(hw, load_model(model), Parallelism(tensor_parallel=tp),
-                     execution=ex[execution])
+                     execution=ex[execution.removesuffix("-draft")],
+                     host=not execution.endswith("-draft"))
 
 
-PRICED = [("a100-40gb", "opt-1.3b", 1, "graphs"), ("a100-80gb", "opt-13b", 1, "eager"),
+PRICED = [("a100-40gb", "opt-1.3b", 1, "graphs"), ("a100-40gb", "opt-1.3b", 1, "graphs-draft"),
+          ("h100-sxm", "llama-2-7b", 1, "eager-draft"), ("a100-80gb", "opt-13b", 1, "eager"),
           ("h100-sxm", "llama-2-70b", 2, "graphs"), ("h100-sxm", "llama-2-70b", 2, "async"),
           ("h100-sxm", "llama-2-70b", 2, "eager"), ("h100-sxm", "llama-2-70b", 2, "fa3"),
           ("h200", "llama-2-70b", 4, "fa3")]
@@ -46,6 +49,7 @@ def test_fa3_cases_price_its_overhead():
         cm = _cost_model(*case)
         assert cm._prefill_causal == (case[3] == "fa3")
         assert (cm._prefill_overhead > 0.0) == (case[3] == "fa3")
+        assert cm.host == (not case[3].endswith("-draft"))
 
 
 def _batches(rng: np.random.Generator):
