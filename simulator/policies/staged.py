@@ -40,6 +40,7 @@ from simulator.cost.drafting import (
     draft_max_context,
     draft_prefill_time,
 )
+from simulator.cost.few_step import few_step_time
 from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
@@ -59,6 +60,7 @@ NGRAM = "ngram"
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _ANY, _ALL = np.logical_or.reduce, np.logical_and.reduce
 _FEW = 8  # up to this many requests draft_time's rounds run on Python numbers (fewer calls)
+_MISSING = object()
 
 
 def _NOTHING(ctx_sum: float) -> float:
@@ -66,21 +68,20 @@ def _NOTHING(ctx_sum: float) -> float:
     return 0.0
 
 
-def _varied_chain_few(forms, ctx: list, k: list) -> float | None:
+def _varied_chain_few(decoder, ctx: list, k: list) -> float | None:
     """``chain_draft_time`` of requests drafting different counts ``k`` at whole-number
     contexts ``ctx``, on Python numbers: ``_varied_chain_time``'s forwards (forward j's
-    batch of ones by the closed form at its contexts' sum + n j, added in order); None
-    where the cost declares no closed forms or a forward has none (the arrays price it)."""
-    if forms is None:
-        return None
+    batch of ones by the closed form at its contexts' sum + n j, added in order;
+    ``decoder(n)``: the form of n ones as a function of the sum, ``uniform_pricer``'s,
+    bitwise ``uniform_step_time``'s); None where a forward has none (the arrays price it)."""
     total = 0.0
     for j in range(max(k)):
         on = [c for c, kj in zip(ctx, k) if kj > j]
         n = len(on)
-        t = forms.uniform_step_time(n, 1, float(sum(on) + n * j), n)
-        if t is None:
+        price = decoder(n)
+        if price is None:
             return None
-        total += t
+        total += price(float(sum(on) + n * j))
     return total
 
 
@@ -144,6 +145,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         self.execution = spec_execution(ctx)
         self._uniform_rounds: dict = {}  # _round_s' closed forms, by (batch size, count)
         self._charges: dict = {}  # the host work's SpecCharge, by rounds
+        self._decoders: dict = {}  # draft2's one-token forwards' closed forms, by batch size
         a = self.inner.alpha  # _inner_counts' thresholds (IIDAcceptance.sample_chain's)
         self._cut = geometric_thresholds(a, self.gamma2) if 0.0 < a < 1.0 else None
         self._cut_list = None if self._cut is None else self._cut.tolist()
@@ -220,7 +222,9 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
 
     def _round_few(self, ctx: list, k: list, same: int | None) -> tuple[float, float]:
         """``_round_s`` of contexts and counts as lists: a uniform round by the closed forms
-        at the context sum, anything else by ``_round_s`` on the same arrays."""
+        at the context sum, a varied one by draft2's forwards' closed forms and the draft's
+        verification on Python numbers (``few_step_time``), anything else by ``_round_s`` on
+        the same arrays."""
         if same is not None:
             prices = self._uniform_rounds.get((len(ctx), same))
             if prices is None:
@@ -228,10 +232,24 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             if prices[1] is not None and (prices[0] is not None or self.draft2_cost is None):
                 s = float(sum(ctx))
                 return (0.0 if prices[0] is None else prices[0](s)), prices[1](s)
-        elif (d2 := _varied_chain_few(closed_forms(self.draft2_cost), ctx, k)) is not None:
-            u = np.array(k, np.float64) + 1.0  # (k + 1) as floats: whole numbers, exact
-            return d2, self.draft_cost.step_time(u, np.array(ctx, np.int64), u)
+        elif (d2 := 0.0 if self.draft2_cost is None else  # an n-gram table: no forward
+              _varied_chain_few(self._decoder, ctx, k)) is not None:
+            u = [kj + 1 for kj in k]  # the verification: few_step_time is step_time's float
+            v = few_step_time(self.draft_cost, u, ctx, float(sum(u)))
+            if v is None:
+                v = np.array(u, np.float64)
+                v = self.draft_cost.step_time(v, np.array(ctx, np.int64), v)
+            return d2, v
         return self._round_s(np.array(ctx, np.int64), np.array(k, np.int64), same)
+
+    def _decoder(self, n: int):
+        """draft2's forward of ``n`` one-token requests as a function of their context sum
+        (``uniform_pricer``), None where it has no closed form; memoised by ``n``."""
+        got = self._decoders.get(n, _MISSING)
+        if got is _MISSING:
+            forms = closed_forms(self.draft2_cost)
+            got = self._decoders[n] = None if forms is None else forms.uniform_pricer(n, 1, n)
+        return got
 
     def _round_s(self, ctx: np.ndarray, k: np.ndarray, same: int | None) -> tuple[float, float]:
         """(draft2's chain, the draft's verification) seconds of an inner round; one whose

@@ -159,3 +159,21 @@ def test_shipped_scenarios_run_and_repeat_exactly(name):
     assert first.summary()["mean_acceptance_length"] > 1.0
     other = simulate(dataclasses.replace(sc, seed=1))
     assert not other.steps.equals(first.steps)
+
+
+@pytest.mark.parametrize("hw", ["a100-40gb", "h100-sxm"])
+def test_eagle2_few_requests_rereading_different_counts_price_as_propose(hw):
+    """A stretch's price of a few requests that re-read different counts (the first forward
+    on Python numbers: few_step_time) is ``propose``'s, bit for bit: ``draft_time`` on the
+    arrays (the first forward by ``step_time``) plus the host work."""
+    pol = make(Eagle2Speculation, hw=load_profile(hw))
+    rng = np.random.default_rng(5)
+    varied = 0
+    for _ in range(60):
+        n = int(rng.integers(1, 9))
+        ctx = rng.integers(1, 4000, n)
+        reread = rng.integers(1, 7, n).astype(np.float64)
+        varied += bool(reread.min() != reread.max())
+        want = pol.draft_time(ctx.astype(np.float64), reread) + pol.host(n)
+        assert pol.iteration_draft_s(np.arange(n), ctx, reread, None) == want, (ctx, reread)
+    assert varied > 30
