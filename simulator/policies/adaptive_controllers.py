@@ -177,31 +177,33 @@ class AcceptanceEstimate:
     def alpha(self, request_ids: np.ndarray) -> np.ndarray:
         """Current estimate for each request."""
         g, w = self.global_alpha, self.prior_weight
-        req, unseen = self._req, (0.0, 0.0)
-        counts = np.array([req.get(rid, unseen) for rid in request_ids.tolist()],
-                          np.float64).reshape(-1, 2)
-        s, f = counts[:, 0], counts[:, 1]
-        # (s + w * g) / (s + f + w) per request, the same operations in the same order
-        return (s + w * g) / (s + f + w)
+        wg, req, unseen = w * g, self._req, (0.0, 0.0)
+        # (s + w * g) / (s + f + w) per request: numpy's operations on its arrays, in the
+        # same order, as Python floats (IEEE: the same results, without numpy's per-call cost)
+        return np.array([(s + wg) / (s + f + w) for s, f in
+                         (req.get(rid, unseen) for rid in request_ids.tolist())], np.float64)
 
     def update(self, request_ids: np.ndarray, drafted: np.ndarray,
                accepted: np.ndarray) -> None:
         """Fold in one iteration's outcomes."""
-        mask = drafted > 0
-        if not _ANY(mask):
-            return
-        succ = accepted[mask].astype(float)
-        fail = (accepted[mask] < drafted[mask]).astype(float)
-        self._succ = self.decay * self._succ + float(_SUM(succ))
-        self._fail = self.decay * self._fail + float(_SUM(fail))
-        for rid, s, f in zip(request_ids[mask].tolist(), succ.tolist(), fail.tolist()):
-            rec = self._req.setdefault(rid, [0.0, 0.0])
-            rec[0] += s
-            rec[1] += f
+        succ = fail = 0  # whole numbers: exactly the sums of their floats
+        req, drafting = self._req, False
+        for rid, d, a in zip(request_ids.tolist(), drafted.tolist(), accepted.tolist()):
+            if d > 0:
+                f = 1 if a < d else 0
+                succ, fail, drafting = succ + a, fail + f, True
+                rec = req.setdefault(rid, [0.0, 0.0])
+                rec[0] += float(a)
+                rec[1] += float(f)
+        if drafting:  # iterations without drafts leave the counts undecayed
+            self._succ = self.decay * self._succ + float(succ)
+            self._fail = self.decay * self._fail + float(fail)
 
     def forget(self, request_ids) -> None:
-        for rid in request_ids:
-            self._req.pop(int(rid), None)
+        req = self._req
+        for rid in (request_ids.tolist() if isinstance(request_ids, np.ndarray)
+                    else request_ids):
+            req.pop(int(rid), None)
 
 
 def expected_emitted(alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
@@ -279,28 +281,23 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
 
 
 _MAX, _SUM = np.maximum.reduce, np.add.reduce
-_ANY, _ALL = np.logical_or.reduce, np.logical_and.reduce
+_ANY = np.logical_or.reduce
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` without repeats, each where it first appears: a row is dropped
-    where it equals an earlier one (every pair compared at once)."""
-    count = ks.shape[0]
-    same = _ALL(ks[:, None, :] == ks, axis=2)
-    repeat = _ANY(same & _earlier(count), axis=1)
-    return ks[~repeat] if _ANY(repeat) else ks
-
-
-_EARLIER: dict[int, np.ndarray] = {}
-
-
-def _earlier(count: int) -> np.ndarray:
-    """(count, count) booleans, [r, c] where c < r (``np.tri(count, k=-1)``), memoised."""
-    out = _EARLIER.get(count)
-    if out is None:
-        out = _EARLIER[count] = np.tri(count, k=-1, dtype=bool)
-        out.flags.writeable = False
-    return out
+    """The rows of ``ks`` (int64, C-contiguous) without repeats, each where it first
+    appears; a row is known by its bytes (one buffer, sliced)."""
+    width = ks.shape[1] * ks.itemsize
+    buffer = ks.tobytes()
+    rows = [buffer[start:start + width] for start in range(0, len(buffer), width)]
+    if len(set(rows)) == len(rows):  # the usual case: nothing repeats
+        return ks
+    seen, keep = set(), []
+    for c, row in enumerate(rows):
+        if row not in seen:
+            seen.add(row)
+            keep.append(c)
+    return ks[keep]
 
 
 _OFFSETS: dict[tuple[int, int], np.ndarray] = {}
