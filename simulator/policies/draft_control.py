@@ -226,8 +226,9 @@ class ChainControl:
         """``predictor(request_ids, context)`` of every row of a (C, n) matrix of gammas at
         once, bitwise: each forward's key from the same integer counts and context sums
         (whole numbers: exact however summed) by the same division and rounding, a row's
-        memoised times added forward after forward from 0.0 as Python floats, the catch-up
-        once per set of drafting requests."""
+        memoised times added forward after forward from 0.0 (fewer than 8 forwards: by one
+        numpy sum of each row, which adds so few left to right; else as Python floats), the
+        catch-up once per set of drafting requests."""
         ctx, lag = context.astype(float), self._lag(request_ids)
         memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(_ANY(lag))
 
