@@ -177,31 +177,33 @@ class AcceptanceEstimate:
     def alpha(self, request_ids: np.ndarray) -> np.ndarray:
         """Current estimate for each request."""
         g, w = self.global_alpha, self.prior_weight
-        req, unseen = self._req, (0.0, 0.0)
-        counts = np.array([req.get(rid, unseen) for rid in request_ids.tolist()],
-                          np.float64).reshape(-1, 2)
-        s, f = counts[:, 0], counts[:, 1]
-        # (s + w * g) / (s + f + w) per request, the same operations in the same order
-        return (s + w * g) / (s + f + w)
+        wg, req, unseen = w * g, self._req, (0.0, 0.0)
+        # (s + w * g) / (s + f + w) per request: numpy's operations on its arrays, in the
+        # same order, as Python floats (IEEE: the same results, without numpy's per-call cost)
+        return np.array([(s + wg) / (s + f + w) for s, f in
+                         (req.get(rid, unseen) for rid in request_ids.tolist())], np.float64)
 
     def update(self, request_ids: np.ndarray, drafted: np.ndarray,
                accepted: np.ndarray) -> None:
         """Fold in one iteration's outcomes."""
-        mask = drafted > 0
-        if not _ANY(mask):
-            return
-        succ = accepted[mask].astype(float)
-        fail = (accepted[mask] < drafted[mask]).astype(float)
-        self._succ = self.decay * self._succ + float(_SUM(succ))
-        self._fail = self.decay * self._fail + float(_SUM(fail))
-        for rid, s, f in zip(request_ids[mask].tolist(), succ.tolist(), fail.tolist()):
-            rec = self._req.setdefault(rid, [0.0, 0.0])
-            rec[0] += s
-            rec[1] += f
+        succ = fail = 0  # whole numbers: exactly the sums of their floats
+        req, drafting = self._req, False
+        for rid, d, a in zip(request_ids.tolist(), drafted.tolist(), accepted.tolist()):
+            if d > 0:
+                f = 1 if a < d else 0
+                succ, fail, drafting = succ + a, fail + f, True
+                rec = req.setdefault(rid, [0.0, 0.0])
+                rec[0] += float(a)
+                rec[1] += float(f)
+        if drafting:  # iterations without drafts leave the counts undecayed
+            self._succ = self.decay * self._succ + float(succ)
+            self._fail = self.decay * self._fail + float(fail)
 
     def forget(self, request_ids) -> None:
-        for rid in request_ids:
-            self._req.pop(int(rid), None)
+        req = self._req
+        for rid in (request_ids.tolist() if isinstance(request_ids, np.ndarray)
+                    else request_ids):
+            req.pop(int(rid), None)
 
 
 def expected_emitted(alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
@@ -239,35 +241,37 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
     cap = np.maximum(cap.astype(np.int64), 0)
-    k_max = int(_MAX(cap)) if cap.size else 0
-    zero = np.zeros(cap.size, np.int64)
+    n = cap.size
+    k_max = int(_MAX(cap)) if n else 0
     if k_max == 0:
-        return zero[None, :], 0
+        return np.zeros((1, n), np.int64), 0
     a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
     steps = _steps(k_max)
-    powers = a[:, None] ** steps[None, :]
+    powers = a[:, None] ** steps
     certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
     if _ANY(certain):
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    allowed = steps[None, :k_max] <= cap[:, None]
+    allowed = steps[:k_max] <= cap[:, None]
     # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
     powers = np.where(allowed, powers[:, :k_max], -1.0)
     levels = _descending_distinct(powers[allowed])
     if levels.size > max_candidates:
         levels = levels[_spread(levels.size, max_candidates)]
-    uniform = np.minimum(cap[None, :], steps[:k_max, None])
-    thresholds = _SUM(powers[None, :, :] >= levels[:, None, None], axis=2)
-    ks = _distinct(np.concatenate([zero[None, :], uniform, thresholds.astype(np.int64)]), k_max)
+    # the rows in their order: none, the uniform choices min(cap, u), the thresholds' counts
+    ks = np.zeros((1 + k_max + levels.size, n), np.int64)
+    np.minimum(cap, steps[:k_max, None], out=ks[1:k_max + 1])
+    _SUM(powers >= levels[:, None, None], axis=2, out=ks[k_max + 1:])
+    ks = _distinct(ks)
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
     # each candidate's sum along its own row: the 1-D sum of that gather
-    gains = _SUM(table[np.arange(cap.size)[None, :], ks], axis=1).tolist()
+    gains = _SUM(table.ravel().take(ks + _offsets(n, k_max + 1)), axis=1).tolist()
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
@@ -276,23 +280,38 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     return ks, best_c
 
 
-_MAX, _SUM, _ANY = np.maximum.reduce, np.add.reduce, np.logical_or.reduce
+_MAX, _SUM = np.maximum.reduce, np.add.reduce
+_ANY = np.logical_or.reduce
 
 
-def _distinct(ks: np.ndarray, most: int) -> np.ndarray:
-    """The rows of ``ks`` (whole numbers from 0 to ``most``: gammas) without repeats, each
-    where it first appears; a row is known by its bytes (one buffer, sliced), in the
-    narrowest type that holds ``most``."""
-    kind = np.uint8 if most < 256 else np.uint16 if most < 65536 else np.int64
-    width = ks.shape[1] * np.dtype(kind).itemsize
-    buffer = ks.astype(kind).tobytes()
+def _distinct(ks: np.ndarray) -> np.ndarray:
+    """The rows of ``ks`` (int64, C-contiguous) without repeats, each where it first
+    appears; a row is known by its bytes (one buffer, sliced)."""
+    width = ks.shape[1] * ks.itemsize
+    buffer = ks.tobytes()
+    rows = [buffer[start:start + width] for start in range(0, len(buffer), width)]
+    if len(set(rows)) == len(rows):  # the usual case: nothing repeats
+        return ks
     seen, keep = set(), []
-    for c in range(ks.shape[0]):
-        row = buffer[c * width:(c + 1) * width]
+    for c, row in enumerate(rows):
         if row not in seen:
             seen.add(row)
             keep.append(c)
-    return ks[keep] if len(keep) < ks.shape[0] else ks
+    return ks[keep]
+
+
+_OFFSETS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _offsets(n: int, width: int) -> np.ndarray:
+    """Where row i of an (n, width) table starts in its flat buffer, memoised: a
+    candidate's entries table[i, k_i] are the flat ones at k_i + that."""
+    key = (n, width)
+    out = _OFFSETS.get(key)
+    if out is None:
+        out = _OFFSETS[key] = np.arange(0, n * width, width)
+        out.flags.writeable = False
+    return out
 
 
 def _descending_distinct(values: np.ndarray) -> np.ndarray:

@@ -11,8 +11,13 @@ same order (``AdaptiveSpeculation.cap``, ``goodput``, ``learn``; the control's
 ``predictor``; the base's plan, draws and observation on arrays), so the results are bitwise
 the step-by-step path's.  Around ``chain`` the goodput search hands the engine the target's
 seconds verifying the gammas it chose (``VariedPlan.verify_s``): it priced them, bitwise
-``step_time``'s, so the engine does not price them again.  The wrapped chain observes nothing (its ``observe`` is the base
-class's): only the controllers and the draft model's catch-up learn from an iteration.
+``step_time``'s, so the engine does not price them again; where no search ran and every
+request verifies the same k + 1 tokens (the schedule's and the switches' caps), the
+target's uniform closed form at the context sum does (bitwise ``step_time``'s, as a chain's
+stretches price theirs), and the chain's draft by ``chain_draft_pricer`` likewise
+(``ChainControl.draft_seconds``).  The wrapped chain observes nothing (its ``observe`` is
+the base class's): only the controllers and the draft model's catch-up learn from an
+iteration.
 """
 from __future__ import annotations
 
@@ -20,9 +25,11 @@ from abc import abstractmethod
 
 import numpy as np
 
-from simulator.engine.plan import VariedDraft, VariedPlan, emitted_tokens
+from simulator.engine.plan import VariedDraft, VariedPlan, closed_forms, emitted_tokens
 
-_ANY = np.logical_or.reduce
+_ANY, _MIN, _MAX, _SUM = (np.logical_or.reduce, np.minimum.reduce, np.maximum.reduce,
+                          np.add.reduce)
+_MISSING = object()
 
 
 class AdaptiveStretch(VariedDraft):
@@ -83,13 +90,33 @@ class AdaptiveChain(AdaptiveStretch):
     def __init__(self, policy, control) -> None:
         super().__init__(policy, control)
         self.chain = control.chain
+        self._forms = closed_forms(policy.target_cost)
+        # (requests, tokens each) -> the target's uniform_pricer (None: no closed form)
+        self._verify: dict[tuple[int, int], object] = {}
 
     def _speculable(self, prompt_len, generated) -> np.ndarray:
         return self.chain.speculable_of(prompt_len, generated)
 
     def _plan(self, request_ids, context, generated, k, verify_s) -> VariedPlan:
         time_s, cpu_s = self.control.draft_seconds(request_ids, context, k)
+        if verify_s is None:
+            verify_s = self._uniform_verify(context, k)
         return VariedPlan(k, k + 1, time_s + cpu_s, None, verify_s)
+
+    def _uniform_verify(self, context, k) -> float | None:
+        """Where every request verifies the same k + 1 tokens (no search priced them), the
+        target's seconds by its uniform closed form at the context sum (``uniform_pricer``:
+        bitwise ``step_time``'s, as a chain's stretches price it); None elsewhere."""
+        n = k.size
+        if self._forms is None or not n or context.dtype.kind not in "iu":
+            return None
+        u = int(_MAX(k)) + 1
+        if int(_MIN(k)) + 1 != u:
+            return None
+        price = self._verify.get((n, u), _MISSING)
+        if price is _MISSING:
+            price = self._verify[(n, u)] = self._forms.uniform_pricer(n, u, n * u)
+        return None if price is None else price(float(_SUM(context)))
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
         return self.chain.draw_chain(rng, request_ids, context, plan.num_draft)

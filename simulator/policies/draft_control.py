@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost.drafting import chain_draft_time
+from simulator.cost.drafting import chain_draft_pricer, chain_draft_time
 from simulator.cost.spec_host import SpecCharge, SpecWork
 from abc import abstractmethod
 
@@ -23,7 +23,28 @@ from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
 _ALL, _ANY = np.logical_and.reduce, np.logical_or.reduce
-_MAX, _SUM = np.maximum.reduce, np.add.reduce
+_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+_MISSING = object()
+
+
+def _forward_times(counts: np.ndarray, rounded: np.ndarray, memo: dict,
+                   decode_time) -> np.ndarray:
+    """The (C, J) memoised seconds of every row's forwards (keys (requests, rounded
+    context)), 0.0 where a row has ended (no request drafts that far: added to a row's
+    positive total, no change)."""
+    keys = list(zip(counts.ravel().tolist(), rounded.ravel().tolist()))
+    times = [memo[key] if key in memo else _forward_time(key, memo, decode_time)
+             for key in keys]
+    return np.array(times).reshape(counts.shape)
+
+
+def _forward_time(key: tuple[int, int], memo: dict, decode_time) -> float:
+    """A forward's seconds not yet memoised: 0.0 for none of the requests (not stored),
+    else ``decode_time`` of the rounded context, stored."""
+    if not key[0]:
+        return 0.0
+    t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
+    return t
 
 
 class GateControl:
@@ -112,6 +133,8 @@ class ChainControl:
         self._proposed, self._drafting = np.zeros(0, np.int64), np.zeros(0, bool)
         self._memo: dict[tuple[int, int], float] = {}
         self._charges: dict[int, SpecCharge] = {}
+        # (requests, uniform gamma) -> chain_draft_pricer's function (None: it has none)
+        self._pricers: dict[tuple[int, int], object] = {}
 
     def _lag(self, request_ids: np.ndarray) -> np.ndarray:
         if not self._lags:  # nobody skipped an iteration (every chain drafted each time)
@@ -139,7 +162,7 @@ class ChainControl:
         ``context`` drafting ``k`` each, on arrays (what a stretch calls)."""
         on = k > 0
         self._proposed, self._drafting = request_ids.copy(), on
-        time_s = chain_draft_time(self.draft_cost, context, k)
+        time_s = self._chain_time(context, k)
         # the first forward also feeds the tokens the draft model skipped (while nobody
         # lags, _catch_up_s adds 0.0: no change)
         if self._lags and _ANY(on):
@@ -151,6 +174,22 @@ class ChainControl:
             host = self._charges[forwards] = SpecCharge(
                 self.execution, SpecWork(draft_forwards=forwards))
         return time_s, host(int(_SUM(on)))
+
+    def _chain_time(self, context: np.ndarray, k: np.ndarray) -> float:
+        """``chain_draft_time(draft_cost, context, k)``; where every request drafts the same
+        1-7 tokens, its closed form as a function of the context sum (``chain_draft_pricer``:
+        bitwise the cost's ``chain_decode_time``, as a chain's stretches price it)."""
+        n = k.size
+        if n and context.dtype.kind in "iu":
+            top = int(_MAX(k))
+            if 0 < top < 8 and int(_MIN(k)) == top:
+                price = self._pricers.get((n, top), _MISSING)
+                if price is _MISSING:
+                    price = self._pricers[(n, top)] = chain_draft_pricer(
+                        self.draft_cost, n, top)
+                if price is not None:
+                    return price(float(_SUM(context)))
+        return chain_draft_time(self.draft_cost, context, k)
 
     def draft_predictor(self, batch: BatchView):
         """k -> predicted draft time: memoised decode steps (contexts rounded to 128 tokens)."""
@@ -187,8 +226,9 @@ class ChainControl:
         """``predictor(request_ids, context)`` of every row of a (C, n) matrix of gammas at
         once, bitwise: each forward's key from the same integer counts and context sums
         (whole numbers: exact however summed) by the same division and rounding, a row's
-        memoised times added forward after forward from 0.0 as Python floats, the catch-up
-        once per set of drafting requests."""
+        memoised times added forward after forward from 0.0 (fewer than 8 forwards: by one
+        numpy sum of each row, which adds so few left to right; else as Python floats), the
+        catch-up once per set of drafting requests."""
         ctx, lag = context.astype(float), self._lag(request_ids)
         memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(_ANY(lag))
 
@@ -201,11 +241,14 @@ class ChainControl:
             c = np.add.reduce(over * ctx, axis=2)
             # n >= 1 wherever a key is read (a row's counts only fall: its first 0 ends it)
             rounded = (c / np.maximum(n, 1) + np.arange(forwards)).astype(np.int64) >> 7
-            out = [self._chain_total(row_n, row_r, memo, decode_time)
-                   for row_n, row_r in zip(n.tolist(), rounded.tolist())]
+            if forwards < 8:  # each row's few forwards added left to right, as numpy adds them
+                out = _SUM(_forward_times(n, rounded, memo, decode_time), axis=1)
+            else:
+                out = np.array([self._chain_total(row_n, row_r, memo, decode_time)
+                                for row_n, row_r in zip(n.tolist(), rounded.tolist())])
             if not lagging:
-                return np.array(out) + 0.0
-            return np.array(out) + self._catch_ups(ks, ctx, lag)
+                return out + 0.0
+            return out + self._catch_ups(ks, ctx, lag)
 
         return predict
 

@@ -89,12 +89,14 @@ def test_rows_are_the_predictor_bit_for_bit(deployment):
     policy = POLICIES["adaptive"](
         load_scenario(SCENARIO).policy.params,
         PolicyContext(target_cost=deployment.target_cost, draft_cost=deployment.draft_cost))
-    control = ChainControl(deployment.draft_cost, 6)
-    for n in (1, 3, 8, 33, 200):
+    # chains of up to 6 forwards (each row's times summed by numpy: fewer than 8, left to
+    # right) and of up to 11 (summed one by one)
+    for gamma, n in [(6, 1), (6, 3), (6, 8), (6, 33), (6, 200), (11, 1), (11, 9), (11, 40)]:
+        control = ChainControl(deployment.draft_cost, gamma)
         ids, ctx = np.arange(n), rng.integers(30, 6000, n)
         control._lags = {int(r): int(rng.integers(1, 9)) for r in ids if rng.random() < 0.3}
-        ks = np.concatenate([rng.integers(0, 7, (6, n)), np.zeros((1, n), np.int64),
-                             np.full((1, n), 6), rng.integers(0, 2, (2, n)) * 3])
+        ks = np.concatenate([rng.integers(0, gamma + 1, (6, n)), np.zeros((1, n), np.int64),
+                             np.full((1, n), gamma), rng.integers(0, 2, (2, n)) * 3])
         single, rows = control.predictor(ids, ctx), control.rows_predictor(ids, ctx)
         assert rows(ks).tolist() == [single(k) for k in ks]
         whole = policy.rows_predictor(ctx, rows)(ks).tolist()
