@@ -32,18 +32,20 @@ from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.token_text import TokenText, require_token_ids
-from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
+from simulator.speculation.suffix_index import Speculation, SuffixIndex, tree_accepted
+from simulator.speculation.text_suffixes import TextSuffixes
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
 SUFFIX_UPDATE_S = 5e-6      # ibid.: 4.1-5.5 us per token added
 
 
 class _RequestState:
-    __slots__ = ("index", "cursor", "indexed")
+    __slots__ = ("index", "indexed")
 
     def __init__(self, depth: int) -> None:
-        self.index = SuffixIndex(depth)
-        self.cursor = Cursor()
+        # the request's trie, answered from its text (text_suffixes.py): a trie would make
+        # ~depth nodes per prompt token, most never read
+        self.index = TextSuffixes(depth)
         self.indexed = 0
 
 
@@ -123,7 +125,7 @@ class SuffixDecoding(PolicyBase, LimitedDraft):
         known = self.text.known(rid, generated)
         added = known.size - state.indexed
         if added > 0:
-            state.index.extend(state.cursor, known[state.indexed:])
+            state.index.extend(known[state.indexed:].tolist())
             state.indexed = known.size
         return state, max(added, 0)
 
@@ -145,9 +147,13 @@ class SuffixDecoding(PolicyBase, LimitedDraft):
         best, added = Speculation([], [], []), 0
         if self.use_request:
             state, added = self._request_state(rid, generated)
-            index, cursor = state.index, state.cursor
-            best = self._best(index, (index.cursor_match(cursor, self.depth),
-                                      index.cursor_match(cursor, roomy)), cap)
+            index = state.index
+            deep, near = index.matches(self.depth, roomy)
+            for match in (deep,) if near[0] == deep[0] else (deep, near):  # one node each
+                spec = index.speculate(match, self._budget(match[0], cap), self.min_prob,
+                                       self.tree)
+                if spec.score > best.score:
+                    best = spec
         if self.use_global and len(self.global_index) > 1:
             index, known = self.global_index, self.text.known(rid, generated)
             spec = self._best(index, (index.longest_match(known, self.depth),
