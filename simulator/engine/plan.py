@@ -187,6 +187,33 @@ class VariedDraft(ABC):
         before it and ``accepted`` (clamped) drafts accepted."""
 
 
+class VariedRows(NamedTuple):
+    """K iterations of an ``AheadDraft`` planned at once: row j what ``plan_counts`` and
+    ``draw_counts`` give on the j-th iteration (every request decoding, nothing trimmed)."""
+
+    num_draft: np.ndarray      # (K, n) int64: draft tokens per request
+    verify_tokens: np.ndarray  # (K, n) int64: tokens per request in the verification
+    accepted: np.ndarray       # (K, n) int64: accepted drafts, within [0, num_draft]
+    seconds: np.ndarray        # (K,) float64: the proposer's seconds of each iteration
+
+
+class AheadDraft(VariedDraft):
+    """A ``VariedDraft`` whose every iteration is a function of each request's own text
+    position alone -- no draws from the generator, and an ``observe_counts`` that does
+    nothing for an iteration that finishes no request -- declared by subclassing: the engine
+    may then plan, price and record K of its iterations at once (varied_rows.py) and ask
+    for the iterations it keeps none of (the first that finishes a request or crosses the
+    next arrival) one by one."""
+
+    @abstractmethod
+    def plan_rows(self, request_ids: np.ndarray, generated: np.ndarray,
+                  output_len: np.ndarray, steps: int) -> VariedRows:
+        """``steps`` iterations of these requests, each request's ``generated`` moved on
+        by what it emits in the rows before (``emitted_tokens``); a request's rows from
+        the one that finishes it on may hold anything but valid counts (never kept).
+        Planning rows that are not kept changes no later answer of the policy's."""
+
+
 class Policy(Protocol):
     """A serving policy instance (one per simulation; may hold adaptive state)."""
 

@@ -21,7 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
+from simulator.engine.plan import (
+    AheadDraft,
+    BatchView,
+    DraftPlan,
+    VariedDraft,
+    VariedPlan,
+    VariedRows,
+    emitted_tokens,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
@@ -95,7 +103,7 @@ def chains_accepted(text: TokenText, drafts: dict, request_ids: np.ndarray,
     return out
 
 
-class PromptLookup(PolicyBase, LimitedDraft):
+class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
     """Propose the continuation of the longest recurring suffix n-gram of each request."""
 
     name = "prompt_lookup"
@@ -187,6 +195,30 @@ class PromptLookup(PolicyBase, LimitedDraft):
     def draw_counts(self, rng, request_ids, context, generated, plan):
         return chains_accepted(self.text, plan.payload, request_ids, generated,
                                plan.num_draft)
+
+    def plan_rows(self, request_ids, generated, output_len, steps):
+        """``plan_counts`` and ``draw_counts`` of ``steps`` iterations: each request's
+        lookups at the text it reaches (its index extended ahead: ngram_index.py ignores
+        what lies past a shorter text)."""
+        n, text, index = request_ids.size, self.text, self._index
+        drafted, accepted = np.zeros((steps, n), np.int64), np.zeros((steps, n), np.int64)
+        for i, (rid, g, out) in enumerate(zip(request_ids.tolist(), generated.tolist(),
+                                              output_len.tolist())):
+            grams = index.get(rid)
+            if grams is None:
+                grams = index[rid] = NgramIndex(self.min_n, self.max_n)
+            for j in range(steps):
+                draft = grams.lookup(text.known(rid, g), self.k)
+                m = int(draft.size)
+                a = matched_prefix(draft, text.upcoming(rid, g, m)) if m else 0
+                drafted[j, i], accepted[j, i] = m, a
+                g += a + 1
+                if g >= out:  # finished: the rows after it are never kept
+                    break
+        # the CPU seconds as ``lookup`` adds them: every request looked, these found a draft
+        found = np.count_nonzero(drafted, axis=1).tolist()
+        seconds = np.array([0.0 + (n * self.cpu_s + self.host(f)) for f in found])
+        return VariedRows(drafted, drafted + 1, accepted, seconds)
 
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):
