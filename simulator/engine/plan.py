@@ -199,19 +199,25 @@ class VariedRows(NamedTuple):
 
 class AheadDraft(VariedDraft):
     """A ``VariedDraft`` whose every iteration is a function of each request's own text
-    position alone -- no draws from the generator, and an ``observe_counts`` that does
-    nothing for an iteration that finishes no request -- declared by subclassing: the engine
-    may then plan, price and record K of its iterations at once (varied_rows.py) and ask
-    for the iterations it keeps none of (the first that finishes a request or crosses the
-    next arrival) one by one."""
+    position and state alone -- no draws from the generator once a request has started --
+    declared by subclassing: the engine may then plan, price and record K of its iterations
+    at once (varied_rows.py), keep the first k of them (``keep_rows``) and take the one
+    that stopped them (it finishes a request or crosses the next arrival) one by one."""
 
     @abstractmethod
     def plan_rows(self, request_ids: np.ndarray, generated: np.ndarray,
-                  output_len: np.ndarray, steps: int) -> VariedRows:
+                  output_len: np.ndarray, steps: int) -> VariedRows | None:
         """``steps`` iterations of these requests, each request's ``generated`` moved on
         by what it emits in the rows before (``emitted_tokens``); a request's rows from
         the one that finishes it on may hold anything but valid counts (never kept).
-        Planning rows that are not kept changes no later answer of the policy's."""
+        None: not now (a request's first iteration draws).  The engine calls ``keep_rows``
+        next, before any other call."""
+
+    @abstractmethod
+    def keep_rows(self, kept: int) -> None:
+        """The engine kept the first ``kept`` rows of the last ``plan_rows`` (none of them
+        finishes a request): the policy's state moves as those iterations'
+        ``observe_counts`` would move it, and as if the other rows were never planned."""
 
 
 class Policy(Protocol):

@@ -40,6 +40,17 @@ def advance_rows(replica, spec: AheadDraft, steps: int) -> int:
         return 0
     steps = min(steps, int(np.min(b.output_len - b.generated)))  # >= 1 token each
     rows = spec.plan_rows(b.ids, b.generated, b.output_len, steps)
+    if rows is None:
+        return 0
+    k = _kept(replica, spec, rows, steps)
+    spec.keep_rows(k)
+    return k
+
+
+def _kept(replica, spec: AheadDraft, rows, steps: int) -> int:
+    """How many of ``rows`` (``steps`` of them) run here, all committed."""
+    b, lim = replica.b, replica.limits
+    bs, c0 = lim.block_size, b.computed
     emit = rows.accepted + 1  # what each request emits in the rows before it finishes
     got = _CUMSUM(emit, axis=0)  # emitted by each iteration's end (uncapped)
     ctx = c0 + (got - emit)  # the contexts each iteration starts from

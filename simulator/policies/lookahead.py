@@ -28,75 +28,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
+from simulator.engine.plan import (
+    AheadDraft,
+    BatchView,
+    DraftPlan,
+    VariedDraft,
+    VariedPlan,
+    VariedRows,
+    emitted_tokens,
+)
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
+from simulator.policies.in_context import OFF_PATH_ORDER, InContextTarget
 from simulator.policies.token_text import TokenText, require_token_ids
 
-OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
 LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step
-
-
-class InContextTarget:
-    """The target's next token after a guessed context: copy what followed it last time.
-
-    The k tokens before a position are keyed by one int, ``t_0 << 32 (k - 1) | ... | t_k-1``
-    (token ids are below 2^32), in one dict per k: no tuple per lookup, and a whole run of
-    new tokens enters by one ``dict.update`` (in order: the latest occurrence wins)."""
-
-    def __init__(self, text: TokenText, order: int = OFF_PATH_ORDER) -> None:
-        self.text = text
-        self.order = order
-        self._follow: dict[int, list[dict]] = {}
-        self._seen: dict[int, int] = {}
-
-    def see(self, rid: int, generated: int) -> None:
-        """Index the request's visible text (prompt + generated) up to now."""
-        follow = self._follow.get(rid)
-        if follow is None:
-            follow = self._follow[rid] = [dict() for _ in range(self.order + 1)]
-        size = self.text.prompt_ids[rid].size + int(generated)
-        start = max(self._seen.get(rid, 0), 1)
-        self._seen[rid] = size
-        if start >= size:
-            return
-        lo = max(start - self.order, 0)  # only the new tokens and the order before them
-        text = self.text.tokens(rid)[lo:size]
-        for k in range(1, self.order + 1):
-            at = max(start, k) - lo  # the first new position with k tokens before it
-            if at + lo >= size:
-                break
-            keys = text[at - k:size - lo - k]  # the windows' first tokens
-            for j in range(1, k):
-                keys = [key << 32 | t for key, t in zip(keys, text[at - k + j:])]
-            follow[k].update(zip(keys, text[at:]))
-
-    def predict(self, rid: int, tail: list[int]) -> int:
-        """Next token after ``tail`` (the end of a guessed context)."""
-        return self.predict_each(rid, (tail,))[0]
-
-    def predict_each(self, rid: int, tails) -> list[int]:
-        """``predict`` of each of ``tails`` (lookahead's lanes: one call a step)."""
-        follow, order, out = self._follow[rid], self.order, []
-        pairs = follow[2] if order >= 2 else None
-        for tail in tails:
-            last, size, tok = tail[-1], len(tail), None
-            for k in range(min(order, size), 2, -1):  # the longest seen context first
-                key = tail[-k]
-                for t in tail[size - k + 1:]:
-                    key = key << 32 | t
-                tok = follow[k].get(key)
-                if tok is not None:
-                    break
-            if tok is None and pairs is not None and size >= 2:
-                tok = pairs.get(tail[-2] << 32 | last)
-            out.append(follow[1].get(last, last) if tok is None else tok)
-        return out
-
-    def forget(self, rid: int) -> None:
-        self._follow.pop(rid, None)
-        self._seen.pop(rid, None)
 
 
 class JacobiDecoding(PolicyBase, VariedDraft):
@@ -211,7 +158,7 @@ class JacobiDecoding(PolicyBase, VariedDraft):
         return new
 
 
-class LookaheadDecoding(PolicyBase, VariedDraft):
+class LookaheadDecoding(PolicyBase, AheadDraft):
     """Lookahead decoding: Jacobi lanes feed an n-gram pool whose hits are verified."""
 
     name = "lookahead"
@@ -237,6 +184,9 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
         self.cpu_s = float(params["cpu_time_per_request_s"])
         self._lanes: dict[int, list[list[int]]] = {}
         self._pool: dict[int, dict[int, list[tuple]]] = {}
+        # plan_rows' states, moved on copies, until keep_rows: rid -> (the state after
+        # the rows, each observed row's generated count)
+        self._ahead: dict[int, tuple] = {}
 
     @property
     def max_verify_tokens(self) -> int:
@@ -292,6 +242,63 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):
         self._observe(request_ids, generated, output_len, plan.verify_tokens, accepted)
+
+    def plan_rows(self, request_ids, generated, output_len, steps):
+        """``plan_counts``, ``draw_counts`` and ``observe_counts`` of ``steps`` iterations,
+        each request's lanes, pool and seen text moved on a copy of its state (``keep_rows``
+        installs the copy or replays the kept rows); None while a request has no lanes yet
+        (its first plan draws them)."""
+        ids = request_ids.tolist()
+        if any(rid not in self._lanes for rid in ids):
+            return None
+        n, width = len(ids), self.n - 1
+        drafted, held, accepted = (np.zeros((steps, n), np.int64) for _ in range(3))
+        for i, (rid, g, out) in enumerate(zip(ids, generated.tolist(), output_len.tolist())):
+            real = self._state(rid)
+            self._put(rid, self._copy(real))
+            at, prompt, tokens = [], self.text.prompt_ids[rid].size, self.text.tokens(rid)
+            for j in range(steps):
+                cands = self._pool[rid].get(tokens[prompt + g - 1], [])[:self.g]
+                m = len(cands) * width
+                truth = tokens[prompt + g:prompt + g + width]
+                a = max([_prefix(c, truth) for c in cands]) if m else 0
+                drafted[j, i], accepted[j, i] = m, a
+                held[j, i] = sum(map(len, self._lanes[rid]))  # >= 1 a lane: verify > 1
+                if g + a + 1 >= out:  # finished: never kept, nothing observed
+                    break
+                self.target.see(rid, g)
+                self._step_lanes(rid)
+                at.append(g)
+                g += a + 1
+            self._ahead[rid] = (self._state(rid), at)
+            self._put(rid, real)
+        seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
+        return VariedRows(drafted, 1 + held + drafted, accepted, seconds)
+
+    def keep_rows(self, kept):
+        """The state after ``kept`` rows: the copy where it took just those, else the
+        kept rows' lanes steps replayed on the request's own state."""
+        ahead, self._ahead = self._ahead, {}
+        for rid, (state, at) in ahead.items() if kept else ():
+            if len(at) == kept:
+                self._put(rid, state)
+                continue
+            for g in at[:kept]:
+                self.target.see(rid, g)
+                self._step_lanes(rid)
+
+    def _state(self, rid: int) -> tuple:
+        return self._lanes[rid], self._pool[rid], self.target.held(rid)
+
+    def _copy(self, state: tuple) -> tuple:
+        lanes, pool, target = state
+        follow, seen = target
+        return ([lane[:] for lane in lanes], {t: grams[:] for t, grams in pool.items()},
+                (None if follow is None else [d.copy() for d in follow], seen))
+
+    def _put(self, rid: int, state: tuple) -> None:
+        self._lanes[rid], self._pool[rid], target = state
+        self.target.put(rid, target)
 
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
                   num_draft: np.ndarray) -> np.ndarray:

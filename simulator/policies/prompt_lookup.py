@@ -220,6 +220,10 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
         seconds = np.array([0.0 + (n * self.cpu_s + self.host(f)) for f in found])
         return VariedRows(drafted, drafted + 1, accepted, seconds)
 
+    def keep_rows(self, kept):
+        """Nothing to move: observe forgets finished requests only, and the index's
+        answers do not depend on how far ahead it was grown."""
+
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):
         self._forget_finished(request_ids, generated, output_len, accepted)
