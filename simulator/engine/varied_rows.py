@@ -26,6 +26,19 @@ from simulator.engine.plan import AheadDraft
 from simulator.engine.step import STEP_FIELDS
 
 FIRST_ROWS, MOST_ROWS = 8, 256  # rows planned in a pass: doubled after a pass kept them all
+
+
+def next_rows(replica, planned: int, kept: int, took: float) -> int:
+    """The rows to plan next after a pass that ``kept`` of ``planned`` rows in ``took``
+    seconds: 0 where it stopped short (the next iteration goes one by one), else twice as
+    many, at most those that the pass's pace fits before the next arrival and one more
+    (rows planned past the pass's end are work thrown away)."""
+    if kept < planned:
+        return 0
+    grow = min(2 * planned, MOST_ROWS)
+    left = replica.arrivals.horizon(replica.index) - replica.now
+    fit = left / (took / kept) if took > 0.0 else float("inf")
+    return grow if fit >= grow else max(1, int(fit) + 1)
 _SUM, _ANY, _ALL = np.add.reduce, np.logical_or.reduce, np.logical_and.reduce
 _CUMSUM = np.add.accumulate
 
@@ -42,13 +55,15 @@ def advance_rows(replica, spec: AheadDraft, steps: int) -> int:
     rows = spec.plan_rows(b.ids, b.generated, b.output_len, steps)
     if rows is None:
         return 0
-    k = _kept(replica, spec, rows, steps)
+    k = _kept(replica, spec, rows)
     spec.keep_rows(k)
     return k
 
 
-def _kept(replica, spec: AheadDraft, rows, steps: int) -> int:
-    """How many of ``rows`` (``steps`` of them) run here, all committed."""
+def _kept(replica, spec: AheadDraft, rows) -> int:
+    """How many of ``rows`` run here (the iterations before the first that finishes a
+    request, fails ``_opens``'s KV check or crosses the next arrival), all committed."""
+    steps = int(rows.accepted.shape[0])
     b, lim = replica.b, replica.limits
     bs, c0 = lim.block_size, b.computed
     emit = rows.accepted + 1  # what each request emits in the rows before it finishes

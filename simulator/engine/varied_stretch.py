@@ -38,7 +38,7 @@ from simulator.engine.plan import (
     emitted_tokens,
 )
 from simulator.engine.step import NO_FLAGS, NO_IDS, Step, StepRow
-from simulator.engine.varied_rows import FIRST_ROWS, MOST_ROWS, advance_rows
+from simulator.engine.varied_rows import FIRST_ROWS, advance_rows, next_rows
 
 _SUM, _ANY = np.add.reduce, np.logical_or.reduce
 
@@ -57,8 +57,8 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
     crosses the next arrival planned and priced where it is one of them (else None: the
     next iteration goes through the general path)."""
     done, u_max = NONE, spec.max_verify_tokens
-    # an AheadDraft's iterations K at a time (varied_rows.py), K doubling while a pass
-    # keeps all its rows; the iteration that stopped a pass is taken one by one
+    # an AheadDraft's iterations K at a time (varied_rows.py), K growing while a pass
+    # keeps all its rows (``next_rows``); the iteration that stopped a pass one by one
     ahead, size = (spec, FIRST_ROWS) if isinstance(spec, AheadDraft) else (None, 0)
     while True:
         b = replica.b
@@ -67,9 +67,10 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
             return (RETIRED if done else NONE), None
         if not _opens(replica, n, u_max):
             return done, None
+        start = replica.now
         kept = advance_rows(replica, ahead, size) if size else 0
         if kept:
-            done, size = ADVANCED, min(2 * size, MOST_ROWS) if kept == size else 0
+            done, size = ADVANCED, next_rows(replica, size, kept, replica.now - start)
             continue
         step = _iteration(replica, spec)
         if step is not None:

@@ -185,8 +185,9 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         self._lanes: dict[int, list[list[int]]] = {}
         self._pool: dict[int, dict[int, list[tuple]]] = {}
         # plan_rows' states, moved on copies, until keep_rows: rid -> (the state after
-        # the rows, each observed row's generated count)
+        # the rows observed, its own), and each row's generated counts
         self._ahead: dict[int, tuple] = {}
+        self._ahead_at: list[list[int]] = []
 
     @property
     def max_verify_tokens(self) -> int:
@@ -244,47 +245,61 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         self._observe(request_ids, generated, output_len, plan.verify_tokens, accepted)
 
     def plan_rows(self, request_ids, generated, output_len, steps):
-        """``plan_counts``, ``draw_counts`` and ``observe_counts`` of ``steps`` iterations,
-        each request's lanes, pool and seen text moved on a copy of its state (``keep_rows``
-        installs the copy or replays the kept rows); None while a request has no lanes yet
-        (its first plan draws them)."""
+        """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
+        first that finishes a request, and ``observe_counts`` of all but the last, on a
+        copy of each request's lanes, pool and seen text (``keep_rows`` installs the copy,
+        or replays the kept rows on the request's own state); None while a request has no
+        lanes yet (its first plan draws them)."""
         ids = request_ids.tolist()
         if any(rid not in self._lanes for rid in ids):
             return None
-        n, width = len(ids), self.n - 1
+        n, gens = len(ids), generated.tolist()
+        real = [self._state(rid) for rid in ids]
+        for rid, state in zip(ids, real):
+            self._put(rid, self._copy(state))
         drafted, held, accepted = (np.zeros((steps, n), np.int64) for _ in range(3))
-        for i, (rid, g, out) in enumerate(zip(ids, generated.tolist(), output_len.tolist())):
-            real = self._state(rid)
-            self._put(rid, self._copy(real))
-            at, prompt, tokens = [], self.text.prompt_ids[rid].size, self.text.tokens(rid)
-            for j in range(steps):
-                cands = self._pool[rid].get(tokens[prompt + g - 1], [])[:self.g]
-                m = len(cands) * width
-                truth = tokens[prompt + g:prompt + g + width]
-                a = max([_prefix(c, truth) for c in cands]) if m else 0
-                drafted[j, i], accepted[j, i] = m, a
-                held[j, i] = sum(map(len, self._lanes[rid]))  # >= 1 a lane: verify > 1
-                if g + a + 1 >= out:  # finished: never kept, nothing observed
-                    break
+        ends, at = (output_len - generated).tolist(), [gens]
+        for j in range(steps):
+            self._plan_row(ids, at[-1], (drafted[j], held[j], accepted[j]))
+            moved = [g + a + 1 for g, a in zip(at[-1], accepted[j].tolist())]
+            if j == steps - 1 or any(m - g0 >= e for m, g0, e in zip(moved, gens, ends)):
+                steps = j + 1  # the last row: observed by keep_rows where it is kept
+                break
+            for rid, g in zip(ids, at[-1]):  # observe: the lanes step (verify > 1 always)
                 self.target.see(rid, g)
                 self._step_lanes(rid)
-                at.append(g)
-                g += a + 1
-            self._ahead[rid] = (self._state(rid), at)
-            self._put(rid, real)
+            at.append(moved)
+        self._ahead = {rid: (self._state(rid), state) for rid, state in zip(ids, real)}
+        self._ahead_at = at  # each row's generated counts
+        for rid, state in zip(ids, real):
+            self._put(rid, state)
         seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
-        return VariedRows(drafted, 1 + held + drafted, accepted, seconds)
+        return VariedRows(drafted[:steps], 1 + held[:steps] + drafted[:steps],
+                          accepted[:steps], seconds)
+
+    def _plan_row(self, ids: list, gens: list, out: tuple) -> None:
+        """One row of ``plan_rows``: ``plan_counts``'s and ``draw_counts``' per request."""
+        text, width = self.text, self.n - 1
+        for i, (rid, g) in enumerate(zip(ids, gens)):
+            prompt, tokens = text.prompt_ids[rid].size, text.tokens(rid)
+            cands = self._pool[rid].get(tokens[prompt + g - 1], [])[:self.g]
+            truth = tokens[prompt + g:prompt + g + width]
+            out[0][i] = len(cands) * width
+            out[1][i] = sum(map(len, self._lanes[rid]))
+            out[2][i] = max([_prefix(c, truth) for c in cands]) if cands else 0
 
     def keep_rows(self, kept):
-        """The state after ``kept`` rows: the copy where it took just those, else the
-        kept rows' lanes steps replayed on the request's own state."""
-        ahead, self._ahead = self._ahead, {}
-        for rid, (state, at) in ahead.items() if kept else ():
-            if len(at) == kept:
+        """The state after ``kept`` rows: the copy (which observed all rows but the last),
+        with the last row observed where it is kept; else the kept rows replayed on the
+        request's own state."""
+        ahead, at = self._ahead, self._ahead_at
+        self._ahead, self._ahead_at = {}, []
+        copied = kept >= len(at) - 1
+        for i, (rid, (state, real)) in enumerate(ahead.items() if kept else ()):
+            if copied:
                 self._put(rid, state)
-                continue
-            for g in at[:kept]:
-                self.target.see(rid, g)
+            for gens in at[len(at) - 1 if copied else 0:kept]:
+                self.target.see(rid, gens[i])
                 self._step_lanes(rid)
 
     def _state(self, rid: int) -> tuple:

@@ -197,28 +197,29 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
                                plan.num_draft)
 
     def plan_rows(self, request_ids, generated, output_len, steps):
-        """``plan_counts`` and ``draw_counts`` of ``steps`` iterations: each request's
-        lookups at the text it reaches (its index extended ahead: ngram_index.py ignores
-        what lies past a shorter text)."""
-        n, text, index = request_ids.size, self.text, self._index
+        """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
+        first that finishes a request: each request's lookups at the text it reaches (its
+        index extended ahead: ngram_index.py ignores what lies past a shorter text)."""
+        n, text, index, k = request_ids.size, self.text, self._index, self.k
+        ids, gens = request_ids.tolist(), generated.tolist()
+        grams = [index.get(rid) or index.setdefault(rid, NgramIndex(self.min_n, self.max_n))
+                 for rid in ids]
         drafted, accepted = np.zeros((steps, n), np.int64), np.zeros((steps, n), np.int64)
-        for i, (rid, g, out) in enumerate(zip(request_ids.tolist(), generated.tolist(),
-                                              output_len.tolist())):
-            grams = index.get(rid)
-            if grams is None:
-                grams = index[rid] = NgramIndex(self.min_n, self.max_n)
-            for j in range(steps):
-                draft = grams.lookup(text.known(rid, g), self.k)
+        outs, rows = output_len.tolist(), steps
+        for j in range(steps):
+            for i, (rid, g) in enumerate(zip(ids, gens)):
+                draft = grams[i].lookup(text.known(rid, g), k)
                 m = int(draft.size)
-                a = matched_prefix(draft, text.upcoming(rid, g, m)) if m else 0
-                drafted[j, i], accepted[j, i] = m, a
-                g += a + 1
-                if g >= out:  # finished: the rows after it are never kept
-                    break
+                drafted[j, i] = m
+                accepted[j, i] = a = matched_prefix(draft, text.upcoming(rid, g, m)) if m else 0
+                gens[i] = g + a + 1
+            if any(g >= out for g, out in zip(gens, outs)):  # the last row that can be kept
+                rows = j + 1
+                break
         # the CPU seconds as ``lookup`` adds them: every request looked, these found a draft
-        found = np.count_nonzero(drafted, axis=1).tolist()
+        found = np.count_nonzero(drafted[:rows], axis=1).tolist()
         seconds = np.array([0.0 + (n * self.cpu_s + self.host(f)) for f in found])
-        return VariedRows(drafted, drafted + 1, accepted, seconds)
+        return VariedRows(drafted[:rows], drafted[:rows] + 1, accepted[:rows], seconds)
 
     def keep_rows(self, kept):
         """Nothing to move: observe forgets finished requests only, and the index's
