@@ -23,6 +23,7 @@ checks them against ``SuffixIndex`` on random texts.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 
 from simulator.speculation.suffix_index import Speculation
 
@@ -49,16 +50,18 @@ class TextSuffixes:
                 got.append(i)
         text.extend(tokens)
 
-    def matches(self, longest: int, roomy: int) -> tuple[tuple, tuple]:
-        """``SuffixIndex.cursor_match`` at ``longest`` and at ``roomy`` (<= longest) tokens:
-        each (length, the ends of that suffix's occurrences, ascending), (0, ()) where no
-        suffix of the text occurs earlier too (one that a token follows)."""
+    def matches(self, longest: int, roomy: int, size: int) -> tuple[tuple, tuple]:
+        """``SuffixIndex.cursor_match`` at ``longest`` and at ``roomy`` (<= longest) tokens
+        of the text's first ``size`` tokens (the trie's, had it been given those): each
+        (length, the ends of that suffix's occurrences, ascending), (0, ()) where no suffix
+        occurs earlier too (one that a token follows)."""
         text = self.text
-        last = len(text) - 1
-        limit = min(longest, last + 1, self.max_depth - 1)
+        last = size - 1
+        limit = min(longest, size, self.max_depth - 1)
         if last < 0 or limit < 1:
             return (0, ()), (0, ())
         ends = self.where[text[last]]
+        ends = ends[:bisect_left(ends, size)]  # the text may run further (rows planned ahead)
         if len(ends) < 2:  # only the last token itself: nothing follows an occurrence
             return (0, ()), (0, ())
         size, at_roomy = 1, None
@@ -73,12 +76,12 @@ class TextSuffixes:
         deep = (size, ends)
         return deep, (deep if at_roomy is None or size <= roomy else (roomy, at_roomy))
 
-    def _children(self, ends: list[int], depth: int) -> list[tuple]:
-        """The children of the node at ``depth`` whose occurrences end at ``ends``:
-        (id, count, token, their ends) each, in no particular order."""
+    def _children(self, ends: list[int], depth: int, last: int) -> list[tuple]:
+        """The children of the node at ``depth`` whose occurrences end at ``ends``, in a
+        text that ends at ``last``: (id, count, token, their ends) each, in no order."""
         if depth >= self.max_depth:
             return []
-        text, last = self.text, len(self.text) - 1
+        text = self.text
         groups: dict[int, list[int]] = {}
         for e in ends:
             if e < last:
@@ -92,18 +95,20 @@ class TextSuffixes:
         stride = self._stride
         return [(g[0] * stride + depth, len(g), t, g) for t, g in groups.items()]
 
-    def speculate(self, match: tuple, budget: int, min_prob: float,
-                  tree: bool = True) -> Speculation:
-        """``SuffixIndex.speculate`` below the node of ``match`` (``matches``'s)."""
+    def speculate(self, match: tuple, budget: int, min_prob: float, tree: bool,
+                  size: int) -> Speculation:
+        """``SuffixIndex.speculate`` below the node of ``match`` (``matches``'s at
+        ``size``)."""
         match_len, ends = match
         if match_len <= 0 or budget <= 0:
             return Speculation([], [], [], match_len)
+        last = size - 1
         if not tree:
-            return self._path(match_len, list(ends), budget, min_prob)
+            return self._path(match_len, list(ends), budget, min_prob, last)
         parents: list[int] = []
         tokens: list[int] = []
         probs: list[float] = []
-        kids = self._children(ends, match_len)
+        kids = self._children(ends, match_len, last)
         total = sum(k[1] for k in kids)
         heap = [(-c / total, i, -1, match_len + 1, t, g) for i, c, t, g in kids
                 if c >= min_prob * total]
@@ -114,7 +119,7 @@ class TextSuffixes:
             parents.append(par)
             tokens.append(tok)
             probs.append(-neg)
-            below = self._children(grp, depth)
+            below = self._children(grp, depth, last)
             if below:
                 scale = neg / sum(k[1] for k in below)
                 for i, c, t, g in below:
@@ -123,14 +128,14 @@ class TextSuffixes:
                         heapq.heappush(heap, (p, i, idx, depth + 1, t, g))
         return Speculation(parents, tokens, probs, match_len)
 
-    def _path(self, match_len: int, ends: list[int], budget: int,
-              min_prob: float) -> Speculation:
+    def _path(self, match_len: int, ends: list[int], budget: int, min_prob: float,
+              last: int) -> Speculation:
         """``SuffixIndex._speculate_path``: the most frequent child each step (the first
         made on ties)."""
         parents, tokens, probs = [], [], []
         p, depth = 1.0, match_len
         while len(tokens) < budget:
-            kids = self._children(ends, depth)
+            kids = self._children(ends, depth, last)
             if not kids:
                 break
             best = max(kids, key=lambda k: (k[1], -k[0]))

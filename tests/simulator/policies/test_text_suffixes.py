@@ -9,12 +9,13 @@ from simulator.speculation.suffix_index import Cursor, SuffixIndex
 from simulator.speculation.text_suffixes import TextSuffixes
 
 
-def _same_answers(trie: SuffixIndex, cursor: Cursor, text: TextSuffixes, cap: int,
-                  min_prob: float) -> None:
-    """Both matches and every speculation from them, tree and path, at a few budgets."""
+def _same_answers(trie: SuffixIndex, cursor: Cursor, text: TextSuffixes, size: int,
+                  cap: int, min_prob: float) -> None:
+    """Both matches and every speculation from them, tree and path, at a few budgets, of
+    the first ``size`` tokens of ``text`` (those the trie holds)."""
     depth = trie.max_depth
     roomy = max(1, depth - cap)
-    got = text.matches(depth, roomy)
+    got = text.matches(depth, roomy, size)
     for (node, length), match in zip((trie.cursor_match(cursor, depth),
                                       trie.cursor_match(cursor, roomy)), got):
         assert match[0] == length
@@ -23,7 +24,7 @@ def _same_answers(trie: SuffixIndex, cursor: Cursor, text: TextSuffixes, cap: in
         for budget in (0, 1, cap, 2 * cap):
             for tree in (True, False):
                 want = trie.speculate(node, budget, min_prob, tree, length)
-                spec = text.speculate(match, budget, min_prob, tree)
+                spec = text.speculate(match, budget, min_prob, tree, size)
                 assert (spec.parents, spec.tokens, spec.probs, spec.match_len) == \
                     (want.parents, want.tokens, want.probs, want.match_len)
 
@@ -35,6 +36,8 @@ def test_same_matches_and_speculations_as_the_trie(depth, alphabet):
     for _ in range(6):
         tokens = rng.integers(0, alphabet, size=int(rng.integers(1, 120)))
         trie, cursor, text = SuffixIndex(depth), Cursor(), TextSuffixes(depth)
+        ahead = TextSuffixes(depth)  # grown ahead (rows planned and not kept): the same
+        ahead.extend(tokens.tolist())
         at = 0
         while at < tokens.size:  # the prompt in one piece, then a few tokens at a time
             step = int(rng.integers(1, 4)) if at else int(rng.integers(1, 60))
@@ -43,7 +46,8 @@ def test_same_matches_and_speculations_as_the_trie(depth, alphabet):
             text.extend(piece.tolist())
             at += piece.size
             cap = int(rng.integers(1, depth + 4))
-            _same_answers(trie, cursor, text, cap, float(rng.choice([0.0, 0.1, 0.3])))
+            for grown in (text, ahead):
+                _same_answers(trie, cursor, grown, at, cap, float(rng.choice([0.0, 0.1, 0.3])))
 
 
 def test_ties_go_to_the_earlier_occurrence():
@@ -52,10 +56,10 @@ def test_ties_go_to_the_earlier_occurrence():
     # (made at position 2) and "1 2 5 1" (position 3) before "1 3" (position 4)
     text = TextSuffixes(4)
     text.extend([1, 2, 5, 1, 3, 6, 1])
-    deep, _ = text.matches(4, 2)
+    deep, _ = text.matches(4, 2, 7)
     assert deep[0] == 1 and deep[1] == [0, 3, 6]
-    spec = text.speculate(deep, 3, 0.0, tree=True)
+    spec = text.speculate(deep, 3, 0.0, True, 7)
     assert spec.tokens == [2, 5, 1] and spec.parents == [-1, 0, 1]
     assert spec.probs == [0.5, 0.5, 0.5]
-    path = text.speculate(deep, 2, 0.0, tree=False)
+    path = text.speculate(deep, 2, 0.0, False, 7)
     assert path.tokens == [2, 5] and path.probs == [0.5, 0.5]
