@@ -30,6 +30,13 @@ class InContextTarget:
         self._seen[rid] = size
         if start >= size:
             return
+        if self.order == 2 and start >= 2 and size - start <= 8:  # a step's few tokens:
+            tokens = self.text.tokens(rid)                        # stored one by one
+            ones, twos = follow[1], follow[2]
+            for p in range(start, size):
+                a, b = tokens[p - 2], tokens[p - 1]
+                ones[b] = twos[a << 32 | b] = tokens[p]
+            return
         lo = max(start - self.order, 0)  # only the new tokens and the order before them
         text = self.text.tokens(rid)[lo:size]
         for k in range(1, self.order + 1):
@@ -48,6 +55,13 @@ class InContextTarget:
     def predict_each(self, rid: int, tails) -> list[int]:
         """``predict`` of each of ``tails`` (lookahead's lanes: one call a step)."""
         follow, order, out = self._follow[rid], self.order, []
+        if order == 2:  # the default: the pair, else the last token alone
+            ones, twos = follow[1], follow[2]
+            for tail in tails:
+                last = tail[-1]
+                tok = twos.get(tail[-2] << 32 | last) if len(tail) >= 2 else None
+                out.append(ones.get(last, last) if tok is None else tok)
+            return out
         pairs = follow[2] if order >= 2 else None
         for tail in tails:
             last, size, tok = tail[-1], len(tail), None
@@ -70,11 +84,6 @@ class InContextTarget:
     def held(self, rid: int) -> tuple:
         """What the request's predictions read (to put back by ``put``)."""
         return self._follow.get(rid), self._seen.get(rid)
-
-    def copy_of(self, rid: int) -> tuple:
-        """``held(rid)``, copied: ``put`` it and work on, the held state left as it was."""
-        follow, seen = self.held(rid)
-        return (None if follow is None else [d.copy() for d in follow]), seen
 
     def put(self, rid: int, state: tuple) -> None:
         """Make ``state`` (``held``'s) the request's."""

@@ -259,8 +259,11 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
             self._put(rid, self._copy(state))
         drafted, held, accepted = (np.zeros((steps, n), np.int64) for _ in range(3))
         ends, at = (output_len - generated).tolist(), [gens]
+        text = self.text  # what each row reads: the copies, moved in place
+        reads = [(text.prompt_ids[rid].size, text.tokens(rid), self._pool[rid],
+                  self._lanes[rid]) for rid in ids]
         for j in range(steps):
-            self._plan_row(ids, at[-1], (drafted[j], held[j], accepted[j]))
+            self._plan_row(reads, at[-1], (drafted[j], held[j], accepted[j]))
             moved = [g + a + 1 for g, a in zip(at[-1], accepted[j].tolist())]
             if j == steps - 1 or any(m - g0 >= e for m, g0, e in zip(moved, gens, ends)):
                 steps = j + 1  # the last row: observed by keep_rows where it is kept
@@ -277,15 +280,15 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         return VariedRows(drafted[:steps], 1 + held[:steps] + drafted[:steps],
                           accepted[:steps], seconds)
 
-    def _plan_row(self, ids: list, gens: list, out: tuple) -> None:
-        """One row of ``plan_rows``: ``plan_counts``'s and ``draw_counts``' per request."""
-        text, width = self.text, self.n - 1
-        for i, (rid, g) in enumerate(zip(ids, gens)):
-            prompt, tokens = text.prompt_ids[rid].size, text.tokens(rid)
-            cands = self._pool[rid].get(tokens[prompt + g - 1], [])[:self.g]
+    def _plan_row(self, reads: list, gens: list, out: tuple) -> None:
+        """One row of ``plan_rows``: ``plan_counts``'s and ``draw_counts``' per request
+        (``reads``: its prompt's size, its tokens, its pool and its lanes)."""
+        width, most = self.n - 1, self.g
+        for i, ((prompt, tokens, pool, lanes), g) in enumerate(zip(reads, gens)):
+            cands = pool.get(tokens[prompt + g - 1], [])[:most]
             truth = tokens[prompt + g:prompt + g + width]
             out[0][i] = len(cands) * width
-            out[1][i] = sum(map(len, self._lanes[rid]))
+            out[1][i] = sum(map(len, lanes))
             out[2][i] = max([_prefix(c, truth) for c in cands]) if cands else 0
 
     def keep_rows(self, kept):
