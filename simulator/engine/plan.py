@@ -187,6 +187,39 @@ class VariedDraft(ABC):
         before it and ``accepted`` (clamped) drafts accepted."""
 
 
+class VariedRows(NamedTuple):
+    """K iterations of an ``AheadDraft`` planned at once: row j what ``plan_counts`` and
+    ``draw_counts`` give on the j-th iteration (every request decoding, nothing trimmed)."""
+
+    num_draft: np.ndarray      # (K, n) int64: draft tokens per request
+    verify_tokens: np.ndarray  # (K, n) int64: tokens per request in the verification
+    accepted: np.ndarray       # (K, n) int64: accepted drafts, within [0, num_draft]
+    seconds: np.ndarray        # (K,) float64: the proposer's seconds of each iteration
+
+
+class AheadDraft(VariedDraft):
+    """A ``VariedDraft`` whose every iteration is a function of each request's own text
+    position and state alone -- no draws from the generator once a request has started --
+    declared by subclassing: the engine may then plan, price and record K of its iterations
+    at once (varied_rows.py), keep the first k of them (``keep_rows``) and take the one
+    that stopped them (it finishes a request or crosses the next arrival) one by one."""
+
+    @abstractmethod
+    def plan_rows(self, request_ids: np.ndarray, generated: np.ndarray,
+                  output_len: np.ndarray, steps: int) -> VariedRows | None:
+        """``steps`` iterations of these requests, each request's ``generated`` moved on
+        by what it emits in the rows before (``emitted_tokens``); a request's rows from
+        the one that finishes it on may hold anything but valid counts (never kept).
+        None: not now (a request's first iteration draws).  The engine calls ``keep_rows``
+        next, before any other call."""
+
+    @abstractmethod
+    def keep_rows(self, kept: int) -> None:
+        """The engine kept the first ``kept`` rows of the last ``plan_rows`` (none of them
+        finishes a request): the policy's state moves as those iterations'
+        ``observe_counts`` would move it, and as if the other rows were never planned."""
+
+
 class Policy(Protocol):
     """A serving policy instance (one per simulation; may hold adaptive state)."""
 

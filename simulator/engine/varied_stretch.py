@@ -29,8 +29,16 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED, admission_blocked
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
+from simulator.engine.plan import (
+    AheadDraft,
+    BatchView,
+    DraftPlan,
+    VariedDraft,
+    VariedPlan,
+    emitted_tokens,
+)
 from simulator.engine.step import NO_FLAGS, NO_IDS, Step, StepRow
+from simulator.engine.varied_rows import FIRST_ROWS, advance_rows, next_rows
 
 _SUM, _ANY = np.add.reduce, np.logical_or.reduce
 
@@ -49,6 +57,9 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
     crosses the next arrival planned and priced where it is one of them (else None: the
     next iteration goes through the general path)."""
     done, u_max = NONE, spec.max_verify_tokens
+    # an AheadDraft's iterations K at a time (varied_rows.py), K growing while a pass
+    # keeps all its rows (``next_rows``); the iteration that stopped a pass one by one
+    ahead, size = (spec, FIRST_ROWS) if isinstance(spec, AheadDraft) else (None, 0)
     while True:
         b = replica.b
         n = int(b.ids.size)
@@ -56,10 +67,15 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
             return (RETIRED if done else NONE), None
         if not _opens(replica, n, u_max):
             return done, None
+        start = replica.now
+        kept = advance_rows(replica, ahead, size) if size else 0
+        if kept:
+            done, size = ADVANCED, next_rows(replica, size, kept, replica.now - start)
+            continue
         step = _iteration(replica, spec)
         if step is not None:
             return ADVANCED, step
-        done = ADVANCED
+        done, size = ADVANCED, FIRST_ROWS if ahead is not None else 0
 
 
 def _opens(replica, n: int, u_max: int) -> bool:

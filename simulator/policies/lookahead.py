@@ -28,75 +28,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
+from simulator.engine.plan import (
+    AheadDraft,
+    BatchView,
+    DraftPlan,
+    VariedDraft,
+    VariedPlan,
+    VariedRows,
+    emitted_tokens,
+)
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
+from simulator.policies.in_context import OFF_PATH_ORDER, InContextTarget
 from simulator.policies.token_text import TokenText, require_token_ids
 
-OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
 LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step
-
-
-class InContextTarget:
-    """The target's next token after a guessed context: copy what followed it last time.
-
-    The k tokens before a position are keyed by one int, ``t_0 << 32 (k - 1) | ... | t_k-1``
-    (token ids are below 2^32), in one dict per k: no tuple per lookup, and a whole run of
-    new tokens enters by one ``dict.update`` (in order: the latest occurrence wins)."""
-
-    def __init__(self, text: TokenText, order: int = OFF_PATH_ORDER) -> None:
-        self.text = text
-        self.order = order
-        self._follow: dict[int, list[dict]] = {}
-        self._seen: dict[int, int] = {}
-
-    def see(self, rid: int, generated: int) -> None:
-        """Index the request's visible text (prompt + generated) up to now."""
-        follow = self._follow.get(rid)
-        if follow is None:
-            follow = self._follow[rid] = [dict() for _ in range(self.order + 1)]
-        size = self.text.prompt_ids[rid].size + int(generated)
-        start = max(self._seen.get(rid, 0), 1)
-        self._seen[rid] = size
-        if start >= size:
-            return
-        lo = max(start - self.order, 0)  # only the new tokens and the order before them
-        text = self.text.tokens(rid)[lo:size]
-        for k in range(1, self.order + 1):
-            at = max(start, k) - lo  # the first new position with k tokens before it
-            if at + lo >= size:
-                break
-            keys = text[at - k:size - lo - k]  # the windows' first tokens
-            for j in range(1, k):
-                keys = [key << 32 | t for key, t in zip(keys, text[at - k + j:])]
-            follow[k].update(zip(keys, text[at:]))
-
-    def predict(self, rid: int, tail: list[int]) -> int:
-        """Next token after ``tail`` (the end of a guessed context)."""
-        return self.predict_each(rid, (tail,))[0]
-
-    def predict_each(self, rid: int, tails) -> list[int]:
-        """``predict`` of each of ``tails`` (lookahead's lanes: one call a step)."""
-        follow, order, out = self._follow[rid], self.order, []
-        pairs = follow[2] if order >= 2 else None
-        for tail in tails:
-            last, size, tok = tail[-1], len(tail), None
-            for k in range(min(order, size), 2, -1):  # the longest seen context first
-                key = tail[-k]
-                for t in tail[size - k + 1:]:
-                    key = key << 32 | t
-                tok = follow[k].get(key)
-                if tok is not None:
-                    break
-            if tok is None and pairs is not None and size >= 2:
-                tok = pairs.get(tail[-2] << 32 | last)
-            out.append(follow[1].get(last, last) if tok is None else tok)
-        return out
-
-    def forget(self, rid: int) -> None:
-        self._follow.pop(rid, None)
-        self._seen.pop(rid, None)
 
 
 class JacobiDecoding(PolicyBase, VariedDraft):
@@ -211,7 +158,7 @@ class JacobiDecoding(PolicyBase, VariedDraft):
         return new
 
 
-class LookaheadDecoding(PolicyBase, VariedDraft):
+class LookaheadDecoding(PolicyBase, AheadDraft):
     """Lookahead decoding: Jacobi lanes feed an n-gram pool whose hits are verified."""
 
     name = "lookahead"
@@ -237,6 +184,10 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
         self.cpu_s = float(params["cpu_time_per_request_s"])
         self._lanes: dict[int, list[list[int]]] = {}
         self._pool: dict[int, dict[int, list[tuple]]] = {}
+        # plan_rows' states, moved on copies, until keep_rows: rid -> (the state after
+        # the rows observed, its own), and each row's generated counts
+        self._ahead: dict[int, tuple] = {}
+        self._ahead_at: list[list[int]] = []
 
     @property
     def max_verify_tokens(self) -> int:
@@ -292,6 +243,80 @@ class LookaheadDecoding(PolicyBase, VariedDraft):
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):
         self._observe(request_ids, generated, output_len, plan.verify_tokens, accepted)
+
+    def plan_rows(self, request_ids, generated, output_len, steps):
+        """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
+        first that finishes a request, and ``observe_counts`` of all but the last, on a
+        copy of each request's lanes, pool and seen text (``keep_rows`` installs the copy,
+        or replays the kept rows on the request's own state); None while a request has no
+        lanes yet (its first plan draws them)."""
+        ids = request_ids.tolist()
+        if any(rid not in self._lanes for rid in ids):
+            return None
+        n, gens = len(ids), generated.tolist()
+        real = [self._state(rid) for rid in ids]
+        for rid, state in zip(ids, real):
+            self._put(rid, self._copy(state))
+        drafted, held, accepted = (np.zeros((steps, n), np.int64) for _ in range(3))
+        ends, at = (output_len - generated).tolist(), [gens]
+        text = self.text  # what each row reads: the copies, moved in place
+        reads = [(text.prompt_ids[rid].size, text.tokens(rid), self._pool[rid],
+                  self._lanes[rid]) for rid in ids]
+        for j in range(steps):
+            self._plan_row(reads, at[-1], (drafted[j], held[j], accepted[j]))
+            moved = [g + a + 1 for g, a in zip(at[-1], accepted[j].tolist())]
+            if j == steps - 1 or any(m - g0 >= e for m, g0, e in zip(moved, gens, ends)):
+                steps = j + 1  # the last row: observed by keep_rows where it is kept
+                break
+            for rid, g in zip(ids, at[-1]):  # observe: the lanes step (verify > 1 always)
+                self.target.see(rid, g)
+                self._step_lanes(rid)
+            at.append(moved)
+        self._ahead = {rid: (self._state(rid), state) for rid, state in zip(ids, real)}
+        self._ahead_at = at  # each row's generated counts
+        for rid, state in zip(ids, real):
+            self._put(rid, state)
+        seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
+        return VariedRows(drafted[:steps], 1 + held[:steps] + drafted[:steps],
+                          accepted[:steps], seconds)
+
+    def _plan_row(self, reads: list, gens: list, out: tuple) -> None:
+        """One row of ``plan_rows``: ``plan_counts``'s and ``draw_counts``' per request
+        (``reads``: its prompt's size, its tokens, its pool and its lanes)."""
+        width, most = self.n - 1, self.g
+        for i, ((prompt, tokens, pool, lanes), g) in enumerate(zip(reads, gens)):
+            cands = pool.get(tokens[prompt + g - 1], [])[:most]
+            truth = tokens[prompt + g:prompt + g + width]
+            out[0][i] = len(cands) * width
+            out[1][i] = sum(map(len, lanes))
+            out[2][i] = max([_prefix(c, truth) for c in cands]) if cands else 0
+
+    def keep_rows(self, kept):
+        """The state after ``kept`` rows: the copy (which observed all rows but the last),
+        with the last row observed where it is kept; else the kept rows replayed on the
+        request's own state."""
+        ahead, at = self._ahead, self._ahead_at
+        self._ahead, self._ahead_at = {}, []
+        copied = kept >= len(at) - 1
+        for i, (rid, (state, real)) in enumerate(ahead.items() if kept else ()):
+            if copied:
+                self._put(rid, state)
+            for gens in at[len(at) - 1 if copied else 0:kept]:
+                self.target.see(rid, gens[i])
+                self._step_lanes(rid)
+
+    def _state(self, rid: int) -> tuple:
+        return self._lanes[rid], self._pool[rid], self.target.held(rid)
+
+    def _copy(self, state: tuple) -> tuple:
+        lanes, pool, target = state
+        follow, seen = target
+        return ([lane[:] for lane in lanes], {t: grams[:] for t, grams in pool.items()},
+                (None if follow is None else [d.copy() for d in follow], seen))
+
+    def _put(self, rid: int, state: tuple) -> None:
+        self._lanes[rid], self._pool[rid], target = state
+        self.target.put(rid, target)
 
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
                   num_draft: np.ndarray) -> np.ndarray:

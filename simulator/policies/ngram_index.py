@@ -35,17 +35,19 @@ class NgramIndex:
         self.ends = 0  # the occurrences ending before this position are indexed
 
     def lookup(self, tokens: np.ndarray, k: int) -> np.ndarray:
-        """``ngram_lookup(tokens, min_n, max_n, k)``, where ``tokens`` extends every text
-        this index was given before."""
+        """``ngram_lookup(tokens, min_n, max_n, k)``, where ``tokens`` is a prefix of one
+        text that every text this index was given before is a prefix of (a shorter one:
+        rows planned ahead and not kept)."""
         size, min_n = tokens.size, self.min_n
         if k <= 0 or size < min_n + 1:
             return tokens[:0]
         self._extend(tokens, size - 1)  # occurrences ending before the last token
         longest = min(self.max_n, size - 1)
         tail, first = tuple(tokens[size - longest:].tolist()), self.first
-        for n in range(longest, min_n - 1, -1):
-            end = first.get(tail[longest - n:])
-            if end is not None:
+        ends = size - 1  # an earliest end at or past it: the n-gram occurs only later (an
+        for n in range(longest, min_n - 1, -1):  # index made ahead, AheadDraft's rows)
+            end = first.get(tail[longest - n:], ends)
+            if end < ends:
                 return tokens[end + 1:end + 1 + k]
         return tokens[:0]
 

@@ -21,7 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
+from simulator.engine.plan import (
+    AheadDraft,
+    BatchView,
+    DraftPlan,
+    VariedDraft,
+    VariedPlan,
+    VariedRows,
+    emitted_tokens,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
@@ -95,7 +103,7 @@ def chains_accepted(text: TokenText, drafts: dict, request_ids: np.ndarray,
     return out
 
 
-class PromptLookup(PolicyBase, LimitedDraft):
+class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
     """Propose the continuation of the longest recurring suffix n-gram of each request."""
 
     name = "prompt_lookup"
@@ -187,6 +195,35 @@ class PromptLookup(PolicyBase, LimitedDraft):
     def draw_counts(self, rng, request_ids, context, generated, plan):
         return chains_accepted(self.text, plan.payload, request_ids, generated,
                                plan.num_draft)
+
+    def plan_rows(self, request_ids, generated, output_len, steps):
+        """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
+        first that finishes a request: each request's lookups at the text it reaches (its
+        index extended ahead: ngram_index.py ignores what lies past a shorter text)."""
+        n, text, index, k = request_ids.size, self.text, self._index, self.k
+        ids, gens = request_ids.tolist(), generated.tolist()
+        grams = [index.get(rid) or index.setdefault(rid, NgramIndex(self.min_n, self.max_n))
+                 for rid in ids]
+        drafted, accepted = np.zeros((steps, n), np.int64), np.zeros((steps, n), np.int64)
+        outs, rows = output_len.tolist(), steps
+        for j in range(steps):
+            for i, (rid, g) in enumerate(zip(ids, gens)):
+                draft = grams[i].lookup(text.known(rid, g), k)
+                m = int(draft.size)
+                drafted[j, i] = m
+                accepted[j, i] = a = matched_prefix(draft, text.upcoming(rid, g, m)) if m else 0
+                gens[i] = g + a + 1
+            if any(g >= out for g, out in zip(gens, outs)):  # the last row that can be kept
+                rows = j + 1
+                break
+        # the CPU seconds as ``lookup`` adds them: every request looked, these found a draft
+        found = np.count_nonzero(drafted[:rows], axis=1).tolist()
+        seconds = np.array([0.0 + (n * self.cpu_s + self.host(f)) for f in found])
+        return VariedRows(drafted[:rows], drafted[:rows] + 1, accepted[:rows], seconds)
+
+    def keep_rows(self, kept):
+        """Nothing to move: observe forgets finished requests only, and the index's
+        answers do not depend on how far ahead it was grown."""
 
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):

@@ -25,29 +25,39 @@ from collections import deque
 
 import numpy as np
 
-from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan, emitted_tokens
+from simulator.engine.plan import (
+    AheadDraft,
+    BatchView,
+    DraftPlan,
+    VariedDraft,
+    VariedPlan,
+    VariedRows,
+    emitted_tokens,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.token_text import TokenText, require_token_ids
-from simulator.speculation.suffix_index import Cursor, Speculation, SuffixIndex, tree_accepted
+from simulator.speculation.suffix_index import Speculation, SuffixIndex, tree_accepted
+from simulator.speculation.text_suffixes import TextSuffixes
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
 SUFFIX_UPDATE_S = 5e-6      # ibid.: 4.1-5.5 us per token added
 
 
 class _RequestState:
-    __slots__ = ("index", "cursor", "indexed")
+    __slots__ = ("index", "indexed")
 
     def __init__(self, depth: int) -> None:
-        self.index = SuffixIndex(depth)
-        self.cursor = Cursor()
+        # the request's trie, answered from its text (text_suffixes.py): a trie would make
+        # ~depth nodes per prompt token, most never read
+        self.index = TextSuffixes(depth)
         self.indexed = 0
 
 
-class SuffixDecoding(PolicyBase, LimitedDraft):
+class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
     """Speculation trees from a per-request and a global suffix trie, frequency-scored."""
 
     name = "suffix"
@@ -102,6 +112,7 @@ class SuffixDecoding(PolicyBase, LimitedDraft):
         self.global_index = SuffixIndex(self.depth)
         self._cached: deque[int] = deque()
         self._requests: dict[int, _RequestState] = {}
+        self._ahead: tuple = ((), [()])  # plan_rows' requests and their counts indexed
 
     @property
     def max_verify_tokens(self) -> int:
@@ -115,17 +126,20 @@ class SuffixDecoding(PolicyBase, LimitedDraft):
     def _budget(self, match_len: int, cap: int) -> int:
         return max(0, min(cap, int(self.factor * match_len + self.offset + 1e-9)))
 
-    def _request_state(self, rid: int, generated: int) -> tuple[_RequestState, int]:
-        """The request's trie, brought up to its current context; also the tokens added."""
+    def _request_state(self, rid: int, generated: int) -> tuple[_RequestState, int, int]:
+        """The request's trie, brought up to its current context (its text may run
+        further: rows planned ahead); also the tokens added, and the context's size."""
         state = self._requests.get(rid)
         if state is None:
             state = self._requests[rid] = _RequestState(self.depth)
         known = self.text.known(rid, generated)
-        added = known.size - state.indexed
+        size, have = known.size, len(state.index.text)
+        if size > have:
+            state.index.extend(known[have:].tolist())
+        added = size - state.indexed
         if added > 0:
-            state.index.extend(state.cursor, known[state.indexed:])
-            state.indexed = known.size
-        return state, max(added, 0)
+            state.indexed = size
+        return state, max(added, 0), size
 
     def _best(self, index: SuffixIndex, matches, cap: int) -> Speculation:
         best = Speculation([], [], [])
@@ -144,10 +158,14 @@ class SuffixDecoding(PolicyBase, LimitedDraft):
         roomy = max(1, self.depth - cap)
         best, added = Speculation([], [], []), 0
         if self.use_request:
-            state, added = self._request_state(rid, generated)
-            index, cursor = state.index, state.cursor
-            best = self._best(index, (index.cursor_match(cursor, self.depth),
-                                      index.cursor_match(cursor, roomy)), cap)
+            state, added, size = self._request_state(rid, generated)
+            index = state.index
+            deep, near = index.matches(self.depth, roomy, size)
+            for match in (deep,) if near[0] == deep[0] else (deep, near):  # one node each
+                spec = index.speculate(match, self._budget(match[0], cap), self.min_prob,
+                                       self.tree, size)
+                if spec.score > best.score:
+                    best = spec
         if self.use_global and len(self.global_index) > 1:
             index, known = self.global_index, self.text.known(rid, generated)
             spec = self._best(index, (index.longest_match(known, self.depth),
@@ -226,6 +244,50 @@ class SuffixDecoding(PolicyBase, LimitedDraft):
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
         return self._accepted(plan.payload, request_ids, generated, plan.num_draft)
+
+    def plan_rows(self, request_ids, generated, output_len, steps):
+        """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
+        first that finishes a request (the global trie changes only then): each request's
+        speculation at the text it reaches, its own index's text grown ahead
+        (text_suffixes.py answers for a shorter one) and its count of tokens indexed (the
+        CPU it charges) put back by ``keep_rows``."""
+        ids, gens, outs = request_ids.tolist(), generated.tolist(), output_len.tolist()
+        n = len(ids)
+        before = self._indexed(ids)
+        nodes, accepted = np.zeros((steps, n), np.int64), np.zeros((steps, n), np.int64)
+        seconds, indexed = [], []
+        for j in range(steps):
+            cpu = 0.0  # ``speculations``' sum, in the batch's order
+            for i, (rid, g) in enumerate(zip(ids, gens)):
+                spec, added = self.speculate(rid, g, self.k)
+                cpu += self.cpu_request_s + added * self.cpu_token_s
+                m = len(spec)
+                nodes[j, i] = m
+                accepted[j, i] = a = tree_accepted(spec, self.text.upcoming(rid, g, m)) \
+                    if m else 0
+                gens[i] = g + a + 1
+            seconds.append(0.0 + (cpu + self.host(int(np.count_nonzero(nodes[j])))))
+            indexed.append(self._indexed(ids))
+            if any(g >= out for g, out in zip(gens, outs)):  # the last row that can be kept
+                break
+        rows = len(seconds)
+        self._ahead = (ids, [before, *indexed])
+        return VariedRows(nodes[:rows], nodes[:rows] + 1, accepted[:rows],
+                          np.array(seconds))
+
+    def keep_rows(self, kept):
+        """Each request's count of tokens indexed as after the ``kept`` rows."""
+        ids, indexed = self._ahead
+        self._ahead = ((), [()])
+        for rid, count in zip(ids, indexed[kept]):
+            state = self._requests.get(rid)
+            if state is not None:  # (none where the request's own trie is off)
+                state.indexed = count
+
+    def _indexed(self, ids: list) -> list[int]:
+        """Each request's count of tokens indexed in its own trie (0: none yet)."""
+        states = self._requests
+        return [s.indexed if (s := states.get(rid)) is not None else 0 for rid in ids]
 
     def observe_counts(self, request_ids, generated, output_len, plan, accepted,
                        step_time_s):

@@ -130,6 +130,21 @@ def test_the_growing_index_gives_the_lookups_answer():
             size += int(rng.integers(BULK_FROM, 3 * BULK_FROM) if long else rng.integers(1, 4))
 
 
+def test_an_index_grown_ahead_answers_for_the_shorter_text():
+    """Rows planned ahead and not kept (``plan_rows``) leave the index past the text the
+    next lookup reads: it answers as for that text, by the definition."""
+    rng = np.random.default_rng(8)
+    for _ in range(300):
+        text = rng.integers(0, int(rng.integers(2, 5)), size=int(rng.integers(2, 80)))
+        lo = int(rng.integers(1, 3))
+        hi = int(rng.integers(lo, 6))
+        index, ahead = NgramIndex(lo, hi), int(rng.integers(1, text.size + 1))
+        index.lookup(text[:ahead], 4)
+        for size in sorted(rng.integers(1, ahead + 1, size=5).tolist()):
+            assert index.lookup(text[:size], 4).tolist() == naive_lookup(text[:size], lo,
+                                                                         hi, 4)
+
+
 def test_a_workload_without_token_ids_is_refused():
     sc = load_scenario(None, ["policy=prompt_lookup", "draft=null", "workload.max_requests=3"])
     with pytest.raises(SpecsimError) as err:
