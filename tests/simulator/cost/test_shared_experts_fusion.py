@@ -79,3 +79,13 @@ def test_the_grouped_gemms_read_one_more_expert_and_carry_its_rows(batch):
         extra = ops[True][name].hbm_bytes - ops[False][name].hbm_bytes
         # one more expert's slice (touched with probability 1) and ``batch`` more rows
         assert extra == pytest.approx(L * (weight * 1.0 + batch * width * b), rel=1e-9)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 300])
+def test_step_time_agrees_with_breakdown_with_the_fusion(batch):
+    cm = _cm(True)
+    new, ctx = [1] * batch, list(range(100, 100 + batch))
+    assert cm.step_time(new, ctx) == pytest.approx(cm.breakdown(new, ctx).time_s, rel=1e-9)
+    mixed = [1] * batch + [2048]  # a prefill chunk beside the decodes
+    assert cm.step_time(mixed, ctx + [0]) == pytest.approx(
+        cm.breakdown(mixed, ctx + [0]).time_s, rel=1e-9)
