@@ -88,8 +88,8 @@ class CostModel(ClosedFormPricer):
         self._b, self._wb = b, m.dtype_bytes
         self._h = h
         self._layers = m.num_layers
-        self._moe = lo.moe_shape(m, parallel, routing_skew)
-        self._linears = lo.linear_ops(m, tp, self._lin_roof, self._roof)
+        self._moe = lo.moe_shape(m, parallel, routing_skew, self.execution.spec)
+        self._linears = lo.linear_ops(m, tp, self._lin_roof, self._roof, self._moe)
         self._f = lo.mlp_width(m)  # the activation's width per token (per layer, on average)
         # elementwise bytes per token per layer: 2 norms (r+w), 2 residual adds (2r+w),
         # activation (gated: 2r+w of f, else r+w of f)

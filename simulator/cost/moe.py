@@ -22,6 +22,17 @@ the tokens per touched expert ``T k / D(T)``.  With the profile's kernel shapes 
 is simulator/cost/moe_kernels.py's grouped GEMM on the busiest rank (tiles of BLOCK_M rows
 per expert, the measured fused-MoE streaming rate), the routing, align, sum and quantisation
 kernels around it a term of their own; without them, the flat roofline of the mean device.
+
+Fused shared experts (``engines.yaml`` ``shared_experts_fusion``: SGLang on CUDA without EP,
+``DeepseekV2MoE.num_fused_shared_experts``).  The shared expert's weights are loaded as
+expert E of the fused MoE (E + 1 experts) and the fused top-k kernel appends it to every
+token's picks (``moe_fused_gate(..., num_fused_shared_experts, ...)``: top-(k + 1)), so the
+layer runs no shared MLP of its own: no shared GEMMs, no activation quantisations for them,
+no add of their output.  Priced as E + s experts, k + s picks a token, each shared expert's
+inclusion probability 1: ``D(T) = s + sum_e 1 - (1 - p_e)^T`` over the routed ones (D(1) =
+k + s), the shared expert's slice read once a step with the touched experts' and its T rows
+in the grouped GEMMs' tiles.  Under EP SGLang turns the fusion off (the shared expert is
+not an expert of any one rank), and so does the shape.
 """
 from __future__ import annotations
 
@@ -111,19 +122,26 @@ class MoeShape:
     # over an even placement, where today's rows per touched expert stand
     rank_share: float | None = None
     eplb: bool = False       # placed by EPLB: its rows are the busiest rank's, alone
+    fused_shared: int = 0    # shared experts run as always-picked experts of these GEMMs
 
     @classmethod
-    def of(cls, model, tp: int, ep: int, skew: float) -> "MoeShape":
+    def of(cls, model, tp: int, ep: int, skew: float, fuse_shared: bool = False) -> "MoeShape":
+        """The routed experts; ``fuse_shared`` (without EP): the shared experts join them as
+        ``s`` more experts every token picks (module docstring, "Fused shared experts")."""
         fe, h = model.expert_ffn_size, model.hidden_size
         gates = 2 if model.gated_mlp else 1
         E, k = model.num_experts, model.experts_per_token
         probs = None if skew == 0 else inclusion_probabilities(E, k, skew)
         if probs is None:
             inclusion_probabilities(E, k)  # validates k against E
+        s = model.shared_experts if fuse_shared and ep == 1 else 0
+        if s:  # each shared expert in every token's picks: inclusion probability 1
+            routed = np.full(E, k / E) if probs is None else probs
+            E, k, probs = E + s, k + s, np.concatenate([routed, np.ones(s)])
         # EP: whole experts, E/ep of them per device; else every expert's intermediate / tp
         f_dev = fe if ep > 1 else fe / tp
         return cls(model.moe_layers, E, k, probs, ep, gates * h * f_dev,
-                   f_dev * h, gates * f_dev, f_dev, h)
+                   f_dev * h, gates * f_dev, f_dev, h, fused_shared=s)
 
     def distinct(self, tokens):
         return distinct_experts(tokens, self.num_experts, self.k, self.probs)

@@ -17,7 +17,8 @@ adds, the activation, rope, attention, the collectives):
   own launches around DeepEP and EPLB's expert map;
 - ``moe_shared_add`` (MoE layers with shared experts): the routed output scaled by
   ``routed_scaling_factor`` and the shared output added, two in-place elementwise kernels
-  (vLLM's ``DeepseekV2MoE.forward``);
+  (vLLM's ``DeepseekV2MoE.forward``); none where the engine fuses the shared experts into
+  the routed ones (moe.py, "Fused shared experts"), nor their ``fp8_quant_shared``;
 - ``mla_kernels`` (every MLA layer; vLLM's MLA attention with FlashMLA): the two latent
   RMSNorms (``q_a_layernorm``, ``kv_a_layernorm``), ``concat_and_cache_mla`` (the latent and
   rope key written to the cache), the split-KV combine of ``flash_mla_with_kvcache``, and
@@ -333,7 +334,8 @@ def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False) -> lis
             [(_quant_bytes(cm, T, h), None)] if quantised else []) + down_q
     kern += ep_kernels(cm, T, low_latency, eplb)
     out = [("moe_routing", kern, s.layers)]
-    if cm.model.shared_experts:  # routed output scaled, shared output added (in place)
+    if cm.model.shared_experts and not s.fused_shared:  # routed output scaled, shared
+        # output added (in place); fused, the shared rows are summed with the routed ones
         out.append(("moe_shared_add", [(2 * T * h * b, None), (3 * T * h * b, None)],
                     s.layers))
     return out
@@ -364,7 +366,7 @@ def _quant_inputs(cm) -> list[tuple[str, list[float], int]]:
     dense = m.num_layers - m.moe_layers
     if dense:
         out.append(("fp8_quant_mlp", [m.hidden_size, m.ffn_size / tp], dense))
-    if m.is_moe and m.shared_experts:
+    if m.is_moe and m.shared_experts and not (cm._moe is not None and cm._moe.fused_shared):
         out.append(("fp8_quant_shared",
                     [m.hidden_size, m.shared_experts * m.expert_ffn_size / tp], m.moe_layers))
     return out

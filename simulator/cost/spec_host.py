@@ -59,7 +59,8 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton", "deepgemm")
-BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk")
+BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
+         "shared_experts_fusion")
 MAX_COUNT = 10_000
 # The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):
 # fa3, FlashAttention-3 on Hopper (the profile's ``kernels.attention_prefill_fa3``); fa2, the
@@ -137,6 +138,9 @@ class SpecHost:
     # and decode steps apart (SGLang's default), the default of ``batching.mixed_chunk``
     mixed_chunk: bool = True
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
+    # a MoE layer's shared experts run as always-picked experts of the routed grouped GEMM
+    # (SGLang's num_fused_shared_experts), without EP: simulator/cost/moe.py MoeShape.of
+    shared_experts_fusion: bool = False
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def kernels(self, work: SpecWork) -> int:

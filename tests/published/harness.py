@@ -44,7 +44,9 @@ ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop":
                             "sglang": {"engine": "sglang-v0.4"},
                             # SGLang from April 2025: FA3 prefill on Hopper (issue #5064),
                             # CUTLASS/DeepGEMM block-FP8 GEMMs; 0.4.1's speculative counts
-                            "sglang-2025": {"engine": "sglang-v0.4.5"}}
+                            "sglang-2025": {"engine": "sglang-v0.4.5"},
+                            # SGLang 0.5.x (Sep 2025 on): its DeepSeek decode path, read
+                            "sglang-0.5": {"engine": "sglang-v0.5"}}
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,25 @@ def test_sglang_045_decode_counts_are_the_listed_kernels():
     assert e.prefill_attention == "fa3"
 
 
+# SGLang 0.5.x at TP (engines.yaml sglang-v0.5 names the file): post_load_weights dequantises
+# the 128 x 128 block-FP8 kv_b_proj to BF16, so the absorbed path runs torch.bmm twice (the
+# second into attn_bmm_output's view, out=...): no per-tensor quantisation, no copy
+MLA_05 = [("gemm", "torch.bmm(q_nope^T, w_kc)"), ("gemm", "torch.bmm(attn_output^T, w_vc)")]
+# topk.py biased_grouped_topk_gpu: the cast above 16 tokens, the fused gate (with the shared
+# expert appended: top-9)
+GATE_05 = GATE_045
+
+
+def test_sglang_05_decode_counts_are_the_listed_kernels():
+    e = load_engine("sglang-v0.5")
+    assert e.mla_pointwise_kernels == _count(MLA_05, "pointwise") == 0
+    assert e.mla_other_kernels == _count(MLA_05, "other") == 0
+    assert e.moe_pointwise_kernels == _count(GATE_05, "pointwise") == 1
+    assert e.moe_other_kernels == _count(GATE_05, "other") - GENERIC["routing"][1] == 0
+    assert e.shared_experts_fusion and e.fp8_gemm == "deepgemm" and not e.split_qkv_a
+    assert not e.draft_extend_eager and not e.mixed_chunk  # PR #6606; prefill first
+
+
 # The launches read in vLLM V0 0.7.x's DeepSeek decode (engines.yaml vllm-v0.7 names the
 # files): vllm/attention/backends/mla/utils.py MLACommonImpl.forward, after the native rope
 # (ROPE above: vLLM's DeepseekScalingRotaryEmbedding.forward, which SGLang 0.4.1 copied)
