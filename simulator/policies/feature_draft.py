@@ -53,6 +53,7 @@ from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 _FEW = 8  # up to this many requests a uniform first forward is priced on Python numbers
+_FEW_ROWS = 32  # up to this many iterations draft_rows adds its forwards on Python numbers
 
 
 class FeatureDraft(PolicyBase, CarriedDraft):
@@ -230,11 +231,28 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         first = np.maximum(reread, 1.0)
         start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
         total = 0.0 + forms.rows_step_times(first, start, logits)
+        if k <= _FEW_ROWS:
+            return np.array(self._rows_listed(total.tolist(), _SUM(context, axis=1).tolist(),
+                                              _SUM(first, axis=1).tolist(), n, later))
         s = _SUM(context, axis=1).astype(np.float64)  # whole numbers: exact
         for times in _later_times(closed_forms(self.cost), n, s, later):
             total = total + times
         extras = [self._linears_s(tokens, n) for tokens in _SUM(first, axis=1).tolist()]
         return total + np.array(extras) + self.host(n)
+
+    def _rows_listed(self, firsts: list, sums: list, tokens: list, n: int,
+                     later: list) -> list[float]:
+        """``draft_rows``' sums on Python numbers, a few rows at a time: each row's first
+        forward (``firsts``), then its later forwards by their scalar pricers at the row's
+        context sum (``sums``, whole numbers) + offset, its linears (``tokens`` re-read in
+        all) and the host work, added in ``iteration_draft_s``'s order (its floats)."""
+        out, host = [], self.host(n)
+        for total, s, t in zip(firsts, sums, tokens):
+            s = float(s)
+            for offset, price, _, _ in later:
+                total += price(s + offset)
+            out.append(total + self._linears_s(t, n) + host)
+        return out
 
     def _later_pricers(self, n: int) -> tuple | None:
         """(the first forward's logits per request; (n x the tokens before it, its price as a
