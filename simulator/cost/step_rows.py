@@ -81,9 +81,10 @@ def _spans(tokens: np.ndarray) -> tuple[list, list, list] | None:
                 _MAX(tokens, axis=1).astype(np.float64).tolist(),
                 _SUM(tokens, axis=1).astype(np.float64).tolist())
     lo, hi, totals = [], [], []
+    whole = tokens.dtype.kind in "iu"  # else floats: each row's tested (float.is_integer)
     for row in tokens.tolist():
         low = min(row)
-        if low < 1 or not all(float(x).is_integer() for x in row):
+        if low < 1 or not (whole or all(map(float.is_integer, row))):
             return None
         lo.append(float(low))
         hi.append(float(max(row)))
