@@ -53,6 +53,7 @@ from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
+_MAX = np.maximum.reduce
 _FEW = 8  # up to this many requests a uniform first forward is priced on Python numbers
 _FEW_ROWS = 32  # up to this many iterations draft_rows adds its forwards on Python numbers
 
@@ -108,7 +109,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
 
     def _reread(self, request_ids: np.ndarray) -> np.ndarray:
-        if request_ids.size and int(request_ids.max()) >= self._emitted.size:
+        if request_ids.size and int(_MAX(request_ids)) >= self._emitted.size:
             grown = np.ones(int(request_ids.max()) + 1)
             grown[:self._emitted.size] = self._emitted
             self._emitted = grown

@@ -44,8 +44,10 @@ def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
         sums.append(float(sum(ctx)))
         tokens.append(float(sum(first)))
     if mixed:  # re-read counts that differ: their attention on arrays
-        first = np.maximum(reread[mixed], 1.0)
-        start = np.maximum(context[mixed].astype(np.float64) - (first - 1.0), 0.0)
+        if len(mixed) < len(firsts):  # (all of them: no gather)
+            reread, context = reread[mixed], context[mixed]
+        first = np.maximum(reread, 1.0)
+        start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
         for j, x in zip(mixed, forms.rows_step_times(first, start, logits).tolist()):
             firsts[j] = x
     return firsts, sums, tokens
