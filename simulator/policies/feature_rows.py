@@ -8,8 +8,9 @@ all re-read the same whole count by the layer's closed form at the sum of its st
 ``iteration_draft_s`` prices a few such requests by: ``uniform_pricer``, the float of
 ``uniform_step_time``), the other rows together by ``rows_step_times``; then each row's later
 forwards by their scalar pricers at its context sum plus their offsets, its linears and the
-host work, added in ``iteration_draft_s``'s order.  Sums of whole numbers are exact in any
-order, so a Python sum and numpy's give the same float.
+host work, added in ``iteration_draft_s``'s order.  Only sums of whole numbers are taken on
+Python numbers (exact in any order); numpy's sums of other floats are its own (its SIMD
+reductions do not add a short row left to right), so those stay numpy's.
 """
 from __future__ import annotations
 
@@ -42,14 +43,15 @@ def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
         else:
             firsts.append(price(float(sum([max(x - (t - 1.0), 0.0) for x in ctx]))))
         sums.append(float(sum(ctx)))
-        tokens.append(float(sum(first)))
-    if mixed:  # re-read counts that differ: their attention on arrays
+        tokens.append(n * t)  # n equal counts (a mixed row's: below)
+    if mixed:  # re-read counts that differ: their attention and token sums on arrays
         if len(mixed) < len(firsts):  # (all of them: no gather)
             reread, context = reread[mixed], context[mixed]
         first = np.maximum(reread, 1.0)
         start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
-        for j, x in zip(mixed, forms.rows_step_times(first, start, logits).tolist()):
-            firsts[j] = x
+        for j, x, t in zip(mixed, forms.rows_step_times(first, start, logits).tolist(),
+                           _SUM(first, axis=1).tolist()):
+            firsts[j], tokens[j] = x, t
     return firsts, sums, tokens
 
 
