@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 DECODE_MAX_QUERY = 16
+_MAX = np.maximum.reduce  # ndarray.max without its method layer
 
 
 def linears(m, tp: int) -> tuple[tuple, ...]:
@@ -83,9 +84,23 @@ class MlaShape:
         keys' worth of work per query of the expanded (prefill) form, FlashAttention-3's,
         which runs that form on Hopper (vLLM's MLA prefill calls flash_attn_varlen_func);
         the same DECODE_MAX_QUERY bound as step_models.attention_work's."""
+        if new.size and _MAX(new, axis=None) <= DECODE_MAX_QUERY:
+            return self._decode_arrays(new, ctx, causal)
         dec = new <= DECODE_MAX_QUERY
         pair, kv, q_io, up = (np.where(dec, d, p) for d, p in zip(self.decode, self.prefill))
         width = 0.5 * (new + 1.0) if causal else new
         if overhead:
             width = width + np.where(dec, 0.0, overhead)
         return pair * new * (ctx + width) + up * ctx, (ctx + new) * kv + new * q_io
+
+    def _decode_arrays(self, new: np.ndarray, ctx: np.ndarray, causal: bool):
+        """``arrays`` where every request takes the decode (absorbed) form, as every
+        verification and draft forward does: its coefficients as scalars, elementwise the
+        same products as ``np.where``'s arrays of them give, no prefill overhead (``width +
+        0.0``), and no up-projection (``+ 0.0 * ctx``: an identity on these positive sums)."""
+        pair, kv, q_io, up = self.decode
+        width = 0.5 * (new + 1.0) if causal else new
+        flops = pair * new * (ctx + width)
+        if up:
+            flops = flops + up * ctx
+        return flops, (ctx + new) * kv + new * q_io

@@ -16,12 +16,19 @@ itself.  ``tests/simulator/cost/test_step_rows.py`` holds every row to ``step_ti
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from simulator.cost import step_models as sm
 from simulator.cost.verify_rows import attention_layers, whole_new_tokens
 
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+_FEW_CELLS = 256  # up to this many requests x rows their token counts are read as a list
+_MEMO = 4096  # entries of a cost model's memo of row parts before it is cleared
+# per cost model, (n, fewest, most, total, head tokens) -> a row's parts (``_part``): pure
+# functions of the key, asked again and again by a stretch's passes of a few rows each
+_PARTS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
@@ -31,49 +38,86 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     class, row by row through its own ``step_time`` otherwise."""
     tokens, ctx = np.asarray(tokens), np.asarray(context, np.float64)
     if tokens.ndim != 2 or ctx.shape != tokens.shape or not ctx.size \
-            or not closed or cm._general_only or not whole_new_tokens(tokens):
+            or not closed or cm._general_only:
+        return _one_by_one(cm, tokens, ctx, logits)
+    spans = _spans(tokens)
+    if spans is None:
         return _one_by_one(cm, tokens, ctx, logits)
     n = ctx.shape[1]
-    lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)
-    totals = _SUM(tokens, axis=1).astype(np.float64).tolist()
+    lo, hi, totals = spans
     heads = totals if logits is None else [float(_SUM(logits, axis=None))] * len(totals)
-    lo, hi, tokens = lo.tolist(), hi.tolist(), tokens.astype(np.float64)
-    out, parts, uniform = [0.0] * len(totals), {}, {}
-    attention = None
+    out, uniform, attention = [0.0] * len(totals), {}, None
+    memo = _PARTS.get(cm)
+    if memo is None:
+        memo = _PARTS[cm] = {}
     for j, (low, high, total, head) in enumerate(zip(lo, hi, totals, heads)):
-        key = (low, high, total, head)
-        part = parts.get(key)
+        key = (n, low, high, total, head)
+        part = memo.get(key)
         if part is None:
-            k = cm._uniform(n, low, head) if low == high else None
-            if k is None:  # no closed form: the mode, then the parts of the token totals
-                mode = cm._mode(tokens[j], total, low, high)
-                k = (mode[0], cm._fixed(total, head, *mode))
-            part = parts[key] = k
+            part = _part(cm, n, tokens[j], low, high, total, head)
+            if len(memo) >= _MEMO:
+                memo.clear()
+            memo[key] = part
         if type(part) is not tuple:  # step_time's closed form of a uniform batch: below
-            uniform.setdefault(key, []).append(j)
+            uniform.setdefault(key, (part, []))[1].append(j)
             continue
         if attention is None:
-            attention = attention_layers(cm, tokens, ctx)
+            attention = attention_layers(cm, np.asarray(tokens, np.float64), ctx)
         out[j] = cm._step_from(part[0], part[1], attention[j], n)
     if uniform:
-        _uniform_rows(out, uniform, parts, _SUM(ctx, axis=1))
+        _uniform_rows(out, uniform, _SUM(ctx, axis=1))
     return np.array(out, np.float64)
 
 
-def _uniform_rows(out: list, uniform: dict, parts: dict, sums: np.ndarray) -> None:
-    """``out[j]`` of each uniform row ``j`` (``uniform``: its rows by key) by the closed form
-    ``parts[key]`` at the row's context sum (``sums``: whole numbers, exact however summed):
-    on an array of sums where a key has many rows, on Python floats (``step_time``'s own
-    call) where it has a few; the same operations either way."""
+def _spans(tokens: np.ndarray) -> tuple[list, list, list] | None:
+    """Each row's (fewest, most, total) new tokens as floats, None where a request brings no
+    new token or a count that is not a whole number (``whole_new_tokens``'s test): whole
+    numbers, so the totals are exact in any order of summation (a few rows on Python
+    numbers, where numpy's per-call cost would be most of it)."""
+    if tokens.size > _FEW_CELLS:
+        if not whole_new_tokens(tokens):
+            return None
+        return (_MIN(tokens, axis=1).astype(np.float64).tolist(),
+                _MAX(tokens, axis=1).astype(np.float64).tolist(),
+                _SUM(tokens, axis=1).astype(np.float64).tolist())
+    lo, hi, totals = [], [], []
+    whole = tokens.dtype.kind in "iu"  # else floats: each row's tested (float.is_integer)
+    for row in tokens.tolist():
+        low = min(row)
+        if low < 1 or not (whole or all(map(float.is_integer, row))):
+            return None
+        lo.append(float(low))
+        hi.append(float(max(row)))
+        totals.append(float(sum(row)))
+    return lo, hi, totals
+
+
+def _part(cm, n: int, row: np.ndarray, low: float, high: float, total: float, head: float):
+    """What a row of ``n`` requests (``low``..``high`` new tokens each, ``total`` in all,
+    ``head`` through the LM head) costs apart from its contexts: ``step_time``'s closed form
+    of a uniform batch where one applies, else (runtime mode, fixed seconds); a function of
+    those numbers alone (``_mode`` reads ``row`` only where ``low`` is 0, never here)."""
+    k = cm._uniform(n, low, head) if low == high else None
+    if k is not None:
+        return k
+    mode = cm._mode(row, total, low, high)
+    return mode[0], cm._fixed(total, head, *mode)
+
+
+def _uniform_rows(out: list, uniform: dict, sums: np.ndarray) -> None:
+    """``out[j]`` of each uniform row ``j`` (``uniform``: (closed form, its rows) by key) by
+    that form at the row's context sum (``sums``: whole numbers, exact however summed): on an
+    array of sums where a form has many rows, on Python floats (``step_time``'s own call)
+    where it has a few; the same operations either way."""
     listed = None
-    for key, rows in uniform.items():
+    for form, rows in uniform.values():
         if len(rows) <= 4:  # a few: numpy's per-call cost would be most of it
             if listed is None:
                 listed = sums.tolist()
             for j in rows:
-                out[j] = sm.uniform_time(parts[key], listed[j], max)
+                out[j] = sm.uniform_time(form, listed[j], max)
             continue
-        for j, x in zip(rows, sm.uniform_time(parts[key], sums[rows], np.maximum).tolist()):
+        for j, x in zip(rows, sm.uniform_time(form, sums[rows], np.maximum).tolist()):
             out[j] = x
 
 

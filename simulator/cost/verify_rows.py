@@ -82,10 +82,15 @@ def attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
     flops, nbytes = cm._attention_work(tokens, ctx, cm._prefill_causal, cm._prefill_overhead)
     decode = tokens == 1.0
     n_decode = _SUM(decode, axis=1)  # the count of each row's decodes (np.count_nonzero's)
+    counts = n_decode.tolist()
+    if max(counts) == 0 or min(counts) == n:  # one kernel in every row: no masks, and the
+        # total below is 0.0 + that kernel's seconds in every row, the seconds themselves
+        kind = cm._prefill_kind if max(counts) == 0 else ATTENTION_DECODE
+        return roof.attention_kernel_s(kind, _SUM(roof.attention_roofs(kind, flops, nbytes),
+                                                  axis=1), np.maximum).tolist()
     # attention_time's total: 0.0, plus the decode kernel where it runs, plus the
     # multi-query one where it runs (adding 0.0 for a kernel that does not run: no change)
     total = np.zeros(tokens.shape[0])
-    counts = n_decode.tolist()
     if max(counts):
         sums = _kernel_sums(roof.attention_roofs(ATTENTION_DECODE, flops, nbytes), decode,
                             n_decode == n, min(counts) == n)

@@ -42,6 +42,7 @@ from simulator.policies.base import (
     spec_charge,
     spec_execution,
 )
+from simulator.policies.feature_rows import first_rows, later_rows, later_times
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
     exclusive_table,
@@ -52,7 +53,9 @@ from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
+_MAX = np.maximum.reduce
 _FEW = 8  # up to this many requests a uniform first forward is priced on Python numbers
+_FEW_ROWS = 32  # up to this many iterations draft_rows adds its forwards on Python numbers
 
 
 class FeatureDraft(PolicyBase, CarriedDraft):
@@ -68,6 +71,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self._first = extend_cost(self.cost)  # the draft extend's pricer (eager or not)
         self._later: dict = {}  # iteration_draft_s' pricers, by batch size
         self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
+        self._pricers: dict = {}  # draft_rows' first forwards' uniform pricers (feature_rows)
         self._counts = None  # draw_accepted's chain counter, once the model is bound
 
     @property
@@ -105,7 +109,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
 
     def _reread(self, request_ids: np.ndarray) -> np.ndarray:
-        if request_ids.size and int(request_ids.max()) >= self._emitted.size:
+        if request_ids.size and int(_MAX(request_ids)) >= self._emitted.size:
             grown = np.ones(int(request_ids.max()) + 1)
             grown[:self._emitted.size] = self._emitted
             self._emitted = grown
@@ -216,9 +220,9 @@ class FeatureDraft(PolicyBase, CarriedDraft):
     def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,
                    reread: np.ndarray) -> np.ndarray | None:
         """``iteration_draft_s`` of K iterations at once: the first forwards by the layer's
-        ``rows_step_times``, the later ones by its closed form at each row's context sum
-        (``uniform_step_times``: the scalar pricers' floats), the linears from the same memo,
-        added in the same order, elementwise."""
+        closed forms (``rows_step_times``; a few requests' rows by ``first_rows``), the
+        later ones by its closed form at each row's context sum (the scalar pricers'
+        floats), the linears from the same memo, added in the same order, elementwise."""
         k, n = context.shape
         memo = self._later.get(n, self._later)
         if memo is self._later:
@@ -227,11 +231,19 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         if memo is None or forms is None:
             return None
         logits, later = memo
+        if k <= _FEW_ROWS and n <= _FEW:  # a few rows of a few requests: Python numbers
+            firsts, sums, tokens = first_rows(forms, self._pricers, context, reread, logits)
+            return np.array(later_rows(firsts, sums, tokens, later, self._linears_s, n,
+                                       self.host(n)))
         first = np.maximum(reread, 1.0)
         start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
         total = 0.0 + forms.rows_step_times(first, start, logits)
+        if k <= _FEW_ROWS:
+            return np.array(later_rows(total.tolist(), _SUM(context, axis=1).tolist(),
+                                       _SUM(first, axis=1).tolist(), later, self._linears_s,
+                                       n, self.host(n)))
         s = _SUM(context, axis=1).astype(np.float64)  # whole numbers: exact
-        for times in _later_times(closed_forms(self.cost), n, s, later):
+        for times in later_times(closed_forms(self.cost), n, s, later):
             total = total + times
         extras = [self._linears_s(tokens, n) for tokens in _SUM(first, axis=1).tolist()]
         return total + np.array(extras) + self.host(n)
@@ -262,20 +274,6 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             return 0.0
         return self._first.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
             + self._extra_s(float(new_tokens.sum()), [])
-
-
-def _later_times(forms, n: int, sums: np.ndarray, later: list) -> list[np.ndarray]:
-    """Each later forward's seconds at every row's context sum ``sums`` (K,), in order:
-    ``forms.uniform_step_times`` at sums + the forward's offset (a chain's forwards, all
-    one form, in one call on the flattened (K, forwards) grid: elementwise the same)."""
-    if len(later) > 1 and all(f[2:] == later[0][2:] for f in later):
-        offsets = np.array([f[0] for f in later])
-        grid = (sums[:, None] + offsets[None, :]).ravel()
-        got = forms.uniform_step_times(n, later[0][2], grid, later[0][3])
-        if got is not None:
-            got = np.asarray(got, np.float64).reshape(sums.size, len(later))
-            return [got[:, j] for j in range(len(later))]
-    return [forms.uniform_step_times(n, t, sums + offset, lg) for offset, _, t, lg in later]
 
 
 def extend_cost(cost):

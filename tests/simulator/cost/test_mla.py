@@ -156,3 +156,19 @@ def test_uniform_step_times_bitwise_on_mla(profile, u):
     assert cm.chain_decode_time(np.array([100.0, 2000.0]), 5) == pytest.approx(
         sum(cm.step_time(np.ones(2), np.array([100.0, 2000.0]) + j) for j in range(5)),
         rel=1e-12)
+
+
+@pytest.mark.parametrize("causal,overhead", [(True, 0.0), (True, 96.0), (False, 0.0)])
+def test_a_batch_of_decode_forms_is_priced_as_beside_a_prefill(causal, overhead):
+    # every request of at most DECODE_MAX_QUERY tokens (verifications, draft forwards) takes
+    # the absorbed form's coefficients as scalars: elementwise the same floats each request
+    # gets in a batch that also holds a prefill chunk (np.where's arrays of them)
+    shape = mla.MlaShape.of(MODEL, 8, 2.0, 2.0)
+    rng = np.random.default_rng(5)
+    new = rng.integers(1, mla.DECODE_MAX_QUERY + 1, (4, 6)).astype(float)
+    ctx = rng.integers(0, 9000, (4, 6)).astype(float)
+    alone = shape.arrays(new, ctx, causal, overhead)
+    mixed = shape.arrays(np.concatenate([new, [[512.0] * 6]]),
+                         np.concatenate([ctx, [[3000.0] * 6]]), causal, overhead)
+    for got, want in zip(alone, mixed):
+        assert got.tolist() == want[:-1].tolist()

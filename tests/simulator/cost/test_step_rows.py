@@ -57,3 +57,17 @@ def test_a_dp_attention_target_prices_its_rows_by_its_own_step_time():
     assert cm.rows_step_times(tokens, context).tolist() == want
     plain = CostModel(hw, m, Parallelism(tensor_parallel=8))
     assert plain.rows_step_times(tokens, context).tolist() != want
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_rows_of_one_attention_kernel_are_step_times_float(case):
+    # rows in which no request decodes (verifications of several lengths; uniform ones,
+    # which MLA prices without a closed form) and rows of decodes alone: one attention
+    # kernel in every row, its sums unmasked
+    cm = _cost_model(*case)
+    rng = np.random.default_rng(11)
+    for tokens in (rng.integers(2, 6, (6, 5)), np.full((4, 5), 4), np.ones((3, 5), np.int64)):
+        context = rng.integers(0, 6000, tokens.shape)
+        want = [cm.step_time(t.astype(float), c.astype(float), t.astype(float))
+                for t, c in zip(tokens, context)]
+        assert cm.rows_step_times(tokens, context).tolist() == want

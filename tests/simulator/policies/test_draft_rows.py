@@ -3,7 +3,8 @@
 them instead of one call an iteration): EAGLE's chain and EAGLE-2's tree on Vicuna-7B,
 EAGLE-3 on Llama, MTP on a small MoE and on DeepSeek-V3 (MLA attention, TP8), batches of
 one request (uniform rows: the closed form) up to past numpy's pairwise block, re-read
-tokens from 1 (nothing accepted) to the tree's depth + 1."""
+tokens from 1 (nothing accepted) to the tree's depth + 1, a few rows (priced on Python
+numbers where the requests are few: feature_rows.py) and more (on arrays)."""
 import numpy as np
 import pytest
 
@@ -23,13 +24,15 @@ def _policies():
 
 @pytest.mark.parametrize("name,policy", list(_policies()), ids=lambda x: x
                          if isinstance(x, str) else "")
-@pytest.mark.parametrize("n", [1, 3, 130])
-def test_each_row_is_iteration_draft_s(name, policy, n):
+@pytest.mark.parametrize("n", [1, 3, 8, 130])
+@pytest.mark.parametrize("k", [9, 40])
+def test_each_row_is_iteration_draft_s(name, policy, n, k):
     rng = np.random.default_rng(n)
-    k, depth = 9, policy.tree.max_depth
+    depth = policy.tree.max_depth
     context = rng.integers(0, 5000, (k, n))
     reread = rng.integers(1, depth + 2, (k, n)).astype(np.float64)
     reread[0] = 1.0  # every request re-reading one token: a uniform first forward
+    reread[1] = 2.0  # every request re-reading two: uniform, past the decode kernel
     ids = np.arange(n)
     got = policy.draft_rows(ids, context, reread)
     assert got is not None

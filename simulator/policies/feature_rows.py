@@ -1,0 +1,85 @@
+"""A feature drafter's K iterations priced at once (``FeatureDraft.draft_rows``), each row
+bitwise ``iteration_draft_s``'s float for that iteration.
+
+A stretch's pass prices a few rows (8, 16, 32...) of a few requests (on the shipped
+scenarios one to seven): numpy's per-call cost is most of the work there, so those rows are
+priced on Python numbers, with the very operations of the scalar path: a row whose requests
+all re-read the same whole count by the layer's closed form at the sum of its starts (what
+``iteration_draft_s`` prices a few such requests by: ``uniform_pricer``, the float of
+``uniform_step_time``), the other rows together by ``rows_step_times``; then each row's later
+forwards by their scalar pricers at its context sum plus their offsets, its linears and the
+host work, added in ``iteration_draft_s``'s order.  Only sums of whole numbers are taken on
+Python numbers (exact in any order); numpy's sums of other floats are its own (its SIMD
+reductions do not add a short row left to right), so those stay numpy's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_SUM = np.add.reduce
+
+
+def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
+               logits: np.ndarray) -> tuple[list, list, list]:
+    """(each row's first forward seconds, its context sum, its re-read tokens in all) of the
+    (K, n) ``context`` (ints) re-reading ``reread`` (at least one token each, as
+    ``level_draft_time`` counts them) by the layer's closed forms ``forms``; ``pricers``: the
+    memo of its uniform pricers by (n, tokens a request, LM-head tokens)."""
+    n, head = context.shape[1], float(_SUM(logits))
+    firsts, sums, tokens, mixed = [], [], [], []
+    for j, (ctx, got) in enumerate(zip(context.tolist(), reread.tolist())):
+        first = [max(x, 1.0) for x in got]
+        t, price = first[0], None
+        if first.count(t) == n and t.is_integer():
+            key = (n, t, head)
+            price = pricers.get(key, pricers)
+            if price is pricers:
+                if len(pricers) >= 4096:
+                    pricers.clear()
+                price = pricers[key] = forms.uniform_pricer(n, int(t), head)
+        if price is None:
+            mixed.append(j)
+            firsts.append(0.0)
+        else:
+            firsts.append(price(float(sum([max(x - (t - 1.0), 0.0) for x in ctx]))))
+        sums.append(float(sum(ctx)))
+        tokens.append(n * t)  # n equal counts (a mixed row's: below)
+    if mixed:  # re-read counts that differ: their attention and token sums on arrays
+        if len(mixed) < len(firsts):  # (all of them: no gather)
+            reread, context = reread[mixed], context[mixed]
+        first = np.maximum(reread, 1.0)
+        start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
+        for j, x, t in zip(mixed, forms.rows_step_times(first, start, logits).tolist(),
+                           _SUM(first, axis=1).tolist()):
+            firsts[j], tokens[j] = x, t
+    return firsts, sums, tokens
+
+
+def later_rows(firsts: list, sums: list, tokens: list, later: list, linears, n: int,
+               host: float) -> list[float]:
+    """Each row's seconds: its first forward (``firsts``), then its later forwards by their
+    scalar pricers (``later``: ``_later_pricers``') at its context sum (``sums``, whole
+    numbers) + offset, its linears (``linears(tokens re-read, n)``) and ``host``, added in
+    ``iteration_draft_s``'s order (its floats)."""
+    out = []
+    for total, s, t in zip(firsts, sums, tokens):
+        total = 0.0 + total
+        s = float(s)
+        for offset, price, _, _ in later:
+            total += price(s + offset)
+        out.append(total + linears(t, n) + host)
+    return out
+
+
+def later_times(forms, n: int, sums: np.ndarray, later: list) -> list[np.ndarray]:
+    """Each later forward's seconds at every row's context sum ``sums`` (K,), in order:
+    ``forms.uniform_step_times`` at sums + the forward's offset (a chain's forwards, all
+    one form, in one call on the flattened (K, forwards) grid: elementwise the same)."""
+    if len(later) > 1 and all(f[2:] == later[0][2:] for f in later):
+        offsets = np.array([f[0] for f in later])
+        grid = (sums[:, None] + offsets[None, :]).ravel()
+        got = forms.uniform_step_times(n, later[0][2], grid, later[0][3])
+        if got is not None:
+            got = np.asarray(got, np.float64).reshape(sums.size, len(later))
+            return [got[:, j] for j in range(len(later))]
+    return [forms.uniform_step_times(n, t, sums + offset, lg) for offset, _, t, lg in later]
