@@ -11,8 +11,8 @@ unchanged; the analytic map has no trace to re-draw.
 
 Per cell: p5/p50/p95 of the best gamma over the draws (numpy's ``inverted_cdf``: a gamma
 some draw picked), ``best_gamma_agree``, the fraction of draws whose best gamma is the
-point's, and p5/p50/p95 of its speedup (linear, as ``run``'s).  A shift of exactly 0 is the
-point map itself, so with no spread every column is the point's.
+point's, and p5/p50/p95 of its speedup (``INTERVAL_METHOD``, as ``run``'s).  A shift of
+exactly 0 is the point map itself, so with no spread every column is the point's.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from simulator.uncertainty.draws import draw_inputs
-from simulator.uncertainty.propagate import QUANTILES
+from simulator.uncertainty.propagate import INTERVAL_METHOD, QUANTILES
 from simulator.uncertainty.spec import AcceptanceSpread, Uncertainty
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def gamma_map_intervals(point: pd.DataFrame, shifts: list[float],
         out[f"best_gamma_p{name}"] = col
         out[f"best_gamma_p{name}"] = out[f"best_gamma_p{name}"].astype("Int64")
         sp = np.full(len(point), np.nan)
-        sp[ranked] = np.quantile(spd[ranked], q, axis=1)
+        sp[ranked] = np.quantile(spd[ranked], q, axis=1, method=INTERVAL_METHOD)
         out[f"speedup_p{name}"] = sp
     own = point["best_gamma"].to_numpy(dtype=float, na_value=np.nan)[:, None]
     agree = np.where(ranked, np.mean(gam == own, axis=1), np.nan)

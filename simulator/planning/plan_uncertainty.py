@@ -13,7 +13,7 @@ search from anywhere gives, in fewer simulations.
 
 A draw with no sustainable rate counts as rate 0 (and infinite cost); one where no count
 up to ``max_replicas`` holds counts as infinitely many replicas.  Rates are interpolated
-between draws as ``run`` does (numpy's linear); replica counts and costs, and any metric
+between draws as ``run`` does (``INTERVAL_METHOD``); replica counts and costs, and any metric
 with an infinite draw, take the draws' own values (``inverted_cdf``: the count some draw
 needed, never 5.4 replicas).
 """
@@ -29,7 +29,8 @@ import pandas as pd
 
 from simulator.inputs.errors import SpecsimError
 from simulator.uncertainty.draws import Draw, draw_inputs, draw_scenario, restrict
-from simulator.uncertainty.propagate import QUANTILES, shares, varied_sources
+from simulator.uncertainty.propagate import (INTERVAL_METHOD, QUANTILES, shares,
+                                             varied_sources)
 
 METRICS = ("max_rate_per_s", "cost_per_million_tokens", "min_replicas_for_target",
            "cost_per_million_tokens_at_target")
@@ -215,7 +216,7 @@ def _interval_row(plan: dict[str, Any], metrics: tuple[str, ...]) -> dict[str, A
     for j, m in enumerate(metrics):
         col = values[:, j]
         finite = bool(np.isfinite(col).all())
-        method = "linear" if finite and m not in DISCRETE else "inverted_cdf"
+        method = INTERVAL_METHOD if finite and m not in DISCRETE else "inverted_cdf"
         for name, q in QUANTILES:
             row[f"{m}_p{name}"] = float(np.quantile(col, q, method=method))
     row.update(shares(np.where(np.isfinite(values), values, np.nan), plan["draws"],

@@ -4,7 +4,8 @@ calibration on measured serving runs (simulator/sim2real).
 Each run is replayed ``draws`` times, draw ``i`` with the cost factor of draw ``i`` of
 ``simulator/uncertainty/draws.py`` (seed 0; the run's own trace, so the workload does not
 vary, and no speculation, so neither does acceptance); a metric is covered where its
-measured value lies within [p5, p95] of the draws' predictions.
+measured value lies within [p5, p95] of the draws' predictions (read as ``run``'s are:
+``propagate.INTERVAL_METHOD``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.uncertainty.draws import draw_inputs
+from simulator.uncertainty.propagate import INTERVAL_METHOD
 from simulator.uncertainty.spec import COST_SIGMA, Uncertainty
 
 COVERED_METRICS = ("ttft_mean_ms", "tpot_mean_ms", "e2e_mean_ms", "ttft_p50_ms",
@@ -33,7 +35,8 @@ def run_coverage(run, profile: str | None, draws: int, sigma: float = COST_SIGMA
     for m in COVERED_METRICS:
         if m not in measured or not np.isfinite(measured[m]):
             continue
-        lo, mid, hi = np.quantile([p[m] for p in preds], (0.05, 0.5, 0.95))
+        lo, mid, hi = np.quantile([p[m] for p in preds], (0.05, 0.5, 0.95),
+                                  method=INTERVAL_METHOD)
         rows.append({"run": run.name, "metric": m, "measured": measured[m],
                      "p5": float(lo), "p50": float(mid), "p95": float(hi),
                      "covered": bool(lo <= measured[m] <= hi)})

@@ -7,8 +7,8 @@ predicted ``N`` times, draw ``i`` under ``CaseDraw`` ``i`` of every declared unc
 (tests/published/case_draw.py): its drafter's published acceptance spread
 (``default_spreads``), the device's cost factor (``COST_SIGMA``, from the sim-to-real runs)
 and the speculative path's cost factor.  Its 90% interval is [p5, p95] of the N predictions
-(numpy's linear interpolation, as ``simulator/uncertainty/propagate.py``); it covers the
-published number where that lies inside (a published range: where the two meet).
+(Hyndman & Fan's type 6: ``INTERVAL_METHOD`` of ``simulator/uncertainty/propagate.py``); it
+covers the published number where that lies inside (a published range: where the two meet).
 
 The speculative path's sigma is estimated from this check itself, so it is estimated leave
 one out: a speedup case's own miss never widens its own interval.  Each speedup case's miss
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.uncertainty.propagate import INTERVAL_METHOD
 from simulator.uncertainty.spec import COST_SIGMA, NORMAL_MEDIAN_ABS
 from tests.published.case_draw import CaseDraw
 from tests.published.cases import CASES
@@ -168,7 +169,8 @@ def interval(case: Case, numbers: list[np.ndarray], sigma: float, miss: float | 
                                     spec_cost_factor=float(np.exp(sigma * z[3]))))
              * (1.0 if tau_sigma is None else float(np.exp(tau_sigma * z[4])))
              for z in numbers]
-    p5, p50, p95 = (float(v) for v in np.quantile(preds, (0.05, 0.5, 0.95)))
+    p5, p50, p95 = (float(v) for v in np.quantile(preds, (0.05, 0.5, 0.95),
+                                                  method=INTERVAL_METHOD))
     model = tau_sigma if tau_sigma is not None else \
         cost_sigma if group(case) == "absolute" else None
     return Covered(case, group(case), sigma, miss, p5, p50, p95, model)
