@@ -95,13 +95,11 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     b = replica.b
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
     u, c0, ids, rng, accepted = g + 1, b.computed, b.ids, replica.rng, spec.accepted
-    draft = verify = last = None
-    if spec.carried is not None:  # priced from the contexts and the last acceptances
-        price, last = _carried_prices(replica, spec, n), spec.carried.reread_tokens(ids)
-    elif (prices := chain_prices(replica, spec, n)) is None:
+    forms = _forms(replica, spec, n)
+    if forms is None:
         return _pass(replica, spec, k_max, opened)
-    else:
-        draft, verify = prices
+    draft, verify, price, draw = forms
+    last = None if price is None else spec.carried.reread_tokens(ids)
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
     s, clock, got = int(_SUM(c0)), replica.now, 0
@@ -117,12 +115,15 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
                 and seq_max + min(len(emits) * u, s - s0) >= spec.max_context \
                 and _ANY(b.prompt_len + b.generated + (g + got) >= spec.max_context):
             break
-        if draft is not None:
-            d, v, emit = draft(s), verify(s), accepted(rng.random(n), ids)
-        else:  # the contexts once for both (the same integers), priced before the draws
-            ctx = c0 + got
-            d, v = price(s, ctx, last)
-            emit = spec.carried.draw_accepted(rng, ids, ctx)
+        # priced before the draws (propose, then accept); the contexts once, where needed
+        ctx = None if draft is not None else c0 + got
+        d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)
+        if draw is not None:
+            emit = draw(rng)
+        elif spec.carried is None:
+            emit = accepted(rng.random(n), ids)
+        else:
+            emit = spec.carried.draw_accepted(rng, ids, c0 + got if ctx is None else ctx)
         end = clock + (d + v)
         emit += 1
         last = emit
@@ -145,6 +146,24 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     if not emits:
         return NONE, None
     return (RETIRED if retired else _FULL if len(emits) == k_max else ADVANCED), None
+
+
+def _forms(replica, spec: ChainStretch, n: int):
+    """(draft, verify, price, draw) of ``_short``'s iterations of ``n`` requests: the
+    draft's and the target's seconds as functions of the context sum where both have one
+    (``chain_prices``; a carried draft's ``sum_draft_s``), else ``price(s, ctx, last)``
+    (``_carried_prices``) with the other two None; ``draw(rng)`` a carried draft's
+    ``batch_draws`` or None.  None where an uncarried chain has no scalar prices."""
+    carried = spec.carried
+    if carried is None:
+        prices = chain_prices(replica, spec, n)
+        return None if prices is None else (*prices, None, None)
+    draw, by_sum = carried.batch_draws(n), carried.sum_draft_s(n)
+    prices = None if by_sum is None else chain_prices(replica, spec, n)
+    if prices is not None:  # priced from the sum _short keeps, bitwise propose's
+        return by_sum, prices[1], None, draw
+    # priced from the contexts and the last acceptances
+    return None, None, _carried_prices(replica, spec, n), draw
 
 
 def _carried_prices(replica, spec: ChainStretch, n: int):

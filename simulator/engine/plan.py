@@ -96,6 +96,19 @@ class CarriedDraft(ABC):
         (chain_stretch.py).  None (the default): iteration by iteration."""
         return None
 
+    def sum_draft_s(self, n: int) -> Callable[[int], float] | None:
+        """Where ``iteration_draft_s`` of ``n`` requests depends on their context sum alone
+        (nothing re-read, nothing drawn): ``price(s)``, that of contexts summing to ``s``,
+        bitwise; the engine then prices an iteration from the sum it keeps, without the
+        contexts.  None (the default): from the contexts."""
+        return None
+
+    def batch_draws(self, n: int) -> Callable[[np.random.Generator], np.ndarray] | None:
+        """Where ``draw_accepted`` of ``n`` requests depends on the batch size alone (a
+        tree walk the same for every request): ``draw(rng)``, the same draws in the same
+        order and the same array.  None (the default): ``draw_accepted`` is called."""
+        return None
+
     def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,
                    reread: np.ndarray) -> np.ndarray | None:
         """``iteration_draft_s`` of K iterations of the same requests at once (a float

@@ -157,6 +157,11 @@ class Eagle2Speculation(_EagleDraft):
         t = few_step_time(self._first, first, start, float(_SUM(logits)))
         return None if t is None else (t, np.float64(sum(first)))
 
+    def batch_draws(self, n: int):
+        """``draw_accepted``'s walk where it takes one, bound to the batch size."""
+        walk = self.acceptance.tree_walk(self.tree)
+        return None if walk is None else lambda rng: walk(rng, n)
+
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:
         """The acceptance's tree walk itself where it has one (lengths in [0, depth]: the

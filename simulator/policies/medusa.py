@@ -190,6 +190,17 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
             got = self._by_size[n] = self.heads_time(n) + self.host(n)
         return got
 
+    def sum_draft_s(self, n: int):
+        """A function of ``n`` alone: ``iteration_draft_s``'s float whatever the sum."""
+        got = self.iteration_draft_s(np.empty(0), np.empty(n), np.empty(0), None)
+        return lambda s: got
+
+    def batch_draws(self, n: int):
+        """The acceptance's walk where ``draw_accepted`` takes it (no head conditionals of
+        the policy's own)."""
+        walk = self.acceptance.tree_walk(self.tree) if self._cond is None else None
+        return None if walk is None else lambda rng: walk(rng, n)
+
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:
         if self._cond is None:

@@ -151,6 +151,7 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
             model.tree_method if isinstance(model, TreeAlgorithm) else "as measured")
         self._levels = forward_tokens(self.tree)
         self._pricers: dict = {}  # draft_time's closed form, by batch size (None: none)
+        self._sums: dict = {}  # of those, the ones of the context sum alone (sum_draft_s)
         depth = self.tree.max_depth  # one draft forward a level; a tree where it branches
         self.host = spec_charge(ctx, SpecWork(
             draft_forwards=depth, tree_nodes=self.tree.num_nodes,
@@ -191,6 +192,7 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         additions and maxima; None where a forward has no closed form."""
         if len(self._pricers) >= 1024:
             self._pricers.clear()
+            self._sums.clear()
         if self.mode == "merge":
             drafts = [chain_draft_pricer(cost, n, self.tree.max_depth)
                       for cost in self.draft_costs]
@@ -198,17 +200,17 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
                 return None
             groups = [[drafts[i] for i in group] for group in self._device_drafts()]
 
-            def merged(ctx: np.ndarray) -> float:
-                s = float(int(_SUM(ctx)))
+            def by_sum(s: float) -> float:
                 return max(sum(d(s) for d in group) for group in groups)
-            return merged
+            self._sums[n] = by_sum
+            return lambda ctx: by_sum(float(int(_SUM(ctx))))
         shards = shard_slices(self.devices, n)
         prices = [level_draft_pricer(self.draft_costs[0], stop - start, self._levels)
                   for start, stop in shards]
         if any(p is None for p in prices):
             return None
         if len(shards) == 1:
-            price = prices[0]
+            price = self._sums[n] = prices[0]
             if n <= 64:  # a few integers sum faster as a list than by a reduction's call
                 return lambda ctx: price(float(sum(ctx.tolist())))
             return lambda ctx: price(float(int(_SUM(ctx))))
@@ -250,6 +252,18 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
     def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
                           reread: np.ndarray, rng: np.random.Generator) -> float:
         return self.draft_time(context) + self.host(context.size)
+
+    def sum_draft_s(self, n: int):
+        """One shard's (or the merged drafts') closed form at the context sum, plus the
+        host's charge: ``iteration_draft_s``'s two terms, the same floats."""
+        if n not in self._pricers:
+            self._pricers[n] = self._draft_pricer(n)
+        form, host = self._sums.get(n), self.host(n)
+        return None if form is None else (lambda s: form(float(s)) + host)
+
+    def batch_draws(self, n: int):
+        walk = self.acceptance.tree_walk(self.tree)
+        return None if walk is None else lambda rng: walk(rng, n)
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:
