@@ -175,12 +175,17 @@ def spawn(job: dict, timeout_s: float) -> dict:
     """Run ``job`` in a fresh interpreter on one core; a failure is a row with ``error``."""
     if job.get("cli"):
         return spawn_cli(job, timeout_s)
-    env = child_env()
-    cmd = [*pin(), sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
-    row = {"label": job["label"], "fast_forward": job["fast_forward"]}
+    return run_child(Path(__file__), job, {"label": job["label"],
+                                           "fast_forward": job["fast_forward"]}, timeout_s)
+
+
+def run_child(script: Path, job: dict, row: dict, timeout_s: float) -> dict:
+    """``script --child JOB`` in a fresh interpreter pinned to one core: ``row`` with the
+    child's last stdout line (a JSON object) merged in, or with ``error`` saying why not."""
+    cmd = [*pin(), sys.executable, str(script.resolve()), "--child", json.dumps(job)]
     try:
-        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False,
-                             timeout=timeout_s, stdin=subprocess.DEVNULL)
+        out = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                             check=False, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {**row, "error": f"timed out after {timeout_s:g} s"}
     lines = out.stdout.strip().splitlines()

@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_engine import child_env, pin  # beside this file: the script's folder is on sys.path
+from bench_engine import pin, run_child  # beside this file: the script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 # policy -> (shipped scenario, Poisson rate in req/s: about 70% of what it sustains; see above)
@@ -77,20 +77,7 @@ def measure(job: dict) -> dict:
 
 def spawn(job: dict, timeout_s: float) -> dict:
     """Run ``job`` in a fresh interpreter on one core; a failure is a row with ``error``."""
-    import subprocess
-
-    cmd = [*pin(), sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
-    row = {"policy": job["policy"], "n": job["n"]}
-    try:
-        out = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True,
-                             check=False, timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return {**row, "error": f"timed out after {timeout_s:g} s"}
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return {**row, "error": f"exit {out.returncode}: {tail[:300]}"}
-    return {**row, **json.loads(lines[-1])}
+    return run_child(Path(__file__), job, {"policy": job["policy"], "n": job["n"]}, timeout_s)
 
 
 def show(r: dict, base: dict | None) -> None:
