@@ -1,9 +1,10 @@
 """Fast-forward of an ``AheadDraft`` (plan.py): K varied iterations planned, priced and
 recorded at once.
 
-A model-free proposer (``prompt_lookup``) plans each request's iterations from its own text
-alone: with no draws and nothing observed between them, the next K iterations of a batch
-whose every request decodes are known before any is run (``plan_rows``).  ``advance_rows``
+A model-free proposer (``prompt_lookup``, ``lookahead``, ``suffix``) plans each request's
+iterations from its own text alone: with no draws and nothing observed between them, the next
+K iterations of a batch whose every request decodes are known before any is run
+(``plan_rows``).  ``advance_rows``
 takes them as varied_stretch.py takes them one by one, operation for operation, but on
 (K, n) arrays: each request's contexts by the running sum of what it emits; the KV checks
 (``_opens``: every request verifying its most tokens fits; with nobody waiting) and the
@@ -26,6 +27,8 @@ from simulator.engine.plan import AheadDraft
 from simulator.engine.step import STEP_FIELDS
 
 FIRST_ROWS, MOST_ROWS = 8, 256  # rows planned in a pass: doubled after a pass kept them all
+_SUM, _ANY, _ALL = np.add.reduce, np.logical_or.reduce, np.logical_and.reduce
+_CUMSUM = np.add.accumulate
 
 
 def next_rows(replica, planned: int, kept: int, took: float) -> int:
@@ -39,8 +42,6 @@ def next_rows(replica, planned: int, kept: int, took: float) -> int:
     left = replica.arrivals.horizon(replica.index) - replica.now
     fit = left / (took / kept) if took > 0.0 else float("inf")
     return grow if fit >= grow else max(1, int(fit) + 1)
-_SUM, _ANY, _ALL = np.add.reduce, np.logical_or.reduce, np.logical_and.reduce
-_CUMSUM = np.add.accumulate
 
 
 def advance_rows(replica, spec: AheadDraft, steps: int) -> int:
