@@ -97,15 +97,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _coverage(runs: list, args: argparse.Namespace) -> int:
-    """``--uncertainty N``: each metric's 90% interval from the cost factor, and coverage."""
+    """``--uncertainty N``: each metric's 90% interval from the cost factor (its sigma left
+    one out: simulator/uncertainty/coverage.py), and coverage."""
     from simulator.cli.output import render
-    from simulator.uncertainty.coverage import coverage
-    from simulator.uncertainty.spec import COST_SOURCE
+    from simulator.uncertainty.coverage import coverage, sigma_note
 
     table = coverage(runs, args.profile, args.uncertainty)
     print(render(table, args.format))
     if args.format == "table":
         n, k = len(table), int(table["covered"].sum())
         print(f"coverage of the 90% intervals: {k}/{n} ({k / n:.0%}) over {len(runs)} runs, "
-              f"{args.uncertainty} draws each; cost sigma from {COST_SOURCE}")
+              f"{args.uncertainty} draws each; " + sigma_note(table))
     return 0
