@@ -30,8 +30,10 @@ time is one program's serial loop, ``K / 128`` steps, not the weights over the b
 ``t_step`` the profile's ``moe.fp8_triton_k_step_us`` (measured on Hopper, cited there).
 At many tiles the bound is the HBM stream again (132 programs a wave each loading a 16 KB
 tile a step), so it only binds where few tiles run: small batches, few experts.
-Engines that run DeepGEMM or CUTLASS block-FP8 kernels (split-K or persistent) do not pay
-it: ``engines.yaml``'s ``fp8_gemm: triton`` turns it on.
+``engines.yaml``'s ``fp8_gemm: triton`` turns it on.  vLLM 0.7's CUTLASS blockwise GEMM, which
+takes its linears with N and K multiples of 128 on sm90, has no split-K either (a persistent
+128 x 128 x 128 tile) and walks K the same way: ``vllm-v0.7`` prices it with this floor, its
+own step time unmeasured.  DeepGEMM runs its own waves (below).
 
 DeepGEMM (``fp8_gemm: deepgemm``: SGLang with ``SGL_ENABLE_JIT_DEEPGEMM=1``, as the large-EP
 deployment ran, sgl-project/sglang issue #6017).  At many rows its dense FP8 GEMMs are well

@@ -232,6 +232,17 @@ _VLLM_SHORT_WHY = (
     "throughput the same page measures at 2K-32K, and TPOT passes, +4.7%). The serving "
     "front end (the openai-chat path's templating, tokenisation and streaming of 1,000 "
     "requests at once) is the candidate; no source measures it, so nothing is priced")
+# what vLLM v0.11.0 runs DeepSeek-R1's block-FP8 linears and experts with on H200 (issue 35)
+_V011_CONFIGS = (
+    "Untuned kernels are ruled out (the vLLM 0.11.0 wheel read): it ships tuned H200 configs "
+    "for every TP8 block-FP8 shape (quantization/utils/configs N=2112 K=7168, the fused "
+    "q_a/kv_a of vLLM PR #23939, N=3072 K=1536, N=4096 K=512, N=7168 K=2048, N=512 K=7168, "
+    "N=7168 K=256, N=4608 K=7168, N=7168 K=2304; fused_moe/configs/E=256,N=256,device_name="
+    "NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128]), and fp8_utils.apply_w8a8_block_fp8_"
+    "linear runs a dense linear on DeepGEMM (VLLM_USE_DEEP_GEMM, default 1, where deep_gemm "
+    "is installed and N, K are multiples of 128) or else CUTLASS's blockwise sm90 GEMM "
+    "(CUTLASS_BLOCK_FP8_SUPPORTED), never the Triton w8a8_block_fp8_matmul on sm90; the "
+    "engine entry the case runs (engines.yaml vllm-v0.9) charges no Triton K-loop floor")
 DP_KNOWN_MISSES: dict[str, str] = {
     "gpustack-dsr1-h200-vllm-short-total-toks": (
         "predicted 19,468 vs published 5,931 total tokens/s (+228%): " + _VLLM_SHORT_WHY),
@@ -252,7 +263,8 @@ DP_KNOWN_MISSES: dict[str, str] = {
         "predicted 283.4 vs published 196.81 output tokens/s (+44%): the decode step at 4 "
         "requests is priced 13.7 ms where vLLM's measured TPOT is 19.36 ms (median ITL "
         "18.84 ms), the small-batch MoE/MLA decode floor that load_cases' PR #12755 miss "
-        "also shows (issue 35 part 4); the fixed ShareGPT lengths move the duration too"),
+        "also shows (issue 35 part 4); the fixed ShareGPT lengths move the duration too. "
+        + _V011_CONFIGS),
     "gpustack-dsr1-h200-vllm-sharegpt-conc4-mean-tpot": (
         "predicted 13.74 vs published 19.36 ms (-29%): the small-batch decode step priced "
         "too cheap (see the output-tokens case)"),

@@ -125,17 +125,26 @@ LOAD_CASES: list[Case] = [
 
 # outside their tolerance today, with the measured miss (cases.KNOWN_MISSES takes them in)
 _V0_WHY = (
-    "the simulated vLLM V0 step (engines.yaml vllm-v0.7: the Triton block-FP8 K loop, q_a "
-    "and kv_a apart, the native grouped top-k and YaRN rope, the Triton MLA decode's copies "
-    "and second stage, 17 + 18 launches a layer beyond the generic ones) is 22.3 ms at "
-    "batch 1 on 8 x H200 (11.4 ms as vllm-v0.9), about 40% of the measured 55 ms. Read in "
-    "V0's code but not priced: the absorbed W_UV_O (o_proj's 2,048-deep K becomes 8,192: "
-    "its Triton K loop about 25 us more a layer, ~1.5 ms a step) and the separate BF16 "
-    "W_QR GEMM; not read: whether 0.7.x had tuned w8a8_block_fp8_matmul configs for these "
-    "shapes on H200 (vLLM PR #23939 times the default config 2.5x slower than a tuned one at "
-    "M=1, N=2112, K=7168 on H100), V0's per-step host work at TP8 (the driver's broadcast "
-    "of the step's inputs to 7 workers; the profile's 200 us is charged) and V0's "
-    "spec-decode path (priced none). No constant is fitted to the 55 ms")
+    "the simulated vLLM V0 step (engines.yaml vllm-v0.7: the block-FP8 K loop, q_a and kv_a "
+    "apart, the native grouped top-k and YaRN rope, the Triton MLA decode's copies and "
+    "second stage, 17 + 18 launches a layer beyond the generic ones) is 22.3 ms at batch 1 "
+    "on 8 x H200 (11.4 ms as vllm-v0.9), about 40% of the measured 55 ms. Read in V0's code "
+    "but not priced: the absorbed W_UV_O (o_proj's 2,048-deep K becomes 8,192: its K loop "
+    "about 25 us more a layer, ~1.5 ms a step) and the separate BF16 W_QR GEMM. Read and "
+    "ruled out: untuned block-FP8 kernels. The vLLM 0.7.1 and 0.7.2 wheels (2025-02-01 and "
+    "02-06, either side of the PR) ship a tuned H200 config for every DeepSeek-V3 TP8 "
+    "block-FP8 shape, under the name each release's lookup builds (quantization/utils/"
+    "configs/N=576 and 1536 at K=7168, N=3072 K=1536, N=4096 K=512, N=7168 K=2048, the "
+    "shared expert's N=512 K=7168 and N=7168 K=256, the dense layers' N=4608 K=7168 and "
+    "N=7168 K=2304; fused_moe/configs/E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,"
+    "block_shape=[128, 128]), so no default config (BLOCK_M 64, BLOCK_N/K 128, 2 stages) "
+    "runs; and fp8_utils.apply_w8a8_block_fp8_linear sends every linear whose N and K are "
+    "multiples of 128 to CUTLASS's blockwise sm90 GEMM (cutlass_scaled_mm, "
+    "CUTLASS_BLOCK_FP8_SUPPORTED on sm90), the absorbed W_Q_UK (N=8192, K=1536) and W_UV_O "
+    "(N=7168, K=8192), which have no config, included: only kv_a_proj (N=576) runs "
+    "Triton's w8a8_block_fp8_matmul. Not read: V0's per-step host work at TP8 (the "
+    "driver's broadcast of the step's inputs to 7 workers; the profile's 200 us is "
+    "charged) and V0's spec-decode path (priced none). No constant is fitted to the 55 ms")
 LOAD_KNOWN_MISSES: dict[str, str] = {
     "vllm-mtp-dsr1-qps2-tpot-speedup": (
         "predicted 1.57x vs published 1.18x (+32.7%; QPS 1 passes at 1.62x vs 1.63x, and the "
