@@ -15,7 +15,8 @@ in fast-forward stretches (``info["engine"]["vectorised"] / ["iterations"]``).
 
 A case is a scenario file, or (file, overrides): ``adaptive_base`` is ``adaptive.yaml``'s
 wrapped chain alone (``adaptive_schedule_base``: ``adaptive_schedule.yaml``'s), to compare
-the wrapper with its base on the same workload.
+the wrapper with its base on the same workload; ``adaptive_fixed`` is the same wrapper with
+the ``fixed`` controller, so that ``adaptive`` against it is the goodput search's share.
 
 ``--baseline DIR`` runs every case again on another checkout of the project (its packages
 first on the child's path) in the same rounds, alternating with this one, so a change is
@@ -47,7 +48,11 @@ CASES = {"chain": "default.yaml", "staged": "staged.yaml", "eagle": "eagle.yaml"
          # adaptive.yaml's wrapped policy alone (the issue's target: adaptive at most 2x it)
          "adaptive_base": ("adaptive.yaml", ["policy={name: chain, num_speculative_tokens: 6}"]),
          "adaptive_schedule_base": ("adaptive_schedule.yaml",
-                                    ["policy={name: chain, num_speculative_tokens: 4}"])}
+                                    ["policy={name: chain, num_speculative_tokens: 4}"]),
+         # adaptive.yaml's wrapper with the fixed controller (gamma 6 every iteration, its
+         # iterations one by one on arrays): what the wrapper costs without the goodput search
+         "adaptive_fixed": ("adaptive.yaml", ["policy={name: adaptive, controller: fixed, "
+                                              "base: {name: chain, num_speculative_tokens: 6}}"])}
 NONE = ["policy={name: none}", "draft=null"]
 
 
