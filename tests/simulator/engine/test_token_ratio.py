@@ -18,8 +18,10 @@ import pytest
 
 from simulator.cost.execution import parse_execution
 from simulator.engine.reserve import RatioClock, TokenRatio
+from simulator.scenario import PolicyConfig
 from simulator.simulate import simulate, token_ratio
 from tests.helpers import ConstantCost, scenario, workload
+from tests.simulator.engine.test_fast_forward import POLICIES, _both, assert_identical
 from tests.simulator.engine.test_invariants import _utilisation_for_blocks
 
 SGLANG = TokenRatio.of(0.7, 1.0, 0.14, 600, 4096, 20)
@@ -112,3 +114,32 @@ def test_a_prefill_waits_for_the_reservation_to_shrink():
     assert res.requests["ttft_s"].tolist()[1] == (m + 2) * D
     plain = _two_requests(None).steps
     assert plain["prefill_tokens"].tolist()[:2] == [1009, 0]
+
+
+def _loaded(policy: int, reserve: bool):
+    """40 requests with long outputs on ~2,400 KV tokens (block size 8): the reservation
+    holds admissions back for most of the run."""
+    rng = np.random.default_rng(3)
+    sc = _engine(scenario("none", hardware="a10", target="opt-1.3b", draft="opt-125m",
+                          batching={"block_size": 8, "max_num_batched_tokens": 512,
+                                    "max_num_seqs": 32, "mixed_chunk": False,
+                                    "gpu_memory_utilization":
+                                    _utilisation_for_blocks(300, 8, 512, True, 32 * 5)}),
+                 "sglang-v0.5")
+    if not reserve:  # the same engine without its reservation
+        spec = dataclasses.replace(sc.execution["spec"], init_new_token_ratio=0.0)
+        sc = dataclasses.replace(sc, execution={**sc.execution, "spec": spec})
+    sc = dataclasses.replace(sc, policy=PolicyConfig(*POLICIES[policy]))
+    wl = workload(np.cumsum(rng.exponential(0.05, 40)), rng.integers(20, 200, 40),
+                  rng.integers(100, 500, 40))
+    return wl, sc
+
+
+@pytest.mark.parametrize("policy", [0, 2, 3, 4])  # none, a chain, adaptive (two kinds)
+def test_fast_forward_is_exact_under_the_reservation(policy):
+    """Identical DataFrames with fast-forward on and off where the reservation binds (the
+    run differs from the one without it)."""
+    wl, sc = _loaded(policy, True)
+    assert_identical(*_both(sc, wl))
+    _, plain = _loaded(policy, False)
+    assert not simulate(plain, workload=wl).steps.equals(simulate(sc, workload=wl).steps)
