@@ -30,8 +30,10 @@ requests), the ``max_prefill_tokens`` input cap, and which requests a retraction
 Fast-forward keeps its all-decoding stretches in this mode (plain, chain and varied: a
 stretch starts where the queue's head cannot be admitted on the whole budget before the
 decodes reserve, fast_forward.py ``admission_blocked``, and that blocking only grows while
-it runs); the fused plain iteration, its lazy form and a chain's fused admissions, which
-plan a step's decodes and chunks together, are not taken (replica.py).
+it runs; it is asked without SGLang's reservation, which a decay can lift: a head that only
+the reservation holds back is retried step by step); the fused plain iteration, its lazy
+form and a chain's fused admissions, which plan a step's decodes and chunks together, are
+not taken (replica.py).
 """
 from __future__ import annotations
 

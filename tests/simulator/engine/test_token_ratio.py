@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from simulator.cost.execution import parse_execution
+from simulator.cost.spec_host import _entry
 from simulator.engine.reserve import RatioClock, TokenRatio
+from simulator.inputs.errors import SpecsimError
 from simulator.scenario import PolicyConfig
 from simulator.simulate import simulate, token_ratio
 from tests.helpers import ConstantCost, scenario, workload
@@ -99,11 +101,11 @@ def _two_requests(engine):
 def test_a_prefill_waits_for_the_reservation_to_shrink():
     """A (10 in, 1,500 out) and B (999 in, 1 out) at t = 0 on about 2,000 KV tokens (1,936
     here: the deployment's).  Step 1 admits A into the empty replica and leaves 1,936 - (10 +
-    1,500) = 426 of room, below B's 1,000: refused.  Then each decode step frees A's reservation faster than A fills the
-    KV (the ratio falls 0.001 a step over ~1,500 tokens), and B is admitted after the
-    hand-computed number of decode steps (on 2,000 tokens 52: after 51 the
-    room is 2,000 - 61 - 1,448 x 0.64883 = 999.5, after 52 it is 2,000 - 62 - 1,447 x 0.64783
-    = 1,000.6).  Without the reservation both prefill together in step 1."""
+    1,500) = 426 of room, below B's 1,000: refused.  Then each decode step frees more of A's
+    reservation than A writes (the ratio falls 0.001 a step over ~1,500 tokens), and B is
+    admitted after the hand-computed number of decode steps (on 2,000 tokens 52: after 51
+    the room is 2,000 - 61 - 1,448 x 0.64883 = 999.5, after 52 it is 2,000 - 62 - 1,447 x
+    0.64783 = 1,000.6).  Without the reservation both prefill together in step 1."""
     assert _first_admission_step(2000) == 52
     res = _two_requests("sglang-v0.5")
     steps = res.steps
@@ -143,3 +145,9 @@ def test_fast_forward_is_exact_under_the_reservation(policy):
     assert_identical(*_both(sc, wl))
     _, plain = _loaded(policy, False)
     assert not simulate(plain, workload=wl).steps.equals(simulate(sc, workload=wl).steps)
+
+
+def test_a_partial_reservation_in_the_catalog_names_the_missing_key():
+    item = {"value": 0.7, "source": "test"}
+    with pytest.raises(SpecsimError, match="x.min_new_token_ratio_factor"):
+        _entry("x", {"version": "v", "init_new_token_ratio": item}, "engines.yaml")
