@@ -18,6 +18,7 @@ from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.requests import EngineLimits, RequestTable
+from simulator.engine.reserve import TokenRatio
 from simulator.engine.router import Arrivals
 from simulator.results import Results
 from simulator.run_setup import (  # noqa: F401 - the names callers import from here
@@ -63,7 +64,8 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                           enable_chunked_prefill=b.enable_chunked_prefill,
                           block_size=b.block_size, kv_blocks=dep.memory.kv_blocks,
                           max_chunk_tokens=rank_chunk_tokens(scenario),
-                          mixed_chunk=mixed_chunk(scenario))
+                          mixed_chunk=mixed_chunk(scenario),
+                          token_ratio=token_ratio(scenario))
     env = simpy.Environment()
     recorder = Recorder(record_events, steps_table=scenario.engine.steps_table,
                         num_requests=int(table.arrival_s.size), replicas=scenario.replicas)
@@ -116,3 +118,14 @@ def mixed_chunk(scenario: Scenario) -> bool:
         return scenario.batching.mixed_chunk
     spec = scenario.execution.get("spec")
     return True if spec is None else spec.mixed_chunk
+
+
+def token_ratio(scenario: Scenario) -> TokenRatio | None:
+    """The named engine's admission-time KV reservation (SGLang's ``new_token_ratio``,
+    engine/reserve.py) where prefill and decode steps are apart; None otherwise."""
+    spec = scenario.execution.get("spec")
+    if spec is None or not spec.init_new_token_ratio or mixed_chunk(scenario):
+        return None
+    return TokenRatio.of(spec.init_new_token_ratio, spec.schedule_conservativeness,
+                         spec.min_new_token_ratio_factor, spec.new_token_ratio_decay_steps,
+                         int(spec.clip_max_new_tokens), int(spec.retract_decode_steps))

@@ -62,6 +62,11 @@ FP8_GEMMS = ("default", "triton", "deepgemm")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
          "shared_experts_fusion")
 MAX_COUNT = 10_000
+# SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
+# default start, floor factor and decay steps, schedule_conservativeness, the clip on a
+# request's reserved tokens and the retraction's headroom; 0 (absent): not modelled
+RESERVE = ("init_new_token_ratio", "min_new_token_ratio_factor", "new_token_ratio_decay_steps",
+           "schedule_conservativeness", "clip_max_new_tokens", "retract_decode_steps")
 # The prefill attention kernel an engine runs where the GPU has it (``prefill_attention``):
 # fa3, FlashAttention-3 on Hopper (the profile's ``kernels.attention_prefill_fa3``); fa2, the
 # FlashAttention-2-class kernel every profile prices (``kernels.attention_prefill``).  A GPU
@@ -141,6 +146,12 @@ class SpecHost:
     # a MoE layer's shared experts run as always-picked experts of the routed grouped GEMM
     # (SGLang's num_fused_shared_experts), without EP: simulator/cost/moe.py MoeShape.of
     shared_experts_fusion: bool = False
+    init_new_token_ratio: float = 0.0  # RESERVE (0: no reservation)
+    min_new_token_ratio_factor: float = 0.0
+    new_token_ratio_decay_steps: float = 0.0
+    schedule_conservativeness: float = 0.0
+    clip_max_new_tokens: float = 0.0
+    retract_decode_steps: float = 0.0
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def kernels(self, work: SpecWork) -> int:
@@ -237,7 +248,7 @@ def _catalog() -> dict[str, SpecHost]:
 def _entry(name: str, data: Any, src: str) -> SpecHost:
     data = require_mapping(data, source=src, field=name)
     check_keys(data, allowed=("version", "prefill_attention", "fp8_gemm", *BOOLS, *COUNTS,
-                              *DECODE_COUNTS),
+                              *DECODE_COUNTS, *RESERVE),
                required=("version",), source=src, prefix=f"{name}.")
     out: dict[str, Any] = {"name": name, "version": as_str(
         data["version"], source=src, field=f"{name}.version")}
@@ -263,7 +274,7 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
                                  choices=FP8_GEMMS)
         sources.append("fp8_gemm: " + as_str(item["source"], source=src,
                                              field=f"{name}.fp8_gemm.source"))
-    for key in (*BOOLS, *COUNTS, *DECODE_COUNTS):
+    for key in (*BOOLS, *COUNTS, *DECODE_COUNTS, *RESERVE):
         if key not in data:
             continue
         item = require_mapping(data[key], source=src, field=f"{name}.{key}")
@@ -271,9 +282,26 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
                    source=src, prefix=f"{name}.{key}.")
         where = f"{name}.{key}.value"
         out[key] = as_bool(item["value"], source=src, field=where) if key in BOOLS \
+            else float(as_number(item["value"], source=src, field=where, minimum=0,
+                                 maximum=MAX_COUNT)) if key in RESERVE \
             else int(as_number(item["value"], source=src, field=where, integer=True,
                                minimum=0, maximum=MAX_COUNT))
         sources.append(f"{key}: " + as_str(item["source"], source=src,
                                            field=f"{name}.{key}.source"))
+    _check_reserve(out, name, src)
     return SpecHost(**out, sources=tuple(sources))
+
+
+def _check_reserve(out: dict[str, Any], name: str, src: str) -> None:
+    """An engine's reservation keys come all together, with a decay over some steps."""
+    given = [k for k in RESERVE if k in out]
+    if not given:
+        return
+    missing = [k for k in RESERVE if k not in out]
+    if missing or out["new_token_ratio_decay_steps"] <= 0:
+        key = missing[0] if missing else "new_token_ratio_decay_steps"
+        raise SpecsimError("an engine's KV reservation needs all of its keys and at least one "
+                           "decay step", source=src, field=f"{name}.{key}",
+                           fix="give " + ", ".join(RESERVE) + " (new_token_ratio_decay_steps "
+                               "above 0), or none of them")
 

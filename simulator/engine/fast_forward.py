@@ -152,7 +152,9 @@ def admission_blocked(replica, first: int, decode_tokens: int) -> bool:
     (``first`` blocks in use, ``decode_tokens`` of the budget taken): its blocking can only
     grow during the stretch.  With prefill and decode steps apart (``mixed_chunk`` off:
     prefill_first.py) the head is tried before the decodes reserve anything, on the whole
-    budget: ``first`` and ``decode_tokens`` do not apply."""
+    budget: ``first`` and ``decode_tokens`` do not apply.  SGLang's KV reservation
+    (admission.py) is not asked here: it can shrink as its ratio decays, so a head it alone
+    holds back is not blocked, and the stretch is not taken."""
     if not replica.limits.mixed_chunk:
         first, decode_tokens = replica.used_blocks, 0
     saved, replica.used_blocks = replica.used_blocks, first

@@ -31,12 +31,12 @@ same decisions, draws and float operations in the same order: identical results.
 from __future__ import annotations
 
 from collections import deque
-from math import isnan
 from typing import Callable
 
 import numpy as np
 import simpy
 
+from simulator.engine.admission import Admission
 from simulator.engine.batch import RunningBatch
 from simulator.engine.chain_short import advance_chain
 from simulator.engine.chain_stretch import ChainCrossing, chain_stretch_of, complete_crossing
@@ -50,14 +50,15 @@ from simulator.engine.own_cache import OwnCache
 from simulator.engine.prefill_first import separate_schedule
 from simulator.engine.plan import BatchView, DraftPlan, Policy, StepPricer, closed_forms
 from simulator.engine.recorder import Recorder
-from simulator.engine.requests import RUNNING, WAITING, EngineLimits, RequestTable
+from simulator.engine.requests import WAITING, EngineLimits, RequestTable
+from simulator.engine.reserve import RatioClock
 from simulator.engine.step import NO_FLOATS, NO_IDS, Step
 from simulator.engine.varied_stretch import advance_varied, varied_draft_of
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 
 
-class Replica(LazyDecodes, PlainSteps, Completion, Forward):
+class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
     """One model instance: a waiting queue, a running batch and its own SimPy process."""
 
     lazy_decodes = True  # plain decodes in the lazy form under fast-forward (lazy_decode.py)
@@ -95,6 +96,9 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self.outstanding_tokens = 0
         self.now = 0.0  # this replica's clock (ahead of env.now while it fast-forwards)
         self.stats = {"iterations": 0, "vectorised": 0, "timeouts": 0}  # how it ran
+        # SGLang's new_token_ratio (reserve.py), None: no admission-time reservation
+        self.ratio_clock = None if limits.token_ratio is None \
+            else RatioClock(limits.token_ratio)
         self.wakeup = env.event()
         self._lazy = self.fast_forward and self.plain and self.lazy_decodes
         self.process = env.process(self._run_lazy() if self._lazy else self.run())
@@ -120,6 +124,8 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
             if self._lazy and self.cache is None:  # an own-blocks cache stopped: the lazy
                 return                             # form's loop again (lazy_decode.py)
             if not self.b.ids.size and not self.waiting:
+                if self.ratio_clock is not None:  # SGLang's self_check_during_idle
+                    self.ratio_clock.reset(self.stats["iterations"])
                 self.wakeup = env.event()
                 yield self.wakeup
                 self.now = env.now
@@ -182,20 +188,6 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         b = self.b
         return np.maximum(-(-(b.computed[pos] + tokens) // self.limits.block_size)
                           - b.blocks[pos], 0)
-
-    def _fit_chunk(self, computed: int, blocks: int, remaining: int, budget: int,
-                   taken: int = 0) -> int:
-        """Largest prefill chunk within the token budget, a request's cap and the free KV
-        blocks, for a request with ``computed`` tokens in ``blocks`` blocks and ``remaining``
-        to prefill (``taken``: free blocks its cached prefix will take from the free queue)."""
-        lim = self.limits
-        free_tokens = (lim.kv_blocks - self.used_blocks - taken + blocks) * lim.block_size \
-            - computed
-        return max(0, min(remaining, budget, lim.max_chunk_tokens or budget, free_tokens))
-
-    def _blocks_for(self, computed: int, blocks: int, chunk: int) -> int:
-        """Blocks to add so that ``computed + chunk`` tokens fit (checked by _fit_chunk)."""
-        return max(-(-(computed + chunk) // self.limits.block_size) - blocks, 0)
 
     def _take_blocks(self, n: int) -> None:
         """``n`` more KV blocks in use (from the head of the prefix cache's free queue)."""
@@ -283,99 +275,6 @@ class Replica(LazyDecodes, PlainSteps, Completion, Forward):
         self.b.blocks[pos] += need
         self._take_blocks(int(_SUM(need)))
         return plan, batch, pos, tokens
-
-    def _plan_prefills(self, mid_prefill: np.ndarray, budget: int,
-                       now: float) -> tuple[np.ndarray, np.ndarray, int]:
-        """Prefill chunks: running requests' unfinished prefills first, then admissions;
-        returns (positions in the batch, chunk lengths, their total)."""
-        b = self.b
-        pos: list[int] = []
-        chunks: list[int] = []
-        for p in mid_prefill.tolist():
-            if budget <= 0:
-                break
-            computed, blocks = int(b.computed[p]), int(b.blocks[p])
-            chunk = self._fit_chunk(computed, blocks, int(b.prefill_target[p]) - computed,
-                                    budget)
-            if chunk > 0:
-                add = self._blocks_for(computed, blocks, chunk)
-                b.blocks[p] += add
-                self._take_blocks(add)
-                pos.append(p)
-                chunks.append(chunk)
-                budget -= chunk
-        admitted, admitted_chunks = self._admit(budget, now)
-        chunks += admitted_chunks
-        return np.asarray(pos + admitted, np.int64), np.asarray(chunks, np.int64), sum(chunks)
-
-    def _head_chunk(self, budget: int, gone=()) -> int:
-        """The prefill chunk the head of the queue would be admitted with (0: it cannot be),
-        marking it as prefilling on its first admission attempt, as vLLM's scheduler does
-        (``gone``: cached keys to treat as evicted already)."""
-        t, lim = self.t, self.limits
-        rid = self.waiting[0]
-        remaining = int(t.prefill_target[rid] - t.computed[rid]) if t.in_prefill[rid] \
-            else int(t.prompt_len[rid] + t.generated[rid])
-        hit = taken = 0
-        if self.cache is not None and t.computed[rid] == 0:  # its cached prefix, if any
-            hit, taken = self.cache.lookup(rid, remaining, gone)
-            remaining -= hit * lim.block_size
-        self._hit = (hit, taken)
-        if not lim.enable_chunked_prefill and remaining > budget:
-            return 0
-        if not t.in_prefill[rid]:  # first admission
-            t.in_prefill[rid] = True
-            t.prefill_target[rid] = t.prompt_len[rid] + t.generated[rid]
-        computed = int(t.computed[rid]) + hit * lim.block_size
-        chunk = self._fit_chunk(computed, int(t.blocks[rid]) + hit,
-                                int(t.prefill_target[rid]) - computed, budget, taken)
-        if chunk <= 0 or (not lim.enable_chunked_prefill and chunk < remaining):
-            return 0
-        return chunk
-
-    def admission_chunk(self, budget: int, gone=()) -> int:
-        """The chunk ``_admit(budget)`` would admit the head of the queue with (0: none);
-        ``gone``: the cached keys an allocation still to come will evict."""
-        if not self.waiting or budget <= 0 or self.b.ids.size >= self.limits.max_num_seqs:
-            return 0
-        return self._head_chunk(budget, gone)
-
-    def _admit(self, budget: int, now: float) -> tuple[list[int], list[int]]:
-        """Admit waiting requests FIFO while the budget, the sequence limit and the KV allow;
-        returns their positions in the batch and their chunks."""
-        t, b = self.t, self.b
-        pos: list[int] = []
-        chunks: list[int] = []
-        while (chunk := self.admission_chunk(budget)) > 0:
-            rid = self.waiting.popleft()
-            if self.cache is not None:
-                self._use_cached_prefix(rid, now)
-            p = b.add(t, rid)
-            add = self._blocks_for(int(b.computed[p]), int(b.blocks[p]), chunk)
-            b.blocks[p] += add
-            self._take_blocks(add)
-            t.status[rid] = RUNNING
-            if isnan(t.first_scheduled_s[rid]):
-                t.first_scheduled_s[rid] = now
-            pos.append(p)
-            chunks.append(chunk)
-            budget -= chunk
-        return pos, chunks
-
-    def _use_cached_prefix(self, rid: int, now: float) -> None:
-        """Admit ``rid`` on its cached prefix (``_hit``, looked up by ``_head_chunk``): those
-        blocks are held, their tokens are computed and never prefilled."""
-        t, (hit, taken) = self.t, self._hit
-        tokens = hit * self.limits.block_size
-        self.cache.acquire(rid, hit, int(t.prefill_target[rid]))
-        t.computed[rid] = tokens
-        t.blocks[rid] = hit
-        self.used_blocks += taken
-        self.outstanding_tokens -= tokens
-        if isnan(t.first_scheduled_s[rid]):  # vLLM's num_cached_tokens: first schedule
-            t.cached_tokens[rid] = tokens
-        if self.own is not None:
-            self.own.admitted(self, rid)
 
     def _price(self, plan: DraftPlan | None, batch: BatchView | None, pos, pf: np.ndarray,
                chunks: np.ndarray, now: float, preempted: int, decode_tokens: int,

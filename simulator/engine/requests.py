@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.engine.reserve import TokenRatio
+
 # request status codes
 PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 
@@ -64,3 +66,7 @@ class EngineLimits:
     # --enable-mixed-chunk); False: a step is a prefill batch or a decode batch, prefill
     # first (SGLang's default, prefill_first.py)
     mixed_chunk: bool = True
+    # SGLang's admission-time KV reservation for the running requests' future tokens
+    # (reserve.py; engines.yaml's sglang entries), with prefill and decode steps apart only;
+    # None: a prefill is admitted while its chunk's blocks are free
+    token_ratio: TokenRatio | None = None

@@ -212,19 +212,24 @@ _SGLANG_TPOT_WHY = (
     "SGLang runs prefill batches apart from decode batches, prefill first (scheduler.py "
     "get_next_batch_to_run; enable_mixed_chunk off), which the simulated engine does "
     "(engines.yaml sglang-v0.5 mixed_chunk false, simulator/engine/prefill_first.py): the "
-    "simulated median ITL is 58.2 / 52.1 / 35.2 ms at 2K / 4K / 32K against the page's "
+    "simulated median ITL is 58.0 / 51.8 / 35.2 ms at 2K / 4K / 32K against the page's "
     "48.78 / 46.40 / 35.27 ms (445.5 / 54.5 / 526.4 ms with vLLM-style mixed steps), and the "
     "mean TPOT fell from +83% / +87% / +123%; SGLang 0.5.x's decode path (sglang-v0.5: the "
     "shared expert fused into the routed experts, BF16 absorbed MLA weights without the "
     "per-tensor FP8 quantisations) moved it by 1-2 points only, the decode steps being a "
-    "small part of it. What is left: the KV pool binds (at most 364 / 183 / 22 requests run "
-    "at once), so requests join as others finish and every joining prefill step (8,192 "
-    "tokens, priced up to 444 / 453 / 656 ms) stalls all running decodes; the mean TPOT is "
-    "mostly those stalls. SGLang's PrefillAdder also holds KV back for the running "
-    "requests' future tokens (new_token_ratio), not modelled, and the KV pool's size is the "
-    "simulator's. With 4 output tokens a request (short, all 1,000 admitted at once) each "
-    "early request waits through the later prefill steps, as the page's 802 ms shows, but "
-    "the 17 prefill steps are priced up to 437 ms each")
+    "small part of it. SGLang's PrefillAdder reservation (new_token_ratio 0.7 decaying to "
+    "0.098 over 600 decode steps, a request admitted only while its whole prompt and output "
+    "fit beside the running requests' reserved outputs: simulator/engine/reserve.py, "
+    "modelled since) took it from +46% / +41% / +37% to +39% / +34% / +27% (226.3 / 151.8 / "
+    "271.7 to 214.8 / 144.7 / 252.4 ms; preemptions 20 / 29 / 4 to 7 / 4 / 0; at 32K all of "
+    "it from the whole-prompt check, the ratio itself moving nothing there). What is left: "
+    "the KV pool still binds (at most 355 / 177 / 22 requests run at once), so requests join "
+    "as others finish and every joining prefill step (8,192 tokens, priced up to 444 / 453 / "
+    "656 ms) stalls all running decodes; the mean TPOT is mostly those stalls, and the KV "
+    "pool's size is the simulator's. With 4 output tokens a request (short, all 1,000 "
+    "admitted at once, the reservation never binding) each early request waits through the "
+    "later prefill steps, as the page's 802 ms shows, but the 17 prefill steps are priced up "
+    "to 437 ms each")
 _VLLM_SHORT_WHY = (
     "vLLM took 22.07 s (mean TTFT 19.4 s) for 1,000 requests of 128 tokens in and 4 out, "
     "where SGLang on the same GPUs took 6.40 s and the simulation 6.8 s: about 15 ms a "
@@ -256,9 +261,9 @@ DP_KNOWN_MISSES: dict[str, str] = {
         "predicted 109.9 vs published 304.71 ms (-64%): " + _SHAREGPT_WHY),
     **{f"gpustack-dsr1-h200-sglang-0.5-{c}-mean-tpot": (
         f"predicted {p} vs published {q} ms ({d}): " + _SGLANG_TPOT_WHY)
-       for c, p, q, d in (("short", 1148.1, 802.48, "+43%"), ("medium", 226.3, 154.49, "+46%"),
-                          ("long", 151.8, 107.91, "+41%"),
-                          ("very-long", 271.7, 198.62, "+37%"))},
+       for c, p, q, d in (("short", 1148.1, 802.48, "+43%"), ("medium", 214.8, 154.49, "+39%"),
+                          ("long", 144.7, 107.91, "+34%"),
+                          ("very-long", 252.4, 198.62, "+27%"))},
     "gpustack-dsr1-h200-vllm-sharegpt-conc4-output-toks": (
         "predicted 283.4 vs published 196.81 output tokens/s (+44%): the decode step at 4 "
         "requests is priced 13.7 ms where vLLM's measured TPOT is 19.36 ms (median ITL "

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simulator.cost.execution import parse_execution
 from simulator.inputs.yaml_io import load_yaml_file
 from simulator.scenario import EngineOptions, PolicyConfig, load_scenario
 from simulator.simulate import simulate
@@ -145,7 +146,17 @@ def test_random_scenarios_with_steps_apart_are_identical(case):
     _random_case({**case, "mixed": False})
 
 
-def _random_case(case) -> None:
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_scenarios_with_sglangs_reservation_are_identical(case):
+    """Steps apart under SGLang's KV reservation (engine/reserve.py): a stretch starts only
+    where the head is blocked without the reservation, and the ratio's decay counts the
+    stretch's decode steps."""
+    _random_case({**case, "mixed": False}, engine="sglang-v0.5")
+
+
+def _random_case(case, engine: str | None = None) -> None:
     name, params = POLICIES[case["policy"]]
     gamma = 6 if name == "adaptive" else params.get("num_speculative_tokens", 0)
     util = _utilisation_for_blocks(case["blocks"], case["block_size"], case["batched"],
@@ -158,6 +169,9 @@ def _random_case(case) -> None:
                             "enable_chunked_prefill": case["chunked"],
                             "gpu_memory_utilization": util, "mixed_chunk": case["mixed"]})
     sc = dataclasses.replace(sc, policy=PolicyConfig(name, params))
+    if engine is not None:
+        sc = dataclasses.replace(sc, execution=parse_execution({"engine": engine},
+                                                               source="test"))
     if case["per_request"]:
         sc = dataclasses.replace(sc, acceptance={"model": "per_request", "mean": case["alpha"],
                                                  "concentration": 3.0})
