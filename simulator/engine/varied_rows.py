@@ -38,10 +38,25 @@ def next_rows(replica, planned: int, kept: int, took: float) -> int:
     (rows planned past the pass's end are work thrown away)."""
     if kept < planned:
         return 0
-    grow = min(2 * planned, MOST_ROWS)
+    return _fitting(replica, min(2 * planned, MOST_ROWS), took / kept)
+
+
+def restart_rows(replica, pace: float) -> int:
+    """The rows to plan after an iteration taken one by one, where an earlier pass ran at
+    ``pace`` seconds a row (0.0: none yet): as many as that pace fits before the next
+    arrival and one more, at least ``FIRST_ROWS``.  A pass ends at the first row that
+    finishes a request without planning past it, so only the arrival bounds the waste."""
+    if pace <= 0.0:
+        return FIRST_ROWS
+    return max(FIRST_ROWS, _fitting(replica, MOST_ROWS, pace))
+
+
+def _fitting(replica, most: int, pace: float) -> int:
+    """``most`` rows, or fewer: those that ``pace`` fits before the next arrival, and one
+    more."""
     left = replica.arrivals.horizon(replica.index) - replica.now
-    fit = left / (took / kept) if took > 0.0 else float("inf")
-    return grow if fit >= grow else max(1, int(fit) + 1)
+    fit = left / pace if pace > 0.0 else float("inf")
+    return most if fit >= most else max(1, int(fit) + 1)
 
 
 def advance_rows(replica, spec: AheadDraft, steps: int) -> int:

@@ -38,7 +38,7 @@ from simulator.engine.plan import (
     emitted_tokens,
 )
 from simulator.engine.step import NO_FLAGS, NO_IDS, Step, StepRow
-from simulator.engine.varied_rows import FIRST_ROWS, advance_rows, next_rows
+from simulator.engine.varied_rows import FIRST_ROWS, advance_rows, next_rows, restart_rows
 
 _SUM, _ANY = np.add.reduce, np.logical_or.reduce
 
@@ -58,8 +58,10 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
     next iteration goes through the general path)."""
     done, u_max = NONE, spec.max_verify_tokens
     # an AheadDraft's iterations K at a time (varied_rows.py), K growing while a pass
-    # keeps all its rows (``next_rows``); the iteration that stopped a pass one by one
+    # keeps all its rows (``next_rows``); the iteration that stopped a pass one by one,
+    # then as many rows as the last pass's pace fits before the next arrival
     ahead, size = (spec, FIRST_ROWS) if isinstance(spec, AheadDraft) else (None, 0)
+    pace = 0.0
     while True:
         b = replica.b
         n = int(b.ids.size)
@@ -70,12 +72,13 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
         start = replica.now
         kept = advance_rows(replica, ahead, size) if size else 0
         if kept:
+            pace = (replica.now - start) / kept
             done, size = ADVANCED, next_rows(replica, size, kept, replica.now - start)
             continue
         step = _iteration(replica, spec)
         if step is not None:
             return ADVANCED, step
-        done, size = ADVANCED, FIRST_ROWS if ahead is not None else 0
+        done, size = ADVANCED, restart_rows(replica, pace) if ahead is not None else 0
 
 
 def _opens(replica, n: int, u_max: int) -> bool:

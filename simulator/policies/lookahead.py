@@ -183,9 +183,9 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         self.g = int(params["guess_set_size"])
         self.cpu_s = float(params["cpu_time_per_request_s"])
         self._lanes: dict[int, LaneState] = {}
-        # the last plan_rows' requests (their states marked) and each row's generated counts
-        self._ahead: list[LaneState] = []
-        self._ahead_at: list[list[int]] = []
+        # the last plan_rows' requests: each one's state (marked), the generated count
+        # each of its rows starts from, and how many of them it observed
+        self._ahead: list[tuple[LaneState, list[int], int]] = []
 
     @property
     def max_verify_tokens(self) -> int:
@@ -251,46 +251,43 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
 
     def plan_rows(self, request_ids, generated, output_len, steps):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
-        first that finishes a request, and ``observe_counts`` of all but the last, on each
-        request's own state, marked first (``keep_rows`` keeps what it kept, or rolls the
-        state back to the mark and replays the kept rows); None while a request has no
-        lanes yet (its first plan draws them)."""
+        first that finishes a request, each request's rows on its own state (marked first)
+        observed as they are planned, all but its last (``keep_rows`` then keeps the kept
+        ones, or rolls the state back to the mark and replays them); None while a request
+        has no lanes yet (its first plan draws them).  A request's rows depend on its own
+        state alone: they are planned request by request, the nearest its end first, each
+        no further than the first row that finishes one."""
         states = [self._lanes.get(rid) for rid in request_ids.tolist()]
         if any(state is None for state in states):
             return None
-        for state in states:
-            state.mark()
-        ends, at, rows = output_len.tolist(), [generated.tolist()], []
-        for j in range(steps):
-            row = [state.row(g) for state, g in zip(states, at[-1])]
-            rows.append(row)
-            moved = [g + r[2] + 1 for g, r in zip(at[-1], row)]
-            if j == steps - 1 or any(m >= e for m, e in zip(moved, ends)):
-                break  # the last row: observed by keep_rows where it is kept
-            for state, g in zip(states, at[-1]):  # observe: the lanes step (verify > 1)
-                state.step(g)
-            at.append(moved)
-        self._ahead, self._ahead_at = states, at
-        table = np.array(rows, np.int64).transpose(2, 0, 1)  # (3, rows, requests)
+        gens, ends = generated.tolist(), output_len.tolist()
+        planned = [None] * len(states)
+        for i in sorted(range(len(states)), key=lambda i: ends[i] - gens[i]):
+            states[i].mark()
+            planned[i] = states[i].plan(gens[i], steps, ends[i])
+            steps = min(steps, len(planned[i][0]))
+        self._ahead = [(state, at, len(rows) - 1)
+                       for state, (rows, at) in zip(states, planned)]
+        # (draft tokens, lookahead tokens, accepted) x rows x requests, each (rows x requests)
+        # C-ordered as the engine's arrays are (its float sums follow the memory order)
+        table = np.array([rows[:steps] for rows, _ in planned], np.int64).transpose(2, 1, 0) \
+            .copy()
         n = len(states)
-        seconds = np.full(len(rows), 0.0 + (self.cpu_s * n + self.host(n)))
+        seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
         return VariedRows(table[0], 1 + table[1] + table[0], table[2], seconds)
 
     def keep_rows(self, kept):
-        """The state after ``kept`` rows: as plan_rows left it (all rows but the last
-        observed), with the last row observed where it is kept; else the state at the mark
-        with the kept rows replayed."""
-        states, at = self._ahead, self._ahead_at
-        self._ahead, self._ahead_at = [], []
-        observed = len(at) - 1
-        for state in states:
-            if kept >= observed:
-                state.keep()
-            else:
+        """Each request's state after ``kept`` rows: as plan_rows left it, stepped on to
+        ``kept`` rows where it stopped short of them; else rolled back to the mark and the
+        kept rows replayed."""
+        ahead, self._ahead = self._ahead, []
+        for state, gens, stepped in ahead:
+            if stepped > kept:
                 state.roll_back()
-        replay = at[observed:kept] if kept >= observed else at[:kept]
-        for gens in replay:
-            for state, g in zip(states, gens):
+                stepped = 0
+            else:
+                state.keep()
+            for g in gens[stepped:kept]:
                 state.step(g)
 
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
