@@ -86,7 +86,7 @@ class LaneState:
             for h, token in zip(hist, guesses):
                 h.append(token)
             return
-        grams = []
+        grams = []  # each lane's guesses now (its n-gram but the first)
         for h, token in zip(hist, guesses):
             h.append(token)
             key, gram = h[-width - 1], tuple(h[-width:])  # its n-gram: the lane, then token
