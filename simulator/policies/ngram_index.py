@@ -29,10 +29,17 @@ class NgramIndex:
 
     __slots__ = ("min_n", "max_n", "first", "ends")
 
-    def __init__(self, min_n: int, max_n: int) -> None:
+    def __init__(self, min_n: int, max_n: int, text: np.ndarray | None = None) -> None:
+        """An empty index, or one of the whole of ``text`` at once (by the bulk pass) where
+        every text it is asked about is a prefix of it: an earliest end is where it is
+        however much of the text follows, and one at or past a lookup's last token
+        answers as an n-gram not yet seen."""
         self.min_n, self.max_n = min_n, max_n
         self.first: dict[tuple, int] = {}  # n-gram -> the end of its earliest occurrence
         self.ends = 0  # the occurrences ending before this position are indexed
+        if text is not None and text.size:
+            _index_run(text.tolist(), 0, 0, min_n, max_n, self.first)
+            self.ends = int(text.size)
 
     def lookup(self, tokens: np.ndarray, k: int) -> np.ndarray:
         """``ngram_lookup(tokens, min_n, max_n, k)``, where ``tokens`` is a prefix of one

@@ -165,7 +165,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
                 looked += 1
                 grams = index.get(rid)
                 if grams is None:
-                    grams = index[rid] = NgramIndex(self.min_n, self.max_n)
+                    grams = index[rid] = NgramIndex(self.min_n, self.max_n, text.full(rid))
                 drafts[rid] = grams.lookup(text.known(rid, g), cap)
             else:
                 drafts[rid] = text.full(rid)[:0]
@@ -202,8 +202,8 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
         index extended ahead: ngram_index.py ignores what lies past a shorter text)."""
         n, text, index, k = request_ids.size, self.text, self._index, self.k
         ids, gens = request_ids.tolist(), generated.tolist()
-        grams = [index.get(rid) or index.setdefault(rid, NgramIndex(self.min_n, self.max_n))
-                 for rid in ids]
+        grams = [index.get(rid) or index.setdefault(
+            rid, NgramIndex(self.min_n, self.max_n, text.full(rid))) for rid in ids]
         drafted, accepted = np.zeros((steps, n), np.int64), np.zeros((steps, n), np.int64)
         outs, rows = output_len.tolist(), steps
         for j in range(steps):
