@@ -1,5 +1,8 @@
 """The target's next token after a guessed context, for ``lookahead`` and ``jacobi``
-(lookahead.py): copy what followed it last time in the text the request can see."""
+(lookahead.py): copy what followed it last time in the text the request can see.
+``InContextTarget`` keeps the rule's dicts as each request's text grows (jacobi's windows);
+``FollowIndex`` answers it at any visible length from a request's whole text (lookahead's
+lanes, planned ahead and rolled back)."""
 from __future__ import annotations
 
 from bisect import bisect_left

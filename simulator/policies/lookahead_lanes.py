@@ -8,7 +8,8 @@ rolled back from copies of the entries that the planned iterations changed, each
 first changed.  The in-context target reads the request's text through a ``FollowIndex`` at
 the visible length of each iteration: nothing of it moves.  Rolling back and replaying the
 kept iterations gives the state those iterations would have given one by one, the same
-tokens in the same order.
+tokens in the same order.  Lanes that come to hold the same guesses are kept as one
+(``_merge``): they would guess alike and hand the pool the same n-grams from then on.
 """
 from __future__ import annotations
 

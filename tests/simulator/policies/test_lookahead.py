@@ -9,6 +9,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import PolicyContext
 from simulator.policies.in_context import FollowIndex
 from simulator.policies.lookahead import InContextTarget, JacobiDecoding, LookaheadDecoding
+from simulator.policies.lookahead_lanes import LaneState
 from simulator.policies.token_text import TokenText
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
@@ -77,6 +78,32 @@ def test_follow_index_matches_the_rule_at_every_visible_length():
             for pairs, order in ((True, 2), (False, 1)):
                 assert index.next_tokens(visible, tails, pairs) == [
                     _latest_follower(tokens[:visible], t, order) for t in tails]
+
+
+def test_lanes_rolled_back_and_replayed_are_the_lanes_stepped_once():
+    """A request's lanes and pool stepped k times, against the same stepped further from a
+    mark, rolled back and stepped k times again (plan_rows' rows not kept): the same lanes,
+    the same pool."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        prompt, output = rng.integers(0, 5, 20), rng.integers(0, 5, 60)
+        tokens = np.concatenate((prompt, output)).tolist()
+        width, starts = int(rng.integers(1, 4)), rng.integers(0, 5, 4).tolist()
+        gens = np.cumsum(rng.integers(1, 3, 30)).tolist()
+        direct, again = (LaneState(FollowIndex(tokens, 20), 20, starts, width, 2)
+                         for _ in range(2))
+        first, k, more = int(rng.integers(0, 10)), int(rng.integers(0, 10)), 10
+        for g in gens[:first]:
+            direct.step(g)
+            again.step(g)
+        again.mark()
+        for g in gens[first:first + k + more]:
+            again.step(g)
+        again.roll_back()
+        for g in gens[first:first + k]:
+            direct.step(g)
+            again.step(g)
+        assert again.lanes() == direct.lanes() and again.pool == direct.pool
 
 
 def _batch(generated, output_len, prompt_len):
