@@ -58,6 +58,20 @@ class NgramIndex:
                 return tokens[end + 1:end + 1 + k]
         return tokens[:0]
 
+    def span(self, tokens: list[int], size: int, k: int) -> tuple[int, int]:
+        """Where ``lookup(tokens[:size], k)``'s draft lies in ``tokens`` (a list), as
+        (start, stop), empty where it is: for an index built on the whole of ``tokens``
+        (``text``), read without numpy's per-call layers (``plan_rows``' many lookups)."""
+        if k <= 0 or size < self.min_n + 1:
+            return 0, 0
+        longest = min(self.max_n, size - 1)
+        tail, first, ends = tuple(tokens[size - longest:size]), self.first, size - 1
+        for n in range(longest, self.min_n - 1, -1):
+            end = first.get(tail[longest - n:], ends)
+            if end < ends:
+                return end + 1, min(end + 1 + k, size)
+        return 0, 0
+
     def _extend(self, tokens: np.ndarray, upto: int) -> None:
         """Index the occurrences ending at ``self.ends`` .. ``upto - 1`` (earliest kept)."""
         start = self.ends
