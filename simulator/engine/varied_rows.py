@@ -44,8 +44,9 @@ def next_rows(replica, planned: int, kept: int, took: float) -> int:
 def restart_rows(replica, pace: float) -> int:
     """The rows to plan first, or after an iteration taken one by one, at ``pace`` seconds
     a row (an earlier pass's, or ``busiest_pace``; 0.0: none known): as many as that pace
-    fits before the next arrival and one more, at least ``FIRST_ROWS``.  A pass ends at the first row that
-    finishes a request without planning past it, so only the arrival bounds the waste."""
+    fits before the next arrival and one more, at least ``FIRST_ROWS``.  A pass ends at the
+    first row that finishes a request without planning past it, so only the arrival bounds
+    the rows thrown away."""
     if pace <= 0.0:
         return FIRST_ROWS
     return max(FIRST_ROWS, _fitting(replica, MOST_ROWS, pace))
