@@ -38,10 +38,39 @@ def next_rows(replica, planned: int, kept: int, took: float) -> int:
     (rows planned past the pass's end are work thrown away)."""
     if kept < planned:
         return 0
-    grow = min(2 * planned, MOST_ROWS)
+    return _fitting(replica, min(2 * planned, MOST_ROWS), took / kept)
+
+
+def restart_rows(replica, pace: float) -> int:
+    """The rows to plan first, or after an iteration taken one by one, at ``pace`` seconds
+    a row (an earlier pass's, or ``busiest_pace``; 0.0: none known): as many as that pace
+    fits before the next arrival and one more, at least ``FIRST_ROWS``.  A pass ends at the
+    first row that finishes a request without planning past it, so only the arrival bounds
+    the rows thrown away."""
+    if pace <= 0.0:
+        return FIRST_ROWS
+    return max(FIRST_ROWS, _fitting(replica, MOST_ROWS, pace))
+
+
+def busiest_pace(replica, u_max: int) -> float:
+    """The seconds of an iteration in which every running request verifies its most tokens
+    (``u_max``) at its context now, priced by the replica's closed forms (pure functions;
+    0.0 without them): a pace for a stretch's first pass that a busier iteration than any
+    it runs makes slow, so that ``restart_rows`` plans fewer rows than fit before the next
+    arrival, hardly ever more."""
+    b, forms = replica.b, replica.forms
+    if forms is None or not b.ids.size:
+        return 0.0
+    most = np.full((1, b.ids.size), float(u_max))
+    return float(forms.rows_step_times(most, b.computed.astype(np.float64)[None, :])[0])
+
+
+def _fitting(replica, most: int, pace: float) -> int:
+    """``most`` rows, or fewer: those that ``pace`` fits before the next arrival, and one
+    more."""
     left = replica.arrivals.horizon(replica.index) - replica.now
-    fit = left / (took / kept) if took > 0.0 else float("inf")
-    return grow if fit >= grow else max(1, int(fit) + 1)
+    fit = left / pace if pace > 0.0 else float("inf")
+    return most if fit >= most else max(1, int(fit) + 1)
 
 
 def advance_rows(replica, spec: AheadDraft, steps: int) -> int:

@@ -38,7 +38,7 @@ from simulator.engine.plan import (
     emitted_tokens,
 )
 from simulator.engine.step import NO_FLAGS, NO_IDS, Step, StepRow
-from simulator.engine.varied_rows import FIRST_ROWS, advance_rows, next_rows
+from simulator.engine.varied_rows import advance_rows, busiest_pace, next_rows, restart_rows
 
 _SUM, _ANY = np.add.reduce, np.logical_or.reduce
 
@@ -57,9 +57,13 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
     crosses the next arrival planned and priced where it is one of them (else None: the
     next iteration goes through the general path)."""
     done, u_max = NONE, spec.max_verify_tokens
-    # an AheadDraft's iterations K at a time (varied_rows.py), K growing while a pass
-    # keeps all its rows (``next_rows``); the iteration that stopped a pass one by one
-    ahead, size = (spec, FIRST_ROWS) if isinstance(spec, AheadDraft) else (None, 0)
+    # an AheadDraft's iterations K at a time (varied_rows.py): as many as fit before the
+    # next arrival at the pace of the busiest iteration, of the last pass later, K growing
+    # while a pass keeps all its rows (``next_rows``); the iteration that stopped a pass one
+    # by one
+    ahead = spec if isinstance(spec, AheadDraft) else None
+    pace = busiest_pace(replica, u_max) if ahead is not None else 0.0
+    size = restart_rows(replica, pace) if ahead is not None else 0
     while True:
         b = replica.b
         n = int(b.ids.size)
@@ -70,12 +74,13 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
         start = replica.now
         kept = advance_rows(replica, ahead, size) if size else 0
         if kept:
+            pace = (replica.now - start) / kept
             done, size = ADVANCED, next_rows(replica, size, kept, replica.now - start)
             continue
         step = _iteration(replica, spec)
         if step is not None:
             return ADVANCED, step
-        done, size = ADVANCED, FIRST_ROWS if ahead is not None else 0
+        done, size = ADVANCED, restart_rows(replica, pace) if ahead is not None else 0
 
 
 def _opens(replica, n: int, u_max: int) -> bool:

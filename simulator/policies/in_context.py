@@ -1,6 +1,11 @@
 """The target's next token after a guessed context, for ``lookahead`` and ``jacobi``
-(lookahead.py): copy what followed it last time in the text the request can see."""
+(lookahead.py): copy what followed it last time in the text the request can see.
+``InContextTarget`` keeps the rule's dicts as each request's text grows (jacobi's windows);
+``FollowIndex`` answers it at any visible length from a request's whole text (lookahead's
+lanes, planned ahead and rolled back)."""
 from __future__ import annotations
+
+from bisect import bisect_left
 
 from simulator.policies.token_text import TokenText
 
@@ -81,15 +86,51 @@ class InContextTarget:
         self._follow.pop(rid, None)
         self._seen.pop(rid, None)
 
-    def held(self, rid: int) -> tuple:
-        """What the request's predictions read (to put back by ``put``)."""
-        return self._follow.get(rid), self._seen.get(rid)
 
-    def put(self, rid: int, state: tuple) -> None:
-        """Make ``state`` (``held``'s) the request's."""
-        follow, seen = state
-        for store, value in ((self._follow, follow), (self._seen, seen)):
-            if value is None:
-                store.pop(rid, None)
-            else:
-                store[rid] = value
+class FollowIndex:
+    """``InContextTarget``'s rule (order 2) for one request at any visible length, from its
+    whole text indexed once: the token after the latest occurrence of a pair of tokens (else
+    of the last token; an unseen token repeats) that ends before the visible end.
+
+    The prompt's followers are two dicts (built as ``see`` builds them, the latest occurrence
+    winning); each pair or token that also occurs in the output keeps the sorted positions
+    that follow it there, and the latest below the visible end, where there is one, is later
+    than any in the prompt.  The visible end is an argument, not a state: lookahead's lanes
+    planned ahead and rolled back leave nothing here to copy or undo."""
+
+    def __init__(self, tokens: list[int], prompt: int) -> None:
+        self.tokens = tokens
+        end1, end2 = max(prompt, 1), max(prompt, 2)  # the positions p with 1 (2) before
+        self.ones = dict(zip(tokens[:end1 - 1], tokens[1:end1]))
+        self.twos = dict(zip([a << 32 | b for a, b in zip(tokens[:end2 - 2],
+                                                           tokens[1:end2 - 1])],
+                             tokens[2:end2]))
+        self.later_ones: dict[int, list[int]] = {}
+        self.later_twos: dict[int, list[int]] = {}
+        for p in range(end1, len(tokens)):
+            self.later_ones.setdefault(tokens[p - 1], []).append(p)
+        for p in range(end2, len(tokens)):
+            self.later_twos.setdefault(tokens[p - 2] << 32 | tokens[p - 1], []).append(p)
+
+    def next_tokens(self, visible: int, tails: list[list[int]], pairs: bool) -> list[int]:
+        """The rule's token after each of ``tails`` (each at least one token; its last two
+        read where ``pairs`` and it has two) with the first ``visible`` tokens seen."""
+        tokens, ones, twos = self.tokens, self.ones, self.twos
+        later_ones, later_twos, out = self.later_ones, self.later_twos, []
+        for tail in tails:
+            last, tok = tail[-1], None
+            if pairs and len(tail) >= 2:
+                key = tail[-2] << 32 | last
+                at = later_twos.get(key)
+                if at is not None and at[0] < visible:
+                    tok = tokens[at[bisect_left(at, visible) - 1]]
+                else:
+                    tok = twos.get(key)
+            if tok is None:
+                at = later_ones.get(last)
+                if at is not None and at[0] < visible:
+                    tok = tokens[at[bisect_left(at, visible) - 1]]
+                else:
+                    tok = ones.get(last, last)
+            out.append(tok)
+        return out

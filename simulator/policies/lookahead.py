@@ -40,7 +40,8 @@ from simulator.engine.plan import (
 from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
-from simulator.policies.in_context import OFF_PATH_ORDER, InContextTarget
+from simulator.policies.in_context import OFF_PATH_ORDER, FollowIndex, InContextTarget
+from simulator.policies.lookahead_lanes import LaneState, longest_prefix
 from simulator.policies.token_text import TokenText, require_token_ids
 
 LOOKAHEAD_S_PER_REQUEST = 5e-6  # assumed: a few Python dict updates per request per step
@@ -122,7 +123,7 @@ class JacobiDecoding(PolicyBase, VariedDraft):
         out, text, w = [], self.text, self.w
         for rid, g, k in zip(request_ids.tolist(), generated.tolist(), num_draft.tolist()):
             at = text.prompt_ids[rid].size + g
-            out.append(_prefix(drafts[rid], text.tokens(rid)[at:at + w]) if k else 0)
+            out.append(longest_prefix((drafts[rid],), text.tokens(rid)[at:at + w]) if k else 0)
         return np.array(out, np.int64)
 
     def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
@@ -176,18 +177,15 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
 
     def __init__(self, params: dict, ctx: PolicyContext) -> None:
         self.text = TokenText(*require_token_ids(ctx.workload, self.name))
-        self.target = InContextTarget(self.text)
         self.host = spec_charge(ctx, SpecWork())  # model-free: the verification's work
         self.w = int(params["window_size"])
         self.n = int(params["ngram_size"])
         self.g = int(params["guess_set_size"])
         self.cpu_s = float(params["cpu_time_per_request_s"])
-        self._lanes: dict[int, list[list[int]]] = {}
-        self._pool: dict[int, dict[int, list[tuple]]] = {}
-        # plan_rows' states, moved on copies, until keep_rows: rid -> (the state after
-        # the rows observed, its own), and each row's generated counts
-        self._ahead: dict[int, tuple] = {}
-        self._ahead_at: list[list[int]] = []
+        self._lanes: dict[int, LaneState] = {}
+        # the last plan_rows' requests: each one's state (marked), the generated count
+        # each of its rows starts from, and how many of them it observed
+        self._ahead: list[tuple[LaneState, list[int], int]] = []
 
     @property
     def max_verify_tokens(self) -> int:
@@ -218,24 +216,31 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
                     batch_size, rng):
         """``propose``'s plan on arrays (each request's lanes started from random prompt
         tokens on its first iteration, as ``propose`` draws them)."""
-        n, text, width = request_ids.size, self.text, self.n - 1
+        n, width = request_ids.size, self.n - 1
         drafts: dict[int, list[tuple]] = {}
         counts, lanes_held = [], []
         for rid, g in zip(request_ids.tolist(), generated.tolist()):
-            lanes = self._lanes.get(rid)
-            if lanes is None:
-                prompt = text.prompt_ids[rid]
-                picks = rng.integers(0, prompt.size, self.w)
-                lanes = self._lanes[rid] = [[int(prompt[j])] for j in picks]
-                self._pool[rid] = {}
-            last = text.tokens(rid)[text.prompt_ids[rid].size + g - 1]
-            cands = self._pool[rid].get(last, [])[:self.g]
+            state = self._lanes.get(rid)
+            if state is None:
+                state = self._lanes[rid] = self._start(rid, rng)
+            cands = state.candidates(g)
             drafts[rid] = cands  # (N - 1)-token tuples
             counts.append(len(cands) * width)
-            lanes_held.append(sum(map(len, lanes)))
+            lanes_held.append(state.held())
         num_draft = np.array(counts, np.int64)
         verify = 1 + np.array(lanes_held, np.int64) + num_draft
         return VariedPlan(num_draft, verify, 0.0 + (self.cpu_s * n + self.host(n)), drafts)
+
+    def _start(self, rid: int, rng: np.random.Generator) -> LaneState:
+        """A request's lanes, each one random prompt token, and an empty pool."""
+        prompt = self.text.prompt_ids[rid]
+        picks = rng.integers(0, prompt.size, self.w)
+        return LaneState(FollowIndex(self.text.tokens(rid), int(prompt.size)),
+                         int(prompt.size), [int(prompt[j]) for j in picks], self.n - 1, self.g)
+
+    def lanes(self, rid: int) -> list[list[int]]:
+        """Request ``rid``'s lanes now (each its last N - 1 guesses at most)."""
+        return self._lanes[rid].lanes()
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
         return self._accepted(plan.payload, request_ids, generated, plan.num_draft)
@@ -246,77 +251,44 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
 
     def plan_rows(self, request_ids, generated, output_len, steps):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
-        first that finishes a request, and ``observe_counts`` of all but the last, on a
-        copy of each request's lanes, pool and seen text (``keep_rows`` installs the copy,
-        or replays the kept rows on the request's own state); None while a request has no
-        lanes yet (its first plan draws them)."""
-        ids = request_ids.tolist()
-        if any(rid not in self._lanes for rid in ids):
+        first that finishes a request, each request's rows on its own state (marked first)
+        observed as they are planned, all but its last (``keep_rows`` then keeps the kept
+        ones, or rolls the state back to the mark and replays them); None while a request
+        has no lanes yet (its first plan draws them).  A request's rows depend on its own
+        state alone: they are planned request by request, the nearest its end first, each
+        no further than the first row that finishes one."""
+        states = [self._lanes.get(rid) for rid in request_ids.tolist()]
+        if any(state is None for state in states):
             return None
-        n, gens = len(ids), generated.tolist()
-        real = [self._state(rid) for rid in ids]
-        for rid, state in zip(ids, real):
-            self._put(rid, self._copy(state))
-        drafted, held, accepted = (np.zeros((steps, n), np.int64) for _ in range(3))
-        ends, at = (output_len - generated).tolist(), [gens]
-        text = self.text  # what each row reads: the copies, moved in place
-        reads = [(text.prompt_ids[rid].size, text.tokens(rid), self._pool[rid],
-                  self._lanes[rid]) for rid in ids]
-        for j in range(steps):
-            self._plan_row(reads, at[-1], (drafted[j], held[j], accepted[j]))
-            moved = [g + a + 1 for g, a in zip(at[-1], accepted[j].tolist())]
-            if j == steps - 1 or any(m - g0 >= e for m, g0, e in zip(moved, gens, ends)):
-                steps = j + 1  # the last row: observed by keep_rows where it is kept
-                break
-            for rid, g in zip(ids, at[-1]):  # observe: the lanes step (verify > 1 always)
-                self.target.see(rid, g)
-                self._step_lanes(rid)
-            at.append(moved)
-        self._ahead = {rid: (self._state(rid), state) for rid, state in zip(ids, real)}
-        self._ahead_at = at  # each row's generated counts
-        for rid, state in zip(ids, real):
-            self._put(rid, state)
+        gens, ends = generated.tolist(), output_len.tolist()
+        planned = [None] * len(states)
+        for i in sorted(range(len(states)), key=lambda i: ends[i] - gens[i]):
+            states[i].mark()
+            planned[i] = states[i].plan(gens[i], steps, ends[i])
+            steps = min(steps, len(planned[i][0]))
+        self._ahead = [(state, at, len(rows) - 1)
+                       for state, (rows, at) in zip(states, planned)]
+        # (draft tokens, lookahead tokens, accepted) x rows x requests, each (rows x requests)
+        # C-ordered as the engine's arrays are (its float sums follow the memory order)
+        table = np.array([rows[:steps] for rows, _ in planned], np.int64).transpose(2, 1, 0) \
+            .copy()
+        n = len(states)
         seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
-        return VariedRows(drafted[:steps], 1 + held[:steps] + drafted[:steps],
-                          accepted[:steps], seconds)
-
-    def _plan_row(self, reads: list, gens: list, out: tuple) -> None:
-        """One row of ``plan_rows``: ``plan_counts``'s and ``draw_counts``' per request
-        (``reads``: its prompt's size, its tokens, its pool and its lanes)."""
-        width, most = self.n - 1, self.g
-        for i, ((prompt, tokens, pool, lanes), g) in enumerate(zip(reads, gens)):
-            cands = pool.get(tokens[prompt + g - 1], [])[:most]
-            truth = tokens[prompt + g:prompt + g + width]
-            out[0][i] = len(cands) * width
-            out[1][i] = sum(map(len, lanes))
-            out[2][i] = max([_prefix(c, truth) for c in cands]) if cands else 0
+        return VariedRows(table[0], 1 + table[1] + table[0], table[2], seconds)
 
     def keep_rows(self, kept):
-        """The state after ``kept`` rows: the copy (which observed all rows but the last),
-        with the last row observed where it is kept; else the kept rows replayed on the
-        request's own state."""
-        ahead, at = self._ahead, self._ahead_at
-        self._ahead, self._ahead_at = {}, []
-        copied = kept >= len(at) - 1
-        for i, (rid, (state, real)) in enumerate(ahead.items() if kept else ()):
-            if copied:
-                self._put(rid, state)
-            for gens in at[len(at) - 1 if copied else 0:kept]:
-                self.target.see(rid, gens[i])
-                self._step_lanes(rid)
-
-    def _state(self, rid: int) -> tuple:
-        return self._lanes[rid], self._pool[rid], self.target.held(rid)
-
-    def _copy(self, state: tuple) -> tuple:
-        lanes, pool, target = state
-        follow, seen = target
-        return ([lane[:] for lane in lanes], {t: grams[:] for t, grams in pool.items()},
-                (None if follow is None else [d.copy() for d in follow], seen))
-
-    def _put(self, rid: int, state: tuple) -> None:
-        self._lanes[rid], self._pool[rid], target = state
-        self.target.put(rid, target)
+        """Each request's state after ``kept`` rows: as plan_rows left it, stepped on to
+        ``kept`` rows where it stopped short of them; else rolled back to the mark and the
+        kept rows replayed."""
+        ahead, self._ahead = self._ahead, []
+        for state, gens, stepped in ahead:
+            if stepped > kept:
+                state.roll_back()
+                stepped = 0
+            else:
+                state.keep()
+            for g in gens[stepped:kept]:
+                state.step(g)
 
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
                   num_draft: np.ndarray) -> np.ndarray:
@@ -326,7 +298,7 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
             if k:
                 at = text.prompt_ids[rid].size + g  # the target's next tokens, up to N - 1
                 truth = text.tokens(rid)[at:at + width]
-                out.append(max([_prefix(c, truth) for c in drafts[rid]]))
+                out.append(longest_prefix(drafts[rid], truth))
             else:
                 out.append(0)
         return np.array(out, np.int64)
@@ -339,38 +311,9 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         for rid, g, d, v in zip(request_ids.tolist(), generated.tolist(), done.tolist(),
                                 verify_tokens.tolist()):
             if d:
-                for store in (self._lanes, self._pool):
-                    store.pop(rid, None)
-                self.target.forget(rid)
+                self._lanes.pop(rid, None)
                 self.text.forget(rid)
                 continue
-            if v <= 1 or rid not in self._lanes:
-                continue  # trimmed or switched off: no lookahead branch ran
-            self.target.see(rid, g)
-            self._step_lanes(rid)
-
-    def _step_lanes(self, rid: int) -> None:
-        """Each lane of ``rid`` gets its next guess; a full lane's n-gram enters the pool."""
-        pool, lanes, full, g = self._pool[rid], self._lanes[rid], self.n - 1, self.g
-        # the pool is not read while the lanes step: every lane's guess first
-        for lane, token in zip(lanes, self.target.predict_each(rid, lanes)):
-            if len(lane) == full:
-                entries = pool.setdefault(lane[0], [])
-                gram = (*lane[1:], token)
-                if gram in entries:
-                    entries.remove(gram)
-                entries.insert(0, gram)      # most recent first
-                del entries[g:]
-                del lane[0]
-            lane.append(token)
-
-
-def _prefix(draft: tuple, truth: list) -> int:
-    """``matched_prefix`` of a pooled candidate (a tuple) against the target's next tokens
-    (a list): the leading tokens they share."""
-    n = 0
-    for a, b in zip(draft, truth):
-        if a != b:
-            break
-        n += 1
-    return n
+            state = self._lanes.get(rid)
+            if v > 1 and state is not None:  # else trimmed or switched off: no lookahead ran
+                state.step(g)

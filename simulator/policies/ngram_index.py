@@ -29,10 +29,17 @@ class NgramIndex:
 
     __slots__ = ("min_n", "max_n", "first", "ends")
 
-    def __init__(self, min_n: int, max_n: int) -> None:
+    def __init__(self, min_n: int, max_n: int, text: np.ndarray | None = None) -> None:
+        """An empty index, or one of the whole of ``text`` at once (by the bulk pass) where
+        every text it is asked about is a prefix of it: an earliest end is where it is
+        however much of the text follows, and one at or past a lookup's last token
+        answers as an n-gram not yet seen."""
         self.min_n, self.max_n = min_n, max_n
         self.first: dict[tuple, int] = {}  # n-gram -> the end of its earliest occurrence
         self.ends = 0  # the occurrences ending before this position are indexed
+        if text is not None and text.size:
+            _index_run(text.tolist(), 0, 0, min_n, max_n, self.first)
+            self.ends = int(text.size)
 
     def lookup(self, tokens: np.ndarray, k: int) -> np.ndarray:
         """``ngram_lookup(tokens, min_n, max_n, k)``, where ``tokens`` is a prefix of one
@@ -50,6 +57,20 @@ class NgramIndex:
             if end < ends:
                 return tokens[end + 1:end + 1 + k]
         return tokens[:0]
+
+    def span(self, tokens: list[int], size: int, k: int) -> tuple[int, int]:
+        """Where ``lookup(tokens[:size], k)``'s draft lies in ``tokens`` (a list), as
+        (start, stop), empty where it is: for an index built on the whole of ``tokens``
+        (``text``), read without numpy's per-call layers (``plan_rows``' many lookups)."""
+        if k <= 0 or size < self.min_n + 1:
+            return 0, 0
+        longest = min(self.max_n, size - 1)
+        tail, first, ends = tuple(tokens[size - longest:size]), self.first, size - 1
+        for n in range(longest, self.min_n - 1, -1):
+            end = first.get(tail[longest - n:], ends)
+            if end < ends:
+                return end + 1, min(end + 1 + k, size)
+        return 0, 0
 
     def _extend(self, tokens: np.ndarray, upto: int) -> None:
         """Index the occurrences ending at ``self.ends`` .. ``upto - 1`` (earliest kept)."""

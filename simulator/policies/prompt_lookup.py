@@ -165,7 +165,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
                 looked += 1
                 grams = index.get(rid)
                 if grams is None:
-                    grams = index[rid] = NgramIndex(self.min_n, self.max_n)
+                    grams = index[rid] = NgramIndex(self.min_n, self.max_n, text.full(rid))
                 drafts[rid] = grams.lookup(text.known(rid, g), cap)
             else:
                 drafts[rid] = text.full(rid)[:0]
@@ -198,28 +198,41 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
 
     def plan_rows(self, request_ids, generated, output_len, steps):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
-        first that finishes a request: each request's lookups at the text it reaches (its
-        index extended ahead: ngram_index.py ignores what lies past a shorter text)."""
-        n, text, index, k = request_ids.size, self.text, self._index, self.k
-        ids, gens = request_ids.tolist(), generated.tolist()
-        grams = [index.get(rid) or index.setdefault(rid, NgramIndex(self.min_n, self.max_n))
-                 for rid in ids]
-        drafted, accepted = np.zeros((steps, n), np.int64), np.zeros((steps, n), np.int64)
-        outs, rows = output_len.tolist(), steps
-        for j in range(steps):
-            for i, (rid, g) in enumerate(zip(ids, gens)):
-                draft = grams[i].lookup(text.known(rid, g), k)
-                m = int(draft.size)
-                drafted[j, i] = m
-                accepted[j, i] = a = matched_prefix(draft, text.upcoming(rid, g, m)) if m else 0
+        first that finishes a request: each request's lookup at the text it reaches, in its
+        whole text's index (an earliest end past the text reached answers as unseen), the
+        draft compared with the text that follows on Python lists."""
+        text, index, k = self.text, self._index, self.k
+        ids, gens, outs = request_ids.tolist(), generated.tolist(), output_len.tolist()
+        reads = []  # each request's index, its tokens (a list) and its prompt's size
+        for rid in ids:
+            grams = index.get(rid)
+            if grams is None:
+                grams = index[rid] = NgramIndex(self.min_n, self.max_n, text.full(rid))
+            reads.append((grams, text.tokens(rid), text.prompt_ids[rid].size))
+        drafted, accepted = [], []
+        for _ in range(steps):
+            row_k, row_a = [], []
+            for i, ((grams, tokens, prompt), g) in enumerate(zip(reads, gens)):
+                at = prompt + g  # the text reached; the target's next tokens from there
+                start, stop = grams.span(tokens, at, k)
+                a = 0
+                while start + a < stop and at + a < len(tokens) and \
+                        tokens[start + a] == tokens[at + a]:
+                    a += 1
+                row_k.append(stop - start)
+                row_a.append(a)
                 gens[i] = g + a + 1
+            drafted.append(row_k)
+            accepted.append(row_a)
             if any(g >= out for g, out in zip(gens, outs)):  # the last row that can be kept
-                rows = j + 1
                 break
         # the CPU seconds as ``lookup`` adds them: every request looked, these found a draft
-        found = np.count_nonzero(drafted[:rows], axis=1).tolist()
-        seconds = np.array([0.0 + (n * self.cpu_s + self.host(f)) for f in found])
-        return VariedRows(drafted[:rows], drafted[:rows] + 1, accepted[:rows], seconds)
+        n = len(ids)
+        seconds = np.array([0.0 + (n * self.cpu_s + self.host(len(row) - row.count(0)))
+                            for row in drafted])
+        drafted_rows = np.array(drafted, np.int64)
+        return VariedRows(drafted_rows, drafted_rows + 1, np.array(accepted, np.int64),
+                          seconds)
 
     def keep_rows(self, kept):
         """Nothing to move: observe forgets finished requests only, and the index's

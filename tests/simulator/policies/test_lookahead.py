@@ -7,7 +7,9 @@ import pytest
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import PolicyContext
+from simulator.policies.in_context import FollowIndex
 from simulator.policies.lookahead import InContextTarget, JacobiDecoding, LookaheadDecoding
+from simulator.policies.lookahead_lanes import LaneState
 from simulator.policies.token_text import TokenText
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
@@ -63,6 +65,47 @@ def test_off_path_rule_matches_its_definition_as_the_text_grows():
             generated += int(rng.integers(1, 12))
 
 
+def test_follow_index_matches_the_rule_at_every_visible_length():
+    """lookahead's whole-text index read at a visible length: the rule's definition on the
+    visible text (order 2; without pairs, order 1), for every length from the prompt on."""
+    rng = np.random.default_rng(5)
+    for size in (0, 1, 2, 30):
+        prompt, output = rng.integers(0, 4, size), rng.integers(0, 4, 40)
+        tokens = np.concatenate((prompt, output)).tolist()
+        index = FollowIndex(tokens, size)
+        for visible in range(size, len(tokens) + 1):
+            tails = [rng.integers(0, 5, int(rng.integers(1, 4))).tolist() for _ in range(6)]
+            for pairs, order in ((True, 2), (False, 1)):
+                assert index.next_tokens(visible, tails, pairs) == [
+                    _latest_follower(tokens[:visible], t, order) for t in tails]
+
+
+def test_lanes_rolled_back_and_replayed_are_the_lanes_stepped_once():
+    """A request's lanes and pool stepped k times, against the same stepped further from a
+    mark, rolled back and stepped k times again (plan_rows' rows not kept): the same lanes,
+    the same pool."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        prompt, output = rng.integers(0, 5, 20), rng.integers(0, 5, 60)
+        tokens = np.concatenate((prompt, output)).tolist()
+        width, starts = int(rng.integers(1, 4)), rng.integers(0, 5, 4).tolist()
+        gens = np.cumsum(rng.integers(1, 3, 30)).tolist()
+        direct, again = (LaneState(FollowIndex(tokens, 20), 20, starts, width, 2)
+                         for _ in range(2))
+        first, k, more = int(rng.integers(0, 10)), int(rng.integers(0, 10)), 10
+        for g in gens[:first]:
+            direct.step(g)
+            again.step(g)
+        again.mark()
+        for g in gens[first:first + k + more]:
+            again.step(g)
+        again.roll_back()
+        for g in gens[first:first + k]:
+            direct.step(g)
+            again.step(g)
+        assert again.lanes() == direct.lanes() and again.pool == direct.pool
+
+
 def _batch(generated, output_len, prompt_len):
     n = len(generated)
     return BatchView(request_ids=np.arange(n), context=np.asarray(prompt_len) + generated,
@@ -82,7 +125,7 @@ def test_lookahead_prices_both_branches_in_one_forward():
     for step in range(8):
         batch = _batch([generated], [output.size], [prompt.size])
         plan = pol.propose(batch, rng)
-        lanes = sum(len(lane) for lane in pol._lanes[0])
+        lanes = sum(len(lane) for lane in pol.lanes(0))
         cands = plan.num_draft[0] // (n - 1)
         assert cands <= g
         assert plan.verify_tokens[0] == 1 + lanes + plan.num_draft[0]

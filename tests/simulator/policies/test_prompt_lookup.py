@@ -145,6 +145,24 @@ def test_an_index_grown_ahead_answers_for_the_shorter_text():
                                                                          hi, 4)
 
 
+def test_an_index_of_the_whole_text_answers_for_every_prefix():
+    """The policy's index, built on a request's whole text (prompt and output) at once:
+    every prefix the request reaches is answered by the definition on that prefix, as an
+    array (``lookup``) and as a span of the text (``span``)."""
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        text = rng.integers(0, int(rng.integers(2, 5)), size=int(rng.integers(0, 80)))
+        lo = int(rng.integers(1, 3))
+        hi = int(rng.integers(lo, 6))
+        index, tokens = NgramIndex(lo, hi, text), text.tolist()
+        for size in range(text.size + 1):
+            k = int(rng.integers(0, 6))
+            want = naive_lookup(text[:size], lo, hi, k) if k > 0 else []
+            assert index.lookup(text[:size], k).tolist() == want
+            start, stop = index.span(tokens, size, k)  # plan_rows' form of it
+            assert tokens[start:stop] == want
+
+
 def test_a_workload_without_token_ids_is_refused():
     sc = load_scenario(None, ["policy=prompt_lookup", "draft=null", "workload.max_requests=3"])
     with pytest.raises(SpecsimError) as err:

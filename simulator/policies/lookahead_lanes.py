@@ -1,0 +1,161 @@
+"""One request's lookahead state (lookahead.py): its W Jacobi lanes and its n-gram pool, moved
+one iteration at a time, and marked, then kept or rolled back, when iterations are planned
+ahead (``plan_rows``).
+
+Each lane is kept as the history of its guesses (it only grows): the lane itself is its last
+N - 1 entries, so rolling the lanes back is cutting the histories at the mark.  The pool is
+rolled back from copies of the entries that the planned iterations changed, each taken when
+first changed.  The in-context target reads the request's text through a ``FollowIndex`` at
+the visible length of each iteration: nothing of it moves.  Rolling back and replaying the
+kept iterations gives the state those iterations would have given one by one, the same
+tokens in the same order.  Lanes that come to hold the same guesses are kept as one
+(``_merge``): they would guess alike and hand the pool the same n-grams from then on.
+"""
+from __future__ import annotations
+
+from simulator.policies.in_context import FollowIndex
+
+COMPACT_AFTER = 64  # guesses a lane's history holds before a mark trims it to the lane
+
+
+class LaneState:
+    """A request's lanes, pool and text: what lookahead plans and observes for it."""
+
+    __slots__ = ("index", "prompt", "hist", "copies", "lanes_n", "pool", "width", "most",
+                 "_saved", "_mark")
+
+    def __init__(self, index: FollowIndex, prompt: int, starts: list[int], width: int,
+                 most: int) -> None:
+        self.index = index            # the request's text (prompt + output) and its rule
+        self.prompt = prompt          # the prompt's tokens
+        # each distinct lane's guesses, oldest first, and how many lanes it stands for
+        self.hist, self.copies, self.lanes_n = [[t] for t in starts], [1] * len(starts), \
+            len(starts)
+        self.pool: dict[int, list[tuple]] = {}  # first token -> grams, most recent first
+        self.width = width            # N - 1: a full lane's guesses, a gram's tokens
+        self.most = most              # G: grams kept (and verified) per first token
+        self._saved: dict | None = None  # first token -> its grams at the mark (None: none)
+        self._mark: tuple = ()
+
+    def lanes(self) -> list[list[int]]:
+        """Each lane's guesses now (at most N - 1, oldest first; merged lanes repeated)."""
+        return [h[-self.width:] for h, c in zip(self.hist, self.copies) for _ in range(c)]
+
+    def held(self) -> int:
+        """The lookahead branch's tokens: every lane holds as many (they grow together;
+        ``row`` counts them so)."""
+        return self.lanes_n * min(len(self.hist[0]), self.width)
+
+    def candidates(self, generated: int) -> list[tuple]:
+        """The pooled grams after the last visible token (a copy, at most G)."""
+        tokens = self.index.tokens
+        return self.pool.get(tokens[self.prompt + generated - 1], [])[:self.most]
+
+    def plan(self, generated: int, steps: int, end: int) -> tuple[list, list]:
+        """Up to ``steps`` iterations from ``generated``, each stepped after it but the last,
+        which is the first that reaches ``end`` tokens (or the ``steps``-th): each one's
+        (draft tokens, lookahead tokens, accepted drafts: the longest verified prefix among
+        the candidates), and the generated count it starts from."""
+        tokens, prompt, pool, width = self.index.tokens, self.prompt, self.pool, self.width
+        rows, gens, g, last = [], [], generated, steps - 1
+        for j in range(steps):
+            at = prompt + g
+            cands = pool.get(tokens[at - 1])
+            held = self.lanes_n * min(len(self.hist[0]), width)
+            if cands:
+                accepted = longest_prefix(cands, tokens[at:at + width])
+                rows.append((len(cands) * width, held, accepted))
+            else:
+                accepted = 0
+                rows.append((0, held, 0))
+            gens.append(g)
+            moved = g + accepted + 1
+            if moved >= end or j == last:
+                break
+            self.step(g)
+            g = moved
+        return rows, gens
+
+    def step(self, generated: int) -> None:
+        """Each lane gets its next guess (the rule applied to its own guesses, with the text
+        up to ``generated`` visible); a full lane's n-gram enters the pool first."""
+        hist, pool, width, most, saved = self.hist, self.pool, self.width, self.most, \
+            self._saved
+        # the pool is not read while the lanes step: every lane's guess first
+        guesses = self.index.next_tokens(self.prompt + generated, hist, width >= 2)
+        if len(hist[0]) < width:  # the lanes were not full: they only grow
+            for h, token in zip(hist, guesses):
+                h.append(token)
+            return
+        grams = []  # each lane's guesses now (its n-gram but the first)
+        for h, token in zip(hist, guesses):
+            h.append(token)
+            key, gram = h[-width - 1], tuple(h[-width:])  # its n-gram: the lane, then token
+            grams.append(gram)
+            entries = pool.get(key)
+            if entries is None:
+                if saved is not None and key not in saved:
+                    saved[key] = None
+                pool[key] = [gram]
+            elif entries[0] != gram:  # at the front already: moving it changes nothing
+                if saved is not None and key not in saved:
+                    saved[key] = entries[:]
+                if gram in entries:
+                    entries.remove(gram)
+                entries.insert(0, gram)          # most recent first
+                del entries[most:]
+        if len(grams) > 1 and len(set(grams)) < len(grams):
+            self._merge(grams)
+
+    def _merge(self, grams: list[tuple]) -> None:
+        """Lanes that hold the same guesses (``grams``: each lane's now) become one: from
+        here on they guess the same tokens and hand the pool the same n-grams, and of a
+        step's equal n-grams the last decides where it stands (each moves to the front), so
+        the later lane stands for both."""
+        where = {gram: i for i, gram in enumerate(grams)}  # the last lane of each
+        copies = [0] * len(grams)
+        for gram, c in zip(grams, self.copies):
+            copies[where[gram]] += c
+        keep = sorted(where.values())
+        self.hist, self.copies = [self.hist[i] for i in keep], [copies[i] for i in keep]
+
+    def mark(self) -> None:
+        """Remember the state now: ``steps`` after it are kept or rolled back."""
+        if len(self.hist[0]) > COMPACT_AFTER:
+            for h in self.hist:
+                del h[:-self.width]
+        self._saved, self._mark = {}, (len(self.hist[0]), self.hist, self.copies)
+
+    def keep(self) -> None:
+        """The steps since ``mark`` stand."""
+        self._saved = None
+
+    def roll_back(self) -> None:
+        """The state at ``mark``, as if the steps since were never taken."""
+        size, self.hist, self.copies = self._mark
+        for h in self.hist:
+            del h[size:]
+        pool = self.pool
+        for key, entries in (self._saved or {}).items():
+            if entries is None:
+                del pool[key]
+            else:
+                pool[key] = entries
+        self._saved = None
+
+
+def longest_prefix(cands: list[tuple], truth: list[int]) -> int:
+    """The most leading tokens that one of ``cands`` shares with ``truth`` (greedy
+    verification of each candidate, the longest kept)."""
+    best, size = 0, len(truth)
+    for cand in cands:
+        n = 0
+        for a, b in zip(cand, truth):
+            if a != b:
+                break
+            n += 1
+        if n > best:
+            best = n
+            if n == size:
+                break
+    return best
