@@ -59,7 +59,7 @@ from simulator.engine.step import STEP_FIELDS
 _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 _FEW = 64
-_AHEAD = 2  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
+_AHEAD = 4  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
 
 
 def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
