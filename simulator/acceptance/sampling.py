@@ -170,7 +170,8 @@ class TreeWalk:
 
     Up to 8 requests walk on Python numbers, each tree row's children kept as (rank, P,
     next row) for the children a uniform in [0, 1) can accept (P > 0: the others are never
-    taken, nor is a child of P NaN); one request walks without lists of requests."""
+    taken, nor is a child of P NaN); one request walks without lists of requests.  A
+    stretch's walks take uniforms drawn ahead instead (``ahead``: no call a level)."""
 
     def __init__(self, tree: TokenTree, cond: np.ndarray) -> None:
         table = tree.child_table
