@@ -5,6 +5,8 @@ requests and draws all its uniforms in one ``rng.random`` call.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from simulator.inputs.errors import SpecsimError
@@ -168,7 +170,8 @@ class TreeWalk:
 
     Up to 8 requests walk on Python numbers, each tree row's children kept as (rank, P,
     next row) for the children a uniform in [0, 1) can accept (P > 0: the others are never
-    taken, nor is a child of P NaN); one request walks without lists of requests."""
+    taken, nor is a child of P NaN); one request walks without lists of requests.  A
+    stretch's walks take uniforms drawn ahead instead (``ahead``: no call a level)."""
 
     def __init__(self, tree: TokenTree, cond: np.ndarray) -> None:
         table = tree.child_table
@@ -186,6 +189,38 @@ class TreeWalk:
         if batch <= _FEW:
             return self._few(rng, batch)
         return _walk_rows(self._table, self._by_row, None, rng, self._depth, batch)
+
+    def most(self, batch: int) -> int:
+        """The most uniforms a walk of ``batch`` requests takes: a block a level."""
+        return self._depth * batch * self._width
+
+    def ahead(self, batch: int) -> Callable[[list, int], tuple[np.ndarray, int]]:
+        """The walk of ``batch`` requests from uniforms drawn ahead: ``walk(draws, at)``,
+        where the walk's ``rng.random`` calls would return ``draws[at], draws[at + 1], ...``
+        in order (at least ``most(batch)`` of them there), gives the accepted lengths and
+        how many uniforms the walk takes (its levels' blocks).  Request by request: one
+        request's path reads its own cells of each level's block, whoever else walks; the
+        walk draws a level more than its deepest path, up to the depth (the level where no
+        request accepted ends it)."""
+        steps, depth, width = self._steps, self._depth, self._width
+        stride = batch * width
+
+        def walk(draws: list, at: int) -> tuple[np.ndarray, int]:
+            out, deepest = [], 0
+            for pos in range(at, at + stride, width):
+                row = n = 0
+                while n < depth:
+                    for i, p, after in steps[row]:
+                        if draws[pos + i] < p:
+                            row, n, pos = after, n + 1, pos + stride
+                            break
+                    else:  # no child accepted: this request's path ends
+                        break
+                out.append(n)
+                if n > deepest:
+                    deepest = n
+            return np.array(out, np.int64), stride * min(deepest + 1, depth)
+        return walk
 
     def _one(self, rng: np.random.Generator) -> np.ndarray:
         steps, width, random = self._steps, self._width, rng.random

@@ -51,6 +51,7 @@ from simulator.engine.chain_stretch import (
     chain_prices,
     move_on,
 )
+from simulator.engine.draw_ahead import DrawAhead
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch
 from simulator.engine.step import STEP_FIELDS
@@ -58,6 +59,7 @@ from simulator.engine.step import STEP_FIELDS
 _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 _FEW = 64
+_AHEAD = 4  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
 
 
 def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
@@ -94,11 +96,11 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     base, seq_max = opened
     b = replica.b
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
-    u, c0, ids, rng, accepted = g + 1, b.computed, b.ids, replica.rng, spec.accepted
-    forms = _forms(replica, spec, n)
+    u, c0, ids, rng = g + 1, b.computed, b.ids, replica.rng
+    forms = _forms(replica, spec, n, k_max)
     if forms is None:
         return _pass(replica, spec, k_max, opened)
-    draft, verify, price, draw = forms
+    draft, verify, price, draw, ahead = forms
     last = None if price is None else spec.carried.reread_tokens(ids)
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
@@ -118,12 +120,7 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
         # priced before the draws (propose, then accept); the contexts once, where needed
         ctx = None if draft is not None else c0 + got
         d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)
-        if draw is not None:
-            emit = draw(rng)
-        elif spec.carried is None:
-            emit = accepted(rng.random(n), ids)
-        else:
-            emit = spec.carried.draw_accepted(rng, ids, c0 + got if ctx is None else ctx)
+        emit = draw(rng, got, ctx)
         end = clock + (d + v)
         emit += 1
         last = emit
@@ -139,6 +136,8 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
         if s - s0 >= fewest and _ANY(got >= left):
             retired = True
             break
+    if ahead is not None:  # the generator where this pass's iterations leave it
+        ahead.settle()
     if emits:
         _commit_rows(replica, spec, emits, gots, rows, clock, base, retired)
     if cross:
@@ -148,22 +147,35 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     return (RETIRED if retired else _FULL if len(emits) == k_max else ADVANCED), None
 
 
-def _forms(replica, spec: ChainStretch, n: int):
-    """(draft, verify, price, draw) of ``_short``'s iterations of ``n`` requests: the
-    draft's and the target's seconds as functions of the context sum where both have one
-    (``chain_prices``; a carried draft's ``sum_draft_s``), else ``price(s, ctx, last)``
-    (``_carried_prices``) with the other two None; ``draw(rng)`` a carried draft's
-    ``batch_draws`` or None.  None where an uncarried chain has no scalar prices."""
-    carried = spec.carried
+def _forms(replica, spec: ChainStretch, n: int, k_max: int):
+    """(draft, verify, price, draw, ahead) of ``_short``'s iterations of ``n`` requests:
+    the draft's and the target's seconds as functions of the context sum where both have
+    one (``chain_prices``; a carried draft's ``sum_draft_s``), else ``price(s, ctx, last)``
+    (``_carried_prices``) with the other two None; ``draw(rng, got, ctx)`` an iteration's
+    acceptances (a carried draft's ``BatchDraws``, through ``ahead``, a ``DrawAhead`` that
+    ``_short`` settles, where it takes uniforms drawn ahead).  None where an uncarried chain
+    has no scalar prices."""
+    carried, ids, c0 = spec.carried, replica.b.ids, replica.b.computed
     if carried is None:
         prices = chain_prices(replica, spec, n)
-        return None if prices is None else (*prices, None, None)
-    draw, by_sum = carried.batch_draws(n), carried.sum_draft_s(n)
+        accepted = spec.accepted
+        return None if prices is None else \
+            (*prices, None, lambda rng, got, ctx: accepted(rng.random(n), ids), None)
+    batch, by_sum, ahead = carried.batch_draws(n), carried.sum_draft_s(n), None
+    if batch is None:
+        draw = lambda rng, got, ctx: carried.draw_accepted(
+            rng, ids, c0 + got if ctx is None else ctx)
+    elif batch.ahead is None:
+        draw = lambda rng, got, ctx: batch.draw(rng)
+    else:  # a chunk of about _AHEAD iterations' most at a time
+        ahead = DrawAhead(replica.rng, batch.most, batch.most * min(k_max, _AHEAD))
+        walk = batch.ahead
+        draw = lambda rng, got, ctx: ahead.take(walk)
     prices = None if by_sum is None else chain_prices(replica, spec, n)
     if prices is not None:  # priced from the sum _short keeps, bitwise propose's
-        return by_sum, prices[1], None, draw
+        return by_sum, prices[1], None, draw, ahead
     # priced from the contexts and the last acceptances
-    return None, None, _carried_prices(replica, spec, n), draw
+    return None, None, _carried_prices(replica, spec, n), draw, ahead
 
 
 def _carried_prices(replica, spec: ChainStretch, n: int):

@@ -55,6 +55,20 @@ def emitted_tokens(accepted: np.ndarray, generated: np.ndarray,
     return np.minimum(accepted + 1, output_len - generated)
 
 
+class BatchDraws(NamedTuple):
+    """``CarriedDraft.draw_accepted`` of ``n`` requests where it depends on the batch size
+    alone (a tree walk the same for every request), declared by ``batch_draws``."""
+
+    # draw(rng): the same draws in the same order and the same array
+    draw: Callable[[np.random.Generator], np.ndarray]
+    # the most uniforms (``rng.random``'s doubles) one iteration's draw takes, and
+    # ahead(draws, at): (the same array, how many uniforms it took) from uniforms drawn
+    # ahead, where its ``rng.random`` calls would return draws[at], draws[at + 1], ... in
+    # order (a list holding at least ``most`` from ``at``); None: only ``draw``
+    most: int = 0
+    ahead: Callable[[list, int], tuple[np.ndarray, int]] | None = None
+
+
 class CarriedDraft(ABC):
     """A proposer whose every request drafts the same count (a chain, or a tree's nodes)
     and whose price may also depend on what each request accepted last iteration (EAGLE's
@@ -103,10 +117,12 @@ class CarriedDraft(ABC):
         contexts.  None (the default): from the contexts."""
         return None
 
-    def batch_draws(self, n: int) -> Callable[[np.random.Generator], np.ndarray] | None:
+    def batch_draws(self, n: int) -> BatchDraws | None:
         """Where ``draw_accepted`` of ``n`` requests depends on the batch size alone (a
-        tree walk the same for every request): ``draw(rng)``, the same draws in the same
-        order and the same array.  None (the default): ``draw_accepted`` is called."""
+        tree walk the same for every request) and ``iteration_draft_s`` draws nothing:
+        ``BatchDraws``, with which the engine may draw several iterations' uniforms in one
+        call and give back the ones not taken (chain_short.py).  None (the default):
+        ``draw_accepted`` is called."""
         return None
 
     def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,

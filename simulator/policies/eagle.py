@@ -27,6 +27,7 @@ import numpy as np
 
 from simulator.cost.drafting import OperatorPrices, forward_tokens
 from simulator.cost.few_step import few_step_time
+from simulator.engine.plan import BatchDraws
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
 from simulator.models.spec import attached_model
@@ -157,10 +158,9 @@ class Eagle2Speculation(_EagleDraft):
         t = few_step_time(self._first, first, start, float(_SUM(logits)))
         return None if t is None else (t, np.float64(sum(first)))
 
-    def batch_draws(self, n: int):
+    def batch_draws(self, n: int) -> BatchDraws | None:
         """``draw_accepted``'s walk where it takes one, bound to the batch size."""
-        walk = self.acceptance.tree_walk(self.tree)
-        return None if walk is None else lambda rng: walk(rng, n)
+        return self.acceptance.batch_draws(self.tree, n)
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:

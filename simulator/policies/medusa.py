@@ -31,7 +31,13 @@ from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
 from simulator.cost.drafting import OperatorPrices
 from simulator.cost.spec_host import SpecWork, tree_rows
-from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
+from simulator.engine.plan import (
+    BatchDraws,
+    BatchView,
+    CarriedDraft,
+    ChainStretch,
+    DraftPlan,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import ModelSpec, attached_model
@@ -195,11 +201,10 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
         got = self.iteration_draft_s(np.empty(0), np.empty(n), np.empty(0), None)
         return lambda s: got
 
-    def batch_draws(self, n: int):
+    def batch_draws(self, n: int) -> BatchDraws | None:
         """The acceptance's walk where ``draw_accepted`` takes it (no head conditionals of
         the policy's own)."""
-        walk = self.acceptance.tree_walk(self.tree) if self._cond is None else None
-        return None if walk is None else lambda rng: walk(rng, n)
+        return self.acceptance.batch_draws(self.tree, n) if self._cond is None else None
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:

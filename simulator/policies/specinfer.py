@@ -47,7 +47,13 @@ from simulator.cost.drafting import (
     sharded_time,
 )
 from simulator.cost.spec_host import SpecWork, tree_rows
-from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan
+from simulator.engine.plan import (
+    BatchDraws,
+    BatchView,
+    CarriedDraft,
+    ChainStretch,
+    DraftPlan,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
 from simulator.models.spec import check_shared_vocabulary, load_model
@@ -261,9 +267,8 @@ class SpecInferSpeculation(PolicyBase, CarriedDraft):
         form, host = self._sums.get(n), self.host(n)
         return None if form is None else (lambda s: form(float(s)) + host)
 
-    def batch_draws(self, n: int):
-        walk = self.acceptance.tree_walk(self.tree)
-        return None if walk is None else lambda rng: walk(rng, n)
+    def batch_draws(self, n: int) -> BatchDraws | None:
+        return self.acceptance.batch_draws(self.tree, n)
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:

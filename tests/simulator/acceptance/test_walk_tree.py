@@ -6,7 +6,7 @@ below as it stood before."""
 import numpy as np
 import pytest
 
-from simulator.acceptance.sampling import walk_tree
+from simulator.acceptance.sampling import TreeWalk, walk_tree
 from simulator.acceptance.sequoia import SequoiaAcceptance
 from simulator.acceptance.tree_topk import TopKCoverageAcceptance
 from simulator.policies.tree_acceptance import PolicyAcceptance
@@ -85,3 +85,32 @@ def test_models_and_policies_walk_their_conditionals_with_the_same_draws(model, 
     assert policy.tree_walk(tree) is policy.tree_walk(tree)
     assert PolicyAcceptance(model, "scenario", bound=False).tree_walk(tree) is None
     assert policy.tree_walk(TREES[0]) is None  # a chain is drawn as a chain
+
+
+# a tree whose paths end at different depths (leaves at depths 1, 2 and 4)
+UNEVEN = TokenTree(np.array([-1, 0, 1, 2, 0, -1, 5, -1], np.intp))
+
+
+@pytest.mark.parametrize("tree", [*TREES, UNEVEN], ids=["chain5", "3-2-2-1", "1-4-1-2-1-1",
+                                                        "uneven"])
+@pytest.mark.parametrize("batch", [1, 2, 8, 9, 40])
+def test_a_walk_from_uniforms_drawn_ahead_is_the_generators_walk(tree, batch):
+    """``TreeWalk.ahead`` (issue 36: a stretch draws its walks' uniforms in chunks): from the
+    uniforms the generator would give, at any offset of the list, the general walk's
+    lengths, and it says how many the general walk took (the generator's next uniform is
+    the list's next), never more than ``most``."""
+    seeds = np.random.default_rng(23)
+    for trial in range(40):
+        level = seeds.uniform(0.05, 0.99)
+        cond = np.minimum(seeds.uniform(0.0, 1.0, tree.num_nodes) * 2 * level, 1.0)
+        cond[seeds.uniform(size=tree.num_nodes) < 0.1] = 0.0  # children never taken
+        seed = int(seeds.integers(1 << 30))
+        ref = np.random.default_rng(seed)
+        want = _general(tree, cond, ref, batch).tolist()
+        walk = TreeWalk(tree, cond)
+        at = trial % 7  # uniforms of earlier walks before this one's
+        draws = [-1.0] * at + np.random.default_rng(seed).random(walk.most(batch) + 1).tolist()
+        got, used = walk.ahead(batch)(draws, at)
+        assert got.tolist() == want and got.dtype == np.int64
+        assert 0 < used <= walk.most(batch) and used % (batch * tree.child_table.shape[1]) == 0
+        assert draws[at + used] == ref.random()  # the same number of draws taken

@@ -79,6 +79,27 @@ def test_medusa_heads_take_stretches(params):
     assert on.steps["accepted_tokens"].nunique() > 3
 
 
+@pytest.mark.parametrize("ahead_batch, chunk", [(0, 4), (64, 1)],
+                         ids=["from-the-generator", "a-chunk-an-iteration"])
+def test_tree_walks_drawn_ahead_or_not_are_the_step_by_step_walks(monkeypatch, ahead_batch,
+                                                                  chunk):
+    """A stretch's tree walks (``BatchDraws``, issue 36) taken from the generator level by
+    level (no batch walks ahead), or from uniforms drawn ahead in chunks of one iteration's
+    most (refilled all the time): identical to the step-by-step reference either way."""
+    from simulator.engine import chain_short
+    from simulator.policies import tree_acceptance
+    monkeypatch.setattr(tree_acceptance, "_AHEAD_BATCH", ahead_batch)
+    monkeypatch.setattr(chain_short, "_AHEAD", chunk)
+    rng = np.random.default_rng(12)
+    n = 30
+    wl = workload(np.sort(rng.uniform(0, 6, n)), rng.integers(8, 800, n),
+                  rng.integers(10, 200, n))
+    for name in ("medusa", "specinfer"):
+        on, off = _both(load_scenario(SCENARIOS / f"{name}.yaml", ["replicas=2"]), wl)
+        assert_identical(on, off)
+        assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
+
+
 def _straddling(policy: str, params: dict, *, seed: int, share: float, low: int):
     """The policy's shipped scenario on 2 replicas, fast-forward on and off, with ``share``
     of 30 prompts between ``low`` and 2,040 tokens: across the drafts' 2,048-token context."""
