@@ -132,6 +132,11 @@ class ClosedForms(ClosedFormPricer):
             self._row_parts[key] = part
         return part
 
+    @property
+    def few_on_numbers(self) -> bool:
+        """``ClosedFormPricer.few_on_numbers``: with kernel shapes, not MLA, not DP attention."""
+        return self._small and self._few is not None
+
     def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:
         """``step_time(new, ctx, logits_tokens)`` of a few requests given as lists, bitwise,
         on Python numbers where it can (numpy's per-call cost is most of the price of a
@@ -152,19 +157,17 @@ class ClosedForms(ClosedFormPricer):
         if lo < 1.0 or not all(t.is_integer() for t in new):
             return None
         tokens = float(sum(new))  # whole numbers: exact in any order, as _SUM's
-        head = tokens if head is None else head
-        if lo == hi:
+        n = len(new)
+        part = self.row_part(n, new, lo, hi, tokens, tokens if head is None else head)
+        if type(part) is not tuple:  # every request alike: the closed form at the sum
             s = sum(ctx)  # ints: exact; floats only where all are whole (exact in any order)
             if type(s) is not int and not all(float(c).is_integer() for c in ctx):
                 return None
-            k = self._uniform(len(new), lo, head)
-            return None if k is None else sm.uniform_time(k, float(s), max)
-        if self._few is None:
+            return sm.uniform_time(part, float(s), max)
+        if self._few is None or lo == hi:  # alike without a closed form: step_time's
             return None
-        mode, padded = self._mode(new, tokens, lo, hi)  # lo > 0: the list is not read
-        fixed = self._fixed(tokens, head, mode, padded)
-        return self._step_from(mode, fixed, self._few.attention_s(
-            new, [float(c) for c in ctx]), len(new))
+        return self._step_from(part[0], part[1], self._few.attention_s(
+            new, [float(c) for c in ctx]), n)
 
 
 def _head_tokens(logits_tokens):

@@ -25,6 +25,7 @@ from hardware.roofline import Roofline
 from simulator.cost.mla import DECODE_MAX_QUERY
 
 _ADD = np.add.reduce
+_ALL = [True] * 64  # every request a member (zip stops at the shortest)
 
 
 @dataclass(frozen=True)
@@ -63,17 +64,26 @@ class FewAttention:
         n_decode = decode.count(True)
         total = 0.0
         if n_decode:
-            total += self._kernel(ATTENTION_DECODE, flops, nbytes,
-                                  None if n_decode == n else decode)
+            total += _kernel(self.roof.kind_rates(ATTENTION_DECODE), flops, nbytes,
+                             None if n_decode == n else decode, n_decode)
         if n_decode < n:  # whole numbers of at least one: the others have more than one
-            total += self._kernel(self.prefill_kind, flops, nbytes,
-                                  None if not n_decode else [not d for d in decode])
+            total += _kernel(self.roof.kind_rates(self.prefill_kind), flops, nbytes,
+                             None if not n_decode else [not d for d in decode], n - n_decode)
         return total
 
-    def _kernel(self, kind: str, flops: list, nbytes: list, members: list | None) -> float:
-        """``Roofline._attention_kernel``: each request's roof, their sum over ``members``
-        (None: all) by numpy's reduction, one latency, at least the floor."""
-        crate, mrate, latency, floor = self.roof.kind_rates(kind)
+
+def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count: int) -> float:
+    """``Roofline._attention_kernel`` of the ``count`` requests in ``members`` (None: all):
+    each one's roof, their sum, one latency, at least the floor.  The sum of one or two
+    roofs is the same float in any order of addition (adding 0.0 changes nothing: the roofs
+    are positive), so those are added here; more by numpy's reduction of an array of them,
+    masked as ``attention_time`` masks it (its order is numpy's: not rewritten here)."""
+    crate, mrate, latency, floor = rates
+    if count <= 2:
+        per = [max(f / crate, b / mrate) for f, b, m in zip(
+            flops, nbytes, members or _ALL) if m]
+        summed = per[0] + per[1] if count == 2 else per[0]
+    else:
         per = np.array([max(f / crate, b / mrate) for f, b in zip(flops, nbytes)])
         summed = float(_ADD(per) if members is None else _ADD(per, where=np.array(members)))
-        return max(summed + latency, floor)
+    return max(summed + latency, floor)
