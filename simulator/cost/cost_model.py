@@ -120,9 +120,7 @@ class CostModel(ClosedForms):
         self._init_forms()
         self._closed = type(self) is CostModel  # a subclass prices otherwise (DP attention)
         self._small = self._closed and not self._general_only
-        self._few = None if self._mla is not None or not self._shapes else FewAttention(
-            self._attn_flops_per_pair, self._kv_bytes_per_token, self._q_io_bytes_per_token,
-            self._prefill_kind, self._prefill_causal, self._prefill_overhead, self._roof)
+        self._few = self._few_attention()
 
     def _attention_shape(self, m: ModelSpec, tp: int, b: float) -> None:
         """One layer's attention per device: FLOPs per (query, key) pair, KV bytes per cached
@@ -139,6 +137,15 @@ class CostModel(ClosedForms):
             self._attn_flops_per_pair, self._kv_bytes_per_token, \
                 self._q_io_bytes_per_token, _ = self._mla.decode
             self._qkv_dev = (m.num_heads / tp + 1) * m.qk_rope_head_dim  # rope on q_pe, k_pe
+
+    def _few_attention(self) -> FewAttention | None:
+        """The attention ``few_step_time`` prices different counts by on Python numbers:
+        with kernel shapes, not MLA's (its prefill chunks by request), None otherwise."""
+        if self._mla is not None or not self._shapes:
+            return None
+        return FewAttention(self._attn_flops_per_pair, self._kv_bytes_per_token,
+                            self._q_io_bytes_per_token, self._prefill_kind,
+                            self._prefill_causal, self._prefill_overhead, self._roof)
 
     # ---------------------------------------------------------------- pricing
     def _mode(self, new: np.ndarray, tokens: float, lo: float = 0.0,
