@@ -132,11 +132,6 @@ class ClosedForms(ClosedFormPricer):
             self._row_parts[key] = part
         return part
 
-    @property
-    def few_on_numbers(self) -> bool:
-        """``ClosedFormPricer.few_on_numbers``: with kernel shapes, not MLA, not DP attention."""
-        return self._small and self._few is not None
-
     def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:
         """``step_time(new, ctx, logits_tokens)`` of a few requests given as lists, bitwise,
         on Python numbers where it can (numpy's per-call cost is most of the price of a

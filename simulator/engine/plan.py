@@ -327,10 +327,6 @@ class ClosedFormPricer(ABC):
         rows = np.asarray(tokens, np.float64)
         return np.array([self.step_time(row, context, row) for row in rows], np.float64)
 
-    #: whether ``few_step_time`` prices requests bringing different counts on Python numbers
-    #: (else on arrays, one forward a call: rows of them cost less by ``rows_step_times``)
-    few_on_numbers: bool = False
-
     def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:
         """``step_time`` of a few requests given as lists (``new[i]`` tokens over ``ctx[i]``
         cached ones; ``logits_tokens`` as ``step_time`` takes it), bitwise: a forward of a

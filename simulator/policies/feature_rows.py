@@ -6,9 +6,7 @@ scenarios one to seven): numpy's per-call cost is most of the work there, so tho
 priced on Python numbers, with the very operations of the scalar path: a row whose requests
 all re-read the same whole count by the layer's closed form at the sum of its starts (what
 ``iteration_draft_s`` prices a few such requests by: ``uniform_pricer``, the float of
-``uniform_step_time``), the other rows one by one by ``few_step_time`` where the layer prices
-different counts on Python numbers (``few_on_numbers``), else together by
-``rows_step_times`` (MLA's, DP attention's: on arrays either way); then each row's later
+``uniform_step_time``), the other rows together by ``rows_step_times``; then each row's later
 forwards by their scalar pricers at its context sum plus their offsets, its linears and the
 host work, added in ``iteration_draft_s``'s order.  Only sums of whole numbers are taken on
 Python numbers (exact in any order); numpy's sums of other floats are its own (its SIMD
@@ -28,10 +26,6 @@ def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
     ``level_draft_time`` counts them) by the layer's closed forms ``forms``; ``pricers``: the
     memo of its uniform pricers by (n, tokens a request, LM-head tokens)."""
     n, head = context.shape[1], float(_SUM(logits))
-    # a row whose requests re-read different counts: by few_step_time where it prices them
-    # on Python numbers (the LM head's tokens as ints: their sum exact, as numpy's)
-    heads = logits.tolist() if forms.few_on_numbers else None
-    heads = [int(x) for x in heads] if heads and all(x.is_integer() for x in heads) else None
     firsts, sums, tokens, mixed = [], [], [], []
     for j, (ctx, got) in enumerate(zip(context.tolist(), reread.tolist())):
         first = [max(x, 1.0) for x in got]
@@ -43,19 +37,16 @@ def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
                 if len(pricers) >= 4096:
                     pricers.clear()
                 price = pricers[key] = forms.uniform_pricer(n, int(t), head)
-        if price is not None:
-            firsts.append(price(float(sum([max(x - (t - 1.0), 0.0) for x in ctx]))))
-            tokens.append(n * t)  # n equal counts
-        elif heads is not None:
-            firsts.append(forms.few_step_time(first, [max(c - (f - 1.0), 0.0) for c, f in
-                                                      zip(ctx, first)], heads))
-            tokens.append(float(sum(first)))  # whole numbers: exact, as _SUM's
-        else:
+        if price is None:
             mixed.append(j)
             firsts.append(0.0)
-            tokens.append(0.0)  # below
+        else:
+            firsts.append(price(float(sum([max(x - (t - 1.0), 0.0) for x in ctx]))))
         sums.append(float(sum(ctx)))
-    if mixed:  # re-read counts that differ: their attention and token sums on arrays
+        tokens.append(n * t)  # n equal counts (a mixed row's: below)
+    # re-read counts that differ: their attention and token sums on arrays, the rows together
+    # (fewer instructions than ``few_step_time`` row by row: eagle.yaml's passes, measured)
+    if mixed:
         if len(mixed) < len(firsts):  # (all of them: no gather)
             reread, context = reread[mixed], context[mixed]
         first = np.maximum(reread, 1.0)
