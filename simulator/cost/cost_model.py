@@ -35,14 +35,13 @@ from hardware.profile import HardwareProfile
 from simulator.cost import layer_ops as lo
 from simulator.cost import mla
 from simulator.cost import step_models as sm
-from simulator.cost import step_rows
 from simulator.cost import token_terms as tt
-from simulator.cost import verify_rows
+from simulator.cost.closed_forms import ClosedForms
 from simulator.cost.execution import Execution, resolve_execution
+from simulator.cost.few_step import FewAttention
 from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.precision import check_kv_cache_dtype, compute_dtype, linear_roofline
-from simulator.engine.plan import ClosedFormPricer
 from simulator.models.spec import ModelSpec
 
 # Kernels per layer: 2 norms, QKV, attention, O, MLP up(+gate), act, down, 2 residual adds
@@ -50,11 +49,10 @@ from simulator.models.spec import ModelSpec
 # gather, final norm, LM head, sampling.
 KERNELS_PER_LAYER = 10
 KERNELS_PER_STEP = 4
-_MISSING = object()
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce  # no method layer
 
 
-class CostModel(ClosedFormPricer):
+class CostModel(ClosedForms):
     """Prices forward steps of one model on one deployment (hardware x parallelism).
 
     ``execution`` (default: the profile's costs with vLLM's defaults) decides launches, graph
@@ -62,6 +60,8 @@ class CostModel(ClosedFormPricer):
     engine step (a draft model, an EAGLE layer, Medusa heads): no CPU step time of their own.
     ``tables=False`` prices each new token total by the scalar path (the benchmark's before).
     ``routing_skew``: a MoE model's expert popularity (simulator/cost/moe.py; 0 uniform).
+    Its closed forms and its price of a few requests on Python numbers (``few_step_time``)
+    are closed_forms.py's.
     """
 
     def __init__(self, hardware: HardwareProfile, model: ModelSpec,
@@ -115,10 +115,12 @@ class CostModel(ClosedFormPricer):
         self._inv_crate = self._roof.inverse_compute_rate
         self._inv_mrate = self._roof.inverse_memory_rate
         self._tables = tt.TokenTables(self, tables=tables)
-        self._uniform_cache: dict[tuple, sm.UniformStep | None] = {}
-        self._decode_line, self._verify_lines = _MISSING, {}  # sm.decode_line's, by u
         self._general_only = (parallel.pipeline_parallel > 1 and parallel.micro_batches > 1) \
             or self.execution.step_model != "sum_of_operators"  # step_time: breakdown's
+        self._init_forms()
+        self._closed = type(self) is CostModel  # a subclass prices otherwise (DP attention)
+        self._small = self._closed and not self._general_only
+        self._few = self._few_attention()
 
     def _attention_shape(self, m: ModelSpec, tp: int, b: float) -> None:
         """One layer's attention per device: FLOPs per (query, key) pair, KV bytes per cached
@@ -135,6 +137,15 @@ class CostModel(ClosedFormPricer):
             self._attn_flops_per_pair, self._kv_bytes_per_token, \
                 self._q_io_bytes_per_token, _ = self._mla.decode
             self._qkv_dev = (m.num_heads / tp + 1) * m.qk_rope_head_dim  # rope on q_pe, k_pe
+
+    def _few_attention(self) -> FewAttention | None:
+        """The attention ``few_step_time`` prices different counts by on Python numbers:
+        with kernel shapes, not MLA's (its prefill chunks by request), None otherwise."""
+        if self._mla is not None or not self._shapes:
+            return None
+        return FewAttention(self._attn_flops_per_pair, self._kv_bytes_per_token,
+                            self._q_io_bytes_per_token, self._prefill_kind,
+                            self._prefill_causal, self._prefill_overhead, self._roof)
 
     # ---------------------------------------------------------------- pricing
     def _mode(self, new: np.ndarray, tokens: float, lo: float = 0.0,
@@ -265,54 +276,6 @@ class CostModel(ClosedFormPricer):
         device = self._with_replays(mode, fixed + a_time)
         return device + self._host_time(active, device)
 
-    def uniform_step_times(self, n: int, u: int, ctx_sums: np.ndarray,
-                           logits: int) -> np.ndarray | None:
-        """Seconds of K uniform forwards: ``n`` requests of ``u`` new tokens each (1: decode,
-        gamma + 1: chain verification), the k-th with contexts summing to ``ctx_sums[k]``,
-        ``logits`` tokens through the LM head in all.
-
-        Bitwise what ``step_time`` returns for each of those batches; None where the closed
-        form does not apply (``step_models.uniform_step`` says when).
-        """
-        k, sums = self._uniform(int(n), float(u), float(logits)), np.asarray(ctx_sums, np.float64)
-        return None if k is None else sm.uniform_time(k, sums, np.maximum)
-
-    def uniform_step_time(self, n: int, u: int, ctx_sum: float, logits: int) -> float | None:
-        """``uniform_step_times`` of one batch, on Python numbers (the same operations: bitwise
-        the same float); None where the closed form does not apply."""
-        k = self._uniform(int(n), float(u), float(logits))
-        return None if k is None else sm.uniform_time(k, float(ctx_sum), max)
-
-    def uniform_pricer(self, n: int, u: int, logits: int):
-        """``uniform_step_time(n, u, x, logits)`` as a function of the context sum ``x`` alone
-        (bitwise the same float), None where the closed form does not apply."""
-        k = self._uniform(int(n), float(u), float(logits))
-        return None if k is None else sm.scalar_time(k)
-
-    def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
-                        logits: float) -> float | None:
-        """One forward of ``n`` 1-token decodes (contexts summing to ``ctx_sum``) by the closed
-        form's line, and chunks (``chunks[i]`` over ``chunk_ctx[i]``) by request: ``step_time``
-        within rounding (``step_models.mixed_time``); None where no line applies, or uniform."""
-        line = self._decode_line
-        if line is _MISSING:
-            line = self._decode_line = sm.decode_line(self)
-        return None if line is None or n < 1 else \
-            sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
-
-    def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks, chunk_ctx, logits):
-        """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens (0: chunks only)."""
-        return sm.mixed_verify_time(self, n, u, ctx_sum, chunks, chunk_ctx, logits)
-
-    def _uniform(self, n: int, u: float, logits: float) -> sm.UniformStep | None:
-        """The closed form of a uniform batch, memoised (None where none applies)."""
-        key = (n, u, logits)
-        k = self._uniform_cache.get(key, _MISSING)
-        if k is _MISSING:
-            k = sm.uniform_step(self, n, u, logits)
-            tt.remember(self._uniform_cache, key, k)
-        return k
-
     def _attention_s(self, new: np.ndarray, ctx: np.ndarray, all_active: bool) -> float:
         """One layer's attention GPU seconds (``all_active``: no request has 0 new tokens).
         With kernel shapes ``Roofline.attention_time`` (a decode and a multi-query kernel),
@@ -337,25 +300,6 @@ class CostModel(ClosedFormPricer):
         chain) within rounding, in one vectorised pass where it can (step_models).
         """
         return sm.chain_decode(self, np.asarray(context, dtype=np.float64), steps)
-
-    def chain_decode_times(self, n: int, ctx_sums: np.ndarray, steps: int) -> np.ndarray | None:
-        """``chain_decode_time`` of K batches of ``n`` requests at once, the k-th with
-        contexts summing to ``ctx_sums[k]``: bitwise each one's where it is the uniform
-        closed form (one row of ``steps`` forwards per batch, summed as its 1-D sum is),
-        None elsewhere."""
-        if steps <= 0 or n < 1:
-            return None
-        s = np.asarray(ctx_sums, dtype=np.float64)
-        times = self.uniform_step_times(n, 1, s[:, None] + n * np.arange(steps), n)
-        return None if times is None else np.add.reduce(times, axis=1)
-
-    def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """``ClosedFormPricer.verify_step_times``, the rows at once (verify_rows.py)."""
-        return verify_rows.verify_step_times(self, tokens, context, type(self) is CostModel)
-
-    def rows_step_times(self, tokens, context, logits=None) -> np.ndarray:
-        """``ClosedFormPricer.rows_step_times``, the rows at once (step_rows.py)."""
-        return step_rows.rows_step_times(self, tokens, context, logits, type(self) is CostModel)
 
     # ---------------------------------------------------------------- conveniences
     def decode_time(self, batch: int, context: float) -> float:

@@ -16,8 +16,6 @@ itself.  ``tests/simulator/cost/test_step_rows.py`` holds every row to ``step_ti
 """
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from simulator.cost import step_models as sm
@@ -25,10 +23,6 @@ from simulator.cost.verify_rows import attention_layers, whole_new_tokens
 
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _FEW_CELLS = 256  # up to this many requests x rows their token counts are read as a list
-_MEMO = 4096  # entries of a cost model's memo of row parts before it is cleared
-# per cost model, (n, fewest, most, total, head tokens) -> a row's parts (``_part``): pure
-# functions of the key, asked again and again by a stretch's passes of a few rows each
-_PARTS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
@@ -47,19 +41,12 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     lo, hi, totals = spans
     heads = totals if logits is None else [float(_SUM(logits, axis=None))] * len(totals)
     out, uniform, attention = [0.0] * len(totals), {}, None
-    memo = _PARTS.get(cm)
-    if memo is None:
-        memo = _PARTS[cm] = {}
     for j, (low, high, total, head) in enumerate(zip(lo, hi, totals, heads)):
-        key = (n, low, high, total, head)
-        part = memo.get(key)
-        if part is None:
-            part = _part(cm, n, tokens[j], low, high, total, head)
-            if len(memo) >= _MEMO:
-                memo.clear()
-            memo[key] = part
+        # the row's parts apart from its contexts, memoised by the model (asked again and
+        # again by a stretch's passes of a few rows each)
+        part = cm.row_part(n, tokens[j], low, high, total, head)
         if type(part) is not tuple:  # step_time's closed form of a uniform batch: below
-            uniform.setdefault(key, (part, []))[1].append(j)
+            uniform.setdefault((low, total, head), (part, []))[1].append(j)
             continue
         if attention is None:
             attention = attention_layers(cm, np.asarray(tokens, np.float64), ctx)
@@ -90,18 +77,6 @@ def _spans(tokens: np.ndarray) -> tuple[list, list, list] | None:
         hi.append(float(max(row)))
         totals.append(float(sum(row)))
     return lo, hi, totals
-
-
-def _part(cm, n: int, row: np.ndarray, low: float, high: float, total: float, head: float):
-    """What a row of ``n`` requests (``low``..``high`` new tokens each, ``total`` in all,
-    ``head`` through the LM head) costs apart from its contexts: ``step_time``'s closed form
-    of a uniform batch where one applies, else (runtime mode, fixed seconds); a function of
-    those numbers alone (``_mode`` reads ``row`` only where ``low`` is 0, never here)."""
-    k = cm._uniform(n, low, head) if low == high else None
-    if k is not None:
-        return k
-    mode = cm._mode(row, total, low, high)
-    return mode[0], cm._fixed(total, head, *mode)
 
 
 def _uniform_rows(out: list, uniform: dict, sums: np.ndarray) -> None:

@@ -343,6 +343,15 @@ class ClosedFormPricer(ABC):
         rows = np.asarray(tokens, np.float64)
         return np.array([self.step_time(row, context, row) for row in rows], np.float64)
 
+    def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:
+        """``step_time`` of a few requests given as lists (``new[i]`` tokens over ``ctx[i]``
+        cached ones; ``logits_tokens`` as ``step_time`` takes it), bitwise: a forward of a
+        few requests, where numpy's per-call cost is most of the price; by default
+        ``step_time`` on arrays."""
+        head = logits_tokens if logits_tokens is None or isinstance(logits_tokens, np.ndarray) \
+            else np.array(logits_tokens, np.float64)
+        return self.step_time(np.array(new, np.float64), np.array(ctx, np.float64), head)
+
     def rows_step_times(self, tokens: np.ndarray, context: np.ndarray,
                         logits: np.ndarray | None = None) -> np.ndarray:
         """``step_time(tokens[j], context[j], logits)`` of each row ``j`` of the (K, n)

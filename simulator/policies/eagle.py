@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost.drafting import OperatorPrices, forward_tokens
-from simulator.cost.few_step import few_step_time
 from simulator.engine.plan import BatchDraws
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param, given
@@ -41,7 +40,6 @@ from simulator.policies.tree_acceptance import check_acceptance_param, resolve_a
 from simulator.speculation.token_tree import TokenTree
 from simulator.speculation.tree_shapes import chain_tree, check_expansion_size, tree_from_choices
 
-_SUM = np.add.reduce
 _MODEL = Param("str", default=None, help="EAGLE draft layer file (default eagle-<target>)")
 _ACCEPTANCE = Param("any", default=None, help="this policy's own acceptance model (a mapping)")
 
@@ -144,19 +142,6 @@ class Eagle2Speculation(_EagleDraft):
             params, ctx, steps, topk, params["speculative_num_draft_tokens"], policy=self.name)
         self.levels = np.array([1] + [topk] * (steps - 1), np.int64)
         self.logits = self.levels
-
-    def _first_uniform(self, reread: np.ndarray, context: np.ndarray, logits: np.ndarray):
-        """``FeatureDraft._first_uniform``, and where the few requests re-read different
-        counts (after a tree's walks, the usual), the first forward on Python numbers too:
-        ``few_step_time`` over the same new tokens (max(re-read, 1)) and starts
-        (max(context - (new - 1), 0)) as ``iteration_draft_s`` hands ``step_time``, bitwise
-        its float; None where it has no shortcut (``step_time`` prices it)."""
-        first = [max(float(r), 1.0) for r in reread.tolist()]
-        if first.count(first[0]) == len(first):  # uniform: the closed form's, or step_time's
-            return super()._first_uniform(reread, context, logits)
-        start = [max(c - (t - 1.0), 0.0) for c, t in zip(context.tolist(), first)]
-        t = few_step_time(self._first, first, start, float(_SUM(logits)))
-        return None if t is None else (t, np.float64(sum(first)))
 
     def batch_draws(self, n: int) -> BatchDraws | None:
         """``draw_accepted``'s walk where it takes one, bound to the batch size."""

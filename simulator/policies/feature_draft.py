@@ -54,7 +54,7 @@ from simulator.speculation.tree_shapes import check_tree_size, dynamic_tree
 
 _SUM = np.add.reduce  # ndarray.sum without its method layer (the same pairwise sum)
 _MAX = np.maximum.reduce
-_FEW = 8  # up to this many requests a uniform first forward is priced on Python numbers
+_FEW = 8  # up to this many requests the first forward is priced on Python numbers
 _FEW_ROWS = 32  # up to this many iterations draft_rows adds its forwards on Python numbers
 
 
@@ -173,13 +173,14 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         if memo is None:
             return self.draft_time(context.astype(np.float64), reread) + self.host(n)
         logits, later = memo
-        got = self._first_uniform(reread, context, logits) if n <= _FEW else None
+        got = self._first_few(reread, context.tolist()) if n <= _FEW else None
         if got is None:
             first = np.maximum(reread, 1.0)  # >= 1: level_draft_time's new tokens, bitwise
             start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
-            got = self._first.step_time(first, start, logits), first.sum()
+            got = self._first.step_time(first, start, logits), first.sum(), \
+                float(int(_SUM(context)))
         total = 0.0 + got[0]
-        s = float(int(_SUM(context)))
+        s = got[2]
         for offset, price, _, _ in later:
             total += price(s + offset)
         return total + self._linears_s(got[1], n) + self.host(n)
@@ -195,20 +196,21 @@ class FeatureDraft(PolicyBase, CarriedDraft):
                 tokens, [n * t for t in self.levels[1:]])
         return extra
 
-    def _first_uniform(self, reread: np.ndarray, context: np.ndarray, logits: np.ndarray):
-        """(the first forward's seconds, its new tokens in all) where a few requests all
-        re-read the same count, by the layer's closed form at the starts' sum, on Python
-        numbers (``step_time``'s own uniform branch: the same form, the same whole-number
-        sum; the declared ``uniform_step_time`` is bitwise ``step_time``'s); None otherwise."""
+    def _first_few(self, reread: np.ndarray, context: list):
+        """(the first forward's seconds, its new tokens in all, the contexts' sum) of a few
+        requests at whole-number ``context`` on Python numbers: the layer's
+        ``few_step_time`` over the same new tokens (max(re-read, 1)) and starts
+        (max(context - (new - 1), 0)) as ``draft_time`` hands ``step_time``, bitwise its
+        float; the LM head's tokens as ints (their sum exact, as numpy's of the logits
+        array); None where the layer declares no closed forms."""
         forms = closed_forms(self._first)
-        first = [max(float(r), 1.0) for r in reread.tolist()]
-        t = first[0]
-        if forms is None or first.count(t) != len(first) or not t.is_integer():
+        if forms is None:
             return None
-        start = [max(c - (t - 1.0), 0.0) for c in context.tolist()]
-        got = forms.uniform_step_time(len(first), t, float(sum(start)),
-                                      float(_SUM(logits)))
-        return None if got is None else (got, np.float64(sum(first)))
+        first = [max(float(r), 1.0) for r in reread.tolist()]
+        start = [max(c - (t - 1.0), 0.0) for c, t in zip(context, first)]
+        heads = [int(self.logits[0])] * len(first)
+        return forms.few_step_time(first, start, heads), np.float64(sum(first)), \
+            float(int(sum(context)))  # whole numbers: exact in any order, as _SUM's
 
     def chain_counts(self):
         """A chain's counts from its uniforms (``draw_accepted``'s counter), once its

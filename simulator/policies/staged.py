@@ -40,7 +40,6 @@ from simulator.cost.drafting import (
     draft_max_context,
     draft_prefill_time,
 )
-from simulator.cost.few_step import few_step_time
 from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
@@ -235,11 +234,11 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         elif (d2 := 0.0 if self.draft2_cost is None else  # an n-gram table: no forward
               _varied_chain_few(self._decoder, ctx, k)) is not None:
             u = [kj + 1 for kj in k]  # the verification: few_step_time is step_time's float
-            v = few_step_time(self.draft_cost, u, ctx, float(sum(u)))
-            if v is None:
-                v = np.array(u, np.float64)
-                v = self.draft_cost.step_time(v, np.array(ctx, np.int64), v)
-            return d2, v
+            forms = closed_forms(self.draft_cost)
+            if forms is not None:
+                return d2, forms.few_step_time(u, ctx, u)
+            v = np.array(u, np.float64)
+            return d2, self.draft_cost.step_time(v, np.array(ctx, np.int64), v)
         return self._round_s(np.array(ctx, np.int64), np.array(k, np.int64), same)
 
     def _decoder(self, n: int):

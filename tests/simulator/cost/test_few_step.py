@@ -1,9 +1,10 @@
-"""``few_step_time``: a forward of a few requests with different token counts priced on
-Python numbers must be ``step_time``'s float bit for bit, on every device pricing it takes
-(kernel shapes with FA2- and FA3-class prefill kernels, FA3's per-query overhead past
-DECODE_MAX_QUERY tokens), every way a forward runs, and every mix: decodes and verifications
-together, verifications only, one request or eight, a given LM-head total or the new
-tokens'.  Where it has no shortcut it must say so (None), never guess."""
+"""``CostModel.few_step_time``: a forward of a few requests given as lists must be
+``step_time``'s float bit for bit, on every device pricing it takes (kernel shapes with FA2-
+and FA3-class prefill kernels, FA3's per-query overhead past DECODE_MAX_QUERY tokens), every
+way a forward runs, and every mix: decodes and verifications together, verifications only,
+one request or eight, all alike (the closed form) or not, a given LM-head total or the new
+tokens'.  Where it has no shortcut (no kernel shapes, MLA, another class of pricer, a
+fraction of a token, an idle request) it must still be ``step_time``'s float."""
 import dataclasses
 import functools
 
@@ -12,9 +13,10 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
+from simulator.cost.dp_attention import DpAttentionCostModel, cost_model
 from simulator.cost.execution import eager, resolve_execution
-from simulator.cost.few_step import few_step_time
 from simulator.cost.parallelism import Parallelism
+from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 
 
@@ -50,6 +52,7 @@ def test_fa3_cases_price_its_overhead():
         assert cm._prefill_causal == (case[3] == "fa3")
         assert (cm._prefill_overhead > 0.0) == (case[3] == "fa3")
         assert cm.host == (not case[3].endswith("-draft"))
+        assert cm._small and cm._few is not None  # the shortcuts are the ones tested here
 
 
 def _batches(rng: np.random.Generator):
@@ -72,33 +75,68 @@ def test_prices_are_step_time_bit_for_bit(profile, model, tp, execution):
     cm = _cost_model(profile, model, tp, execution)
     rng, priced = np.random.default_rng(11), 0
     for new, ctx in _batches(rng):
-        if len(new) == 1:  # one request is uniform: step_time's closed form, not ours
-            assert few_step_time(cm, new.tolist(), ctx.tolist()) is None
-            continue
         u = new.astype(np.float64)
         want = cm.step_time(u, ctx, u)
-        assert few_step_time(cm, new.tolist(), ctx.tolist()) == want, (new, ctx)
-        assert few_step_time(cm, u.tolist(), ctx.astype(np.float64).tolist(),
-                             float(u.sum())) == want
+        assert cm.few_step_time(new.tolist(), ctx.tolist()) == want, (new, ctx)
+        assert cm.few_step_time(u.tolist(), ctx.astype(np.float64).tolist(), u) == want
+        assert cm.few_step_time(new.tolist(), ctx.tolist(), new.tolist()) == want
         # an LM head over one token a request (a prefill's, a draft layer's)
         ones = np.ones(len(new))
-        assert few_step_time(cm, new.tolist(), ctx.tolist(), float(len(new))) == \
+        assert cm.few_step_time(new.tolist(), ctx.tolist(), ones) == \
             cm.step_time(u, ctx, ones)
         priced += 1
-    assert priced == 4 * 7 * 3 + 1  # every batch of two requests or more
+    assert priced == 4 * 8 * 3 + 1  # one request (uniform: the closed form) or more
+
+
+@pytest.mark.parametrize("profile,model,tp,execution", PRICED[:5],
+                         ids=["-".join(map(str, c)) for c in PRICED[:5]])
+def test_uniform_batches_are_step_time_bit_for_bit(profile, model, tp, execution):
+    """Every request the same count: ``step_time``'s closed form at the contexts' sum, the
+    contexts as ints or whole floats; decode and verification widths."""
+    cm = _cost_model(profile, model, tp, execution)
+    rng = np.random.default_rng(5)
+    for n in range(1, 9):
+        for u in (1, 2, 4, 7):
+            ctx = rng.integers(0, 9000, n)
+            new = np.full(n, float(u))
+            want = cm.step_time(new, ctx, new)
+            assert cm.few_step_time([u] * n, ctx.tolist()) == want
+            assert cm.few_step_time([float(u)] * n, ctx.astype(np.float64).tolist(),
+                                    new) == want
 
 
 @pytest.mark.parametrize("profile,model,tp", [("a100-80gb-flat", "opt-13b", 1),
                                               ("h200", "deepseek-v3", 8)])
-def test_no_shortcut_without_kernel_shapes_or_for_mla(profile, model, tp):
+def test_without_kernel_shapes_or_for_mla_still_step_time(profile, model, tp):
     cm = _cost_model(profile, model, tp, "graphs")
-    assert few_step_time(cm, [1, 3, 4], [100, 200, 300]) is None
+    for new in ([1, 3, 4], [2, 2, 2]):
+        u = np.array(new, np.float64)
+        assert cm.few_step_time(new, [100, 200, 300]) == \
+            cm.step_time(u, np.array([100.0, 200.0, 300.0]), u)
 
 
-def test_batches_it_leaves_to_step_time():
-    """A uniform batch, a fraction of a token, an idle request, no request, ragged lists."""
+def test_batches_without_a_shortcut_are_step_time():
+    """A fraction of a token, an idle request, contexts that are not whole numbers, an
+    LM-head list of fractions, no request: ``step_time`` itself prices them; ragged lists
+    are refused as ``step_time`` refuses them."""
     cm = _cost_model("a100-80gb", "opt-13b", 1, "graphs")
     ctx = [100, 2000, 50]
-    for new in ([3, 3, 3], [1.0, 2.5, 3.0], [0, 1, 4], []):
-        assert few_step_time(cm, new, ctx[:len(new)]) is None
-    assert few_step_time(cm, [1, 2], ctx) is None
+    for new, c, head in (([1.0, 2.5, 3.0], ctx, None), ([0, 1, 4], ctx, None),
+                         ([3, 3, 3], [100.5, 2000.25, 50.0], None),
+                         ([1, 2, 4], ctx, [0.5, 1.5, 2.25]), ([], [], None)):
+        a = np.array(new, np.float64)
+        want = cm.step_time(a, np.array(c, np.float64),
+                            None if head is None else np.array(head))
+        assert cm.few_step_time(new, c, head) == want, (new, c, head)
+    with pytest.raises(SpecsimError):
+        cm.few_step_time([1, 2], ctx)
+
+
+def test_another_class_of_pricer_is_its_own_step_time():
+    """DP attention's ranks price otherwise: its ``few_step_time`` is its ``step_time``."""
+    par = Parallelism(tensor_parallel=1, data_parallel_attention=8, expert_parallel=8)
+    cm = cost_model(load_profile("h200"), load_model("deepseek-v3"), par)
+    assert isinstance(cm, DpAttentionCostModel)
+    new, ctx = [1, 3, 4, 1], [100, 200, 300, 4000]
+    u = np.array(new, np.float64)
+    assert cm.few_step_time(new, ctx, new) == cm.step_time(u, np.array(ctx, np.float64), u)

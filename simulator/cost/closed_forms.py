@@ -1,0 +1,177 @@
+"""The closed-form half of ``CostModel``: what ``ClosedFormPricer`` declares (uniform batches
+by their closed form, mixed decode-and-chunk forwards by a line, rows of a stretch at once)
+and the forwards of a few requests on Python numbers (``few_step_time``).
+
+``ClosedForms`` is a mixin of ``CostModel`` alone: it prices through the model's own parts
+(``_uniform_step``'s memo of ``step_models.uniform_step``, ``_mode``, ``_fixed``,
+``_step_from``, the tables) and holds the memos those prices are read from, each a pure
+function of its key.  Every price is bitwise ``step_time``'s for the batch it describes
+(``mixed_*``: within rounding), or None where no closed form applies; ``few_step_time``
+always returns ``step_time``'s float.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.cost import few_step
+from simulator.cost import step_models as sm
+from simulator.cost import step_rows
+from simulator.cost import token_terms as tt
+from simulator.cost import verify_rows
+from simulator.engine.plan import ClosedFormPricer
+
+_MISSING = object()
+_SUM = np.add.reduce
+_MEMO = 4096  # entries of the row parts' memo before it is cleared
+
+
+class ClosedForms(ClosedFormPricer):
+    """``CostModel``'s closed forms (see the module docstring).  The model sets, before any
+    price: ``_closed`` (its class is ``CostModel`` itself, whose ``step_time`` these forms
+    reproduce; a subclass pricing otherwise gets ``step_time`` row by row), ``_small``
+    (``_closed`` and ``step_time`` has its closed forms: ``few_step_time``'s shortcuts
+    apply) and ``_few`` (its attention on Python numbers, ``few_step.FewAttention``, None
+    where it has none: MLA, no kernel shapes)."""
+
+    _closed: bool
+    _small: bool
+    _few: few_step.FewAttention | None
+
+    def _init_forms(self) -> None:
+        """The memos, empty: closed forms by (n, u, logits), the decode line (``_MISSING``
+        until first asked), row parts by (n, fewest, most, total, head tokens)."""
+        self._uniform_cache: dict[tuple, sm.UniformStep | None] = {}
+        self._decode_line, self._verify_lines = _MISSING, {}  # sm.decode_line's, by u
+        self._row_parts: dict[tuple, object] = {}
+
+    def uniform_step_times(self, n: int, u: int, ctx_sums: np.ndarray,
+                           logits: int) -> np.ndarray | None:
+        """Seconds of K uniform forwards: ``n`` requests of ``u`` new tokens each (1: decode,
+        gamma + 1: chain verification), the k-th with contexts summing to ``ctx_sums[k]``,
+        ``logits`` tokens through the LM head in all.
+
+        Bitwise what ``step_time`` returns for each of those batches; None where the closed
+        form does not apply (``step_models.uniform_step`` says when).
+        """
+        k, sums = self._uniform(int(n), float(u), float(logits)), np.asarray(ctx_sums, np.float64)
+        return None if k is None else sm.uniform_time(k, sums, np.maximum)
+
+    def uniform_step_time(self, n: int, u: int, ctx_sum: float, logits: int) -> float | None:
+        """``uniform_step_times`` of one batch, on Python numbers (the same operations: bitwise
+        the same float); None where the closed form does not apply."""
+        k = self._uniform(int(n), float(u), float(logits))
+        return None if k is None else sm.uniform_time(k, float(ctx_sum), max)
+
+    def uniform_pricer(self, n: int, u: int, logits: int):
+        """``uniform_step_time(n, u, x, logits)`` as a function of the context sum ``x`` alone
+        (bitwise the same float), None where the closed form does not apply."""
+        k = self._uniform(int(n), float(u), float(logits))
+        return None if k is None else sm.scalar_time(k)
+
+    def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
+                        logits: float) -> float | None:
+        """One forward of ``n`` 1-token decodes (contexts summing to ``ctx_sum``) by the closed
+        form's line, and chunks (``chunks[i]`` over ``chunk_ctx[i]``) by request: ``step_time``
+        within rounding (``step_models.mixed_time``); None where no line applies, or uniform."""
+        line = self._decode_line
+        if line is _MISSING:
+            line = self._decode_line = sm.decode_line(self)
+        return None if line is None or n < 1 else \
+            sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
+
+    def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks, chunk_ctx, logits):
+        """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens (0: chunks only)."""
+        return sm.mixed_verify_time(self, n, u, ctx_sum, chunks, chunk_ctx, logits)
+
+    def _uniform(self, n: int, u: float, logits: float) -> sm.UniformStep | None:
+        """The closed form of a uniform batch, memoised (None where none applies)."""
+        key = (n, u, logits)
+        k = self._uniform_cache.get(key, _MISSING)
+        if k is _MISSING:
+            k = sm.uniform_step(self, n, u, logits)
+            tt.remember(self._uniform_cache, key, k)
+        return k
+
+    def chain_decode_times(self, n: int, ctx_sums: np.ndarray, steps: int) -> np.ndarray | None:
+        """``chain_decode_time`` of K batches of ``n`` requests at once, the k-th with
+        contexts summing to ``ctx_sums[k]``: bitwise each one's where it is the uniform
+        closed form (one row of ``steps`` forwards per batch, summed as its 1-D sum is),
+        None elsewhere."""
+        if steps <= 0 or n < 1:
+            return None
+        s = np.asarray(ctx_sums, dtype=np.float64)
+        times = self.uniform_step_times(n, 1, s[:, None] + n * np.arange(steps), n)
+        return None if times is None else np.add.reduce(times, axis=1)
+
+    def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """``ClosedFormPricer.verify_step_times``, the rows at once (verify_rows.py)."""
+        return verify_rows.verify_step_times(self, tokens, context, self._closed)
+
+    def rows_step_times(self, tokens, context, logits=None) -> np.ndarray:
+        """``ClosedFormPricer.rows_step_times``, the rows at once (step_rows.py)."""
+        return step_rows.rows_step_times(self, tokens, context, logits, self._closed)
+
+    def row_part(self, n: int, row: np.ndarray, low: float, high: float, total: float,
+                 head: float):
+        """What a forward of ``n`` requests (``low``..``high`` new tokens each, ``total`` in
+        all, ``head`` through the LM head; ``row``: its token counts, read only where
+        ``low`` is 0) costs apart from its contexts: ``step_time``'s closed form of a
+        uniform batch where one applies, else (runtime mode, fixed seconds) for
+        ``_step_from``; memoised, a function of those numbers alone."""
+        key = (n, low, high, total, head)
+        part = self._row_parts.get(key)
+        if part is None:
+            k = self._uniform(n, low, head) if low == high else None
+            if k is not None:
+                part = k
+            else:
+                mode = self._mode(row, total, low, high)
+                part = mode[0], self._fixed(total, head, *mode)
+            if len(self._row_parts) >= _MEMO:
+                self._row_parts.clear()
+            self._row_parts[key] = part
+        return part
+
+    def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:
+        """``step_time(new, ctx, logits_tokens)`` of a few requests given as lists, bitwise,
+        on Python numbers where it can (numpy's per-call cost is most of the price of a
+        forward of a few requests): whole new-token counts of at least one, whole-number
+        contexts where they are all alike (the closed form at their sum); a forward with
+        different counts by ``few_step``'s attention.  ``step_time`` on arrays elsewhere."""
+        if self._small and new and len(ctx) == len(new):
+            head = _head_tokens(logits_tokens)
+            got = None if head is _MISSING else self._few_time(new, ctx, head)
+            if got is not None:
+                return got
+        return super().few_step_time(new, ctx, logits_tokens)
+
+    def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
+        """``few_step_time``'s shortcut, None where it has none (see there)."""
+        new = [float(t) for t in new]
+        lo, hi = min(new), max(new)
+        if lo < 1.0 or not all(t.is_integer() for t in new):
+            return None
+        tokens = float(sum(new))  # whole numbers: exact in any order, as _SUM's
+        n = len(new)
+        part = self.row_part(n, new, lo, hi, tokens, tokens if head is None else head)
+        if type(part) is not tuple:  # every request alike: the closed form at the sum
+            s = sum(ctx)  # ints: exact; floats only where all are whole (exact in any order)
+            if type(s) is not int and not all(float(c).is_integer() for c in ctx):
+                return None
+            return sm.uniform_time(part, float(s), max)
+        if self._few is None or lo == hi:  # alike without a closed form: step_time's
+            return None
+        return self._step_from(part[0], part[1], self._few.attention_s(
+            new, [float(c) for c in ctx]), n)
+
+
+def _head_tokens(logits_tokens):
+    """The LM head's tokens in all as ``step_time`` sums them: None (the new tokens'), an
+    array's numpy sum, a list's sum where it is of ints (exact in any order); ``_MISSING``
+    for a list holding floats (its numpy sum is ``step_time``'s to take)."""
+    if logits_tokens is None:
+        return None
+    if isinstance(logits_tokens, np.ndarray):
+        return float(_SUM(logits_tokens, axis=None))
+    s = sum(logits_tokens)
+    return float(s) if type(s) is int else _MISSING
