@@ -45,10 +45,17 @@ ablation's "off" case; the default-EPLB cases with EPLB placing 256 + 32 redunda
 (``enable_eplb``, ``ep_num_redundant_experts: 32``: the blog's EPLB section, "288 experts
 enables ... parallelism sizes of 12 or 72", so EP72 decode ran with 32 redundant; the
 same 32 at prefill, where 288 / 32 = 9 a rank, is an assumption), the perfect-EPLB case
-without (its "random expert selection" is the simulator's uniform routing).  The routing
-itself is uniform in every case (routing_skew 0): no measured DeepSeek-V3 expert skew in a
-citable number was found, so the default-EPLB columns' real residual imbalance is not in
-the prediction (EPLB over uniform loads places them evenly).  Tolerance: an absolute
+without (its "random expert selection" is the simulator's uniform routing, kept uniform:
+``routing_skew: 0``).  The default-EPLB cases route with DeepSeek's measured expert
+popularity (simulator/cost/expert_load.py: TensorRT-LLM tech blog 4, Table 1, the hottest
+expert 11.9x the mean, a Zipf skew of 0.595) placed by EPLB from those loads: the busiest
+rank carries 1.0016x the mean rank's rows at EP32 (288 slots) and 1.037x at EP72 (where
+uniform routing gives 1.125: 288 slots cannot hold 256 equal loads evenly over 72 ranks),
+so EPLB takes back all but 0.2% of the skew at prefill.  What EPLB leaves in live traffic is
+not priced: the step's own draw (about 0.6% at prefill's 131k routed rows a rank, a
+multinomial's expected maximum over 32 ranks) and the drift between the statistics EPLB
+placed from and the loads served (TensorRT-LLM measured 1.109x with EPLB at about 1,024
+rows a rank, of which the draw alone is about 1.065x).  Tolerance: an absolute
 throughput on a named device and engine, within 25% (``tolerances.ABSOLUTE``), fixed by the
 kind of claim before any of these was predicted.
 """
@@ -56,6 +63,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.cost import expert_load
 from simulator.deployment import plan_deployment, resolve_deployment
 from simulator.scenario import scenario_from_dict
 from tests.published.harness import ENGINES, current_draw
@@ -73,15 +81,24 @@ DECODE_PER_NODE = 22_282
 TBO_DECODE_PER_NODE, TBO_SPEEDUP = 22_310, 1.255
 
 
-EPLB = {"enable_eplb": True, "ep_num_redundant_experts": 32}   # default-EPLB columns
+# default-EPLB columns: EPLB's placement over the measured DeepSeek expert popularity
+# (simulator/cost/expert_load.py); the perfect-EPLB column's "random expert selection" is
+# uniform routing, kept uniform on purpose
+SKEW = "routing_skew"
+EPLB = {"enable_eplb": True, "ep_num_redundant_experts": 32,
+        SKEW: expert_load.deepseek_measured_skew()}
+UNIFORM = {SKEW: 0.0}
 TBO = {"enable_two_batch_overlap": True}
 
 
 def deployment(ranks: int, dispatch: str, seqs_per_rank: int, tokens_per_rank: int,
                engine: str, mechanism: dict):
     """One phase's DP-attention deployment of DeepSeek-V3 on ``ranks`` H100s, planned, with
-    ``mechanism``'s TBO and EPLB settings (parallelism keys)."""
-    data = {"name": "sglang-large-ep", "seed": 0, "hardware": "h100-sxm",
+    ``mechanism``'s TBO and EPLB settings (parallelism keys) and its routing: the measured
+    skew where EPLB places the experts, uniform where the blog's routing was."""
+    mechanism = dict(mechanism)
+    skew = mechanism.pop(SKEW)
+    data = {"moe": {"routing_skew": skew}, "name": "sglang-large-ep", "seed": 0, "hardware": "h100-sxm",
             "target": "deepseek-v3", "policy": {"name": "none"},
             "parallelism": {"tensor_parallel": 1, "data_parallel_attention": ranks,
                             "expert_parallel": True, "moe_dispatch": dispatch,
@@ -144,7 +161,8 @@ MOE_CASES: list[Case] = [
     Case("sglang-large-ep-dsv3-prefill-4k-perfect-eplb-per-node",
          BLOG + ": prefill as the 4K point with simulated perfect EPLB (uniform expert "
          f"choice): {PERFECT_EPLB_PREFILL_4K:,} input tokens/s per node",
-         PERFECT_EPLB_PREFILL_4K, ABSOLUTE, prefill_per_node(4096, TBO), "sglang-2025"),
+         PERFECT_EPLB_PREFILL_4K, ABSOLUTE, prefill_per_node(4096, {**TBO, **UNIFORM}),
+         "sglang-2025"),
     Case("sglang-large-ep-dsv3-decode-2k-per-node",
          BLOG + ": decode on 9 nodes (EP72), 256 requests per device, KV length 2,000, no "
          f"MTP: {DECODE_PER_NODE:,} output tokens/s per node", DECODE_PER_NODE, ABSOLUTE,
@@ -179,8 +197,10 @@ _FA3 = ("; with SGLang's FlashAttention-3 MLA prefill (engine sglang-2025) the a
 MOE_KNOWN_MISSES: dict[str, str] = {
     **{f"sglang-large-ep-dsv3-prefill-{p // 1024}k-per-node": (
         f"predicted {q:,} vs published {PREFILL_PER_NODE[p]:,} input tokens/s per node "
-        f"({d}): " + _TBO_WHY + f"{t} ({w:,} without it)" + _FA3)
-       for p, q, d, t, w in ((1024, 77_712, "+34.7%", "+60%", 48_446),
-                             (2048, 74_818, "+37.2%", "+58%", 47_348),
-                             (4096, 69_428, "+38.0%", "+53%", 45_294))},
+        f"({d}; {b:,} with uniform routing: DeepSeek's measured expert skew, placed by "
+        "EPLB, leaves the busiest rank 1.0016x the mean, module docstring): "
+        + _TBO_WHY + f"{t} ({w:,} without it)" + _FA3)
+       for p, q, d, b, t, w in ((1024, 77_649, "+34.6%", 77_712, "+60%", 48_394),
+                                (2048, 74_764, "+37.1%", 74_818, "+58%", 47_298),
+                                (4096, 69_382, "+37.9%", 69_428, "+53%", 45_248))},
 }
