@@ -30,12 +30,7 @@ from __future__ import annotations
 from simulator.cost.moe import inclusion_probabilities
 from simulator.inputs.errors import SpecsimError
 
-SOURCE = ("NVIDIA/TensorRT-LLM docs/source/blogs/tech_blog/blog4_Scaling_Expert_Parallelism_"
-          "in_TensorRT-LLM.md, Table 1 (DeepSeek-R1, EP32 on 32 GB200, machine-translation "
-          "dataset, decode): per-expert-slot imbalance ratio 10.948 without EPLB")
 HOTTEST_EXPERT_IMBALANCE = 10.948   # (max - mean) / mean by expert slot, no EPLB (Table 1)
-RANK_IMBALANCE_NO_EPLB = 1.564      # by rank, contiguous placement, EP32 (Table 1)
-RANK_IMBALANCE_EPLB = 0.109         # by rank, EPLB 288 slots over EP32 (Table 1)
 DEEPSEEK_EXPERTS, DEEPSEEK_TOP_K = 256, 8
 
 
