@@ -117,35 +117,42 @@ class SuffixIndex:
         self._free.append(node)
 
     def extend(self, cursor: Cursor, tokens) -> None:
-        """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
+        """Append ``tokens`` to the sequence whose end ``cursor`` marks.
+
+        Per token, the suffixes ending at it are the root's and each cursor node's child by
+        that token: the trie is suffix-closed, so those found come first and the rest are
+        new -- made in the order of their lengths, with the next free ids (freed ones first,
+        as ``_new_node`` takes them; without any, in bulk on the lists)."""
         edges, count, keys, first, nxt = self._edges, self.count, self.key, self.first, \
             self.next
         get, keep, free = edges.get, self.max_depth - 1, self._free
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
-            moved = []
-            found = True
-            for node in (0, *nodes):
-                key = node * _STRIDE + t
-                if found:  # the trie is suffix-closed: past a missing suffix, all are new
-                    child = get(key)
-                    if child is not None:
-                        count[child] += 1
-                        moved.append(child)
-                        continue
-                    found = False
+            parents = [0, *nodes]
+            moved = [get(p * _STRIDE + t) for p in parents]  # None past the found ones
+            found = moved.index(None) if moved[-1] is None else len(moved)
+            for child in moved[:found]:
+                count[child] += 1
+            if found < len(moved):
+                del moved[found:]
                 if free:
-                    child = self._new_node(node, key)
-                    count[child] = 1
-                else:  # the hot path of a growing trie, inlined
-                    child = len(count)
-                    count.append(1)
-                    keys.append(key)
-                    first.append(-1)
-                    nxt.append(first[node])
-                    first[node] = child
-                    edges[key] = child
-                moved.append(child)
+                    for p in parents[found:]:
+                        child = self._new_node(p, p * _STRIDE + t)
+                        count[child] = 1
+                        moved.append(child)
+                else:  # the hot path of a growing trie: ids in a row, on the lists at once
+                    fresh = parents[found:]
+                    at = len(count)
+                    made = range(at, at + len(fresh))
+                    new_keys = [p * _STRIDE + t for p in fresh]
+                    count.extend([1] * len(fresh))
+                    keys.extend(new_keys)
+                    first.extend([-1] * len(fresh))
+                    nxt.extend([first[p] for p in fresh])
+                    for p, child in zip(fresh, made):
+                        first[p] = child
+                    edges.update(zip(new_keys, made))
+                    moved.extend(made)
             nodes = moved[:keep]  # the deepest suffix cannot grow further
         cursor.nodes = nodes
 
@@ -199,18 +206,30 @@ class SuffixIndex:
         return node
 
     def longest_match(self, context: np.ndarray, max_len: int) -> tuple[int, int]:
-        """(node, length) of the longest suffix of ``context`` (<= max_len) with a continuation.
+        """(node, length) of the longest suffix of ``context`` (<= max_len) with a continuation."""
+        return self.longest_in(context[-self.max_depth:].tolist(), max_len)
 
-        Binary search works because a suffix that occurs with a following token implies
-        every shorter suffix does too.
+    def longest_in(self, context: list[int], max_len: int) -> tuple[int, int]:
+        """``longest_match`` of a context given as Python ints (at least its last
+        ``max_depth - 1``).
+
+        Binary search: a suffix that occurs with a following token implies every shorter
+        suffix does too.  Each probe reads ``tail[hi - mid:]`` with ``hi`` as the search has
+        moved it (not ``mid`` tokens once ``hi`` has come down), the rule specsim has always
+        run: kept as it is, so that results stay the same.
         """
-        hi = min(int(max_len), context.size, self.max_depth - 1)
+        hi = min(int(max_len), len(context), self.max_depth - 1)
         lo, best = 0, (-1, 0)
-        tail = context[context.size - hi:].tolist() if hi > 0 else []
+        tail = context[len(context) - hi:] if hi > 0 else []
+        get, first = self._edges.get, self.first
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            node = self.find(tail[hi - mid:])
-            if node != -1 and self.first[node] >= 0:
+            node = 0
+            for t in tail[hi - mid:]:  # ``find``, inlined
+                node = get(node * _STRIDE + t, -1)
+                if node == -1:
+                    break
+            if node != -1 and first[node] >= 0:
                 lo, best = mid, (node, mid)
             else:
                 hi = mid - 1
@@ -273,10 +292,14 @@ class SuffixIndex:
 
 def tree_accepted(spec: Speculation, truth: np.ndarray) -> int:
     """Greedy verification of a speculation tree: depth of its deepest node on the true path."""
+    return accepted_depth(spec, truth.tolist())
+
+
+def accepted_depth(spec: Speculation, truth_list: list[int]) -> int:
+    """``tree_accepted`` with the true tokens as Python ints."""
     on_path = [False] * len(spec.tokens)
     depth = [0] * len(spec.tokens)
     best = 0
-    truth_list = truth.tolist()
     for i, (par, tok) in enumerate(zip(spec.parents, spec.tokens)):
         d = 1 if par < 0 else depth[par] + 1
         depth[i] = d
