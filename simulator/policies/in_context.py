@@ -105,12 +105,10 @@ class FollowIndex:
         self.twos = dict(zip([a << 32 | b for a, b in zip(tokens[:end2 - 2],
                                                            tokens[1:end2 - 1])],
                              tokens[2:end2]))
-        self.later_ones: dict[int, list[int]] = {}
-        self.later_twos: dict[int, list[int]] = {}
-        for p in range(end1, len(tokens)):
-            self.later_ones.setdefault(tokens[p - 1], []).append(p)
-        for p in range(end2, len(tokens)):
-            self.later_twos.setdefault(tokens[p - 2] << 32 | tokens[p - 1], []).append(p)
+        size = len(tokens)
+        self.later_ones = _positions(tokens[end1 - 1:size - 1], end1)
+        self.later_twos = _positions([a << 32 | b for a, b in zip(tokens[end2 - 2:size - 2],
+                                                                   tokens[end2 - 1:])], end2)
 
     def next_tokens(self, visible: int, tails: list[list[int]], pairs: bool) -> list[int]:
         """The rule's token after each of ``tails`` (each at least one token; its last two
@@ -134,3 +132,16 @@ class FollowIndex:
                     tok = ones.get(last, last)
             out.append(tok)
         return out
+
+
+def _positions(keys: list[int], start: int) -> dict[int, list[int]]:
+    """Each key -> the positions ``start + i`` where ``keys[i]`` is it, ascending."""
+    out: dict[int, list[int]] = {}
+    get = out.get
+    for p, key in enumerate(keys, start):
+        got = get(key)
+        if got is None:
+            out[key] = [p]
+        else:
+            got.append(p)
+    return out

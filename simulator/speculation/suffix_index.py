@@ -117,42 +117,35 @@ class SuffixIndex:
         self._free.append(node)
 
     def extend(self, cursor: Cursor, tokens) -> None:
-        """Append ``tokens`` to the sequence whose end ``cursor`` marks.
-
-        Per token, the suffixes ending at it are the root's and each cursor node's child by
-        that token: the trie is suffix-closed, so those found come first and the rest are
-        new -- made in the order of their lengths, with the next free ids (freed ones first,
-        as ``_new_node`` takes them; without any, in bulk on the lists)."""
+        """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
         edges, count, keys, first, nxt = self._edges, self.count, self.key, self.first, \
             self.next
         get, keep, free = edges.get, self.max_depth - 1, self._free
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
-            parents = [0, *nodes]
-            moved = [get(p * _STRIDE + t) for p in parents]  # None past the found ones
-            found = moved.index(None) if moved[-1] is None else len(moved)
-            for child in moved[:found]:
-                count[child] += 1
-            if found < len(moved):
-                del moved[found:]
-                if free:
-                    for p in parents[found:]:
-                        child = self._new_node(p, p * _STRIDE + t)
-                        count[child] = 1
+            moved = []
+            found = True
+            for node in (0, *nodes):
+                key = node * _STRIDE + t
+                if found:  # the trie is suffix-closed: past a missing suffix, all are new
+                    child = get(key)
+                    if child is not None:
+                        count[child] += 1
                         moved.append(child)
-                else:  # the hot path of a growing trie: ids in a row, on the lists at once
-                    fresh = parents[found:]
-                    at = len(count)
-                    made = range(at, at + len(fresh))
-                    new_keys = [p * _STRIDE + t for p in fresh]
-                    count.extend([1] * len(fresh))
-                    keys.extend(new_keys)
-                    first.extend([-1] * len(fresh))
-                    nxt.extend([first[p] for p in fresh])
-                    for p, child in zip(fresh, made):
-                        first[p] = child
-                    edges.update(zip(new_keys, made))
-                    moved.extend(made)
+                        continue
+                    found = False
+                if free:
+                    child = self._new_node(node, key)
+                    count[child] = 1
+                else:  # the hot path of a growing trie, inlined
+                    child = len(count)
+                    count.append(1)
+                    keys.append(key)
+                    first.append(-1)
+                    nxt.append(first[node])
+                    first[node] = child
+                    edges[key] = child
+                moved.append(child)
             nodes = moved[:keep]  # the deepest suffix cannot grow further
         cursor.nodes = nodes
 
