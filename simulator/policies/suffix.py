@@ -123,9 +123,6 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         return LimitedControl(self, self.k)
 
     # ------------------------------------------------------------------ speculation
-    def _budget(self, match_len: int, cap: int) -> int:
-        return max(0, min(cap, int(self.factor * match_len + self.offset + 1e-9)))
-
     def _request_state(self, rid: int, tokens: list[int],
                        size: int) -> tuple[_RequestState, int]:
         """The request's trie, brought up to its context (the first ``size`` of its
@@ -141,22 +138,15 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
             state.indexed = size
         return state, max(added, 0)
 
-    def _best(self, index: SuffixIndex, matches, cap: int) -> Speculation:
-        best = Speculation([], [], [])
-        for node, m in dict.fromkeys(matches):
-            spec = index.speculate(node, self._budget(m, cap), self.min_prob, self.tree, m)
-            if spec.score > best.score:
-                best = spec
-        return best
-
     def speculate(self, rid: int, generated: int, cap: int) -> tuple[Speculation, int]:
         """The best-scoring speculation of the two tries, and the tokens indexed on the way.
 
         Each trie tries its longest match and the longest one that leaves room below it for
-        ``cap`` tokens within the depth bound.
+        ``cap`` tokens within the depth bound; of equal scores the first tried stands.
         """
         roomy = max(1, self.depth - cap)
-        best, added = Speculation([], [], []), 0
+        factor, offset, min_prob, tree = self.factor, self.offset, self.min_prob, self.tree
+        best, top, added = None, 0.0, 0  # (top: the best's score)
         tokens = self.text.tokens(rid)
         size = self.text.prompt_ids[rid].size + generated
         if self.use_request:
@@ -164,18 +154,23 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
             index = state.index
             deep, near = index.matches(self.depth, roomy, size)
             for match in (deep,) if near[0] == deep[0] else (deep, near):  # one node each
-                spec = index.speculate(match, self._budget(match[0], cap), self.min_prob,
-                                       self.tree, size)
-                if spec.score > best.score:
-                    best = spec
+                budget = max(0, min(cap, int(factor * match[0] + offset + 1e-9)))
+                spec = index.speculate(match, budget, min_prob, tree, size)
+                score = spec.score
+                if score > top:
+                    best, top = spec, score
         if self.use_global and len(self.global_index) > 1:
             index = self.global_index
             tail = tokens[max(size - self.depth, 0):size]  # all that a match can read
-            spec = self._best(index, (index.longest_in(tail, self.depth),
-                                      index.longest_in(tail, roomy)), cap)
-            if spec.score > best.score:
-                best = spec
-        return best, added
+            deep = index.longest_in(tail, self.depth)
+            near = index.longest_in(tail, roomy)
+            for node, m in (deep,) if near == deep else (deep, near):
+                budget = max(0, min(cap, int(factor * m + offset + 1e-9)))
+                spec = index.speculate(node, budget, min_prob, tree, m)
+                score = spec.score
+                if score > top:
+                    best, top = spec, score
+        return (Speculation([], [], []) if best is None else best), added
 
     def propose_limited(self, batch: BatchView, rng: np.random.Generator,
                         max_draft: np.ndarray) -> DraftPlan:
