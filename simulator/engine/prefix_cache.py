@@ -151,6 +151,23 @@ class PrefixCache:
         if n > 0:
             self.queue.appendleft([int(n)])
 
+    def cycle(self, takes: list[int], backs: list[int]) -> None:
+        """``allocate(take)`` then ``give_back(back)`` for each pair in turn (iterations
+        that reserve blocks and roll some back), the runs given back counted while the next
+        takes fit in them: adjacent runs at the queue's head are taken as one run, so
+        merging them changes nothing that the queue does."""
+        head = 0  # blocks of runs given back here, at the queue's head, not yet in it
+        for take, back in zip(takes, backs):
+            if take > head:
+                take -= head
+                head = 0
+                self.allocate(take)
+            else:
+                head -= take
+            head += back
+        if head > 0:
+            self.queue.appendleft([int(head)])
+
     def resident(self) -> int:
         """Cached blocks in the KV cache now (in use or evictable)."""
         return len(self.ref)

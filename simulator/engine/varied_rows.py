@@ -141,10 +141,7 @@ def _commit(replica, rows, k: int, emit: np.ndarray, ctx: np.ndarray, floats: tu
     reserved = -(-(ctx + verify) // bs)
     need, kept = _SUM(reserved - held[:-1], axis=1), _SUM(held[1:], axis=1)
     if replica.cache is not None:  # its free queue moves as each iteration moves it
-        for take, freed in zip(need.tolist(), _SUM(reserved - held[1:], axis=1).tolist()):
-            replica._take_blocks(take)
-            replica.used_blocks -= freed
-            replica.cache.give_back(freed)
+        replica.cache.cycle(need.tolist(), _SUM(reserved - held[1:], axis=1).tolist())
     replica.used_blocks = base + int(kept[-1])
     ends = clock[1:]
     rec.record_itl_shared(ends[0] - b.last_emit)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+import numpy as np
+
 from simulator.policies.token_text import TokenText
 
 OFF_PATH_ORDER = 2          # tokens of guessed context the off-path rule conditions on
@@ -101,16 +103,14 @@ class FollowIndex:
     def __init__(self, tokens: list[int], prompt: int) -> None:
         self.tokens = tokens
         end1, end2 = max(prompt, 1), max(prompt, 2)  # the positions p with 1 (2) before
+        size = len(tokens)
+        # pairs[p] keys tokens p, p + 1 (built on an array: a few C loops, not ~size steps)
+        ids = np.array(tokens, np.uint64)
+        pairs = (ids[:-1] << np.uint64(32) | ids[1:]).tolist()
         self.ones = dict(zip(tokens[:end1 - 1], tokens[1:end1]))
-        self.twos = dict(zip([a << 32 | b for a, b in zip(tokens[:end2 - 2],
-                                                           tokens[1:end2 - 1])],
-                             tokens[2:end2]))
-        self.later_ones: dict[int, list[int]] = {}
-        self.later_twos: dict[int, list[int]] = {}
-        for p in range(end1, len(tokens)):
-            self.later_ones.setdefault(tokens[p - 1], []).append(p)
-        for p in range(end2, len(tokens)):
-            self.later_twos.setdefault(tokens[p - 2] << 32 | tokens[p - 1], []).append(p)
+        self.twos = dict(zip(pairs[:end2 - 2], tokens[2:end2]))
+        self.later_ones = _positions(tokens[end1 - 1:size - 1], end1)
+        self.later_twos = _positions(pairs[end2 - 2:size - 2], end2)
 
     def next_tokens(self, visible: int, tails: list[list[int]], pairs: bool) -> list[int]:
         """The rule's token after each of ``tails`` (each at least one token; its last two
@@ -134,3 +134,16 @@ class FollowIndex:
                     tok = ones.get(last, last)
             out.append(tok)
         return out
+
+
+def _positions(keys: list[int], start: int) -> dict[int, list[int]]:
+    """Each key -> the positions ``start + i`` where ``keys[i]`` is it, ascending."""
+    out: dict[int, list[int]] = {}
+    get = out.get
+    for p, key in enumerate(keys, start):
+        got = get(key)
+        if got is None:
+            out[key] = [p]
+        else:
+            got.append(p)
+    return out

@@ -57,22 +57,35 @@ class LaneState:
         (draft tokens, lookahead tokens, accepted drafts: the longest verified prefix among
         the candidates), and the generated count it starts from."""
         tokens, prompt, pool, width = self.index.tokens, self.prompt, self.pool, self.width
-        rows, gens, g, last = [], [], generated, steps - 1
+        rows, gens, g, last, lanes_n = [], [], generated, steps - 1, self.lanes_n
+        step = self.step
         for j in range(steps):
             at = prompt + g
             cands = pool.get(tokens[at - 1])
-            held = self.lanes_n * min(len(self.hist[0]), width)
+            held = lanes_n * min(len(self.hist[0]), width)
+            accepted = 0
             if cands:
-                accepted = longest_prefix(cands, tokens[at:at + width])
+                # ``longest_prefix``, inlined: most candidates differ at their first token
+                size, want = len(tokens) - at, tokens[at] if at < len(tokens) else None
+                size = width if size > width else size
+                for cand in cands:
+                    if cand[0] != want:
+                        continue
+                    n = 1
+                    while n < size and cand[n] == tokens[at + n]:
+                        n += 1
+                    if n > accepted:
+                        accepted = n
+                        if n == size:
+                            break
                 rows.append((len(cands) * width, held, accepted))
             else:
-                accepted = 0
                 rows.append((0, held, 0))
             gens.append(g)
             moved = g + accepted + 1
             if moved >= end or j == last:
                 break
-            self.step(g)
+            step(g)
             g = moved
         return rows, gens
 

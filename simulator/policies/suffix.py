@@ -40,7 +40,7 @@ from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.token_text import TokenText, require_token_ids
-from simulator.speculation.suffix_index import Speculation, SuffixIndex, tree_accepted
+from simulator.speculation.suffix_index import Speculation, SuffixIndex, accepted_depth
 from simulator.speculation.text_suffixes import TextSuffixes
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
@@ -123,56 +123,54 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         return LimitedControl(self, self.k)
 
     # ------------------------------------------------------------------ speculation
-    def _budget(self, match_len: int, cap: int) -> int:
-        return max(0, min(cap, int(self.factor * match_len + self.offset + 1e-9)))
-
-    def _request_state(self, rid: int, generated: int) -> tuple[_RequestState, int, int]:
-        """The request's trie, brought up to its current context (its text may run
-        further: rows planned ahead); also the tokens added, and the context's size."""
+    def _request_state(self, rid: int, tokens: list[int],
+                       size: int) -> tuple[_RequestState, int]:
+        """The request's trie, brought up to its context (the first ``size`` of its
+        ``tokens``; its text may run further: rows planned ahead); also the tokens added."""
         state = self._requests.get(rid)
         if state is None:
             state = self._requests[rid] = _RequestState(self.depth)
-        known = self.text.known(rid, generated)
-        size, have = known.size, len(state.index.text)
+        have = len(state.index.text)
         if size > have:
-            state.index.extend(known[have:].tolist())
+            state.index.extend(tokens[have:size])
         added = size - state.indexed
         if added > 0:
             state.indexed = size
-        return state, max(added, 0), size
-
-    def _best(self, index: SuffixIndex, matches, cap: int) -> Speculation:
-        best = Speculation([], [], [])
-        for node, m in dict.fromkeys(matches):
-            spec = index.speculate(node, self._budget(m, cap), self.min_prob, self.tree, m)
-            if spec.score > best.score:
-                best = spec
-        return best
+        return state, max(added, 0)
 
     def speculate(self, rid: int, generated: int, cap: int) -> tuple[Speculation, int]:
         """The best-scoring speculation of the two tries, and the tokens indexed on the way.
 
         Each trie tries its longest match and the longest one that leaves room below it for
-        ``cap`` tokens within the depth bound.
+        ``cap`` tokens within the depth bound; of equal scores the first tried stands.
         """
         roomy = max(1, self.depth - cap)
-        best, added = Speculation([], [], []), 0
+        factor, offset, min_prob, tree = self.factor, self.offset, self.min_prob, self.tree
+        best, top, added = None, 0.0, 0  # (top: the best's score)
+        tokens = self.text.tokens(rid)
+        size = self.text.prompt_ids[rid].size + generated
         if self.use_request:
-            state, added, size = self._request_state(rid, generated)
+            state, added = self._request_state(rid, tokens, size)
             index = state.index
             deep, near = index.matches(self.depth, roomy, size)
             for match in (deep,) if near[0] == deep[0] else (deep, near):  # one node each
-                spec = index.speculate(match, self._budget(match[0], cap), self.min_prob,
-                                       self.tree, size)
-                if spec.score > best.score:
-                    best = spec
+                budget = max(0, min(cap, int(factor * match[0] + offset + 1e-9)))
+                spec = index.speculate(match, budget, min_prob, tree, size)
+                score = spec.score
+                if score > top:
+                    best, top = spec, score
         if self.use_global and len(self.global_index) > 1:
-            index, known = self.global_index, self.text.known(rid, generated)
-            spec = self._best(index, (index.longest_match(known, self.depth),
-                                      index.longest_match(known, roomy)), cap)
-            if spec.score > best.score:
-                best = spec
-        return best, added
+            index = self.global_index
+            tail = tokens[max(size - self.depth, 0):size]  # all that a match can read
+            deep = index.longest_in(tail, self.depth)
+            near = index.longest_in(tail, roomy)
+            for node, m in (deep,) if near == deep else (deep, near):
+                budget = max(0, min(cap, int(factor * m + offset + 1e-9)))
+                spec = index.speculate(node, budget, min_prob, tree, m)
+                score = spec.score
+                if score > top:
+                    best, top = spec, score
+        return (Speculation([], [], []) if best is None else best), added
 
     def propose_limited(self, batch: BatchView, rng: np.random.Generator,
                         max_draft: np.ndarray) -> DraftPlan:
@@ -210,9 +208,14 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         for i, (rid, g, n) in enumerate(zip(request_ids.tolist(), generated.tolist(),
                                             num_draft.tolist())):
             if n:
-                spec = specs[rid]
-                out[i] = tree_accepted(spec, self.text.upcoming(rid, g, len(spec)))
+                out[i] = self._depth_accepted(specs[rid], rid, g)
         return out
+
+    def _depth_accepted(self, spec: Speculation, rid: int, generated: int) -> int:
+        """The deepest node of ``spec`` on the target's path (its next tokens, fewer near
+        the end of the output: the request's text ends there)."""
+        at = self.text.prompt_ids[rid].size + generated
+        return accepted_depth(spec, self.text.tokens(rid)[at:at + len(spec)])
 
     # ------------------------------------------------------------------ bookkeeping
     def observe(self, plan: DraftPlan, batch: BatchView, accepted: np.ndarray,
@@ -254,25 +257,28 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         ids, gens, outs = request_ids.tolist(), generated.tolist(), output_len.tolist()
         n = len(ids)
         before = self._indexed(ids)
-        nodes, accepted = np.zeros((steps, n), np.int64), np.zeros((steps, n), np.int64)
-        seconds, indexed = [], []
-        for j in range(steps):
+        nodes, accepted, seconds, indexed = [], [], [], []
+        for _ in range(steps):
             cpu = 0.0  # ``speculations``' sum, in the batch's order
+            row_nodes, row_accepted = [0] * n, [0] * n
             for i, (rid, g) in enumerate(zip(ids, gens)):
                 spec, added = self.speculate(rid, g, self.k)
                 cpu += self.cpu_request_s + added * self.cpu_token_s
-                m = len(spec)
-                nodes[j, i] = m
-                accepted[j, i] = a = tree_accepted(spec, self.text.upcoming(rid, g, m)) \
-                    if m else 0
-                gens[i] = g + a + 1
-            seconds.append(0.0 + (cpu + self.host(int(np.count_nonzero(nodes[j])))))
+                if spec.tokens:
+                    row_nodes[i] = len(spec)
+                    row_accepted[i] = a = self._depth_accepted(spec, rid, g)
+                    gens[i] = g + a + 1
+                else:
+                    gens[i] = g + 1
+            nodes.append(row_nodes)
+            accepted.append(row_accepted)
+            seconds.append(0.0 + (cpu + self.host(n - row_nodes.count(0))))
             indexed.append(self._indexed(ids))
             if any(g >= out for g, out in zip(gens, outs)):  # the last row that can be kept
                 break
-        rows = len(seconds)
         self._ahead = (ids, [before, *indexed])
-        return VariedRows(nodes[:rows], nodes[:rows] + 1, accepted[:rows],
+        drafts = np.array(nodes, np.int64).reshape(len(seconds), n)
+        return VariedRows(drafts, drafts + 1, np.array(accepted, np.int64).reshape(drafts.shape),
                           np.array(seconds))
 
     def keep_rows(self, kept):

@@ -25,8 +25,6 @@ import numpy as np
 
 from simulator.inputs.errors import SpecsimError
 
-_STRIDE = 1 << 32  # edge key = node * _STRIDE + token; token ids are below 2^32
-
 
 @dataclass
 class Speculation:
@@ -66,17 +64,17 @@ class SuffixIndex:
             raise SpecsimError(f"max_depth must be a whole number >= 2, got {max_depth!r}",
                                field="max_depth")
         self.max_depth = int(max_depth)
-        self._edges: dict[int, int] = {}
         self.count = [0]
-        self.key = [-1]  # each node's edge key: parent * _STRIDE + token
-        # children as linked lists in int lists (first child, next sibling; -1: none), not a
-        # list per node: a trie holds ~max_depth nodes per token, and as many live Python
-        # lists made the garbage collector's passes most of a suffix run's CPU.  A new child
-        # goes first: the order of children decides nothing (speculation ranks them by
-        # count and id, the other readers sum or test for any)
-        self.first = [-1]
-        self.next = [-1]
-        self._free: list[int] = []
+        # each node's children as a dict token -> child, and its parent and token: a trie
+        # holds ~max_depth nodes per token, and dicts of ints (unlike lists) are not tracked
+        # by the garbage collector, whose passes over as many live lists were most of a
+        # suffix run's CPU once; a step down is one small-int lookup.  The order of
+        # children decides nothing (speculation ranks them by count and id, the other
+        # readers sum or test for any)
+        self.kids: list[dict[int, int]] = [{}]
+        self.parent = [-1]
+        self.tok = [-1]
+        self._free: list[int] = []  # ids of unlinked nodes, reused last freed first
 
     # ------------------------------------------------------------------ building
     def __len__(self) -> int:
@@ -85,66 +83,52 @@ class SuffixIndex:
 
     def token(self, node: int) -> int:
         """The token on the edge into ``node``."""
-        return self.key[node] % _STRIDE
+        return self.tok[node]
 
-    def _new_node(self, parent: int, key: int) -> int:
+    def _new_node(self, parent: int, token: int) -> int:
         if self._free:
             node = self._free.pop()
-            self.count[node], self.key[node], self.first[node] = 0, key, -1
-            self.next[node] = self.first[parent]
+            self.count[node], self.parent[node], self.tok[node] = 0, parent, token
+            self.kids[node] = {}
         else:
             node = len(self.count)
             self.count.append(0)
-            self.key.append(key)
-            self.first.append(-1)
-            self.next.append(self.first[parent])
-        self.first[parent] = node
-        self._edges[key] = node
+            self.kids.append({})
+            self.parent.append(parent)
+            self.tok.append(token)
+        self.kids[parent][token] = node
         return node
 
     def _unlink(self, node: int) -> None:
-        key = self.key[node]
-        parent = key // _STRIDE
-        del self._edges[key]
-        first, nxt = self.first, self.next
-        before, c = -1, first[parent]
-        while c != node:
-            before, c = c, nxt[c]
-        if before < 0:
-            first[parent] = nxt[node]
-        else:
-            nxt[before] = nxt[node]
+        del self.kids[self.parent[node]][self.tok[node]]
         self._free.append(node)
 
     def extend(self, cursor: Cursor, tokens) -> None:
         """Append ``tokens`` to the sequence whose end ``cursor`` marks."""
-        edges, count, keys, first, nxt = self._edges, self.count, self.key, self.first, \
-            self.next
-        get, keep, free = edges.get, self.max_depth - 1, self._free
+        count, kids, parent, tok = self.count, self.kids, self.parent, self.tok
+        keep, free = self.max_depth - 1, self._free
         nodes = cursor.nodes
         for t in np.asarray(tokens).tolist():
             moved = []
             found = True
             for node in (0, *nodes):
-                key = node * _STRIDE + t
                 if found:  # the trie is suffix-closed: past a missing suffix, all are new
-                    child = get(key)
+                    child = kids[node].get(t)
                     if child is not None:
                         count[child] += 1
                         moved.append(child)
                         continue
                     found = False
                 if free:
-                    child = self._new_node(node, key)
+                    child = self._new_node(node, t)
                     count[child] = 1
                 else:  # the hot path of a growing trie, inlined
                     child = len(count)
                     count.append(1)
-                    keys.append(key)
-                    first.append(-1)
-                    nxt.append(first[node])
-                    first[node] = child
-                    edges[key] = child
+                    kids.append({})
+                    parent.append(node)
+                    tok.append(t)
+                    kids[node][t] = child
                 moved.append(child)
             nodes = moved[:keep]  # the deepest suffix cannot grow further
         cursor.nodes = nodes
@@ -157,14 +141,15 @@ class SuffixIndex:
         """Undo ``add(tokens)``: the same walk with the counts taken back.
 
         A node whose count reaches zero is unlinked at once; the walk still passes through
-        it, because its descendants occurred only there and are emptied by the next steps.
+        it, because its descendants occurred only there and are emptied by the next steps
+        (a freed node has no children left by the end).
         """
-        edges, count, keep = self._edges, self.count, self.max_depth - 1
+        count, kids, keep = self.count, self.kids, self.max_depth - 1
         nodes: list[int] = []
         for t in np.asarray(tokens).tolist():
             moved = []
             for node in [0, *nodes]:
-                child = edges.get(node * _STRIDE + t)
+                child = kids[node].get(t)
                 if child is None:
                     raise SpecsimError("removing a sequence that was never added",
                                        field="tokens")
@@ -176,41 +161,49 @@ class SuffixIndex:
 
     # ------------------------------------------------------------------ queries
     def children(self, node: int) -> list[int]:
-        """``node``'s children, in the order they were made."""
-        out, c, nxt = [], self.first[node], self.next
-        while c >= 0:
-            out.append(c)
-            c = nxt[c]
-        return out
+        """``node``'s children (in no particular order)."""
+        return list(self.kids[node].values())
 
     def out(self, node: int) -> int:
         """Occurrences of ``node``'s substring that a token follows (its children's counts)."""
         count = self.count
-        return sum([count[c] for c in self.children(node)])
+        return sum([count[c] for c in self.kids[node].values()])
 
     def find(self, pattern) -> int:
         """The node of ``pattern`` (-1 when it does not occur)."""
         node = 0
-        edges = self._edges
+        kids = self.kids
         for t in pattern:
-            node = edges.get(node * _STRIDE + int(t), -1)
+            node = kids[node].get(int(t), -1)
             if node == -1:
                 return -1
         return node
 
     def longest_match(self, context: np.ndarray, max_len: int) -> tuple[int, int]:
-        """(node, length) of the longest suffix of ``context`` (<= max_len) with a continuation.
+        """(node, length) of the longest suffix of ``context`` (<= max_len) with a continuation."""
+        return self.longest_in(context[-self.max_depth:].tolist(), max_len)
 
-        Binary search works because a suffix that occurs with a following token implies
-        every shorter suffix does too.
+    def longest_in(self, context: list[int], max_len: int) -> tuple[int, int]:
+        """``longest_match`` of a context given as Python ints (at least its last
+        ``max_depth - 1``).
+
+        Binary search: a suffix that occurs with a following token implies every shorter
+        suffix does too.  Each probe reads ``tail[hi - mid:]`` with ``hi`` as the search has
+        moved it (not ``mid`` tokens once ``hi`` has come down), the rule specsim has always
+        run: kept as it is, so that results stay the same.
         """
-        hi = min(int(max_len), context.size, self.max_depth - 1)
+        hi = min(int(max_len), len(context), self.max_depth - 1)
         lo, best = 0, (-1, 0)
-        tail = context[context.size - hi:].tolist() if hi > 0 else []
+        tail = context[len(context) - hi:] if hi > 0 else []
+        kids = self.kids
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            node = self.find(tail[hi - mid:])
-            if node != -1 and self.first[node] >= 0:
+            node = 0
+            for t in tail[hi - mid:]:  # ``find``, inlined
+                node = kids[node].get(t, -1)
+                if node == -1:
+                    break
+            if node != -1 and kids[node]:
                 lo, best = mid, (node, mid)
             else:
                 hi = mid - 1
@@ -218,37 +211,38 @@ class SuffixIndex:
 
     def cursor_match(self, cursor: Cursor, max_len: int) -> tuple[int, int]:
         """Like ``longest_match`` for a sequence indexed online through ``cursor``."""
-        nodes = cursor.nodes
+        nodes, kids = cursor.nodes, self.kids
         for length in range(min(int(max_len), len(nodes)), 0, -1):
             node = nodes[length - 1]
-            if self.first[node] >= 0:
+            if kids[node]:
                 return node, length
         return -1, 0
 
     def speculate(self, node: int, budget: int, min_prob: float, tree: bool = True,
                   match_len: int = 0) -> Speculation:
         """Best-first speculation below ``node``: at most ``budget`` tokens, each >= min_prob."""
-        if node < 0 or budget <= 0 or self.first[node] < 0:
+        if node < 0 or budget <= 0 or not self.kids[node]:
             return Speculation([], [], [], match_len)
         if not tree:
             return self._speculate_path(node, budget, min_prob, match_len)
-        count, key, kids = self.count, self.key, self.children
+        count, tok, kids = self.count, self.tok, self.kids
         parents: list[int] = []
         tokens: list[int] = []
         probs: list[float] = []
         total = self.out(node)
-        heap = [(-count[c] / total, c, -1) for c in kids(node) if count[c] >= min_prob * total]
+        heap = [(-count[c] / total, c, -1) for c in kids[node].values()
+                if count[c] >= min_prob * total]
         heapq.heapify(heap)
         while heap and len(tokens) < budget:
             neg, c, par = heapq.heappop(heap)
             idx = len(tokens)
             parents.append(par)
-            tokens.append(key[c] % _STRIDE)
+            tokens.append(tok[c])
             probs.append(-neg)
-            below = kids(c) if self.first[c] >= 0 else None
+            below = kids[c]
             if below:
-                scale = neg / sum(count[d] for d in below)
-                for d in below:
+                scale = neg / sum([count[d] for d in below.values()])
+                for d in below.values():
                     p = scale * count[d]  # negative path probability
                     if -p >= min_prob:
                         heapq.heappush(heap, (p, d, idx))
@@ -256,16 +250,16 @@ class SuffixIndex:
 
     def _speculate_path(self, node: int, budget: int, min_prob: float,
                         match_len: int) -> Speculation:
-        count, kids = self.count, self.children
+        count, kids = self.count, self.kids
         parents, tokens, probs = [], [], []
         p = 1.0
-        while len(tokens) < budget and self.first[node] >= 0:
-            best = max(kids(node), key=lambda c: (count[c], -c))
+        while len(tokens) < budget and kids[node]:
+            best = max(kids[node].values(), key=lambda c: (count[c], -c))
             p *= count[best] / self.out(node)
             if p < min_prob:
                 break
             parents.append(len(tokens) - 1)
-            tokens.append(self.key[best] % _STRIDE)
+            tokens.append(self.tok[best])
             probs.append(p)
             node = best
         return Speculation(parents, tokens, probs, match_len)
@@ -273,10 +267,14 @@ class SuffixIndex:
 
 def tree_accepted(spec: Speculation, truth: np.ndarray) -> int:
     """Greedy verification of a speculation tree: depth of its deepest node on the true path."""
+    return accepted_depth(spec, truth.tolist())
+
+
+def accepted_depth(spec: Speculation, truth_list: list[int]) -> int:
+    """``tree_accepted`` with the true tokens as Python ints."""
     on_path = [False] * len(spec.tokens)
     depth = [0] * len(spec.tokens)
     best = 0
-    truth_list = truth.tolist()
     for i, (par, tok) in enumerate(zip(spec.parents, spec.tokens)):
         d = 1 if par < 0 else depth[par] + 1
         depth[i] = d

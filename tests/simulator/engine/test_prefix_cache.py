@@ -143,6 +143,47 @@ def test_the_free_queue_is_vllms():
     assert cache.evicted_by(4) == {11}    # ... then key 11 (request 1's last block)
 
 
+def _runs(cache: PrefixCache) -> list:
+    """The free queue with adjacent runs of free blocks merged (what ``allocate`` and
+    ``evicted_by`` read: they take adjacent runs as one)."""
+    out: list = []
+    for entry in cache.queue:
+        if isinstance(entry, list) and out and isinstance(out[-1], list):
+            out[-1] = [out[-1][0] + entry[0]]
+        else:
+            out.append(list(entry) if isinstance(entry, list) else entry)
+    return out
+
+
+def test_cycle_is_allocate_then_give_back_in_turn():
+    """``cycle`` (a stretch's iterations at once) against ``allocate`` then ``give_back``
+    of each pair, on queues holding cached blocks: the same evictions, residents and runs."""
+    rng, evicted = np.random.default_rng(3), 0
+    for _ in range(200):
+        keys = [np.arange(10 * r, 10 * r + 4) for r in range(6)]
+        caches = [PrefixCache(40, 1, keys) for _ in range(2)]
+        for cache in caches:  # the same history: requests cached, some released
+            for rid in range(6):
+                cache.allocate(5)
+                cache.register(rid, 4)
+            for rid in (0, 2, 4, 5):
+                cache.release(rid, 5)
+        takes = rng.integers(0, 6, int(rng.integers(1, 12))).tolist()
+        backs = [int(rng.integers(0, t + 1)) for t in takes]
+        if sum(takes) - sum(backs) > 30:  # more than the 30 free blocks
+            continue
+        one, many = caches
+        for take, back in zip(takes, backs):
+            one.allocate(take)
+            one.give_back(back)
+        many.cycle(takes, backs)
+        assert (many.evictions, many.ref, many.free) == (one.evictions, one.ref, one.free)
+        assert _runs(many) == _runs(one)
+        assert many.evicted_by(30) == one.evicted_by(30)
+        evicted += one.evictions > 0
+    assert evicted > 20  # the takes reached cached blocks in many of the draws
+
+
 def _checked(monkeypatch):
     """Check the KV accounting after every completed step: the free queue holds exactly the
     blocks not in use, and no more blocks are cached than the budget holds."""

@@ -59,6 +59,30 @@ def test_trie_counts_every_substring_occurrence():
         assert index_counts(index) == {s: (count[s], follow[s]) for s in count}
 
 
+def test_node_ids_follow_first_occurrences_and_freed_ids_are_reused_last_first():
+    """Ids break speculation's ties, so they are part of the result: without removals a
+    node's id is its rank by (end of its first occurrence, length); after a removal, new
+    nodes take the freed ids, the last freed first, before any new id."""
+    rng = np.random.default_rng(7)
+    for depth in (2, 4, 6):
+        seqs = [rng.integers(0, 3, size=rng.integers(1, 12)).tolist() for _ in range(4)]
+        index, first = SuffixIndex(depth), {}
+        end = 0
+        for s in seqs:
+            index.add(s)
+            for i in range(len(s)):
+                for n in range(1, min(depth, i + 1) + 1):
+                    first.setdefault(tuple(s[i - n + 1:i + 1]), (end + i, n))
+            end += len(s)
+        order = sorted(first, key=first.get)
+        assert [index.find(sub) for sub in order] == list(range(1, len(order) + 1))
+        index.remove(seqs[0])
+        freed = list(index._free)
+        index.add([9, 9, 9])  # a token never seen: every node new
+        made = [index.find([9] * n) for n in range(1, min(depth, 3) + 1)]
+        assert made == (freed[::-1] + list(range(len(order) + 1, len(order) + 4)))[:len(made)]
+
+
 def test_removing_a_sequence_undoes_it():
     rng = np.random.default_rng(1)
     seqs = [rng.integers(0, 4, size=12) for _ in range(3)]
