@@ -188,9 +188,9 @@ class SuffixIndex:
         ``max_depth - 1``).
 
         Binary search: a suffix that occurs with a following token implies every shorter
-        suffix does too.  Each probe reads ``tail[hi - mid:]`` with ``hi`` as the search has
-        moved it (not ``mid`` tokens once ``hi`` has come down), the rule specsim has always
-        run: kept as it is, so that results stay the same.
+        suffix does too.  Each probe reads the last ``mid`` tokens (before 2026-12 it read
+        ``tail[hi - mid:]`` with ``hi`` as the search had lowered it: a longer suffix than
+        the length it reported, so a 4-token match could be returned as 3 or missed).
         """
         hi = min(int(max_len), len(context), self.max_depth - 1)
         lo, best = 0, (-1, 0)
@@ -199,7 +199,7 @@ class SuffixIndex:
         while lo < hi:
             mid = (lo + hi + 1) // 2
             node = 0
-            for t in tail[hi - mid:]:  # ``find``, inlined
+            for t in tail[len(tail) - mid:]:  # ``find``, inlined
                 node = kids[node].get(t, -1)
                 if node == -1:
                     break

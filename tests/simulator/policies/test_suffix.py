@@ -249,3 +249,29 @@ def test_tree_verification_costs_n_plus_one_tokens(agent_runs):
 def test_shipped_scenario_runs():
     res = simulate(load_scenario(SCENARIOS / "suffix.yaml", ["workload.tokens.num_requests=6"]))
     assert (res.requests.status == "finished").all()
+
+
+def test_matching_agrees_with_enumerating_every_suffix():
+    """``longest_match`` against brute force: the longest suffix (<= the cap and the depth
+    bound) that occurs in an indexed text with a token after it, over random small texts;
+    the node returned is that suffix's."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        depth = int(rng.integers(2, 7))
+        texts = [rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
+                 for _ in range(int(rng.integers(1, 4)))]
+        index = SuffixIndex(depth)
+        for t in texts:
+            index.add(t)
+        context = rng.integers(0, 3, size=int(rng.integers(1, 9))).tolist()
+        cap = int(rng.integers(1, 8))
+
+        def followed(s: list[int]) -> bool:
+            n = len(s)
+            return n < depth and any(t[i:i + n] == s for t in texts
+                                     for i in range(len(t) - n))
+        best = max((n for n in range(1, min(cap, len(context)) + 1)
+                    if followed(context[-n:])), default=0)
+        node, length = index.longest_match(np.array(context), cap)
+        assert length == best, (texts, context, cap, depth)
+        assert node == (index.find(context[-best:]) if best else -1)
