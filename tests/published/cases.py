@@ -194,7 +194,7 @@ CASES: list[Case] = [
     Case("vllm-eagle-batch-drop-70b-over-8b", ec.SDB + " (vLLM v0.10.1, H100): EAGLE k=3 "
          "on ShareGPT loses 14.0% of its speedup from batch 1 to 32 on Llama-3-70B (TP 4), "
          "4.3% on Llama-3.1-8B", ("llama-3-70b-tp4", "llama-3.1-8b"), ORDER,
-         ec.batch_drop_order, "vllm"),
+         ec.batch_drop_order, "vllm-0.10"),
 ] + CURRENT_CASES + MOE_CASES + LOAD_CASES + DP_CASES  # current engines (current_cases.py),
 # large MoE (moe_cases.py), speculative gains under load (load_cases.py), DeepSeek-R1 on one
 # 8 x H200 node (dp_cases.py)
