@@ -33,7 +33,24 @@ tile a step), so it only binds where few tiles run: small batches, few experts.
 ``engines.yaml``'s ``fp8_gemm: triton`` turns it on.  vLLM 0.7's CUTLASS blockwise GEMM, which
 takes its linears with N and K multiples of 128 on sm90, has no split-K either (a persistent
 128 x 128 x 128 tile) and walks K the same way: ``vllm-v0.7`` prices it with this floor, its
-own step time unmeasured.  DeepGEMM runs its own waves (below).
+own step measured within 0.4% of the Triton one (``CUTLASS_K_STEP_S``).  DeepGEMM runs its
+own waves (below).
+
+vLLM 0.7.x's absorbed ``W_UV_O`` (``absorbed_uv_o``).  V0's MLA decode folds ``kv_b``'s V
+half into ``o_proj`` ahead of time (vllm/attention/backends/mla/utils.py at v0.7.1-v0.7.3,
+``VLLM_MLA_PERFORM_MATRIX_ABSORPTION`` on by default: ``W_UV_O = einsum("lnd,hnd -> nlh",
+W_UV, W_O)`` re-quantised to 128 x 128 FP8 blocks) and runs the attention's latent output,
+``x.flatten(start_dim=1)`` of ``[rows, heads/TP, kv_lora_rank]``, through it as one linear:
+K = heads/TP x kv_lora_rank (8,192 for DeepSeek-V3 at TP 8) where ``o_proj`` walks heads/TP
+x v_head_dim (2,048).  N (7,168) and K are multiples of 128, so it runs CUTLASS's blockwise
+GEMM, one 128 x 128 tile a CTA walking K (fp8_utils.apply_w8a8_block_fp8_linear); at decode
+rows its 56 tiles are one wave, and the GEMM is the K loop: 48 steps more than ``o_proj``'s,
+each at ``CUTLASS_K_STEP_S`` (vLLM's own kernel, measured).  Those steps are priced per
+layer beside the generic ``o_proj`` (``uv_o_terms``), on the decode path only as the
+absorbed launches above are: at one request's row (the token tables know the step's total,
+not its decodes), so a step that carries only a prefill chunk pays them too, and a decode
+batch past one wave of tiles (over 128 rows at the floor's 64-row tiles) pays one wave's.
+vLLM dropped the absorption in v0.8.0 (PR #14770, 'MLA get rid of materialization').
 
 DeepGEMM (``fp8_gemm: deepgemm``: SGLang with ``SGL_ENABLE_JIT_DEEPGEMM=1``, as the large-EP
 deployment ran, sgl-project/sglang issue #6017).  At many rows its dense FP8 GEMMs are well
@@ -76,6 +93,14 @@ K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton ke
 DEEPGEMM_EFFICIENCY = 0.74
 DEEPGEMM_TILE_S = 2.2e-6
 TILE_N = 128  # BLOCK_SIZE_N: the block scale's 128 output columns
+# vLLM's CUTLASS blockwise FP8 GEMM (cutlass_scaled_mm), one 128-deep K step of a one-wave
+# grid: the 'vllm' column of sgl-project/sglang PR #5820 (2025-04-28, 'main' tables, the
+# tables the profile's Triton step is fitted to; DeepSeek-V3 shapes at N = 7168, M = 1-128,
+# a Hopper GPU the tables do not name): 19.2 us at K = 2304, 77.2 us at K = 16384, the
+# difference over the 110 steps between them, 0.527 us.  sgl-project/sglang PR #5207 (2025-04)
+# timed the same kernel at 92.6 and 103.5 us at K = 16384 and 18432, 0.68 us a step (not
+# priced: 29% dearer than the PR #5820 run, where SGLang's Triton kernel also ran faster)
+CUTLASS_K_STEP_S = (77.2e-6 - 19.2e-6) / (16384 / K_STEP - 2304 / K_STEP)
 # linears the Triton FP8 engine does not run on its K-loop kernel: kv_b's absorbed halves run
 # as flashinfer's bmm_fp8 at decode (SGLang 0.4.1 deepseek_v2.py forward_absorb)
 NOT_TRITON = ("kv_b_proj",)
@@ -192,3 +217,21 @@ def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int
     quant = cm._roof.transfer_time(quant_bytes, OTHER)
     gpu = np.maximum(gemm(r) + gemm(a) - gemm(r + a), 0.0) + quant
     return [("engine_split_qkv_a", quant_bytes, gpu, 2, m.num_layers)]
+
+
+def uv_o_terms(cm, T) -> list[tuple[str, object, object, int, int]]:
+    """The absorbed ``W_UV_O``'s K steps beyond ``o_proj``'s (module docstring, vLLM 0.7.x):
+    ``(name, bytes, GPU s, kernels, layers)``, the GPU seconds and bytes for one layer, at one
+    request's row; none for an engine without the absorption, a model without MLA or not in
+    FP8 (the 16-bit path is ``torch.matmul``, not the blockwise kernel), or no kernel shapes."""
+    m = cm.model
+    if not (cm.execution.spec.absorbed_uv_o and m.is_mla and m.dtype == "fp8") \
+            or not cm._shapes:
+        return []
+    hd = m.num_heads / cm._tp
+    steps = np.ceil(hd * m.kv_lora_rank / K_STEP) - np.ceil(hd * m.value_head_dim / K_STEP)
+    one = np.minimum(T, 1.0)  # a decode-path GEMM: one wave of tiles at decode rows
+    extra_bytes = one * hd * (m.kv_lora_rank - m.value_head_dim) * m.hidden_size * cm._wb
+    # no launch of its own: the GEMM replaces o_proj's
+    return [("engine_uv_o_proj", extra_bytes, one * steps * CUTLASS_K_STEP_S, 0,
+             m.num_layers)]

@@ -60,7 +60,7 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton", "deepgemm")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
-         "shared_experts_fusion")
+         "shared_experts_fusion", "absorbed_uv_o")
 MAX_COUNT = 10_000
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
 # default start, floor factor and decay steps, schedule_conservativeness, the clip on a
@@ -143,6 +143,9 @@ class SpecHost:
     # and decode steps apart (SGLang's default), the default of ``batching.mixed_chunk``
     mixed_chunk: bool = True
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
+    # MLA decode's output through one absorbed W_UV_O GEMM (K = heads x kv_lora_rank) where
+    # o_proj's K is heads x v_head_dim (vLLM 0.7.x: engine_kernels.uv_o_terms)
+    absorbed_uv_o: bool = False
     # a MoE layer's shared experts run as always-picked experts of the routed grouped GEMM
     # (SGLang's num_fused_shared_experts), without EP: simulator/cost/moe.py MoeShape.of
     shared_experts_fusion: bool = False

@@ -31,7 +31,7 @@ REQUESTS_PER_BATCH_SLOT = 16
 # The engine each source measured on, as the scenario's ``execution:`` block (one per engine,
 # never per case).  vLLM and SGLang: the defaults (CUDA graphs on, the draft loop captured)
 # and the speculative path's host work of the named version (simulator/cost/engines.yaml):
-# vLLM V1 0.9.2's EagleProposer path (also v0.10.1's), SGLang 0.4.1's EAGLE worker.
+# vLLM V1 0.9.2's EagleProposer path (v0.10.1's: vllm-0.10), SGLang 0.4.1's EAGLE worker.
 # Hugging Face-style code: eager launches, each draft forward its own host step, and the
 # official EAGLE code's speculative host work (its tree building, posterior, syncs) -- also
 # charged, for the same kinds of work, to the Medusa and assisted-generation code Spec-Bench
@@ -39,6 +39,8 @@ REQUESTS_PER_BATCH_SLOT = 16
 ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop": False,
                                    "engine": "eagle-official"},
                             "vllm": {"engine": "vllm-v0.9"},
+                            # vLLM V1 0.10.x: propose()'s two .item() syncs gone
+                            "vllm-0.10": {"engine": "vllm-v0.10"},
                             # vLLM V0 0.7.x (Feb 2025): its DeepSeek decode path, read
                             "vllm-v0": {"engine": "vllm-v0.7"},
                             "sglang": {"engine": "sglang-v0.4"},
