@@ -54,7 +54,8 @@ def deployment():
 
 def _batch(rng, n):
     alpha = rng.choice([rng.uniform(0.05, 0.99, n), np.full(n, 0.75), np.ones(n)])
-    cap = rng.integers(0, 7, n)
+    # caps differing per request, or one cap for all (the search's unmasked path)
+    cap = rng.integers(0, 7, n) if rng.random() < 0.7 else np.full(n, rng.integers(1, 7))
     ctx = rng.integers(50, 4000, n)
     return alpha, cap, ctx
 
