@@ -270,7 +270,9 @@ class ChainControl:
                 return np.zeros(ks.shape[0])
             over = ks[:, None, :] > np.arange(forwards)[:, None]  # (C, J, n)
             n = np.add.reduce(over, axis=2)
-            c = np.add.reduce(over * ctx, axis=2)
+            # the drafting requests' context sums by one product: whole numbers, exact
+            # in any order of addition
+            c = (over.reshape(-1, ks.shape[1]) @ ctx).reshape(n.shape)
             # n >= 1 wherever a key is read (a row's counts only fall: its first 0 ends it)
             rounded = (c / np.maximum(n, 1) + np.arange(forwards)).astype(np.int64) >> 7
             if forwards < 8:  # each row's few forwards added left to right, as numpy adds them
