@@ -24,6 +24,8 @@ _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _ANY = np.logical_or.reduce
 # per cost model, its _Memo: pure functions of their keys, read ~16 times an iteration by
 # the search
+_MISSING = object()
+_PRICERS = 4096  # uniform pricers kept per cost model before they are dropped
 _MEMOS: "weakref.WeakKeyDictionary[object, _Memo]" = weakref.WeakKeyDictionary()
 
 
@@ -43,14 +45,18 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)
     totals = _SUM(tokens, axis=1).astype(np.float64).tolist()
     lo, hi = lo.tolist(), hi.tolist()
-    out, rest, ctx_sum = [0.0] * len(totals), [], None
+    out, rest, ctx_sum, pricers = [0.0] * len(totals), [], None, _memo(cm).pricers
     for c, (low, high, total) in enumerate(zip(lo, hi, totals)):
         if low == high:  # step_time's closed form of a uniform batch, where one applies
-            k = cm._uniform(n, low, total)
-            if k is not None:
+            price = pricers.get((n, low, total), _MISSING)
+            if price is _MISSING:
+                if len(pricers) >= _PRICERS:
+                    pricers.clear()
+                price = pricers[(n, low, total)] = cm.uniform_pricer(n, low, total)
+            if price is not None:
                 if ctx_sum is None:
                     ctx_sum = float(_SUM(ctx))
-                out[c] = sm.uniform_time(k, ctx_sum, max)
+                out[c] = price(ctx_sum)
                 continue
         rest.append(c)
     if rest:  # the others' attention (each row's alone: the same whichever rows are with it)
@@ -141,12 +147,14 @@ _KERNELS = np.array([False, True])[:, None, None]  # decode kernel, multi-query 
 class _Memo:
     """One cost model's parts of a row that depend on it alone or on a few numbers: (token
     total, uniform?) -> (runtime mode, fixed seconds) (graph_tokens' bisect, the token
-    tables), requests -> ``step_tail``, and both attention kernels' (compute rate, memory
+    tables), requests -> ``step_tail``, a uniform batch's closed form, and both attention kernels' (compute rate, memory
     rate, latency, floor) as (2, 1, 1) and (2, 1) arrays (decode, multi-query)."""
 
     def __init__(self, cm) -> None:
         self.fixed: dict[tuple[float, bool], tuple[str, float]] = {}
         self.tails: dict[int, object] = {}
+        # (requests, tokens each, in all) -> cm.uniform_pricer's (None: no closed form)
+        self.pricers: dict[tuple[int, float, float], object] = {}
         rates = np.array([cm._roof.kind_rates(ATTENTION_DECODE),
                           cm._roof.kind_rates(cm._prefill_kind)]) if cm._shapes else None
         self.rates = None if rates is None else (
