@@ -22,9 +22,11 @@ from simulator.cost import step_models as sm
 
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _ANY = np.logical_or.reduce
-# per cost model, (token total, uniform?) -> (runtime mode, fixed seconds): pure functions of
-# the key (graph_tokens' bisect, the token tables), read ~16 times an iteration by the search
-_FIXED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+# per cost model, its _Memo: pure functions of their keys, read ~16 times an iteration by
+# the search
+_MISSING = object()
+_PRICERS = 4096  # uniform pricers kept per cost model before they are dropped
+_MEMOS: "weakref.WeakKeyDictionary[object, _Memo]" = weakref.WeakKeyDictionary()
 
 
 def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray,
@@ -42,25 +44,72 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     # whole numbers (integers, or floats that are): the same sums in any order
     lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)
     totals = _SUM(tokens, axis=1).astype(np.float64).tolist()
-    lo, hi, tokens = lo.tolist(), hi.tolist(), tokens.astype(np.float64)
-    attention = attention_layers(cm, tokens, ctx)
-    ctx_sum = None
-    out, memo, most = [], _FIXED.setdefault(cm, {}), sm.UNIFORM_MAX_QUERY
+    lo, hi = lo.tolist(), hi.tolist()
+    out, rest, ctx_sum, pricers = [0.0] * len(totals), [], None, _memo(cm).pricers
     for c, (low, high, total) in enumerate(zip(lo, hi, totals)):
         if low == high:  # step_time's closed form of a uniform batch, where one applies
-            k = cm._uniform(n, low, total)
-            if k is not None:
+            price = pricers.get((n, low, total), _MISSING)
+            if price is _MISSING:
+                if len(pricers) >= _PRICERS:
+                    pricers.clear()
+                price = pricers[(n, low, total)] = cm.uniform_pricer(n, low, total)
+            if price is not None:
                 if ctx_sum is None:
                     ctx_sum = float(_SUM(ctx))
-                out.append(sm.uniform_time(k, ctx_sum, max))
+                out[c] = price(ctx_sum)
                 continue
+        rest.append(c)
+    if rest:  # the others' attention (each row's alone: the same whichever rows are with it)
+        _price_rows(cm, tokens if len(rest) == len(totals) else tokens[rest], ctx, rest,
+                    (lo, hi, totals), out)
+    return np.array(out, np.float64)
+
+
+def _price_rows(cm, tokens: np.ndarray, ctx: np.ndarray, rows: list[int], counts: tuple,
+                out: list[float]) -> None:
+    """``out[rows[i]]``: ``step_time`` of ``tokens[i]`` by its parts (runtime mode, fixed
+    seconds, each row's attention), ``counts``: every row's (fewest, most, total) tokens."""
+    lo, hi, totals = counts
+    n, most = ctx.size, sm.UNIFORM_MAX_QUERY
+    attention = attention_layers(cm, tokens.astype(np.float64), ctx)
+    memos = _memo(cm)
+    memo, tail = memos.fixed, memos.tails.get(n)
+    if tail is None:
+        tail = memos.tails[n] = step_tail(cm, n)
+    for i, c in enumerate(rows):
+        total, low, high = totals[c], lo[c], hi[c]
         key = (total, low == high and high <= most)  # what _mode's runtime mode reads
         got = memo.get(key)
         if got is None:
-            mode, padded = cm._mode(tokens[c], total, low, high)
+            mode, padded = cm._mode(tokens[i].astype(np.float64), total, low, high)
             got = memo[key] = (mode, cm._fixed(total, total, mode, padded))
-        out.append(cm._step_from(got[0], got[1], attention[c], n))
-    return np.array(out, np.float64)
+        out[c] = tail(got[0], got[1], attention[i])
+
+
+def step_tail(cm, n: int):
+    """``cm._step_from(mode, fixed, a_layer, n)`` as a function of its first three, the
+    model's numbers bound once: the same operations in the same order (the same float)
+    without its three method calls a row."""
+    layers, launch = cm._layers, cm._launch_s * cm._layers
+    g = cm.execution.graph_launch_s
+    replays = cm._layers * g
+    host = cm.execution.host_s(n) if cm.host else None
+    overlap = cm.execution.async_scheduling
+
+    def tail(mode: str, fixed: float, a_layer: float) -> float:
+        a_time = a_layer * layers
+        if mode != "full":
+            a_time = max(a_time, launch)
+        device = fixed + a_time
+        if mode == "full":
+            device = device + g
+        elif mode == "piecewise":
+            device = max(device, replays) + g
+        if host is None:  # _host_time's 0.0: adding it to a positive time changes nothing
+            return device + 0.0
+        return device + (max(host - device, 0.0) if overlap else host)
+
+    return tail
 
 
 def whole_new_tokens(tokens: np.ndarray) -> bool:
@@ -74,46 +123,48 @@ def whole_new_tokens(tokens: np.ndarray) -> bool:
 def attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
     """Each row's one-layer attention seconds: ``CostModel._attention_s`` of that row with
     every request active (``Roofline.attention_time``'s two kernels with kernel shapes, the
-    flat rates' per-request sum without)."""
+    flat rates' per-request sum without).
+
+    With shapes both kernels at once on a (2, C, n) stack: each request's roof in each
+    kind (the same quotients and maximum), each row's masked sum over its members (its
+    decodes, its others: a mask of every request sums as no mask does, and a masked row of
+    a stack as the 1-D row alone), one latency and the floor a kernel, 0.0 where a kernel
+    has no member; their sum is ``attention_time``'s 0.0 + decode + multi-query kernel."""
     if not cm._shapes:
         a_flops, a_bytes = cm._attention_work(tokens, ctx, True)
         return _SUM(cm._roof.time(a_flops, a_bytes), axis=1).tolist()
-    roof, n = cm._roof, ctx.size
     flops, nbytes = cm._attention_work(tokens, ctx, cm._prefill_causal, cm._prefill_overhead)
-    decode = tokens == 1.0
-    n_decode = _SUM(decode, axis=1)  # the count of each row's decodes (np.count_nonzero's)
-    counts = n_decode.tolist()
-    if max(counts) == 0 or min(counts) == n:  # one kernel in every row: no masks, and the
-        # total below is 0.0 + that kernel's seconds in every row, the seconds themselves
-        kind = cm._prefill_kind if max(counts) == 0 else ATTENTION_DECODE
-        return roof.attention_kernel_s(kind, _SUM(roof.attention_roofs(kind, flops, nbytes),
-                                                  axis=1), np.maximum).tolist()
-    # attention_time's total: 0.0, plus the decode kernel where it runs, plus the
-    # multi-query one where it runs (adding 0.0 for a kernel that does not run: no change)
-    total = np.zeros(tokens.shape[0])
-    if max(counts):
-        sums = _kernel_sums(roof.attention_roofs(ATTENTION_DECODE, flops, nbytes), decode,
-                            n_decode == n, min(counts) == n)
-        total = total + np.where(n_decode > 0, roof.attention_kernel_s(
-            ATTENTION_DECODE, sums, np.maximum), 0.0)
-    if min(counts) < n:
-        kind = cm._prefill_kind
-        prefill = ~decode  # whole numbers of at least one token: > 1 where not == 1
-        sums = _kernel_sums(roof.attention_roofs(kind, flops, nbytes), prefill,
-                            n_decode == 0, not max(counts))
-        total = total + np.where(n_decode < n, roof.attention_kernel_s(
-            kind, sums, np.maximum), 0.0)
-    return total.tolist()
+    crate, mrate, latency, floor = _memo(cm).rates
+    members = (tokens == 1.0) != _KERNELS  # [decodes, the others]: whole numbers >= 1
+    sums = _SUM(np.maximum(flops / crate, nbytes / mrate), axis=2, where=members)
+    seconds = np.where(_ANY(members, axis=2), np.maximum(sums + latency, floor), 0.0)
+    return (seconds[0] + seconds[1]).tolist()
 
 
-def _kernel_sums(per_request: np.ndarray, members: np.ndarray, full: np.ndarray,
-                 every: bool) -> np.ndarray:
-    """Each row's sum of ``per_request`` over its ``members``: unmasked where every request
-    is one (``full``; ``every``: in every row; ``attention_time`` passes no mask then),
-    masked elsewhere; a reduction along each contiguous row, as the 1-D one of that row."""
-    if every:
-        return _SUM(per_request, axis=1)
-    masked = _SUM(per_request, axis=1, where=members)
-    if not _ANY(full):
-        return masked
-    return np.where(full, _SUM(per_request, axis=1), masked)
+_KERNELS = np.array([False, True])[:, None, None]  # decode kernel, multi-query kernel
+
+
+class _Memo:
+    """One cost model's parts of a row that depend on it alone or on a few numbers: (token
+    total, uniform?) -> (runtime mode, fixed seconds) (graph_tokens' bisect, the token
+    tables), requests -> ``step_tail``, a uniform batch's closed form, and both attention kernels' (compute rate, memory
+    rate, latency, floor) as (2, 1, 1) and (2, 1) arrays (decode, multi-query)."""
+
+    def __init__(self, cm) -> None:
+        self.fixed: dict[tuple[float, bool], tuple[str, float]] = {}
+        self.tails: dict[int, object] = {}
+        # (requests, tokens each, in all) -> cm.uniform_pricer's (None: no closed form)
+        self.pricers: dict[tuple[int, float, float], object] = {}
+        rates = np.array([cm._roof.kind_rates(ATTENTION_DECODE),
+                          cm._roof.kind_rates(cm._prefill_kind)]) if cm._shapes else None
+        self.rates = None if rates is None else (
+            rates[:, 0, None, None], rates[:, 1, None, None], rates[:, 2, None],
+            rates[:, 3, None])
+
+
+def _memo(cm) -> _Memo:
+    """``cm``'s ``_Memo``, made on first use (kept while ``cm`` lives)."""
+    memo = _MEMOS.get(cm)
+    if memo is None:
+        memo = _MEMOS[cm] = _Memo(cm)
+    return memo

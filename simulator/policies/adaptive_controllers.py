@@ -240,7 +240,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
-    cap = np.maximum(cap.astype(np.int64), 0)
+    cap = np.maximum(cap if cap.dtype == np.int64 else cap.astype(np.int64), 0)
     n = cap.size
     k_max = int(_MAX(cap)) if n else 0
     if k_max == 0:
@@ -257,10 +257,14 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    allowed = steps[:k_max] <= cap[:, None]
-    # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
-    powers = np.where(allowed, powers[:, :k_max], -1.0)
-    levels = _descending_distinct(powers[allowed])
+    if int(_MIN(cap)) == k_max:  # every request may draft k_max (the usual case): no masks
+        powers = powers[:, :k_max]
+        levels = _descending_distinct(powers)
+    else:
+        allowed = steps[:k_max] <= cap[:, None]
+        # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
+        powers = np.where(allowed, powers[:, :k_max], -1.0)
+        levels = _descending_distinct(powers[allowed])
     if levels.size > max_candidates:
         levels = levels[_spread(levels.size, max_candidates)]
     # the rows in their order: none, the uniform choices min(cap, u), the thresholds' counts
@@ -280,7 +284,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     return ks, best_c
 
 
-_MAX, _SUM = np.maximum.reduce, np.add.reduce
+_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _ANY = np.logical_or.reduce
 
 
@@ -315,8 +319,8 @@ def _offsets(n: int, width: int) -> np.ndarray:
 
 
 def _descending_distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)[::-1]`` (finite values) without its layers."""
-    ordered = np.sort(values)
+    """``np.unique(values)[::-1]`` (finite values, any shape) without its layers."""
+    ordered = np.sort(values, axis=None)
     if ordered.size < 2:
         return ordered
     keep = np.empty(ordered.size, bool)

@@ -27,24 +27,55 @@ _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _MISSING = object()
 
 
-def _forward_times(counts: np.ndarray, rounded: np.ndarray, memo: dict,
-                   decode_time) -> np.ndarray:
-    """The (C, J) memoised seconds of every row's forwards (keys (requests, rounded
-    context)), 0.0 where a row has ended (no request drafts that far: added to a row's
-    positive total, no change)."""
-    keys = list(zip(counts.ravel().tolist(), rounded.ravel().tolist()))
-    times = [memo[key] if key in memo else _forward_time(key, memo, decode_time)
-             for key in keys]
-    return np.array(times).reshape(counts.shape)
+class _Forwards:
+    """The draft model's memoised decode forwards (``memo``: (requests, rounded context) ->
+    seconds, the dict ``predictor`` reads) for a (C, J) matrix of keys at once, gathered
+    from a dense table of them: NaN where not yet priced, 0.0 for no request (a row's ended
+    forward: added to its positive total, no change).  Keys past ``LIMIT`` entries are
+    looked up one by one."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, memo: dict, decode_time) -> None:
+        self.memo, self.decode_time = memo, decode_time
+        self.table = np.zeros((1, 1))
+
+    def times(self, counts: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+        """Each key's seconds (``decode_time`` of its requests at the rounded context)."""
+        table = self.table
+        rows, cols = int(_MAX(counts, axis=None)) + 1, int(_MAX(rounded, axis=None)) + 1
+        if rows > table.shape[0] or cols > table.shape[1]:
+            if rows * cols > self.LIMIT:
+                return np.array([self._price(key) for key in zip(
+                    counts.ravel().tolist(), rounded.ravel().tolist())]).reshape(counts.shape)
+            table = self.table = _grown(table, rows, cols)
+        got = table[counts, rounded]
+        missing = got != got  # NaN: not priced yet
+        if _ANY(missing, axis=None):
+            for key in set(zip(counts[missing].tolist(), rounded[missing].tolist())):
+                table[key] = self._price(key)
+            got = table[counts, rounded]
+        return got
+
+    def _price(self, key: tuple[int, int]) -> float:
+        """A key's seconds from the memo, priced there first where it is not."""
+        if not key[0]:
+            return 0.0
+        t = self.memo.get(key)
+        if t is None:
+            t = self.memo[key] = self.decode_time(key[0], (key[1] << 7) + 64)
+        return t
 
 
-def _forward_time(key: tuple[int, int], memo: dict, decode_time) -> float:
-    """A forward's seconds not yet memoised: 0.0 for none of the requests (not stored),
-    else ``decode_time`` of the rounded context, stored."""
-    if not key[0]:
-        return 0.0
-    t = memo[key] = decode_time(key[0], (key[1] << 7) + 64)
-    return t
+def _grown(table: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``table`` in a larger one (at least double each way that grows), NaN elsewhere but
+    row 0 (no request: 0.0)."""
+    r, c = table.shape
+    out = np.full((max(rows, 2 * r if rows > r else r), max(cols, 2 * c if cols > c else c)),
+                  np.nan)
+    out[0] = 0.0
+    out[:r, :c] = table
+    return out
 
 
 class GateControl:
@@ -132,6 +163,7 @@ class ChainControl:
         # the last proposal's requests and which of them drafted (observe reads them)
         self._proposed, self._drafting = np.zeros(0, np.int64), np.zeros(0, bool)
         self._memo: dict[tuple[int, int], float] = {}
+        self._forwards = _Forwards(self._memo, draft_cost.decode_time)
         self._charges: dict[int, SpecCharge] = {}
         # (requests, uniform gamma) -> chain_draft_pricer's function (None: it has none)
         self._pricers: dict[tuple[int, int], object] = {}
@@ -238,11 +270,13 @@ class ChainControl:
                 return np.zeros(ks.shape[0])
             over = ks[:, None, :] > np.arange(forwards)[:, None]  # (C, J, n)
             n = np.add.reduce(over, axis=2)
-            c = np.add.reduce(over * ctx, axis=2)
+            # the drafting requests' context sums by one product: whole numbers, exact
+            # in any order of addition
+            c = (over.reshape(-1, ks.shape[1]) @ ctx).reshape(n.shape)
             # n >= 1 wherever a key is read (a row's counts only fall: its first 0 ends it)
             rounded = (c / np.maximum(n, 1) + np.arange(forwards)).astype(np.int64) >> 7
             if forwards < 8:  # each row's few forwards added left to right, as numpy adds them
-                out = _SUM(_forward_times(n, rounded, memo, decode_time), axis=1)
+                out = _SUM(self._forwards.times(n, rounded), axis=1)
             else:
                 out = np.array([self._chain_total(row_n, row_r, memo, decode_time)
                                 for row_n, row_r in zip(n.tolist(), rounded.tolist())])

@@ -16,6 +16,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_time, level_draft_time
 from simulator.cost.execution import eager, resolve_execution
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.verify_rows import step_tail
 from simulator.engine.plan import ClosedFormPricer
 from simulator.models.spec import load_model
 
@@ -141,3 +142,33 @@ def test_a_dp_attention_target_prices_its_rows_by_its_own_step_time():
     assert cm.verify_step_times(rows, ctx).tolist() == want
     plain = CostModel(hw, m, Parallelism(tensor_parallel=8))
     assert plain.verify_step_times(rows, ctx).tolist() != want
+
+
+@pytest.mark.parametrize("profile,model,tp,execution", CASES,
+                         ids=["-".join(map(str, c)) for c in CASES])
+def test_rows_of_one_kernel_past_the_pairwise_block(profile, model, tp, execution):
+    """Rows whose every request verifies 2-7 tokens (the multi-query kernel alone, its
+    mask holding every request) and rows mixing decodes in, past numpy's 128-wide
+    summation block: each ``step_time``'s float."""
+    cm = _cost_model(profile, model, tp, execution)
+    rng = np.random.default_rng(17)
+    for n in (8, 129, 300):
+        ctx = rng.integers(1, 8000, n).astype(np.float64)
+        tokens = np.vstack([rng.integers(2, 8, (3, n)), rng.integers(1, 8, (2, n))])
+        want = [cm.step_time(row, ctx, row) for row in tokens.astype(np.float64)]
+        assert cm.verify_step_times(tokens, ctx).tolist() == want
+
+
+@pytest.mark.parametrize("profile,model,tp,execution", CASES,
+                         ids=["-".join(map(str, c)) for c in CASES])
+def test_step_tail_is_step_from_to_the_bit(profile, model, tp, execution):
+    """``step_tail(cm, n)`` binds ``_step_from``'s numbers once: the same float in every
+    runtime mode, attention below and above the eager launches, any host time."""
+    cm = _cost_model(profile, model, tp, execution)
+    rng = np.random.default_rng(19)
+    for n in (1, 3, 64, 300):
+        tail = step_tail(cm, n)
+        for mode in ("full", "piecewise", "eager"):
+            for a_layer in [0.0, *rng.uniform(0.0, 1e-3, 6), *rng.uniform(0.0, 1e-7, 6)]:
+                fixed = float(rng.uniform(1e-5, 5e-2))
+                assert tail(mode, fixed, a_layer) == cm._step_from(mode, fixed, a_layer, n)

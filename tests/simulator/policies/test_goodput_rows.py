@@ -10,6 +10,7 @@ import pytest
 
 from simulator.policies.adaptive_controllers import expected_emitted, goodput_gammas
 from simulator.policies.base import PolicyContext
+from simulator.policies import draft_control
 from simulator.policies.draft_control import ChainControl
 from simulator.policies.registry import POLICIES
 from simulator.scenario import load_scenario
@@ -53,7 +54,8 @@ def deployment():
 
 def _batch(rng, n):
     alpha = rng.choice([rng.uniform(0.05, 0.99, n), np.full(n, 0.75), np.ones(n)])
-    cap = rng.integers(0, 7, n)
+    # caps differing per request, or one cap for all (the search's unmasked path)
+    cap = rng.integers(0, 7, n) if rng.random() < 0.7 else np.full(n, rng.integers(1, 7))
     ctx = rng.integers(50, 4000, n)
     return alpha, cap, ctx
 
@@ -145,3 +147,20 @@ def test_the_chosen_gammas_come_with_their_verification_priced_as_the_engine_pri
             tokens = (k + 1).astype(float)
             want = deployment.target_cost.step_time(tokens, ctx.astype(float), tokens)
             assert verify_s == want
+
+
+def test_forwards_past_the_dense_table_are_looked_up_one_by_one(deployment, monkeypatch):
+    """A search's draft forwards come from a dense table of the memo's keys, or, past its
+    size limit, from the memo key by key: the per-candidate predictor's floats either way,
+    from a fresh memo (every key priced on the way) or a warm one."""
+    rng = np.random.default_rng(23)
+    n = 40
+    ids, ctx = np.arange(n), rng.integers(30, 9000, n)
+    ks = np.concatenate([rng.integers(0, 7, (8, n)), np.zeros((1, n), np.int64)])
+    want = [ChainControl(deployment.draft_cost, 6).predictor(ids, ctx)(k) for k in ks]
+    table = ChainControl(deployment.draft_cost, 6)
+    assert table.rows_predictor(ids, ctx)(ks).tolist() == want
+    assert table.rows_predictor(ids, ctx)(ks).tolist() == want  # warm
+    monkeypatch.setattr(draft_control._Forwards, "LIMIT", 4)
+    one_by_one = ChainControl(deployment.draft_cost, 6)
+    assert one_by_one.rows_predictor(ids, ctx)(ks).tolist() == want
