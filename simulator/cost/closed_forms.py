@@ -145,6 +145,14 @@ class ClosedForms(ClosedFormPricer):
                 return got
         return super().few_step_time(new, ctx, logits_tokens)
 
+    def few_uniform_pricer(self, n: int, u: float, head: float):
+        """``ClosedFormPricer.few_uniform_pricer``: ``_few_time``'s closed form of alike
+        requests (the memoised ``row_part`` of ``low == high``: ``_uniform``'s) bound as
+        ``scalar_time``, bitwise its ``uniform_time``; None where ``few_step_time`` has no
+        shortcut or the batch no closed form."""
+        k = self._uniform(int(n), float(u), float(head)) if self._small else None
+        return None if k is None else sm.scalar_time(k)
+
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
         """``few_step_time``'s shortcut, None where it has none (see there)."""
         new = [float(t) for t in new]

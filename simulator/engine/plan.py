@@ -343,6 +343,13 @@ class ClosedFormPricer(ABC):
         rows = np.asarray(tokens, np.float64)
         return np.array([self.step_time(row, context, row) for row in rows], np.float64)
 
+    def few_uniform_pricer(self, n: int, u: float,
+                           head: float) -> Callable[[float], float] | None:
+        """``few_step_time`` of ``n`` requests of ``u`` new tokens each (a whole number >= 1)
+        over whole-number contexts, ``head`` tokens through the LM head in all, as a function
+        of the contexts' sum alone (bitwise the same float); by default None (no such form)."""
+        return None
+
     def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:
         """``step_time`` of a few requests given as lists (``new[i]`` tokens over ``ctx[i]``
         cached ones; ``logits_tokens`` as ``step_time`` takes it), bitwise: a forward of a

@@ -72,6 +72,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self._later: dict = {}  # iteration_draft_s' pricers, by batch size
         self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
         self._pricers: dict = {}  # draft_rows' first forwards' uniform pricers (feature_rows)
+        self._few_uniform: dict = {}  # _first_few's pricers of alike requests, by (n, tokens)
         self._counts = None  # draw_accepted's chain counter, once the model is bound
 
     @property
@@ -207,8 +208,21 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         if forms is None:
             return None
         first = [max(float(r), 1.0) for r in reread.tolist()]
+        n, t = len(first), first[0] if first else 0.5
+        # alike, whole counts over whole (int) contexts: the closed form at the starts' sum
+        if first.count(t) == n and t.is_integer() and type(context[0]) is int:
+            key = (n, t)
+            price = self._few_uniform.get(key, self._few_uniform)
+            if price is self._few_uniform:
+                if len(self._few_uniform) >= 1024:
+                    self._few_uniform.clear()
+                price = self._few_uniform[key] = forms.few_uniform_pricer(
+                    n, t, float(n * int(self.logits[0])))
+            if price is not None:  # whole numbers: the sum exact in any order
+                return price(float(sum([max(c - (t - 1.0), 0.0) for c in context]))), \
+                    np.float64(sum(first)), float(int(sum(context)))
         start = [max(c - (t - 1.0), 0.0) for c, t in zip(context, first)]
-        heads = [int(self.logits[0])] * len(first)
+        heads = [int(self.logits[0])] * n
         return forms.few_step_time(first, start, heads), np.float64(sum(first)), \
             float(int(sum(context)))  # whole numbers: exact in any order, as _SUM's
 
