@@ -153,6 +153,18 @@ class ClosedForms(ClosedFormPricer):
         k = self._uniform(int(n), float(u), float(head)) if self._small else None
         return None if k is None else sm.scalar_time(k)
 
+    def few_mixed_time(self, new: list, ctx: list, head: float) -> float | None:
+        """``ClosedFormPricer.few_mixed_time``: ``_few_time``'s forward of different counts
+        (``few_step``'s attention added to the memoised ``row_part``), its checks left to
+        the caller; None where it has no such shortcut (``few_step_time`` then prices)."""
+        if not self._small or self._few is None:
+            return None
+        lo, hi, n = min(new), max(new), len(new)
+        part = self.row_part(n, new, lo, hi, float(sum(new)), head)
+        if lo == hi or type(part) is not tuple:
+            return None
+        return self._step_from(part[0], part[1], self._few.attention_s(new, ctx), n)
+
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
         """``few_step_time``'s shortcut, None where it has none (see there)."""
         new = [float(t) for t in new]
