@@ -194,10 +194,11 @@ class TreeWalk:
         """The most uniforms a walk of ``batch`` requests takes: a block a level."""
         return self._depth * batch * self._width
 
-    def ahead(self, batch: int) -> Callable[[list, int], tuple[np.ndarray, int]]:
+    def ahead(self, batch: int) -> Callable[[list, int], tuple[list, int]]:
         """The walk of ``batch`` requests from uniforms drawn ahead: ``walk(draws, at)``,
         where the walk's ``rng.random`` calls would return ``draws[at], draws[at + 1], ...``
-        in order (at least ``most(batch)`` of them there), gives the accepted lengths and
+        in order (at least ``most(batch)`` of them there), gives the accepted lengths (a
+        list of ints: its caller, chain_short.py, keeps a few requests' counts as lists) and
         how many uniforms the walk takes (its levels' blocks).  Request by request: one
         request's path reads its own cells of each level's block, whoever else walks; the
         walk draws a level more than its deepest path, up to the depth (the level where no
@@ -205,7 +206,7 @@ class TreeWalk:
         steps, depth, width = self._steps, self._depth, self._width
         stride = batch * width
 
-        def walk(draws: list, at: int) -> tuple[np.ndarray, int]:
+        def walk(draws: list, at: int) -> tuple[list, int]:
             out, deepest = [], 0
             for pos in range(at, at + stride, width):
                 row = n = 0
@@ -219,7 +220,7 @@ class TreeWalk:
                 out.append(n)
                 if n > deepest:
                     deepest = n
-            return np.array(out, np.int64), stride * min(deepest + 1, depth)
+            return out, stride * min(deepest + 1, depth)
         return walk
 
     def _one(self, rng: np.random.Generator) -> np.ndarray:

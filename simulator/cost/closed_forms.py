@@ -145,6 +145,26 @@ class ClosedForms(ClosedFormPricer):
                 return got
         return super().few_step_time(new, ctx, logits_tokens)
 
+    def few_uniform_pricer(self, n: int, u: float, head: float):
+        """``ClosedFormPricer.few_uniform_pricer``: ``_few_time``'s closed form of alike
+        requests (the memoised ``row_part`` of ``low == high``: ``_uniform``'s) bound as
+        ``scalar_time``, bitwise its ``uniform_time``; None where ``few_step_time`` has no
+        shortcut or the batch no closed form."""
+        k = self._uniform(int(n), float(u), float(head)) if self._small else None
+        return None if k is None else sm.scalar_time(k)
+
+    def few_mixed_time(self, new: list, ctx: list, head: float) -> float | None:
+        """``ClosedFormPricer.few_mixed_time``: ``_few_time``'s forward of different counts
+        (``few_step``'s attention added to the memoised ``row_part``), its checks left to
+        the caller; None where it has no such shortcut (``few_step_time`` then prices)."""
+        if not self._small or self._few is None:
+            return None
+        lo, hi, n = min(new), max(new), len(new)
+        part = self.row_part(n, new, lo, hi, float(sum(new)), head)
+        if lo == hi or type(part) is not tuple:
+            return None
+        return self._step_from(part[0], part[1], self._few.attention_s(new, ctx), n)
+
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
         """``few_step_time``'s shortcut, None where it has none (see there)."""
         new = [float(t) for t in new]

@@ -16,7 +16,10 @@ takes the first (up to 8) iterations one at a time instead:
   sorted or binned, their order does not show).
 
 Where the prices have no scalar form it hands over to ``_pass``; a stretch that goes on past
-8 iterations continues in vectorised passes of 32, 128 and 256.
+8 iterations continues in vectorised passes of 32, 128 and 256.  Where a few requests walk a
+tree from uniforms drawn ahead (``DrawAhead``), ``_short_lists`` takes those iterations with
+each request's counts as lists of ints (the walk's own), the same values in the same order:
+numpy's per-call cost is most of an operation on a few elements.
 
 A draft priced from the previous iteration's acceptances too (``ChainStretch.carried``: the
 feature-level drafters, whose first forward re-reads the tokens the target accepted) takes
@@ -101,6 +104,8 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     if forms is None:
         return _pass(replica, spec, k_max, opened)
     draft, verify, price, draw, ahead = forms
+    if ahead is not None:  # a few requests walking uniforms drawn ahead: lists
+        return _short_lists(replica, spec, k_max, opened, forms)
     last = None if price is None else spec.carried.reread_tokens(ids)
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
@@ -136,12 +141,60 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
         if s - s0 >= fewest and _ANY(got >= left):
             retired = True
             break
-    if ahead is not None:  # the generator where this pass's iterations leave it
-        ahead.settle()
     if emits:
         _commit_rows(replica, spec, emits, gots, rows, clock, base, retired)
     if cross:
         return ADVANCED, _crossing(replica, spec, emit, float(s), d, v)
+    if not emits:
+        return NONE, None
+    return (RETIRED if retired else _FULL if len(emits) == k_max else ADVANCED), None
+
+
+def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
+                 forms: tuple) -> tuple[int, ChainCrossing | None]:
+    """``_short``'s iterations where a few requests walk a tree from uniforms drawn ahead
+    (``forms``' ``DrawAhead``): the same checks, prices and draws in the same order, each
+    iteration's counts, running sums and the contexts' re-read tokens kept as lists of ints
+    (the walk's own; numpy's per-call cost is most of an array op of a few elements),
+    committed as ``_short`` commits them."""
+    (base, seq_max), b = opened, replica.b
+    n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
+    u, c0, rng, (draft, verify, price, draw, ahead) = g + 1, b.computed, replica.rng, forms
+    last = None if price is None else spec.carried.reread_tokens(b.ids).tolist()
+    left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
+    horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
+    s, clock, got = int(_SUM(c0)), replica.now, [0] * n
+    s0, fewest, left, cu = s, int(_MIN(left)), left.tolist(), (c0 + u).tolist()
+    emits, gots, rows, cross, retired = [], [], [], False, False
+    while len(emits) < k_max:  # the exact blocking on Python integers (exact, as numpy's)
+        if (s + n * u) // bs + n > free and sum([-(-(c + a) // bs) for c, a in zip(
+                cu, got)]) > free:
+            break
+        if limit is not None and seq_max + min(len(emits) * u, s - s0) >= limit \
+                and _ANY(b.prompt_len + b.generated + np.add(got, g) >= limit):
+            break
+        ctx = None if draft is not None else c0 + got
+        d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)
+        emit = [e + 1 for e in draw(rng, got, ctx)]
+        end = clock + (d + v)
+        last = emit
+        if end >= horizon:
+            cross = True
+            break
+        got = [a + e for a, e in zip(got, emit)]
+        emitted = sum(emit)  # integers: exact
+        emits.append(emit)
+        gots.append(got)
+        rows.append((clock, d, v, s, emitted))
+        s, clock = s + emitted, end
+        if s - s0 >= fewest and any([a >= m for a, m in zip(got, left)]):
+            retired = True
+            break
+    ahead.settle()  # the generator where this pass's iterations leave it
+    if emits:
+        _commit_rows(replica, spec, emits, gots, rows, clock, base, retired)
+    if cross:
+        return ADVANCED, _crossing(replica, spec, np.array(emit, np.int64), float(s), d, v)
     if not emits:
         return NONE, None
     return (RETIRED if retired else _FULL if len(emits) == k_max else ADVANCED), None
@@ -153,8 +206,8 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
     one (``chain_prices``; a carried draft's ``sum_draft_s``), else ``price(s, ctx, last)``
     (``_carried_prices``) with the other two None; ``draw(rng, got, ctx)`` an iteration's
     acceptances (a carried draft's ``BatchDraws``, through ``ahead``, a ``DrawAhead`` that
-    ``_short`` settles, where it takes uniforms drawn ahead).  None where an uncarried chain
-    has no scalar prices."""
+    ``_short_lists`` settles, where it takes uniforms drawn ahead: its counts a list).  None
+    where an uncarried chain has no scalar prices."""
     carried, ids, c0 = spec.carried, replica.b.ids, replica.b.computed
     if carried is None:
         prices = chain_prices(replica, spec, n)
@@ -203,8 +256,8 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
     b, lim, rec = replica.b, replica.limits, replica.rec
     k, n, g, bs = len(emits), int(b.ids.size), spec.gamma, lim.block_size
     u = g + 1
-    accepted = np.concatenate(emits) - 1 if k > 1 else emits[0] - 1
-    rec.record_acceptance_of(g, accepted)
+    emits, gots = np.array(emits), np.array(gots)  # (k, n): arrays' rows or lists of ints
+    rec.record_acceptance_of(g, emits.ravel() - 1)  # the rows in order, concatenated
     num_accepted = gots[-1] - k  # the accepted drafts of each request, in all
     capped = rows[-1][4]  # the last iteration's tokens emitted
     if retired:  # its emissions, never past the output length
@@ -218,9 +271,8 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
         # sorted or binned: one call for all, the same differences)
         ends = np.array([row[0] for row in rows[1:]] + [end])
         rec.record_itl_repeated(ends[1:] - ends[:-1], n)
-    got = np.array(gots) if k > 1 else gots[0][None, :]
     # after the roll-backs: ceil((computed + got) / bs) blocks each (integers: exact)
-    used = (base + _SUM((got + (b.computed + (bs - 1))) // bs, axis=1)).tolist()
+    used = (base + _SUM((gots + (b.computed + (bs - 1))) // bs, axis=1)).tolist()
     if move_on(replica, spec, k, gots[-1], num_accepted, emits[-1] - 1, used[-1], end,
                retired):
         used[-1] = replica.used_blocks  # the last row reads the KV retirements freed

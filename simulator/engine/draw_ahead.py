@@ -28,7 +28,7 @@ class DrawAhead:
         self._draws: list = []
         self._at = self._drawn = 0  # the next uniform's index; all drawn so far
 
-    def take(self, walk: Callable[[list, int], tuple[np.ndarray, int]]) -> np.ndarray:
+    def take(self, walk: Callable[[list, int], tuple[list, int]]) -> list:
         """``walk``'s result from the next uniforms, those it took then behind."""
         at = self._at
         if at + self._most > len(self._draws):

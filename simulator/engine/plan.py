@@ -62,11 +62,12 @@ class BatchDraws(NamedTuple):
     # draw(rng): the same draws in the same order and the same array
     draw: Callable[[np.random.Generator], np.ndarray]
     # the most uniforms (``rng.random``'s doubles) one iteration's draw takes, and
-    # ahead(draws, at): (the same array, how many uniforms it took) from uniforms drawn
-    # ahead, where its ``rng.random`` calls would return draws[at], draws[at + 1], ... in
-    # order (a list holding at least ``most`` from ``at``); None: only ``draw``
+    # ahead(draws, at): (the same counts as a list of ints, how many uniforms it took) from
+    # uniforms drawn ahead, where its ``rng.random`` calls would return draws[at],
+    # draws[at + 1], ... in order (a list holding at least ``most`` from ``at``); None: only
+    # ``draw``
     most: int = 0
-    ahead: Callable[[list, int], tuple[np.ndarray, int]] | None = None
+    ahead: Callable[[list, int], tuple[list, int]] | None = None
 
 
 class CarriedDraft(ABC):
@@ -91,9 +92,11 @@ class CarriedDraft(ABC):
 
     @abstractmethod
     def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
-                          reread: np.ndarray, rng: np.random.Generator) -> float:
+                          reread: np.ndarray | list, rng: np.random.Generator) -> float:
         """The proposer's seconds (GPU and CPU) of one iteration in which every request
-        (``request_ids``) at ``context`` (ints) drafts, re-reading ``reread`` tokens (accepted + 1 last time):
+        (``request_ids``) at ``context`` (ints) drafts, re-reading ``reread`` tokens
+        (accepted + 1 last time: an array, or a list of numbers where a few requests' walks
+        are kept as lists):
         bitwise ``propose``'s ``draft_time_s + cpu_time_s``, with ``propose``'s draws from
         ``rng`` where it draws (a staged draft's inner acceptances)."""
 
@@ -342,6 +345,20 @@ class ClosedFormPricer(ABC):
         a row."""
         rows = np.asarray(tokens, np.float64)
         return np.array([self.step_time(row, context, row) for row in rows], np.float64)
+
+    def few_uniform_pricer(self, n: int, u: float,
+                           head: float) -> Callable[[float], float] | None:
+        """``few_step_time`` of ``n`` requests of ``u`` new tokens each (a whole number >= 1)
+        over whole-number contexts, ``head`` tokens through the LM head in all, as a function
+        of the contexts' sum alone (bitwise the same float); by default None (no such form)."""
+        return None
+
+    def few_mixed_time(self, new: list, ctx: list, head: float) -> float | None:
+        """``few_step_time(new, ctx, logits)`` of a few requests of different token counts,
+        each a whole number >= 1 as a float, over whole-number contexts as floats, ``head``
+        tokens (``logits``' sum) through the LM head, bitwise; by default None (no such
+        shortcut: ``few_step_time`` prices)."""
+        return None
 
     def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:
         """``step_time`` of a few requests given as lists (``new[i]`` tokens over ``ctx[i]``

@@ -69,9 +69,11 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self._ctx = ctx
         self._host = None
         self._first = extend_cost(self.cost)  # the draft extend's pricer (eager or not)
+        self._first_forms = closed_forms(self._first)
         self._later: dict = {}  # iteration_draft_s' pricers, by batch size
         self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
         self._pricers: dict = {}  # draft_rows' first forwards' uniform pricers (feature_rows)
+        self._few_uniform: dict = {}  # _first_few's pricers of alike requests, by (n, tokens)
         self._counts = None  # draw_accepted's chain counter, once the model is bound
 
     @property
@@ -160,7 +162,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return np.minimum(np.maximum(got, 0), self.tree.num_nodes)
 
     def iteration_draft_s(self, request_ids: np.ndarray, context: np.ndarray,
-                          reread: np.ndarray, rng: np.random.Generator) -> float:
+                          reread: np.ndarray | list, rng: np.random.Generator) -> float:
         """``draft_time`` + the host work, on the same arrays (``level_draft_time``'s first
         forward, on the tokens re-read), its later forwards (uniform: one token a request
         over contexts summing to the batch's + n x offset) priced by the layer's closed form
@@ -173,7 +175,8 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         if memo is None:
             return self.draft_time(context.astype(np.float64), reread) + self.host(n)
         logits, later = memo
-        got = self._first_few(reread, context.tolist()) if n <= _FEW else None
+        got = None if n > _FEW else self._first_few(
+            reread.tolist() if isinstance(reread, np.ndarray) else reread, context.tolist())
         if got is None:
             first = np.maximum(reread, 1.0)  # >= 1: level_draft_time's new tokens, bitwise
             start = np.maximum(context.astype(np.float64) - (first - 1.0), 0.0)
@@ -196,20 +199,37 @@ class FeatureDraft(PolicyBase, CarriedDraft):
                 tokens, [n * t for t in self.levels[1:]])
         return extra
 
-    def _first_few(self, reread: np.ndarray, context: list):
+    def _first_few(self, reread: list, context: list):
         """(the first forward's seconds, its new tokens in all, the contexts' sum) of a few
         requests at whole-number ``context`` on Python numbers: the layer's
         ``few_step_time`` over the same new tokens (max(re-read, 1)) and starts
         (max(context - (new - 1), 0)) as ``draft_time`` hands ``step_time``, bitwise its
         float; the LM head's tokens as ints (their sum exact, as numpy's of the logits
         array); None where the layer declares no closed forms."""
-        forms = closed_forms(self._first)
+        forms = self._first_forms
         if forms is None:
             return None
-        first = [max(float(r), 1.0) for r in reread.tolist()]
+        first = [max(float(r), 1.0) for r in reread]
+        n, t = len(first), first[0] if first else 0.5
+        # alike, whole counts over whole (int) contexts: the closed form at the starts' sum
+        if first.count(t) == n and t.is_integer() and type(context[0]) is int:
+            key = (n, t)
+            price = self._few_uniform.get(key, self._few_uniform)
+            if price is self._few_uniform:
+                if len(self._few_uniform) >= 1024:
+                    self._few_uniform.clear()
+                price = self._few_uniform[key] = forms.few_uniform_pricer(
+                    n, t, float(n * int(self.logits[0])))
+            if price is not None:  # whole numbers: the sum exact in any order
+                return price(float(sum([max(c - (t - 1.0), 0.0) for c in context]))), \
+                    np.float64(sum(first)), float(int(sum(context)))
         start = [max(c - (t - 1.0), 0.0) for c, t in zip(context, first)]
-        heads = [int(self.logits[0])] * len(first)
-        return forms.few_step_time(first, start, heads), np.float64(sum(first)), \
+        head = int(self.logits[0])
+        got = forms.few_mixed_time(first, start, float(n * head)) if n and all(
+            map(float.is_integer, first)) and type(context[0]) is int else None
+        if got is None:
+            got = forms.few_step_time(first, start, [head] * n)
+        return got, np.float64(sum(first)), \
             float(int(sum(context)))  # whole numbers: exact in any order, as _SUM's
 
     def chain_counts(self):

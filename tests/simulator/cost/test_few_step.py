@@ -140,3 +140,25 @@ def test_another_class_of_pricer_is_its_own_step_time():
     new, ctx = [1, 3, 4, 1], [100, 200, 300, 4000]
     u = np.array(new, np.float64)
     assert cm.few_step_time(new, ctx, new) == cm.step_time(u, np.array(ctx, np.float64), u)
+
+
+@pytest.mark.parametrize("profile,model,tp,execution", PRICED,
+                         ids=["-".join(map(str, c)) for c in PRICED])
+def test_the_first_forward_shortcuts_are_step_time_bit_for_bit(profile, model, tp, execution):
+    """``few_uniform_pricer`` (alike requests, as a function of the contexts' sum) and
+    ``few_mixed_time`` (different counts as whole floats): ``step_time``'s float, an LM head
+    of one token a request; ``few_mixed_time`` declines alike counts (None)."""
+    cm, rng, mixed = _cost_model(profile, model, tp, execution), np.random.default_rng(7), 0
+    for new, ctx in _batches(rng):
+        u, c, ones = new.astype(np.float64), ctx.astype(np.float64), np.ones(len(new))
+        got = cm.few_mixed_time(u.tolist(), c.tolist(), float(len(new)))
+        assert got is None if len(new) == 1 else got == cm.step_time(u, c, ones)
+        mixed += got is not None
+        alike, n = np.full(len(new), u[0]), len(new)
+        price = cm.few_uniform_pricer(n, float(u[0]), float(n))
+        # None exactly where the batch has no closed form (an attention roof that can switch)
+        assert (price is None) == (cm.uniform_step_time(n, u[0], float(c.sum()), n) is None)
+        assert price is None or price(float(c.sum())) == cm.step_time(alike, c, ones)
+    assert mixed == 4 * 7 * 3 + 1  # every batch of two or more requests (never all alike)
+    flat = _cost_model("a100-80gb-flat", "opt-13b", 1, "graphs")  # no kernel shapes
+    assert flat.few_mixed_time([1.0, 3.0], [100.0, 200.0], 2.0) is None
