@@ -60,6 +60,11 @@ _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 _FEW = 64
 _AHEAD = 4  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
+# a row-priced carried draft's first pass: ``_pass`` prices its rows 8, 16... at a time up
+# to the next arrival, so a short stretch costs no more in a longer pass, while a long one
+# (most of eagle3_moe.yaml's and mtp_moe.yaml's first passes of 8 kept all 8) saves a pass:
+# its opening, draws, commit and the KV and acceptance bookkeeping (instruction counts)
+FIRST_ROWS = 32
 
 
 def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
@@ -71,6 +76,8 @@ def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | Non
     times as many each, vectorised (``_pass``)."""
     done, k = NONE, FIRST_PASS
     step = _short if spec.carried is None else _rows_or_short
+    if spec.carried is not None and spec.carried.chain_counts() is not None:
+        k = FIRST_ROWS  # vectorised from the first pass: its rows priced 8, 16... at a time
     while (got := step(replica, spec, k))[0] == _FULL:
         done, k = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS)
         if spec.carried is None:

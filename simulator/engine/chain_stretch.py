@@ -217,7 +217,7 @@ def _priced(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarr
         durations = times[0] + times[1]
         return times[0], times[1], np.add.accumulate(np.concatenate(((replica.now,),
                                                                      durations)))
-    drafts, verifies, clocks, done, size = [], [], [np.array([replica.now])], 0, 8
+    drafts, verifies, clocks, done, size, last = [], [], [], 0, 8, replica.now
     while done < rows:
         end = min(done + size, rows)
         times = _times(replica, spec, n, sums[done:end], ctx[done:end], emit[done:end],
@@ -226,14 +226,16 @@ def _priced(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarr
             return None
         drafts.append(times[0])
         verifies.append(times[1])
-        # the same running sum, continued from the last end
-        clocks.append(np.add.accumulate(np.concatenate(((clocks[-1][-1],),
-                                                        times[0] + times[1])))[1:])
-        done, size = end, 2 * size
-        if clocks[-1][-1] >= horizon:
+        # the same running sum, continued from the last end (the first chunk's with the start)
+        clock = np.add.accumulate(np.concatenate(((last,), times[0] + times[1])))
+        clocks.append(clock[1:] if clocks else clock)
+        done, size, last = end, 2 * size, clock[-1]
+        if last >= horizon:
             break
     if not drafts:  # no iteration can run here (the KV cache): nothing to price
-        return np.zeros(0), np.zeros(0), clocks[0]
+        return np.zeros(0), np.zeros(0), np.array([replica.now])
+    if len(drafts) == 1:  # one chunk (most passes): its arrays as they are
+        return drafts[0], verifies[0], clocks[0]
     return np.concatenate(drafts), np.concatenate(verifies), np.concatenate(clocks)
 
 
