@@ -54,6 +54,7 @@ _ALL, _ANY, _MIN, _MAX, _SUM = (np.logical_and.reduce, np.logical_or.reduce,
                                 np.minimum.reduce, np.maximum.reduce, np.add.reduce)
 _FULL = 3  # a pass that kept all its iterations: the stretch may go on
 NO_ROWS = 4  # a carried draft's pass had no rows to price (nothing done: go one by one)
+_FEW_ROWS = 32  # up to this many rows a carried draft's verification is priced on floats
 
 
 def chain_stretch_of(replica) -> ChainStretch | None:
@@ -106,6 +107,11 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarra
         draft = spec.carried.draft_rows(replica.b.ids, ctx, reread)
     if draft is None:
         return None
+    if spec.carried is not None and sums.size <= _FEW_ROWS:  # a few rows: the verify's
+        prices = chain_prices(replica, spec, n)  # scalar pricer at each context sum (its
+        if prices is not None:  # floats are the array form's, bitwise), not numpy's calls
+            verify = prices[1]
+            return draft, np.array([verify(s) for s in sums.tolist()], np.float64)
     verify = replica.forms.uniform_step_times(n, u, sums.astype(np.float64), n * u)
     if verify is None and spec.carried is not None:
         verify = replica.forms.rows_step_times(np.full(ctx.shape, float(u)), ctx)
