@@ -51,8 +51,9 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
         if type(part) is not tuple:  # step_time's closed form of a uniform batch: below
             uniform.setdefault((low, total, head), (part, []))[1].append(j)
             continue
-        if attention is None:
-            attention = attention_layers(cm, np.asarray(tokens, np.float64), ctx)
+        if attention is None:  # (every row's requests u new tokens each: u passed on)
+            u = lo[0] if lo.count(lo[0]) == len(lo) == hi.count(lo[0]) else None
+            attention = attention_layers(cm, np.asarray(tokens, np.float64), ctx, u)
         out[j] = cm._step_from(part[0], part[1], attention[j], n)
     if uniform:
         _uniform_rows(out, uniform, _SUM(ctx, axis=1))
