@@ -40,16 +40,20 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     n = ctx.shape[1]
     lo, hi, totals = spans
     heads = totals if logits is None else [float(_SUM(logits, axis=None))] * len(totals)
-    out, uniform, attention = [0.0] * len(totals), {}, None
+    out, uniform, attention, last = [0.0] * len(totals), {}, None, None
     for j, (low, high, total, head) in enumerate(zip(lo, hi, totals, heads)):
         # the row's parts apart from its contexts, memoised by the model (asked again and
-        # again by a stretch's passes of a few rows each)
-        part = cm.row_part(n, tokens[j], low, high, total, head)
+        # again by a stretch's passes of a few rows each); a function of these four numbers
+        # (its row is read only where low is 0, never here): the last row's where they are
+        if (low, high, total, head) != last:
+            last = (low, high, total, head)
+            part = cm.row_part(n, tokens[j], low, high, total, head)
         if type(part) is not tuple:  # step_time's closed form of a uniform batch: below
             uniform.setdefault((low, total, head), (part, []))[1].append(j)
             continue
-        if attention is None:
-            attention = attention_layers(cm, np.asarray(tokens, np.float64), ctx)
+        if attention is None:  # (every row's requests u new tokens each: u passed on)
+            u = lo[0] if lo.count(lo[0]) == len(lo) == hi.count(lo[0]) else None
+            attention = attention_layers(cm, np.asarray(tokens, np.float64), ctx, u)
         out[j] = cm._step_from(part[0], part[1], attention[j], n)
     if uniform:
         _uniform_rows(out, uniform, _SUM(ctx, axis=1))
@@ -69,13 +73,19 @@ def _spans(tokens: np.ndarray) -> tuple[list, list, list] | None:
                 _SUM(tokens, axis=1).astype(np.float64).tolist())
     lo, hi, totals = [], [], []
     whole = tokens.dtype.kind in "iu"  # else floats: each row's tested (float.is_integer)
-    for row in tokens.tolist():
+    rows = tokens.tolist()
+    if rows.count(rows[0]) == len(rows):  # every row the same (a chain's verification):
+        rows = rows[:1]  # its spans once
+    for row in rows:
         low = min(row)
         if low < 1 or not (whole or all(map(float.is_integer, row))):
             return None
         lo.append(float(low))
         hi.append(float(max(row)))
         totals.append(float(sum(row)))
+    if len(rows) < tokens.shape[0]:
+        k = tokens.shape[0]
+        return lo * k, hi * k, totals * k
     return lo, hi, totals
 
 

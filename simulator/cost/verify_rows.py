@@ -120,7 +120,8 @@ def whole_new_tokens(tokens: np.ndarray) -> bool:
     return tokens.dtype.kind in "iu" or bool((tokens == np.floor(tokens)).all())
 
 
-def attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
+def attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray,
+                     u: float | None = None) -> list[float]:
     """Each row's one-layer attention seconds: ``CostModel._attention_s`` of that row with
     every request active (``Roofline.attention_time``'s two kernels with kernel shapes, the
     flat rates' per-request sum without).
@@ -129,10 +130,19 @@ def attention_layers(cm, tokens: np.ndarray, ctx: np.ndarray) -> list[float]:
     kind (the same quotients and maximum), each row's masked sum over its members (its
     decodes, its others: a mask of every request sums as no mask does, and a masked row of
     a stack as the 1-D row alone), one latency and the floor a kernel, 0.0 where a kernel
-    has no member; their sum is ``attention_time``'s 0.0 + decode + multi-query kernel."""
+    has no member; their sum is ``attention_time``'s 0.0 + decode + multi-query kernel.
+    ``u``: every request's new tokens where all are that one count > 1 (a chain's
+    verification): the work takes it as a number (the same elementwise products, on the
+    contexts alone) and the multi-query kernel, the one kernel of every row, runs alone."""
     if not cm._shapes:
         a_flops, a_bytes = cm._attention_work(tokens, ctx, True)
         return _SUM(cm._roof.time(a_flops, a_bytes), axis=1).tolist()
+    if u is not None and u > 1.0:  # no decodes: the stack's multi-query kernel alone
+        roof, kind = cm._roof, cm._prefill_kind
+        flops, nbytes = cm._attention_work(np.float64(u), ctx, cm._prefill_causal,
+                                           cm._prefill_overhead)
+        return roof.attention_kernel_s(kind, _SUM(roof.attention_roofs(kind, flops, nbytes),
+                                                  axis=1), np.maximum).tolist()
     flops, nbytes = cm._attention_work(tokens, ctx, cm._prefill_causal, cm._prefill_overhead)
     crate, mrate, latency, floor = _memo(cm).rates
     members = (tokens == 1.0) != _KERNELS  # [decodes, the others]: whole numbers >= 1

@@ -63,6 +63,12 @@ _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 _FEW = 64
 _AHEAD = 4  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
+# a row-priced carried draft's first pass: ``_pass`` prices its rows 8, 16... at a time up
+# to the next arrival, so a short stretch prices no more rows in a longer pass (its draws
+# and bounds are a few more numbers), while a long one (eagle3_moe.yaml's first passes of 8:
+# 210 of 526 kept all 8) saves a pass: its opening, draws, commit and the KV and acceptance
+# bookkeeping (instruction counts: about 8% of that scenario's simulate())
+FIRST_ROWS = 32
 
 
 def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | None]:
@@ -71,9 +77,12 @@ def advance_chain(replica, spec: ChainStretch) -> tuple[int, ChainCrossing | Non
     crosses the next arrival planned and priced (``ChainCrossing``) where it is a chain
     iteration too, else None (the next iteration goes through the step-by-step path).
     The first pass takes up to 8 iterations one by one (``_short``), the next ones four
-    times as many each, vectorised (``_pass``)."""
+    times as many each, vectorised (``_pass``); a row-priced carried draft's first pass is
+    vectorised too, of up to ``FIRST_ROWS``."""
     done, k = NONE, FIRST_PASS
     step = _short if spec.carried is None else _rows_or_short
+    if spec.carried is not None and spec.carried.chain_counts() is not None:
+        k = FIRST_ROWS  # vectorised from the first pass: its rows priced 8, 16... at a time
     while (got := step(replica, spec, k))[0] == _FULL:
         done, k = ADVANCED, min(4 * k, MAX_CHAIN_ITERATIONS)
         if spec.carried is None:

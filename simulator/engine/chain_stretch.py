@@ -54,6 +54,7 @@ _ALL, _ANY, _MIN, _MAX, _SUM = (np.logical_and.reduce, np.logical_or.reduce,
                                 np.minimum.reduce, np.maximum.reduce, np.add.reduce)
 _FULL = 3  # a pass that kept all its iterations: the stretch may go on
 NO_ROWS = 4  # a carried draft's pass had no rows to price (nothing done: go one by one)
+_FEW_ROWS = 32  # up to this many rows a carried draft's verification is priced on floats
 
 
 def chain_stretch_of(replica) -> ChainStretch | None:
@@ -106,6 +107,11 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarra
         draft = spec.carried.draft_rows(replica.b.ids, ctx, reread)
     if draft is None:
         return None
+    if spec.carried is not None and sums.size <= _FEW_ROWS:  # a few rows: the verify's
+        prices = chain_prices(replica, spec, n)  # scalar pricer at each context sum (its
+        if prices is not None:  # floats are the array form's, bitwise), not numpy's calls
+            verify = prices[1]
+            return draft, np.array([verify(s) for s in sums.tolist()], np.float64)
     verify = replica.forms.uniform_step_times(n, u, sums.astype(np.float64), n * u)
     if verify is None and spec.carried is not None:
         verify = replica.forms.rows_step_times(np.full(ctx.shape, float(u)), ctx)
@@ -217,7 +223,7 @@ def _priced(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarr
         durations = times[0] + times[1]
         return times[0], times[1], np.add.accumulate(np.concatenate(((replica.now,),
                                                                      durations)))
-    drafts, verifies, clocks, done, size = [], [], [np.array([replica.now])], 0, 8
+    drafts, verifies, clocks, done, size, last = [], [], [], 0, 8, replica.now
     while done < rows:
         end = min(done + size, rows)
         times = _times(replica, spec, n, sums[done:end], ctx[done:end], emit[done:end],
@@ -226,14 +232,16 @@ def _priced(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarr
             return None
         drafts.append(times[0])
         verifies.append(times[1])
-        # the same running sum, continued from the last end
-        clocks.append(np.add.accumulate(np.concatenate(((clocks[-1][-1],),
-                                                        times[0] + times[1])))[1:])
-        done, size = end, 2 * size
-        if clocks[-1][-1] >= horizon:
+        # the same running sum, continued from the last end (the first chunk's with the start)
+        clock = np.add.accumulate(np.concatenate(((last,), times[0] + times[1])))
+        clocks.append(clock[1:] if clocks else clock)
+        done, size, last = end, 2 * size, clock[-1]
+        if last >= horizon:
             break
     if not drafts:  # no iteration can run here (the KV cache): nothing to price
-        return np.zeros(0), np.zeros(0), clocks[0]
+        return np.zeros(0), np.zeros(0), np.array([replica.now])
+    if len(drafts) == 1:  # one chunk (most passes): its arrays as they are
+        return drafts[0], verifies[0], clocks[0]
     return np.concatenate(drafts), np.concatenate(verifies), np.concatenate(clocks)
 
 

@@ -26,11 +26,12 @@ def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
     ``level_draft_time`` counts them) by the layer's closed forms ``forms``; ``pricers``: the
     memo of its uniform pricers by (n, tokens a request, LM-head tokens)."""
     n, head = context.shape[1], float(_SUM(logits))
-    firsts, sums, tokens, mixed = [], [], [], []
-    for j, (ctx, got) in enumerate(zip(context.tolist(), reread.tolist())):
-        first = [max(x, 1.0) for x in got]
+    # the rows' max(re-read, 1) (np.maximum's floats are max's) and context sums (whole
+    # numbers: exact in any order) in one call each, not one a row
+    sums, firsts, tokens, mixed = _SUM(context, axis=1).tolist(), [], [], []
+    for j, (ctx, first) in enumerate(zip(context.tolist(), np.maximum(reread, 1.0).tolist())):
         t, price = first[0], None
-        if first.count(t) == n and t.is_integer():
+        if t.is_integer() and (n == 1 or first.count(t) == n):
             key = (n, t, head)
             price = pricers.get(key, pricers)
             if price is pricers:
@@ -41,8 +42,8 @@ def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
             mixed.append(j)
             firsts.append(0.0)
         else:
-            firsts.append(price(float(sum([max(x - (t - 1.0), 0.0) for x in ctx]))))
-        sums.append(float(sum(ctx)))
+            t1 = t - 1.0
+            firsts.append(price(float(sum([max(x - t1, 0.0) for x in ctx]))))
         tokens.append(n * t)  # n equal counts (a mixed row's: below)
     # re-read counts that differ: their attention and token sums on arrays, the rows together
     # (fewer instructions than ``few_step_time`` row by row: eagle.yaml's passes, measured)

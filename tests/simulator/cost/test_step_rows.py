@@ -63,10 +63,13 @@ def test_a_dp_attention_target_prices_its_rows_by_its_own_step_time():
 def test_rows_of_one_attention_kernel_are_step_times_float(case):
     # rows in which no request decodes (verifications of several lengths; uniform ones,
     # which MLA prices without a closed form) and rows of decodes alone: one attention
-    # kernel in every row, its sums unmasked
+    # kernel in every row, its sums unmasked; every row the same count (a chain's
+    # verification, as floats as the engine passes it: its work on that count as a number),
+    # past the decode form's query bound too (MLA's expanded form, FA3's query overhead)
     cm = _cost_model(*case)
     rng = np.random.default_rng(11)
-    for tokens in (rng.integers(2, 6, (6, 5)), np.full((4, 5), 4), np.ones((3, 5), np.int64)):
+    for tokens in (rng.integers(2, 6, (6, 5)), np.full((4, 5), 4), np.ones((3, 5), np.int64),
+                   np.full((3, 5), 4.0), np.full((3, 5), 20.0)):
         context = rng.integers(0, 6000, tokens.shape)
         want = [cm.step_time(t.astype(float), c.astype(float), t.astype(float))
                 for t, c in zip(tokens, context)]

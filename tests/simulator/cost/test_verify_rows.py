@@ -172,3 +172,20 @@ def test_step_tail_is_step_from_to_the_bit(profile, model, tp, execution):
             for a_layer in [0.0, *rng.uniform(0.0, 1e-3, 6), *rng.uniform(0.0, 1e-7, 6)]:
                 fixed = float(rng.uniform(1e-5, 5e-2))
                 assert tail(mode, fixed, a_layer) == cm._step_from(mode, fixed, a_layer, n)
+
+
+@pytest.mark.parametrize("profile,model,tp,execution", CASES,
+                         ids=["-".join(map(str, c)) for c in CASES])
+def test_attention_of_a_stack_is_each_rows_own(profile, model, tp, execution):
+    """``attention_layers`` on (K, n) stacks with per-row contexts, rows of decodes only
+    among them, is ``CostModel._attention_s`` of each row alone: no kernel is charged to a
+    row that has no member of it (a stack of K rows is not one row of K x n requests)."""
+    from simulator.cost.verify_rows import attention_layers
+    cm = _cost_model(profile, model, tp, execution)
+    rng = np.random.default_rng(23)
+    for n in (1, 4, 130):
+        tokens = np.vstack([np.ones((2, n)), rng.integers(2, 6, (2, n)),
+                            rng.integers(1, 4, (3, n))]).astype(np.float64)
+        ctx = rng.integers(1, 6000, tokens.shape).astype(np.float64)
+        want = [cm._attention_s(t, c, True) for t, c in zip(tokens, ctx)]
+        assert attention_layers(cm, tokens, ctx) == want
