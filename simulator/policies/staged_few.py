@@ -46,8 +46,16 @@ class FewRounds:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
         same rounds, the same uniforms (one a drafting request, against the thresholds:
         bisect is searchsorted's "right"), the same prices, added in the same order."""
+        got = self.rounds(context, lambda m: rng.random(m).tolist())
+        return got[0], got[1], got[2]
+
+    def rounds(self, context: list, uniforms) -> tuple[float, float, int, int]:
+        """``draft_time``'s (GPU s, CPU s, rounds) and the uniforms it took, each round's
+        from ``uniforms(m)`` (an iterable yielding at least ``m``: a round takes one a
+        drafting request, in order; an iterator over uniforms drawn ahead may be handed
+        out again, as zip takes no more than ``m`` from it)."""
         gamma, g2, cut, staged2 = self.gamma, self.gamma2, self.cut, self.staged2
-        pricers, gpu, cpu, rounds = self._pricers, 0.0, 0.0, 0
+        pricers, gpu, cpu, rounds, used = self._pricers, 0.0, 0.0, 0, 0
         ctx, produced = context, [0] * len(context)
         k = (min(g2, gamma - 1),) * len(context)  # the first round: every request the same
         while True:
@@ -61,12 +69,13 @@ class FewRounds:
             else:
                 cpu += self.lookup * float(sum(k))
             gpu += v
+            used += len(k)  # zip takes produced's first, so no more than len(k) uniforms
             produced = [p + min(bisect_right(cut, x), kj) + 1
-                        for p, x, kj in zip(produced, rng.random(len(k)).tolist(), k)]
+                        for p, x, kj in zip(produced, uniforms(len(k)), k)]
             if max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
-                    return gpu, cpu, rounds
+                    return gpu, cpu, rounds, used
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
             ctx = [c + p for c, p in zip(context, produced)]
