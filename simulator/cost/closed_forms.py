@@ -157,9 +157,9 @@ class ClosedForms(ClosedFormPricer):
                 tokens = float(sum(row))
                 mode, fixed = self.row_part(n, row, lo, hi, tokens,
                                             tokens if head is None else head)
-                attention, step_from = self._few.attention_s, self._step_from
+                attention, step_from = self._few.pricer(row), self._step_from
                 return lambda ctx: step_from(mode, fixed, attention(
-                    row, [float(c) for c in ctx]), n)
+                    [float(c) for c in ctx]), n)
         return super().few_pricer(new)
 
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
