@@ -108,13 +108,19 @@ def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count
     """``Roofline._attention_kernel`` of the ``count`` requests in ``members`` (None: all):
     each one's roof, their sum, one latency, at least the floor.  The sum of one or two
     roofs is the same float in any order of addition (adding 0.0 changes nothing: the roofs
-    are positive), so those are added here; more by numpy's reduction of an array of them,
-    masked as ``attention_time`` masks it (its order is numpy's: not rewritten here)."""
+    are positive), so those are added here, and up to 7 of all requests (numpy adds fewer
+    than 8 numbers of an array left to right, as ``drafting.chain_draft_pricer`` relies on
+    too: a loop, as Python's ``sum`` may compensate); more, or masked, by numpy's reduction
+    of an array of them, masked as ``attention_time`` masks it (its order is numpy's)."""
     crate, mrate, latency, floor = rates
     if count <= 2:
         per = [max(f / crate, b / mrate) for f, b, m in zip(
             flops, nbytes, members or _ALL) if m]
         summed = per[0] + per[1] if count == 2 else per[0]
+    elif members is None and count < 8:
+        summed = max(flops[0] / crate, nbytes[0] / mrate)
+        for f, b in zip(flops[1:], nbytes[1:]):
+            summed += max(f / crate, b / mrate)
     else:
         per = np.array([max(f / crate, b / mrate) for f, b in zip(flops, nbytes)])
         summed = float(_ADD(per) if members is None else _ADD(per, where=np.array(members)))

@@ -40,7 +40,9 @@ class FewRounds:
         self.gamma, self.gamma2, self.cut, self.lookup = gamma, gamma2, cut, lookup_s
         self.staged2, self.draft_cost = staged2, draft_cost
         self._uniform, self._arrays, self._decoder = uniform, arrays, decoder
-        self._pricers: dict[tuple, RoundPrice] = {}
+        self._pricers: dict[tuple, tuple[RoundPrice, float]] = {}  # by tokens produced
+        self._cuts = [cut[:min(gamma2, gamma - p - 1)] for p in range(gamma)] \
+            if cut is not None else None
 
     def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
@@ -53,25 +55,26 @@ class FewRounds:
         """``draft_time``'s (GPU s, CPU s, rounds) and the uniforms it took, each round's
         from ``uniforms(m)`` (an iterable yielding at least ``m``: a round takes one a
         drafting request, in order; an iterator over uniforms drawn ahead may be handed
-        out again, as zip takes no more than ``m`` from it)."""
-        gamma, g2, cut, staged2 = self.gamma, self.gamma2, self.cut, self.staged2
-        pricers, gpu, cpu, rounds, used = self._pricers, 0.0, 0.0, 0, 0
-        ctx, produced = context, [0] * len(context)
-        k = (min(g2, gamma - 1),) * len(context)  # the first round: every request the same
+        out again, as zip takes no more than ``m`` from it).  A request that has ``p``
+        tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the thresholds below its
+        uniform among the first that many (``cuts[p]``: the capped count, as a slice)."""
+        gamma, cuts, staged2, pricers = self.gamma, self._cuts, self.staged2, self._pricers
+        gpu, cpu, rounds, used = 0.0, 0.0, 0, 0
+        ctx, produced = context, (0,) * len(context)
         while True:
             rounds += 1
-            price = pricers.get(k)
-            if price is None:
-                price = self.pricer(k)
-            d2, v = price(ctx)
+            got = pricers.get(produced)
+            if got is None:
+                got = self.pricer(produced)
+            d2, v = got[0](ctx)
             if staged2:
                 gpu += d2
             else:
-                cpu += self.lookup * float(sum(k))
+                cpu += got[1]
             gpu += v
-            used += len(k)  # zip takes produced's first, so no more than len(k) uniforms
-            produced = [p + min(bisect_right(cut, x), kj) + 1
-                        for p, x, kj in zip(produced, uniforms(len(k)), k)]
+            m = len(produced)
+            used += m  # zip takes produced's first, so no more than m uniforms
+            produced = [p + bisect_right(cuts[p], x) + 1 for p, x in zip(produced, uniforms(m))]
             if max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
@@ -79,18 +82,21 @@ class FewRounds:
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
             ctx = [c + p for c, p in zip(context, produced)]
-            k = tuple([min(g2, (gamma - p) - 1) for p in produced])
+            produced = tuple(produced)
 
-    def pricer(self, k: tuple) -> RoundPrice:
-        """The price of a round whose requests draft ``k`` (memoised by ``k``)."""
+    def pricer(self, produced: tuple) -> tuple[RoundPrice, float]:
+        """(the price, the n-gram lookups' CPU seconds) of a round of requests that have
+        ``produced`` tokens each, memoised by it (a function of their draft counts)."""
         if len(self._pricers) >= 4096:
             self._pricers.clear()
+        k = tuple([min(self.gamma2, (self.gamma - p) - 1) for p in produced])
         same = k[0] if k.count(k[0]) == len(k) else None
-        got = self._uniform_pricer(len(k), same) if same is not None else self._varied_pricer(k)
-        if got is None:  # no form: the policy's arrays
+        price = self._uniform_pricer(len(k), same) if same is not None \
+            else self._varied_pricer(k)
+        if price is None:  # no form: the policy's arrays
             arrays, ks = self._arrays, np.array(k, np.int64)
-            got = lambda ctx: arrays(np.array(ctx, np.int64), ks, same)  # noqa: E731
-        self._pricers[k] = got
+            price = lambda ctx: arrays(np.array(ctx, np.int64), ks, same)  # noqa: E731
+        got = self._pricers[produced] = (price, self.lookup * float(sum(k)))
         return got
 
     def _uniform_pricer(self, n: int, same: int) -> RoundPrice | None:
