@@ -41,6 +41,7 @@ class FewRounds:
         self.staged2, self.draft_cost = staged2, draft_cost
         self._uniform, self._arrays, self._decoder = uniform, arrays, decoder
         self._pricers: dict[tuple, tuple[RoundPrice, float]] = {}  # by tokens produced
+        self._by_counts: dict[tuple, RoundPrice] = {}  # the prices, by draft counts
         self._cuts = [cut[:min(gamma2, gamma - p - 1)] for p in range(gamma)] \
             if cut is not None else None
 
@@ -89,13 +90,17 @@ class FewRounds:
         ``produced`` tokens each, memoised by it (a function of their draft counts)."""
         if len(self._pricers) >= 4096:
             self._pricers.clear()
+            self._by_counts.clear()
         k = tuple([min(self.gamma2, (self.gamma - p) - 1) for p in produced])
-        same = k[0] if k.count(k[0]) == len(k) else None
-        price = self._uniform_pricer(len(k), same) if same is not None \
-            else self._varied_pricer(k)
-        if price is None:  # no form: the policy's arrays
-            arrays, ks = self._arrays, np.array(k, np.int64)
-            price = lambda ctx: arrays(np.array(ctx, np.int64), ks, same)  # noqa: E731
+        price = self._by_counts.get(k)
+        if price is None:  # states with the same counts share their price
+            same = k[0] if k.count(k[0]) == len(k) else None
+            price = self._uniform_pricer(len(k), same) if same is not None \
+                else self._varied_pricer(k)
+            if price is None:  # no form: the policy's arrays
+                arrays, ks = self._arrays, np.array(k, np.int64)
+                price = lambda ctx: arrays(np.array(ctx, np.int64), ks, same)  # noqa: E731
+            self._by_counts[k] = price
         got = self._pricers[produced] = (price, self.lookup * float(sum(k)))
         return got
 
