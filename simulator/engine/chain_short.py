@@ -53,7 +53,7 @@ from simulator.engine.chain_stretch import (
 )
 from simulator.engine.draw_ahead import DrawAhead
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
-from simulator.engine.plan import AheadIteration, ChainStretch
+from simulator.engine.plan import ChainStretch
 from simulator.engine.step import STEP_FIELDS
 
 _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
@@ -161,9 +161,6 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
         accepted = spec.accepted
         return None if prices is None else \
             (*prices, None, lambda rng, got, ctx: accepted(rng.random(n), ids), None)
-    whole = carried.ahead_iteration(ids)
-    if whole is not None and (prices := chain_prices(replica, spec, n)) is not None:
-        return _ahead_forms(replica, whole, prices[1], k_max)
     batch, by_sum, ahead = carried.batch_draws(n), carried.sum_draft_s(n), None
     if batch is None:
         draw = lambda rng, got, ctx: carried.draw_accepted(
@@ -179,21 +176,6 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
         return by_sum, prices[1], None, draw, ahead
     # priced from the contexts and the last acceptances
     return None, None, _carried_prices(replica, spec, n), draw, ahead
-
-
-def _ahead_forms(replica, whole: AheadIteration, verify, k_max: int):
-    """``_forms``' of a carried draft whose iterations draw only uniforms
-    (``CarriedDraft.ahead_iteration``): ``price`` takes an iteration's uniforms from a
-    ``DrawAhead`` (its draft's and its acceptances' at once: they are drawn in that
-    order, nothing between them) and ``draw`` hands out the acceptances it took."""
-    ahead, step, taken = DrawAhead(replica.rng, whole.most, whole.most * min(k_max, _AHEAD)), \
-        whole.step, [None]
-
-    def price(s: int, ctx: np.ndarray, last) -> tuple[float, float]:
-        ints = ctx.tolist()
-        d, taken[0] = ahead.take(lambda draws, at: step(draws, at, ints))
-        return d, verify(s)
-    return None, None, price, lambda rng, got, ctx: taken[0], ahead
 
 
 def _carried_prices(replica, spec: ChainStretch, n: int):

@@ -69,17 +69,6 @@ class BatchDraws(NamedTuple):
     ahead: Callable[[list, int], tuple[np.ndarray, int]] | None = None
 
 
-class AheadIteration(NamedTuple):
-    """A whole iteration (``iteration_draft_s``, then ``draw_accepted``) from uniforms
-    drawn ahead, declared by ``CarriedDraft.ahead_iteration``: ``most`` uniforms at most,
-    and step(draws, at, ctx): ((its draft seconds, its accepted drafts), how many uniforms
-    it took) where its ``rng.random`` calls would return draws[at], draws[at + 1], ...
-    (``ctx``: the contexts as a list of ints), bitwise the two calls'."""
-
-    most: int
-    step: Callable[[list, int, list], tuple[tuple[float, np.ndarray], int]]
-
-
 class CarriedDraft(ABC):
     """A proposer whose every request drafts the same count (a chain, or a tree's nodes)
     and whose price may also depend on what each request accepted last iteration (EAGLE's
@@ -134,12 +123,6 @@ class CarriedDraft(ABC):
         ``BatchDraws``, with which the engine may draw several iterations' uniforms in one
         call and give back the ones not taken (chain_short.py).  None (the default):
         ``draw_accepted`` is called."""
-        return None
-
-    def ahead_iteration(self, request_ids: np.ndarray) -> AheadIteration | None:
-        """Where an iteration of these requests draws only ``rng.random``'s uniforms (its
-        draft's, then its acceptances'): ``AheadIteration``, with which the engine draws
-        several iterations' uniforms in one call (chain_short.py).  None (the default)."""
         return None
 
     def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,

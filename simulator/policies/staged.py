@@ -40,7 +40,6 @@ from simulator.cost.drafting import (
 )
 from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import (
-    AheadIteration,
     BatchView,
     CarriedDraft,
     ChainStretch,
@@ -285,23 +284,6 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
                           reread: np.ndarray, rng: np.random.Generator) -> float:
         gpu, cpu, rounds = self.draft_time(context, request_ids, rng)
         return gpu + (cpu + self._host(rounds)(context.size))  # propose's draft_time_s + cpu_time_s
-
-    def ahead_iteration(self, request_ids: np.ndarray) -> AheadIteration | None:
-        """An iteration of a few requests from uniforms drawn ahead (``FewRounds.rounds``,
-        then the outer acceptances' one a request), where acceptance is context-free."""
-        n, counts, few = request_ids.size, self._counts, self._few
-        if not 0 < n <= _FEW or self._cut is None or counts is None:
-            return None
-        host = self._host
-
-        def step(draws: list, at: int, ctx: list) -> tuple[tuple[float, np.ndarray], int]:
-            it = iter(draws[at:])
-            gpu, cpu, rounds, used = few.rounds(ctx, lambda m: it)
-            at += used
-            accepted = counts(np.array(draws[at:at + n]), request_ids)
-            return (gpu + (cpu + host(rounds)(n)), accepted), used + n
-        # each round takes a uniform a request still drafting and adds one token at least
-        return AheadIteration((self.gamma + 1) * n, step)
 
     def draw_accepted(self, rng: np.random.Generator, request_ids: np.ndarray,
                       context: np.ndarray) -> np.ndarray:

@@ -48,19 +48,12 @@ class FewRounds:
     def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
         same rounds, the same uniforms (one a drafting request, against the thresholds:
-        bisect is searchsorted's "right"), the same prices, added in the same order."""
-        got = self.rounds(context, lambda m: rng.random(m).tolist())
-        return got[0], got[1], got[2]
-
-    def rounds(self, context: list, uniforms) -> tuple[float, float, int, int]:
-        """``draft_time``'s (GPU s, CPU s, rounds) and the uniforms it took, each round's
-        from ``uniforms(m)`` (an iterable yielding at least ``m``: a round takes one a
-        drafting request, in order; an iterator over uniforms drawn ahead may be handed
-        out again, as zip takes no more than ``m`` from it).  A request that has ``p``
-        tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the thresholds below its
-        uniform among the first that many (``cuts[p]``: the capped count, as a slice)."""
+        bisect is searchsorted's "right"), the same prices, added in the same order.  A
+        request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
+        thresholds below its uniform among the first that many (``cuts[p]``: the count
+        capped, as a slice)."""
         gamma, cuts, staged2, pricers = self.gamma, self._cuts, self.staged2, self._pricers
-        gpu, cpu, rounds, used = 0.0, 0.0, 0, 0
+        gpu, cpu, rounds = 0.0, 0.0, 0
         ctx, produced = context, (0,) * len(context)
         while True:
             rounds += 1
@@ -73,13 +66,12 @@ class FewRounds:
             else:
                 cpu += got[1]
             gpu += v
-            m = len(produced)
-            used += m  # zip takes produced's first, so no more than m uniforms
-            produced = [p + bisect_right(cuts[p], x) + 1 for p, x in zip(produced, uniforms(m))]
+            produced = [p + bisect_right(cuts[p], x) + 1
+                        for p, x in zip(produced, rng.random(len(produced)).tolist())]
             if max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
-                    return gpu, cpu, rounds, used
+                    return gpu, cpu, rounds
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
             ctx = [c + p for c, p in zip(context, produced)]

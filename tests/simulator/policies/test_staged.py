@@ -75,26 +75,6 @@ def test_few_requests_on_python_numbers_match_the_arrays(draft2):
         assert fast.random() == slow.random()  # as many uniforms drawn
 
 
-@pytest.mark.parametrize("draft2", ["opt-125m", "ngram"])
-def test_an_iteration_from_uniforms_drawn_ahead_is_the_two_calls(draft2):
-    # ahead_iteration's step from a list of uniforms: bitwise iteration_draft_s (on float
-    # contexts: the array loop) then draw_accepted on a generator giving those uniforms,
-    # and it says how many it took (the generator's next uniform is the list's next)
-    pol = make({"draft2": draft2, "inner_alpha": 0.6, "ngram_lookup_s": 1e-5})
-    assert pol.chain_stretch() is not None  # binds the outer counter
-    for seed in range(40):
-        rng = np.random.default_rng(seed)
-        ctx = rng.integers(1, 3000, int(rng.integers(1, 9)))
-        ids, ref = np.arange(ctx.size), np.random.default_rng(seed)
-        whole = pol.ahead_iteration(ids)
-        draws = [2.0] * 3 + np.random.default_rng(seed).random(whole.most + 1).tolist()
-        (draft_s, accepted), used = whole.step(draws, 3, ctx.tolist())
-        floats = ctx.astype(np.float64)
-        assert draft_s == pol.iteration_draft_s(ids, floats, np.ones(ctx.size), ref)
-        assert np.array_equal(accepted, pol.draw_accepted(ref, ids, floats))
-        assert draws[3 + used] == ref.random()
-
-
 def test_ngram_second_stage_costs_cpu_lookups_only():
     pol = make({"inner_alpha": 1.0, "ngram_lookup_s": 1e-5})
     ctx = np.array([200.0, 200.0, 500.0])
