@@ -165,6 +165,23 @@ class ClosedForms(ClosedFormPricer):
             return None
         return self._step_from(part[0], part[1], self._few.attention_s(new, ctx), n)
 
+    def few_pricer(self, new: list):
+        """``ClosedFormPricer.few_pricer``: where the counts differ (whole numbers of at least
+        one, ints) ``_few_time``'s attention shortcut with its fixed part looked up once
+        (``row_part`` is a function of the counts alone), else ``few_step_time``."""
+        head = _head_tokens(new) if self._small and new and self._few is not None else _MISSING
+        if head is not _MISSING:
+            row = [float(t) for t in new]
+            lo, hi, n = min(row), max(row), len(row)
+            if 1.0 <= lo < hi and all(t.is_integer() for t in row):
+                tokens = float(sum(row))
+                mode, fixed = self.row_part(n, row, lo, hi, tokens,
+                                            tokens if head is None else head)
+                attention, step_from = self._few.pricer(row), self._step_from
+                return lambda ctx: step_from(mode, fixed, attention(
+                    [float(c) for c in ctx]), n)
+        return super().few_pricer(new)
+
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
         """``few_step_time``'s shortcut, None where it has none (see there)."""
         new = [float(t) for t in new]

@@ -71,18 +71,56 @@ class FewAttention:
                              None if not n_decode else [not d for d in decode], n - n_decode)
         return total
 
+    def pricer(self, new: list):
+        """``attention_s(new, ctx)`` as a function of ``ctx`` alone, bitwise: each request's
+        factors that depend on ``new`` alone (pair x new, the causal term, the query bytes),
+        its kernel and the kernels' rates worked out once (the same operations, grouped as
+        ``attention_s`` groups them)."""
+        pair, kvb, qb, over, causal = self.pair, self.kv_bytes, self.q_bytes, self.overhead, \
+            self.causal
+        terms = [(pair * u, (0.5 * (u + 1.0) + ((over if u > DECODE_MAX_QUERY else 0.0)
+                                                 if over else 0.0)), u, u * qb) for u in new]
+        n, decode = len(new), [u == 1.0 for u in new]
+        n_decode, kernels = decode.count(True), []
+        if n_decode:
+            kernels.append((self.roof.kind_rates(ATTENTION_DECODE),
+                            None if n_decode == n else decode, n_decode))
+        if n_decode < n:
+            kernels.append((self.roof.kind_rates(self.prefill_kind),
+                            None if not n_decode else [not d for d in decode], n - n_decode))
+
+        def attention(ctx: list) -> float:
+            if causal:
+                flops = [a * (c + b) for (a, b, _, _), c in zip(terms, ctx)]
+                nbytes = [(c + u) * kvb + uq for (_, _, u, uq), c in zip(terms, ctx)]
+            else:
+                kv = [c + u for (_, _, u, _), c in zip(terms, ctx)]
+                flops = [a * x for (a, _, _, _), x in zip(terms, kv)]
+                nbytes = [x * kvb + uq for (_, _, _, uq), x in zip(terms, kv)]
+            total = 0.0
+            for rates, members, count in kernels:
+                total += _kernel(rates, flops, nbytes, members, count)
+            return total
+        return attention
+
 
 def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count: int) -> float:
     """``Roofline._attention_kernel`` of the ``count`` requests in ``members`` (None: all):
     each one's roof, their sum, one latency, at least the floor.  The sum of one or two
     roofs is the same float in any order of addition (adding 0.0 changes nothing: the roofs
-    are positive), so those are added here; more by numpy's reduction of an array of them,
-    masked as ``attention_time`` masks it (its order is numpy's: not rewritten here)."""
+    are positive), so those are added here, and up to 7 of all requests (numpy adds fewer
+    than 8 numbers of an array left to right, as ``drafting.chain_draft_pricer`` relies on
+    too: a loop, as Python's ``sum`` may compensate); more, or masked, by numpy's reduction
+    of an array of them, masked as ``attention_time`` masks it (its order is numpy's)."""
     crate, mrate, latency, floor = rates
     if count <= 2:
         per = [max(f / crate, b / mrate) for f, b, m in zip(
             flops, nbytes, members or _ALL) if m]
         summed = per[0] + per[1] if count == 2 else per[0]
+    elif members is None and count < 8:
+        summed = max(flops[0] / crate, nbytes[0] / mrate)
+        for f, b in zip(flops[1:], nbytes[1:]):
+            summed += max(f / crate, b / mrate)
     else:
         per = np.array([max(f / crate, b / mrate) for f, b in zip(flops, nbytes)])
         summed = float(_ADD(per) if members is None else _ADD(per, where=np.array(members)))

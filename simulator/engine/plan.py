@@ -369,6 +369,11 @@ class ClosedFormPricer(ABC):
             else np.array(logits_tokens, np.float64)
         return self.step_time(np.array(new, np.float64), np.array(ctx, np.float64), head)
 
+    def few_pricer(self, new: list) -> Callable[[list], float]:
+        """``few_step_time(new, ctx, new)`` as a function of the contexts ``ctx`` alone (the
+        same float), for a round of forwards with the same token counts ``new``."""
+        return lambda ctx: self.few_step_time(new, ctx, new)
+
     def rows_step_times(self, tokens: np.ndarray, context: np.ndarray,
                         logits: np.ndarray | None = None) -> np.ndarray:
         """``step_time(tokens[j], context[j], logits)`` of each row ``j`` of the (K, n)

@@ -27,8 +27,6 @@ DeepMind's speculative sampling, the staged variant is Spector & Re's.)
 """
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import numpy as np
 
 from simulator.acceptance.context_free import chain_counts
@@ -41,7 +39,13 @@ from simulator.cost.drafting import (
     draft_prefill_time,
 )
 from simulator.cost.spec_host import SpecCharge, SpecWork
-from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
+from simulator.engine.plan import (
+    BatchView,
+    CarriedDraft,
+    ChainStretch,
+    DraftPlan,
+    closed_forms,
+)
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
 from simulator.models.spec import check_shared_vocabulary, load_model
@@ -54,6 +58,7 @@ from simulator.policies.base import (
     spec_execution,
 )
 from simulator.policies.chain_acceptance import accept_chain
+from simulator.policies.staged_few import FewRounds
 
 NGRAM = "ngram"
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
@@ -65,23 +70,6 @@ _MISSING = object()
 def _NOTHING(ctx_sum: float) -> float:
     """``chain_draft_time`` of a round in which no request drafts: no forward, 0 s."""
     return 0.0
-
-
-def _varied_chain_few(decoder, ctx: list, k: list) -> float | None:
-    """``chain_draft_time`` of requests drafting different counts ``k`` at whole-number
-    contexts ``ctx``, on Python numbers: ``_varied_chain_time``'s forwards (forward j's
-    batch of ones by the closed form at its contexts' sum + n j, added in order;
-    ``decoder(n)``: the form of n ones as a function of the sum, ``uniform_pricer``'s,
-    bitwise ``uniform_step_time``'s); None where a forward has none (the arrays price it)."""
-    total = 0.0
-    for j in range(max(k)):
-        on = [c for c, kj in zip(ctx, k) if kj > j]
-        n = len(on)
-        price = decoder(n)
-        if price is None:
-            return None
-        total += price(float(sum(on) + n * j))
-    return total
 
 
 def _draft2(name: str, target=None):
@@ -148,6 +136,10 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         a = self.inner.alpha  # _inner_counts' thresholds (IIDAcceptance.sample_chain's)
         self._cut = geometric_thresholds(a, self.gamma2) if 0.0 < a < 1.0 else None
         self._cut_list = None if self._cut is None else self._cut.tolist()
+        # draft_time's rounds of a few requests on Python numbers
+        self._few = FewRounds(self.gamma, self.gamma2, self._cut_list, self.lookup_s,
+                              self.draft2_cost is not None, self.draft_cost,
+                              self._uniform_round_prices, self._round_s, self._decoder)
 
     @property
     def max_verify_tokens(self) -> int:
@@ -163,7 +155,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         if not n:
             return 0.0, 0.0, 0
         if n <= _FEW and self._cut is not None and context.dtype.kind in "iu":
-            return self._draft_time_few(context.tolist(), rng)
+            return self._few.draft_time(context.tolist(), rng)
         gamma, gpu, cpu, rounds = self.gamma, 0.0, 0.0, 0
         where = None  # the drafting requests' positions in the batch (None: all of them)
         ctx, ids, produced = context, request_ids, np.zeros(n, np.int64)
@@ -188,58 +180,6 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             k = np.minimum(self.gamma2, (gamma - produced) - 1)
             same = int(_MIN(k))
             same = same if same == int(_MAX(k)) else None
-
-    def _draft_time_few(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
-        """``draft_time`` of a few requests at whole-number contexts, on Python numbers: the
-        same rounds, the same uniforms (one a drafting request, against ``_cut``: bisect is
-        searchsorted's "right"), the same prices (a round's arrays built only where it has
-        no closed form), added in the same order."""
-        gamma, g2, cut, lookup = self.gamma, self.gamma2, self._cut_list, self.lookup_s
-        gpu, cpu, rounds = 0.0, 0.0, 0
-        ctx, produced = context, [0] * len(context)
-        same = min(g2, gamma - 1)  # the first round: every request the same count
-        k = [same] * len(context)
-        while True:
-            rounds += 1
-            d2, v = self._round_few(ctx, k, same)
-            if self.draft2_cost is not None:
-                gpu += d2
-            else:
-                cpu += lookup * float(sum(k))
-            gpu += v
-            produced = [p + min(bisect_right(cut, x), kj) + 1
-                        for p, x, kj in zip(produced, rng.random(len(k)).tolist(), k)]
-            if any(p >= gamma for p in produced):  # some have their gamma: they stop
-                keep = [j for j, p in enumerate(produced) if p < gamma]
-                if not keep:
-                    return gpu, cpu, rounds
-                context = [context[j] for j in keep]
-                produced = [produced[j] for j in keep]
-            ctx = [c + p for c, p in zip(context, produced)]
-            k = [min(g2, (gamma - p) - 1) for p in produced]
-            same = k[0] if k.count(k[0]) == len(k) else None
-
-    def _round_few(self, ctx: list, k: list, same: int | None) -> tuple[float, float]:
-        """``_round_s`` of contexts and counts as lists: a uniform round by the closed forms
-        at the context sum, a varied one by draft2's forwards' closed forms and the draft's
-        verification on Python numbers (``few_step_time``), anything else by ``_round_s`` on
-        the same arrays."""
-        if same is not None:
-            prices = self._uniform_rounds.get((len(ctx), same))
-            if prices is None:
-                prices = self._uniform_round_prices(len(ctx), same)
-            if prices[1] is not None and (prices[0] is not None or self.draft2_cost is None):
-                s = float(sum(ctx))
-                return (0.0 if prices[0] is None else prices[0](s)), prices[1](s)
-        elif (d2 := 0.0 if self.draft2_cost is None else  # an n-gram table: no forward
-              _varied_chain_few(self._decoder, ctx, k)) is not None:
-            u = [kj + 1 for kj in k]  # the verification: few_step_time is step_time's float
-            forms = closed_forms(self.draft_cost)
-            if forms is not None:
-                return d2, forms.few_step_time(u, ctx, u)
-            v = np.array(u, np.float64)
-            return d2, self.draft_cost.step_time(v, np.array(ctx, np.int64), v)
-        return self._round_s(np.array(ctx, np.int64), np.array(k, np.int64), same)
 
     def _decoder(self, n: int):
         """draft2's forward of ``n`` one-token requests as a function of their context sum

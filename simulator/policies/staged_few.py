@@ -1,0 +1,136 @@
+"""``staged``'s draft time of a few requests on Python numbers (``StagedSpeculation``'s
+``draft_time`` for up to 8 requests at whole-number contexts, issue 36).
+
+A round is priced by a function of its contexts memoised by its requests' draft counts
+(``FewRounds.pricer``): the counts alone decide which closed forms price it (a round whose
+requests all draft the same count: the draft2 chain's and the draft's verification's forms
+at the context sum; a varied one: draft2's forwards' forms at each forward's sum and the
+draft's verification of those token counts, ``ClosedForms.few_pricer``), so that a round
+pays the forms' arithmetic and not their look-ups.  The same forms, at the same numbers,
+added in the same order as ``draft_time``'s arrays: bitwise its floats
+(tests/simulator/policies/test_staged.py holds the two paths to the same bits).
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Callable
+
+import numpy as np
+
+from simulator.engine.plan import closed_forms
+
+# (draft2's chain, the draft's verification) seconds of a round at contexts ``ctx``
+RoundPrice = Callable[[list], tuple[float, float]]
+
+
+class FewRounds:
+    """The inner rounds of a few requests drawn and priced on Python numbers.
+
+    ``gamma`` draft tokens per request, at most ``gamma2`` a round, an inner acceptance of
+    ``min(bisect_right(cut, uniform), k)`` (``cut``: its geometric thresholds); draft2 a
+    model (``staged2``) or an n-gram table of ``lookup_s`` CPU seconds a proposed token;
+    ``draft_cost``: the draft's pricer.  The policy's own prices: ``uniform(n, k)``, its
+    (draft2 chain, verification) forms of ``n`` requests each drafting ``k`` as functions of
+    the context sum, each None where none applies; ``arrays(ctx, k, same)``, its array price
+    of a round (where a round has no form); ``decoder(n)``, draft2's forward of ``n``
+    one-token requests as a function of their context sum, None where it has none."""
+
+    def __init__(self, gamma: int, gamma2: int, cut: list, lookup_s: float, staged2: bool,
+                 draft_cost, uniform, arrays, decoder) -> None:
+        self.gamma, self.gamma2, self.cut, self.lookup = gamma, gamma2, cut, lookup_s
+        self.staged2, self.draft_cost = staged2, draft_cost
+        self._uniform, self._arrays, self._decoder = uniform, arrays, decoder
+        self._pricers: dict[tuple, tuple[RoundPrice, float]] = {}  # by tokens produced
+        self._by_counts: dict[tuple, RoundPrice] = {}  # the prices, by draft counts
+        self._cuts = [cut[:min(gamma2, gamma - p - 1)] for p in range(gamma)] \
+            if cut is not None else None
+
+    def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
+        """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
+        same rounds, the same uniforms (one a drafting request, against the thresholds:
+        bisect is searchsorted's "right"), the same prices, added in the same order.  A
+        request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
+        thresholds below its uniform among the first that many (``cuts[p]``: the count
+        capped, as a slice)."""
+        gamma, cuts, staged2, pricers = self.gamma, self._cuts, self.staged2, self._pricers
+        gpu, cpu, rounds = 0.0, 0.0, 0
+        ctx, produced = context, (0,) * len(context)
+        while True:
+            rounds += 1
+            got = pricers.get(produced)
+            if got is None:
+                got = self.pricer(produced)
+            d2, v = got[0](ctx)
+            if staged2:
+                gpu += d2
+            else:
+                cpu += got[1]
+            gpu += v
+            produced = [p + bisect_right(cuts[p], x) + 1
+                        for p, x in zip(produced, rng.random(len(produced)).tolist())]
+            if max(produced) >= gamma:  # some have their gamma: they stop
+                keep = [j for j, p in enumerate(produced) if p < gamma]
+                if not keep:
+                    return gpu, cpu, rounds
+                context = [context[j] for j in keep]
+                produced = [produced[j] for j in keep]
+            ctx = [c + p for c, p in zip(context, produced)]
+            produced = tuple(produced)
+
+    def pricer(self, produced: tuple) -> tuple[RoundPrice, float]:
+        """(the price, the n-gram lookups' CPU seconds) of a round of requests that have
+        ``produced`` tokens each, memoised by it (a function of their draft counts)."""
+        if len(self._pricers) >= 4096:
+            self._pricers.clear()
+            self._by_counts.clear()
+        k = tuple([min(self.gamma2, (self.gamma - p) - 1) for p in produced])
+        price = self._by_counts.get(k)
+        if price is None:  # states with the same counts share their price
+            same = k[0] if k.count(k[0]) == len(k) else None
+            price = self._uniform_pricer(len(k), same) if same is not None \
+                else self._varied_pricer(k)
+            if price is None:  # no form: the policy's arrays
+                arrays, ks = self._arrays, np.array(k, np.int64)
+                price = lambda ctx: arrays(np.array(ctx, np.int64), ks, same)  # noqa: E731
+            self._by_counts[k] = price
+        got = self._pricers[produced] = (price, self.lookup * float(sum(k)))
+        return got
+
+    def _uniform_pricer(self, n: int, same: int) -> RoundPrice | None:
+        """Both forms at the context sum (draft2's none for an n-gram table: 0 s)."""
+        d2, v = self._uniform(n, same)
+        if v is None or (d2 is None and self.staged2):
+            return None
+        if d2 is None:
+            return lambda ctx: (0.0, v(float(sum(ctx))))
+
+        def price(ctx: list) -> tuple[float, float]:
+            s = float(sum(ctx))
+            return d2(s), v(s)
+        return price
+
+    def _varied_pricer(self, k: tuple) -> RoundPrice | None:
+        """draft2's forward j over the requests drafting more than j (a batch of ones, by its
+        form at their sum + n j, added in order; none for an n-gram table), then the draft's
+        verification of k + 1 tokens each (its few-request form, else ``step_time``)."""
+        forwards = []
+        for j in range(max(k) if self.staged2 else 0):
+            on = [i for i, kj in enumerate(k) if kj > j]
+            decoder = self._decoder(len(on))
+            if decoder is None:
+                return None
+            forwards.append((on, len(on) * j, decoder))
+        u = [kj + 1 for kj in k]
+        forms = closed_forms(self.draft_cost)
+        if forms is not None:
+            verify = forms.few_pricer(u)
+        else:
+            step_time, v = self.draft_cost.step_time, np.array(u, np.float64)
+            verify = lambda ctx: step_time(v, np.array(ctx, np.int64), v)  # noqa: E731
+
+        def price(ctx: list) -> tuple[float, float]:
+            total = 0.0
+            for on, offset, decoder in forwards:
+                total += decoder(float(sum([ctx[i] for i in on]) + offset))
+            return total, verify(ctx)
+        return price
