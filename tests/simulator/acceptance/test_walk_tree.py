@@ -111,6 +111,6 @@ def test_a_walk_from_uniforms_drawn_ahead_is_the_generators_walk(tree, batch):
         at = trial % 7  # uniforms of earlier walks before this one's
         draws = [-1.0] * at + np.random.default_rng(seed).random(walk.most(batch) + 1).tolist()
         got, used = walk.ahead(batch)(draws, at)
-        assert got.tolist() == want and got.dtype == np.int64
+        assert got == want and all(type(n) is int for n in got)  # a list of ints
         assert 0 < used <= walk.most(batch) and used % (batch * tree.child_table.shape[1]) == 0
         assert draws[at + used] == ref.random()  # the same number of draws taken
