@@ -236,7 +236,24 @@ _VLLM_SHORT_WHY = (
     "request that is not GPU work (the prefill of 127k tokens is a few seconds at the "
     "throughput the same page measures at 2K-32K, and TPOT passes, +4.7%). The serving "
     "front end (the openai-chat path's templating, tokenisation and streaming of 1,000 "
-    "requests at once) is the candidate; no source measures it, so nothing is priced")
+    "requests at once) was the candidate; issue 35 searched for a measured per-request cost "
+    "of vLLM V1's API server and found none, so nothing is priced. What the sources give "
+    "are bounds, not a service time: vLLM PR #12287 (V1, one API server process, A100, "
+    "Llama-3.2-1B, ShareGPT, /v1/completions, streamed) served 63.62 requests/s with about "
+    "202 output tokens each detokenised and streamed (27,170 total tokens/s), and PR #11636 "
+    "measured V1's API server at 55.99 requests/s against 55.10 offline (AsyncLLM): that front end "
+    "kept up with 63 requests/s (at most 15.7 ms a request, streaming included), where this "
+    "run managed 45 with 4 output tokens each; chat-template rendering alone is measured at "
+    "53 us a request (llm-d/llm-d-kv-cache PR #79, Jinja, Apple M1 Max). vLLM PR #17546 "
+    "(--api-server-count) and issue #12705 say one API server process can become the "
+    "bottleneck but give DP=2 runs only, no per-request cost; the unmerged PR #21139 logged "
+    "12-15 ms of 'preproc time' at batch 96, a latency under load with an unnamed model, not "
+    "a service time; issue #25301 (a one-thread tokenizer executor) gives no figure. The "
+    "shape also argues against a per-request stage in front of the scheduler: 1,000 requests "
+    "through one FIFO server at s each wait (i-1)s, a mean TTFT near half the duration (about "
+    "11 s), where the page's mean TTFT is 19.4 s of 22.07 s (88%): nearly every request got "
+    "its first token late, as a delay common to all requests (a stall before or while "
+    "outputs are delivered) would give; no source names it, so it stays unpriced")
 # what vLLM v0.11.0 runs DeepSeek-R1's block-FP8 linears and experts with on H200 (issue 35)
 _V011_CONFIGS = (
     "Untuned kernels are ruled out (the vLLM 0.11.0 wheel read): it ships tuned H200 configs "
