@@ -36,8 +36,10 @@ class _Forwards:
 
     LIMIT = 1 << 20
 
-    def __init__(self, memo: dict, decode_time) -> None:
-        self.memo, self.decode_time = memo, decode_time
+    def __init__(self, memo: dict, cost) -> None:
+        # the draft cost itself, its ``decode_time`` read when a key is first priced (as
+        # the search read it before): a cost passed in need not have one until it is used
+        self.memo, self.cost = memo, cost
         self.table = np.zeros((1, 1))
 
     def times(self, counts: np.ndarray, rounded: np.ndarray) -> np.ndarray:
@@ -63,7 +65,7 @@ class _Forwards:
             return 0.0
         t = self.memo.get(key)
         if t is None:
-            t = self.memo[key] = self.decode_time(key[0], (key[1] << 7) + 64)
+            t = self.memo[key] = self.cost.decode_time(key[0], (key[1] << 7) + 64)
         return t
 
 
@@ -163,7 +165,7 @@ class ChainControl:
         # the last proposal's requests and which of them drafted (observe reads them)
         self._proposed, self._drafting = np.zeros(0, np.int64), np.zeros(0, bool)
         self._memo: dict[tuple[int, int], float] = {}
-        self._forwards = _Forwards(self._memo, draft_cost.decode_time)
+        self._forwards = _Forwards(self._memo, draft_cost)
         self._charges: dict[int, SpecCharge] = {}
         # (requests, uniform gamma) -> chain_draft_pricer's function (None: it has none)
         self._pricers: dict[tuple[int, int], object] = {}
