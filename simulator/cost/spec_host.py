@@ -20,7 +20,11 @@ Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, n
 whether it reranks a dynamic tree, maps a reduced draft vocabulary to the target's, fuses
 several target layers' hidden states, verifies a branching tree), never its name: every policy calls ``spec_host_s``, so
 the same work costs the same (tests/simulator/cost/test_spec_host.py holds every shipped
-policy to it).  With ``overlap`` (the engine runs the speculative path's host work under
+policy to it).  The one place a method's name enters is the syncs: where an engine runs
+several methods through one proposer whose branches force different syncs (vLLM 0.9's
+EagleProposer: two ``.item()`` for EAGLE, one for DeepSeek MTP), the entry's
+``method_syncs`` gives each method's count as read, and ``SpecWork.method`` picks it, so a
+method whose code does less pays less.  With ``overlap`` (the engine runs the speculative path's host work under
 the device's, as TensorRT-LLM's overlap scheduler does) only the syncs and extra host steps
 show.  Where the engine runs the draft's forward over the accepted tokens outside any CUDA
 graph (``draft_extend_eager``) that forward is priced eager by the layer's own cost model
@@ -72,6 +76,10 @@ RESERVE = ("init_new_token_ratio", "min_new_token_ratio_factor", "new_token_rati
 # FlashAttention-2-class kernel every profile prices (``kernels.attention_prefill``).  A GPU
 # without an fa3 entry runs the fa2 entry whatever the engine asks.
 PREFILL_KERNELS = ("fa2", "fa3")
+# The methods (policy names) whose proposer an engine's code may run with its own syncs
+# (``method_syncs``): vLLM V1 runs eagle, eagle3 and DeepSeek MTP through one EagleProposer
+# whose branches differ, n-gram matching (prompt_lookup) on the host, Medusa its own way
+SYNC_METHODS = ("eagle", "eagle3", "mtp", "prompt_lookup", "medusa")
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,10 @@ class SpecWork:
     # the draft forwards that expand a tree's top-k branches: (queries a request, drafted
     # tokens each attends) of each; () for a chain or a tree drafted level by level
     draft_tree: tuple[tuple[int, int], ...] = ()
+    # the method (SYNC_METHODS) whose proposer code the engine runs: an engine whose
+    # proposer branches force fewer syncs for it says so (SpecHost.method_syncs); "" or a
+    # method the engine does not name pays the engine's ``syncs``
+    method: str = ""
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,8 @@ class SpecHost:
     #                               a chain's (SGLang FA3's expand page table and mask rows)
     syncs: int = 0               # device->host syncs per iteration (accepted counts, drafts)
     rerank_syncs: int = 0        # syncs of a dynamic tree's build
+    # (method, syncs) where a method's proposer code forces other syncs than ``syncs``
+    method_syncs: tuple[tuple[str, int], ...] = ()
     host_steps: int = 0          # extra engine host steps per iteration
     overlap: bool = False        # launches and host ops hidden under the device's work
     # the draft's forward over the tokens accepted last time (SGLang's draft extend) runs
@@ -174,7 +188,8 @@ class SpecHost:
 
     def steps(self, work: SpecWork) -> int:
         """Host steps the iteration exposes: its syncs and extra steps."""
-        return self.syncs + self.host_steps + (self.rerank_syncs if work.rerank else 0)
+        syncs = dict(self.method_syncs).get(work.method, self.syncs)
+        return syncs + self.host_steps + (self.rerank_syncs if work.rerank else 0)
 
 
 def spec_host_s(execution, work: SpecWork, sequences: int) -> float:
@@ -250,8 +265,8 @@ def _catalog() -> dict[str, SpecHost]:
 
 def _entry(name: str, data: Any, src: str) -> SpecHost:
     data = require_mapping(data, source=src, field=name)
-    check_keys(data, allowed=("version", "prefill_attention", "fp8_gemm", *BOOLS, *COUNTS,
-                              *DECODE_COUNTS, *RESERVE),
+    check_keys(data, allowed=("version", "prefill_attention", "fp8_gemm", "method_syncs",
+                              *BOOLS, *COUNTS, *DECODE_COUNTS, *RESERVE),
                required=("version",), source=src, prefix=f"{name}.")
     out: dict[str, Any] = {"name": name, "version": as_str(
         data["version"], source=src, field=f"{name}.version")}
@@ -291,8 +306,30 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
                                minimum=0, maximum=MAX_COUNT))
         sources.append(f"{key}: " + as_str(item["source"], source=src,
                                            field=f"{name}.{key}.source"))
+    if "method_syncs" in data:
+        out["method_syncs"] = _method_syncs(data["method_syncs"], name, src, sources)
     _check_reserve(out, name, src)
     return SpecHost(**out, sources=tuple(sources))
+
+
+def _method_syncs(data: Any, name: str, src: str, sources: list[str]) -> tuple:
+    """An entry's ``method_syncs``: {method: {value, source}} for methods of SYNC_METHODS,
+    each count with its source (appended to ``sources``)."""
+    data = require_mapping(data, source=src, field=f"{name}.method_syncs")
+    out = []
+    for method, item in data.items():
+        where = f"{name}.method_syncs.{method}"
+        if method not in SYNC_METHODS:
+            raise SpecsimError(f"unknown method {method!r}", source=src, field=where,
+                               fix="use one of: " + ", ".join(SYNC_METHODS))
+        item = require_mapping(item, source=src, field=where)
+        check_keys(item, allowed=("value", "source"), required=("value", "source"),
+                   source=src, prefix=f"{where}.")
+        out.append((method, int(as_number(item["value"], source=src, field=f"{where}.value",
+                                          integer=True, minimum=0, maximum=MAX_COUNT))))
+        sources.append(f"method_syncs.{method}: " + as_str(item["source"], source=src,
+                                                           field=f"{where}.source"))
+    return tuple(out)
 
 
 def _check_reserve(out: dict[str, Any], name: str, src: str) -> None:

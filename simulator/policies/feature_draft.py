@@ -92,7 +92,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
                 tree_nodes=self.tree.num_nodes, rerank=tree and self.reranks,
                 vocab_map=0 < s.draft_vocab_size < s.vocab_size,
                 feature_layers=s.feature_layers, verify_tree_keys=tree_rows(self.tree),
-                draft_tree=drafted), draft=self.cost)
+                draft_tree=drafted, method=self.name), draft=self.cost)
         return self._host
 
     def _extra_s(self, first_tokens: float, later_tokens: list[float]) -> float:

@@ -131,7 +131,7 @@ class MedusaSpeculation(PolicyBase, CarriedDraft):
         self.acceptance.check_fits(self.tree)
         # the heads draft in one forward; the candidates come from precomputed tree buffers;
         # the target verifies the tree
-        self.host = spec_charge(ctx, SpecWork(draft_forwards=1,
+        self.host = spec_charge(ctx, SpecWork(draft_forwards=1, method=self.name,
                                               verify_tree_keys=tree_rows(self.tree)))
         self.typical = bool(params["typical_acceptance"])
         self._cond = None

@@ -136,7 +136,8 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
         self.min_n = int(params["prompt_lookup_min"])
         self.max_n = int(params["prompt_lookup_max"])
         self.cpu_s = float(params["cpu_time_per_request_s"])
-        self.host = spec_charge(ctx, SpecWork())  # model-free: the verification's work
+        # model-free: the verification's work (and the syncs of the engine's n-gram path)
+        self.host = spec_charge(ctx, SpecWork(method=self.name))
         self._index: dict[int, NgramIndex] = {}  # each running request's n-grams
 
     @property

@@ -15,7 +15,9 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution, parse_execution
 from simulator.cost.spec_host import (
     COUNTS,
+    SYNC_METHODS,
     SpecWork,
+    _entry,
     engine_names,
     load_engine,
     spec_host_s,
@@ -61,9 +63,10 @@ def test_proposes_two_item_syncs_are_paid_once_an_iteration_by_eagle_and_eagle3_
                      SpecWork(draft_forwards=k, vocab_map=True, feature_layers=3)):
             assert spec_host_s(VLLM, work, 1) - spec_host_s(v10, work, 1) == pytest.approx(
                 2 * STEP)
-    # the same launches otherwise: the two entries differ by the syncs alone
-    assert dataclasses.replace(v10.spec, name="x", version="", syncs=0) == \
-        dataclasses.replace(VLLM.spec, name="x", version="", syncs=0)
+    # the same launches otherwise: the two entries differ by the syncs alone (0.9.2's MTP
+    # branch has its own count; 0.10's one propose() has no method branch)
+    assert dataclasses.replace(v10.spec, name="x", version="", syncs=0, method_syncs=()) == \
+        dataclasses.replace(VLLM.spec, name="x", version="", syncs=0, method_syncs=())
 
 
 def test_eagle3_on_vllm_also_pays_its_vocabulary_map_and_feature_fusion():
@@ -76,6 +79,57 @@ def test_eagle3_on_vllm_also_pays_its_vocabulary_map_and_feature_fusion():
     # SGLang maps the vocabulary and fuses the features inside its captured forwards: none
     sglang = dataclasses.replace(VLLM, spec=load_engine("sglang-v0.4"))
     assert spec_host_s(sglang, work, 1) == spec_host_s(sglang, SpecWork(draft_forwards=3), 1)
+
+
+# syncs of one iteration per method, read in vLLM's code (engines.yaml sources): before
+# propose(), parse_output's .cpu() (every method) and the blocking next_token_ids upload
+# (EagleProposer methods); inside 0.9.2's propose(), the FIXME(woosuk) pair for eagle and
+# eagle3, query_lens.max().item() alone for deepseek_mtp, none at 0.10.x; the ngram path
+# none beyond the first.  Medusa's own .tolist() per head is not told apart (its 4)
+VLLM_SYNCS = {"vllm-v0.9": {"eagle": 2 + 2, "eagle3": 2 + 2, "mtp": 2 + 1,
+                            "prompt_lookup": 1, "medusa": 4, "": 4},
+              "vllm-v0.10": {"eagle": 2, "eagle3": 2, "mtp": 2, "prompt_lookup": 1,
+                             "medusa": 2, "": 2}}
+
+
+@pytest.mark.parametrize("engine", list(VLLM_SYNCS))
+def test_each_methods_synced_host_time_is_its_own_sync_count_on_vllm(engine):
+    # overlap hides the launches, so what is left is the syncs, each one host step
+    spec = dataclasses.replace(load_engine(engine), overlap=True)
+    ex = dataclasses.replace(VLLM, spec=spec, cpu_per_seq_s=1e-6)
+    for method, syncs in VLLM_SYNCS[engine].items():
+        for k, n in ((1, 1), (3, 8)):
+            work = SpecWork(draft_forwards=k, method=method)
+            assert spec_host_s(ex, work, n) == pytest.approx(syncs * (STEP + n * 1e-6))
+
+
+def test_mtp_on_vllm_092_pays_the_chains_launches_and_one_sync_less_than_eagle():
+    # K = 1: 8 verification launches and 18 of input preparation, as eagle's; 3 syncs
+    mtp, eagle = SpecWork(draft_forwards=1, method="mtp"), SpecWork(draft_forwards=1)
+    assert spec_host_s(VLLM, mtp, 1) == pytest.approx((8 + 18) * LAUNCH + 3 * STEP)
+    assert spec_host_s(VLLM, eagle, 1) - spec_host_s(VLLM, mtp, 1) == pytest.approx(STEP)
+    # an n-gram iteration: the verification's 8 launches and parse_output's one sync
+    assert spec_host_s(VLLM, SpecWork(method="prompt_lookup"), 1) == pytest.approx(
+        8 * LAUNCH + STEP)
+
+
+def _catalog_entry(method_syncs) -> dict:
+    return {"version": "v", "syncs": {"value": 4, "source": "read"},
+            "method_syncs": method_syncs}
+
+
+def test_an_entrys_method_syncs_name_known_methods_counts_and_sources():
+    got = _entry("e", _catalog_entry({"mtp": {"value": 3, "source": "eagle.py"}}), "t")
+    assert got.method_syncs == (("mtp", 3),) and "method_syncs.mtp: eagle.py" in got.sources
+    bad = [({"ngram": {"value": 1, "source": "s"}}, "e.method_syncs.ngram", "prompt_lookup"),
+           ({"mtp": {"value": -1, "source": "s"}}, "e.method_syncs.mtp.value", ""),
+           ({"mtp": {"value": 1.5, "source": "s"}}, "e.method_syncs.mtp.value", ""),
+           ({"mtp": {"value": 1}}, "e.method_syncs.mtp.source", "source"),
+           ([3], "e.method_syncs", "")]
+    for given, field, fix in bad:
+        with pytest.raises(SpecsimError) as err:
+            _entry("e", _catalog_entry(given), "t")
+        assert err.value.field == field and fix in str(err.value), given
 
 
 def test_overlap_hides_the_launches_but_not_the_syncs():
@@ -146,7 +200,7 @@ def _without_spec_work(sc):
     """The same engine's forwards (an engine also prices DeepSeek's decode kernels and its
     prefill attention: engines.yaml) without its speculative path's host work."""
     quiet = dataclasses.replace(sc.execution["spec"], **{k: 0 for k in COUNTS},
-                                tree_cascade=False)
+                                tree_cascade=False, method_syncs=())
     return dataclasses.replace(sc, execution={**sc.execution, "spec": quiet})
 
 
@@ -174,9 +228,10 @@ MODEL_METHODS = {
     # the heads' tree given as paths: two nodes at depth 1, three at depth 2
     "medusa": ({"name": "medusa", "choices": [[0], [1], [0, 0], [0, 1], [1, 0]]}, "vicuna-7b",
                "medusa-vicuna-7b",
-               SpecWork(draft_forwards=1, verify_tree_keys=(1, 2, 2, 3, 3, 3))),
+               SpecWork(draft_forwards=1, verify_tree_keys=(1, 2, 2, 3, 3, 3),
+                        method="medusa")),
     "eagle": ({"name": "eagle", "num_speculative_tokens": 3}, "vicuna-7b", "eagle-vicuna-7b",
-              SpecWork(draft_forwards=3)),
+              SpecWork(draft_forwards=3, method="eagle")),
     # EAGLE-2's tree under ranks 0.6, 0.2 (the coverage below): the best 5 candidates by
     # path probability are 0.6 (depth 1), 0.36 (2), 0.216 (3), 0.2 (1), 0.12 (2); its 2
     # later forwards draft top-2 a request, over 1 and 2 drafted tokens of each branch
@@ -188,15 +243,15 @@ MODEL_METHODS = {
     # forward, the hidden states of 3 target layers fused each iteration
     "eagle3": ({"name": "eagle3", "num_speculative_tokens": 2}, "llama-3.1-8b",
                "eagle3-llama-3.1-8b-instruct",
-               SpecWork(draft_forwards=2, vocab_map=True, feature_layers=3)),
+               SpecWork(draft_forwards=2, vocab_map=True, feature_layers=3, method="eagle3")),
     "eagle3-tree": ({"name": "eagle3", "num_speculative_tokens": 3,
                      "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
                     "llama-3.1-8b", "eagle3-llama-3.1-8b-instruct",
                     SpecWork(draft_forwards=3, tree_levels=3, tree_nodes=5, rerank=True,
-                             vocab_map=True, feature_layers=3,
+                             vocab_map=True, feature_layers=3, method="eagle3",
                              verify_tree_keys=(1, 2, 3, 4, 2, 3), draft_tree=((2, 1), (2, 2)))),
     "mtp": ({"name": "mtp", "num_speculative_tokens": 2}, "deepseek-v3", None,
-            SpecWork(draft_forwards=2)),
+            SpecWork(draft_forwards=2, method="mtp")),
     # inner acceptance 0: each round of the outer draft yields one token, so 4 rounds (4
     # forwards of the outer draft) make its 4 drafts
     "staged": ({"name": "staged", "num_speculative_tokens": 4, "inner_alpha": 0.0},
@@ -254,6 +309,12 @@ def test_the_rule_covers_every_shipped_method():
     covered = {m.split("-")[0] for m in MODEL_METHODS} | {"prompt_lookup", "suffix", "jacobi",
                                                           "lookahead"}
     assert set(BASES) <= covered
+    # an engine's per-method syncs are keyed by the names the policies carry
+    assert set(SYNC_METHODS) <= set(BASES)
+    for name in engine_names():
+        spec = load_engine(name)
+        assert all(any(s.startswith(f"method_syncs.{m}:") and len(s) > 40
+                       for s in spec.sources) for m, _ in spec.method_syncs), name
 
 
 def test_chain_stretches_stay_exact_with_an_engines_host_work():
