@@ -214,7 +214,7 @@ def _priced(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarr
     """(draft, verify, clock: the start and every end) of the pass's first iterations, at
     least up to the first that ends at or past ``horizon`` or all ``rows`` of them (the
     most it may keep: the rest are never priced); None where ``_times`` has no form.  A
-    carried draft's rows (two forwards on arrays each) are priced 8, 16, 32... at a time
+    carried draft's rows (two forwards on arrays each) are priced 8, 32, 128... at a time
     until one ends past the horizon: each row's price is its own, however many are asked."""
     if spec.carried is None:
         times = _times(replica, spec, n, sums, ctx, emit)
@@ -235,7 +235,7 @@ def _priced(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarr
         # the same running sum, continued from the last end (the first chunk's with the start)
         clock = np.add.accumulate(np.concatenate(((last,), times[0] + times[1])))
         clocks.append(clock[1:] if clocks else clock)
-        done, size, last = end, 2 * size, clock[-1]
+        done, size, last = end, 4 * size, clock[-1]
         if last >= horizon:
             break
     if not drafts:  # no iteration can run here (the KV cache): nothing to price

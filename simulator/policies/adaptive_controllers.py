@@ -290,18 +290,17 @@ _ANY = np.logical_or.reduce
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
     """The rows of ``ks`` (int64, C-contiguous) without repeats, each where it first
-    appears; a row is known by its bytes (one buffer, sliced)."""
+    appears; a row is known by its bytes (one buffer, sliced).  One pass: the search's
+    thresholds often repeat a uniform row (requests with equal estimates), so a first
+    test for repeats would usually be followed by this pass anyway."""
     width = ks.shape[1] * ks.itemsize
     buffer = ks.tobytes()
-    rows = [buffer[start:start + width] for start in range(0, len(buffer), width)]
-    if len(set(rows)) == len(rows):  # the usual case: nothing repeats
+    first: dict[bytes, int] = {}  # insertion order: the rows' order of first appearance
+    for c, start in enumerate(range(0, len(buffer), width)):
+        first.setdefault(buffer[start:start + width], c)
+    if len(first) == ks.shape[0]:  # nothing repeats
         return ks
-    seen, keep = set(), []
-    for c, row in enumerate(rows):
-        if row not in seen:
-            seen.add(row)
-            keep.append(c)
-    return ks[keep]
+    return ks[list(first.values())]
 
 
 _OFFSETS: dict[tuple[int, int], np.ndarray] = {}
