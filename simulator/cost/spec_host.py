@@ -18,21 +18,22 @@ work, per engine, from counts read in each engine's code at a named version
 
 Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, nodes,
 whether it reranks a dynamic tree, maps a reduced draft vocabulary to the target's, fuses
-several target layers' hidden states, verifies a branching tree), never its name: every policy calls ``spec_host_s``, so
-the same work costs the same (tests/simulator/cost/test_spec_host.py holds every shipped
-policy to it).  The one place a method's name enters is the syncs: where an engine runs
-several methods through one proposer whose branches force different syncs (vLLM 0.9's
-EagleProposer: two ``.item()`` for EAGLE, one for DeepSeek MTP), the entry's
-``method_syncs`` gives each method's count as read, and ``SpecWork.method`` picks it, so a
-method whose code does less pays less.  With ``overlap`` (the engine runs the speculative path's host work under
-the device's, as TensorRT-LLM's overlap scheduler does) only the syncs and extra host steps
-show.  Where the engine runs the draft's forward over the accepted tokens outside any CUDA
-graph (``draft_extend_eager``) that forward is priced eager by the layer's own cost model
-(feature_draft.py), not here.  Where the engine's attention backend verifies a tree as a
-cascade (``tree_cascade``: SGLang's FA3 backend with top-k > 1) the extra kernels of every
-layer are GPU work, priced by the cost models' own kernels (tree_cascade.py,
-``spec_device_s``), and the expand part's metadata is eager host work
-(``tree_verify_kernels``).  Everything is a per-iteration constant in the batch's size: no per-request loop.
+several target layers' hidden states, verifies a branching tree), never its name: every
+policy calls ``spec_host_s``, so the same work costs the same
+(tests/simulator/cost/test_spec_host.py holds every shipped policy to it).  The one place a
+method's name enters is the syncs: where an engine runs several methods through one proposer
+whose branches force different syncs (vLLM 0.9's EagleProposer: two ``.item()`` for EAGLE,
+one for DeepSeek MTP), the entry's ``method_syncs`` gives each method's count as read, and
+``SpecWork.method`` picks it, so a method whose code does less pays less.  With ``overlap``
+(the engine runs the speculative path's host work under the device's, as TensorRT-LLM's
+overlap scheduler does) only the syncs and extra host steps show.  Where the engine runs the
+draft's forward over the accepted tokens outside any CUDA graph (``draft_extend_eager``)
+that forward is priced eager by the layer's own cost model (feature_draft.py), not here.
+Where the engine's attention backend verifies a tree as a cascade (``tree_cascade``:
+SGLang's FA3 backend with top-k > 1) the extra kernels of every layer are GPU work, priced
+by the cost models' own kernels (tree_cascade.py, ``spec_device_s``), and the expand part's
+metadata is eager host work (``tree_verify_kernels``).  Everything is a per-iteration
+constant in the batch's size: no per-request loop.
 """
 from __future__ import annotations
 
@@ -188,7 +189,10 @@ class SpecHost:
 
     def steps(self, work: SpecWork) -> int:
         """Host steps the iteration exposes: its syncs and extra steps."""
-        syncs = dict(self.method_syncs).get(work.method, self.syncs)
+        syncs = self.syncs
+        for method, count in self.method_syncs:  # at most a few entries; most have none
+            if method == work.method:
+                syncs = count
         return syncs + self.host_steps + (self.rerank_syncs if work.rerank else 0)
 
 

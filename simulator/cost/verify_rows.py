@@ -157,8 +157,9 @@ _KERNELS = np.array([False, True])[:, None, None]  # decode kernel, multi-query 
 class _Memo:
     """One cost model's parts of a row that depend on it alone or on a few numbers: (token
     total, uniform?) -> (runtime mode, fixed seconds) (graph_tokens' bisect, the token
-    tables), requests -> ``step_tail``, a uniform batch's closed form, and both attention kernels' (compute rate, memory
-    rate, latency, floor) as (2, 1, 1) and (2, 1) arrays (decode, multi-query)."""
+    tables), requests -> ``step_tail``, a uniform batch's closed form, and both attention
+    kernels' (compute rate, memory rate, latency, floor) as (2, 1, 1) and (2, 1) arrays
+    (decode, multi-query)."""
 
     def __init__(self, cm) -> None:
         self.fixed: dict[tuple[float, bool], tuple[str, float]] = {}

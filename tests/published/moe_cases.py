@@ -98,7 +98,8 @@ def deployment(ranks: int, dispatch: str, seqs_per_rank: int, tokens_per_rank: i
     skew where EPLB places the experts, uniform where the blog's routing was."""
     mechanism = dict(mechanism)
     skew = mechanism.pop(SKEW)
-    data = {"moe": {"routing_skew": skew}, "name": "sglang-large-ep", "seed": 0, "hardware": "h100-sxm",
+    data = {"moe": {"routing_skew": skew}, "name": "sglang-large-ep", "seed": 0,
+            "hardware": "h100-sxm",
             "target": "deepseek-v3", "policy": {"name": "none"},
             "parallelism": {"tensor_parallel": 1, "data_parallel_attention": ranks,
                             "expert_parallel": True, "moe_dispatch": dispatch,
