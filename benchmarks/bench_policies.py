@@ -3,6 +3,7 @@
 Run: python benchmarks/bench_policies.py                      (every case, 300 requests each)
      python benchmarks/bench_policies.py --only mtp,eagle --requests 500 --repeat 3
      python benchmarks/bench_policies.py --baseline ../other-checkout   (interleaved)
+     python benchmarks/bench_policies.py --instructions --only staged   (valgrind counts)
 
 Each case is a shipped scenario (workloads/scenarios/) with its request count set to
 ``--requests``; ``none`` runs the same scenario (same trace, hardware, target, batching and
@@ -24,12 +25,20 @@ judged against the code before it on the same machine state; ``digest`` (a hash 
 requests and steps tables) says whether the two produce identical results.  With
 ``--repeat R`` every run is made R times and the least CPU is shown.  Figures are ratios
 measured in one run, for that reason: the machine's speed drifts between runs.
+
+``--instructions`` counts instructions instead of timing, which no load on the machine
+moves: each run goes under ``valgrind --tool=cachegrind --cache-sim=no`` twice, as above and
+stopped before the timed ``simulate()``, and the difference (billions, the ``cpu s`` column's
+place) is what ``simulate()`` executed.  About 50x slower than timing; valgrind must be on
+the path.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -70,6 +79,9 @@ def measure(job: dict) -> dict:
     warm = load_scenario(path, [*job["overrides"], "workload.max_requests=3"])
     simulate(warm)
     sc = load_scenario(path, [*job["overrides"], f"workload.max_requests={job['requests']}"])
+    if job.get("skip"):  # --instructions' second run: everything but the simulation
+        return {"cpu_s": 0.0, "wall_s": 0.0, "requests": 0, "iterations": 0, "vectorised": 0,
+                "digest": "", "imported": str(Path(simulator.__file__).parent)}
     cpu, wall = time.process_time(), time.perf_counter()
     res = simulate(sc)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -82,13 +94,29 @@ def measure(job: dict) -> dict:
             "digest": digest.hexdigest()[:12], "imported": str(Path(simulator.__file__).parent)}
 
 
-def spawn(job: dict, timeout_s: float) -> dict:
-    """Run ``job`` in a fresh interpreter on ``job['root']``'s packages; a failure is a
-    row with ``error``."""
+VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+
+
+def counted(job: dict, timeout_s: float) -> dict:
+    """``job``'s row with ``cpu_s`` replaced by the billions of instructions its
+    ``simulate()`` executed: a counted run less the same run stopped before it."""
+    row = spawn(job, timeout_s, VALGRIND)
+    if "error" in row:
+        return row
+    skip = spawn({**job, "skip": True}, timeout_s, VALGRIND)
+    if "error" in skip:
+        return skip
+    return {**row, "cpu_s": (row["instructions"] - skip["instructions"]) / 1e9}
+
+
+def spawn(job: dict, timeout_s: float, under: list[str] | None = None) -> dict:
+    """Run ``job`` in a fresh interpreter on ``job['root']``'s packages (``under``: a
+    valgrind prefix, its instruction count in the row); a failure is a row with ``error``."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([job["root"], *filter(None, [
                    os.environ.get("PYTHONPATH")])]))
-    cmd = [*pin(), sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
+    cmd = [*pin(), *(under or []), sys.executable, str(Path(__file__).resolve()), "--child",
+           json.dumps(job)]
     try:
         out = subprocess.run(cmd, cwd=job["root"], env=env, capture_output=True, text=True,
                              check=False, timeout=timeout_s, stdin=subprocess.DEVNULL)
@@ -99,6 +127,11 @@ def spawn(job: dict, timeout_s: float) -> dict:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"exit {out.returncode}: {tail[:300]}"}
     row = json.loads(lines[-1])
+    if under:
+        refs = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+        if refs is None:
+            return {"error": "valgrind printed no instruction count"}
+        row["instructions"] = int(refs.group(1).replace(",", ""))
     if Path(row["imported"]).resolve() != (Path(job["root"]) / "simulator").resolve():
         return {"error": f"imported {row['imported']}, not {job['root']}'s packages"}
     return row
@@ -122,8 +155,8 @@ def run_all(labels: list[str], roots: list[str], args) -> dict:
                     scenario, extra = case if isinstance(case, tuple) else (case, [])
                     job = {"root": root, "scenario": scenario, "requests": args.requests,
                            "overrides": NONE if which == "none" else extra}
-                    runs.setdefault((label, which, root), []).append(
-                        spawn(job, args.timeout))
+                    run = counted if args.instructions else spawn
+                    runs.setdefault((label, which, root), []).append(run(job, args.timeout))
     return {key: best(rows) for key, rows in runs.items()}
 
 
@@ -137,8 +170,9 @@ def line(label: str, pol: dict, none: dict) -> str:
             f"{ratio:7.1f}x {share:8.1%} {pol['iterations']:>8} {pol['digest']}")
 
 
-def report(labels: list[str], roots: list[str], got: dict) -> None:
-    head = (f"{'policy':<22} {'reqs':>6} {'none s':>8} {'cpu s':>8} {'ratio':>8} "
+def report(labels: list[str], roots: list[str], got: dict, unit: str = "s") -> None:
+    """The table per checkout (``unit``: "s" CPU seconds, "Gi" billions of instructions)."""
+    head = (f"{'policy':<22} {'reqs':>6} {'none ' + unit:>8} {'cpu ' + unit:>8} {'ratio':>8} "
             f"{'stretch':>8} {'iters':>8} digest")
     for root in roots:
         print(f"\n{'this checkout' if root == str(ROOT) else 'baseline'}: {root}")
@@ -147,14 +181,15 @@ def report(labels: list[str], roots: list[str], got: dict) -> None:
             print(line(label, got[(label, "policy", root)], got[(label, "none", root)]))
     if len(roots) < 2:
         return
-    print("\nthis checkout against the baseline (CPU of the policy's run; ratios to none)")
+    less = "less CPU" if unit == "s" else "fewer instructions"
+    print(f"\nthis checkout against the baseline ({less} in the policy's run; ratios to none)")
     for label in labels:
         new, old = got[(label, "policy", roots[0])], got[(label, "policy", roots[1])]
         if "error" in new or "error" in old:
             continue
         n_new, n_old = got[(label, "none", roots[0])], got[(label, "none", roots[1])]
         same = "identical" if new["digest"] == old["digest"] else "DIFFERENT results"
-        print(f"{label:<22} {old['cpu_s'] / new['cpu_s']:6.2f}x less CPU; ratio to none "
+        print(f"{label:<22} {old['cpu_s'] / new['cpu_s']:6.2f}x {less}; ratio to none "
               f"{old['cpu_s'] / n_old['cpu_s']:.1f}x -> {new['cpu_s'] / n_new['cpu_s']:.1f}x; "
               f"{same}")
 
@@ -166,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per case (least CPU shown)")
     ap.add_argument("--baseline", help="another checkout to run interleaved with this one")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count simulate()'s instructions under valgrind (billions) "
+                         "instead of timing it")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -177,8 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_policies: unknown case {', '.join(unknown)}; choose from "
               f"{', '.join(CASES)}", file=sys.stderr)
         return 2
+    if args.instructions and shutil.which("valgrind") is None:
+        print("bench_policies: --instructions needs valgrind on the path (e.g. apt install "
+              "valgrind); or time without it", file=sys.stderr)
+        return 2
     roots = [str(ROOT)] + ([str(Path(args.baseline).resolve())] if args.baseline else [])
-    report(labels, roots, run_all(labels, roots, args))
+    report(labels, roots, run_all(labels, roots, args), "Gi" if args.instructions else "s")
     return 0
 
 
