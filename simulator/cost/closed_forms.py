@@ -117,8 +117,10 @@ class ClosedForms(ClosedFormPricer):
         all, ``head`` through the LM head; ``row``: its token counts, read only where
         ``low`` is 0) costs apart from its contexts: ``step_time``'s closed form of a
         uniform batch where one applies, else (runtime mode, fixed seconds) for
-        ``_step_from``; memoised, a function of those numbers alone."""
-        key = (n, low, high, total, head)
+        ``_step_from``; memoised, a function of those numbers and, where the engine prices
+        the absorbed ``W_UV_O`` by them, the row's decode rows (``_decode_rows``)."""
+        rows = self._decode_rows(row)  # 0.0 at once where nothing is priced by them
+        key = (n, low, high, total, head, rows)
         part = self._row_parts.get(key)
         if part is None:
             k = self._uniform(n, low, head) if low == high else None
@@ -126,7 +128,7 @@ class ClosedForms(ClosedFormPricer):
                 part = k
             else:
                 mode = self._mode(row, total, low, high)
-                part = mode[0], self._fixed(total, head, *mode)
+                part = mode[0], self._fixed(total, head, *mode, rows)
             if len(self._row_parts) >= _MEMO:
                 self._row_parts.clear()
             self._row_parts[key] = part

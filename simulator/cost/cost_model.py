@@ -32,6 +32,7 @@ import numpy as np
 
 from hardware.kernels import ATTENTION_PREFILL_FA3
 from hardware.profile import HardwareProfile
+from simulator.cost import engine_kernels as ek
 from simulator.cost import layer_ops as lo
 from simulator.cost import mla
 from simulator.cost import step_models as sm
@@ -103,6 +104,7 @@ class CostModel(ClosedForms):
             self.execution.spec.prefill_attention)
         self._prefill_causal = not self._shapes or self._prefill_kind == ATTENTION_PREFILL_FA3
         self._gated, self._tp = m.gated_mlp, tp
+        self._uv_o = ek.absorbed_uv_o(self)  # vLLM 0.7's absorbed W_UV_O: by decode rows
         self._rope = not m.learned_position_embeddings
         self._lm_head_weight = v * h / tp
         self._vocab_per_device = v / tp
@@ -203,6 +205,11 @@ class CostModel(ClosedForms):
                           float(a_c.sum()) * layers, float(a_m.sum()) * layers, 0.0,
                           max(a_launch - a_time, 0.0), roofline_s=a_time))
         ops.extend(op_from_term(term) for term in terms[len(self._linears):])
+        if self._uv_o is not None:
+            rows, share = self._decode_rows(new), layers / self._layers
+            uv_s = self._uv_o.time_s(rows) * share
+            ops.append(OpCost("engine_uv_o_proj", 0.0, self._uv_o.bytes_per_layer * layers
+                              * (rows > 0), 0.0, 0.0, uv_s, 0.0, 0.0, roofline_s=uv_s))
         if with_head:
             ops.extend(op_from_term(term) for term in tt.head_terms(self, logits_tokens))
         return ops, mode
@@ -263,7 +270,7 @@ class CostModel(ClosedForms):
         logits = tokens if logits is None else logits
         active = n if lo > 0 else int(np.count_nonzero(new))  # lo > 0: no masks
         mode, padded = self._mode(new, tokens, lo, hi)
-        fixed = self._fixed(tokens, logits, mode, padded)
+        fixed = self._fixed(tokens, logits, mode, padded, self._decode_rows(new))
         return self._step_from(mode, fixed, self._attention_s(new, ctx, active == n), active)
 
     def _step_from(self, mode: str, fixed: float, a_layer: float, active: int) -> float:
@@ -287,11 +294,28 @@ class CostModel(ClosedForms):
         per_request = self._roof.time(a_flops, a_bytes)
         return float((per_request if all_active else per_request[new > 0]).sum())
 
-    def _fixed(self, tokens: float, logits: float, mode: str, padded: float) -> float:
+    def _fixed(self, tokens: float, logits: float, mode: str, padded: float,
+               decode_rows: float) -> float:
         """Everything but attention and host time: the layer terms at the ``padded`` tokens
         computed in ``mode``, the head terms at ``logits``, the pipeline sends of ``tokens``
-        (each tabulated or memoised on its own: token_terms.TokenTables)."""
-        return self._tables.fixed(tokens, logits, mode, padded)
+        (each tabulated or memoised on its own: token_terms.TokenTables), and where the
+        engine absorbs ``W_UV_O`` its extra K steps at the ``decode_rows`` of the step
+        (``_decode_rows``: the tables know the total, not which rows are decodes)."""
+        fixed = self._tables.fixed(tokens, logits, mode, padded)
+        return fixed if self._uv_o is None else fixed + self._uv_o.time_s(decode_rows)
+
+    def _decode_rows(self, new) -> float:
+        """The rows of a step (``new``: each request's new tokens) that take MLA's absorbed
+        decode path, mla.py's per-request switch (up to ``DECODE_MAX_QUERY`` new tokens);
+        0.0 where the engine prices nothing by them (``_fixed``)."""
+        if self._uv_o is None:
+            return 0.0
+        a = np.asarray(new, dtype=np.float64)
+        return float(a[(a > 0) & (a <= mla.DECODE_MAX_QUERY)].sum())
+
+    def _uniform_decode_rows(self, n: float, u: float) -> float:
+        """``_decode_rows`` of ``n`` requests of ``u`` new tokens each."""
+        return float(n) * u if self._uv_o is not None and u <= mla.DECODE_MAX_QUERY else 0.0
 
     def chain_decode_time(self, context: np.ndarray, steps: int) -> float:
         """``steps`` sequential 1-token forwards over the batch, context growing by one each.

@@ -43,14 +43,22 @@ W_UV, W_O)`` re-quantised to 128 x 128 FP8 blocks) and runs the attention's late
 ``x.flatten(start_dim=1)`` of ``[rows, heads/TP, kv_lora_rank]``, through it as one linear:
 K = heads/TP x kv_lora_rank (8,192 for DeepSeek-V3 at TP 8) where ``o_proj`` walks heads/TP
 x v_head_dim (2,048).  N (7,168) and K are multiples of 128, so it runs CUTLASS's blockwise
-GEMM, one 128 x 128 tile a CTA walking K (fp8_utils.apply_w8a8_block_fp8_linear); at decode
-rows its 56 tiles are one wave, and the GEMM is the K loop: 48 steps more than ``o_proj``'s,
-each at ``CUTLASS_K_STEP_S`` (vLLM's own kernel, measured).  Those steps are priced per
-layer beside the generic ``o_proj`` (``uv_o_terms``), on the decode path only as the
-absorbed launches above are: at one request's row (the token tables know the step's total,
-not its decodes), so a step that carries only a prefill chunk pays them too, and a decode
-batch past one wave of tiles (over 128 rows at the floor's 64-row tiles) pays one wave's.
-vLLM dropped the absorption in v0.8.0 (PR #14770, 'MLA get rid of materialization').
+GEMM, one 128 x 128 tile a CTA walking K (fp8_utils.apply_w8a8_block_fp8_linear).  Only the
+decode rows take it: ``MLACommonImpl.forward`` splits the step at ``num_prefill_tokens``,
+the prefill rows go through ``_forward_prefill`` (the expanded form, ending in
+``self.o_proj(output)``, K = heads/TP x v_head_dim) and the decode rows through
+``_forward_decode``, whose ``_v_up_proj_and_o_proj`` is the absorbed GEMM (same file); a
+verification's tokens are decode rows (mla.py's per-request switch).  Its M is the step's
+decode rows, cut into 128-row tiles: ``ceil(rows / 128) x N / 128`` tiles in waves of the
+SMs, each wave walking K.  PR #5820's 'vllm' column at N = 7168, K = 16384 bears the tile
+out: 75.7-77.2 us from M = 1 to 128, 77.8 at M = 256 (112 tiles, one wave), 149.2 at 512
+(224 tiles, two).  So the extra cost a layer over ``o_proj``'s is ``waves(rows) x 48`` steps
+at ``CUTLASS_K_STEP_S`` (vLLM's own kernel, measured), none at zero decode rows.  The token
+tables know a step's total, not its decodes, so the steps are priced beside them, from each
+request's new tokens (``AbsorbedUvO``, ``CostModel._fixed``'s ``decode_rows``).  Under CUDA
+graphs the GEMM runs at the captured batch (V0 captures up to 256 rows: one wave however
+padded), so the real rows give the same waves.  vLLM dropped the absorption in v0.8.0 (PR
+#14770, 'MLA get rid of materialization').
 
 DeepGEMM (``fp8_gemm: deepgemm``: SGLang with ``SGL_ENABLE_JIT_DEEPGEMM=1``, as the large-EP
 deployment ran, sgl-project/sglang issue #6017).  At many rows its dense FP8 GEMMs are well
@@ -80,6 +88,9 @@ the logical top-k ids into physical replicas), each at the bytes of the step's t
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from hardware.kernels import ELEMENTWISE, GEMM, OTHER
@@ -101,6 +112,10 @@ TILE_N = 128  # BLOCK_SIZE_N: the block scale's 128 output columns
 # timed the same kernel at 92.6 and 103.5 us at K = 16384 and 18432, 0.68 us a step (not
 # priced: 29% dearer than the PR #5820 run, where SGLang's Triton kernel also ran faster)
 CUTLASS_K_STEP_S = (77.2e-6 - 19.2e-6) / (16384 / K_STEP - 2304 / K_STEP)
+# its tile's rows: TileShape 128 x 128 x 128 (csrc scaled_mm_c3x cutlass_3x_gemm_fp8_blockwise,
+# engines.yaml's fp8_gemm source); PR #5820's 'vllm' times double from M = 256 to 512 (module
+# docstring), as 128-row tiles put 112 and 224 tiles on 132 SMs
+CUTLASS_TILE_M = 128
 # linears the Triton FP8 engine does not run on its K-loop kernel: kv_b's absorbed halves run
 # as flashinfer's bmm_fp8 at decode (SGLang 0.4.1 deepseek_v2.py forward_absorb)
 NOT_TRITON = ("kv_b_proj",)
@@ -219,19 +234,38 @@ def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int
     return [("engine_split_qkv_a", quant_bytes, gpu, 2, m.num_layers)]
 
 
-def uv_o_terms(cm, T) -> list[tuple[str, object, object, int, int]]:
-    """The absorbed ``W_UV_O``'s K steps beyond ``o_proj``'s (module docstring, vLLM 0.7.x):
-    ``(name, bytes, GPU s, kernels, layers)``, the GPU seconds and bytes for one layer, at one
-    request's row; none for an engine without the absorption, a model without MLA or not in
-    FP8 (the 16-bit path is ``torch.matmul``, not the blockwise kernel), or no kernel shapes."""
+@dataclass(frozen=True)
+class AbsorbedUvO:
+    """The absorbed ``W_UV_O``'s K steps beyond ``o_proj``'s (module docstring, vLLM 0.7.x)
+    over the model's layers, as a function of the step's decode rows."""
+
+    wave_s: float          # one wave of tiles walking the extra K steps, all layers
+    n_tiles: int           # 128-wide output tiles: N / 128
+    sm_count: int
+    bytes_per_layer: float  # the extra K rows of the weight, read once
+
+    def waves(self, rows: float) -> int:
+        """Waves of 128 x 128 tiles at ``rows`` decode rows (0 at none)."""
+        return -(-math.ceil(rows / CUTLASS_TILE_M) * self.n_tiles // self.sm_count)
+
+    def time_s(self, rows: float) -> float:
+        """GPU seconds of the extra K steps over all layers at ``rows`` decode rows."""
+        return self.waves(rows) * self.wave_s if rows > 0 else 0.0
+
+
+def absorbed_uv_o(cm) -> AbsorbedUvO | None:
+    """The engine's absorbed ``W_UV_O`` for ``cm``'s model; None for an engine without the
+    absorption, a model without MLA or not in FP8 (the 16-bit path is ``torch.matmul``, not
+    the blockwise kernel), or no kernel shapes."""
     m = cm.model
     if not (cm.execution.spec.absorbed_uv_o and m.is_mla and m.dtype == "fp8") \
-            or not cm._shapes:
-        return []
+            or cm._roof.kernels is None:
+        return None
     hd = m.num_heads / cm._tp
-    steps = np.ceil(hd * m.kv_lora_rank / K_STEP) - np.ceil(hd * m.value_head_dim / K_STEP)
-    one = np.minimum(T, 1.0)  # a decode-path GEMM: one wave of tiles at decode rows
-    extra_bytes = one * hd * (m.kv_lora_rank - m.value_head_dim) * m.hidden_size * cm._wb
+    steps = math.ceil(hd * m.kv_lora_rank / K_STEP) - math.ceil(hd * m.value_head_dim / K_STEP)
     # no launch of its own: the GEMM replaces o_proj's
-    return [("engine_uv_o_proj", extra_bytes, one * steps * CUTLASS_K_STEP_S, 0,
-             m.num_layers)]
+    return AbsorbedUvO(wave_s=steps * CUTLASS_K_STEP_S * m.num_layers,
+                       n_tiles=math.ceil(m.hidden_size / TILE_N),
+                       sm_count=cm._roof.kernels.sm_count,
+                       bytes_per_layer=hd * (m.kv_lora_rank - m.value_head_dim)
+                       * m.hidden_size * cm._wb)

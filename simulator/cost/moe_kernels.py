@@ -102,7 +102,6 @@ from simulator.cost.engine_kernels import (
     engine_kernels,
     ep_kernels,
     split_qkv_a_terms,
-    uv_o_terms,
 )
 from simulator.cost.precision import compute_dtype
 from simulator.inputs.errors import SpecsimError
@@ -312,8 +311,7 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
     out += engine_kernels(cm, T)  # the engine's own launches beside these (engines.yaml)
-    return _priced(cm, T, out) + split_qkv_a_terms(cm, T, _quant_bytes(cm, T, m.hidden_size)) \
-        + uv_o_terms(cm, T)
+    return _priced(cm, T, out) + split_qkv_a_terms(cm, T, _quant_bytes(cm, T, m.hidden_size))
 
 
 def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:

@@ -159,7 +159,7 @@ class SpecHost:
     mixed_chunk: bool = True
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
     # MLA decode's output through one absorbed W_UV_O GEMM (K = heads x kv_lora_rank) where
-    # o_proj's K is heads x v_head_dim (vLLM 0.7.x: engine_kernels.uv_o_terms)
+    # o_proj's K is heads x v_head_dim (vLLM 0.7.x: engine_kernels.AbsorbedUvO)
     absorbed_uv_o: bool = False
     # a MoE layer's shared experts run as always-picked experts of the routed grouped GEMM
     # (SGLang's num_fused_shared_experts), without EP: simulator/cost/moe.py MoeShape.of

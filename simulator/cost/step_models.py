@@ -133,7 +133,8 @@ def uniform_step(cm, n: int, u: float, logits: float) -> UniformStep | None:
                        base_s=float(n) * intercept + latency, floor_s=floor,
                        layers=cm._layers,
                        launch_s=None if mode == "full" else cm._launch_s * cm._layers,
-                       fixed_s=cm._fixed(tokens, float(logits), mode, padded), mode=mode,
+                       fixed_s=cm._fixed(tokens, float(logits), mode, padded,
+                                        cm._uniform_decode_rows(n, u)), mode=mode,
                        replay_s=graph_s, replays_s=cm._layers * graph_s,
                        host_s=cm.execution.host_s(n) if cm.host else None,
                        overlap=cm.execution.async_scheduling)
@@ -203,7 +204,7 @@ def chain_decode(cm, ctx: np.ndarray, steps: int) -> float:
         ones = np.ones(n)
         return sum(cm.step_time(ones, ctx + j) for j in range(steps))
     mode, padded = cm._mode(np.ones(n), float(n))
-    fixed = cm._fixed(float(n), float(n), mode, padded)
+    fixed = cm._fixed(float(n), float(n), mode, padded, cm._uniform_decode_rows(n, 1.0))
     # per request and step j: flops ~ (ctx + j + 1), bytes ~ (ctx + j + 1) kv + q io
     grid = ctx[None, :] + np.arange(1.0, steps + 1.0)[:, None]
     a_time = np.maximum(grid * (cm._attn_flops_per_pair * cm._inv_crate),
@@ -255,7 +256,8 @@ def mixed_time(cm, line: tuple[float, float, float, float], n: int, ctx_sum: flo
     active = n + len(long_c)
     tokens = float(n + sum(long_c))
     mode, padded = cm.execution.graph_tokens(tokens, False)
-    fixed = cm._fixed(tokens, logits, mode, padded)
+    rows = float(n) + cm._decode_rows(long_c) if cm._uv_o is not None else 0.0
+    fixed = cm._fixed(tokens, logits, mode, padded, rows)
     decode = max(slope * ctx_sum + (float(n) * intercept + latency), floor)
     return cm._step_from(mode, fixed, decode + _chunk_attention(cm, long_c, long_x), active)
 
@@ -283,7 +285,8 @@ def mixed_verify_time(cm, n: int, u: int, ctx_sum: float, chunks: list[int],
     if not n:
         tokens = float(sum(chunks))
         mode, padded = cm.execution.graph_tokens(tokens, False)
-        fixed = cm._fixed(tokens, logits, mode, padded)
+        # decode rows 0.0: MLA (the absorbed path's) returned None above
+        fixed = cm._fixed(tokens, logits, mode, padded, 0.0)
         return cm._step_from(mode, fixed, _chunk_attention(cm, chunks, chunk_ctx), len(chunks))
     slope, intercept, latency, floor = line
     total = slope * ctx_sum + float(n) * intercept
@@ -303,7 +306,7 @@ def mixed_verify_time(cm, n: int, u: int, ctx_sum: float, chunks: list[int],
                          ((x + c) * kvb + c * qb) * inv_m)
     tokens = float(n * u + sum(chunks))
     mode, padded = cm.execution.graph_tokens(tokens, False)
-    fixed = cm._fixed(tokens, logits, mode, padded)
+    fixed = cm._fixed(tokens, logits, mode, padded, 0.0)  # not MLA (above)
     return cm._step_from(mode, fixed, total, n + len(chunks))
 
 

@@ -44,9 +44,12 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     for j, (low, high, total, head) in enumerate(zip(lo, hi, totals, heads)):
         # the row's parts apart from its contexts, memoised by the model (asked again and
         # again by a stretch's passes of a few rows each); a function of these four numbers
-        # (its row is read only where low is 0, never here): the last row's where they are
-        if (low, high, total, head) != last:
-            last = (low, high, total, head)
+        # and the row's decode rows where the engine prices the absorbed W_UV_O by them
+        # (its row is otherwise read only where low is 0, never here): the last row's where
+        # they are
+        now = (low, high, total, head, cm._decode_rows(tokens[j]))
+        if now != last:
+            last = now
             part = cm.row_part(n, tokens[j], low, high, total, head)
         if type(part) is not tuple:  # step_time's closed form of a uniform batch: below
             uniform.setdefault((low, total, head), (part, []))[1].append(j)

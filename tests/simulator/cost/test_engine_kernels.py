@@ -176,29 +176,6 @@ def test_cutlass_step_is_the_cited_vllm_times_over_their_k_steps():
     assert round(ek.CUTLASS_K_STEP_S * 1e6, 3) == 0.527
 
 
-def test_vllm_v0_prices_the_absorbed_uv_o_as_its_extra_k_steps():
-    # vllm/attention/backends/mla/utils.py at v0.7.1: W_UV_O's K is the local heads x
-    # kv_lora_rank, 128 / 8 x 512 = 8192 at TP 8, where o_proj's is 128 / 8 x 128 = 2048:
-    # 64 - 16 = 48 more 128-deep steps a layer, one wave of 56 tiles at decode rows
-    on, off = _cm("vllm-v0.7"), _cm("vllm-v0.7", absorbed_uv_o=False)
-    m = on.model
-    assert (m.num_heads / 8 * m.kv_lora_rank, m.num_heads / 8 * m.value_head_dim) == (8192,
-                                                                                       2048)
-    extra = m.num_layers * 48 * ek.CUTLASS_K_STEP_S
-    assert extra == pytest.approx(61 * 48 * 0.527e-6, rel=1e-3)  # 1.54 ms a step
-    for b in (1, 8, 64):
-        ones, ctx = np.ones(b), np.full(b, 500.0)
-        a, c = on.breakdown(ones, ctx), off.breakdown(ones, ctx)
-        assert {op.name: op.time_s for op in a.ops}["engine_uv_o_proj"] == pytest.approx(extra)
-        assert sum(op.time_s for op in a.ops) - sum(op.time_s for op in c.ops) \
-            == pytest.approx(extra)
-        assert on.step_time(ones, ctx) == pytest.approx(a.time_s)  # the tables agree
-    # the engines without the absorption (V1's bmm + o_proj, SGLang's bmm_fp8) pay nothing
-    for engine in ("vllm-v0.9", "sglang-v0.4", "sglang-v0.5"):
-        assert ek.uv_o_terms(_cm(engine), 1.0) == []
-    assert ek.uv_o_terms(off, 1.0) == [] and ek.uv_o_terms(on, 0.0)[0][2] == 0.0
-
-
 # sgl-project/sglang PR #5820 (2025-04-28), 'main' tables, the 'sglang triton' column (us):
 # DeepSeek-V3 (N, K) -> times at batch 1, 8, 16, 32, 64 (as far as read)
 PR_5820_TRITON_US = {(3072, 1536): [14.336, 12.032, 11.584, 11.744, 11.680],
