@@ -228,7 +228,20 @@ KNOWN_MISSES: dict[str, str] = {
     "specinfer-mss-tokens-per-step": (
         "predicted 2.65 tokens/step vs published 2.21-2.38 (+11% over the top): Table 1 is a "
         "one-step success rate and the coverage repeats it at every depth; the tree itself is "
-        "the paper's (sec. 6.4: <1,1,5,1,1,1,1,1>)"),
+        "the paper's (sec. 6.4: <1,1,5,1,1,1,1,1>). The tree_topk model already takes one "
+        "coverage row per depth (depths past the list repeat the last), so a sourced curve of "
+        "how LLaMA-68M's acceptance falls with depth would plug in; none was found (issue 35 "
+        "item 5): SpecInfer gives Table 1's one-step top-k rates and tokens per step by tree "
+        "width (Tables 2-3), no rate by depth; Sequoia (arXiv:2402.12374, JackFram/llama-68m "
+        "drafting Llama-2-7B) assumes positional acceptance, a rate per child rank the same at "
+        "every depth, and its repository (Infini-AI-Lab/Sequoia: test_accept.py, the 68m_7b "
+        "growmaps) measures that rank vector, not a depth curve; EAGLE's n-alpha (Table 2) is "
+        "its feature drafter's error with n predicted features and Medusa's per-head top-k "
+        "accuracies are heads that predict a position without the tokens between, neither an "
+        "autoregressive 68M draft; vLLM's per-position acceptance (MTP and EAGLE runs) is "
+        "marginal, not conditional, and for other drafts. Stored web pages, GitHub issues and "
+        "code were searched for a per-depth or per-position acceptance of a llama-68m draft: "
+        "no numbers. No curve is fitted to Table 3"),
     "sglang-eagle-llama2chat7b-speedup": (
         "predicted 2.75x vs published 1.90x (+45%; +51% before the engines' speculative host "
         "work was priced): the plain step is about right but the EAGLE run is predicted much "

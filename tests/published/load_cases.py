@@ -175,12 +175,12 @@ _V0_WHY = (
     "+3.7-4.0 ms. No constant is fitted to the 55 ms")
 LOAD_KNOWN_MISSES: dict[str, str] = {
     "vllm-mtp-dsr1-qps2-tpot-speedup": (
-        "predicted 1.58x vs published 1.18x (+33.5%; QPS 1 passes at 1.62x vs 1.63x, and the "
+        "predicted 1.58x vs published 1.18x (+33.7%; QPS 1 passes at 1.62x vs 1.63x, and the "
         "order of the two points now holds): the simulated baseline TPOT still grows with "
         "load as fast as MTP's (30.9 -> 37.1 ms against MTP's 19.1 -> 23.5 ms) where the PR's "
         "baseline barely moves (55.47 -> 57.58 ms) and MTP's rises 44%; " + _V0_WHY),
     "vllm-v0-dsr1-qps1-baseline-tpot-ms": "predicted 30.9 ms vs 55.47 ms (-44.3%): " + _V0_WHY,
-    "vllm-v0-dsr1-qps1-mtp-tpot-ms": "predicted 19.1 ms vs 33.99 ms (-43.8%): " + _V0_WHY,
+    "vllm-v0-dsr1-qps1-mtp-tpot-ms": "predicted 19.1 ms vs 33.99 ms (-43.9%): " + _V0_WHY,
     "vllm-v0-dsr1-qps2-baseline-tpot-ms": "predicted 37.1 ms vs 57.58 ms (-35.6%): " + _V0_WHY,
     "vllm-v0-dsr1-qps2-mtp-tpot-ms": "predicted 23.5 ms vs 48.8 ms (-51.8%): " + _V0_WHY,
 }
