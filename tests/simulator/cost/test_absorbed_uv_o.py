@@ -89,8 +89,11 @@ def test_the_row_paths_agree_with_step_time():
     got = ON.rows_step_times(rows, ctx)
     for j in range(2):
         assert got[j] == ON.step_time(rows[j], ctx[j])
-        assert ON.few_step_time(rows[j].tolist(), ctx[j].tolist()) == pytest.approx(got[j])
+        assert ON.few_step_time(rows[j].tolist(), ctx[j].tolist()) == got[j]
     assert got[0] - OFF.step_time(rows[0], ctx[0]) == pytest.approx(WAVE_S)
+    ctx300 = np.full(300, 100.0)  # a chain of decodes over 2 waves' rows: step by step
+    assert ON.chain_decode_time(ctx300, 3) == pytest.approx(
+        sum(ON.step_time(np.ones(300), ctx300 + j) for j in range(3)), rel=1e-12)
     verify = ON.verify_step_times(rows, ctx[0])  # one context, every token to the head
     assert verify.tolist() == [ON.step_time(r, ctx[0], r) for r in rows]
 
