@@ -78,12 +78,12 @@ def _price_rows(cm, tokens: np.ndarray, ctx: np.ndarray, rows: list[int], counts
         tail = memos.tails[n] = step_tail(cm, n)
     for i, c in enumerate(rows):
         total, low, high = totals[c], lo[c], hi[c]
-        rows = cm._decode_rows(tokens[i])  # the absorbed W_UV_O's rows (0.0 without it)
-        key = (total, low == high and high <= most, rows)  # what _mode and _fixed read
+        uv_rows = cm._decode_rows(tokens[i])  # the absorbed W_UV_O's rows (0.0 without it)
+        key = (total, low == high and high <= most, uv_rows)  # what _mode and _fixed read
         got = memo.get(key)
         if got is None:
             mode, padded = cm._mode(tokens[i].astype(np.float64), total, low, high)
-            got = memo[key] = (mode, cm._fixed(total, total, mode, padded, rows))
+            got = memo[key] = (mode, cm._fixed(total, total, mode, padded, uv_rows))
         out[c] = tail(got[0], got[1], attention[i])
 
 
