@@ -26,10 +26,13 @@ What the commands run, and so what is simulated: SGLang's ``--enable-dp-attentio
 self.enable_dp_attention = False"); even where it stays on, the attention group is
 ``attn_tp_size = tp_size // dp_size`` (layers/dp_attention.py
 ``compute_dp_attention_world_info``): attention stays tensor-parallel over all 8 GPUs and
-no rank holds requests of its own.  The page's "DP attention" run is therefore simulated as
-tensor parallel 8 (``data_parallel_attention`` 1), like the vLLM baseline; its +7.6% over
-SGLang's plain ``--tp-size 8`` on ShareGPT (7,143.30 vs 6,635.73) is not a case, because the
-simulator runs both commands as the same deployment and the ratio would be 1 by construction.
+no rank holds requests of its own.  The flag's one effect is on memory: SGLang computes its
+``mem_fraction_static`` before it turns the flag off, with the flag's reserve (0.881 where
+plain ``--tp 8`` gets 0.897: ``SGLANG_FRACTION`` below).  The page's "DP attention" run is
+therefore simulated as tensor parallel 8 (``data_parallel_attention`` 1), like the vLLM
+baseline; its +7.6% over SGLang's plain ``--tp-size 8`` on ShareGPT (7,143.30 vs 6,635.73)
+is not a case, because the simulator runs both commands as the same deployment but for that
+fraction, and the ratio would be about 1 by construction.
 Neither engine enables expert parallelism (vLLM's ``-tp 8`` alone; SGLang's ``ep_size``
 default 1), so the experts are tensor-parallel.
 
@@ -259,15 +262,19 @@ _SGLANG_TPOT_WHY = (
     "moe.fp8_triton_compute_efficiency (0.11 of the FP8 peak, fitted to untuned-config "
     "series: vLLM PR #24700), where SGLang ships tuned H200 configs for DeepSeek's "
     "E=257,N=256 experts (sgl-project/sglang PR #7687); and the TP all-reduces 86 ms, at the "
-    "profile's 307.5 GB/s bus bandwidth fitted up to 16 MiB, where a step's 117 MB all-reduce"
-    " may reach NVLS's ~475 GB/s (NVIDIA/nccl-tests issue #272). No measurement of either at "
-    "these sizes was found, so neither is repriced (nothing fitted to these numbers). The "
-    "short case (all 1,000 admitted at once, the pool never binding) gets the TTFT right "
-    "(3,662 vs 3,626 ms), but the page's requests finish spread (mean E2E 6.03 s in a 6.40 s "
-    "run, P99 TTFT 4.88 s) where the simulated all finish together after the last prefill: "
-    "the real decodes interleave with later prefills, as they would if the requests reached "
-    "the scheduler over time through SGLang's one TokenizerManager process "
-    "(sgl-project/sglang issue #6553), a front end left unpriced (as for vLLM's short case)")
+    "profile's 307.5 GB/s bus bandwidth fitted up to 16 MiB; NCCL's NVLS (~475 GB/s on 8 x "
+    "H200, NVIDIA/nccl-tests issue #272) is ruled out, SGLang 0.5.3 setting "
+    "NCCL_NVLS_ENABLE=0 and NCCL_CUMEM_ENABLE=0 by default (entrypoints/engine.py "
+    "_set_envs_and_config; enable_nccl_nvls and enable_symm_mem off), and NCCL's ring at ~370"
+    " GB/s for 117 MB messages (nccl-tests issue #212, as the profile notes) would take 14 ms"
+    " off a step. No measurement of the tuned fused MoE at these sizes was found, so neither "
+    "is repriced (nothing fitted to these numbers). The short case (all 1,000 admitted at "
+    "once, the pool never binding) gets the TTFT right (3,662 vs 3,626 ms), but the page's "
+    "requests finish spread (mean E2E 6.03 s in a 6.40 s run, P99 TTFT 4.88 s) where the "
+    "simulated all finish together after the last prefill: the real decodes interleave with "
+    "later prefills, as they would if the requests reached the scheduler over time through "
+    "SGLang's one TokenizerManager process (sgl-project/sglang issue #6553), a front end left"
+    " unpriced (as for vLLM's short case)")
 _VLLM_SHORT_WHY = (
     "vLLM took 22.07 s (mean TTFT 19.4 s) for 1,000 requests of 128 tokens in and 4 out, "
     "where SGLang on the same GPUs took 6.40 s and the simulation 6.8 s: about 15 ms a "
