@@ -106,13 +106,33 @@ def kv_bytes_per_device(model: ModelSpec, tp: int, pp: int = 1) -> float:
     return model.kv_bytes_per_token() / (pp if model.is_mla else tp * pp)
 
 
+def replicated_bytes(model: ModelSpec) -> tuple[float, float]:
+    """(bytes ``weight_bytes`` counts, bytes each TP rank holds) of the weights that are not
+    split over tensor-parallel ranks: MLA's latent down-projections (q_a_proj and
+    kv_a_proj_with_mqa, ReplicatedLinear in SGLang 0.5.3's models/deepseek_v2.py and in vLLM's
+    fused_qkv_a_proj with disable_tp: simulator/cost/mla.py) at the weights' dtype, and a MoE
+    layer's router at 16 bits (both engines keep the gate unquantised, whole on every rank:
+    layer_ops.linear_ops prices it so).  A decoder's only (heads and EAGLE layers: none)."""
+    if model.kind != "decoder":
+        return 0.0, 0.0
+    latent = model.num_layers * model.hidden_size * (
+        model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim) if model.is_mla else 0
+    router = model.moe_layers * model.hidden_size * model.num_experts
+    counted = (latent + router) * model.dtype_bytes
+    return float(counted), float(latent * model.dtype_bytes + router * 2.0)
+
+
 def weights_per_device(model: ModelSpec, parallel: Parallelism, tp: int | None = None) -> float:
-    """Bytes of ``model``'s weights on one device: sharded over the devices (TP x PP), or
-    under DP attention replicated but for the routed experts, spread over the N ranks
-    (``tp``: the model's own TP degree, for a draft)."""
+    """Bytes of ``model``'s weights on one device: sharded over the devices (TP x PP) but for
+    the TP-replicated ones (``replicated_bytes``, split over the PP stages only), or under DP
+    attention replicated but for the routed experts, spread over the N ranks (``tp``: the
+    model's own TP degree, for a draft)."""
     dp = parallel.data_parallel_attention
     if dp == 1:
-        return model.weight_bytes() / (parallel.devices if tp is None else tp)
+        counted, held = replicated_bytes(model)
+        n = parallel.devices if tp is None else tp
+        stages = 1 if tp is not None else parallel.pipeline_parallel
+        return (model.weight_bytes() - counted) / n + held / stages
     expert = float(model.moe_layers * model.expert_params() * model.dtype_bytes)
     dense = model.weight_bytes() - expert * model.num_experts
     # the busiest GPU's experts: ceil(E / N) where N does not divide E
