@@ -152,7 +152,8 @@ def _fit_fix(target: ModelSpec, parallel: Parallelism, rest: float, usable: floa
         return (f"use data_parallel_attention >= {need + 1} (with expert_parallel), a device "
                 "with more memory, or a smaller max_num_batched_tokens")
     need_tp = parallel.devices
-    while need_tp < 64 and target.weight_bytes() / need_tp + rest > usable:
+    counted, held = replicated_bytes(target)
+    while need_tp < 64 and (target.weight_bytes() - counted) / need_tp + held + rest > usable:
         need_tp *= 2
     return (f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
             "(offload_fraction), or a smaller max_num_batched_tokens")
