@@ -56,10 +56,11 @@ DeepSeek-R1-0528, SGLang v0.5.7, FP8, "TP=8, EP=1", H200, ISL 1024, OSL 1024, ta
 64.  The run's setup is InferenceX's single-node script (benchmarks/dsr1_fp8_h200.sh, read at
 commit 1fc5d73; the issue does not print it): for 1k/1k ``--tensor-parallel-size 8
 --data-parallel-size 1 --disable-radix-cache --max-running-requests 512 --chunked-prefill-size
-32768``, FlashInfer attention; the client ``--num-prompts CONC*10 --max-concurrency CONC
---random-range-ratio RANDOM_RANGE_RATIO``, which InferenceX's DeepSeek-R1 1k/1k scripts set to
-0.8 (lengths uniform between 0.8 and 1 times the stated, mean 0.9 x 1024 = 922: the issue's
-own mean E2E over mean TPOT, 11.89 s / 12.8 ms at concurrency 8, is ~930 tokens).  Assumed:
+32768 --mem-fraction-static 0.82``, FlashInfer attention; the client ``--num-prompts CONC*10
+--max-concurrency CONC --random-range-ratio RANDOM_RANGE_RATIO``, which InferenceX's
+DeepSeek-R1 1k/1k scripts set to 0.8 (lengths uniform between 0.8 and 1 times the stated,
+mean 0.9 x 1024 = 922: the issue's own mean E2E over mean TPOT, 11.89 s / 12.8 ms at
+concurrency 8, is ~930 tokens).  Assumed:
 the lengths fixed at that mean, 922 in and 922 out; the engine ``sglang-0.5`` (engines.yaml
 ``sglang-v0.5``, its DeepSeek decode path read in 0.5.x-era code) for v0.5.7; its FA3 prefill
 for the run's FlashInfer.  These are the points of the issue's
@@ -162,8 +163,10 @@ IX870 = ("github.com/SemiAnalysisAI/InferenceX/issues/870 (DeepSeek-R1-0528 FP8,
          "TP=8 EP=1, 8 x H200, 1k/1k at range ratio 0.8, --max-concurrency C, 10 C prompts)")
 IX870_POINTS = {8: (74.6, 12.8), 16: (111.9, 17.2), 32: (151.1, 25.6), 64: (223.6, 34.6)}
 IX870_LENGTH = 922            # 0.9 x 1024: the mean of lengths uniform in [0.8, 1] x 1024
+# the script's --mem-fraction-static 0.82 (benchmarks/dsr1_fp8_h200.sh at 1fc5d73), not
+# SGLang's own default (0.643 at --chunked-prefill-size 32768 on an H200)
 IX870_BATCHING = {"max_num_seqs": 512, "max_num_batched_tokens": 32768,
-                  "enable_chunked_prefill": True}
+                  "enable_chunked_prefill": True, "mem_fraction_static": 0.82}
 GPUS = 8
 
 
