@@ -12,7 +12,7 @@ from hardware.profile import HardwareProfile
 from simulator.cost.cost_model import CostModel
 from simulator.cost.dp_attention import cost_model
 from simulator.cost.execution import resolve_execution
-from simulator.cost.memory_plan import MemoryPlan, plan_memory
+from simulator.cost.memory_plan import MemoryPlan, plan_memory, sglang_mem_fraction_static
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.precision import with_precision
 from simulator.engine.requests import REJECTED, RequestTable
@@ -163,7 +163,29 @@ def _plan(scenario: Scenario, hw: HardwareProfile, target: ModelSpec, extra, kv_
     return plan_memory(hw, target, parallel, extra_models=extra,
                        kv_models=kv_models, gpu_memory_utilization=b.gpu_memory_utilization,
                        block_size=b.block_size, max_batched_tokens=b.max_num_batched_tokens,
-                       logits_tokens=b.max_num_seqs * max_verify_tokens)
+                       logits_tokens=b.max_num_seqs * max_verify_tokens,
+                       mem_fraction_static=kv_fraction(scenario, hw, extra))
+
+
+def kv_fraction(scenario: Scenario, hw: HardwareProfile, extra) -> float | None:
+    """SGLang's ``mem_fraction_static`` where the KV pool is sized its way: the scenario's
+    ``batching.mem_fraction_static``, else the default SGLang 0.5 computes for this
+    deployment where the named engine sizes it so (engines.yaml ``mem_fraction_static``);
+    None: vLLM's rule.  SGLang's chunked_prefill_size is the token budget of a step; its
+    tp_size the GPUs of a pipeline stage (DP attention ranks included)."""
+    b, p = scenario.batching, scenario.parallelism
+    if b.mem_fraction_static is not None:
+        return b.mem_fraction_static
+    spec = scenario.execution.get("spec")
+    if spec is None or not spec.mem_fraction_static:
+        return None
+    kind = "none" if not extra else "standalone" if any(
+        m.kind == "decoder" for m in extra) else "eagle"
+    dp = p.data_parallel_attention
+    return sglang_mem_fraction_static(
+        hw.memory_bytes, chunked_prefill_size=b.max_num_batched_tokens,
+        tp=p.tensor_parallel * dp, pp=p.pipeline_parallel, dp_attention=dp > 1, dp_size=dp,
+        speculative=kind)
 
 
 def draft_parallel(scenario: Scenario) -> Parallelism:

@@ -52,6 +52,9 @@ class Batching:
     # false: prefill steps and decode steps apart, prefill first (SGLang's default,
     # simulator/engine/prefill_first.py); None: the named engine's (execution.engine), else true
     mixed_chunk: bool | None = None
+    # SGLang's --mem-fraction-static: the KV pool is capacity x this - weights (activations
+    # and CUDA graphs live in the rest); None: the named engine's rule (memory_plan.py)
+    mem_fraction_static: float | None = None
 
 
 # ``engine.steps_table``: what the steps table keeps (the summary is exact either way)
@@ -211,10 +214,10 @@ def _batching(data: Any, source: str) -> Batching:
     for k in ("enable_chunked_prefill", "enable_prefix_caching", "mixed_chunk"):
         if k in b:
             bkw[k] = as_bool(b[k], source=source, field=f"batching.{k}")
-    if "gpu_memory_utilization" in b:
-        bkw["gpu_memory_utilization"] = float(as_number(
-            b["gpu_memory_utilization"], source=source,
-            field="batching.gpu_memory_utilization", strictly_positive=True, maximum=1.0))
+    for k in ("gpu_memory_utilization", "mem_fraction_static"):
+        if k in b:
+            bkw[k] = float(as_number(b[k], source=source, field=f"batching.{k}",
+                                     strictly_positive=True, maximum=1.0))
     return Batching(**bkw)
 
 

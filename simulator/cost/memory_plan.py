@@ -14,6 +14,13 @@ GPUs; a shared expert and the router are dense, replicated), and the KV of its o
 only.  The replica's KV pool is the N ranks' blocks together (``kv_blocks``): the engine
 admits against the pool, an approximation of the engines' per-rank admission (a rank whose
 requests are long fills before the others).
+
+As SGLang does it (``mem_fraction_static``): the pool is what is free after the weights less
+``(1 - mem_fraction_static)`` of the GPU (model_executor/model_runner.py
+``profile_max_num_token``: ``rest_memory = available_gpu_memory - total_gpu_memory * (1 -
+mem_fraction_static)``, available measured after loading the weights), so the budget is
+``capacity * mem_fraction_static - weights``; activations and CUDA graphs live in the rest,
+which SGLang sizes by a heuristic (``sglang_mem_fraction_static``), not by a profiling run.
 """
 from __future__ import annotations
 
@@ -26,6 +33,10 @@ from hardware.profile import GIB, HardwareProfile
 from simulator.cost.parallelism import Parallelism
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
+
+MIB = float(1 << 20)
+# SGLang's reserve for a speculative method's draft and its graphs (MiB; server_args.py)
+SGLANG_SPEC_RESERVE_MIB = {"none": 0.0, "ngram": 0.0, "eagle": 2048.0, "standalone": 6144.0}
 
 
 @dataclass(frozen=True)
@@ -95,13 +106,33 @@ def kv_bytes_per_device(model: ModelSpec, tp: int, pp: int = 1) -> float:
     return model.kv_bytes_per_token() / (pp if model.is_mla else tp * pp)
 
 
+def replicated_bytes(model: ModelSpec) -> tuple[float, float]:
+    """(bytes ``weight_bytes`` counts, bytes each TP rank holds) of the weights that are not
+    split over tensor-parallel ranks: MLA's latent down-projections (q_a_proj and
+    kv_a_proj_with_mqa, ReplicatedLinear in SGLang 0.5.3's models/deepseek_v2.py and in vLLM's
+    fused_qkv_a_proj with disable_tp: simulator/cost/mla.py) at the weights' dtype, and a MoE
+    layer's router at 16 bits (both engines keep the gate unquantised, whole on every rank:
+    layer_ops.linear_ops prices it so).  A decoder's only (heads and EAGLE layers: none)."""
+    if model.kind != "decoder":
+        return 0.0, 0.0
+    latent = model.num_layers * model.hidden_size * (
+        model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim) if model.is_mla else 0
+    router = model.moe_layers * model.hidden_size * model.num_experts
+    counted = (latent + router) * model.dtype_bytes
+    return float(counted), float(latent * model.dtype_bytes + router * 2.0)
+
+
 def weights_per_device(model: ModelSpec, parallel: Parallelism, tp: int | None = None) -> float:
-    """Bytes of ``model``'s weights on one device: sharded over the devices (TP x PP), or
-    under DP attention replicated but for the routed experts, spread over the N ranks
-    (``tp``: the model's own TP degree, for a draft)."""
+    """Bytes of ``model``'s weights on one device: sharded over the devices (TP x PP) but for
+    the TP-replicated ones (``replicated_bytes``, split over the PP stages only), or under DP
+    attention replicated but for the routed experts, spread over the N ranks (``tp``: the
+    model's own TP degree, for a draft)."""
     dp = parallel.data_parallel_attention
     if dp == 1:
-        return model.weight_bytes() / (parallel.devices if tp is None else tp)
+        counted, held = replicated_bytes(model)
+        n = parallel.devices if tp is None else tp
+        stages = 1 if tp is not None else parallel.pipeline_parallel
+        return (model.weight_bytes() - counted) / n + held / stages
     expert = float(model.moe_layers * model.expert_params() * model.dtype_bytes)
     dense = model.weight_bytes() - expert * model.num_experts
     # the busiest GPU's experts: ceil(E / N) where N does not divide E
@@ -121,17 +152,62 @@ def _fit_fix(target: ModelSpec, parallel: Parallelism, rest: float, usable: floa
         return (f"use data_parallel_attention >= {need + 1} (with expert_parallel), a device "
                 "with more memory, or a smaller max_num_batched_tokens")
     need_tp = parallel.devices
-    while need_tp < 64 and target.weight_bytes() / need_tp + rest > usable:
+    counted, held = replicated_bytes(target)
+    while need_tp < 64 and (target.weight_bytes() - counted) / need_tp + held + rest > usable:
         need_tp *= 2
     return (f"use tensor_parallel >= {need_tp}, a device with more memory, offloading "
             "(offload_fraction), or a smaller max_num_batched_tokens")
 
 
+def sglang_cuda_graph_max_bs(capacity_mib: float, tp: int) -> int:
+    """SGLang 0.5.3's default ``cuda_graph_max_bs`` by GPU memory (MiB, as nvidia-smi
+    reports it) and TP size (python/sglang/srt/server_args.py ``_handle_gpu_memory_settings``:
+    8 under 20 GiB; 16 / 80 under 35; 32 / 160 under 60; 256 / 512 under 160, tp < 4 / else;
+    512 above)."""
+    small = tp < 4
+    for below, pair in ((20, (8, 8)), (35, (16, 80)), (60, (32, 160)), (160, (256, 512))):
+        if capacity_mib < below * 1024:
+            return pair[0] if small else pair[1]
+    return 512
+
+
+def sglang_mem_fraction_static(capacity_bytes: float, *, chunked_prefill_size: int, tp: int,
+                               pp: int = 1, dp_attention: bool = False, dp_size: int = 1,
+                               speculative: str = "none") -> float:
+    """SGLang 0.5.3's default ``mem_fraction_static`` (server_args.py
+    ``_handle_gpu_memory_settings``, read in the PyPI sglang==0.5.3 wheel): a reserve in MiB
+    of 512 + 1.5 per token of ``max(chunked_prefill_size, 2048)`` (activations) + 2 per
+    ``cuda_graph_max_bs`` + 1024 per 8 GPUs of tp x pp; with ``--enable-dp-attention``
+    3 x cuda_graph_max_bs x dp_size more, and 1.5 x that product again above 300; at least
+    10 GiB on a GPU over 60 GiB; 2 GiB more for an EAGLE-type draft, 6 GiB for a separate
+    draft model (``speculative``: SGLANG_SPEC_RESERVE_MIB).  The fraction is ``(capacity -
+    reserve) / capacity`` rounded to 3 places.  It runs before ``_handle_data_parallelism``,
+    which turns DP attention off where dp_size is 1: the flag's reserve is taken even then."""
+    if speculative not in SGLANG_SPEC_RESERVE_MIB:
+        raise SpecsimError(f"unknown speculative kind {speculative!r}", field="speculative",
+                           fix="use one of: " + ", ".join(SGLANG_SPEC_RESERVE_MIB))
+    mib = capacity_bytes / MIB
+    bs = sglang_cuda_graph_max_bs(mib, tp)
+    reserve = 512.0 + max(int(chunked_prefill_size), 2048) * 1.5 + bs * 2 + tp * pp / 8 * 1024
+    if dp_attention:
+        reserve += bs * dp_size * 3
+        if bs > 300:
+            reserve += bs * dp_size * 1.5
+    if mib > 60 * 1024:
+        reserve = max(reserve, 10 * 1024.0)
+    reserve += SGLANG_SPEC_RESERVE_MIB[speculative]
+    return round((mib - reserve) / mib, 3)
+
+
 def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallelism,
                 *, extra_models: Sequence[ModelSpec] = (), kv_models: Sequence[ModelSpec] = (),
                 gpu_memory_utilization: float = 0.9, block_size: int = 16,
-                max_batched_tokens: int = 2048, logits_tokens: int | None = None) -> MemoryPlan:
+                max_batched_tokens: int = 2048, logits_tokens: int | None = None,
+                mem_fraction_static: float | None = None) -> MemoryPlan:
     """Plan one device's memory for ``target`` sharded by ``parallel`` plus co-located drafts.
+
+    With ``mem_fraction_static`` the KV budget is SGLang's, ``capacity * fraction - weights``
+    (no activation headroom subtracted: SGLang's reserve holds it); else vLLM's.
 
     ``extra_models`` live beside the target (a draft model, Medusa heads, an EAGLE layer),
     sharded over ``parallel.draft_tp`` ranks (vLLM's ``draft_tensor_parallel_size``; 1:
@@ -145,11 +221,15 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
         raise SpecsimError("must be >= 1", field="block_size")
     devices = parallel.devices
     capacity = hardware.memory_bytes
-    usable = capacity * gpu_memory_utilization
+    fraction = gpu_memory_utilization if mem_fraction_static is None else mem_fraction_static
+    if not 0.0 < fraction <= 1.0:
+        raise SpecsimError(f"must be in (0, 1], got {fraction!r}", field="mem_fraction_static")
+    usable = capacity * fraction
     target_w = weights_per_device(target, parallel) * (1.0 - parallel.offload_fraction)
     dtp = parallel.draft_tp
     weights = target_w + sum(weights_per_device(m, parallel, dtp) for m in extra_models)
-    act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens)
+    act = activation_bytes(target, parallel, max_batched_tokens, logits_tokens) \
+        if mem_fraction_static is None else 0.0
     kv_per_token = kv_bytes_per_device(target, parallel.tensor_parallel,
                                        parallel.pipeline_parallel) + \
         sum(kv_bytes_per_device(m, dtp) for m in kv_models)
@@ -161,7 +241,7 @@ def plan_memory(hardware: HardwareProfile, target: ModelSpec, parallel: Parallel
             f"{target.name} on {hardware.name} x{devices} does not fit: weights "
             f"{weights / GIB:.2f} GiB + activations {act / GIB:.2f} GiB + one KV block "
             f"{min_kv / GIB:.4f} GiB exceed the usable {usable / GIB:.2f} GiB "
-            f"({gpu_memory_utilization:.0%} of {capacity / GIB:.1f} GiB) by "
+            f"({fraction:.0%} of {capacity / GIB:.1f} GiB) by "
             f"{missing / GIB:.2f} GiB",
             field="parallelism",
             fix=_fit_fix(target, parallel, weights - target_w + act + min_kv, usable))

@@ -65,7 +65,7 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton", "deepgemm")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
-         "shared_experts_fusion", "absorbed_uv_o")
+         "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static")
 MAX_COUNT = 10_000
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
 # default start, floor factor and decay steps, schedule_conservativeness, the clip on a
@@ -164,6 +164,9 @@ class SpecHost:
     # a MoE layer's shared experts run as always-picked experts of the routed grouped GEMM
     # (SGLang's num_fused_shared_experts), without EP: simulator/cost/moe.py MoeShape.of
     shared_experts_fusion: bool = False
+    # the KV pool sized as SGLang 0.5 sizes it by default (memory_plan.py
+    # sglang_mem_fraction_static), not by vLLM's gpu_memory_utilization and profiled headroom
+    mem_fraction_static: bool = False
     init_new_token_ratio: float = 0.0  # RESERVE (0: no reservation)
     min_new_token_ratio_factor: float = 0.0
     new_token_ratio_decay_steps: float = 0.0

@@ -26,10 +26,13 @@ What the commands run, and so what is simulated: SGLang's ``--enable-dp-attentio
 self.enable_dp_attention = False"); even where it stays on, the attention group is
 ``attn_tp_size = tp_size // dp_size`` (layers/dp_attention.py
 ``compute_dp_attention_world_info``): attention stays tensor-parallel over all 8 GPUs and
-no rank holds requests of its own.  The page's "DP attention" run is therefore simulated as
-tensor parallel 8 (``data_parallel_attention`` 1), like the vLLM baseline; its +7.6% over
-SGLang's plain ``--tp-size 8`` on ShareGPT (7,143.30 vs 6,635.73) is not a case, because the
-simulator runs both commands as the same deployment and the ratio would be 1 by construction.
+no rank holds requests of its own.  The flag's one effect is on memory: SGLang computes its
+``mem_fraction_static`` before it turns the flag off, with the flag's reserve (0.881 where
+plain ``--tp 8`` gets 0.897: ``SGLANG_FRACTION`` below).  The page's "DP attention" run is
+therefore simulated as tensor parallel 8 (``data_parallel_attention`` 1), like the vLLM
+baseline; its +7.6% over SGLang's plain ``--tp-size 8`` on ShareGPT (7,143.30 vs 6,635.73)
+is not a case, because the simulator runs both commands as the same deployment but for that
+fraction, and the ratio would be about 1 by construction.
 Neither engine enables expert parallelism (vLLM's ``-tp 8`` alone; SGLang's ``ep_size``
 default 1), so the experts are tensor-parallel.
 
@@ -53,10 +56,11 @@ DeepSeek-R1-0528, SGLang v0.5.7, FP8, "TP=8, EP=1", H200, ISL 1024, OSL 1024, ta
 64.  The run's setup is InferenceX's single-node script (benchmarks/dsr1_fp8_h200.sh, read at
 commit 1fc5d73; the issue does not print it): for 1k/1k ``--tensor-parallel-size 8
 --data-parallel-size 1 --disable-radix-cache --max-running-requests 512 --chunked-prefill-size
-32768``, FlashInfer attention; the client ``--num-prompts CONC*10 --max-concurrency CONC
---random-range-ratio RANDOM_RANGE_RATIO``, which InferenceX's DeepSeek-R1 1k/1k scripts set to
-0.8 (lengths uniform between 0.8 and 1 times the stated, mean 0.9 x 1024 = 922: the issue's
-own mean E2E over mean TPOT, 11.89 s / 12.8 ms at concurrency 8, is ~930 tokens).  Assumed:
+32768 --mem-fraction-static 0.82``, FlashInfer attention; the client ``--num-prompts CONC*10
+--max-concurrency CONC --random-range-ratio RANDOM_RANGE_RATIO``, which InferenceX's
+DeepSeek-R1 1k/1k scripts set to 0.8 (lengths uniform between 0.8 and 1 times the stated,
+mean 0.9 x 1024 = 922: the issue's own mean E2E over mean TPOT, 11.89 s / 12.8 ms at
+concurrency 8, is ~930 tokens).  Assumed:
 the lengths fixed at that mean, 922 in and 922 out; the engine ``sglang-0.5`` (engines.yaml
 ``sglang-v0.5``, its DeepSeek decode path read in 0.5.x-era code) for v0.5.7; its FA3 prefill
 for the run's FlashInfer.  These are the points of the issue's
@@ -75,6 +79,8 @@ case here, held to 25%.
 """
 from __future__ import annotations
 
+from hardware.profile import load_profile
+from simulator.cost.memory_plan import sglang_mem_fraction_static
 from tests.published.harness import serve
 from tests.published.tolerances import ABSOLUTE, Case
 
@@ -108,10 +114,22 @@ def _shape(case: str) -> tuple[int, int, int]:
     return SHAREGPT if case == "sharegpt" else RANDOM[case]
 
 
+# SGLang sizes its KV pool by mem_fraction_static, computed before it turns DP attention off
+# at dp_size 1 (server_args.py __post_init__ runs _handle_gpu_memory_settings, then
+# _handle_data_parallelism): the page's --enable-dp-attention still reserves 512 x 3 + 512 x
+# 1.5 MiB more, 0.881 on an H200 (nvidia-smi's 143,771 MiB or the profile's 141 GiB alike)
+# where plain --tp 8 gets 0.897 (memory_plan.sglang_mem_fraction_static)
+SGLANG_FRACTION = sglang_mem_fraction_static(
+    load_profile("h200").memory_bytes, chunked_prefill_size=BATCHING["max_num_batched_tokens"],
+    tp=8, dp_attention=True)
+
+
 def _served(engine: str, case: str):
     n, prompt, output = _shape(case)
+    batching = {**BATCHING, "mem_fraction_static": SGLANG_FRACTION} \
+        if engine == "sglang-0.5" else BATCHING
     return serve("h200", "deepseek-v3", num_requests=n, prompt=prompt, output=output,
-                 engine=engine, parallelism=TP8, batching=BATCHING)
+                 engine=engine, parallelism=TP8, batching=batching)
 
 
 def total_toks(case: str):
@@ -145,8 +163,10 @@ IX870 = ("github.com/SemiAnalysisAI/InferenceX/issues/870 (DeepSeek-R1-0528 FP8,
          "TP=8 EP=1, 8 x H200, 1k/1k at range ratio 0.8, --max-concurrency C, 10 C prompts)")
 IX870_POINTS = {8: (74.6, 12.8), 16: (111.9, 17.2), 32: (151.1, 25.6), 64: (223.6, 34.6)}
 IX870_LENGTH = 922            # 0.9 x 1024: the mean of lengths uniform in [0.8, 1] x 1024
+# the script's --mem-fraction-static 0.82 (benchmarks/dsr1_fp8_h200.sh at 1fc5d73), not
+# SGLang's own default (0.643 at --chunked-prefill-size 32768 on an H200)
 IX870_BATCHING = {"max_num_seqs": 512, "max_num_batched_tokens": 32768,
-                  "enable_chunked_prefill": True}
+                  "enable_chunked_prefill": True, "mem_fraction_static": 0.82}
 GPUS = 8
 
 
@@ -210,26 +230,56 @@ _SHAREGPT_WHY = (
     "predictable without the per-request lengths, which the page does not give")
 _SGLANG_TPOT_WHY = (
     "SGLang runs prefill batches apart from decode batches, prefill first (scheduler.py "
-    "get_next_batch_to_run; enable_mixed_chunk off), which the simulated engine does "
-    "(engines.yaml sglang-v0.5 mixed_chunk false, simulator/engine/prefill_first.py): the "
-    "simulated median ITL is 58.0 / 51.8 / 35.2 ms at 2K / 4K / 32K against the page's "
-    "48.78 / 46.40 / 35.27 ms (445.5 / 54.5 / 526.4 ms with vLLM-style mixed steps), and the "
-    "mean TPOT fell from +83% / +87% / +123%; SGLang 0.5.x's decode path (sglang-v0.5: the "
-    "shared expert fused into the routed experts, BF16 absorbed MLA weights without the "
-    "per-tensor FP8 quantisations) moved it by 1-2 points only, the decode steps being a "
-    "small part of it. SGLang's PrefillAdder reservation (new_token_ratio 0.7 decaying to "
-    "0.098 over 600 decode steps, a request admitted only while its whole prompt and output "
-    "fit beside the running requests' reserved outputs: simulator/engine/reserve.py, "
-    "modelled since) took it from +46% / +41% / +37% to +39% / +34% / +27% (226.3 / 151.8 / "
-    "271.7 to 214.8 / 144.7 / 252.4 ms; preemptions 20 / 29 / 4 to 7 / 4 / 0; at 32K all of "
-    "it from the whole-prompt check, the ratio itself moving nothing there). What is left: "
-    "the KV pool still binds (at most 355 / 177 / 22 requests run at once), so requests join "
-    "as others finish and every joining prefill step (8,192 tokens, priced up to 444 / 453 / "
-    "656 ms) stalls all running decodes; the mean TPOT is mostly those stalls, and the KV "
-    "pool's size is the simulator's. With 4 output tokens a request (short, all 1,000 "
-    "admitted at once, the reservation never binding) each early request waits through the "
-    "later prefill steps, as the page's 802 ms shows, but the 17 prefill steps are priced up "
-    "to 437 ms each")
+    "get_next_batch_to_run; enable_mixed_chunk off), as the simulated engine does "
+    "(engines.yaml sglang-v0.5 mixed_chunk false, simulator/engine/prefill_first.py; +83% / "
+    "+87% / +123% at 2K / 4K / 32K with vLLM-style mixed steps), with SGLang's PrefillAdder "
+    "reservation (new_token_ratio, simulator/engine/reserve.py: +46% / +41% / +37% before "
+    "it). Issue 35 (read in the PyPI sglang==0.5.3 wheel): the run is plain TP 8, as the "
+    "page's command keeps dp_size at 1 and server_args.py _handle_data_parallelism then sets "
+    "enable_dp_attention = False, so DP-rank balancing, idle ranks' dummy batches "
+    "(scheduler.py prepare_mlp_sync_batch, only under require_mlp_sync), the per-rank "
+    "chunked_prefill_size // dp_size and schedule_conservativeness x 0.3 do not apply (ruled "
+    "out); the flag's one effect is the KV pool, whose mem_fraction_static "
+    "_handle_gpu_memory_settings computes before that, with the flag's 2,304 MiB reserve: "
+    "0.881, not plain --tp 8's 0.897, the pool capacity x fraction - weights (model_runner.py"
+    " profile_max_num_token), modelled since (memory_plan.sglang_mem_fraction_static, "
+    "engines.yaml sglang-v0.5 mem_fraction_static; the simulated pool had been vLLM's 0.9 "
+    "less a profiled headroom): 214.8 / 144.7 / 252.4 ms to 207.6 / 144.5 / 245.6 ms (the 32K"
+    " case now within 25%), short unchanged; and the weights every TP rank holds whole (MLA's"
+    " q_a and kv_a projections, ReplicatedLinear in models/deepseek_v2.py, and the 16-bit "
+    "router: memory_plan.replicated_bytes, 0.94 GiB a GPU more) to 204.8 / 141.8 / 245.6 ms. "
+    "Also read and as simulated: max_prefill_tokens 16,384 and chunked_prefill_size 8,192 "
+    "(H200: under 160 GiB); not binding here: max_running_requests = min(max_total_num_tokens"
+    " // 2, req_to_token_pool.size of at least 2,048) (tp_worker.py, model_runner.py) and "
+    "cuda_graph_max_bs 512 (the simulated decode batches are at most 333); vllm bench serve's"
+    " mean TPOT is the mean over requests of (latency - ttft) / (output_tokens - 1), as the "
+    "harness takes it. What is left is the prefill's price. With fixed lengths sent at once "
+    "the requests run in waves (as many as the pool holds prefill, then decode together: 333 "
+    "/ 166 / 21 a wave), and a request's TPOT is mostly its wave's later prefills, so the "
+    "TPOT's error is about the prefill step's error times the wave's. The page's own figures "
+    "price the decodes about right (median ITL 48.78 / 46.40 / 35.27 ms against the simulated"
+    " 56.4 / 50.8 / 34.7) and the prefill slow: its durations (55.11 / 130.31 / 199.47 s; "
+    "total tokens/s simulated -15.1% / -9.7% / -15.8%) less the decode steps (2 / 3 / 5 waves"
+    " at its median ITL) put SGLang's prefill at about 22.1K / 19.4K / 17.6K tokens/s where "
+    "the simulated runs 18.5K / 18.1K / 14.5K, and its P99 ITL at 32K (1,680.63 ms: one 32K "
+    "prompt's four chunks stalling the decodes) against about 2.2 s simulated. Of the "
+    "simulated 8,192-token step (4 x 2,048 tokens, 471 ms) the Triton fused-MoE GEMMs take "
+    "222 ms, at the profile's moe.fp8_triton_compute_efficiency (0.11 of the FP8 peak, fitted"
+    " to untuned-config series: vLLM PR #24700), where SGLang ships tuned H200 configs for "
+    "DeepSeek's E=257,N=256 experts (sgl-project/sglang PR #7687); and the TP all-reduces 86 "
+    "ms, at the profile's 307.5 GB/s bus bandwidth fitted up to 16 MiB; NCCL's NVLS (~475 "
+    "GB/s on 8 x H200, NVIDIA/nccl-tests issue #272) is ruled out, SGLang 0.5.3 setting "
+    "NCCL_NVLS_ENABLE=0 and NCCL_CUMEM_ENABLE=0 by default (entrypoints/engine.py "
+    "_set_envs_and_config; enable_nccl_nvls and enable_symm_mem off), and NCCL's ring at ~370"
+    " GB/s for 117 MB messages (nccl-tests issue #212, as the profile notes) would take 14 ms"
+    " off a step. No measurement of the tuned fused MoE at these sizes was found, so neither "
+    "is repriced (nothing fitted to these numbers). The short case (all 1,000 admitted at "
+    "once, the pool never binding) gets the TTFT right (3,662 vs 3,626 ms), but the page's "
+    "requests finish spread (mean E2E 6.03 s in a 6.40 s run, P99 TTFT 4.88 s) where the "
+    "simulated all finish together after the last prefill: the real decodes interleave with "
+    "later prefills, as they would if the requests reached the scheduler over time through "
+    "SGLang's one TokenizerManager process (sgl-project/sglang issue #6553), a front end left"
+    " unpriced (as for vLLM's short case)")
 _VLLM_SHORT_WHY = (
     "vLLM took 22.07 s (mean TTFT 19.4 s) for 1,000 requests of 128 tokens in and 4 out, "
     "where SGLang on the same GPUs took 6.40 s and the simulation 6.8 s: about 15 ms a "
@@ -280,9 +330,8 @@ DP_KNOWN_MISSES: dict[str, str] = {
         "predicted 109.9 vs published 304.71 ms (-64%): " + _SHAREGPT_WHY),
     **{f"gpustack-dsr1-h200-sglang-0.5-{c}-mean-tpot": (
         f"predicted {p} vs published {q} ms ({d}): " + _SGLANG_TPOT_WHY)
-       for c, p, q, d in (("short", 1148.1, 802.48, "+43%"), ("medium", 214.8, 154.49, "+39%"),
-                          ("long", 144.7, 107.91, "+34%"),
-                          ("very-long", 252.4, 198.62, "+27%"))},
+       for c, p, q, d in (("short", 1148.1, 802.48, "+43%"), ("medium", 204.8, 154.49, "+33%"),
+                          ("long", 141.8, 107.91, "+31%"))},
     "gpustack-dsr1-h200-vllm-sharegpt-conc4-output-toks": (
         "predicted 283.4 vs published 196.81 output tokens/s (+44%): the decode step at 4 "
         "requests is priced 13.7 ms where vLLM's measured TPOT is 19.36 ms (median ITL "

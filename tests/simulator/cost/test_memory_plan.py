@@ -58,3 +58,13 @@ def test_bad_arguments():
         plan_memory(hw, m, Parallelism(), block_size=0)
     assert activation_bytes(m, Parallelism(), 100, logits_tokens=1000) == \
         activation_bytes(m, Parallelism(), 100)
+
+
+def test_replicated_weights_split_over_stages_only():
+    from simulator.cost.memory_plan import replicated_bytes, weights_per_device
+    assert replicated_bytes(load_model("opt-13b")) == (0.0, 0.0)   # dense, no MLA: all split
+    v3 = load_model("deepseek-v3")                                 # fp8 weights, 16-bit router
+    down, router = 61 * 7168 * (1536 + 512 + 64), 58 * 7168 * 256
+    assert replicated_bytes(v3) == (down + router, down + 2 * router)
+    got = weights_per_device(v3, Parallelism(tensor_parallel=4, pipeline_parallel=2))
+    assert got == (v3.weight_bytes() - down - router) / 8 + (down + 2 * router) / 2

@@ -47,14 +47,19 @@ def test_kv_bytes_per_token_are_the_published_latent():
 
 
 def test_kv_capacity_on_h200_holds_the_whole_latent_on_every_rank():
-    # 8 x H200 at TP 8, 90% of memory: weights / 8 per device, the latent NOT divided by 8
+    # 8 x H200 at TP 8, 90% of memory: weights / 8 per device but the replicated ones (the
+    # latent down-projections q_a and kv_a, 61 x 7168 x (1536 + 512 + 64) FP8, and the router,
+    # 58 x 7168 x 256 at 16 bits, whole on every rank); the latent NOT divided by 8
     fp8 = dataclasses.replace(MODEL, dtype="fp8")
     par = Parallelism(tensor_parallel=8)
     plan = plan_memory(H200, fp8, par, gpu_memory_utilization=0.9, block_size=64,
                        max_batched_tokens=8192, logits_tokens=256)
     assert plan.kv_bytes_per_token == 70_272
     usable = 0.9 * H200.memory_bytes
-    budget = usable - fp8.param_count() * 1 / 8 - activation_bytes(fp8, par, 8192, 256)
+    down, router = 61 * 7168 * (1536 + 512 + 64), 58 * 7168 * 256
+    weights = (fp8.param_count() - down - router) * 1 / 8 + down * 1 + router * 2
+    assert plan.weight_bytes == weights
+    budget = usable - weights - activation_bytes(fp8, par, 8192, 256)
     assert plan.kv_blocks == math.floor(budget / (70_272 * 64))
     # by hand: (0.9 x 141 GiB - 671e9 x 1 B / 8 - 0.6 GB) / 70,272 B = 0.74 million tokens;
     # a 128-head MHA cache (2 x 128 x 128 x 2 B / 8 a layer) would hold 7x fewer

@@ -169,9 +169,10 @@ def _random_case(case, engine: str | None = None) -> None:
                             "enable_chunked_prefill": case["chunked"],
                             "gpu_memory_utilization": util, "mixed_chunk": case["mixed"]})
     sc = dataclasses.replace(sc, policy=PolicyConfig(name, params))
-    if engine is not None:
-        sc = dataclasses.replace(sc, execution=parse_execution({"engine": engine},
-                                                               source="test"))
+    if engine is not None:  # the pool still sized by gpu_memory_utilization (util above)
+        ex = parse_execution({"engine": engine}, source="test")
+        spec = dataclasses.replace(ex["spec"], mem_fraction_static=False)
+        sc = dataclasses.replace(sc, execution={**ex, "spec": spec})
     if case["per_request"]:
         sc = dataclasses.replace(sc, acceptance={"model": "per_request", "mean": case["alpha"],
                                                  "concentration": 3.0})

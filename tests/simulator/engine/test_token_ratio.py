@@ -32,7 +32,11 @@ D = 0.25  # seconds a forward: the closed forms count steps
 
 
 def _engine(sc, name):
-    return dataclasses.replace(sc, execution=parse_execution({"engine": name}, source="test"))
+    """``sc`` on engine ``name``, its KV pool still sized by gpu_memory_utilization (vLLM's
+    rule, which _utilisation_for_blocks inverts), not by SGLang's mem_fraction_static."""
+    ex = parse_execution({"engine": name}, source="test")
+    spec = dataclasses.replace(ex["spec"], mem_fraction_static=False)
+    return dataclasses.replace(sc, execution={**ex, "spec": spec})
 
 
 def test_the_sglang_entries_carry_sglangs_defaults():
