@@ -76,3 +76,15 @@ def test_v0_schedule_default_timeline():
     assert steps["prefill_tokens"].tolist() == [400, 0, 200, 0, 0, 0]
     assert steps["num_decode"].tolist() == [0, 2, 0, 3, 1, 1]
     assert "forcing chunked prefill" in res.info["engine_override"]
+
+
+def test_specsim_run_notes_the_override_once_for_all_policies():
+    """The engine logs it once at start-up: one note however many policies ran."""
+    from types import SimpleNamespace
+
+    from simulator.cli.run import engine_notes
+    sc = _scenario("vllm-v0.7")
+    note = engine_batching(sc)[1]
+    runs = [SimpleNamespace(info={"engine_override": note}) for _ in range(3)]
+    assert engine_notes(runs) == [f"note: {note}"]
+    assert engine_notes([SimpleNamespace(info={"engine_override": ""})]) == []
