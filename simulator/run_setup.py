@@ -28,6 +28,7 @@ from simulator.deployment import (
 from simulator.engine.block_keys import BlockKeys, block_keys
 from simulator.engine.replica import Replica
 from simulator.engine.requests import EngineLimits, RequestTable
+from simulator.engine_overrides import engine_batching
 from simulator.inputs.errors import SpecsimError
 from simulator.scenario import Scenario
 
@@ -159,6 +160,7 @@ def check_runnable(scenario: Scenario, *, workload=None, where: str | None = Non
     the next scenario of the same seed and workload).  ``where`` (a candidate, a --compare
     entry) goes before the error's field.  With ``infeasible_ok`` (a plan, whose table
     reports it) a deployment that does not fit passes and servability is not checked."""
+    scenario = engine_batching(scenario)[0]  # what simulate() runs (engine_overrides.py)
     try:
         pools = {None: scenario}
         if scenario.disaggregation is not None:  # each pool's deployment and plan

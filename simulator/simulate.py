@@ -20,6 +20,7 @@ from simulator.engine.replica import Replica
 from simulator.engine.requests import EngineLimits, RequestTable
 from simulator.engine.reserve import TokenRatio
 from simulator.engine.router import Arrivals
+from simulator.engine_overrides import engine_batching
 from simulator.results import Results
 from simulator.run_setup import (  # noqa: F401 - the names callers import from here
     Prepared,
@@ -49,11 +50,14 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     ones); ``progress(done, total)`` is called as requests finish.  A scenario with a
     ``disaggregation`` section runs its prefill and decode pools (simulate_disagg.py).
     """
+    scenario, override = engine_batching(scenario)  # as the engine starts (vLLM 0.7.x's MLA)
     if scenario.disaggregation is not None:
         from simulator.simulate_disagg import simulate_disaggregated
-        return simulate_disaggregated(scenario, workload=workload, target_cost=target_cost,
-                                      draft_cost=draft_cost, progress=progress,
-                                      record_events=record_events)
+        results = simulate_disaggregated(scenario, workload=workload, target_cost=target_cost,
+                                         draft_cost=draft_cost, progress=progress,
+                                         record_events=record_events)
+        results.info["engine_override"] = override
+        return results
     run = prepare(scenario, workload=workload, target_cost=target_cost, draft_cost=draft_cost)
     dep, policies, workload, rng, tcost = (run.deployment, run.policies, run.workload, run.rng,
                                            run.target_cost)
@@ -91,6 +95,7 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
     results.info["acceptance_warning"] = where.warning
     results.info["engine"] = engine_stats(scenario, replicas)
     results.info["prefix_cache"] = prefix_cache_stats(scenario, workload, replicas)
+    results.info["engine_override"] = override
     return results
 
 

@@ -173,8 +173,8 @@ def main(args: argparse.Namespace) -> int:
             write_timeline(results, writer.path / timeline.name)
         writer.commit(manifest)
     _print_summary(args, scenario, results, summary, out, draws)
-    for line in acceptance_warnings(results):  # stderr: stdout stays the table
-        print(f"warning: {line}", file=sys.stderr)
+    for line in acceptance_warnings(results) + engine_notes(results):  # stderr: stdout
+        print(line, file=sys.stderr)                                     # stays the table
     if timeline is not None:
         if not timeline_inside:
             from simulator.timeline import write_timeline
@@ -307,8 +307,15 @@ def acceptance_line(results: list) -> str:
 
 def acceptance_warnings(results: list) -> list[str]:
     """The runs' acceptance warnings (``Results.info``), one line per policy that has one."""
-    return [f"{r.label}: {r.info['acceptance_warning']}" for r in results
+    return [f"warning: {r.label}: {r.info['acceptance_warning']}" for r in results
             if r.info.get("acceptance_warning")]
+
+
+def engine_notes(results: list) -> list[str]:
+    """What the named engine overrode in the runs' batching (simulator/engine_overrides.py),
+    once: the engine logs it at start-up, not per policy."""
+    return [f"note: {line}" for line in dict.fromkeys(r.info.get("engine_override", "")
+                                                       for r in results) if line]
 
 
 def saturation_note(row) -> str:

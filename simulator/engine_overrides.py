@@ -1,0 +1,41 @@
+"""What a named engine overrides in the scenario's batching at start-up, as the engine does.
+
+vLLM 0.7.x (engines.yaml ``vllm-v0.7``, ``mla_disables_chunked_prefill``) turns chunked
+prefill and prefix caching off for a model that runs MLA (DeepSeek-V2/V3/R1, Kimi-K2),
+whatever the user asked: vllm/config.py ``VllmConfig.__post_init__`` logs "MLA is enabled;
+forcing chunked prefill and prefix caching to be disabled." and sets
+``scheduler_config.chunked_prefill_enabled`` and ``cache_config.enable_prefix_caching`` to
+False.  Its scheduler then runs ``Scheduler._schedule_default`` (core/scheduler.py): whole
+prompts in a prefill-only step within ``max_num_batched_tokens`` and ``max_num_seqs``, the
+decodes in steps of their own, prefills first.  Here that is ``enable_chunked_prefill`` off
+(a prompt is admitted whole or waits: engine/admission.py) with ``mixed_chunk`` off (the
+prefill-first steps of engine/prefill_first.py); ``max_num_batched_tokens`` is kept, as
+0.7.x keeps it.  The run's ``info["engine_override"]`` says what was overridden, as vLLM's
+log line does; empty where nothing was.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from simulator.models.spec import load_model
+from simulator.scenario import Scenario
+
+
+def engine_batching(scenario: Scenario) -> tuple[Scenario, str]:
+    """The scenario with the named engine's start-up overrides applied, and a note of them."""
+    spec = scenario.execution.get("spec")
+    if spec is None or not spec.mla_disables_chunked_prefill:
+        return scenario, ""
+    b = scenario.batching
+    asked = [name for name, on in (("enable_chunked_prefill", b.enable_chunked_prefill),
+                                   ("enable_prefix_caching", b.enable_prefix_caching),
+                                   ("mixed_chunk", b.mixed_chunk is not False)) if on]
+    if not asked or not load_model(scenario.target).is_mla:
+        return scenario, ""
+    batching = dataclasses.replace(b, enable_chunked_prefill=False, enable_prefix_caching=False,
+                                   mixed_chunk=False)
+    note = (f"engine {spec.name} runs the MLA model {scenario.target} without chunked prefill "
+            f"or prefix caching, prefill and decode steps apart (vLLM 0.7.x: 'MLA is enabled; "
+            f"forcing chunked prefill and prefix caching to be disabled'): batching."
+            f"{', batching.'.join(asked)} set to false")
+    return dataclasses.replace(scenario, batching=batching), note
