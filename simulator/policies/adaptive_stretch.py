@@ -93,6 +93,30 @@ class AdaptiveChain(AdaptiveStretch):
         self._forms = closed_forms(policy.target_cost)
         # (requests, tokens each) -> the target's uniform_pricer (None: no closed form)
         self._verify: dict[tuple[int, int], object] = {}
+        # the chain's own stretch, where the controller's gammas never change (fixed_chain)
+        self._stretch = self.chain.chain_stretch() if policy.fixed_decision else None
+        self._same_host: dict[int, bool] = {}  # batch size -> the two host charges agree
+
+    def fixed_chain(self, request_ids, batch_size):
+        """The chain's ``ChainStretch`` where its iterations are this wrapper's: the fixed
+        controller (nothing learnt), the batch size's cap at the chain's gamma (a request
+        past the draft's context ends the chain's stretch as it drafts 0 here), no request
+        catching up (its first forward is priced otherwise), and the control's host charge
+        of the batch the chain's own (the same float).  The draft loop's seconds are then
+        the chain's closed form (``ChainControl._chain_time``'s, bitwise), its verification
+        the target's uniform one at the context sum (``_uniform_verify``'s), its draws
+        ``draw_chain``'s (the chain's ``sample_chain``, which its stretch draws bitwise),
+        and what the control observes leaves its state as it is: every request drafts, so
+        none starts lagging, and its last proposal is read only after the next one."""
+        stretch = self._stretch
+        if stretch is None or self.policy.cap(batch_size) != stretch.gamma \
+                or self.control.lagging(request_ids):
+            return None
+        same = self._same_host.get(batch_size)
+        if same is None:
+            same = self._same_host[batch_size] = \
+                self.control.charge(stretch.gamma)(batch_size) == self.chain.host(batch_size)
+        return stretch if same else None
 
     def _speculable(self, prompt_len, generated) -> np.ndarray:
         return self.chain.speculable_of(prompt_len, generated)
