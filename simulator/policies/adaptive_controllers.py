@@ -23,7 +23,6 @@ import numpy as np
 
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number
-from simulator.policies.goodput_few import few_choice
 
 
 @dataclass(frozen=True)
@@ -246,17 +245,11 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     k_max = int(_MAX(cap)) if n else 0
     if k_max == 0:
         return np.zeros((1, n), np.int64), 0
-    steps = _steps(k_max)
-    if n <= FEW_REQUESTS:  # on Python numbers (goodput_few.py), where no estimate is <= 0
-        got = few_choice(alpha, cap.tolist(), k_max, steps, max_candidates,
-                         (lambda ks: step_times(ks).tolist()) if step_times is not None
-                         else (lambda ks: [step_time(k) for k in ks]))
-        if got is not None:
-            return got
     a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
+    steps = _steps(k_max)
     powers = a[:, None] ** steps
     certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
     if _ANY(certain):
@@ -293,7 +286,6 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
 
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _ANY = np.logical_or.reduce
-FEW_REQUESTS = 4  # up to this many requests the search runs on Python numbers (measured)
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
