@@ -5,8 +5,10 @@
 Each iteration the controller's gammas differ per request (the caps of the schedule and the
 switches, the draft model's context, the goodput search), so a stretch cannot draw and price
 many iterations at once as a chain's does; the engine takes them one by one instead
-(simulator/engine/varied_stretch.py), and these classes give it ``propose``, ``accept`` and
-``observe`` on the batch's arrays: the same controller evaluated on the same numbers in the
+(simulator/engine/varied_stretch.py), except where the gammas are the wrapped chain's own
+until the batch changes (``AdaptiveChain.fixed_chain``: the fixed controller at the chain's
+gamma, no request catching up), which the chain's stretch takes; these classes give it
+``propose``, ``accept`` and ``observe`` on the batch's arrays: the same controller evaluated on the same numbers in the
 same order (``AdaptiveSpeculation.cap``, ``goodput``, ``learn``; the control's
 ``predictor``; the base's plan, draws and observation on arrays), so the results are bitwise
 the step-by-step path's.  Around ``chain`` the goodput search hands the engine the target's
