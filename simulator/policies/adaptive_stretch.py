@@ -8,10 +8,10 @@ many iterations at once as a chain's does; the engine takes them one by one inst
 (simulator/engine/varied_stretch.py), except where the gammas are the wrapped chain's own
 until the batch changes (``AdaptiveChain.fixed_chain``: the fixed controller at the chain's
 gamma, no request catching up), which the chain's stretch takes; these classes give it
-``propose``, ``accept`` and ``observe`` on the batch's arrays: the same controller evaluated on the same numbers in the
-same order (``AdaptiveSpeculation.cap``, ``goodput``, ``learn``; the control's
-``predictor``; the base's plan, draws and observation on arrays), so the results are bitwise
-the step-by-step path's.  Around ``chain`` the goodput search hands the engine the target's
+``propose``, ``accept`` and ``observe`` on the batch's arrays: the same controller
+evaluated on the same numbers in the same order (``AdaptiveSpeculation.cap``, ``goodput``,
+``learn``; the control's ``predictor``; the base's plan, draws and observation on arrays),
+so the results are bitwise the step-by-step path's.  Around ``chain`` the goodput search hands the engine the target's
 seconds verifying the gammas it chose (``VariedPlan.verify_s``): it priced them, bitwise
 ``step_time``'s, so the engine does not price them again; where no search ran and every
 request verifies the same k + 1 tokens (the schedule's and the switches' caps), the
