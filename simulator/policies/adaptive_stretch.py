@@ -11,15 +11,15 @@ gamma, no request catching up), which the chain's stretch takes; these classes g
 ``propose``, ``accept`` and ``observe`` on the batch's arrays: the same controller
 evaluated on the same numbers in the same order (``AdaptiveSpeculation.cap``, ``goodput``,
 ``learn``; the control's ``predictor``; the base's plan, draws and observation on arrays),
-so the results are bitwise the step-by-step path's.  Around ``chain`` the goodput search hands the engine the target's
-seconds verifying the gammas it chose (``VariedPlan.verify_s``): it priced them, bitwise
-``step_time``'s, so the engine does not price them again; where no search ran and every
-request verifies the same k + 1 tokens (the schedule's and the switches' caps), the
-target's uniform closed form at the context sum does (bitwise ``step_time``'s, as a chain's
-stretches price theirs), and the chain's draft by ``chain_draft_pricer`` likewise
-(``ChainControl.draft_seconds``).  The wrapped chain observes nothing (its ``observe`` is
-the base class's): only the controllers and the draft model's catch-up learn from an
-iteration.
+so the results are bitwise the step-by-step path's. Around ``chain`` the goodput search
+hands the engine the target's seconds verifying the gammas it chose
+(``VariedPlan.verify_s``): it priced them, bitwise ``step_time``'s, so the engine does not
+price them again; where no search ran and every request verifies the same k + 1 tokens (the
+schedule's and the switches' caps), the target's uniform closed form at the context sum
+does (bitwise ``step_time``'s, as a chain's stretches price theirs), and the chain's draft
+by ``chain_draft_pricer`` likewise (``ChainControl.draft_seconds``). The wrapped chain
+observes nothing (its ``observe`` is the base class's): only the controllers and the draft
+model's catch-up learn from an iteration.
 """
 from __future__ import annotations
 
