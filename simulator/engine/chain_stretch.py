@@ -255,9 +255,10 @@ class ChainCrossing:
     priced before it, with its accepted drafts already drawn (+1 each, uncapped); the
     replica yields to SimPy until it ends, then ``complete_crossing`` completes it."""
 
-    __slots__ = ("start_s", "draft_s", "verify_s", "duration_s", "emit", "sums")
+    __slots__ = ("start_s", "draft_s", "verify_s", "duration_s", "emit", "sums", "spec")
 
-    def __init__(self, start_s, draft_s, verify_s, emit, sums) -> None:
+    def __init__(self, start_s, draft_s, verify_s, emit, sums, spec) -> None:
+        self.spec = spec  # the ChainStretch whose iteration it is (complete_crossing's)
         self.start_s = start_s
         self.draft_s = draft_s
         self.verify_s = verify_s
@@ -274,7 +275,7 @@ def _crossing(replica, spec: ChainStretch, emit: np.ndarray, sums: float, draft_
     blocks = (b.computed + (spec.gamma + bs)) // bs  # ceil((computed + gamma + 1) / bs)
     replica.used_blocks += int(_SUM(blocks - b.blocks))
     b.blocks[:] = blocks
-    return ChainCrossing(replica.now, draft_s, verify_s, emit, sums)
+    return ChainCrossing(replica.now, draft_s, verify_s, emit, sums, spec)
 
 
 def complete_crossing(replica, spec: ChainStretch, step: ChainCrossing, now: float) -> None:

@@ -218,6 +218,13 @@ class VariedDraft(ABC):
         """``observe`` of an iteration of ``plan`` whose requests had ``generated`` tokens
         before it and ``accepted`` (clamped) drafts accepted."""
 
+    def fixed_chain(self, request_ids: np.ndarray, batch_size: int) -> ChainStretch | None:
+        """Where the next iterations of these requests are, until the batch changes, a
+        chain's own (every request drafting its gamma, nothing learnt that could change
+        that), its ``ChainStretch``: the engine advances them by it (chain_short.py) as
+        long as that applies.  None (the default): iteration by iteration."""
+        return None
+
 
 class VariedRows(NamedTuple):
     """K iterations of an ``AheadDraft`` planned at once: row j what ``plan_counts`` and

@@ -157,7 +157,7 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
             if step.__class__ is PlainStep:
                 self._plain_complete(step, end)
             elif step.__class__ is ChainCrossing:
-                complete_crossing(self, self._chain, step, end)
+                complete_crossing(self, step.spec, step, end)  # a varied draft's too
             elif step.__class__ is ChainStep:
                 chain_complete(self, self._chain, step, end)
             else:

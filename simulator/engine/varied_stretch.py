@@ -23,15 +23,23 @@ or ``Step``.  An iteration is the step-by-step one, operation for operation:
 4. otherwise completed here as ``Completion._complete`` completes a decode-only step: the
    draws (``draw_counts``), the emissions, the roll-back, the observation, the
    retirements, the row.
+
+Where the proposer's iterations are, until the batch changes, a chain's own
+(``VariedDraft.fixed_chain``: the ``adaptive`` wrapper's ``fixed`` controller at the chain's
+gamma, nothing to catch up), the chain's stretch takes them (chain_short.py: closed-form
+chunks), its crossing iteration completed by ``complete_crossing``; an iteration it does
+not take (an admission, the KV cache, a request past the draft's context) comes here.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from simulator.engine.chain_short import advance_chain
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED, admission_blocked
 from simulator.engine.plan import (
     AheadDraft,
     BatchView,
+    ChainStretch,
     DraftPlan,
     VariedDraft,
     VariedPlan,
@@ -69,6 +77,14 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
         n = int(b.ids.size)
         if not n:
             return (RETIRED if done else NONE), None
+        chain = _fixed_chain(replica, spec, n)
+        if chain is not None:  # a chain's own iterations: its stretch takes them
+            got, crossing = advance_chain(replica, chain)
+            if got == RETIRED or crossing is not None:
+                return got, crossing
+            if got == ADVANCED:
+                done = ADVANCED
+                continue
         if not _opens(replica, n, u_max):
             return done, None
         start = replica.now
@@ -81,6 +97,14 @@ def advance_varied(replica, spec: VariedDraft) -> tuple[int, Step | None]:
         if step is not None:
             return ADVANCED, step
         done, size = ADVANCED, restart_rows(replica, pace) if ahead is not None else 0
+
+
+def _fixed_chain(replica, spec: VariedDraft, n: int) -> ChainStretch | None:
+    """``spec.fixed_chain`` of the running batch where a chain stretch may run here (no
+    prefix cache, the target's closed forms: ``chain_stretch_of``'s conditions)."""
+    if replica.cache is not None or replica.forms is None:
+        return None
+    return spec.fixed_chain(replica.b.ids, n)
 
 
 def _opens(replica, n: int, u_max: int) -> bool:

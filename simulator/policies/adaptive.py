@@ -203,6 +203,12 @@ class AdaptiveSpeculation(PolicyBase):
     def max_verify_tokens(self) -> int:
         return self.base.max_verify_tokens
 
+    @property
+    def fixed_decision(self) -> bool:
+        """Whether the gammas follow from the batch size alone (the ``fixed`` controller,
+        no kill switch): nothing an iteration teaches changes them."""
+        return self.kind == "fixed" and self.kill is None
+
     def varied_draft(self) -> VariedDraft | None:
         """Around ``chain`` (per-request gammas with its catch-up) or a ``LimitedDraft``
         (``prompt_lookup``, ``suffix``), its iterations on arrays (adaptive_stretch.py), any

@@ -5,19 +5,21 @@
 Each iteration the controller's gammas differ per request (the caps of the schedule and the
 switches, the draft model's context, the goodput search), so a stretch cannot draw and price
 many iterations at once as a chain's does; the engine takes them one by one instead
-(simulator/engine/varied_stretch.py), and these classes give it ``propose``, ``accept`` and
-``observe`` on the batch's arrays: the same controller evaluated on the same numbers in the
-same order (``AdaptiveSpeculation.cap``, ``goodput``, ``learn``; the control's
-``predictor``; the base's plan, draws and observation on arrays), so the results are bitwise
-the step-by-step path's.  Around ``chain`` the goodput search hands the engine the target's
-seconds verifying the gammas it chose (``VariedPlan.verify_s``): it priced them, bitwise
-``step_time``'s, so the engine does not price them again; where no search ran and every
-request verifies the same k + 1 tokens (the schedule's and the switches' caps), the
-target's uniform closed form at the context sum does (bitwise ``step_time``'s, as a chain's
-stretches price theirs), and the chain's draft by ``chain_draft_pricer`` likewise
-(``ChainControl.draft_seconds``).  The wrapped chain observes nothing (its ``observe`` is
-the base class's): only the controllers and the draft model's catch-up learn from an
-iteration.
+(simulator/engine/varied_stretch.py), except where the gammas are the wrapped chain's own
+until the batch changes (``AdaptiveChain.fixed_chain``: the fixed controller at the chain's
+gamma, no request catching up), which the chain's stretch takes; these classes give it
+``propose``, ``accept`` and ``observe`` on the batch's arrays: the same controller
+evaluated on the same numbers in the same order (``AdaptiveSpeculation.cap``, ``goodput``,
+``learn``; the control's ``predictor``; the base's plan, draws and observation on arrays),
+so the results are bitwise the step-by-step path's. Around ``chain`` the goodput search
+hands the engine the target's seconds verifying the gammas it chose
+(``VariedPlan.verify_s``): it priced them, bitwise ``step_time``'s, so the engine does not
+price them again; where no search ran and every request verifies the same k + 1 tokens (the
+schedule's and the switches' caps), the target's uniform closed form at the context sum
+does (bitwise ``step_time``'s, as a chain's stretches price theirs), and the chain's draft
+by ``chain_draft_pricer`` likewise (``ChainControl.draft_seconds``). The wrapped chain
+observes nothing (its ``observe`` is the base class's): only the controllers and the draft
+model's catch-up learn from an iteration.
 """
 from __future__ import annotations
 
@@ -93,6 +95,30 @@ class AdaptiveChain(AdaptiveStretch):
         self._forms = closed_forms(policy.target_cost)
         # (requests, tokens each) -> the target's uniform_pricer (None: no closed form)
         self._verify: dict[tuple[int, int], object] = {}
+        # the chain's own stretch, where the controller's gammas never change (fixed_chain)
+        self._stretch = self.chain.chain_stretch() if policy.fixed_decision else None
+        self._same_host: dict[int, bool] = {}  # batch size -> the two host charges agree
+
+    def fixed_chain(self, request_ids, batch_size):
+        """The chain's ``ChainStretch`` where its iterations are this wrapper's: the fixed
+        controller (nothing learnt), the batch size's cap at the chain's gamma (a request
+        past the draft's context ends the chain's stretch as it drafts 0 here), no request
+        catching up (its first forward is priced otherwise), and the control's host charge
+        of the batch the chain's own (the same float).  The draft loop's seconds are then
+        the chain's closed form (``ChainControl._chain_time``'s, bitwise), its verification
+        the target's uniform one at the context sum (``_uniform_verify``'s), its draws
+        ``draw_chain``'s (the chain's ``sample_chain``, which its stretch draws bitwise),
+        and what the control observes leaves its state as it is: every request drafts, so
+        none starts lagging, and its last proposal is read only after the next one."""
+        stretch = self._stretch
+        if stretch is None or self.policy.cap(batch_size) != stretch.gamma \
+                or self.control.lagging(request_ids):
+            return None
+        same = self._same_host.get(batch_size)
+        if same is None:
+            same = self._same_host[batch_size] = \
+                self.control.charge(stretch.gamma)(batch_size) == self.chain.host(batch_size)
+        return stretch if same else None
 
     def _speculable(self, prompt_len, generated) -> np.ndarray:
         return self.chain.speculable_of(prompt_len, generated)

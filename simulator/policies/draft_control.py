@@ -203,11 +203,20 @@ class ChainControl:
             time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
         # the longest chain sets the draft loop's forwards (a charge memoised per count)
         forwards = max(int(_MAX(k)), 0) if k.size else 0  # k.max(initial=0)
+        return time_s, self.charge(forwards)(int(_SUM(on)))
+
+    def charge(self, forwards: int) -> SpecCharge:
+        """The host work of a draft loop of ``forwards`` forwards, memoised per count."""
         host = self._charges.get(forwards)
         if host is None:
             host = self._charges[forwards] = SpecCharge(
                 self.execution, SpecWork(draft_forwards=forwards))
-        return time_s, host(int(_SUM(on)))
+        return host
+
+    def lagging(self, request_ids: np.ndarray) -> bool:
+        """Whether any of these requests skipped iterations (its next draft catches up)."""
+        lags = self._lags
+        return bool(lags) and any([r in lags for r in request_ids.tolist()])
 
     def _chain_time(self, context: np.ndarray, k: np.ndarray) -> float:
         """``chain_draft_time(draft_cost, context, k)``; where every request drafts the same
