@@ -108,23 +108,36 @@ def _kimi_eagle3() -> dict[str, Any]:
             "measured_for": {"target": "kimi-k2.5-nvfp4", "draft": "eagle3-kimi-k2.5 (MLA)"}}
 
 
+# drafter name -> the builder of its default; built one at a time (``_built``): a run
+# needs its own drafter's only, and the EAGLE fits of all six heads cost tens of ms
+_BUILDERS = {**{head: lambda head=head: _eagle(head, _base(head)) for head in EAGLE_HEADS},
+             **{head: lambda head=head: _vllm_20780(head) for head in VLLM_20780_BEST},
+             **{f"medusa-vicuna-{size}": lambda size=size: _medusa(size)
+                for size in ("7b", "13b", "33b")},
+             "llama-68m": _specinfer, "deepseek-v3-mtp": _mtp, "eagle3-kimi-k2": _kimi_eagle3}
+
+
+def _base(head: str) -> str:
+    from simulator.models.spec import load_model
+    return load_model(head).base_model
+
+
 @lru_cache(maxsize=None)
+def _built(drafter: str) -> dict[str, Any]:
+    return _BUILDERS[drafter]()
+
+
 def drafter_defaults() -> dict[str, dict[str, Any]]:
     """Drafter name -> its published default acceptance mapping (cited, measured_for)."""
-    from simulator.models.spec import load_model
-    out = {head: _eagle(head, load_model(head).base_model) for head in EAGLE_HEADS}
-    out.update({head: _vllm_20780(head) for head in VLLM_20780_BEST})
-    out.update({f"medusa-vicuna-{size}": _medusa(size) for size in ("7b", "13b", "33b")})
-    out["llama-68m"] = _specinfer()
-    out["deepseek-v3-mtp"] = _mtp()
-    out["eagle3-kimi-k2"] = _kimi_eagle3()
-    return out
+    return {name: _built(name) for name in _BUILDERS}
 
 
 def drafter_default(drafter: str | None) -> dict[str, Any] | None:
     """The published default of ``drafter`` (a copy), or None where none is published."""
-    found = drafter_defaults().get(drafter or "")
-    return None if found is None else {**found, "measured_for": dict(found["measured_for"])}
+    if drafter not in _BUILDERS:
+        return None
+    found = _built(drafter)
+    return {**found, "measured_for": dict(found["measured_for"])}
 
 
 def drafter_line(drafter: str) -> str:

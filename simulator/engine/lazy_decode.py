@@ -177,8 +177,9 @@ class LazyDecodes(LazyStretches):
         if self.used_blocks + taken > lim.kv_blocks:
             return None
         self.used_blocks += taken  # the decodes' reservation, before the prefills'
-        if n - nd == 1 and not self.waiting:  # the usual mixed step: no admission
-            step = self._lazy_chunk(now, nd, n, budget - nd)
+        if n - nd == 1 and (not self.waiting or self.ratio_clock is None):
+            # the usual mixed step: no admission (none waits, or the chunk takes the budget)
+            step = self._lazy_chunk(now, nd, n, budget - nd, bool(self.waiting))
             if step is not None:
                 return step
         if nd == n and self.waiting:  # admissions (``_plan_prefills`` with none mid-prefill)
@@ -203,17 +204,21 @@ class LazyDecodes(LazyStretches):
         return PlainStep(now, draft_s, verify_s, None, nd, pf, chunks, completes,
                          prefill_tokens, kv_read, attn_pairs)
 
-    def _lazy_chunk(self, now: float, nd: int, n: int, budget: int) -> ChunkStep | None:
-        """The fused iteration of ``nd`` decodes and the one prefilling request, when the
-        queue is empty: ``_plan_prefills`` and ``_forward`` (its ``mixed_step_time``) on
-        Python numbers; None (nothing changed) where it has no chunk or no mixed price."""
+    def _lazy_chunk(self, now: float, nd: int, n: int, budget: int,
+                    fill: bool = False) -> ChunkStep | None:
+        """The fused iteration of ``nd`` decodes and the one prefilling request, when no
+        admission follows its chunk: ``_plan_prefills`` and ``_forward`` (its
+        ``mixed_step_time``) on Python numbers; None (nothing changed) where it has no chunk,
+        no mixed price or, with ``fill`` (a queue waits, no SGLang reservation), a chunk
+        short of the budget (``_plan_prefills`` would then try the queue's head; with the
+        budget spent, ``admission_chunk`` answers 0 and changes nothing)."""
         b = self.b
         p = n - 1 if b.in_prefill[n - 1] else int(np.flatnonzero(b.in_prefill)[0])
         computed, blocks, target = int(b.computed[p]), int(b.blocks[p]), \
             int(b.prefill_target[p])
         chunk = self._fit_chunk(computed, blocks, target - computed, budget) \
             if budget > 0 else 0
-        if chunk <= 0:
+        if chunk <= 0 or (fill and chunk < budget):
             return None
         step = self._chunk_step(now, nd, p, chunk)
         if step is not None:

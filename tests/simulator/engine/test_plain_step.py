@@ -138,6 +138,39 @@ def test_the_fused_path_carries_the_mixed_steps(monkeypatch, fast_forward):
     assert int(fused.steps["preemptions"].sum()) > 0  # the ordinary path's part is exercised
 
 
+def test_a_chunk_that_spends_the_budget_is_fused_while_requests_wait(monkeypatch):
+    """Long prompts arriving faster than they prefill: a chunk that takes the whole token
+    budget leaves no room for an admission, so the lazy form fuses it though requests wait
+    (``_lazy_chunk``'s ``fill``), and a last chunk short of the budget (an admission may
+    follow) is left to ``_plan_prefills``.  Both kinds occur, and the run is the ordinary
+    path's and the step-by-step reference's bit for bit."""
+    rng = np.random.default_rng(11)
+    n = 60
+    util = _utilisation_for_blocks(400, 16, 256, False, 8)
+    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
+                  batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
+                            "enable_chunked_prefill": True, "gpu_memory_utilization": util,
+                            "enable_prefix_caching": False})
+    wl = workload(np.sort(rng.uniform(0, 3, n)), rng.integers(600, 1500, n),
+                  rng.integers(20, 200, n))
+    seen = {"fused": 0, "left": 0}
+    chunk = LazyDecodes._lazy_chunk
+
+    def watched(self, now, nd, size, budget, fill=False):
+        step = chunk(self, now, nd, size, budget, fill)
+        if fill:
+            seen["fused" if step is not None else "left"] += 1
+        return step
+
+    with monkeypatch.context() as m:
+        m.setattr(LazyDecodes, "_lazy_chunk", watched)
+        fused, ordinary, _ = _fused_and_ordinary(monkeypatch, sc, wl, True)
+    assert seen["fused"] > 0 and seen["left"] > 0
+    assert_identical(fused, ordinary)
+    assert_identical(fused, simulate(dataclasses.replace(
+        sc, engine=EngineOptions(fast_forward=False)), workload=wl))
+
+
 @pytest.mark.parametrize("policy", ["none", "chain:num_speculative_tokens=3"])
 @pytest.mark.parametrize("chunked", [True, False])
 def test_one_chunk_by_scalar_stores_is_the_array_path(monkeypatch, policy, chunked):
