@@ -113,8 +113,8 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     if forms is None:
         return _pass(replica, spec, k_max, opened)
     draft, verify, price, draw, ahead = forms
-    if ahead is not None:  # a few requests walking uniforms drawn ahead: lists
-        return _short_lists(replica, spec, k_max, opened, forms)
+    if ahead is not None:  # a few requests walking uniforms drawn ahead: lists, in one pass
+        return _short_lists(replica, spec, max(k_max, MAX_CHAIN_ITERATIONS), opened, forms)
     last = None if price is None else spec.carried.reread_tokens(ids)
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
