@@ -188,6 +188,26 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             total += price(s + offset)
         return total + self._linears_s(got[1], n) + self.host(n)
 
+    def few_draft_s(self, n: int):
+        """``iteration_draft_s`` of ``n`` (up to ``_FEW``) requests on lists where the layer
+        has closed forms: the same memoised pricers and the same additions (bitwise)."""
+        if n > _FEW or self._first_forms is None:
+            return None
+        memo = self._later.get(n, self._later)
+        if memo is self._later:
+            memo = self._later[n] = self._later_pricers(n)
+        if memo is None:
+            return None
+        later, host, linears, first_few = memo[1], self.host(n), self._linears_s, self._first_few
+
+        def price(context: list, reread: list) -> float:
+            first, tokens, s = first_few(reread, context)
+            total = 0.0 + first
+            for offset, later_s, _, _ in later:
+                total += later_s(s + offset)
+            return total + linears(tokens, n) + host
+        return price
+
     def _linears_s(self, tokens: float, n: int) -> float:
         """``_extra_s`` of a first forward of ``tokens`` new tokens in all over ``n``
         requests, memoised: the linears' seconds are a function of (tokens, n) alone."""
