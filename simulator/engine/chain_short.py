@@ -171,6 +171,7 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
     u, c0, rng, (draft, verify, price, draw, ahead) = g + 1, b.computed, replica.rng, forms
     last = None if price is None else spec.carried.reread_tokens(b.ids).tolist()
     few, c0l = _few_prices(replica, spec, n, price), c0.tolist()
+    few_draft, few_verify = (None, None) if few is None else few
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
     s, clock, got = int(_SUM(c0)), replica.now, [0] * n
@@ -184,8 +185,8 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
                 and _ANY(b.prompt_len + b.generated + np.add(got, g) >= limit):
             break
         if few is not None:  # the contexts as a list too
-            ctx, v = None, few[1](s)
-            d = few[0]([c + a for c, a in zip(c0l, got)], last)
+            ctx, v = None, few_verify(s)
+            d = few_draft([c + a for c, a in zip(c0l, got)], last)
         else:
             ctx = None if draft is not None else c0 + got
             d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)

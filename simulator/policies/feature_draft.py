@@ -42,7 +42,7 @@ from simulator.policies.base import (
     spec_charge,
     spec_execution,
 )
-from simulator.policies.feature_rows import first_rows, later_rows, later_times
+from simulator.policies.feature_rows import few_price, first_rows, later_rows, later_times
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
     exclusive_table,
@@ -198,15 +198,8 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             memo = self._later[n] = self._later_pricers(n)
         if memo is None:
             return None
-        later, host, linears, first_few = memo[1], self.host(n), self._linears_s, self._first_few
-
-        def price(context: list, reread: list) -> float:
-            first, tokens, s = first_few(reread, context)
-            total = 0.0 + first
-            for offset, later_s, _, _ in later:
-                total += later_s(s + offset)
-            return total + linears(tokens, n) + host
-        return price
+        return few_price(memo[1], self.host(n), self._linears_s, self._first_few, n,
+                         self._first_forms, float(int(self.logits[0])))
 
     def _linears_s(self, tokens: float, n: int) -> float:
         """``_extra_s`` of a first forward of ``tokens`` new tokens in all over ``n``
