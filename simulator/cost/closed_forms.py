@@ -43,6 +43,7 @@ class ClosedForms(ClosedFormPricer):
         self._uniform_cache: dict[tuple, sm.UniformStep | None] = {}
         self._decode_line, self._verify_lines = _MISSING, {}  # sm.decode_line's, by u
         self._row_parts: dict[tuple, object] = {}
+        self._few_mixed: dict[tuple, tuple | None] = {}  # few_mixed_time's, by counts + head
 
     def uniform_step_times(self, n: int, u: int, ctx_sums: np.ndarray,
                            logits: int) -> np.ndarray | None:
@@ -161,11 +162,20 @@ class ClosedForms(ClosedFormPricer):
         the caller; None where it has no such shortcut (``few_step_time`` then prices)."""
         if not self._small or self._few is None:
             return None
-        lo, hi, n = min(new), max(new), len(new)
-        part = self.row_part(n, new, lo, hi, float(sum(new)), head)
-        if lo == hi or type(part) is not tuple:
-            return None
-        return self._step_from(part[0], part[1], self._few.attention_s(new, ctx), n)
+        # the counts' fixed part and attention pricer (``FewAttention.pricer``: bitwise
+        # ``attention_s``), memoised by counts and head: a few requests' re-read counts
+        # repeat, and their kernels' rates and per-request factors are most of the price
+        key = (*new, head)
+        got = self._few_mixed.get(key, _MISSING)
+        if got is _MISSING:
+            lo, hi, n = min(new), max(new), len(new)
+            part = self.row_part(n, new, lo, hi, float(sum(new)), head)
+            got = None if lo == hi or type(part) is not tuple else \
+                (part[0], part[1], self._few.pricer(new), n)
+            if len(self._few_mixed) >= _MEMO:
+                self._few_mixed.clear()
+            self._few_mixed[key] = got
+        return None if got is None else self._step_from(got[0], got[1], got[2](ctx), got[3])
 
     def few_pricer(self, new: list):
         """``ClosedFormPricer.few_pricer``: where the counts differ (whole numbers of at least

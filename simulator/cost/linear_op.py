@@ -8,7 +8,7 @@ small kernels) to read one operator: on the MoE scenarios the largest part of a 
 ``linear_op_s`` prices that operator alone, the same terms in the same order as
 ``breakdown``: the forward's runtime mode and padded tokens (``CostModel._mode`` on one
 request: ``Execution.graph_tokens``), the operator's ``token_terms.linear`` over the model's
-layers, its eager launches, ``op_from_term``'s time (bitwise ``breakdown``'s operator:
+layers, its eager launches, ``op_from_term``'s time_s (bitwise ``breakdown``'s operator:
 ``tests/simulator/cost/test_linear_op.py``).  Only for a plain ``CostModel`` with the
 sum-of-operators step model (a subclass may price its forward otherwise: ``None``).
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
 from simulator.cost.cost_model import CostModel
-from simulator.cost.op_cost import op_from_term
 
 
 def linear_op_s(cm: CostModel, name: str, tokens: int) -> float | None:
@@ -37,5 +36,7 @@ def linear_op_s(cm: CostModel, name: str, tokens: int) -> float | None:
     if found is None:
         return None
     weight, out_t, in_t, n, roof, wb = found
-    lin = tt.linear(cm, padded, weight, out_t, in_t, n, roof, wb, name)
-    return op_from_term((name,) + lin[:6] + (launch * n,) + lin[6:]).time_s
+    gpu = tt.linear(cm, padded, weight, out_t, in_t, n, roof, wb, name)[6]
+    # op_from_term's operator's time_s (its roofline, the launches beyond it), without
+    # building it: a prompt chunk's count rarely repeats, so each one is a miss
+    return gpu + max(launch * n - gpu, 0.0)

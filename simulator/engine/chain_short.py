@@ -113,8 +113,8 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     if forms is None:
         return _pass(replica, spec, k_max, opened)
     draft, verify, price, draw, ahead = forms
-    if ahead is not None:  # a few requests walking uniforms drawn ahead: lists
-        return _short_lists(replica, spec, k_max, opened, forms)
+    if ahead is not None:  # a few requests walking uniforms drawn ahead: lists, in one pass
+        return _short_lists(replica, spec, max(k_max, MAX_CHAIN_ITERATIONS), opened, forms)
     last = None if price is None else spec.carried.reread_tokens(ids)
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon = replica.arrivals.horizon(replica.index)
@@ -170,6 +170,8 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
     u, c0, rng, (draft, verify, price, draw, ahead) = g + 1, b.computed, replica.rng, forms
     last = None if price is None else spec.carried.reread_tokens(b.ids).tolist()
+    few, c0l = _few_prices(replica, spec, n, price), c0.tolist()
+    few_draft, few_verify = (None, None) if few is None else few
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
     s, clock, got = int(_SUM(c0)), replica.now, [0] * n
@@ -182,8 +184,12 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
         if limit is not None and seq_max + min(len(emits) * u, s - s0) >= limit \
                 and _ANY(b.prompt_len + b.generated + np.add(got, g) >= limit):
             break
-        ctx = None if draft is not None else c0 + got
-        d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)
+        if few is not None:  # the contexts as a list too
+            ctx, v = None, few_verify(s)
+            d = few_draft([c + a for c, a in zip(c0l, got)], last)
+        else:
+            ctx = None if draft is not None else c0 + got
+            d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)
         emit = [e + 1 for e in draw(rng, got, ctx)]
         end = clock + (d + v)
         last = emit
@@ -238,6 +244,17 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
         return by_sum, prices[1], None, draw, ahead
     # priced from the contexts and the last acceptances
     return None, None, _carried_prices(replica, spec, n), draw, ahead
+
+
+def _few_prices(replica, spec: ChainStretch, n: int, price):
+    """(draft, verify) of ``_short_lists``' iterations where ``price`` prices them from
+    the contexts and the carried draft prices ``n`` requests on lists
+    (``CarriedDraft.few_draft_s``) and the target by its closed form (``chain_prices``):
+    ``draft(context, last)`` on lists of ints, ``verify(s)``, bitwise ``price``'s two;
+    None elsewhere."""
+    draft = None if price is None else spec.carried.few_draft_s(n)
+    prices = None if draft is None else chain_prices(replica, spec, n)
+    return None if prices is None else (draft, prices[1])
 
 
 def _carried_prices(replica, spec: ChainStretch, n: int):

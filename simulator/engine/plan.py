@@ -128,6 +128,11 @@ class CarriedDraft(ABC):
         ``draw_accepted`` is called."""
         return None
 
+    def few_draft_s(self, n: int) -> Callable[[list, list], float] | None:
+        """``price(context, reread)``: ``iteration_draft_s`` of ``n`` requests (a few) given
+        as lists of ints, bitwise, drawing nothing; None (the default): no such form."""
+        return None
+
     def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,
                    reread: np.ndarray) -> np.ndarray | None:
         """``iteration_draft_s`` of K iterations of the same requests at once (a float

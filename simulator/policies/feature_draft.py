@@ -42,7 +42,7 @@ from simulator.policies.base import (
     spec_charge,
     spec_execution,
 )
-from simulator.policies.feature_rows import first_rows, later_rows, later_times
+from simulator.policies.feature_rows import few_price, first_rows, later_rows, later_times
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
     exclusive_table,
@@ -74,6 +74,7 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         self._extras: dict = {}  # and its _extra_s, by (first forward's tokens, batch size)
         self._pricers: dict = {}  # draft_rows' first forwards' uniform pricers (feature_rows)
         self._few_uniform: dict = {}  # _first_few's pricers of alike requests, by (n, tokens)
+        self._few_prices: dict = {}  # few_draft_s' pricers, by batch size (at most _FEW)
         self._counts = None  # draw_accepted's chain counter, once the model is bound
 
     @property
@@ -187,6 +188,21 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         for offset, price, _, _ in later:
             total += price(s + offset)
         return total + self._linears_s(got[1], n) + self.host(n)
+
+    def few_draft_s(self, n: int):
+        """``iteration_draft_s`` of ``n`` (up to ``_FEW``) requests on lists where the layer
+        has closed forms: the same memoised pricers and the same additions (bitwise)."""
+        if n > _FEW or self._first_forms is None:
+            return None
+        price = self._few_prices.get(n, self._few_prices)
+        if price is self._few_prices:  # kept by batch size: a pure function of its lists
+            memo = self._later.get(n, self._later)
+            if memo is self._later:
+                memo = self._later[n] = self._later_pricers(n)
+            price = self._few_prices[n] = None if memo is None else few_price(
+                memo[1], self.host(n), self._linears_s, self._first_few, n,
+                self._first_forms, float(int(self.logits[0])))
+        return price
 
     def _linears_s(self, tokens: float, n: int) -> float:
         """``_extra_s`` of a first forward of ``tokens`` new tokens in all over ``n``

@@ -11,6 +11,10 @@ forwards by their scalar pricers at its context sum plus their offsets, its line
 host work, added in ``iteration_draft_s``'s order.  Only sums of whole numbers are taken on
 Python numbers (exact in any order); numpy's sums of other floats are its own (its SIMD
 reductions do not add a short row left to right), so those stay numpy's.
+
+``few_price`` is ``iteration_draft_s`` of one iteration of a few requests given as lists
+(``FeatureDraft.few_draft_s``: a tree walk's list pass, chain_short.py), the same pricers
+and additions, one request's first forward by its closed form looked up once per count.
 """
 from __future__ import annotations
 
@@ -86,3 +90,39 @@ def later_times(forms, n: int, sums: np.ndarray, later: list) -> list[np.ndarray
             got = np.asarray(got, np.float64).reshape(sums.size, len(later))
             return [got[:, j] for j in range(len(later))]
     return [forms.uniform_step_times(n, t, sums + offset, lg) for offset, _, t, lg in later]
+
+
+def few_price(later: list, host: float, linears, first_few, n: int, forms, head: float):
+    """``FeatureDraft.few_draft_s``' ``price(context, reread)`` of ``n`` requests on lists:
+    ``first_few``'s first forward, the later forwards by their scalar pricers (``later``)
+    at the context sum + offset, the linears and ``host``, in ``iteration_draft_s``'s
+    order; one request by ``_one_price``."""
+    def price(context: list, reread: list) -> float:
+        first, tokens, s = first_few(reread, context)
+        total = 0.0 + first
+        for offset, later_s, _, _ in later:
+            total += later_s(s + offset)
+        return total + linears(tokens, n) + host
+    return price if n > 1 else _one_price(later, host, linears, price, forms, head)
+
+
+def _one_price(later: list, host: float, linears, price, forms, head: float):
+    """``price`` of one request: ``_first_few``'s closed form of a whole count over an int
+    context (the sum of one start is that start, of one count that count), its pricer
+    (``forms.few_uniform_pricer``) and linears looked up once per count; ``price`` where
+    that form does not apply."""
+    by_count: dict = {}
+
+    def one(context: list, reread: list) -> float:
+        t, c = max(float(reread[0]), 1.0), context[0]
+        got = by_count.get(t) if type(c) is int else None
+        if got is None and t.is_integer() and type(c) is int:
+            first = forms.few_uniform_pricer(1, t, head)
+            got = by_count[t] = (first, None if first is None else linears(np.float64(t), 1))
+        if got is None or got[0] is None:
+            return price(context, reread)
+        total, s = 0.0 + got[0](max(c - (t - 1.0), 0.0)), float(c)
+        for offset, later_s, _, _ in later:
+            total += later_s(s + offset)
+        return total + got[1] + host
+    return one

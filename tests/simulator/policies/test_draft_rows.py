@@ -38,3 +38,26 @@ def test_each_row_is_iteration_draft_s(name, policy, n, k):
     assert got is not None
     want = [policy.iteration_draft_s(ids, c, r, rng) for c, r in zip(context, reread)]
     assert got.tolist() == want
+
+
+@pytest.mark.parametrize("name,policy", list(_policies()), ids=lambda x: x
+                         if isinstance(x, str) else "")
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_few_draft_s_is_iteration_draft_s(name, policy, n):
+    """``few_draft_s`` (a tree walk's list pass prices by it, on lists of ints): each
+    iteration's float is ``iteration_draft_s``'s, re-read counts alike or not, the last
+    iteration's ints or the policy's floats (a pass's first re-read)."""
+    price = policy.few_draft_s(n)
+    assert price is not None
+    rng = np.random.default_rng(n)
+    depth = policy.tree.max_depth
+    ids = np.arange(n)
+    for j in range(60):
+        context = rng.integers(0, 5000, n)
+        reread = rng.integers(1, depth + 2, n)
+        if j % 3 == 0:  # every request re-reading the same count: the closed form
+            reread[:] = reread[0]
+        listed = reread.astype(np.float64).tolist() if j % 2 else reread.tolist()
+        want = policy.iteration_draft_s(ids, context, reread.astype(np.float64), rng)
+        assert price(context.tolist(), listed) == want, (context, reread)
+    assert policy.few_draft_s(9) is None  # more than a few: the arrays' path
