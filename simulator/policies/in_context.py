@@ -100,50 +100,73 @@ class FollowIndex:
     than any in the prompt.  The visible end is an argument, not a state: lookahead's lanes
     planned ahead and rolled back leave nothing here to copy or undo."""
 
-    def __init__(self, tokens: list[int], prompt: int) -> None:
+    def __init__(self, tokens: list[int], prompt: int, ids: np.ndarray | None = None) -> None:
+        """The index of ``tokens`` (``ids``: the same as an array, where the caller has one)
+        whose first ``prompt`` are the prompt."""
         self.tokens = tokens
         end1, end2 = max(prompt, 1), max(prompt, 2)  # the positions p with 1 (2) before
         size = len(tokens)
+        ids = (np.fromiter(tokens, np.uint64, size) if ids is None
+               else np.asarray(ids).astype(np.uint64))
+        # a pair a, b is keyed a << shift | b, one for each pair of the text's tokens (all
+        # below 2^shift), a one-digit int (fast to make and hash) while shift <= 15
+        self.shift = int(ids.max()).bit_length() if size else 0
         # pairs[p] keys tokens p, p + 1 (built on an array: a few C loops, not ~size steps)
-        ids = np.array(tokens, np.uint64)
-        pairs = (ids[:-1] << np.uint64(32) | ids[1:]).tolist()
+        pairs = ids[:-1] << np.uint64(self.shift) | ids[1:]
         self.ones = dict(zip(tokens[:end1 - 1], tokens[1:end1]))
-        self.twos = dict(zip(pairs[:end2 - 2], tokens[2:end2]))
-        self.later_ones = _positions(tokens[end1 - 1:size - 1], end1)
+        self.twos = dict(zip(pairs[:end2 - 2].tolist(), tokens[2:end2]))
+        self.later_ones = _positions(ids[end1 - 1:size - 1], end1)
         self.later_twos = _positions(pairs[end2 - 2:size - 2], end2)
 
     def next_tokens(self, visible: int, tails: list[list[int]], pairs: bool) -> list[int]:
         """The rule's token after each of ``tails`` (each at least one token; its last two
         read where ``pairs`` and it has two) with the first ``visible`` tokens seen."""
-        tokens, ones, twos = self.tokens, self.ones, self.twos
+        top = 1 << self.shift  # a token from there on is not in the text: nor its pairs
+        tails = [tuple(tail[-2:]) if pairs and len(tail) >= 2 and max(tail[-2:]) < top
+                 else tuple(tail[-1:]) for tail in tails]
+        return [tail[-1] for tail in self.advanced(visible, tails, 0)]
+
+    def advanced(self, visible: int, tails: list[tuple], drop: int) -> list[tuple]:
+        """Each of ``tails`` (tuples of at least one of the text's tokens: lookahead's lanes
+        hold no other) followed by the rule's token after it (its last two read where it
+        has two) with the first ``visible`` tokens seen, less its first ``drop`` tokens:
+        the lanes stepped in one pass."""
+        tokens, ones, twos, shift = self.tokens, self.ones, self.twos, self.shift
         later_ones, later_twos, out = self.later_ones, self.later_twos, []
+        append = out.append
         for tail in tails:
-            last, tok = tail[-1], None
-            if pairs and len(tail) >= 2:
-                key = tail[-2] << 32 | last
+            last = tail[-1]
+            if len(tail) >= 2:
+                key = tail[-2] << shift | last
                 at = later_twos.get(key)
-                if at is not None and at[0] < visible:
-                    tok = tokens[at[bisect_left(at, visible) - 1]]
-                else:
-                    tok = twos.get(key)
-            if tok is None:
-                at = later_ones.get(last)
-                if at is not None and at[0] < visible:
-                    tok = tokens[at[bisect_left(at, visible) - 1]]
-                else:
-                    tok = ones.get(last, last)
-            out.append(tok)
+                if at is not None:
+                    i = bisect_left(at, visible)  # the latest occurrence before it, if any
+                    if i:
+                        append(tail[drop:] + (tokens[at[i - 1]],))
+                        continue
+                tok = twos.get(key)
+                if tok is not None:
+                    append(tail[drop:] + (tok,))
+                    continue
+            at = later_ones.get(last)
+            if at is not None:
+                i = bisect_left(at, visible)
+                if i:
+                    append(tail[drop:] + (tokens[at[i - 1]],))
+                    continue
+            append(tail[drop:] + (ones.get(last, last),))
         return out
 
 
-def _positions(keys: list[int], start: int) -> dict[int, list[int]]:
-    """Each key -> the positions ``start + i`` where ``keys[i]`` is it, ascending."""
-    out: dict[int, list[int]] = {}
-    get = out.get
-    for p, key in enumerate(keys, start):
-        got = get(key)
-        if got is None:
-            out[key] = [p]
-        else:
-            got.append(p)
-    return out
+def _positions(keys: np.ndarray, start: int) -> dict[int, list[int]]:
+    """Each key -> the positions ``start + i`` where ``keys[i]`` is it, ascending: grouped
+    by a stable sort, each group's list cut from one list by C-level ``map``."""
+    if not keys.size:
+        return {}
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    firsts = np.flatnonzero(np.concatenate(((True,), ordered[1:] != ordered[:-1])))
+    cuts = firsts.tolist()
+    positions = (order + start).tolist()
+    return dict(zip(ordered[firsts].tolist(),
+                    map(positions.__getitem__, map(slice, cuts, cuts[1:] + [keys.size]))))

@@ -235,7 +235,8 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         """A request's lanes, each one random prompt token, and an empty pool."""
         prompt = self.text.prompt_ids[rid]
         picks = rng.integers(0, prompt.size, self.w)
-        return LaneState(FollowIndex(self.text.tokens(rid), int(prompt.size)),
+        return LaneState(FollowIndex(self.text.tokens(rid), int(prompt.size),
+                                    self.text.full(rid)),
                          int(prompt.size), [int(prompt[j]) for j in picks], self.n - 1, self.g)
 
     def lanes(self, rid: int) -> list[list[int]]:

@@ -2,8 +2,9 @@
 one iteration at a time, and marked, then kept or rolled back, when iterations are planned
 ahead (``plan_rows``).
 
-Each lane is kept as the history of its guesses (it only grows): the lane itself is its last
-N - 1 entries, so rolling the lanes back is cutting the histories at the mark.  The pool is
+Each lane is a tuple of its last N - 1 guesses at most, and a step makes new tuples in a new
+list, so the mark keeps the list it replaced and rolling the lanes back is taking it back
+(a step's lanes are made by ``FollowIndex.advanced`` in one pass).  The pool is
 rolled back from copies of the entries that the planned iterations changed, each taken when
 first changed.  The in-context target reads the request's text through a ``FollowIndex`` at
 the visible length of each iteration: nothing of it moves.  Rolling back and replaying the
@@ -15,36 +16,37 @@ from __future__ import annotations
 
 from simulator.policies.in_context import FollowIndex
 
-COMPACT_AFTER = 64  # guesses a lane's history holds before a mark trims it to the lane
-
 
 class LaneState:
     """A request's lanes, pool and text: what lookahead plans and observes for it."""
 
-    __slots__ = ("index", "prompt", "hist", "copies", "lanes_n", "pool", "width", "most",
+    __slots__ = ("index", "prompt", "lanes_now", "copies", "lanes_n", "pool", "width", "most",
                  "_saved", "_mark")
 
     def __init__(self, index: FollowIndex, prompt: int, starts: list[int], width: int,
                  most: int) -> None:
         self.index = index            # the request's text (prompt + output) and its rule
         self.prompt = prompt          # the prompt's tokens
-        # each distinct lane's guesses, oldest first, and how many lanes it stands for
-        self.hist, self.copies, self.lanes_n = [[t] for t in starts], [1] * len(starts), \
+        # each distinct lane's last N - 1 guesses at most (a tuple: a step makes new ones,
+        # so the mark holds the lists it replaced), and how many lanes it stands for
+        self.lanes_now, self.copies, self.lanes_n = [(t,) for t in starts], [1] * len(starts), \
             len(starts)
         self.pool: dict[int, list[tuple]] = {}  # first token -> grams, most recent first
         self.width = width            # N - 1: a full lane's guesses, a gram's tokens
         self.most = most              # G: grams kept (and verified) per first token
-        self._saved: dict | None = None  # first token -> its grams at the mark (None: none)
+        # first token -> its grams at the mark (None: none); since the last ``keep``
+        # where nothing is marked (a step's copies thrown away at the next mark)
+        self._saved: dict = {}
         self._mark: tuple = ()
 
     def lanes(self) -> list[list[int]]:
         """Each lane's guesses now (at most N - 1, oldest first; merged lanes repeated)."""
-        return [h[-self.width:] for h, c in zip(self.hist, self.copies) for _ in range(c)]
+        return [list(lane) for lane, c in zip(self.lanes_now, self.copies) for _ in range(c)]
 
     def held(self) -> int:
         """The lookahead branch's tokens: every lane holds as many (they grow together;
         ``row`` counts them so)."""
-        return self.lanes_n * min(len(self.hist[0]), self.width)
+        return self.lanes_n * len(self.lanes_now[0])
 
     def candidates(self, generated: int) -> list[tuple]:
         """The pooled grams after the last visible token (a copy, at most G)."""
@@ -58,15 +60,15 @@ class LaneState:
         the candidates), and the generated count it starts from."""
         tokens, prompt, pool, width = self.index.tokens, self.prompt, self.pool, self.width
         rows, gens, g, last, lanes_n = [], [], generated, steps - 1, self.lanes_n
-        step = self.step
+        step, size_all = self.step, len(tokens)
         for j in range(steps):
             at = prompt + g
             cands = pool.get(tokens[at - 1])
-            held = lanes_n * min(len(self.hist[0]), width)
+            held = lanes_n * len(self.lanes_now[0])
             accepted = 0
             if cands:
                 # ``longest_prefix``, inlined: most candidates differ at their first token
-                size, want = len(tokens) - at, tokens[at] if at < len(tokens) else None
+                size, want = size_all - at, tokens[at] if at < size_all else None
                 size = width if size > width else size
                 for cand in cands:
                     if cand[0] != want:
@@ -92,31 +94,29 @@ class LaneState:
     def step(self, generated: int) -> None:
         """Each lane gets its next guess (the rule applied to its own guesses, with the text
         up to ``generated`` visible); a full lane's n-gram enters the pool first."""
-        hist, pool, width, most, saved = self.hist, self.pool, self.width, self.most, \
-            self._saved
+        lanes, width = self.lanes_now, self.width
         # the pool is not read while the lanes step: every lane's guess first
-        guesses = self.index.next_tokens(self.prompt + generated, hist, width >= 2)
-        if len(hist[0]) < width:  # the lanes were not full: they only grow
-            for h, token in zip(hist, guesses):
-                h.append(token)
+        if len(lanes[0]) < width:  # the lanes were not full: they only grow
+            self.lanes_now = self.index.advanced(self.prompt + generated, lanes, 0)
             return
-        grams = []  # each lane's guesses now (its n-gram but the first)
-        for h, token in zip(hist, guesses):
-            h.append(token)
-            key, gram = h[-width - 1], tuple(h[-width:])  # its n-gram: the lane, then token
-            grams.append(gram)
+        # each lane's guesses now: its n-gram but the first (the lane, then its token)
+        grams = self.lanes_now = self.index.advanced(self.prompt + generated, lanes, 1)
+        pool, last, saved = self.pool, self.most - 1, self._saved
+        for lane, gram in zip(lanes, grams):
+            key = lane[0]
             entries = pool.get(key)
             if entries is None:
-                if saved is not None and key not in saved:
+                if key not in saved:
                     saved[key] = None
                 pool[key] = [gram]
             elif entries[0] != gram:  # at the front already: moving it changes nothing
-                if saved is not None and key not in saved:
+                if key not in saved:
                     saved[key] = entries[:]
                 if gram in entries:
                     entries.remove(gram)
-                entries.insert(0, gram)          # most recent first
-                del entries[most:]
+                else:
+                    del entries[last:]  # room for it: at most G
+                entries.insert(0, gram)  # most recent first
         if len(grams) > 1 and len(set(grams)) < len(grams):
             self._merge(grams)
 
@@ -130,31 +130,26 @@ class LaneState:
         for gram, c in zip(grams, self.copies):
             copies[where[gram]] += c
         keep = sorted(where.values())
-        self.hist, self.copies = [self.hist[i] for i in keep], [copies[i] for i in keep]
+        self.lanes_now, self.copies = [grams[i] for i in keep], [copies[i] for i in keep]
 
     def mark(self) -> None:
         """Remember the state now: ``steps`` after it are kept or rolled back."""
-        if len(self.hist[0]) > COMPACT_AFTER:
-            for h in self.hist:
-                del h[:-self.width]
-        self._saved, self._mark = {}, (len(self.hist[0]), self.hist, self.copies)
+        self._saved, self._mark = {}, (self.lanes_now, self.copies)
 
     def keep(self) -> None:
         """The steps since ``mark`` stand."""
-        self._saved = None
+        self._saved = {}
 
     def roll_back(self) -> None:
         """The state at ``mark``, as if the steps since were never taken."""
-        size, self.hist, self.copies = self._mark
-        for h in self.hist:
-            del h[size:]
+        self.lanes_now, self.copies = self._mark
         pool = self.pool
-        for key, entries in (self._saved or {}).items():
+        for key, entries in self._saved.items():
             if entries is None:
                 del pool[key]
             else:
                 pool[key] = entries
-        self._saved = None
+        self._saved = {}
 
 
 def longest_prefix(cands: list[tuple], truth: list[int]) -> int:
