@@ -121,6 +121,9 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         # the global trie's speculations by (node, budget), until it next changes: requests
         # that follow the same earlier output match the same nodes
         self._global_specs: dict[tuple[int, int], Speculation] = {}
+        self._global_version = 0  # how many times the global trie changed
+        # each request's last deep match in it: (version, context size, length)
+        self._global_seen: dict[int, tuple[int, int, int]] = {}
         self._requests: dict[int, _RequestState] = {}
         self._ahead: tuple = ((), [()])  # plan_rows' requests and their counts indexed
 
@@ -175,20 +178,42 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
                 if score > top:
                     best, top = spec, score
         if self.use_global and len(self.global_index) > 1:
-            index, known = self.global_index, self._global_specs
-            tail = tokens[max(size - self.depth, 0):size]  # all that a match can read
-            for node, m in index.matches(tail, self.depth, roomy):
-                budget = max(0, min(cap, int(factor * m + offset + 1e-9)))
-                if node < 0 or budget == 0 or top > budget * _ROUNDING:
-                    continue
-                spec = known.get((node, budget))  # (a node's depth is its match's length)
-                if spec is None:
-                    spec = known[node, budget] = index.speculate(node, budget, min_prob,
-                                                                 tree, m)
-                score = spec.score
-                if score > top:
-                    best, top = spec, score
+            best, top = self._global_best(rid, tokens, size, cap, roomy, best, top)
         return best, added
+
+    def _global_best(self, rid: int, tokens: list[int], size: int, cap: int, roomy: int,
+                     best: Speculation, top: float) -> tuple[Speculation, float]:
+        """``speculate``'s tries of the global trie: (best, top) after them.
+
+        The request's last deep match (at ``size0`` tokens, the trie unchanged since) bounds
+        this one: a suffix of ``size`` tokens that occurs with a continuation holds one of
+        the earlier context ``size - size0`` shorter, so the match is at most that much
+        longer -- the search runs below it, and is skipped where even its budget could not
+        beat ``top``."""
+        factor, offset = self.factor, self.offset
+        longest = self.depth
+        seen = self._global_seen.get(rid)
+        if seen is not None and seen[0] == self._global_version and size >= seen[1]:
+            longest = min(longest, seen[2] + size - seen[1])
+            budget = max(0, min(cap, int(factor * longest + offset + 1e-9)))
+            if budget == 0 or top > budget * _ROUNDING:
+                return best, top
+        index, known = self.global_index, self._global_specs
+        tail = tokens[max(size - self.depth, 0):size]  # all that a match can read
+        found = index.matches(tail, longest, roomy)
+        self._global_seen[rid] = (self._global_version, size, found[0][1])
+        for node, m in found:
+            budget = max(0, min(cap, int(factor * m + offset + 1e-9)))
+            if node < 0 or budget == 0 or top > budget * _ROUNDING:
+                continue
+            spec = known.get((node, budget))  # (a node's depth is its match's length)
+            if spec is None:
+                spec = known[node, budget] = index.speculate(node, budget, self.min_prob,
+                                                             self.tree, m)
+            score = spec.score
+            if score > top:
+                best, top = spec, score
+        return best, top
 
     def propose_limited(self, batch: BatchView, rng: np.random.Generator,
                         max_draft: np.ndarray) -> DraftPlan:
@@ -248,8 +273,10 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         for rid in request_ids[generated + emitted >= output_len].tolist():
             self._requests.pop(rid, None)
             self.text.forget(rid)
+            self._global_seen.pop(rid, None)
             if self.use_global and self.max_cached > 0:
                 self._global_specs.clear()
+                self._global_version += 1
                 self.global_index.add(self.text.output_ids[rid])
                 self._cached.append(rid)
                 if len(self._cached) > self.max_cached:
