@@ -302,3 +302,26 @@ def test_deep_and_roomy_matches_agree_with_enumerating_every_suffix():
         assert [m for _, m in got] == want, (texts, context, longest, roomy, depth)
         assert [node for node, _ in got] == [index.find(context[-m:]) if m else -1
                                              for m in want]
+
+
+def test_a_match_grows_at_most_by_the_tokens_appended_and_scores_stay_within_budget():
+    """Two shortcuts of ``SuffixDecoding.speculate``, on random small tries: the longest
+    match after appending tokens is at most that many longer than before (the bound its
+    global search runs below), and a speculation scores at most its node count up to
+    rounding far below ``_ROUNDING`` (a try whose budget cannot beat the best is skipped)."""
+    from simulator.policies.suffix import _ROUNDING
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        depth = int(rng.integers(2, 8))
+        index = SuffixIndex(depth)
+        for _ in range(int(rng.integers(1, 5))):
+            index.add(rng.integers(0, 3, size=int(rng.integers(1, 15))).tolist())
+        context = rng.integers(0, 3, size=int(rng.integers(1, 10))).tolist()
+        grown = context + rng.integers(0, 3, size=int(rng.integers(0, 4))).tolist()
+        before = index.longest_in(context, depth)[1]
+        node, after = index.longest_in(grown, depth)
+        assert after <= before + len(grown) - len(context), (context, grown)
+        for budget in (1, 3, 8):
+            for tree in (True, False):
+                spec = index.speculate(node, budget, 0.0, tree, after)
+                assert spec.score <= len(spec) * (1 + 1e-12) < budget * _ROUNDING or not spec
