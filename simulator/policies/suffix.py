@@ -40,11 +40,18 @@ from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.token_text import TokenText, require_token_ids
-from simulator.speculation.suffix_index import Speculation, SuffixIndex, accepted_depth
+from simulator.speculation.suffix_index import (
+    EMPTY,
+    Speculation,
+    SuffixIndex,
+    accepted_depth,
+)
 from simulator.speculation.text_suffixes import TextSuffixes
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
 SUFFIX_UPDATE_S = 5e-6      # ibid.: 4.1-5.5 us per token added
+# a speculation's score over its node count is at most 1 + ~1e-13 (rounding; see speculate)
+_ROUNDING = 1.000000001
 
 
 class _RequestState:
@@ -111,6 +118,12 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         self.cpu_token_s = float(p["cpu_time_per_token_s"])
         self.global_index = SuffixIndex(self.depth)
         self._cached: deque[int] = deque()
+        # the global trie's speculations by (node, budget), until it next changes: requests
+        # that follow the same earlier output match the same nodes
+        self._global_specs: dict[tuple[int, int], Speculation] = {}
+        self._global_version = 0  # how many times the global trie changed
+        # each request's last deep match in it: (version, context size, length)
+        self._global_seen: dict[int, tuple[int, int, int]] = {}
         self._requests: dict[int, _RequestState] = {}
         self._ahead: tuple = ((), [()])  # plan_rows' requests and their counts indexed
 
@@ -142,11 +155,14 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         """The best-scoring speculation of the two tries, and the tokens indexed on the way.
 
         Each trie tries its longest match and the longest one that leaves room below it for
-        ``cap`` tokens within the depth bound; of equal scores the first tried stands.
+        ``cap`` tokens within the depth bound; of equal scores the first tried stands.  A
+        try whose budget cannot beat the best so far is skipped: a tree of ``budget`` nodes
+        scores at most ``budget`` (each node's path probability is at most 1, give or take
+        the rounding of a product of at most 512 ratios, far below ``_ROUNDING``).
         """
         roomy = max(1, self.depth - cap)
         factor, offset, min_prob, tree = self.factor, self.offset, self.min_prob, self.tree
-        best, top, added = None, 0.0, 0  # (top: the best's score)
+        best, top, added = EMPTY, 0.0, 0  # (top: the best's score)
         tokens = self.text.tokens(rid)
         size = self.text.prompt_ids[rid].size + generated
         if self.use_request:
@@ -155,22 +171,49 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
             deep, near = index.matches(self.depth, roomy, size)
             for match in (deep,) if near[0] == deep[0] else (deep, near):  # one node each
                 budget = max(0, min(cap, int(factor * match[0] + offset + 1e-9)))
+                if budget == 0 or top > budget * _ROUNDING:
+                    continue
                 spec = index.speculate(match, budget, min_prob, tree, size)
                 score = spec.score
                 if score > top:
                     best, top = spec, score
         if self.use_global and len(self.global_index) > 1:
-            index = self.global_index
-            tail = tokens[max(size - self.depth, 0):size]  # all that a match can read
-            deep = index.longest_in(tail, self.depth)
-            near = index.longest_in(tail, roomy)
-            for node, m in (deep,) if near == deep else (deep, near):
-                budget = max(0, min(cap, int(factor * m + offset + 1e-9)))
-                spec = index.speculate(node, budget, min_prob, tree, m)
-                score = spec.score
-                if score > top:
-                    best, top = spec, score
-        return (Speculation([], [], []) if best is None else best), added
+            best, top = self._global_best(rid, tokens, size, cap, roomy, best, top)
+        return best, added
+
+    def _global_best(self, rid: int, tokens: list[int], size: int, cap: int, roomy: int,
+                     best: Speculation, top: float) -> tuple[Speculation, float]:
+        """``speculate``'s tries of the global trie: (best, top) after them.
+
+        The request's last deep match (at ``size0`` tokens, the trie unchanged since) bounds
+        this one: a suffix of ``size`` tokens that occurs with a continuation holds one of
+        the earlier context ``size - size0`` shorter, so the match is at most that much
+        longer -- the search runs below it, and is skipped where even its budget could not
+        beat ``top``."""
+        factor, offset = self.factor, self.offset
+        longest = self.depth
+        seen = self._global_seen.get(rid)
+        if seen is not None and seen[0] == self._global_version and size >= seen[1]:
+            longest = min(longest, seen[2] + size - seen[1])
+            budget = max(0, min(cap, int(factor * longest + offset + 1e-9)))
+            if budget == 0 or top > budget * _ROUNDING:
+                return best, top
+        index, known = self.global_index, self._global_specs
+        tail = tokens[max(size - self.depth, 0):size]  # all that a match can read
+        found = index.matches(tail, longest, roomy)
+        self._global_seen[rid] = (self._global_version, size, found[0][1])
+        for node, m in found:
+            budget = max(0, min(cap, int(factor * m + offset + 1e-9)))
+            if node < 0 or budget == 0 or top > budget * _ROUNDING:
+                continue
+            spec = known.get((node, budget))  # (a node's depth is its match's length)
+            if spec is None:
+                spec = known[node, budget] = index.speculate(node, budget, self.min_prob,
+                                                             self.tree, m)
+            score = spec.score
+            if score > top:
+                best, top = spec, score
+        return best, top
 
     def propose_limited(self, batch: BatchView, rng: np.random.Generator,
                         max_draft: np.ndarray) -> DraftPlan:
@@ -230,7 +273,10 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         for rid in request_ids[generated + emitted >= output_len].tolist():
             self._requests.pop(rid, None)
             self.text.forget(rid)
+            self._global_seen.pop(rid, None)
             if self.use_global and self.max_cached > 0:
+                self._global_specs.clear()
+                self._global_version += 1
                 self.global_index.add(self.text.output_ids[rid])
                 self._cached.append(rid)
                 if len(self._cached) > self.max_cached:

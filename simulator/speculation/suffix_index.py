@@ -209,6 +209,25 @@ class SuffixIndex:
                 hi = mid - 1
         return best
 
+    def matches(self, context: list[int], longest: int,
+                roomy: int) -> tuple[tuple[int, int], ...]:
+        """``longest_in(context, longest)``, and ``longest_in(context, roomy)`` after it
+        where that differs (``roomy <= longest``): one binary search, not two.
+
+        Lengths with a continuation run from 0 to some M, so the roomy match is the deep
+        one when that is at most ``roomy`` long, and otherwise the last ``roomy`` tokens'
+        node (the deep match reached past them).
+        """
+        deep = self.longest_in(context, longest)
+        if deep[1] <= roomy:
+            return (deep,)
+        if roomy < 1:
+            return deep, (-1, 0)
+        node, kids = 0, self.kids
+        for t in context[len(context) - roomy:]:  # a suffix of the deep match: it occurs
+            node = kids[node][t]
+        return deep, (node, roomy)
+
     def cursor_match(self, cursor: Cursor, max_len: int) -> tuple[int, int]:
         """Like ``longest_match`` for a sequence indexed online through ``cursor``."""
         nodes, kids = cursor.nodes, self.kids

@@ -82,6 +82,10 @@ class TextSuffixes:
         if depth >= self.max_depth:
             return []
         text = self.text
+        if len(ends) == 1 or (len(ends) == 2 and ends[1] >= last):  # most nodes: one
+            e = ends[0]  # (ascending: only the last can end the text)
+            return [] if e >= last else [((e + 1) * self._stride + depth + 1, 1, text[e + 1],
+                                           [e + 1])]
         groups: dict[int, list[int]] = {}
         for e in ends:
             if e < last:

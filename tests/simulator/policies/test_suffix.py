@@ -275,3 +275,53 @@ def test_matching_agrees_with_enumerating_every_suffix():
         node, length = index.longest_match(np.array(context), cap)
         assert length == best, (texts, context, cap, depth)
         assert node == (index.find(context[-best:]) if best else -1)
+
+
+def test_deep_and_roomy_matches_agree_with_enumerating_every_suffix():
+    """``matches``: the longest suffix with a continuation (<= ``longest``) and the longest
+    (<= ``roomy``), found by brute force over random small texts; the roomy one is given
+    only where its length differs, and each node is its suffix's."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        depth = int(rng.integers(2, 7))
+        texts = [rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
+                 for _ in range(int(rng.integers(1, 4)))]
+        index = SuffixIndex(depth)
+        for t in texts:
+            index.add(t)
+        context = rng.integers(0, 3, size=int(rng.integers(1, 9))).tolist()
+        longest = int(rng.integers(1, 8))
+        roomy = int(rng.integers(0, longest + 1))
+
+        def best(cap: int) -> int:
+            return max((n for n in range(1, min(cap, len(context), depth - 1) + 1)
+                        if any(t[i:i + n] == context[-n:] for t in texts
+                               for i in range(len(t) - n))), default=0)
+        want = [best(longest)] + ([best(roomy)] if best(roomy) != best(longest) else [])
+        got = index.matches(context, longest, roomy)
+        assert [m for _, m in got] == want, (texts, context, longest, roomy, depth)
+        assert [node for node, _ in got] == [index.find(context[-m:]) if m else -1
+                                             for m in want]
+
+
+def test_a_match_grows_at_most_by_the_tokens_appended_and_scores_stay_within_budget():
+    """Two shortcuts of ``SuffixDecoding.speculate``, on random small tries: the longest
+    match after appending tokens is at most that many longer than before (the bound its
+    global search runs below), and a speculation scores at most its node count up to
+    rounding far below ``_ROUNDING`` (a try whose budget cannot beat the best is skipped)."""
+    from simulator.policies.suffix import _ROUNDING
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        depth = int(rng.integers(2, 8))
+        index = SuffixIndex(depth)
+        for _ in range(int(rng.integers(1, 5))):
+            index.add(rng.integers(0, 3, size=int(rng.integers(1, 15))).tolist())
+        context = rng.integers(0, 3, size=int(rng.integers(1, 10))).tolist()
+        grown = context + rng.integers(0, 3, size=int(rng.integers(0, 4))).tolist()
+        before = index.longest_in(context, depth)[1]
+        node, after = index.longest_in(grown, depth)
+        assert after <= before + len(grown) - len(context), (context, grown)
+        for budget in (1, 3, 8):
+            for tree in (True, False):
+                spec = index.speculate(node, budget, 0.0, tree, after)
+                assert spec.score <= len(spec) * (1 + 1e-12) < budget * _ROUNDING or not spec
