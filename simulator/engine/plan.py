@@ -129,8 +129,8 @@ class CarriedDraft(ABC):
         return None
 
     def few_draft_s(self, n: int) -> Callable[[list, list], float] | None:
-        """``price(context, reread)``: ``iteration_draft_s`` of ``n`` requests (a few) given
-        as lists of ints, bitwise, drawing nothing; None (the default): no such form."""
+        """``price(context, reread)``: ``iteration_draft_s`` of ``n`` requests (a few) as lists
+        of ints, bitwise, drawing nothing; None (the default): no such form."""
         return None
 
     def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,
@@ -192,10 +192,9 @@ class VariedDraft(ABC):
     proposers' lookups), declared by subclassing.  Between two batch-changing events the
     engine advances it iteration by iteration on arrays (varied_stretch.py): no
     ``BatchView`` and no ``DraftPlan`` per iteration, its counts, prices and draws through
-    these methods, which give bitwise what ``propose``, ``accept`` and ``observe`` give for
-    the batch the arrays describe (every running request decoding, nothing trimmed: the
-    engine checks the bounds first).  The arrays are the engine's: read them, do not keep
-    them."""
+    these methods, bitwise what ``propose``, ``accept`` and ``observe`` give for the batch
+    the arrays describe (every running request decoding, nothing trimmed: the engine checks
+    the bounds first).  The arrays are the engine's: read them, do not keep them."""
 
     @property
     @abstractmethod
@@ -224,10 +223,9 @@ class VariedDraft(ABC):
         before it and ``accepted`` (clamped) drafts accepted."""
 
     def fixed_chain(self, request_ids: np.ndarray, batch_size: int) -> ChainStretch | None:
-        """Where the next iterations of these requests are, until the batch changes, a
-        chain's own (every request drafting its gamma, nothing learnt that could change
-        that), its ``ChainStretch``: the engine advances them by it (chain_short.py) as
-        long as that applies.  None (the default): iteration by iteration."""
+        """Where these requests' next iterations, until the batch changes, are a chain's own
+        (each drafting its gamma, nothing learnt that could change it), its ``ChainStretch``,
+        advanced by chain_short.py; None (the default): iteration by iteration."""
         return None
 
 

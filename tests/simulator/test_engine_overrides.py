@@ -13,7 +13,6 @@ import dataclasses
 
 import pytest
 
-from simulator.cost.execution import parse_execution
 from simulator.engine_overrides import engine_batching
 from simulator.scenario import scenario_from_dict
 from simulator.simulate import simulate
