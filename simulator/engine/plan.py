@@ -124,8 +124,7 @@ class CarriedDraft(ABC):
         """Where ``draw_accepted`` of ``n`` requests depends on the batch size alone (a
         tree walk the same for every request) and ``iteration_draft_s`` draws nothing:
         ``BatchDraws``, with which the engine may draw several iterations' uniforms in one
-        call and give back the ones not taken (chain_short.py).  None (the default):
-        ``draw_accepted`` is called."""
+        call and give back the ones not taken (chain_short.py); None: by ``draw_accepted``."""
         return None
 
     def few_draft_s(self, n: int) -> Callable[[list, list], float] | None:
