@@ -48,7 +48,14 @@ class FewRounds:
     def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
         same rounds, the same uniforms (one a drafting request, against the thresholds:
-        bisect is searchsorted's "right"), the same prices, added in the same order.  A
+        bisect is searchsorted's "right"), the same prices, added in the same order."""
+        return self.rounds(context, rng, None, 0)[:3]
+
+    def rounds(self, context: list, rng: np.random.Generator | None, draws: list | None,
+               at: int) -> tuple[float, float, int, int]:
+        """(GPU s, CPU s, rounds, the next uniform's index) of ``draft_time``'s rounds, each
+        round's uniforms ``rng.random``'s or, where ``rng`` is None, the next ones of
+        ``draws`` from ``at`` (the same numbers where the generator would give them).  A
         request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
         thresholds below its uniform among the first that many (``cuts[p]``: the count
         capped, as a slice)."""
@@ -66,12 +73,15 @@ class FewRounds:
             else:
                 cpu += got[1]
             gpu += v
-            produced = [p + bisect_right(cuts[p], x) + 1
-                        for p, x in zip(produced, rng.random(len(produced)).tolist())]
+            if rng is None:
+                xs, at = draws[at:at + len(produced)], at + len(produced)
+            else:
+                xs = rng.random(len(produced)).tolist()
+            produced = [p + bisect_right(cuts[p], x) + 1 for p, x in zip(produced, xs)]
             if max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
-                    return gpu, cpu, rounds
+                    return gpu, cpu, rounds, at
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
             ctx = [c + p for c, p in zip(context, produced)]
