@@ -63,6 +63,9 @@ _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 _FEW = 64
 _AHEAD = 4  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
+# where the draft draws too, its most is far above what it takes (staged.yaml: a pass took 51
+# uniforms on average, of 115 drawn in chunks of 4 iterations' most): 2 iterations' most
+_AHEAD_DRAWN = 2
 # a row-priced carried draft's first pass: ``_pass`` prices its rows 8, 16... at a time up
 # to the next arrival, so a short stretch prices no more rows in a longer pass (its draws
 # and bounds are a few more numbers), while a long one (eagle3_moe.yaml's first passes of 8:
@@ -237,8 +240,9 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
     else:  # a chunk of about _AHEAD iterations' most at a time (the draft's own draws too)
         drawn = carried.drawn_draft_s(n)
         most = batch.most if drawn is None else max(batch.most, drawn.most)
-        each = batch.most if drawn is None else batch.most + drawn.most
-        ahead = DrawAhead(replica.rng, most, each * min(k_max, _AHEAD))
+        each, chunks = (batch.most, _AHEAD) if drawn is None else \
+            (batch.most + drawn.most, _AHEAD_DRAWN)
+        ahead = DrawAhead(replica.rng, most, each * min(k_max, chunks))
         walk = batch.ahead
         draw = lambda rng, got, ctx: ahead.take(walk)
     if drawn is not None:  # priced from the contexts and the uniforms drawn ahead

@@ -136,6 +136,8 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         acc = ctx.acceptance  # the outer thresholds, where it is i.i.d. (batch_draws' walk)
         self._outer = geometric_thresholds(acc.alpha, self.gamma).tolist() \
             if isinstance(acc, IIDAcceptance) and 0.0 < acc.alpha < 1.0 else None
+        self._outer_search = None if self._outer is None else np.array(self._outer).searchsorted
+        self._draws_ahead: dict = {}  # _ahead's, by batch size
         self.execution = spec_execution(ctx)
         self._uniform_rounds: dict = {}  # _round_s' closed forms, by (batch size, count)
         self._charges: dict = {}  # the host work's SpecCharge, by rounds
@@ -288,27 +290,37 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         """Where a few requests' inner rounds run on Python numbers (``drawn_draft_s``) and
         the outer acceptance is i.i.d. (``geometric_counter``'s thresholds, searchsorted's
         "right" as bisect's): ``draw_accepted``'s draws, also from uniforms drawn ahead."""
-        if self._outer is None or self.drawn_draft_s(n) is None:
-            return None
-        cut = self._outer
-        search = np.array(cut).searchsorted
-
-        def ahead(draws: list, at: int) -> tuple[list, int]:
-            return [bisect_right(cut, x) for x in draws[at:at + n]], n
-        return BatchDraws(lambda rng: search(rng.random(n), "right"), n, ahead)
+        got = self._ahead(n)
+        return None if got is None else got[0]
 
     def drawn_draft_s(self, n: int) -> DrawnDraft | None:
         """``iteration_draft_s`` of up to 8 requests from uniforms drawn ahead (its inner
         rounds' on Python numbers, ``FewRounds.rounds``: at most gamma rounds of one uniform
         a request), where ``batch_draws`` walks the outer acceptances so too."""
+        got = self._ahead(n)
+        return None if got is None else got[1]
+
+    def _ahead(self, n: int) -> tuple[BatchDraws, DrawnDraft] | None:
+        """``batch_draws`` and ``drawn_draft_s`` of ``n`` requests, memoised by ``n``."""
+        got = self._draws_ahead.get(n, _MISSING)
+        if got is not _MISSING:
+            return got
         if not 1 <= n <= _FEW or self._cut is None or self._outer is None:
+            self._draws_ahead[n] = None
             return None
+        cut, search = self._outer, self._outer_search
         rounds, host = self._few.rounds, self._host
+
+        def ahead(draws: list, at: int) -> tuple[list, int]:
+            return [bisect_right(cut, x) for x in draws[at:at + n]], n
 
         def price(ctx: list, draws: list, at: int) -> tuple[float, int]:
             gpu, cpu, count, end = rounds(ctx, None, draws, at)
             return gpu + (cpu + host(count)(n)), end - at  # iteration_draft_s' sum
-        return DrawnDraft(self.gamma * n, price)
+        got = self._draws_ahead[n] = (
+            BatchDraws(lambda rng: search(rng.random(n), "right"), n, ahead),
+            DrawnDraft(self.gamma * n, price))
+        return got
 
     def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
         return np.ones(request_ids.size)  # both drafts keep their own KV: nothing re-read
