@@ -88,6 +88,8 @@ class FewAttention:
         if n_decode < n:
             kernels.append((self.roof.kind_rates(self.prefill_kind),
                             None if not n_decode else [not d for d in decode], n - n_decode))
+        if len(kernels) == 1 and n < 8:  # one unmasked kernel of a few: one loop
+            return _one_kernel(terms, causal, kvb, kernels[0][0])
 
         def attention(ctx: list) -> float:
             if causal:
@@ -102,6 +104,26 @@ class FewAttention:
                 total += _kernel(rates, flops, nbytes, members, count)
             return total
         return attention
+
+
+def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
+    """``FewAttention.pricer``'s attention where one kernel holds all of fewer than 8
+    requests: each one's FLOPs, bytes and roof by the same operations as there and in
+    ``_kernel``, the roofs added left to right as ``_kernel`` adds them (up to 7 requests),
+    in one loop (no lists)."""
+    crate, mrate, latency, floor = rates
+
+    def attention(ctx: list) -> float:
+        summed = None
+        for (a, b, u, uq), c in zip(terms, ctx):
+            if causal:
+                roof = max(a * (c + b) / crate, ((c + u) * kvb + uq) / mrate)
+            else:
+                x = c + u
+                roof = max(a * x / crate, (x * kvb + uq) / mrate)
+            summed = roof if summed is None else summed + roof
+        return 0.0 + max(summed + latency, floor)  # pricer's total: 0.0, then the kernel
+    return attention
 
 
 def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count: int) -> float:

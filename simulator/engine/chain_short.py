@@ -56,13 +56,16 @@ from simulator.engine.chain_stretch import (
 )
 from simulator.engine.draw_ahead import DrawAhead
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
-from simulator.engine.plan import ChainStretch
+from simulator.engine.plan import ChainStretch, DrawnDraft
 from simulator.engine.step import STEP_FIELDS
 
 _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
 _EMITTED = STEP_FIELDS.index("emitted_tokens")
 _FEW = 64
 _AHEAD = 4  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
+# where the draft draws too, its most is far above what it takes (staged.yaml: a pass took 51
+# uniforms on average, of 115 drawn in chunks of 4 iterations' most): 2 iterations' most
+_AHEAD_DRAWN = 2
 # a row-priced carried draft's first pass: ``_pass`` prices its rows 8, 16... at a time up
 # to the next arrival, so a short stretch prices no more rows in a longer pass (its draws
 # and bounds are a few more numbers), while a long one (eagle3_moe.yaml's first passes of 8:
@@ -112,7 +115,7 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     forms = _forms(replica, spec, n, k_max)
     if forms is None:
         return _pass(replica, spec, k_max, opened)
-    draft, verify, price, draw, ahead = forms
+    draft, verify, price, draw, ahead, _ = forms
     if ahead is not None:  # a few requests walking uniforms drawn ahead: lists, in one pass
         return _short_lists(replica, spec, max(k_max, MAX_CHAIN_ITERATIONS), opened, forms)
     last = None if price is None else spec.carried.reread_tokens(ids)
@@ -168,9 +171,11 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
     committed as ``_short`` commits them."""
     (base, seq_max), b = opened, replica.b
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
-    u, c0, rng, (draft, verify, price, draw, ahead) = g + 1, b.computed, replica.rng, forms
+    u, c0, rng, (draft, verify, price, draw, ahead, listed) = g + 1, b.computed, replica.rng, \
+        forms
     last = None if price is None else spec.carried.reread_tokens(b.ids).tolist()
-    few, c0l = _few_prices(replica, spec, n, price), c0.tolist()
+    # listed: a drawn draft priced from its contexts as lists of ints (not few's form)
+    few, c0l = None if listed else _few_prices(replica, spec, n, price), c0.tolist()
     few_draft, few_verify = (None, None) if few is None else few
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
@@ -188,7 +193,8 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
             ctx, v = None, few_verify(s)
             d = few_draft([c + a for c, a in zip(c0l, got)], last)
         else:
-            ctx = None if draft is not None else c0 + got
+            ctx = None if draft is not None else c0 + got if not listed else \
+                [c + a for c, a in zip(c0l, got)]
             d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)
         emit = [e + 1 for e in draw(rng, got, ctx)]
         end = clock + (d + v)
@@ -216,34 +222,55 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
 
 
 def _forms(replica, spec: ChainStretch, n: int, k_max: int):
-    """(draft, verify, price, draw, ahead) of ``_short``'s iterations of ``n`` requests:
-    the draft's and the target's seconds as functions of the context sum where both have
-    one (``chain_prices``; a carried draft's ``sum_draft_s``), else ``price(s, ctx, last)``
-    (``_carried_prices``) with the other two None; ``draw(rng, got, ctx)`` an iteration's
-    acceptances (a carried draft's ``BatchDraws``, through ``ahead``, a ``DrawAhead`` that
-    ``_short_lists`` settles, where it takes uniforms drawn ahead: its counts a list).  None
-    where an uncarried chain has no scalar prices."""
+    """(draft, verify, price, draw, ahead, listed) of ``_short``'s iterations of ``n``
+    requests: the draft's and the target's seconds as functions of the context sum where
+    both have one (``chain_prices``; a carried draft's ``sum_draft_s``), else ``price(s,
+    ctx, last)`` (``_carried_prices``; ``_drawn_prices`` where the draft draws from uniforms
+    drawn ahead, ``listed``: its ``ctx`` a list of ints) with the other two None;
+    ``draw(rng, got, ctx)`` an iteration's acceptances (a carried draft's ``BatchDraws``,
+    through ``ahead``, a ``DrawAhead`` that ``_short_lists`` settles, where it takes
+    uniforms drawn ahead: its counts a list).  None where an uncarried chain has no scalar
+    prices."""
     carried, ids, c0 = spec.carried, replica.b.ids, replica.b.computed
     if carried is None:
         prices = chain_prices(replica, spec, n)
         accepted = spec.accepted
         return None if prices is None else \
-            (*prices, None, lambda rng, got, ctx: accepted(rng.random(n), ids), None)
-    batch, by_sum, ahead = carried.batch_draws(n), carried.sum_draft_s(n), None
+            (*prices, None, lambda rng, got, ctx: accepted(rng.random(n), ids), None, False)
+    batch, by_sum, ahead, drawn = carried.batch_draws(n), carried.sum_draft_s(n), None, None
     if batch is None:
         draw = lambda rng, got, ctx: carried.draw_accepted(
             rng, ids, c0 + got if ctx is None else ctx)
     elif batch.ahead is None:
         draw = lambda rng, got, ctx: batch.draw(rng)
-    else:  # a chunk of about _AHEAD iterations' most at a time
-        ahead = DrawAhead(replica.rng, batch.most, batch.most * min(k_max, _AHEAD))
+    else:  # a chunk of about _AHEAD iterations' most at a time (the draft's own draws too)
+        drawn = carried.drawn_draft_s(n)
+        most = batch.most if drawn is None else max(batch.most, drawn.most)
+        each, chunks = (batch.most, _AHEAD) if drawn is None else \
+            (batch.most + drawn.most, _AHEAD_DRAWN)
+        ahead = DrawAhead(replica.rng, most, each * min(k_max, chunks))
         walk = batch.ahead
         draw = lambda rng, got, ctx: ahead.take(walk)
+    if drawn is not None:  # priced from the contexts and the uniforms drawn ahead
+        return None, None, _drawn_prices(replica, spec, n, drawn, ahead), draw, ahead, True
     prices = None if by_sum is None else chain_prices(replica, spec, n)
     if prices is not None:  # priced from the sum _short keeps, bitwise propose's
-        return by_sum, prices[1], None, draw, ahead
+        return by_sum, prices[1], None, draw, ahead, False
     # priced from the contexts and the last acceptances
-    return None, None, _carried_prices(replica, spec, n), draw, ahead
+    return None, None, _carried_prices(replica, spec, n), draw, ahead, False
+
+
+def _drawn_prices(replica, spec: ChainStretch, n: int, drawn: DrawnDraft, ahead: DrawAhead):
+    """``_carried_prices``' ``price(s, ctx, last)`` of a draft that draws (``drawn``), its
+    uniforms taken from ``ahead`` before the acceptances' (``propose``'s draws, then
+    ``accept``'s), ``ctx`` a list of ints; the target's verification as there."""
+    prices, price = chain_prices(replica, spec, n), drawn.price
+    if prices is not None:
+        verify = prices[1]
+        return lambda s, ctx, last: (ahead.take(lambda d, at: price(ctx, d, at)), verify(s))
+    tokens, step_time = np.full(n, float(spec.gamma + 1)), replica.target_cost.step_time
+    return lambda s, ctx, last: (ahead.take(lambda d, at: price(ctx, d, at)),
+                                 step_time(tokens, np.array(ctx, np.float64), tokens))
 
 
 def _few_prices(replica, spec: ChainStretch, n: int, price):

@@ -14,6 +14,10 @@ from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
+from simulator.engine.plan_draws import BatchDraws, DrawnDraft
+
+__all__ = ["BatchDraws", "DrawnDraft"]  # (re-exported: the socket a policy imports)
+
 
 @dataclass(frozen=True)
 class BatchView:
@@ -53,21 +57,6 @@ def emitted_tokens(accepted: np.ndarray, generated: np.ndarray,
     the output length.  The engine's rule, here in the socket so that a policy observing
     the outcome counts exactly what the engine emitted."""
     return np.minimum(accepted + 1, output_len - generated)
-
-
-class BatchDraws(NamedTuple):
-    """``CarriedDraft.draw_accepted`` of ``n`` requests where it depends on the batch size
-    alone (a tree walk the same for every request), declared by ``batch_draws``."""
-
-    # draw(rng): the same draws in the same order and the same array
-    draw: Callable[[np.random.Generator], np.ndarray]
-    # the most uniforms (``rng.random``'s doubles) one iteration's draw takes, and
-    # ahead(draws, at): (the same counts as a list of ints, how many uniforms it took) from
-    # uniforms drawn ahead, where its ``rng.random`` calls would return draws[at],
-    # draws[at + 1], ... in order (a list holding at least ``most`` from ``at``); None: only
-    # ``draw``
-    most: int = 0
-    ahead: Callable[[list, int], tuple[list, int]] | None = None
 
 
 class CarriedDraft(ABC):
@@ -122,14 +111,22 @@ class CarriedDraft(ABC):
 
     def batch_draws(self, n: int) -> BatchDraws | None:
         """Where ``draw_accepted`` of ``n`` requests depends on the batch size alone (a
-        tree walk the same for every request) and ``iteration_draft_s`` draws nothing:
-        ``BatchDraws``, with which the engine may draw several iterations' uniforms in one
-        call and give back the ones not taken (chain_short.py); None: by ``draw_accepted``."""
+        tree walk the same for every request) and ``iteration_draft_s`` draws nothing, or
+        only as ``drawn_draft_s(n)`` declares: ``BatchDraws``, with which the engine may
+        draw several iterations' uniforms in one call and give back the ones not taken
+        (chain_short.py).  None (the default): ``draw_accepted`` is called."""
         return None
 
     def few_draft_s(self, n: int) -> Callable[[list, list], float] | None:
         """``price(context, reread)``: ``iteration_draft_s`` of ``n`` requests (a few) as lists
         of ints, bitwise, drawing nothing; None (the default): no such form."""
+        return None
+
+    def drawn_draft_s(self, n: int) -> DrawnDraft | None:
+        """Where ``iteration_draft_s`` of ``n`` requests draws (a staged draft's inner
+        acceptances) and ``batch_draws(n)`` walks uniforms drawn ahead: ``DrawnDraft``, its
+        price from the same uniforms drawn ahead (chain_short.py).  None (the default): it
+        draws nothing, or from the generator (then ``batch_draws`` offers no ``ahead``)."""
         return None
 
     def draft_rows(self, request_ids: np.ndarray, context: np.ndarray,

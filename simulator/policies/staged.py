@@ -27,6 +27,8 @@ DeepMind's speculative sampling, the staged variant is Spector & Re's.)
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 from simulator.acceptance.context_free import chain_counts
@@ -40,10 +42,12 @@ from simulator.cost.drafting import (
 )
 from simulator.cost.spec_host import SpecCharge, SpecWork
 from simulator.engine.plan import (
+    BatchDraws,
     BatchView,
     CarriedDraft,
     ChainStretch,
     DraftPlan,
+    DrawnDraft,
     closed_forms,
 )
 from simulator.inputs.errors import SpecsimError
@@ -129,6 +133,11 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             alpha = float(np.asarray(ctx.acceptance.position_rates(1))[0])
         self.inner = IIDAcceptance(alpha)
         self._counts = None  # draw_accepted's counter, where acceptance is context-free
+        acc = ctx.acceptance  # the outer thresholds, where it is i.i.d. (batch_draws' walk)
+        self._outer = geometric_thresholds(acc.alpha, self.gamma).tolist() \
+            if isinstance(acc, IIDAcceptance) and 0.0 < acc.alpha < 1.0 else None
+        self._outer_search = None if self._outer is None else np.array(self._outer).searchsorted
+        self._draws_ahead: dict = {}  # _ahead's, by batch size
         self.execution = spec_execution(ctx)
         self._uniform_rounds: dict = {}  # _round_s' closed forms, by (batch size, count)
         self._charges: dict = {}  # the host work's SpecCharge, by rounds
@@ -276,6 +285,42 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return None
         self._counts = chain_counts(self.acceptance, self.gamma)
         return ChainStretch(self.gamma, self.draft_max_context, None, carried=self)
+
+    def batch_draws(self, n: int) -> BatchDraws | None:
+        """Where a few requests' inner rounds run on Python numbers (``drawn_draft_s``) and
+        the outer acceptance is i.i.d. (``geometric_counter``'s thresholds, searchsorted's
+        "right" as bisect's): ``draw_accepted``'s draws, also from uniforms drawn ahead."""
+        got = self._ahead(n)
+        return None if got is None else got[0]
+
+    def drawn_draft_s(self, n: int) -> DrawnDraft | None:
+        """``iteration_draft_s`` of up to 8 requests from uniforms drawn ahead (its inner
+        rounds' on Python numbers, ``FewRounds.rounds``: at most gamma rounds of one uniform
+        a request), where ``batch_draws`` walks the outer acceptances so too."""
+        got = self._ahead(n)
+        return None if got is None else got[1]
+
+    def _ahead(self, n: int) -> tuple[BatchDraws, DrawnDraft] | None:
+        """``batch_draws`` and ``drawn_draft_s`` of ``n`` requests, memoised by ``n``."""
+        got = self._draws_ahead.get(n, _MISSING)
+        if got is not _MISSING:
+            return got
+        if not 1 <= n <= _FEW or self._cut is None or self._outer is None:
+            self._draws_ahead[n] = None
+            return None
+        cut, search = self._outer, self._outer_search
+        rounds, host = self._few.rounds, self._host
+
+        def ahead(draws: list, at: int) -> tuple[list, int]:
+            return [bisect_right(cut, x) for x in draws[at:at + n]], n
+
+        def price(ctx: list, draws: list, at: int) -> tuple[float, int]:
+            gpu, cpu, count, end = rounds(ctx, None, draws, at)
+            return gpu + (cpu + host(count)(n)), end - at  # iteration_draft_s' sum
+        got = self._draws_ahead[n] = (
+            BatchDraws(lambda rng: search(rng.random(n), "right"), n, ahead),
+            DrawnDraft(self.gamma * n, price))
+        return got
 
     def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:
         return np.ones(request_ids.size)  # both drafts keep their own KV: nothing re-read

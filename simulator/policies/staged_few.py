@@ -19,8 +19,9 @@ import numpy as np
 
 from simulator.engine.plan import closed_forms
 
-# (draft2's chain, the draft's verification) seconds of a round at contexts ``ctx``
-RoundPrice = Callable[[list], tuple[float, float]]
+# (draft2's chain, the draft's verification) seconds of a round of requests at contexts
+# ``context`` that have ``produced`` tokens each (their contexts: the sums, ints)
+RoundPrice = Callable[[list, tuple], tuple[float, float]]
 
 
 class FewRounds:
@@ -48,33 +49,42 @@ class FewRounds:
     def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
         same rounds, the same uniforms (one a drafting request, against the thresholds:
-        bisect is searchsorted's "right"), the same prices, added in the same order.  A
+        bisect is searchsorted's "right"), the same prices, added in the same order."""
+        return self.rounds(context, rng, None, 0)[:3]
+
+    def rounds(self, context: list, rng: np.random.Generator | None, draws: list | None,
+               at: int) -> tuple[float, float, int, int]:
+        """(GPU s, CPU s, rounds, the next uniform's index) of ``draft_time``'s rounds, each
+        round's uniforms ``rng.random``'s or, where ``rng`` is None, the next ones of
+        ``draws`` from ``at`` (the same numbers where the generator would give them).  A
         request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
         thresholds below its uniform among the first that many (``cuts[p]``: the count
         capped, as a slice)."""
         gamma, cuts, staged2, pricers = self.gamma, self._cuts, self.staged2, self._pricers
         gpu, cpu, rounds = 0.0, 0.0, 0
-        ctx, produced = context, (0,) * len(context)
+        produced = (0,) * len(context)
         while True:
             rounds += 1
             got = pricers.get(produced)
             if got is None:
                 got = self.pricer(produced)
-            d2, v = got[0](ctx)
+            d2, v = got[0](context, produced)
             if staged2:
                 gpu += d2
             else:
                 cpu += got[1]
             gpu += v
-            produced = [p + bisect_right(cuts[p], x) + 1
-                        for p, x in zip(produced, rng.random(len(produced)).tolist())]
+            if rng is None:
+                xs, at = draws[at:at + len(produced)], at + len(produced)
+            else:
+                xs = rng.random(len(produced)).tolist()
+            produced = [p + bisect_right(cuts[p], x) + 1 for p, x in zip(produced, xs)]
             if max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
-                    return gpu, cpu, rounds
+                    return gpu, cpu, rounds, at
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
-            ctx = [c + p for c, p in zip(context, produced)]
             produced = tuple(produced)
 
     def pricer(self, produced: tuple) -> tuple[RoundPrice, float]:
@@ -91,7 +101,8 @@ class FewRounds:
                 else self._varied_pricer(k)
             if price is None:  # no form: the policy's arrays
                 arrays, ks = self._arrays, np.array(k, np.int64)
-                price = lambda ctx: arrays(np.array(ctx, np.int64), ks, same)  # noqa: E731
+                price = lambda context, produced: arrays(np.array(  # noqa: E731
+                    [c + p for c, p in zip(context, produced)], np.int64), ks, same)
             self._by_counts[k] = price
         got = self._pricers[produced] = (price, self.lookup * float(sum(k)))
         return got
@@ -102,10 +113,10 @@ class FewRounds:
         if v is None or (d2 is None and self.staged2):
             return None
         if d2 is None:
-            return lambda ctx: (0.0, v(float(sum(ctx))))
+            return lambda context, produced: (0.0, v(float(sum(context) + sum(produced))))
 
-        def price(ctx: list) -> tuple[float, float]:
-            s = float(sum(ctx))
+        def price(context: list, produced: tuple) -> tuple[float, float]:
+            s = float(sum(context) + sum(produced))  # the contexts' sum (ints: exact)
             return d2(s), v(s)
         return price
 
@@ -128,8 +139,8 @@ class FewRounds:
             step_time, v = self.draft_cost.step_time, np.array(u, np.float64)
             verify = lambda ctx: step_time(v, np.array(ctx, np.int64), v)  # noqa: E731
 
-        def price(ctx: list) -> tuple[float, float]:
-            total = 0.0
+        def price(context: list, produced: tuple) -> tuple[float, float]:
+            ctx, total = [c + p for c, p in zip(context, produced)], 0.0
             for on, offset, decoder in forwards:
                 total += decoder(float(sum([ctx[i] for i in on]) + offset))
             return total, verify(ctx)

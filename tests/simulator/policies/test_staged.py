@@ -143,3 +143,39 @@ def test_shipped_scenario_runs():
     assert (dec["draft_s"] > 0).all()
     tau = res.summary()["mean_acceptance_length"]
     assert 1.0 < tau <= 7.0
+
+
+@pytest.mark.parametrize("draft2", ["opt-125m", "ngram"])
+def test_draws_ahead_are_the_iterations_own(draft2):
+    # a stretch of a few requests takes an iteration's inner and outer uniforms from a list
+    # drawn ahead (DrawnDraft, BatchDraws): the same seconds and counts as the generator's
+    # own calls, as many uniforms taken, wherever in the list they start
+    pol = make({"draft2": draft2, "inner_alpha": 0.6, "ngram_lookup_s": 1e-5})
+    pol.chain_stretch()
+    for seed in range(40):
+        pick = np.random.default_rng(seed + 100)
+        n, skip = int(pick.integers(1, 9)), int(pick.integers(0, 5))
+        ctx, ids = pick.integers(1, 3000, n), np.arange(n)
+        own = np.random.default_rng(seed)
+        own.random(skip)
+        want = pol.iteration_draft_s(ids, ctx, np.ones(n), own)
+        want_counts = pol.draw_accepted(own, ids, ctx).tolist()
+        draws = np.random.default_rng(seed).random(skip + pol.gamma * n + n).tolist()
+        got, used = pol.drawn_draft_s(n).price(ctx.tolist(), draws, skip)
+        counts, taken = pol.batch_draws(n).ahead(draws, skip + used)
+        assert (got, counts) == (want, want_counts) and taken == n
+        assert draws[skip + used + n] == own.random()  # the next uniform: as many taken
+
+
+def test_draws_ahead_only_where_both_levels_walk_lists():
+    assert make({}).drawn_draft_s(9) is None and make({}).batch_draws(9) is None
+    assert make({}, alpha=1.0).batch_draws(3) is None  # no outer thresholds
+    assert make({"inner_alpha": 1.0}).drawn_draft_s(3) is None  # no inner thresholds
+
+
+@pytest.mark.parametrize("overrides", [[], ["policy.draft2=ngram"],
+                                       ["workload.max_requests=30", "batching.max_num_seqs=4"]])
+def test_fast_forward_is_the_step_by_step_path(overrides):
+    from tests.simulator.engine.test_fast_forward import identical_or_unservable
+    sc = load_scenario("workloads/scenarios/staged.yaml", overrides)
+    assert identical_or_unservable(sc) is not None
