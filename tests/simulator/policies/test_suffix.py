@@ -251,19 +251,24 @@ def test_shipped_scenario_runs():
     assert (res.requests.status == "finished").all()
 
 
+def _random_index(rng) -> tuple[int, list[list[int]], SuffixIndex, list[int]]:
+    """A depth bound, 1-3 random texts over 3 tokens, their ``SuffixIndex`` and a context."""
+    depth = int(rng.integers(2, 7))
+    texts = [rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
+             for _ in range(int(rng.integers(1, 4)))]
+    index = SuffixIndex(depth)
+    for t in texts:
+        index.add(t)
+    return depth, texts, index, rng.integers(0, 3, size=int(rng.integers(1, 9))).tolist()
+
+
 def test_matching_agrees_with_enumerating_every_suffix():
     """``longest_match`` against brute force: the longest suffix (<= the cap and the depth
     bound) that occurs in an indexed text with a token after it, over random small texts;
     the node returned is that suffix's."""
     rng = np.random.default_rng(7)
     for _ in range(300):
-        depth = int(rng.integers(2, 7))
-        texts = [rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
-                 for _ in range(int(rng.integers(1, 4)))]
-        index = SuffixIndex(depth)
-        for t in texts:
-            index.add(t)
-        context = rng.integers(0, 3, size=int(rng.integers(1, 9))).tolist()
+        depth, texts, index, context = _random_index(rng)
         cap = int(rng.integers(1, 8))
 
         def followed(s: list[int]) -> bool:
@@ -283,13 +288,7 @@ def test_deep_and_roomy_matches_agree_with_enumerating_every_suffix():
     only where its length differs, and each node is its suffix's."""
     rng = np.random.default_rng(11)
     for _ in range(300):
-        depth = int(rng.integers(2, 7))
-        texts = [rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
-                 for _ in range(int(rng.integers(1, 4)))]
-        index = SuffixIndex(depth)
-        for t in texts:
-            index.add(t)
-        context = rng.integers(0, 3, size=int(rng.integers(1, 9))).tolist()
+        depth, texts, index, context = _random_index(rng)
         longest = int(rng.integers(1, 8))
         roomy = int(rng.integers(0, longest + 1))
 
