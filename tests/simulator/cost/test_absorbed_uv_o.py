@@ -1,18 +1,12 @@
 """vLLM 0.7.x's absorbed W_UV_O (issue 35): its extra K steps are paid by the step's decode
 rows only, in waves of 128-row tiles, checked in closed form and against the cited times."""
-import dataclasses
 from math import ceil
 
 import numpy as np
 import pytest
 
-from hardware.profile import load_profile
 from simulator.cost import engine_kernels as ek
-from simulator.cost.cost_model import CostModel
-from simulator.cost.execution import resolve_execution
-from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import load_engine
-from simulator.models.spec import load_model
+from tests.simulator.cost.test_engine_kernels import _cm  # DeepSeek-V3, 8 x H200, TP8
 
 # sgl-project/sglang PR #5820 (2025-04-28), 'main' tables, DeepSeek-V3 N = 7168, K = 16384,
 # the 'vllm' column (vLLM's CUTLASS blockwise FP8 GEMM, cutlass_scaled_mm): M -> us
@@ -20,20 +14,12 @@ PR_5820_VLLM_K16384_US = {1: 77.184, 8: 75.936, 16: 76.448, 32: 76.768, 64: 76.4
                           128: 75.712, 256: 77.792, 512: 149.216}
 
 
-def _cm(engine="vllm-v0.7", **spec):
-    hw = load_profile("h200")
-    host = dataclasses.replace(load_engine(engine), **spec)
-    ex = resolve_execution(hw, {"spec": host}, max_num_seqs=256)
-    return CostModel(hw, load_model("deepseek-v3"), Parallelism(tensor_parallel=8),
-                     execution=ex)
-
-
 def _waves(rows):
     """128-row tiles of the 7168 / 128 = 56 output columns, 132 SMs a wave (H200)."""
     return ceil(ceil(rows / 128) * 56 / 132)
 
 
-ON, OFF = _cm(), _cm(absorbed_uv_o=False)
+ON, OFF = _cm("vllm-v0.7"), _cm("vllm-v0.7", absorbed_uv_o=False)
 # vllm/attention/backends/mla/utils.py at v0.7.1: W_UV_O's K is the local heads x
 # kv_lora_rank, 128 / 8 x 512 = 8192 at TP 8, where o_proj's is 128 / 8 x 128 = 2048:
 # 64 - 16 = 48 more 128-deep steps a layer and wave

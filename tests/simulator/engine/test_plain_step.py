@@ -109,6 +109,16 @@ def test_fast_forward_without_the_lazy_form_is_exact(monkeypatch, case):
     assert_identical(eager, reference)
 
 
+def _small_kv(policy: str, blocks: int):
+    """OPT-1.3B on an A10 with ``blocks`` KV blocks of 16 tokens, 8 sequences, a 256-token
+    chunked-prefill budget and no prefix caching."""
+    util = _utilisation_for_blocks(blocks, 16, 256, False, 8)
+    return scenario(policy, hardware="a10", target="opt-1.3b", draft=None,
+                    batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
+                              "enable_chunked_prefill": True, "gpu_memory_utilization": util,
+                              "enable_prefix_caching": False})
+
+
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_the_fused_path_carries_the_mixed_steps(monkeypatch, fast_forward):
     """A batch that keeps decoding while long prompts arrive, with a KV cache small enough to
@@ -118,11 +128,7 @@ def test_the_fused_path_carries_the_mixed_steps(monkeypatch, fast_forward):
     stretch, so the fused path is asked for fewer than the iterations left."""
     rng = np.random.default_rng(3)
     n = 40
-    util = _utilisation_for_blocks(60, 16, 256, False, 8)
-    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
-                  batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
-                            "enable_chunked_prefill": True, "gpu_memory_utilization": util,
-                            "enable_prefix_caching": False})
+    sc = _small_kv("none", 60)
     wl = workload(np.sort(rng.uniform(0, 4, n)), rng.integers(100, 600, n),
                   rng.integers(20, 120, n))
     fused, ordinary, (calls, taken) = _fused_and_ordinary(monkeypatch, sc, wl, fast_forward)
@@ -146,11 +152,7 @@ def test_a_chunk_that_spends_the_budget_is_fused_while_requests_wait(monkeypatch
     path's and the step-by-step reference's bit for bit."""
     rng = np.random.default_rng(11)
     n = 60
-    util = _utilisation_for_blocks(400, 16, 256, False, 8)
-    sc = scenario("none", hardware="a10", target="opt-1.3b", draft=None,
-                  batching={"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 256,
-                            "enable_chunked_prefill": True, "gpu_memory_utilization": util,
-                            "enable_prefix_caching": False})
+    sc = _small_kv("none", 400)
     wl = workload(np.sort(rng.uniform(0, 3, n)), rng.integers(600, 1500, n),
                   rng.integers(20, 200, n))
     seen = {"fused": 0, "left": 0}
