@@ -41,13 +41,14 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     lo, hi, totals = spans
     heads = totals if logits is None else [float(_SUM(logits, axis=None))] * len(totals)
     out, uniform, attention, last = [0.0] * len(totals), {}, None, None
+    uv = cm._uv_o is not None  # decode rows priced (vLLM 0.7's W_UV_O): else none read
     for j, (low, high, total, head) in enumerate(zip(lo, hi, totals, heads)):
         # the row's parts apart from its contexts, memoised by the model (asked again and
         # again by a stretch's passes of a few rows each); a function of these four numbers
         # and the row's decode rows where the engine prices the absorbed W_UV_O by them
         # (its row is otherwise read only where low is 0, never here): the last row's where
         # they are
-        now = (low, high, total, head, cm._decode_rows(tokens[j]))
+        now = (low, high, total, head, cm._decode_rows(tokens[j]) if uv else 0.0)
         if now != last:
             last = now
             part = cm.row_part(n, tokens[j], low, high, total, head)

@@ -76,9 +76,10 @@ def _price_rows(cm, tokens: np.ndarray, ctx: np.ndarray, rows: list[int], counts
     memo, tail = memos.fixed, memos.tails.get(n)
     if tail is None:
         tail = memos.tails[n] = step_tail(cm, n)
+    uv = cm._uv_o is not None  # the absorbed W_UV_O's decode rows priced (vLLM 0.7)
     for i, c in enumerate(rows):
         total, low, high = totals[c], lo[c], hi[c]
-        uv_rows = cm._decode_rows(tokens[i])  # the absorbed W_UV_O's rows (0.0 without it)
+        uv_rows = cm._decode_rows(tokens[i]) if uv else 0.0
         key = (total, low == high and high <= most, uv_rows)  # what _mode and _fixed read
         got = memo.get(key)
         if got is None:
