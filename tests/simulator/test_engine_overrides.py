@@ -87,3 +87,60 @@ def test_specsim_run_notes_the_override_once_for_all_policies():
     runs = [SimpleNamespace(info={"engine_override": note}) for _ in range(3)]
     assert engine_notes(runs) == [f"note: {note}"]
     assert engine_notes([SimpleNamespace(info={"engine_override": ""})]) == []
+
+
+def _mixed_steps(steps) -> int:
+    """Steps that carry prefill tokens beside decodes."""
+    return int(((steps["prefill_tokens"] > 0) & (steps["num_decode"] > 0)).sum())
+
+
+@pytest.mark.parametrize("written", [None, True])
+def test_v0_without_chunked_prefill_keeps_prefill_and_decode_steps_apart_for_every_model(
+        written):
+    """vLLM V0 (engines.yaml ``unchunked_prefill_apart``: core/scheduler.py _schedule_default,
+    "Don't schedule decodes if prefills are scheduled") on a non-MLA model.  A (100 in, 5 out)
+    at 0, B (300 in, 3 out) at 1.5 D: step 1 prefills A, step 2 decodes it, step 3 prefills B
+    alone (B's first token at 3 D), steps 4-5 decode both (B done at 5 D), step 6 A's last
+    token (6 D).  A ``mixed_chunk: true`` written in the scenario is overridden too: V0 has
+    no flag that mixes whole prompts with decodes."""
+    extra = {} if written is None else {"mixed_chunk": written}
+    sc = _scenario("vllm-v0.7", "llama-3.1-70b", enable_chunked_prefill=False, **extra)
+    got, note = engine_batching(sc)
+    assert got.batching.mixed_chunk is False
+    assert "Don't schedule decodes if prefills are scheduled" in note
+    assert ("(written true)" in note) is bool(written)
+    assert engine_batching(got) == (got, "")  # applied once
+    res = simulate(sc, workload=workload([0.0, 1.5 * D], [100, 300], [5, 3]),
+                   target_cost=ConstantCost(D))
+    steps = res.steps
+    assert steps["prefill_tokens"].tolist() == [100, 0, 300, 0, 0, 0]
+    assert steps["num_decode"].tolist() == [0, 1, 0, 2, 2, 1]
+    assert _mixed_steps(steps) == 0
+    assert res.requests["ttft_s"].tolist() == [1 * D, 3 * D - 1.5 * D]
+    assert res.requests["e2e_s"].tolist() == [6 * D, 5 * D - 1.5 * D]
+    assert res.info["engine_override"] == note
+
+
+@pytest.mark.parametrize("engine, chunked", [("vllm-v0.7", True),  # V0 chunked: mixes
+                                             ("vllm-v0.9", False),  # V1 mixes either way
+                                             ("vllm-v0.10", False),
+                                             (None, False)])
+def test_v0_with_chunked_prefill_and_v1_mix_prefill_and_decode(engine, chunked):
+    """The same arrivals where the steps may mix: B's 300-token prompt goes in beside A's
+    decode in step 3 (vLLM V0's _schedule_chunked_prefill, V1's one token budget), A done at
+    5 D; no override, no note."""
+    sc = _scenario(engine, "llama-3.1-70b", enable_chunked_prefill=chunked)
+    assert engine_batching(sc) == (sc, "")
+    res = simulate(sc, workload=workload([0.0, 1.5 * D], [100, 300], [5, 3]),
+                   target_cost=ConstantCost(D))
+    assert res.steps["prefill_tokens"].tolist()[:3] == [100, 0, 300]
+    assert res.steps["num_decode"].tolist()[:3] == [0, 1, 1]
+    assert _mixed_steps(res.steps) == 1
+    assert res.requests["e2e_s"].tolist() == [5 * D, 5 * D - 1.5 * D]
+    assert res.info["engine_override"] == ""
+
+
+def test_v0_leaves_mixed_chunk_false_as_written_without_a_note():
+    sc = _scenario("vllm-v0.7", "llama-3.1-70b", enable_chunked_prefill=False,
+                   mixed_chunk=False)
+    assert engine_batching(sc) == (sc, "")
