@@ -159,11 +159,15 @@ class AcceptanceEstimate:
     """Per-token acceptance per request, shrunk towards a decaying global estimate.
 
     A verified chain of k drafts with j accepted is j successes and, if j < k, one failure
-    (the maximum-likelihood view of truncated geometric acceptance).
+    (the maximum-likelihood view of truncated geometric acceptance).  ``prior_weight`` 0
+    (the pure MLE, allowed by the goodput controller's parameters) is taken at its limit
+    w -> 0+: the global rate is ``prior_alpha`` until an iteration drafts, an unseen request
+    gets the global rate, as with any weight.
     """
 
     def __init__(self, prior_alpha: float = 0.5, prior_weight: float = 4.0,
                  decay: float = 0.99) -> None:
+        self.prior_alpha = prior_alpha
         self.prior_weight = prior_weight
         self.decay = decay
         self._succ = prior_alpha * prior_weight
@@ -172,16 +176,19 @@ class AcceptanceEstimate:
 
     @property
     def global_alpha(self) -> float:
-        return self._succ / (self._succ + self._fail)
+        total = self._succ + self._fail  # 0 only with prior_weight 0 before any drafting
+        return self._succ / total if total > 0.0 else self.prior_alpha
 
     def alpha(self, request_ids: np.ndarray) -> np.ndarray:
         """Current estimate for each request."""
         g, w = self.global_alpha, self.prior_weight
         wg, req, unseen = w * g, self._req, (0.0, 0.0)
+        rows = (req.get(rid, unseen) for rid in request_ids.tolist())
+        if w <= 0.0:  # s / (s + f), the limit w -> 0+; s + f is 0 only for an unseen request
+            return np.array([s / (s + f) if s + f > 0.0 else g for s, f in rows], np.float64)
         # (s + w * g) / (s + f + w) per request: numpy's operations on its arrays, in the
         # same order, as Python floats (IEEE: the same results, without numpy's per-call cost)
-        return np.array([(s + wg) / (s + f + w) for s, f in
-                         (req.get(rid, unseen) for rid in request_ids.tolist())], np.float64)
+        return np.array([(s + wg) / (s + f + w) for s, f in rows], np.float64)
 
     def update(self, request_ids: np.ndarray, drafted: np.ndarray,
                accepted: np.ndarray) -> None:

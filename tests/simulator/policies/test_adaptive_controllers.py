@@ -114,6 +114,36 @@ def test_acceptance_estimate_is_the_truncated_geometric_mle():
     assert big.global_alpha == pytest.approx(0.7, abs=0.01)
 
 
+def test_acceptance_estimate_without_prior_weight_is_the_limit_of_a_small_one():
+    """prior_weight 0 (the goodput controller allows it) divided 0 by 0 before any drafting
+    (global_alpha) and for an unseen request (alpha): now the limit w -> 0+ of
+    (s + w g) / (s + f + w), which a weight of 1e-9 gives to within 1e-8."""
+    zero = AcceptanceEstimate(prior_alpha=0.3, prior_weight=0.0, decay=0.5)
+    tiny = AcceptanceEstimate(prior_alpha=0.3, prior_weight=1e-9, decay=0.5)
+    assert zero.global_alpha == 0.3  # no observation yet: the prior's rate
+    assert zero.alpha(np.array([0, 1])).tolist() == [0.3, 0.3]
+    rids = np.array([0, 1, 2])
+    for est in (zero, tiny):
+        est.update(rids, drafted=np.array([4, 4, 0]), accepted=np.array([4, 1, 0]))
+    # successes 4 + 1, failures 0 + 1: the global MLE 5 / 6; request 2 drafted nothing
+    assert zero.global_alpha == 5 / 6
+    assert zero.alpha(np.array([0, 1, 2, 9])).tolist() == [1.0, 0.5, 5 / 6, 5 / 6]
+    assert zero.alpha(np.array([0, 1, 2, 9])) == \
+        pytest.approx(tiny.alpha(np.array([0, 1, 2, 9])), abs=1e-8)
+
+
+def test_goodput_controller_runs_with_prior_weight_zero():
+    """The scenario key that reaches it (policy.controller.prior_weight, minimum 0): a run,
+    no ZeroDivisionError, every request served."""
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+    sc = load_scenario("workloads/scenarios/adaptive.yaml",
+                       ["policy.controller.prior_weight=0",
+                        "workload.synthetic.num_requests=12"])
+    res = simulate(sc)
+    assert len(res.requests) == 12 and res.requests["e2e_s"].notna().all()
+
+
 def test_expected_emitted_is_leviathans_formula():
     for a in (0.0, 0.3, 0.8, 1.0):
         for g in range(6):
