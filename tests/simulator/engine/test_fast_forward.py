@@ -103,16 +103,20 @@ def test_fast_forward_takes_the_decode_stretches():
     assert on.info["engine"]["iterations"] == off.info["engine"]["iterations"] == 400
 
 
-@pytest.mark.parametrize("policy", [{"name": "none"},
-                                    {"name": "mtp", "num_speculative_tokens": 1}])
-def test_vllm_v0_runs_deepseek_with_steps_apart_identically(policy):
-    """vLLM 0.7.x runs an MLA model without chunked prefill, prefill and decode steps apart
-    (simulator/engine_overrides.py), on the real cost model: fast-forward agrees with the
-    reference and still skips the decode stretches; no step carries both kinds."""
+@pytest.mark.parametrize("target, policy, chunked", [
+    ("deepseek-v3", {"name": "none"}, True),
+    ("deepseek-v3", {"name": "mtp", "num_speculative_tokens": 1}, True),
+    ("llama-3.1-70b", {"name": "none"}, False)])
+def test_vllm_v0_runs_with_steps_apart_identically(target, policy, chunked):
+    """vLLM 0.7.x runs an MLA model without chunked prefill, and any model whose scenario
+    turns it off, prefill and decode steps apart (simulator/engine_overrides.py), on the real
+    cost model: fast-forward agrees with the reference and still skips the decode
+    stretches; no step carries both kinds."""
     sc = scenario_from_dict({
-        "name": "v0-mla", "hardware": "h200", "target": "deepseek-v3", "policy": policy,
+        "name": "v0-apart", "hardware": "h200", "target": target, "policy": policy,
         "parallelism": {"tensor_parallel": 8}, "execution": {"engine": "vllm-v0.7"},
-        "acceptance": {"model": "iid", "alpha": 0.8}, "batching": {"max_num_seqs": 16},
+        "acceptance": {"model": "iid", "alpha": 0.8},
+        "batching": {"max_num_seqs": 16, "enable_chunked_prefill": chunked},
         "workload": {"synthetic": {"num_requests": 24,
                                    "arrival": {"process": "poisson", "rate_per_s": 4.0},
                                    "prompt": {"dist": "fixed", "tokens": 128},
