@@ -16,6 +16,15 @@ work, per engine, from counts read in each engine's code at a named version
   shows in full, whatever ``async_scheduling`` says;
 - an **extra host step** (SGLang's draft extend as a batch of its own) costs the same.
 
+A sync is counted where a device read (``.item()``, ``.tolist()``, ``.cpu()``, a boolean
+mask's index, a size read off a device tensor, a blocking upload) waits on device work
+queued since the previous one; a read right after another drains nothing.  A batch build's
+own read (SGLang's ``seq_lens.cpu()`` under FA3) belongs to its host step, as the plain
+step's does, and the first read after the verification stands for the plain step's closing
+``.tolist()``: neither is counted.  The drafting path's syncs and host steps
+(``draft_syncs``, ``draft_host_steps``, per later draft forward ``draft_step_*``) are paid
+by the methods that draft with a model; ``syncs`` and ``host_steps`` by every method.
+
 Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, nodes,
 whether it reranks a dynamic tree, maps a reduced draft vocabulary to the target's, fuses
 several target layers' hidden states, verifies a branching tree), never its name: every
@@ -56,7 +65,9 @@ from simulator.inputs.yaml_io import (
 CATALOG = Path(__file__).with_name("engines.yaml")
 COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_level_kernels",
           "rerank_kernels", "rerank_node_ops", "vocab_map_kernels", "feature_kernels",
-          "fuse_kernels", "tree_verify_kernels", "syncs", "rerank_syncs", "host_steps")
+          "fuse_kernels", "tree_verify_kernels", "syncs", "rerank_syncs", "host_steps",
+          "draft_build_kernels", "draft_syncs", "draft_host_steps", "draft_step_syncs",
+          "draft_step_host_steps", "tree_verify_syncs")
 # Launches per decoder layer a DeepSeek-class model's decode runs beyond the cost model's
 # generic MoE/MLA families, by kind (simulator/cost/engine_kernels.py); 0 where not read
 DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_kernels",
@@ -120,6 +131,9 @@ class SpecHost:
     tree_level_kernels: int = 0  # top-k / score / parent bookkeeping per tree level
     rerank_kernels: int = 0      # a dynamic tree's final top-N, sort, mask build
     rerank_node_ops: int = 0     # host ops per reranked node (Python mask / index loops)
+    # the drafts assembled into the verification's input, once per drafting iteration, chain
+    # or tree (SGLang builds a chain's "tree" too: build_tree_kernel_efficient)
+    draft_build_kernels: int = 0
     vocab_map_kernels: int = 0   # a draft-vocabulary map's launches, per draft forward
     feature_kernels: int = 0     # gathers per fused target layer beyond the one of draft_prep
     fuse_kernels: int = 0        # the fused features' concatenation and fusing linear
@@ -127,6 +141,14 @@ class SpecHost:
     #                               a chain's (SGLang FA3's expand page table and mask rows)
     syncs: int = 0               # device->host syncs per iteration (accepted counts, drafts)
     rerank_syncs: int = 0        # syncs of a dynamic tree's build
+    tree_verify_syncs: int = 0   # syncs of a tree's verification beyond a chain's
+    # the drafting path's syncs and extra host steps (batch builds), once per drafting
+    # iteration and per draft forward after the first (a draft loop not captured whole);
+    # ``syncs`` and ``host_steps`` are the verification's, paid by every method
+    draft_syncs: int = 0
+    draft_host_steps: int = 0
+    draft_step_syncs: int = 0
+    draft_step_host_steps: int = 0
     # (method, syncs) where a method's proposer code forces other syncs than ``syncs``
     method_syncs: tuple[tuple[str, int], ...] = ()
     host_steps: int = 0          # extra engine host steps per iteration
@@ -187,7 +209,8 @@ class SpecHost:
         """Eager launches and host ops of one iteration of ``work``."""
         n = self.verify_kernels
         if work.draft_forwards:
-            n += self.draft_prep_kernels + self.draft_step_kernels * (work.draft_forwards - 1)
+            n += self.draft_prep_kernels + self.draft_build_kernels \
+                + self.draft_step_kernels * (work.draft_forwards - 1)
             n += self.vocab_map_kernels * work.draft_forwards if work.vocab_map else 0
         if work.feature_layers:
             n += self.fuse_kernels + self.feature_kernels * (work.feature_layers - 1)
@@ -204,7 +227,11 @@ class SpecHost:
         for method, count in self.method_syncs:  # at most a few entries; most have none
             if method == work.method:
                 syncs = count
-        return syncs + self.host_steps + (self.rerank_syncs if work.rerank else 0)
+        n = syncs + self.host_steps + (self.rerank_syncs if work.rerank else 0)
+        if work.draft_forwards:
+            n += self.draft_syncs + self.draft_host_steps + (work.draft_forwards - 1) * (
+                self.draft_step_syncs + self.draft_step_host_steps)
+        return n + (self.tree_verify_syncs if work.verify_tree_keys else 0)
 
 
 def spec_host_s(execution, work: SpecWork, sequences: int) -> float:

@@ -242,16 +242,15 @@ KNOWN_MISSES: dict[str, str] = {
         "marginal, not conditional, and for other drafts. Stored web pages, GitHub issues and "
         "code were searched for a per-depth or per-position acceptance of a llama-68m draft: "
         "no numbers. No curve is fitted to Table 3"),
-    "sglang-eagle-llama2chat7b-speedup": (
-        "predicted 2.75x vs published 1.90x (+45%; +51% before the engines' speculative host "
-        "work was priced): the plain step is about right but the EAGLE run is predicted much "
-        "faster than the 297 token/s measured. SGLang 0.4.1's counted host work (12 tree "
-        "launches, 6 of verification, one sync, the draft extend's host step) adds about "
-        "0.6 ms an iteration, not the ~6 ms the gap asks; the PR gives no acceptance length, "
-        "so a lower tau on its one prompt cannot be told apart. No per-step timing of "
-        "0.4.1's worker (draft, build_tree, verify, the sync) was found in SGLang's issues "
-        "and PRs; the nearest, sglang PR #26235 (2026, Kimi-K2.5 TP4 EAGLE-3), times the "
-        "draft loop's full-vocabulary softmax at ~43 us a call, ~175 us an iteration"),
+    "sglang-over-eagle-code-llama2chat7b": (
+        "predicted 0.84x vs published 1.49x (-44%): the official EAGLE code's run is priced "
+        "at 348 token/s against the 200 measured (+74%), while SGLang's EAGLE run is priced "
+        "at 293 against 297 and its plain decoding at 163 against 156. The ratio passed "
+        "(1.29x) until SGLang 0.4.1's own iteration was counted in full (issue 35: its "
+        "uncaptured draft steps, each a batch build and a sync, the tree build's and the "
+        "verification's syncs, engines.yaml sglang-v0.4), which had been as much too fast. "
+        "The official code's host work (engines.yaml eagle-official, hf's eager launches) "
+        "is what is left under-priced; not re-read here"),
     **{f"vllm-eagle3-llama31-8b-k{k}-tpot-speedup": (
         f"predicted {p:.2f}x vs published {q:.2f}x ({d}): the iteration is priced "
         f"{it} ms against the {meas} ms TPOT x AL gives, and the 16-request run draws tau "
@@ -276,25 +275,15 @@ KNOWN_MISSES: dict[str, str] = {
             "2.26x, +29.4%", 2.6),
            (7, 2.18, 1.65, "+32.1%", 11.44, "15.19 (4.29 x 3.54)", 3.697, 3.54, 3.579, 2.10,
             "2.26x, +36.9%", 3.8))},
-    "sglang-eagle3-llama31-8b-chain3-speedup": (
-        "predicted 1.77x vs published 1.44x (+22.9%): the iteration is priced 8.27 ms "
-        "against the PR's 9.90 ms (2.12 / 214.14 token/s; plain 6.73 ms, priced 6.74) and the "
-        "run draws tau 2.18 against 2.12 (+2.7%); the GPU (H100) is inferred. SGLang maps "
-        "the draft vocabulary and runs the fc inside captured or model forwards (no eager "
-        "launches of their own: engines.yaml); its draft extend is priced eager (before PR "
-        "#6606), its three batch builds and verify's syncs are not. No per-step timing of it "
-        "was found: sglang PR #4247 (2025-03-10, EAGLE-3 on this model, GPU and tree not "
-        "given) reads 12.94 ms an iteration at 5 steps and 14.24 ms at 8 (4.68 / 361.70 and "
-        "5.39 / 378.57 token/s), 0.43 ms a step, and 19.40 ms at 8 steps without CUDA graphs"),
-    "sglang-eagle3-llama31-8b-tree548-speedup": (
-        "predicted 1.87x vs published 1.38x (+35.5%): the iteration is priced 9.54 ms "
-        "against the PR's 12.52 ms (2.56 / 204.46 token/s; tau drawn 2.51, -1.8%). The tree "
-        "costs the chain 2.62 ms more an iteration in the PR and 1.27 ms in the simulator: "
-        "1.35 ms of two draft steps of four nodes, SGLang's tree build and the 8-token "
-        "cascade verification is not priced; no per-step measurement of them was found"),
     "sglang-eagle3-llama31-8b-chain-over-tree": (
-        "predicted tree > chain (1.87x vs 1.77x) vs published chain > tree (214.14 vs 204.46 "
-        "token/s): the tree's draft and build cost is under-priced (see the tree case)"),
+        "predicted tree > chain (1.475x vs 1.469x) vs published chain > tree (214.14 vs "
+        "204.46 token/s): with SGLang 0.4.5.post3's iteration counted (issue 35: batch "
+        "builds, syncs, the tree build, engines.yaml sglang-v0.4.5) the chain's iteration "
+        "is priced 9.94 ms against the PR's 9.90 and the tree's 11.42 against 12.52, so the "
+        "tree costs the chain 1.48 ms more an iteration in the simulator and 2.62 ms in the "
+        "PR. Not counted: the top-k > 1 draft steps' expand metadata (4 launches a step), the "
+        "top-k selection's kernels inside the captured draft graph (GPU time, no launch), "
+        "which no measurement prices"),
     **{f"sglang-dsv3-h200-batch{b}-throughput": (
         f"predicted {p:.0f} vs published {q} token/s ({d}): SGLang 0.4.1.post2's decode "
         "step is priced 24.3 / 28.5 ms at batch 1 / 8 against the 33 / 38.8 ms measured "

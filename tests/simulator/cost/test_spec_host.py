@@ -113,6 +113,39 @@ def test_mtp_on_vllm_092_pays_the_chains_launches_and_one_sync_less_than_eagle()
         8 * LAUNCH + STEP)
 
 
+def _on(engine: str) -> Execution:
+    return dataclasses.replace(VLLM, spec=load_engine(engine))
+
+
+def test_sglang_0_4_5_builds_a_chains_tree_and_syncs_its_draft_and_verification():
+    # engines.yaml sglang-v0.4.5 (read in sglang-0.4.5.post3): 27 verification launches, 25
+    # of the draft's and draft extend's preparation, 13 of build_tree_kernel_efficient (a
+    # chain's too), 7 of FA3 metadata per captured draft step; 3 verification syncs, the
+    # draft's and the draft extend's .item() / .tolist() and their two batch builds
+    ex = _on("sglang-v0.4.5")
+    chain = SpecWork(draft_forwards=3)
+    assert spec_host_s(ex, chain, 1) == pytest.approx((27 + 25 + 13 + 2 * 7) * LAUNCH
+                                                      + (3 + 2 + 2) * STEP)
+    # a 5-step top-4 tree of 8 tokens: the same build, 20 more verification launches and
+    # the expand lengths' max().item()
+    tree = SpecWork(draft_forwards=5, tree_levels=5, tree_nodes=7, rerank=True,
+                    verify_tree_keys=(1, 2, 3, 4, 5, 6, 2, 2))
+    assert spec_host_s(ex, tree, 1) == pytest.approx((27 + 25 + 13 + 4 * 7 + 20) * LAUNCH
+                                                     + (3 + 2 + 2 + 1) * STEP)
+
+
+def test_sglang_0_4_1_pays_each_uncaptured_draft_step_a_batch_build_and_a_sync():
+    # engines.yaml sglang-v0.4 (read in sglang-0.4.1.post4): forward_draft_decode per step,
+    # 27 launches, generate_attn_arg_decode's .item() and a batch of its own, after the first
+    ex = _on("sglang-v0.4")
+    for k in (1, 5):
+        got = spec_host_s(ex, SpecWork(draft_forwards=k), 1)
+        assert got == pytest.approx((39 + 22 + 22 + 27 * (k - 1)) * LAUNCH
+                                    + (4 + 7 + 1 + 2 * (k - 1)) * STEP)
+    # a model-free iteration pays the verification's alone: no draft syncs or batches
+    assert spec_host_s(ex, SpecWork(), 1) == pytest.approx(39 * LAUNCH + 4 * STEP)
+
+
 def _catalog_entry(method_syncs) -> dict:
     return {"version": "v", "syncs": {"value": 4, "source": "read"},
             "method_syncs": method_syncs}

@@ -110,7 +110,9 @@ def test_only_a_tree_on_a_cascading_engine_pays():
     tree = dataclasses.replace(chain, verify_tree_keys=(1, 2, 3, 2))
     assert spec_device_s(ex, chain, 4, target) == 0.0
     assert spec_device_s(ex, tree, 4, target) > 0.0
-    assert spec_host_s(ex, tree, 4) - spec_host_s(ex, chain, 4) == pytest.approx(20 * 10e-6)
+    # 20 more metadata launches and the expand lengths' max().item() (0.4.5.post3's replay)
+    assert spec_host_s(ex, tree, 4) - spec_host_s(ex, chain, 4) == pytest.approx(
+        20 * 10e-6 + 200e-6)
     flashinfer = dataclasses.replace(ex, spec=load_engine("sglang-v0.4"))
     assert spec_device_s(flashinfer, tree, 4, target) == 0.0
     assert spec_host_s(flashinfer, tree, 4) == spec_host_s(flashinfer, chain, 4)

@@ -262,8 +262,9 @@ def test_trees_on_a_cascading_engine_stay_exact(policy, target, draft):
     from simulator.cost.spec_host import load_engine
 
     rng = np.random.default_rng(11)
-    wl = workload(np.sort(rng.uniform(0, 3, 16)), rng.integers(8, 400, 16),
-                  rng.integers(10, 120, 16))
+    arrivals = np.sort(rng.uniform(0, 3, 16))
+    prompts, outputs = rng.integers(8, 400, 16), rng.integers(10, 120, 16)
+    wl = workload(arrivals, prompts, outputs)
     sglang = load_engine("sglang-v0.4.5")
     sc = dataclasses.replace(
         scenario("none", hardware="h100-sxm", target=target, draft=draft), policy=policy,
@@ -272,12 +273,13 @@ def test_trees_on_a_cascading_engine_stay_exact(policy, target, draft):
     on, off = _both(sc, wl)
     assert_identical(on, off)
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
-    # it costs time, compared on mixed steps: with SGLang's prefill-first steps (its
-    # default, engine/prefill_first.py) the makespan is not monotone in a step's price (a
-    # slower step gathers more arrivals into one prefill batch)
-    mixed = dataclasses.replace(sc, batching=dataclasses.replace(sc.batching, mixed_chunk=True))
-    cascade, _ = _both(mixed, wl)
-    plain = dataclasses.replace(mixed, execution={"spec": dataclasses.replace(
+    # it costs time, compared on requests that all arrive at once: with later arrivals the
+    # makespan is not monotone in a step's price (a slower step gathers more arrivals into
+    # one batch, and the batches' draws differ); at once, both runs take the same steps
+    together = workload(np.zeros(16), prompts, outputs)
+    cascade, _ = _both(sc, together)
+    plain = dataclasses.replace(sc, execution={"spec": dataclasses.replace(
         sglang, tree_cascade=False)})
-    base, _ = _both(plain, wl)
+    base, _ = _both(plain, together)
+    assert len(cascade.steps) == len(base.steps)
     assert cascade.steps["start_s"].iloc[-1] > base.steps["start_s"].iloc[-1]
