@@ -23,6 +23,7 @@ from simulator.engine.plan import closed_forms
 # model's), then the draft's verification's, of a round of requests at contexts ``context``
 # that have ``produced`` tokens each (their contexts: the sums, ints)
 RoundAdd = Callable[[float, list, tuple], float]
+_UNSET: list = []
 
 
 class FewRounds:
@@ -42,6 +43,7 @@ class FewRounds:
         self.gamma, self.gamma2, self.cut, self.lookup = gamma, gamma2, cut, lookup_s
         self.staged2, self.draft_cost = staged2, draft_cost
         self._uniform, self._arrays, self._decoder = uniform, arrays, decoder
+        self._one: list | None = _UNSET  # _one_states', once asked
         self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
         self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
         self._cuts = [cut[:min(gamma2, gamma - p - 1)] for p in range(gamma)] \
@@ -62,8 +64,12 @@ class FewRounds:
         thresholds below its uniform among the first that many (``cuts[p]``: the count
         capped, as a slice).  Each state's round (``state``) adds its seconds to the running
         sums as ``draft_time`` adds them: draft2's, then the verification's."""
-        gamma, states = self.gamma, self._states
+        gamma, states, one = self.gamma, self._states, self._one
         gpu, cpu, rounds = 0.0, 0.0, 0
+        if one is _UNSET:
+            one = self._one_states()
+        if rng is None and one is not None and len(context) == 1:
+            return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at)
         produced = (0,) * len(context)
         while True:
             rounds += 1
@@ -83,9 +89,45 @@ class FewRounds:
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
                     return gpu, cpu, rounds, at
+                if rng is None and one is not None and len(keep) == 1:
+                    j = keep[0]
+                    return self._one_rounds(context[j], produced[j], (gpu, cpu, rounds), draws,
+                                            at)
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
             produced = tuple(produced)
+
+    def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
+                    at: int) -> tuple[float, float, int, int]:
+        """``rounds``' rounds of one request at context ``c`` that has ``p`` tokens, from
+        the running sums ``sums`` (GPU s, CPU s, rounds) and the uniforms drawn ahead at
+        ``at``: the same prices, thresholds and sums as ``state``'s of ``(p,)``, on
+        numbers (no lists: most of a few requests' rounds are a single request's)."""
+        gamma, one = self.gamma, self._one
+        gpu, cpu, rounds = sums
+        while p < gamma:
+            add, lookup, cut = one[p]
+            gpu = add(gpu, c + p)
+            cpu += lookup
+            p += bisect_right(cut, draws[at]) + 1
+            at += 1
+            rounds += 1
+        return gpu, cpu, rounds, at
+
+    def _one_states(self) -> list | None:
+        """``_one_rounds``' (``add(gpu, context)``, lookups' CPU s, thresholds) of a request
+        that has ``p`` tokens, by ``p``; None where a round of one has no closed form."""
+        self._one, staged2 = None, self.staged2
+        states = []
+        for p in range(self.gamma if self._cuts is not None else 0):
+            k = min(self.gamma2, (self.gamma - p) - 1)
+            d2, v = self._uniform(1, k)
+            if v is None or (d2 is None and staged2):
+                return None
+            add = _one_add(None if k == 0 else d2, v)
+            states.append((add, 0.0 if staged2 else self.lookup * float(k), self._cuts[p]))
+        self._one = states if states else None
+        return self._one
 
     def state(self, produced: tuple) -> tuple:
         """(``add(gpu, context, produced)``: the running GPU seconds plus the round's, the
@@ -166,3 +208,15 @@ class FewRounds:
                 total += forward(float(sum([ctx[i] for i in on]) + offset))
             return gpu + total + verify(ctx)
         return add
+
+
+def _one_add(d2, v):
+    """A round of one request's ``add(gpu, context)``: ``gpu`` plus draft2's chain (None:
+    none, or nothing drafted: 0 s adds nothing), then the verification, at its context."""
+    if d2 is None:
+        return lambda gpu, c: gpu + v(float(c))
+
+    def add(gpu: float, c: int) -> float:
+        s = float(c)
+        return gpu + d2(s) + v(s)
+    return add
