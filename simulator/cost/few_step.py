@@ -114,18 +114,22 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
     ``_kernel``, the roofs added left to right as ``_kernel`` adds them (up to 7 requests),
     in one loop (no lists)."""
     crate, mrate, latency, floor = rates
+    # the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float
+    if causal:
+        def attention(ctx: list) -> float:
+            summed = 0.0
+            for (a, b, u, uq), c in zip(terms, ctx):
+                summed += max(a * (c + b) / crate, ((c + u) * kvb + uq) / mrate)
+            return 0.0 + max(summed + latency, floor)  # pricer's total: 0.0, then the kernel
+        return attention
 
-    def attention(ctx: list) -> float:
-        summed = None
-        for (a, b, u, uq), c in zip(terms, ctx):
-            if causal:
-                roof = max(a * (c + b) / crate, ((c + u) * kvb + uq) / mrate)
-            else:
-                x = c + u
-                roof = max(a * x / crate, (x * kvb + uq) / mrate)
-            summed = roof if summed is None else summed + roof
-        return 0.0 + max(summed + latency, floor)  # pricer's total: 0.0, then the kernel
-    return attention
+    def flat(ctx: list) -> float:
+        summed = 0.0
+        for (a, _, u, uq), c in zip(terms, ctx):
+            x = c + u
+            summed += max(a * x / crate, (x * kvb + uq) / mrate)
+        return 0.0 + max(summed + latency, floor)
+    return flat
 
 
 def _two_kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple,
