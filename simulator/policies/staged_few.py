@@ -68,8 +68,10 @@ class FewRounds:
         gpu, cpu, rounds = 0.0, 0.0, 0
         if one is _UNSET:
             one = self._one_states()
-        if rng is None and one is not None and len(context) == 1:
-            return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at)
+        if rng is None and one is not None and len(context) <= 2:
+            return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at) \
+                if len(context) == 1 else self._two_rounds(context, 0, 0, (gpu, cpu, rounds),
+                                                           draws, at)
         produced = (0,) * len(context)
         while True:
             rounds += 1
@@ -89,10 +91,12 @@ class FewRounds:
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
                     return gpu, cpu, rounds, at
-                if rng is None and one is not None and len(keep) == 1:
-                    j = keep[0]
+                if rng is None and one is not None and len(keep) <= 2:
+                    j = keep[-1]
                     return self._one_rounds(context[j], produced[j], (gpu, cpu, rounds), draws,
-                                            at)
+                                            at) if len(keep) == 1 else self._two_rounds(
+                        [context[keep[0]], context[j]], produced[keep[0]], produced[j],
+                        (gpu, cpu, rounds), draws, at)
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
             produced = tuple(produced)
@@ -113,6 +117,33 @@ class FewRounds:
             at += 1
             rounds += 1
         return gpu, cpu, rounds, at
+
+    def _two_rounds(self, context: list, p0: int, p1: int, sums: tuple, draws: list,
+                    at: int) -> tuple[float, float, int, int]:
+        """``rounds``' rounds of two requests (``context``) that have ``p0`` and ``p1``
+        tokens, from the running sums ``sums`` and the uniforms drawn ahead at ``at``: the
+        same states, prices, thresholds and sums, on numbers (no lists of counts); one left
+        goes on alone (``_one_rounds``)."""
+        gamma, states = self.gamma, self._states
+        gpu, cpu, rounds = sums
+        while True:
+            rounds += 1
+            produced = (p0, p1)
+            got = states.get(produced)
+            if got is None:
+                got = self.state(produced)
+            add, lookup, (cut0, cut1), ends = got
+            gpu = add(gpu, context, produced)
+            cpu += lookup
+            p0 += bisect_right(cut0, draws[at]) + 1
+            p1 += bisect_right(cut1, draws[at + 1]) + 1
+            at += 2
+            if ends and (p0 >= gamma or p1 >= gamma):  # one or both have their gamma
+                if p0 < gamma:
+                    return self._one_rounds(context[0], p0, (gpu, cpu, rounds), draws, at)
+                if p1 < gamma:
+                    return self._one_rounds(context[1], p1, (gpu, cpu, rounds), draws, at)
+                return gpu, cpu, rounds, at
 
     def _one_states(self) -> list | None:
         """``_one_rounds``' (``add(gpu, context)``, lookups' CPU s, thresholds) of a request
