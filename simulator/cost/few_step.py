@@ -90,6 +90,8 @@ class FewAttention:
                             None if not n_decode else [not d for d in decode], n - n_decode))
         if len(kernels) == 1 and n < 8:  # one unmasked kernel of a few: one loop
             return _one_kernel(terms, causal, kvb, kernels[0][0])
+        if len(kernels) == 2 and n_decode <= 2 and n - n_decode <= 2:  # two of two at most
+            return _two_kernels(terms, causal, kvb, decode, kernels[0][0], kernels[1][0])
 
         def attention(ctx: list) -> float:
             if causal:
@@ -112,17 +114,49 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
     ``_kernel``, the roofs added left to right as ``_kernel`` adds them (up to 7 requests),
     in one loop (no lists)."""
     crate, mrate, latency, floor = rates
+    # the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float
+    if causal:
+        def attention(ctx: list) -> float:
+            summed = 0.0
+            for (a, b, u, uq), c in zip(terms, ctx):
+                summed += max(a * (c + b) / crate, ((c + u) * kvb + uq) / mrate)
+            return 0.0 + max(summed + latency, floor)  # pricer's total: 0.0, then the kernel
+        return attention
+
+    def flat(ctx: list) -> float:
+        summed = 0.0
+        for (a, _, u, uq), c in zip(terms, ctx):
+            x = c + u
+            summed += max(a * x / crate, (x * kvb + uq) / mrate)
+        return 0.0 + max(summed + latency, floor)
+    return flat
+
+
+def _two_kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple,
+                 prates: tuple):
+    """``FewAttention.pricer``'s attention where the decode kernel and the multi-query one
+    hold at most two requests each: each one's FLOPs, bytes and roof by the same operations
+    as there and in ``_kernel``, each kernel's one or two roofs added (the same float in
+    either order), its latency and floor, the decode kernel's first (from 0.0), in one
+    loop (no lists)."""
+    dc, dm, dl, df = drates
+    pc, pm, pl, pf = prates
 
     def attention(ctx: list) -> float:
-        summed = None
-        for (a, b, u, uq), c in zip(terms, ctx):
+        d = p = None
+        for (a, b, u, uq), c, one in zip(terms, ctx, decode):
             if causal:
-                roof = max(a * (c + b) / crate, ((c + u) * kvb + uq) / mrate)
+                f, by = a * (c + b), (c + u) * kvb + uq
             else:
                 x = c + u
-                roof = max(a * x / crate, (x * kvb + uq) / mrate)
-            summed = roof if summed is None else summed + roof
-        return 0.0 + max(summed + latency, floor)  # pricer's total: 0.0, then the kernel
+                f, by = a * x, x * kvb + uq
+            if one:
+                r = max(f / dc, by / dm)
+                d = r if d is None else d + r
+            else:
+                r = max(f / pc, by / pm)
+                p = r if p is None else p + r
+        return 0.0 + max(d + dl, df) + max(p + pl, pf)
     return attention
 
 

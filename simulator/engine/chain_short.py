@@ -245,12 +245,15 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
         draw = lambda rng, got, ctx: batch.draw(rng)
     else:  # a chunk of about _AHEAD iterations' most at a time (the draft's own draws too)
         drawn = carried.drawn_draft_s(n)
-        most = batch.most if drawn is None else max(batch.most, drawn.most)
+        most = batch.most if drawn is None else max(batch.most, drawn.most) \
+            if drawn.walked is None else batch.most + drawn.most  # walked: one take of both
         each, chunks = (batch.most, _AHEAD) if drawn is None else \
             (batch.most + drawn.most, _AHEAD_DRAWN)
         ahead = DrawAhead(replica.rng, most, each * min(k_max, chunks))
         walk = batch.ahead
         draw = lambda rng, got, ctx: ahead.take(walk)
+    if drawn is not None and drawn.walked is not None:  # its walk too: one take an iteration
+        return None, None, *_walked_prices(replica, spec, n, drawn.walked, ahead), ahead, True
     if drawn is not None:  # priced from the contexts and the uniforms drawn ahead
         return None, None, _drawn_prices(replica, spec, n, drawn, ahead), draw, ahead, True
     prices = None if by_sum is None else chain_prices(replica, spec, n)
@@ -271,6 +274,25 @@ def _drawn_prices(replica, spec: ChainStretch, n: int, drawn: DrawnDraft, ahead:
     tokens, step_time = np.full(n, float(spec.gamma + 1)), replica.target_cost.step_time
     return lambda s, ctx, last: (ahead.take(lambda d, at: price(ctx, d, at)),
                                  step_time(tokens, np.array(ctx, np.float64), tokens))
+
+
+def _walked_prices(replica, spec: ChainStretch, n: int, walked, ahead: DrawAhead):
+    """``_drawn_prices``' ``price`` and ``_forms``' ``draw`` where the draft walks the
+    acceptances too (``DrawnDraft.walked``): one ``take`` an iteration prices the draft and
+    draws its acceptances from the uniforms that follow its own, its counts held for
+    ``draw`` (which ``_short_lists`` calls right after ``price``, as it calls them)."""
+    prices, held, take = chain_prices(replica, spec, n), [None], ahead.take_with
+    if prices is not None:
+        verify = prices[1]
+    else:
+        tokens, step_time = np.full(n, float(spec.gamma + 1)), replica.target_cost.step_time
+        verify = lambda s, ctx: step_time(  # noqa: E731
+            tokens, np.array(ctx, np.float64), tokens)
+
+    def price(s: int, ctx: list, last) -> tuple[float, float]:
+        d, held[0] = take(walked, ctx)
+        return d, verify(s) if prices is not None else verify(s, ctx)
+    return price, lambda rng, got, ctx: held[0]
 
 
 def _few_prices(replica, spec: ChainStretch, n: int, price):

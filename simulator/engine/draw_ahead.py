@@ -37,6 +37,15 @@ class DrawAhead:
         self._at = at + used
         return got
 
+    def take_with(self, walk: Callable[[object, list, int], tuple[object, int]], arg) -> object:
+        """``take`` of ``walk(arg, draws, at)`` (no closure an iteration)."""
+        at = self._at
+        if at + self._most > len(self._draws):
+            at = self._refill()
+        got, used = walk(arg, self._draws, at)
+        self._at = at + used
+        return got
+
     def _refill(self) -> int:
         if self._saved is None:
             self._saved = self._rng.bit_generator.state

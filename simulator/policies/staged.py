@@ -309,7 +309,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             self._draws_ahead[n] = None
             return None
         cut, search = self._outer, self._outer_search
-        rounds, host = self._few.rounds, self._host
+        rounds, host, hosts = self._few.rounds, self._host, {}  # hosts: host(rounds)(n)
 
         def ahead(draws: list, at: int) -> tuple[list, int]:
             return [bisect_right(cut, x) for x in draws[at:at + n]], n
@@ -317,9 +317,17 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
         def price(ctx: list, draws: list, at: int) -> tuple[float, int]:
             gpu, cpu, count, end = rounds(ctx, None, draws, at)
             return gpu + (cpu + host(count)(n)), end - at  # iteration_draft_s' sum
+
+        def walked(ctx: list, draws: list, at: int) -> tuple[tuple[float, list], int]:
+            gpu, cpu, count, end = rounds(ctx, None, draws, at)
+            h = hosts.get(count)
+            if h is None:
+                h = hosts[count] = host(count)(n)
+            return (gpu + (cpu + h), [bisect_right(cut, x) for x in draws[end:end + n]]), \
+                end + n - at
         got = self._draws_ahead[n] = (
             BatchDraws(lambda rng: search(rng.random(n), "right"), n, ahead),
-            DrawnDraft(self.gamma * n, price))
+            DrawnDraft(self.gamma * n, price, walked))
         return got
 
     def reread_tokens(self, request_ids: np.ndarray) -> np.ndarray:

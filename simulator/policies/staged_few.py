@@ -2,7 +2,7 @@
 ``draft_time`` for up to 8 requests at whole-number contexts, issue 36).
 
 A round is priced by a function of its contexts memoised by its requests' draft counts
-(``FewRounds.pricer``): the counts alone decide which closed forms price it (a round whose
+(``FewRounds.state``): the counts alone decide which closed forms price it (a round whose
 requests all draft the same count: the draft2 chain's and the draft's verification's forms
 at the context sum; a varied one: draft2's forwards' forms at each forward's sum and the
 draft's verification of those token counts, ``ClosedForms.few_pricer``), so that a round
@@ -19,9 +19,11 @@ import numpy as np
 
 from simulator.engine.plan import closed_forms
 
-# (draft2's chain, the draft's verification) seconds of a round of requests at contexts
-# ``context`` that have ``produced`` tokens each (their contexts: the sums, ints)
-RoundPrice = Callable[[list, tuple], tuple[float, float]]
+# add(gpu, context, produced): the running GPU seconds ``gpu`` plus draft2's chain's (a
+# model's), then the draft's verification's, of a round of requests at contexts ``context``
+# that have ``produced`` tokens each (their contexts: the sums, ints)
+RoundAdd = Callable[[float, list, tuple], float]
+_UNSET: list = []
 
 
 class FewRounds:
@@ -41,8 +43,9 @@ class FewRounds:
         self.gamma, self.gamma2, self.cut, self.lookup = gamma, gamma2, cut, lookup_s
         self.staged2, self.draft_cost = staged2, draft_cost
         self._uniform, self._arrays, self._decoder = uniform, arrays, decoder
-        self._pricers: dict[tuple, tuple[RoundPrice, float]] = {}  # by tokens produced
-        self._by_counts: dict[tuple, RoundPrice] = {}  # the prices, by draft counts
+        self._one: list | None = _UNSET  # _one_states', once asked
+        self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
+        self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
         self._cuts = [cut[:min(gamma2, gamma - p - 1)] for p in range(gamma)] \
             if cut is not None else None
 
@@ -59,68 +62,152 @@ class FewRounds:
         ``draws`` from ``at`` (the same numbers where the generator would give them).  A
         request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
         thresholds below its uniform among the first that many (``cuts[p]``: the count
-        capped, as a slice)."""
-        gamma, cuts, staged2, pricers = self.gamma, self._cuts, self.staged2, self._pricers
+        capped, as a slice).  Each state's round (``state``) adds its seconds to the running
+        sums as ``draft_time`` adds them: draft2's, then the verification's."""
+        gamma, states, one = self.gamma, self._states, self._one
         gpu, cpu, rounds = 0.0, 0.0, 0
+        if one is _UNSET:
+            one = self._one_states()
+        if rng is None and one is not None and len(context) <= 2:
+            return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at) \
+                if len(context) == 1 else self._two_rounds(context, 0, 0, (gpu, cpu, rounds),
+                                                           draws, at)
         produced = (0,) * len(context)
         while True:
             rounds += 1
-            got = pricers.get(produced)
+            got = states.get(produced)
             if got is None:
-                got = self.pricer(produced)
-            d2, v = got[0](context, produced)
-            if staged2:
-                gpu += d2
-            else:
-                cpu += got[1]
-            gpu += v
+                got = self.state(produced)
+            add, lookup, cut, ends = got
+            gpu = add(gpu, context, produced)
+            cpu += lookup  # 0.0 with a draft2 model (its forwards are GPU seconds)
             if rng is None:
-                xs, at = draws[at:at + len(produced)], at + len(produced)
+                m = len(produced)
+                xs, at = draws[at:at + m], at + m
             else:
                 xs = rng.random(len(produced)).tolist()
-            produced = [p + bisect_right(cuts[p], x) + 1 for p, x in zip(produced, xs)]
-            if max(produced) >= gamma:  # some have their gamma: they stop
+            produced = [p + bisect_right(c, x) + 1 for p, c, x in zip(produced, cut, xs)]
+            if ends and max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
                     return gpu, cpu, rounds, at
+                if rng is None and one is not None and len(keep) <= 2:
+                    j = keep[-1]
+                    return self._one_rounds(context[j], produced[j], (gpu, cpu, rounds), draws,
+                                            at) if len(keep) == 1 else self._two_rounds(
+                        [context[keep[0]], context[j]], produced[keep[0]], produced[j],
+                        (gpu, cpu, rounds), draws, at)
                 context = [context[j] for j in keep]
                 produced = [produced[j] for j in keep]
             produced = tuple(produced)
 
-    def pricer(self, produced: tuple) -> tuple[RoundPrice, float]:
-        """(the price, the n-gram lookups' CPU seconds) of a round of requests that have
-        ``produced`` tokens each, memoised by it (a function of their draft counts)."""
-        if len(self._pricers) >= 4096:
-            self._pricers.clear()
+    def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
+                    at: int) -> tuple[float, float, int, int]:
+        """``rounds``' rounds of one request at context ``c`` that has ``p`` tokens, from
+        the running sums ``sums`` (GPU s, CPU s, rounds) and the uniforms drawn ahead at
+        ``at``: the same prices, thresholds and sums as ``state``'s of ``(p,)``, on
+        numbers (no lists: most of a few requests' rounds are a single request's)."""
+        gamma, one = self.gamma, self._one
+        gpu, cpu, rounds = sums
+        while p < gamma:
+            add, lookup, cut = one[p]
+            gpu = add(gpu, c + p)
+            cpu += lookup
+            p += bisect_right(cut, draws[at]) + 1
+            at += 1
+            rounds += 1
+        return gpu, cpu, rounds, at
+
+    def _two_rounds(self, context: list, p0: int, p1: int, sums: tuple, draws: list,
+                    at: int) -> tuple[float, float, int, int]:
+        """``rounds``' rounds of two requests (``context``) that have ``p0`` and ``p1``
+        tokens, from the running sums ``sums`` and the uniforms drawn ahead at ``at``: the
+        same states, prices, thresholds and sums, on numbers (no lists of counts); one left
+        goes on alone (``_one_rounds``)."""
+        gamma, states = self.gamma, self._states
+        gpu, cpu, rounds = sums
+        while True:
+            rounds += 1
+            produced = (p0, p1)
+            got = states.get(produced)
+            if got is None:
+                got = self.state(produced)
+            add, lookup, (cut0, cut1), ends = got
+            gpu = add(gpu, context, produced)
+            cpu += lookup
+            p0 += bisect_right(cut0, draws[at]) + 1
+            p1 += bisect_right(cut1, draws[at + 1]) + 1
+            at += 2
+            if ends and (p0 >= gamma or p1 >= gamma):  # one or both have their gamma
+                if p0 < gamma:
+                    return self._one_rounds(context[0], p0, (gpu, cpu, rounds), draws, at)
+                if p1 < gamma:
+                    return self._one_rounds(context[1], p1, (gpu, cpu, rounds), draws, at)
+                return gpu, cpu, rounds, at
+
+    def _one_states(self) -> list | None:
+        """``_one_rounds``' (``add(gpu, context)``, lookups' CPU s, thresholds) of a request
+        that has ``p`` tokens, by ``p``; None where a round of one has no closed form."""
+        self._one, staged2 = None, self.staged2
+        states = []
+        for p in range(self.gamma if self._cuts is not None else 0):
+            k = min(self.gamma2, (self.gamma - p) - 1)
+            d2, v = self._uniform(1, k)
+            if v is None or (d2 is None and staged2):
+                return None
+            add = _one_add(None if k == 0 else d2, v)
+            states.append((add, 0.0 if staged2 else self.lookup * float(k), self._cuts[p]))
+        self._one = states if states else None
+        return self._one
+
+    def state(self, produced: tuple) -> tuple:
+        """(``add(gpu, context, produced)``: the running GPU seconds plus the round's, the
+        n-gram lookups' CPU seconds, each request's capped thresholds, whether one may reach
+        gamma this round) of a round of requests that have ``produced`` tokens each,
+        memoised by it (its price a function of their draft counts)."""
+        if len(self._states) >= 4096:
+            self._states.clear()
             self._by_counts.clear()
-        k = tuple([min(self.gamma2, (self.gamma - p) - 1) for p in produced])
-        price = self._by_counts.get(k)
-        if price is None:  # states with the same counts share their price
-            same = k[0] if k.count(k[0]) == len(k) else None
-            price = self._uniform_pricer(len(k), same) if same is not None \
-                else self._varied_pricer(k)
-            if price is None:  # no form: the policy's arrays
-                arrays, ks = self._arrays, np.array(k, np.int64)
-                price = lambda context, produced: arrays(np.array(  # noqa: E731
-                    [c + p for c, p in zip(context, produced)], np.int64), ks, same)
-            self._by_counts[k] = price
-        got = self._pricers[produced] = (price, self.lookup * float(sum(k)))
+        gamma, gamma2, cuts = self.gamma, self.gamma2, self._cuts
+        k = tuple([min(gamma2, (gamma - p) - 1) for p in produced])
+        add = self._by_counts.get(k)
+        if add is None:  # states with the same counts share their price
+            add = self._by_counts[k] = self._adder(k)
+        ends = any([gamma2 >= (gamma - p) - 1 for p in produced])
+        got = self._states[produced] = (add, self.lookup * float(sum(k)) if not self.staged2
+                                        else 0.0, tuple([cuts[p] for p in produced]), ends)
         return got
 
-    def _uniform_pricer(self, n: int, same: int) -> RoundPrice | None:
-        """Both forms at the context sum (draft2's none for an n-gram table: 0 s)."""
+    def _adder(self, k: tuple) -> RoundAdd:
+        """``add`` of a round whose requests draft ``k`` tokens each: the closed forms where
+        they apply, else the policy's arrays."""
+        same = k[0] if k.count(k[0]) == len(k) else None
+        add = self._uniform_pricer(len(k), same) if same is not None else self._varied_pricer(k)
+        if add is not None:
+            return add
+        arrays, ks, staged2 = self._arrays, np.array(k, np.int64), self.staged2
+
+        def priced(gpu: float, context: list, produced: tuple) -> float:
+            d2, v = arrays(np.array([c + p for c, p in zip(context, produced)], np.int64), ks,
+                           same)
+            return gpu + d2 + v if staged2 else gpu + v
+        return priced
+
+    def _uniform_pricer(self, n: int, same: int) -> RoundAdd | None:
+        """Both forms at the context sum (draft2's none for an n-gram table, or where no
+        request drafts: 0 s, which adds nothing to a sum of seconds)."""
         d2, v = self._uniform(n, same)
         if v is None or (d2 is None and self.staged2):
             return None
-        if d2 is None:
-            return lambda context, produced: (0.0, v(float(sum(context) + sum(produced))))
+        if d2 is None or same == 0:
+            return lambda gpu, context, produced: gpu + v(float(sum(context) + sum(produced)))
 
-        def price(context: list, produced: tuple) -> tuple[float, float]:
+        def add(gpu: float, context: list, produced: tuple) -> float:
             s = float(sum(context) + sum(produced))  # the contexts' sum (ints: exact)
-            return d2(s), v(s)
-        return price
+            return gpu + d2(s) + v(s)
+        return add
 
-    def _varied_pricer(self, k: tuple) -> RoundPrice | None:
+    def _varied_pricer(self, k: tuple) -> RoundAdd | None:
         """draft2's forward j over the requests drafting more than j (a batch of ones, by its
         form at their sum + n j, added in order; none for an n-gram table), then the draft's
         verification of k + 1 tokens each (its few-request form, else ``step_time``)."""
@@ -138,10 +225,29 @@ class FewRounds:
         else:
             step_time, v = self.draft_cost.step_time, np.array(u, np.float64)
             verify = lambda ctx: step_time(v, np.array(ctx, np.int64), v)  # noqa: E731
+        if not forwards:  # an n-gram table: the verification alone
+            return lambda gpu, context, produced: gpu + verify(
+                [c + p for c, p in zip(context, produced)])
+        (first, _, decoder), rest = forwards[0], forwards[1:]
+        first = None if len(first) == len(k) else first  # None: every request
 
-        def price(context: list, produced: tuple) -> tuple[float, float]:
-            ctx, total = [c + p for c, p in zip(context, produced)], 0.0
-            for on, offset, decoder in forwards:
-                total += decoder(float(sum([ctx[i] for i in on]) + offset))
-            return total, verify(ctx)
-        return price
+        def add(gpu: float, context: list, produced: tuple) -> float:
+            ctx = [c + p for c, p in zip(context, produced)]
+            # draft2's forwards summed apart (from 0.0: the first one's float), then added
+            total = decoder(float(sum(ctx) if first is None else sum([ctx[i] for i in first])))
+            for on, offset, forward in rest:
+                total += forward(float(sum([ctx[i] for i in on]) + offset))
+            return gpu + total + verify(ctx)
+        return add
+
+
+def _one_add(d2, v):
+    """A round of one request's ``add(gpu, context)``: ``gpu`` plus draft2's chain (None:
+    none, or nothing drafted: 0 s adds nothing), then the verification, at its context."""
+    if d2 is None:
+        return lambda gpu, c: gpu + v(float(c))
+
+    def add(gpu: float, c: int) -> float:
+        s = float(c)
+        return gpu + d2(s) + v(s)
+    return add
