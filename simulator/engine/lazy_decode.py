@@ -230,13 +230,13 @@ class LazyDecodes(LazyStretches):
     def _chunk_step(self, now: float, nd: int, p: int, chunk: int) -> ChunkStep | None:
         """``_forward`` of ``nd`` decodes and the chunk of the request at ``p`` by
         ``mixed_step_time`` (None where it gives way); changes nothing."""
-        if self._mixed is None:
+        if self._mixed_one is None:
             return None
         b = self.b
         computed = int(b.computed[p])
         completes = computed + chunk >= int(b.prefill_target[p])
         s = float(self._lz_sum)
-        verify_s = self._mixed(nd, s, [chunk], [computed], float(nd + completes))
+        verify_s = self._mixed_one(nd, s, chunk, computed, float(nd + completes))
         if verify_s is None:
             return None
         draft_s = 0.0 if self._no_prefill_time else 0.0 + self.policy.prefill_time(
