@@ -55,8 +55,12 @@ class ChunkStep(PlainStep):
 
     def __init__(self, start_s, draft_s, verify_s, num_decode, pos, chunk, computed, completes,
                  kv_read_tokens, attn_pairs) -> None:
-        super().__init__(start_s, draft_s, verify_s, None, num_decode, pos, chunk, completes,
-                         chunk, kv_read_tokens, attn_pairs)
+        # PlainStep.__init__'s stores, written out (one call less on every chunk step)
+        self.start_s, self.draft_s, self.verify_s = start_s, draft_s, verify_s
+        self.duration_s = draft_s + verify_s  # Step.duration_s: draft, then verify
+        self.decode_pos, self.num_decode, self.prefill_pos = None, num_decode, pos
+        self.chunks, self.completes, self.prefill_tokens = chunk, completes, chunk
+        self.kv_read_tokens, self.attn_pairs = kv_read_tokens, attn_pairs
         self.computed = computed
 
 
@@ -270,7 +274,12 @@ class LazyDecodes(LazyStretches):
             self._lazy_join(p)
         if self._lz_fin <= tick:
             self._lazy_retire(now)
-        self._plain_row(step, 1, int(step.completes), self._log.row)
+        # ``_plain_row(step, 1, int(step.completes), self._log.row)``'s row as a plain tuple
+        used = self.used_blocks
+        self._log.row((self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s,
+                       nd + 1, 1, nd, chunk, nd, int(step.completes) + nd, 0, 0, used,
+                       used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
+                       step.attn_pairs, 0))
 
     def _lazy_complete(self, step: PlainStep, now: float) -> None:
         """``_plain_complete`` on the lazy form: the prefills' tokens, one per decode (all of
