@@ -203,10 +203,28 @@ class LazyDecodes(LazyStretches):
                 mid = np.flatnonzero(b.in_prefill)
             pf, chunks, prefill_tokens = self._plan_prefills(mid, budget - nd, now)
         # the decodes keep their positions: admissions append to the batch
-        draft_s, verify_s, completes, kv_read, attn_pairs = self._forward(
-            np.ones(nd), self._lazy_contexts(), pf, chunks, 0.0)
+        draft_s, verify_s, completes, kv_read, attn_pairs = self._lazy_forward(nd, pf, chunks)
         return PlainStep(now, draft_s, verify_s, None, nd, pf, chunks, completes,
                          prefill_tokens, kv_read, attn_pairs)
+
+    def _lazy_forward(self, nd: int, pf: np.ndarray, chunks: np.ndarray):
+        """``_forward(np.ones(nd), self._lazy_contexts(), pf, chunks, 0.0)``: with chunks,
+        its ``_mixed_forward`` on Python numbers (the decodes' context sum is ``_lz_sum``,
+        whole numbers: exact as the float sum), no per-decode array; ``_forward`` itself
+        where ``mixed_step_time`` has no price or nothing prefills."""
+        if pf.size and self._mixed is not None:
+            b = self.b
+            ch, cx = chunks.tolist(), b.computed[pf].tolist()
+            done = [x + c >= t for c, x, t in zip(ch, cx, b.prefill_target[pf].tolist())]
+            s = float(self._lz_sum)
+            verify_s = self._mixed(nd, s, ch, cx, float(nd + sum(done)))
+            if verify_s is not None:
+                draft_s = 0.0 if self._no_prefill_time else 0.0 + self.policy.prefill_time(
+                    chunks.astype(np.float64), np.array(cx, np.float64))
+                pairs = sum(c * x + c * (c + 1) // 2 for c, x in zip(ch, cx)) + nd
+                return draft_s, verify_s, np.array(done, bool), \
+                    s + nd + float(sum(ch) + sum(cx)), s + float(pairs)
+        return self._forward(np.ones(nd), self._lazy_contexts(), pf, chunks, 0.0)
 
     def _lazy_chunk(self, now: float, nd: int, n: int, budget: int,
                     fill: bool = False) -> ChunkStep | None:
@@ -255,17 +273,7 @@ class LazyDecodes(LazyStretches):
         b.computed[p] = step.computed + chunk
         self.outstanding_tokens -= chunk
         if step.completes:
-            b.in_prefill[p] = False
-            b.decoding += 1
-            generated = int(b.generated[p])
-            if generated:  # a preempted request resuming: its ITL runs on
-                self.rec.record_itl(np.array([now - b.last_emit[p]]))
-            b.generated[p] = generated + 1
-            self.outstanding_tokens -= 1
-            rid = int(b.ids[p])
-            if isnan(self.t.first_token_s[rid]):
-                self.t.first_token_s[rid] = now
-            b.last_emit[p] = now
+            self._prefilled(p, now)
         self.rec.record_itl_repeated(now - step.start_s, nd)
         tick = self._lz_tick = self._lz_tick + 1
         self._lz_sum += nd
@@ -281,20 +289,51 @@ class LazyDecodes(LazyStretches):
                        used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
                        step.attn_pairs, 0))
 
+    def _prefilled(self, p: int, now: float) -> None:
+        """The request at ``p`` completed its prefill at ``now``: its first token (or, a
+        preempted one resuming, its next: its ITL runs on), as ``_emit_prefills`` emits it."""
+        b = self.b
+        b.in_prefill[p] = False
+        b.decoding += 1
+        generated = int(b.generated[p])
+        if generated:  # a preempted request resuming: its ITL runs on
+            self.rec.record_itl(np.array([now - b.last_emit[p]]))
+        b.generated[p] = generated + 1
+        self.outstanding_tokens -= 1
+        rid = int(b.ids[p])
+        if isnan(self.t.first_token_s[rid]):
+            self.t.first_token_s[rid] = now
+        b.last_emit[p] = now
+
+    def _lazy_emit(self, step: PlainStep, now: float) -> list[int]:
+        """``_emit_prefills`` of the lazy form's chunks (it runs without a prefix cache) by
+        scalar stores, chunk by chunk: the same integers and floats; the positions whose
+        prefill completed, in order."""
+        b, done = self.b, []
+        for p, c, last in zip(step.prefill_pos.tolist(), step.chunks.tolist(),
+                              step.completes.tolist()):
+            b.computed[p] += c
+            if last:
+                done.append(p)
+        self.outstanding_tokens -= step.prefill_tokens
+        for p in done:
+            self._prefilled(p, now)
+        return done
+
     def _lazy_complete(self, step: PlainStep, now: float) -> None:
         """``_plain_complete`` on the lazy form: the prefills' tokens, one per decode (all of
         them last emitted when this step started), the finished retired, the row."""
-        prefilled = self._emit_prefills(step, now)
+        prefilled = self._lazy_emit(step, now)
         nd = step.num_decode
         self.rec.record_itl_repeated(now - step.start_s, nd)
         self._lz_tick += 1
         self._lz_sum += nd
         self.outstanding_tokens -= nd
-        for p in prefilled.tolist():
+        for p in prefilled:
             self._lazy_join(p)
         if self._lz_fin <= self._lz_tick:
             self._lazy_retire(now)
-        self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size), self._log.row)
+        self._plain_row(step, int(step.prefill_pos.size), len(prefilled), self._log.row)
 
     def _lazy_join(self, p: int) -> None:
         """The request at ``p`` finished its prefill this iteration: a decode now, its values
