@@ -189,7 +189,9 @@ class LazyDecodes(LazyStretches):
         if nd == n and self.waiting:  # admissions (``_plan_prefills`` with none mid-prefill)
             pos, sizes = self._admit(budget - nd, now)
             if len(pos) == 1:  # the usual one: priced on Python numbers
-                step = self._chunk_step(now, nd, pos[0], sizes[0])
+                p = pos[0]
+                step = self._chunk_step(now, nd, p, sizes[0], int(b.computed[p]),
+                                        int(b.prefill_target[p]))
                 if step is not None:
                     return step
             pf, chunks = np.asarray(pos, np.int64), np.asarray(sizes, np.int64)
@@ -242,21 +244,21 @@ class LazyDecodes(LazyStretches):
             if budget > 0 else 0
         if chunk <= 0 or (fill and chunk < budget):
             return None
-        step = self._chunk_step(now, nd, p, chunk)
+        step = self._chunk_step(now, nd, p, chunk, computed, target)
         if step is not None:
             add = self._blocks_for(computed, blocks, chunk)
-            b.blocks[p] += add
+            b.blocks[p] = blocks + add
             self.used_blocks += add  # no prefix cache under the lazy form
         return step
 
-    def _chunk_step(self, now: float, nd: int, p: int, chunk: int) -> ChunkStep | None:
-        """``_forward`` of ``nd`` decodes and the chunk of the request at ``p`` by
-        ``mixed_step_time`` (None where it gives way); changes nothing."""
+    def _chunk_step(self, now: float, nd: int, p: int, chunk: int, computed: int,
+                    target: int) -> ChunkStep | None:
+        """``_forward`` of ``nd`` decodes and the chunk of the request at ``p`` (``computed``
+        tokens in its KV, ``target`` to prefill) by ``mixed_step_time`` (None where it gives
+        way); changes nothing."""
         if self._mixed_one is None:
             return None
-        b = self.b
-        computed = int(b.computed[p])
-        completes = computed + chunk >= int(b.prefill_target[p])
+        completes = computed + chunk >= target
         s = float(self._lz_sum)
         verify_s = self._mixed_one(nd, s, chunk, computed, float(nd + completes))
         if verify_s is None:
