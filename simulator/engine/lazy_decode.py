@@ -284,12 +284,10 @@ class LazyDecodes(LazyStretches):
             self._lazy_join(p)
         if self._lz_fin <= tick:
             self._lazy_retire(now)
-        # ``_plain_row(step, 1, int(step.completes), self._log.row)``'s row as a plain tuple
-        used = self.used_blocks
-        self._log.row((self.index, step.start_s, step.duration_s, step.draft_s, step.verify_s,
-                       nd + 1, 1, nd, chunk, nd, int(step.completes) + nd, 0, 0, used,
-                       used / self.limits.kv_blocks, len(self.waiting), step.kv_read_tokens,
-                       step.attn_pairs, 0))
+        # ``_plain_row(step, 1, int(step.completes), self._log.row)``'s row, by its values
+        self._log.chunk_row((step.start_s, step.duration_s, step.draft_s, step.verify_s, nd,
+                             chunk, int(step.completes) + nd, self.used_blocks,
+                             len(self.waiting), step.kv_read_tokens, step.attn_pairs))
 
     def _prefilled(self, p: int, now: float) -> None:
         """The request at ``p`` completed its prefill at ``now``: its first token (or, a
