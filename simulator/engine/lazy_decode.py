@@ -361,20 +361,12 @@ class LazyDecodes(LazyStretches):
     def _lazy_retire_one(self, now: float, p: int) -> None:
         """Retire the decode at ``p`` (``_retire`` on Python numbers): its values written
         back (no blocks), its column removed."""
-        b, t, tick, bs = self.b, self.t, self._lz_tick, self.limits.block_size
-        stored = int(b.computed[p])
-        c = stored + tick
-        b.computed[p] = c
-        b.generated[p] += tick
-        b.blocks[p] = 0
-        b.last_emit[p] = now
-        rid = int(b.ids[p])
+        t, tick, bs = self.t, self._lz_tick, self.limits.block_size
+        rid, c = self.b.retire_one(t, p, tick, now)
         t.finish_s[rid] = now
         t.status[rid] = FINISHED
         self.used_blocks -= -(-c // bs)
         self._lz_sum -= c
-        self._lz_hist[stored % bs] -= 1
-        b.write_back_one(t, p)
-        b.remove(p)
+        self._lz_hist[(c - tick) % bs] -= 1
         if self.on_finish is not None:
             self.on_finish(1)
