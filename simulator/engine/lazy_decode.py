@@ -76,6 +76,7 @@ class LazyDecodes(LazyStretches):
         # the policy's prefill_time, where it adds nothing (0.0 whatever the chunk), uncalled
         self._no_prefill_time = not self.policy.prefill_adds_time
         self._log = RowLog(self.rec, self.index, self.limits.kv_blocks)  # flushed when eager
+        horizon, index, stats = self.arrivals.horizon, self.index, self.stats  # never rebound
         while True:
             if self.cache is not None:  # a preemption started the prefix cache (own_cache.py):
                 self._log.flush()       # the ordinary loop until it stops
@@ -104,10 +105,10 @@ class LazyDecodes(LazyStretches):
                 if step is None:  # cannot happen with valid limits
                     raise RuntimeError("scheduler made no progress")
             end = step.start_s + step.duration_s  # SimPy's now + delay
-            if end >= self.arrivals.horizon(self.index):
+            if end >= horizon(index):
                 yield env.timeout(delay_to(env.now, end))
-                self.stats["timeouts"] += 1
-            self.stats["iterations"] += 1
+                stats["timeouts"] += 1
+            stats["iterations"] += 1
             self.now = end
             if step.__class__ is ChunkStep:
                 self._lazy_chunk_done(step, end)
