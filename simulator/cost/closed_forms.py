@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost import few_step
+from simulator.cost import mixed_chunk
 from simulator.cost import step_models as sm
 from simulator.cost import step_rows
 from simulator.cost import token_terms as tt
@@ -79,6 +80,14 @@ class ClosedForms(ClosedFormPricer):
             line = self._decode_line = sm.decode_line(self)
         return None if line is None or n < 1 else \
             sm.mixed_time(self, line, n, ctx_sum, chunks, chunk_ctx, logits)
+
+    def mixed_chunk_pricer(self):
+        """``ClosedFormPricer.mixed_chunk_pricer``: the model's numbers read once
+        (mixed_chunk.py), bitwise ``mixed_step_time``; its default where that has no form."""
+        line = self._decode_line
+        if line is _MISSING:
+            line = self._decode_line = sm.decode_line(self)
+        return mixed_chunk.one_chunk_pricer(self, line) or super().mixed_chunk_pricer()
 
     def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks, chunk_ctx, logits):
         """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens (0: chunks only)."""

@@ -25,8 +25,13 @@ from math import isnan
 
 import numpy as np
 
-from simulator.engine.requests import RUNNING
+from simulator.engine.requests import PACKED_FIELDS, RUNNING
 from simulator.engine.reserve import start_room
+
+
+# the queue head's state ``_head_chunk`` reads: the first rows of the table's packed array
+_HEAD = ("computed", "generated", "output_len", "prompt_len", "blocks", "prefill_target")
+assert PACKED_FIELDS[:len(_HEAD)] == _HEAD, "_head_chunk reads these rows as one slice"
 
 
 class Admission:
@@ -84,26 +89,27 @@ class Admission:
         (``gone``: cached keys to treat as evicted already)."""
         t, lim = self.t, self.limits
         rid = self.waiting[0]
-        remaining = int(t.prefill_target[rid] - t.computed[rid]) if t.in_prefill[rid] \
-            else int(t.prompt_len[rid] + t.generated[rid])
+        # its packed state (``_HEAD``) as Python ints, read once
+        computed, generated, output_len, prompt_len, blocks, target = \
+            t.packed[:len(_HEAD), rid].tolist()
+        prefilling = t.in_prefill[rid]
+        remaining = target - computed if prefilling else prompt_len + generated
         hit = taken = 0
-        if self.cache is not None and t.computed[rid] == 0:  # its cached prefix, if any
+        if self.cache is not None and computed == 0:  # its cached prefix, if any
             hit, taken = self.cache.lookup(rid, remaining, gone)
             remaining -= hit * lim.block_size
         self._hit = (hit, taken)
         if not lim.enable_chunked_prefill and remaining > budget:
             return 0
-        if not t.in_prefill[rid]:  # first admission
+        if not prefilling:  # first admission
             t.in_prefill[rid] = True
-            t.prefill_target[rid] = t.prompt_len[rid] + t.generated[rid]
-        computed = int(t.computed[rid]) + hit * lim.block_size
-        chunk = self._fit_chunk(computed, int(t.blocks[rid]) + hit,
-                                int(t.prefill_target[rid]) - computed, budget, taken)
+            t.prefill_target[rid] = target = prompt_len + generated
+        computed += hit * lim.block_size
+        chunk = self._fit_chunk(computed, blocks + hit, target - computed, budget, taken)
         if chunk <= 0 or (not lim.enable_chunked_prefill and chunk < remaining):
             return 0
         if self._room is not None and self.b.ids.size:  # SGLang's add_one_req refusal
-            total = int(t.prefill_target[rid]) - computed \
-                + min(int(t.output_len[rid]), self.limits.token_ratio.clip)
+            total = target - computed + min(output_len, self.limits.token_ratio.clip)
             if total >= self._room - taken * lim.block_size:
                 return 0
         return chunk

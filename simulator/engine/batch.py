@@ -21,6 +21,7 @@ _ROWS = ("ids",) + INT_FIELDS  # the rows of the packed integer state
 _WRITE_BACK_ROWS = np.array([_ROWS.index(f) for f in _WRITE_BACK])
 _TABLE_ROWS = np.array([INT_FIELDS.index(f) for f in _WRITE_BACK])  # the same in the table
 _WRITE_BACK_PAIRS = tuple(zip(_TABLE_ROWS.tolist(), _WRITE_BACK_ROWS.tolist()))
+_COMPUTED, _GENERATED, _BLOCKS = (_ROWS.index(f) for f in ("computed", "generated", "blocks"))
 _VIEW_CACHE = 1024  # batch sizes whose field views are kept (a dozen views each)
 _COUNT = np.count_nonzero
 
@@ -101,6 +102,23 @@ class RunningBatch:
             packed[row, rid] = state[i]
         table.in_prefill[rid] = self._flags[p]
         table.last_emit_s[rid] = self._emit[p]
+
+    def retire_one(self, table: RequestTable, p: int, grown: int, now: float) -> tuple[int, int]:
+        """Write back the request at position ``p`` (a Python int) with ``grown`` more tokens
+        computed and generated than its column holds, no KV blocks and its last emission at
+        ``now`` (a finished decode of the lazy form), and remove it: its id and computed
+        tokens."""
+        state = self._ints[:, p].tolist()
+        state[_COMPUTED] += grown
+        state[_GENERATED] += grown
+        state[_BLOCKS] = 0
+        rid, packed = state[0], table.packed
+        for row, i in _WRITE_BACK_PAIRS:
+            packed[row, rid] = state[i]
+        table.in_prefill[rid] = self._flags[p]
+        table.last_emit_s[rid] = now
+        self.remove(p)
+        return rid, state[_COMPUTED]
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the requests where ``mask`` is True (order preserved)."""

@@ -57,7 +57,7 @@ class ExactSum:
             self._add(values[start:start + rows], slice(0, 1), counts[start:start + rows])
 
     def _add(self, block: np.ndarray, cols: slice, counts: np.ndarray | None = None) -> None:
-        if not block.size:
+        if not block.any():  # empty, or zeros (a plain-decode run's draft_s): nothing to add
             return
         finite = np.isfinite(block)
         if not finite.all():

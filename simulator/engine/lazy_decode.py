@@ -55,8 +55,12 @@ class ChunkStep(PlainStep):
 
     def __init__(self, start_s, draft_s, verify_s, num_decode, pos, chunk, computed, completes,
                  kv_read_tokens, attn_pairs) -> None:
-        super().__init__(start_s, draft_s, verify_s, None, num_decode, pos, chunk, completes,
-                         chunk, kv_read_tokens, attn_pairs)
+        # PlainStep.__init__'s stores, written out (one call less on every chunk step)
+        self.start_s, self.draft_s, self.verify_s = start_s, draft_s, verify_s
+        self.duration_s = draft_s + verify_s  # Step.duration_s: draft, then verify
+        self.decode_pos, self.num_decode, self.prefill_pos = None, num_decode, pos
+        self.chunks, self.completes, self.prefill_tokens = chunk, completes, chunk
+        self.kv_read_tokens, self.attn_pairs = kv_read_tokens, attn_pairs
         self.computed = computed
 
 
@@ -72,6 +76,7 @@ class LazyDecodes(LazyStretches):
         # the policy's prefill_time, where it adds nothing (0.0 whatever the chunk), uncalled
         self._no_prefill_time = not self.policy.prefill_adds_time
         self._log = RowLog(self.rec, self.index, self.limits.kv_blocks)  # flushed when eager
+        horizon, index, stats = self.arrivals.horizon, self.index, self.stats  # never rebound
         while True:
             if self.cache is not None:  # a preemption started the prefix cache (own_cache.py):
                 self._log.flush()       # the ordinary loop until it stops
@@ -100,10 +105,10 @@ class LazyDecodes(LazyStretches):
                 if step is None:  # cannot happen with valid limits
                     raise RuntimeError("scheduler made no progress")
             end = step.start_s + step.duration_s  # SimPy's now + delay
-            if end >= self.arrivals.horizon(self.index):
+            if end >= horizon(index):
                 yield env.timeout(delay_to(env.now, end))
-                self.stats["timeouts"] += 1
-            self.stats["iterations"] += 1
+                stats["timeouts"] += 1
+            stats["iterations"] += 1
             self.now = end
             if step.__class__ is ChunkStep:
                 self._lazy_chunk_done(step, end)
@@ -185,7 +190,9 @@ class LazyDecodes(LazyStretches):
         if nd == n and self.waiting:  # admissions (``_plan_prefills`` with none mid-prefill)
             pos, sizes = self._admit(budget - nd, now)
             if len(pos) == 1:  # the usual one: priced on Python numbers
-                step = self._chunk_step(now, nd, pos[0], sizes[0])
+                p = pos[0]
+                step = self._chunk_step(now, nd, p, sizes[0], int(b.computed[p]),
+                                        int(b.prefill_target[p]))
                 if step is not None:
                     return step
             pf, chunks = np.asarray(pos, np.int64), np.asarray(sizes, np.int64)
@@ -199,10 +206,28 @@ class LazyDecodes(LazyStretches):
                 mid = np.flatnonzero(b.in_prefill)
             pf, chunks, prefill_tokens = self._plan_prefills(mid, budget - nd, now)
         # the decodes keep their positions: admissions append to the batch
-        draft_s, verify_s, completes, kv_read, attn_pairs = self._forward(
-            np.ones(nd), self._lazy_contexts(), pf, chunks, 0.0)
+        draft_s, verify_s, completes, kv_read, attn_pairs = self._lazy_forward(nd, pf, chunks)
         return PlainStep(now, draft_s, verify_s, None, nd, pf, chunks, completes,
                          prefill_tokens, kv_read, attn_pairs)
+
+    def _lazy_forward(self, nd: int, pf: np.ndarray, chunks: np.ndarray):
+        """``_forward(np.ones(nd), self._lazy_contexts(), pf, chunks, 0.0)``: with chunks,
+        its ``_mixed_forward`` on Python numbers (the decodes' context sum is ``_lz_sum``,
+        whole numbers: exact as the float sum), no per-decode array; ``_forward`` itself
+        where ``mixed_step_time`` has no price or nothing prefills."""
+        if pf.size and self._mixed is not None:
+            b = self.b
+            ch, cx = chunks.tolist(), b.computed[pf].tolist()
+            done = [x + c >= t for c, x, t in zip(ch, cx, b.prefill_target[pf].tolist())]
+            s = float(self._lz_sum)
+            verify_s = self._mixed(nd, s, ch, cx, float(nd + sum(done)))
+            if verify_s is not None:
+                draft_s = 0.0 if self._no_prefill_time else 0.0 + self.policy.prefill_time(
+                    chunks.astype(np.float64), np.array(cx, np.float64))
+                pairs = sum(c * x + c * (c + 1) // 2 for c, x in zip(ch, cx)) + nd
+                return draft_s, verify_s, np.array(done, bool), \
+                    s + nd + float(sum(ch) + sum(cx)), s + float(pairs)
+        return self._forward(np.ones(nd), self._lazy_contexts(), pf, chunks, 0.0)
 
     def _lazy_chunk(self, now: float, nd: int, n: int, budget: int,
                     fill: bool = False) -> ChunkStep | None:
@@ -220,23 +245,23 @@ class LazyDecodes(LazyStretches):
             if budget > 0 else 0
         if chunk <= 0 or (fill and chunk < budget):
             return None
-        step = self._chunk_step(now, nd, p, chunk)
+        step = self._chunk_step(now, nd, p, chunk, computed, target)
         if step is not None:
             add = self._blocks_for(computed, blocks, chunk)
-            b.blocks[p] += add
+            b.blocks[p] = blocks + add
             self.used_blocks += add  # no prefix cache under the lazy form
         return step
 
-    def _chunk_step(self, now: float, nd: int, p: int, chunk: int) -> ChunkStep | None:
-        """``_forward`` of ``nd`` decodes and the chunk of the request at ``p`` by
-        ``mixed_step_time`` (None where it gives way); changes nothing."""
-        if self._mixed is None:
+    def _chunk_step(self, now: float, nd: int, p: int, chunk: int, computed: int,
+                    target: int) -> ChunkStep | None:
+        """``_forward`` of ``nd`` decodes and the chunk of the request at ``p`` (``computed``
+        tokens in its KV, ``target`` to prefill) by ``mixed_step_time`` (None where it gives
+        way); changes nothing."""
+        if self._mixed_one is None:
             return None
-        b = self.b
-        computed = int(b.computed[p])
-        completes = computed + chunk >= int(b.prefill_target[p])
+        completes = computed + chunk >= target
         s = float(self._lz_sum)
-        verify_s = self._mixed(nd, s, [chunk], [computed], float(nd + completes))
+        verify_s = self._mixed_one(nd, s, chunk, computed, float(nd + completes))
         if verify_s is None:
             return None
         draft_s = 0.0 if self._no_prefill_time else 0.0 + self.policy.prefill_time(
@@ -251,17 +276,7 @@ class LazyDecodes(LazyStretches):
         b.computed[p] = step.computed + chunk
         self.outstanding_tokens -= chunk
         if step.completes:
-            b.in_prefill[p] = False
-            b.decoding += 1
-            generated = int(b.generated[p])
-            if generated:  # a preempted request resuming: its ITL runs on
-                self.rec.record_itl(np.array([now - b.last_emit[p]]))
-            b.generated[p] = generated + 1
-            self.outstanding_tokens -= 1
-            rid = int(b.ids[p])
-            if isnan(self.t.first_token_s[rid]):
-                self.t.first_token_s[rid] = now
-            b.last_emit[p] = now
+            self._prefilled(p, now)
         self.rec.record_itl_repeated(now - step.start_s, nd)
         tick = self._lz_tick = self._lz_tick + 1
         self._lz_sum += nd
@@ -270,22 +285,56 @@ class LazyDecodes(LazyStretches):
             self._lazy_join(p)
         if self._lz_fin <= tick:
             self._lazy_retire(now)
-        self._plain_row(step, 1, int(step.completes), self._log.row)
+        # ``_plain_row(step, 1, int(step.completes), self._log.row)``'s row, by its values
+        self._log.chunk_row((step.start_s, step.duration_s, step.draft_s, step.verify_s, nd,
+                             chunk, int(step.completes) + nd, self.used_blocks,
+                             len(self.waiting), step.kv_read_tokens, step.attn_pairs))
+
+    def _prefilled(self, p: int, now: float) -> None:
+        """The request at ``p`` completed its prefill at ``now``: its first token (or, a
+        preempted one resuming, its next: its ITL runs on), as ``_emit_prefills`` emits it."""
+        b = self.b
+        b.in_prefill[p] = False
+        b.decoding += 1
+        generated = int(b.generated[p])
+        if generated:  # a preempted request resuming: its ITL runs on
+            self.rec.record_itl(np.array([now - b.last_emit[p]]))
+        b.generated[p] = generated + 1
+        self.outstanding_tokens -= 1
+        rid = int(b.ids[p])
+        if isnan(self.t.first_token_s[rid]):
+            self.t.first_token_s[rid] = now
+        b.last_emit[p] = now
+
+    def _lazy_emit(self, step: PlainStep, now: float) -> list[int]:
+        """``_emit_prefills`` of the lazy form's chunks (it runs without a prefix cache) by
+        scalar stores, chunk by chunk: the same integers and floats; the positions whose
+        prefill completed, in order."""
+        b, done = self.b, []
+        for p, c, last in zip(step.prefill_pos.tolist(), step.chunks.tolist(),
+                              step.completes.tolist()):
+            b.computed[p] += c
+            if last:
+                done.append(p)
+        self.outstanding_tokens -= step.prefill_tokens
+        for p in done:
+            self._prefilled(p, now)
+        return done
 
     def _lazy_complete(self, step: PlainStep, now: float) -> None:
         """``_plain_complete`` on the lazy form: the prefills' tokens, one per decode (all of
         them last emitted when this step started), the finished retired, the row."""
-        prefilled = self._emit_prefills(step, now)
+        prefilled = self._lazy_emit(step, now)
         nd = step.num_decode
         self.rec.record_itl_repeated(now - step.start_s, nd)
         self._lz_tick += 1
         self._lz_sum += nd
         self.outstanding_tokens -= nd
-        for p in prefilled.tolist():
+        for p in prefilled:
             self._lazy_join(p)
         if self._lz_fin <= self._lz_tick:
             self._lazy_retire(now)
-        self._plain_row(step, int(step.prefill_pos.size), int(prefilled.size), self._log.row)
+        self._plain_row(step, int(step.prefill_pos.size), len(prefilled), self._log.row)
 
     def _lazy_join(self, p: int) -> None:
         """The request at ``p`` finished its prefill this iteration: a decode now, its values
@@ -313,20 +362,12 @@ class LazyDecodes(LazyStretches):
     def _lazy_retire_one(self, now: float, p: int) -> None:
         """Retire the decode at ``p`` (``_retire`` on Python numbers): its values written
         back (no blocks), its column removed."""
-        b, t, tick, bs = self.b, self.t, self._lz_tick, self.limits.block_size
-        stored = int(b.computed[p])
-        c = stored + tick
-        b.computed[p] = c
-        b.generated[p] += tick
-        b.blocks[p] = 0
-        b.last_emit[p] = now
-        rid = int(b.ids[p])
+        t, tick, bs = self.t, self._lz_tick, self.limits.block_size
+        rid, c = self.b.retire_one(t, p, tick, now)
         t.finish_s[rid] = now
         t.status[rid] = FINISHED
         self.used_blocks -= -(-c // bs)
         self._lz_sum -= c
-        self._lz_hist[stored % bs] -= 1
-        b.write_back_one(t, p)
-        b.remove(p)
+        self._lz_hist[(c - tick) % bs] -= 1
         if self.on_finish is not None:
             self.on_finish(1)

@@ -117,20 +117,21 @@ class LazyStretches:
         bs, kv, ctx = lim.block_size, lim.kv_blocks, self._lz_sum
         now, used = self.now, self.used_blocks
         ends, durations, reserved = [], [], []
-        for j in range(min(bound, _SHORT)):
-            d = price(ctx + n * j)
+        x, at = ctx, -tick % bs  # iteration j: contexts summing to ctx + n j, hist[-(tick + j)]
+        for _ in range(min(bound, _SHORT)):
+            d = price(x)
             if d is None:
                 return None
             end = now + d  # SimPy's now + delay
-            u = used + hist[-(tick + j) % bs]
+            u = used + hist[at]
             if u > kv:  # stop before the first that cannot fit (never the first one)
                 break
-            if end >= horizon:  # iteration j crosses the arrival
+            if end >= horizon:  # this iteration crosses the arrival
                 return self._decode_run(n, durations, ends, reserved, d, u)
             ends.append(end)
             durations.append(d)
             reserved.append(u)
-            now, used = end, u
+            now, used, x, at = end, u, x + n, at - 1 if at else bs - 1
         else:
             if bound > _SHORT:
                 return None

@@ -333,6 +333,10 @@ class ClosedFormPricer(ABC):
         """``n`` one-token decodes (contexts summing to ``ctx_sum``) and prefill chunks
         (``chunks[i]`` tokens over ``chunk_ctx[i]``) in one forward."""
 
+    def mixed_chunk_pricer(self) -> Callable[[int, float, int, int, float], float | None]:
+        """``mixed_step_time(n, s, [c], [x], logits)`` as ``f(n, s, c, x, logits)``."""
+        return lambda n, s, c, x, logits: self.mixed_step_time(n, s, [c], [x], logits)
+
     @abstractmethod
     def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks: list[int],
                           chunk_ctx: list[int], logits: float) -> float | None:
@@ -341,14 +345,13 @@ class ClosedFormPricer(ABC):
     @abstractmethod
     def chain_decode_times(self, n: int, ctx_sums: np.ndarray,
                            steps: int) -> np.ndarray | None:
-        """K chains of ``steps`` sequential one-token forwards of ``n`` requests (a draft
-        model's), the k-th starting from contexts summing to ``ctx_sums[k]``."""
+        """K chains of ``steps`` one-token forwards of ``n`` requests (a draft model's), the
+        k-th from contexts summing to ``ctx_sums[k]``."""
 
     def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
         """``step_time(tokens[c], context, tokens[c])`` of each row ``c`` of the (C, n)
         ``tokens`` (token counts, as floats): C candidate verifications of one batch (a
-        controller's search), every token through the LM head; bitwise, by default one call
-        a row."""
+        controller's search), every token through the LM head; bitwise, by default by row."""
         rows = np.asarray(tokens, np.float64)
         return np.array([self.step_time(row, context, row) for row in rows], np.float64)
 

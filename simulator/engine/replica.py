@@ -83,8 +83,8 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
         self.forms = forms = closed_forms(target_cost)  # its closed forms, None: none
         # a step of decodes verifying the same count (1 under a plain-decode policy) with
         # chunks has a mixed price (forward.py)
-        self._mixed, self._mixed_verify = (None, None) if forms is None \
-            else (forms.mixed_step_time, forms.mixed_verify_time)
+        self._mixed, self._mixed_verify, self._mixed_one = (None, None, None) if forms is None \
+            else (forms.mixed_step_time, forms.mixed_verify_time, forms.mixed_chunk_pricer())
         self._one_token = plain_decode
         # its stretches: a chain's (chain_stretch.py) or varied drafts' (varied_stretch.py)
         self._chain = chain_stretch_of(self) if self.fast_forward else None

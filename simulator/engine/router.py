@@ -39,7 +39,7 @@ class Arrivals:
         self.admissible = admissible
         arrival = table.arrival_s
         self.next_time = float(arrival[0]) if arrival.size else float("inf")
-        self.upcoming: list[np.ndarray] | None = None  # per replica, under round robin
+        self.upcoming: list[list[float]] | None = None  # per replica, under round robin
         self.given: list[int] = []
         self.process = env.process(self.run())
 
@@ -49,15 +49,16 @@ class Arrivals:
         if self.router == "round_robin" or len(self.replicas) == 1:
             count, ok = len(self.replicas), self.admissible
             rank = np.cumsum(ok) - 1
-            self.upcoming = [np.append(self.table.arrival_s[ok & (rank % count == i)], np.inf)
-                             for i in range(count)]
+            # Python floats: ``horizon`` reads one at every crossing check
+            self.upcoming = [np.append(self.table.arrival_s[ok & (rank % count == i)],
+                                       np.inf).tolist() for i in range(count)]
             self.given = [0] * count
 
     def horizon(self, index: int) -> float:
         """Nothing outside replica ``index`` touches it before this time."""
         if self.upcoming is None:
             return self.next_time
-        return float(self.upcoming[index][self.given[index]])
+        return self.upcoming[index][self.given[index]]
 
     def _route(self, rr: int):
         replicas = self.replicas

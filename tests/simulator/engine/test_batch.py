@@ -1,7 +1,7 @@
 """The packed running batch (simulator/engine/batch.py) against a plain list-of-rows model:
 admissions past its capacity, in-place updates through the field views, compaction by a
-mask, removing one request anywhere, popping the last request, and the table written back (its packed rows) for every
-request that leaves."""
+mask, removing one request anywhere, popping the last request, and the table written back
+(its packed rows) for every request that leaves; the lazy form's ``retire_one``."""
 import numpy as np
 
 from simulator.engine.batch import INT_FIELDS, RunningBatch
@@ -74,3 +74,33 @@ def test_the_packed_batch_matches_a_list_of_rows():
             model.pop()
             _check(b, model)
     assert b._ints.shape[1] > 4  # it grew
+
+
+def test_retire_one_is_the_stores_write_back_and_remove_it_replaces():
+    """``retire_one(t, p, grown, now)``: the lazy form's finished decode written back with
+    ``grown`` more tokens, no blocks, last emitted at ``now``, and removed; the same table and
+    batch as storing those values, ``write_back_one`` and ``remove``."""
+    rng = np.random.default_rng(5)
+    tables, batches = [_table(40, rng)], []
+    tables.append(RequestTable(np.zeros(40), tables[0].prompt_len, tables[0].output_len))
+    for name in ("packed", "in_prefill", "last_emit_s"):
+        getattr(tables[1], name)[:] = getattr(tables[0], name)
+    for t in tables:
+        batches.append(RunningBatch(capacity=4))
+        for rid in range(0, 40, 3):
+            batches[-1].add(t, rid)
+    for p, grown, now in ((4, 7, 1.5), (0, 1, 2.25), (9, 0, 3.0), (3, 12, 4.125)):
+        b = batches[0]
+        b.computed[p] += grown
+        b.generated[p] += grown
+        b.blocks[p] = 0
+        b.last_emit[p] = now
+        rid, computed = int(b.ids[p]), int(b.computed[p])
+        b.write_back_one(tables[0], p)
+        b.remove(p)
+        assert batches[1].retire_one(tables[1], p, grown, now) == (rid, computed)
+        assert np.array_equal(tables[0].packed, tables[1].packed)
+        assert np.array_equal(tables[0].last_emit_s, tables[1].last_emit_s)
+        assert np.array_equal(tables[0].in_prefill, tables[1].in_prefill)
+        for f in ("ids", *INT_FIELDS, "in_prefill", "last_emit", "decoding"):
+            assert np.array_equal(getattr(batches[0], f), getattr(batches[1], f)), f

@@ -60,6 +60,26 @@ def test_rows_and_gaps_in_order():
                                                   + [0.5] * 4 + [0.125] * 4)
 
 
+def test_a_chunk_row_is_the_plain_row_of_its_values():
+    """``chunk_row`` takes a chunk step's varying values; the row it builds is the one
+    ``_plain_row`` writes (one prefill, ``nd`` decodes, no drafts), in its place."""
+    sink, kv = _Sink(), 977
+    log = RowLog(sink, 2, kv)
+    single = tuple(float(i) + 0.25 for i in range(len(STEP_FIELDS)))
+    # start, duration, draft, verify, decodes, chunk, emitted, KV blocks, queue, read, pairs
+    values = [(1.5, 0.125, 0.0, 0.125, 37, 475, 38, 613, 4, 51234.0, 987654.5),
+              (1.625, 0.25, 0.0625, 0.1875, 1, 2, 1, 976, 0, 3.0, 4.5)]
+    log.chunk_row(values[0])
+    log.row(single)
+    log.chunk_row(values[1])
+    log.flush()
+    expected = [(2, start, dur, draft, verify, nd + 1, 1, nd, chunk, nd, emitted, 0, 0, used,
+                 used / kv, queue, read, pairs, 0)
+                for start, dur, draft, verify, nd, chunk, emitted, used, queue, read, pairs
+                in values]
+    assert np.array_equal(sink.rows[0], np.array([expected[0], single, expected[1]]))
+
+
 def test_a_full_log_flushes_itself():
     sink = _Sink()
     log = RowLog(sink, 0, 100)
