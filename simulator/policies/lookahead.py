@@ -217,14 +217,14 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         """``propose``'s plan on arrays (each request's lanes started from random prompt
         tokens on its first iteration, as ``propose`` draws them)."""
         n, width = request_ids.size, self.n - 1
-        drafts: dict[int, list[tuple]] = {}
+        drafts: dict[int, list[int]] = {}
         counts, lanes_held = [], []
         for rid, g in zip(request_ids.tolist(), generated.tolist()):
             state = self._lanes.get(rid)
             if state is None:
                 state = self._lanes[rid] = self._start(rid, rng)
             cands = state.candidates(g)
-            drafts[rid] = cands  # (N - 1)-token tuples
+            drafts[rid] = cands  # (N - 1)-token grams, each an int
             counts.append(len(cands) * width)
             lanes_held.append(state.held())
         num_draft = np.array(counts, np.int64)
@@ -294,15 +294,10 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
                   num_draft: np.ndarray) -> np.ndarray:
         """``accept`` on arrays: the longest verified prefix among the pooled candidates."""
-        out, text, width = [], self.text, self.n - 1
-        for rid, g, k in zip(request_ids.tolist(), generated.tolist(), num_draft.tolist()):
-            if k:
-                at = text.prompt_ids[rid].size + g  # the target's next tokens, up to N - 1
-                truth = text.tokens(rid)[at:at + width]
-                out.append(longest_prefix(drafts[rid], truth))
-            else:
-                out.append(0)
-        return np.array(out, np.int64)
+        lanes = self._lanes
+        return np.array([lanes[rid].verified(g, drafts[rid]) if k else 0 for rid, g, k in
+                         zip(request_ids.tolist(), generated.tolist(), num_draft.tolist())],
+                        np.int64)
 
     def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
                  output_len: np.ndarray, verify_tokens: np.ndarray,

@@ -2,17 +2,30 @@
 one iteration at a time, and marked, then kept or rolled back, when iterations are planned
 ahead (``plan_rows``).
 
-Each lane is a tuple of its last N - 1 guesses at most, and a step makes new tuples in a new
-list, so the mark keeps the list it replaced and rolling the lanes back is taking it back
-(a step's lanes are made by ``FollowIndex.advanced`` in one pass).  The pool is
-rolled back from copies of the entries that the planned iterations changed, each taken when
-first changed.  The in-context target reads the request's text through a ``FollowIndex`` at
-the visible length of each iteration: nothing of it moves.  Rolling back and replaying the
-kept iterations gives the state those iterations would have given one by one, the same
-tokens in the same order.  Lanes that come to hold the same guesses are kept as one
-(``_merge``): they would guess alike and hand the pool the same n-grams from then on.
+A run of tokens is held as one int, ``shift`` bits a token, the first token highest
+(``t_0 << (k - 1) shift | ... | t_k-1``; every token of the text, so every guess, is below
+``2^shift``): a lane (its last N - 1 guesses at most), a pooled n-gram, and the text's next
+N - 1 tokens at each position (``truth``).  A lane's last two tokens are then
+``FollowIndex``'s pair key as they stand, a step's new lane is a shift and an or, and a
+candidate's verified prefix is read from one exclusive or (its leading equal tokens are the
+zero bits above the highest set one): no tuple is made, sliced or compared per lane or per
+candidate.  The same tokens give the same ints: the pool's order, its evictions and the lanes'
+merges are those of the tokens themselves.
+
+A step makes a new list of lanes, so the mark keeps the list it replaced and rolling the lanes
+back is taking it back.  The pool is rolled back from copies of the entries that the planned
+iterations changed, each taken when first changed.  The in-context target reads the request's
+text through a ``FollowIndex`` at the visible length of each iteration: nothing of it moves.
+Rolling back and replaying the kept iterations gives the state those iterations would have
+given one by one, the same tokens in the same order.  Lanes that come to hold the same guesses
+are kept as one (``_merge``): they would guess alike and hand the pool the same n-grams from
+then on.
 """
 from __future__ import annotations
+
+from bisect import bisect_left
+
+import numpy as np
 
 from simulator.policies.in_context import FollowIndex
 
@@ -20,38 +33,61 @@ from simulator.policies.in_context import FollowIndex
 class LaneState:
     """A request's lanes, pool and text: what lookahead plans and observes for it."""
 
-    __slots__ = ("index", "prompt", "lanes_now", "copies", "lanes_n", "pool", "width", "most",
-                 "_saved", "_mark")
+    __slots__ = ("index", "prompt", "lanes_now", "copies", "lanes_n", "size", "pool", "width",
+                 "most", "shift", "truth", "_saved", "_mark")
 
     def __init__(self, index: FollowIndex, prompt: int, starts: list[int], width: int,
                  most: int) -> None:
         self.index = index            # the request's text (prompt + output) and its rule
         self.prompt = prompt          # the prompt's tokens
-        # each distinct lane's last N - 1 guesses at most (a tuple: a step makes new ones,
-        # so the mark holds the lists it replaced), and how many lanes it stands for
-        self.lanes_now, self.copies, self.lanes_n = [(t,) for t in starts], [1] * len(starts), \
+        self.shift = index.shift      # bits a token (at least 1)
+        # each distinct lane's last N - 1 guesses at most (an int, as above; every lane holds
+        # ``size`` of them), and how many lanes it stands for
+        self.lanes_now, self.copies, self.lanes_n = list(starts), [1] * len(starts), \
             len(starts)
-        self.pool: dict[int, list[tuple]] = {}  # first token -> grams, most recent first
+        self.size = 1
+        self.pool: dict[int, list[int]] = {}  # first token -> grams, most recent first
         self.width = width            # N - 1: a full lane's guesses, a gram's tokens
         self.most = most              # G: grams kept (and verified) per first token
+        self.truth = _runs(index.tokens, width, self.shift)  # the next N - 1 tokens, each
         # first token -> its grams at the mark (None: none); since the last ``keep``
         # where nothing is marked (a step's copies thrown away at the next mark)
         self._saved: dict = {}
         self._mark: tuple = ()
 
+    def _tokens(self, run: int, size: int) -> list[int]:
+        """The ``size`` tokens of ``run``, first first."""
+        s, low = self.shift, (1 << self.shift) - 1
+        return [run >> (size - 1 - j) * s & low for j in range(size)]
+
     def lanes(self) -> list[list[int]]:
         """Each lane's guesses now (at most N - 1, oldest first; merged lanes repeated)."""
-        return [list(lane) for lane, c in zip(self.lanes_now, self.copies) for _ in range(c)]
+        return [self._tokens(lane, self.size) for lane, c in zip(self.lanes_now, self.copies)
+                for _ in range(c)]
+
+    def grams(self) -> dict[int, list[tuple]]:
+        """The pool: each first token's n-grams (less that token), most recent first."""
+        return {key: [tuple(self._tokens(gram, self.width)) for gram in grams]
+                for key, grams in self.pool.items()}
 
     def held(self) -> int:
-        """The lookahead branch's tokens: every lane holds as many (they grow together;
-        ``row`` counts them so)."""
-        return self.lanes_n * len(self.lanes_now[0])
+        """The lookahead branch's tokens: every lane holds as many (they grow together)."""
+        return self.lanes_n * self.size
 
-    def candidates(self, generated: int) -> list[tuple]:
+    def candidates(self, generated: int) -> list[int]:
         """The pooled grams after the last visible token (a copy, at most G)."""
-        tokens = self.index.tokens
-        return self.pool.get(tokens[self.prompt + generated - 1], [])[:self.most]
+        return self.pool.get(self.index.tokens[self.prompt + generated - 1], [])[:self.most]
+
+    def verified(self, generated: int, cands: list[int]) -> int:
+        """The most leading tokens that one of ``cands`` (grams, as ``candidates`` gives
+        them) shares with the text after ``generated`` outputs (``plan``'s rule)."""
+        at, s, width = self.prompt + generated, self.shift, self.width
+        truth, bits, best = self.truth[at], width * s, 0
+        for cand in cands:
+            x = cand ^ truth
+            if not x >> (width - 1) * s:
+                best = max(best, (bits - x.bit_length()) // s)
+        return min(best, len(self.index.tokens) - at)
 
     def plan(self, generated: int, steps: int, end: int) -> tuple[list, list]:
         """Up to ``steps`` iterations from ``generated``, each stepped after it but the last,
@@ -59,30 +95,32 @@ class LaneState:
         (draft tokens, lookahead tokens, accepted drafts: the longest verified prefix among
         the candidates), and the generated count it starts from."""
         tokens, prompt, pool, width = self.index.tokens, self.prompt, self.pool, self.width
+        truths, size_all, step = self.truth, len(tokens), self.step
+        # a candidate whose exclusive or with the truth has a bit from ``first`` on differs
+        # at its first token; else its leading equal tokens are (bits - bit_length) // s
+        s = self.shift
+        bits, first = width * s, (width - 1) * s
         rows, gens, g, last, lanes_n = [], [], generated, steps - 1, self.lanes_n
-        step, size_all = self.step, len(tokens)
         for j in range(steps):
             at = prompt + g
             cands = pool.get(tokens[at - 1])
-            held = lanes_n * len(self.lanes_now[0])
             accepted = 0
             if cands:
-                # ``longest_prefix``, inlined: most candidates differ at their first token
-                size, want = size_all - at, tokens[at] if at < size_all else None
-                size = width if size > width else size
+                truth = truths[at]
                 for cand in cands:
-                    if cand[0] != want:
+                    x = cand ^ truth
+                    if x >> first:
                         continue
-                    n = 1
-                    while n < size and cand[n] == tokens[at + n]:
-                        n += 1
+                    n = (bits - x.bit_length()) // s
                     if n > accepted:
                         accepted = n
-                        if n == size:
+                        if n == width:
                             break
-                rows.append((len(cands) * width, held, accepted))
+                if accepted > size_all - at:  # the text ends before the candidate does
+                    accepted = size_all - at
+                rows.append((len(cands) * width, lanes_n * self.size, accepted))
             else:
-                rows.append((0, held, 0))
+                rows.append((0, lanes_n * self.size, 0))
             gens.append(g)
             moved = g + accepted + 1
             if moved >= end or j == last:
@@ -94,16 +132,39 @@ class LaneState:
     def step(self, generated: int) -> None:
         """Each lane gets its next guess (the rule applied to its own guesses, with the text
         up to ``generated`` visible); a full lane's n-gram enters the pool first."""
-        lanes, width = self.lanes_now, self.width
-        # the pool is not read while the lanes step: every lane's guess first
-        if len(lanes[0]) < width:  # the lanes were not full: they only grow
-            self.lanes_now = self.index.advanced(self.prompt + generated, lanes, 0)
-            return
-        # each lane's guesses now: its n-gram but the first (the lane, then its token)
-        grams = self.lanes_now = self.index.advanced(self.prompt + generated, lanes, 1)
-        pool, last, saved = self.pool, self.most - 1, self._saved
-        for lane, gram in zip(lanes, grams):
-            key = lane[0]
+        index, visible, s = self.index, self.prompt + generated, self.shift
+        tokens, ones, twos = index.tokens, index.ones, index.twos
+        later_ones, later_twos = index.later_ones, index.later_twos
+        low, pair, lanes = (1 << s) - 1, (1 << 2 * s) - 1, self.lanes_now
+        pairs, full = self.size >= 2, self.size == self.width
+        # a full lane drops its first token (the pool's key) as it takes the new one
+        keep, top = (1 << (self.width - 1) * s) - 1, (self.width - 1) * s
+        pool, last, saved, new = self.pool, self.most - 1, self._saved, []
+        for lane in lanes:
+            tok = None
+            if pairs:  # ``FollowIndex.advanced``'s rule on the int
+                key = lane & pair
+                at = later_twos.get(key)
+                if at is not None:
+                    i = bisect_left(at, visible)
+                    if i:
+                        tok = tokens[at[i - 1]]
+                if tok is None:
+                    tok = twos.get(key)
+            if tok is None:
+                at = later_ones.get(lane & low)
+                if at is not None:
+                    i = bisect_left(at, visible)
+                    if i:
+                        tok = tokens[at[i - 1]]
+                if tok is None:
+                    tok = ones.get(lane & low, lane & low)
+            if not full:  # the lanes were not full: they only grow
+                new.append(lane << s | tok)
+                continue
+            gram = (lane & keep) << s | tok
+            new.append(gram)
+            key = lane >> top
             entries = pool.get(key)
             if entries is None:
                 if key not in saved:
@@ -117,10 +178,13 @@ class LaneState:
                 else:
                     del entries[last:]  # room for it: at most G
                 entries.insert(0, gram)  # most recent first
-        if len(grams) > 1 and len(set(grams)) < len(grams):
-            self._merge(grams)
+        self.lanes_now = new
+        if not full:
+            self.size += 1
+        elif len(new) > 1 and len(set(new)) < len(new):
+            self._merge(new)
 
-    def _merge(self, grams: list[tuple]) -> None:
+    def _merge(self, grams: list[int]) -> None:
         """Lanes that hold the same guesses (``grams``: each lane's now) become one: from
         here on they guess the same tokens and hand the pool the same n-grams, and of a
         step's equal n-grams the last decides where it stands (each moves to the front), so
@@ -134,7 +198,7 @@ class LaneState:
 
     def mark(self) -> None:
         """Remember the state now: ``steps`` after it are kept or rolled back."""
-        self._saved, self._mark = {}, (self.lanes_now, self.copies)
+        self._saved, self._mark = {}, (self.lanes_now, self.copies, self.size)
 
     def keep(self) -> None:
         """The steps since ``mark`` stand."""
@@ -142,7 +206,7 @@ class LaneState:
 
     def roll_back(self) -> None:
         """The state at ``mark``, as if the steps since were never taken."""
-        self.lanes_now, self.copies = self._mark
+        self.lanes_now, self.copies, self.size = self._mark
         pool = self.pool
         for key, entries in self._saved.items():
             if entries is None:
@@ -150,6 +214,23 @@ class LaneState:
             else:
                 pool[key] = entries
         self._saved = {}
+
+
+def _runs(tokens: list[int], width: int, shift: int) -> list[int]:
+    """The ``width`` tokens from each position of ``tokens`` as one int (zeros past the end:
+    a prefix read from it is capped at the tokens left)."""
+    size = len(tokens)
+    if width * shift <= 64:  # on uint64 arrays: a few C loops
+        ids = np.zeros(size + width - 1, np.uint64)
+        ids[:size] = tokens
+        out = np.zeros(size, np.uint64)
+        for j in range(width):
+            out |= ids[j:j + size] << np.uint64((width - 1 - j) * shift)
+        return out.tolist()
+    runs, run, drop = [0] * size, 0, width * shift
+    for p in range(size - 1, -1, -1):  # each the token, then the next one's run less its last
+        run = runs[p] = (tokens[p] << drop | run) >> shift
+    return runs
 
 
 def longest_prefix(cands: list[tuple], truth: list[int]) -> int:
