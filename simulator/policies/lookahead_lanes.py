@@ -34,7 +34,7 @@ class LaneState:
     """A request's lanes, pool and text: what lookahead plans and observes for it."""
 
     __slots__ = ("index", "prompt", "lanes_now", "copies", "lanes_n", "size", "pool", "width",
-                 "most", "shift", "truth", "_saved", "_mark")
+                 "most", "shift", "truth", "rule", "_saved", "_mark")
 
     def __init__(self, index: FollowIndex, prompt: int, starts: list[int], width: int,
                  most: int) -> None:
@@ -50,6 +50,11 @@ class LaneState:
         self.width = width            # N - 1: a full lane's guesses, a gram's tokens
         self.most = most              # G: grams kept (and verified) per first token
         self.truth = _runs(index.tokens, width, self.shift)  # the next N - 1 tokens, each
+        s = self.shift  # the rule's dicts, and the masks of a token, a pair, a lane's last
+        # N - 2 tokens (what a full lane keeps), and the shift to a full lane's first token
+        self.rule = (index.tokens, index.ones, index.twos, index.later_ones, index.later_twos,
+                     s, (1 << s) - 1, (1 << 2 * s) - 1, (1 << (width - 1) * s) - 1,
+                     (width - 1) * s)
         # first token -> its grams at the mark (None: none); since the last ``keep``
         # where nothing is marked (a step's copies thrown away at the next mark)
         self._saved: dict = {}
@@ -132,36 +137,22 @@ class LaneState:
     def step(self, generated: int) -> None:
         """Each lane gets its next guess (the rule applied to its own guesses, with the text
         up to ``generated`` visible); a full lane's n-gram enters the pool first."""
-        index, visible, s = self.index, self.prompt + generated, self.shift
-        tokens, ones, twos = index.tokens, index.ones, index.twos
-        later_ones, later_twos = index.later_ones, index.later_twos
-        low, pair, lanes = (1 << s) - 1, (1 << 2 * s) - 1, self.lanes_now
-        pairs, full = self.size >= 2, self.size == self.width
-        # a full lane drops its first token (the pool's key) as it takes the new one
-        keep, top = (1 << (self.width - 1) * s) - 1, (self.width - 1) * s
+        visible, lanes = self.prompt + generated, self.lanes_now
+        if self.size < self.width or self.width == 1:
+            self._step_short(visible)
+            return
+        tokens, ones, twos, later_ones, later_twos, s, low, pair, keep, top = self.rule
         pool, last, saved, new = self.pool, self.most - 1, self._saved, []
-        for lane in lanes:
-            tok = None
-            if pairs:  # ``FollowIndex.advanced``'s rule on the int
-                key = lane & pair
-                at = later_twos.get(key)
-                if at is not None:
-                    i = bisect_left(at, visible)
-                    if i:
-                        tok = tokens[at[i - 1]]
+        for lane in lanes:  # ``FollowIndex.advanced``'s rule on the ints (two or more tokens)
+            key = lane & pair
+            at = later_twos.get(key)
+            if at is not None and (i := bisect_left(at, visible)):
+                tok = tokens[at[i - 1]]
+            else:
+                tok = twos.get(key)
                 if tok is None:
-                    tok = twos.get(key)
-            if tok is None:
-                at = later_ones.get(lane & low)
-                if at is not None:
-                    i = bisect_left(at, visible)
-                    if i:
-                        tok = tokens[at[i - 1]]
-                if tok is None:
-                    tok = ones.get(lane & low, lane & low)
-            if not full:  # the lanes were not full: they only grow
-                new.append(lane << s | tok)
-                continue
+                    tok = _follow_one(self.rule, lane & low, visible)
+            # the lane drops its first token (the pool's key) as it takes the new one
             gram = (lane & keep) << s | tok
             new.append(gram)
             key = lane >> top
@@ -179,10 +170,39 @@ class LaneState:
                     del entries[last:]  # room for it: at most G
                 entries.insert(0, gram)  # most recent first
         self.lanes_now = new
-        if not full:
-            self.size += 1
-        elif len(new) > 1 and len(set(new)) < len(new):
+        if len(new) > 1 and len(set(new)) < len(new):
             self._merge(new)
+
+    def _step_short(self, visible: int) -> None:
+        """``step`` while the lanes fill (they only grow), or of one-token lanes (N = 2:
+        the rule reads the last token alone)."""
+        rule, s = self.rule, self.shift
+        if self.size < self.width:
+            pairs, self.size = self.size >= 2, self.size + 1
+            self.lanes_now = [lane << s | (_follow_two(rule, lane, visible) if pairs else
+                                           _follow_one(rule, lane, visible))
+                              for lane in self.lanes_now]
+            return
+        lanes = self.lanes_now
+        self.lanes_now = [_follow_one(rule, lane, visible) for lane in lanes]
+        for key, gram in zip(lanes, self.lanes_now):
+            self._add(key, gram)
+        if len(lanes) > 1 and len(set(self.lanes_now)) < len(lanes):
+            self._merge(self.lanes_now)
+
+    def _add(self, key: int, gram: int) -> None:
+        """``gram`` to the front of ``key``'s grams (``step``'s pool update, as there)."""
+        entries = self.pool.get(key)
+        if entries is None:
+            self._saved.setdefault(key, None)
+            self.pool[key] = [gram]
+        elif entries[0] != gram:
+            self._saved.setdefault(key, entries[:])
+            if gram in entries:
+                entries.remove(gram)
+            else:
+                del entries[self.most - 1:]
+            entries.insert(0, gram)
 
     def _merge(self, grams: list[int]) -> None:
         """Lanes that hold the same guesses (``grams``: each lane's now) become one: from
@@ -214,6 +234,29 @@ class LaneState:
             else:
                 pool[key] = entries
         self._saved = {}
+
+
+def _follow_two(rule: tuple, lane: int, visible: int) -> int:
+    """The rule's token after ``lane`` (two tokens or more) with ``visible`` tokens seen: the
+    token after its last two's latest occurrence, else ``_follow_one``."""
+    tokens, _, twos, _, later_twos, _, _, pair, _, _ = rule
+    key = lane & pair
+    at = later_twos.get(key)
+    if at is not None and (i := bisect_left(at, visible)):
+        return tokens[at[i - 1]]
+    tok = twos.get(key)
+    return _follow_one(rule, lane & rule[6], visible) if tok is None else tok
+
+
+def _follow_one(rule: tuple, lane: int, visible: int) -> int:
+    """The rule's token after ``lane``'s last token with ``visible`` tokens seen: the token
+    after its latest occurrence (the last token repeated where it has none)."""
+    tokens, ones, _, later_ones, _, _, low, _, _, _ = rule
+    last = lane & low
+    at = later_ones.get(last)
+    if at is not None and (i := bisect_left(at, visible)):
+        return tokens[at[i - 1]]
+    return ones.get(last, last)
 
 
 def _runs(tokens: list[int], width: int, shift: int) -> list[int]:
