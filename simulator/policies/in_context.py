@@ -108,6 +108,7 @@ class FollowIndex:
         size = len(tokens)
         ids = (np.fromiter(tokens, np.uint64, size) if ids is None
                else np.asarray(ids).astype(np.uint64))
+        self.ids = ids  # the tokens as uint64 (lookahead_lanes.py's runs are made on it)
         # a pair a, b is keyed a << shift | b, one for each pair of the text's tokens (all
         # below 2^shift), a one-digit int (fast to make and hash) while shift <= 15; at
         # least 1 bit, so that lookahead's runs of tokens in ints (lookahead_lanes.py) keep

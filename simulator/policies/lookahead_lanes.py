@@ -49,7 +49,7 @@ class LaneState:
         self.pool: dict[int, list[int]] = {}  # first token -> grams, most recent first
         self.width = width            # N - 1: a full lane's guesses, a gram's tokens
         self.most = most              # G: grams kept (and verified) per first token
-        self.truth = _runs(index.tokens, width, self.shift)  # the next N - 1 tokens, each
+        self.truth = _runs(index.tokens, index.ids, width, self.shift)  # the next N - 1 tokens, each
         s = self.shift  # the rule's dicts, and the masks of a token, a pair, a lane's last
         # N - 2 tokens (what a full lane keeps), and the shift to a full lane's first token
         self.rule = (index.tokens, index.ones, index.twos, index.later_ones, index.later_twos,
@@ -259,16 +259,14 @@ def _follow_one(rule: tuple, lane: int, visible: int) -> int:
     return ones.get(last, last)
 
 
-def _runs(tokens: list[int], width: int, shift: int) -> list[int]:
-    """The ``width`` tokens from each position of ``tokens`` as one int (zeros past the end:
-    a prefix read from it is capped at the tokens left)."""
+def _runs(tokens: list[int], ids: np.ndarray, width: int, shift: int) -> list[int]:
+    """The ``width`` tokens from each position of ``tokens`` (``ids``: the same as uint64)
+    as one int (zeros past the end: a prefix read from it is capped at the tokens left)."""
     size = len(tokens)
-    if width * shift <= 64:  # on uint64 arrays: a few C loops
-        ids = np.zeros(size + width - 1, np.uint64)
-        ids[:size] = tokens
-        out = np.zeros(size, np.uint64)
-        for j in range(width):
-            out |= ids[j:j + size] << np.uint64((width - 1 - j) * shift)
+    if width * shift <= 64:  # on the array: a few C loops
+        out = ids << np.uint64((width - 1) * shift)
+        for j in range(1, min(width, size)):
+            out[:size - j] |= ids[j:] << np.uint64((width - 1 - j) * shift)
         return out.tolist()
     runs, run, drop = [0] * size, 0, width * shift
     for p in range(size - 1, -1, -1):  # each the token, then the next one's run less its last
