@@ -49,7 +49,8 @@ class LaneState:
         self.pool: dict[int, list[int]] = {}  # first token -> grams, most recent first
         self.width = width            # N - 1: a full lane's guesses, a gram's tokens
         self.most = most              # G: grams kept (and verified) per first token
-        self.truth = _runs(index.tokens, index.ids, width, self.shift)  # the next N - 1 tokens, each
+        # the text's next N - 1 tokens at each position
+        self.truth = _runs(index.tokens, index.ids, width, self.shift)
         s = self.shift  # the rule's dicts, and the masks of a token, a pair, a lane's last
         # N - 2 tokens (what a full lane keeps), and the shift to a full lane's first token
         self.rule = (index.tokens, index.ones, index.twos, index.later_ones, index.later_twos,
