@@ -26,6 +26,8 @@ measurement.
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from simulator.engine.plan import (
@@ -266,14 +268,15 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         for i in sorted(range(len(states)), key=lambda i: ends[i] - gens[i]):
             states[i].mark()
             planned[i] = states[i].plan(gens[i], steps, ends[i])
-            steps = min(steps, len(planned[i][0]))
-        self._ahead = [(state, at, len(rows) - 1)
-                       for state, (rows, at) in zip(states, planned)]
+            steps = min(steps, len(planned[i][1]))
+        self._ahead = [(state, at, len(at) - 1) for state, (_, at) in zip(states, planned)]
         # (draft tokens, lookahead tokens, accepted) x rows x requests, each (rows x requests)
-        # C-ordered as the engine's arrays are (its float sums follow the memory order)
-        table = np.array([rows[:steps] for rows, _ in planned], np.int64).transpose(2, 1, 0) \
-            .copy()
+        # C-ordered as the engine's arrays are (its float sums follow the memory order); read
+        # from the flat rows by one C-level pass
         n = len(states)
+        table = np.fromiter(chain.from_iterable(rows[:3 * steps] for rows, _ in planned),
+                            np.int64, 3 * steps * n).reshape(n, steps, 3).transpose(2, 1, 0) \
+            .copy()
         seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
         return VariedRows(table[0], 1 + table[1] + table[0], table[2], seconds)
 

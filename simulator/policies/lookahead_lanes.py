@@ -98,8 +98,9 @@ class LaneState:
     def plan(self, generated: int, steps: int, end: int) -> tuple[list, list]:
         """Up to ``steps`` iterations from ``generated``, each stepped after it but the last,
         which is the first that reaches ``end`` tokens (or the ``steps``-th): each one's
-        (draft tokens, lookahead tokens, accepted drafts: the longest verified prefix among
-        the candidates), and the generated count it starts from."""
+        draft tokens, lookahead tokens and accepted drafts (the longest verified prefix among
+        the candidates), one after another in one list, and the generated count it starts
+        from."""
         tokens, prompt, pool, width = self.index.tokens, self.prompt, self.pool, self.width
         truths, size_all, step = self.truth, len(tokens), self.step
         # a candidate whose exclusive or with the truth has a bit from ``first`` on differs
@@ -124,9 +125,9 @@ class LaneState:
                             break
                 if accepted > size_all - at:  # the text ends before the candidate does
                     accepted = size_all - at
-                rows.append((len(cands) * width, lanes_n * self.size, accepted))
+                rows += (len(cands) * width, lanes_n * self.size, accepted)
             else:
-                rows.append((0, lanes_n * self.size, 0))
+                rows += (0, lanes_n * self.size, 0)
             gens.append(g)
             moved = g + accepted + 1
             if moved >= end or j == last:
