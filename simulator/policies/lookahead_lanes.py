@@ -100,41 +100,77 @@ class LaneState:
         which is the first that reaches ``end`` tokens (or the ``steps``-th): each one's
         draft tokens, lookahead tokens and accepted drafts (the longest verified prefix among
         the candidates), one after another in one list, and the generated count it starts
-        from."""
-        tokens, prompt, pool, width = self.index.tokens, self.prompt, self.pool, self.width
-        truths, size_all, step = self.truth, len(tokens), self.step
+        from.  While the lanes fill (and for one-token lanes) row by row, then
+        ``_plan_full``."""
+        rows, gens, g, tokens = [], [], generated, self.index.tokens
+        while self.size < self.width or self.width == 1:
+            cands = self.pool.get(tokens[self.prompt + g - 1])
+            accepted = self.verified(g, cands) if cands else 0
+            rows += (len(cands) * self.width if cands else 0, self.held(), accepted)
+            gens.append(g)
+            steps -= 1
+            if g + accepted + 1 >= end or not steps:
+                return rows, gens
+            self.step(g)
+            g += accepted + 1
+        self._plan_full(g, steps, end, rows, gens)
+        return rows, gens
+
+    def _plan_full(self, g: int, steps: int, end: int, rows: list, gens: list) -> None:
+        """``plan``'s rows from ``g`` on, of full lanes of two tokens or more: ``verified``
+        and ``step`` inlined (a row is a few dozen operations: calls would be a good part)."""
+        tokens, _, twos, _, later_twos, s, low, pair, keep, top = self.rule
+        pool, prompt, width, truths = self.pool, self.prompt, self.width, self.truth
         # a candidate whose exclusive or with the truth has a bit from ``first`` on differs
         # at its first token; else its leading equal tokens are (bits - bit_length) // s
-        s = self.shift
-        bits, first = width * s, (width - 1) * s
-        rows, gens, g, last, lanes_n = [], [], generated, steps - 1, self.lanes_n
+        bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
+        saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
         for j in range(steps):
             at = prompt + g
-            cands = pool.get(tokens[at - 1])
-            accepted = 0
+            cands, accepted = pool.get(tokens[at - 1]), 0
             if cands:
                 truth = truths[at]
                 for cand in cands:
                     x = cand ^ truth
-                    if x >> first:
-                        continue
-                    n = (bits - x.bit_length()) // s
-                    if n > accepted:
-                        accepted = n
-                        if n == width:
-                            break
+                    if not x >> first and (bits - x.bit_length()) // s > accepted:
+                        accepted = (bits - x.bit_length()) // s
                 if accepted > size_all - at:  # the text ends before the candidate does
                     accepted = size_all - at
-                rows += (len(cands) * width, lanes_n * self.size, accepted)
+                rows += (len(cands) * width, held, accepted)
             else:
-                rows += (0, lanes_n * self.size, 0)
+                rows += (0, held, 0)
             gens.append(g)
-            moved = g + accepted + 1
-            if moved >= end or j == last:
-                break
-            step(g)
-            g = moved
-        return rows, gens
+            if g + accepted + 1 >= end or j == last:
+                return
+            new = []  # ``step(g)``: the same operations in the same order
+            for lane in lanes:
+                key = lane & pair
+                occ = later_twos.get(key)
+                if occ is not None and (i := bisect_left(occ, at)):
+                    tok = tokens[occ[i - 1]]
+                elif (tok := twos.get(key)) is None:
+                    tok = _follow_one(self.rule, lane & low, at)
+                gram = (lane & keep) << s | tok
+                new.append(gram)
+                key = lane >> top
+                entries = pool.get(key)
+                if entries is None:
+                    if key not in saved:
+                        saved[key] = None
+                    pool[key] = [gram]
+                elif entries[0] != gram:  # at the front already: moving it changes nothing
+                    if key not in saved:
+                        saved[key] = entries[:]
+                    if gram in entries:
+                        entries.remove(gram)
+                    else:
+                        del entries[cut:]  # room for it: at most G
+                    entries.insert(0, gram)  # most recent first
+            lanes = self.lanes_now = new
+            if len(new) > 1 and len(set(new)) < len(new):
+                self._merge(new)
+                lanes = self.lanes_now
+            g += accepted + 1
 
     def step(self, generated: int) -> None:
         """Each lane gets its next guess (the rule applied to its own guesses, with the text
