@@ -5,7 +5,7 @@ ahead (``plan_rows``).
 A run of tokens is held as one int, ``shift`` bits a token, the first token highest
 (``t_0 << (k - 1) shift | ... | t_k-1``; every token of the text, so every guess, is below
 ``2^shift``): a lane (its last N - 1 guesses at most), a pooled n-gram, and the text's next
-N - 1 tokens at each position (``truth``).  A lane's last two tokens are then
+N - 1 tokens after each output (``truth``).  A lane's last two tokens are then
 ``FollowIndex``'s pair key as they stand, a step's new lane is a shift and an or, and a
 candidate's verified prefix is read from one exclusive or (its leading equal tokens are the
 zero bits above the highest set one): no tuple is made, sliced or compared per lane or per
@@ -49,8 +49,9 @@ class LaneState:
         self.pool: dict[int, list[int]] = {}  # first token -> grams, most recent first
         self.width = width            # N - 1: a full lane's guesses, a gram's tokens
         self.most = most              # G: grams kept (and verified) per first token
-        # the text's next N - 1 tokens at each position
-        self.truth = _runs(index.tokens, index.ids, width, self.shift)
+        # the text's next N - 1 tokens after each count of outputs (read where they are
+        # verified: after the prompt)
+        self.truth = _runs(index.tokens[prompt:], index.ids[prompt:], width, self.shift)
         s = self.shift  # the rule's dicts, and the masks of a token, a pair, a lane's last
         # N - 2 tokens (what a full lane keeps), and the shift to a full lane's first token
         self.rule = (index.tokens, index.ones, index.twos, index.later_ones, index.later_twos,
@@ -88,7 +89,7 @@ class LaneState:
         """The most leading tokens that one of ``cands`` (grams, as ``candidates`` gives
         them) shares with the text after ``generated`` outputs (``plan``'s rule)."""
         at, s, width = self.prompt + generated, self.shift, self.width
-        truth, bits, best = self.truth[at], width * s, 0
+        truth, bits, best = self.truth[generated], width * s, 0
         for cand in cands:
             x = cand ^ truth
             if not x >> (width - 1) * s:
@@ -129,7 +130,7 @@ class LaneState:
             at = prompt + g
             cands, accepted = pool.get(tokens[at - 1]), 0
             if cands:
-                truth = truths[at]
+                truth = truths[g]
                 for cand in cands:
                     x = cand ^ truth
                     if not x >> first and (bits - x.bit_length()) // s > accepted:
