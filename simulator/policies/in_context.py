@@ -108,9 +108,12 @@ class FollowIndex:
         size = len(tokens)
         ids = (np.fromiter(tokens, np.uint64, size) if ids is None
                else np.asarray(ids).astype(np.uint64))
+        self.ids = ids  # the tokens as uint64 (lookahead_lanes.py's runs are made on it)
         # a pair a, b is keyed a << shift | b, one for each pair of the text's tokens (all
-        # below 2^shift), a one-digit int (fast to make and hash) while shift <= 15
-        self.shift = int(ids.max()).bit_length() if size else 0
+        # below 2^shift), a one-digit int (fast to make and hash) while shift <= 15; at
+        # least 1 bit, so that lookahead's runs of tokens in ints (lookahead_lanes.py) keep
+        # their length where every token is 0
+        self.shift = max(int(ids.max()).bit_length() if size else 0, 1)
         # pairs[p] keys tokens p, p + 1 (built on an array: a few C loops, not ~size steps)
         pairs = ids[:-1] << np.uint64(self.shift) | ids[1:]
         self.ones = dict(zip(tokens[:end1 - 1], tokens[1:end1]))

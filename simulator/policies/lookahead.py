@@ -26,6 +26,8 @@ measurement.
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from simulator.engine.plan import (
@@ -217,14 +219,14 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         """``propose``'s plan on arrays (each request's lanes started from random prompt
         tokens on its first iteration, as ``propose`` draws them)."""
         n, width = request_ids.size, self.n - 1
-        drafts: dict[int, list[tuple]] = {}
+        drafts: dict[int, list[int]] = {}
         counts, lanes_held = [], []
         for rid, g in zip(request_ids.tolist(), generated.tolist()):
             state = self._lanes.get(rid)
             if state is None:
                 state = self._lanes[rid] = self._start(rid, rng)
             cands = state.candidates(g)
-            drafts[rid] = cands  # (N - 1)-token tuples
+            drafts[rid] = cands  # (N - 1)-token grams, each an int
             counts.append(len(cands) * width)
             lanes_held.append(state.held())
         num_draft = np.array(counts, np.int64)
@@ -266,14 +268,15 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         for i in sorted(range(len(states)), key=lambda i: ends[i] - gens[i]):
             states[i].mark()
             planned[i] = states[i].plan(gens[i], steps, ends[i])
-            steps = min(steps, len(planned[i][0]))
-        self._ahead = [(state, at, len(rows) - 1)
-                       for state, (rows, at) in zip(states, planned)]
+            steps = min(steps, len(planned[i][1]))
+        self._ahead = [(state, at, len(at) - 1) for state, (_, at) in zip(states, planned)]
         # (draft tokens, lookahead tokens, accepted) x rows x requests, each (rows x requests)
-        # C-ordered as the engine's arrays are (its float sums follow the memory order)
-        table = np.array([rows[:steps] for rows, _ in planned], np.int64).transpose(2, 1, 0) \
-            .copy()
+        # C-ordered as the engine's arrays are (its float sums follow the memory order); read
+        # from the flat rows by one C-level pass
         n = len(states)
+        table = np.fromiter(chain.from_iterable(rows[:3 * steps] for rows, _ in planned),
+                            np.int64, 3 * steps * n).reshape(n, steps, 3).transpose(2, 1, 0) \
+            .copy()
         seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
         return VariedRows(table[0], 1 + table[1] + table[0], table[2], seconds)
 
@@ -294,15 +297,10 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
     def _accepted(self, drafts: dict, request_ids: np.ndarray, generated: np.ndarray,
                   num_draft: np.ndarray) -> np.ndarray:
         """``accept`` on arrays: the longest verified prefix among the pooled candidates."""
-        out, text, width = [], self.text, self.n - 1
-        for rid, g, k in zip(request_ids.tolist(), generated.tolist(), num_draft.tolist()):
-            if k:
-                at = text.prompt_ids[rid].size + g  # the target's next tokens, up to N - 1
-                truth = text.tokens(rid)[at:at + width]
-                out.append(longest_prefix(drafts[rid], truth))
-            else:
-                out.append(0)
-        return np.array(out, np.int64)
+        lanes = self._lanes
+        return np.array([lanes[rid].verified(g, drafts[rid]) if k else 0 for rid, g, k in
+                         zip(request_ids.tolist(), generated.tolist(), num_draft.tolist())],
+                        np.int64)
 
     def _observe(self, request_ids: np.ndarray, generated: np.ndarray,
                  output_len: np.ndarray, verify_tokens: np.ndarray,

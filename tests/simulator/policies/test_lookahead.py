@@ -9,7 +9,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import PolicyContext
 from simulator.policies.in_context import FollowIndex
 from simulator.policies.lookahead import InContextTarget, JacobiDecoding, LookaheadDecoding
-from simulator.policies.lookahead_lanes import LaneState
+from simulator.policies.lookahead_lanes import LaneState, longest_prefix
 from simulator.policies.token_text import TokenText
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.simulate import simulate
@@ -104,6 +104,37 @@ def test_lanes_rolled_back_and_replayed_are_the_lanes_stepped_once():
             direct.step(g)
             again.step(g)
         assert again.lanes() == direct.lanes() and again.pool == direct.pool
+
+
+def test_planned_rows_are_the_rows_stepped_one_by_one():
+    """LaneState.plan (its inlined step and verification) against the same rows made one at
+    a time by candidates, verified and step: the same rows, and the same lanes and pool
+    after them, for n-grams of 2 to 5 tokens (one-token lanes, and runs of tokens too long
+    for one uint64 on the last)."""
+    rng = np.random.default_rng(12)
+    for width in (1, 2, 3, 4) * 15:
+        prompt, output = rng.integers(0, 6, 20), rng.integers(0, 6, 80)
+        tokens = np.concatenate((prompt, output)).tolist()
+        if width == 4:
+            tokens[-1] = 1 << 17  # 18 bits a token: a run of 4 is 72 bits
+        starts, most = rng.integers(0, 6, 4).tolist(), int(rng.integers(1, 4))
+        planned, stepped = (LaneState(FollowIndex(tokens, 20), 20, starts, width, most)
+                            for _ in range(2))
+        g, end, steps = int(rng.integers(0, 5)), 80, int(rng.integers(1, 60))
+        rows, gens = planned.plan(g, steps, end)
+        want = []
+        for j in range(steps):
+            cands = stepped.candidates(g)
+            accepted = stepped.verified(g, cands) if cands else 0
+            assert accepted == longest_prefix(stepped.grams().get(tokens[19 + g], []),
+                                              tokens[20 + g:20 + g + width])
+            want += [len(cands) * width, stepped.held(), accepted]
+            if g + accepted + 1 >= end or j == steps - 1:
+                break
+            stepped.step(g)
+            g += accepted + 1
+        assert rows == want and len(gens) == len(want) // 3
+        assert planned.lanes() == stepped.lanes() and planned.pool == stepped.pool
 
 
 def _batch(generated, output_len, prompt_len):
