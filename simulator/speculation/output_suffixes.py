@@ -24,6 +24,7 @@ from simulator.speculation.suffix_index import Speculation, SuffixIndex
 from simulator.speculation.text_suffixes import TextSuffixes
 
 NO_MATCH = (-1, 0, -1)  # (key, length, handle) of no match
+_NEXT = (1).__add__  # a position -> the next one, in C-level ``map``
 
 
 class OutputSuffixes(TextSuffixes):
@@ -89,16 +90,21 @@ class OutputSuffixes(TextSuffixes):
             e = ends[0] + 1
             t = text[e]
             return [] if t is None else [(e * stride + depth + 1, 1, t, [e])]
+        after = list(map(_NEXT, ends))
+        toks = list(map(text.__getitem__, after))
+        depth += 1
+        first = toks[0]
+        if toks.count(first) == len(toks):  # one token follows every occurrence (C loops)
+            return [] if first is None else [(after[0] * stride + depth, len(after), first,
+                                              after)]
         groups: dict[int, list[int]] = {}
-        for e in ends:
-            t = text[e + 1]
+        for e, t in zip(after, toks):
             if t is not None:
                 got = groups.get(t)
                 if got is None:
-                    groups[t] = [e + 1]
+                    groups[t] = [e]
                 else:
-                    got.append(e + 1)
-        depth += 1
+                    got.append(e)
         return [(g[0] * stride + depth, len(g), t, g) for t, g in groups.items()]
 
 
