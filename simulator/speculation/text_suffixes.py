@@ -122,12 +122,19 @@ class TextSuffixes:
         # last node's children never read
         item = heapq.heappop(heap)
         parents, tokens, probs = [item[2]], [item[4]], [-item[0]]
+        text, stride, deepest = self.text, self._stride, self.max_depth
         while len(tokens) < budget:
             neg, _, _, depth, _, grp = item
-            below = children(grp, depth, last)
             idx = len(tokens) - 1
             nxt = None
-            if len(below) == 1:  # most nodes
+            if len(grp) == 1:  # most nodes: one occurrence, ``_children`` inlined
+                e = grp[0] + 1
+                if depth < deepest and e <= last and text[e] is not None and -neg >= min_prob:
+                    nxt = (neg, e * stride + depth + 1, idx, depth + 1, text[e], [e])
+                below = ()  # (its child's probability: neg / 1 * 1, the same float)
+            else:
+                below = children(grp, depth, last)
+            if len(below) == 1:
                 i, c, t, g = below[0]
                 p = neg / c * c  # (the sum of one count: the same floats)
                 if -p >= min_prob:
