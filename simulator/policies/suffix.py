@@ -40,12 +40,8 @@ from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.token_text import TokenText, require_token_ids
-from simulator.speculation.suffix_index import (
-    EMPTY,
-    Speculation,
-    SuffixIndex,
-    accepted_depth,
-)
+from simulator.speculation.output_suffixes import GlobalIndex
+from simulator.speculation.suffix_index import EMPTY, Speculation, accepted_depth
 from simulator.speculation.text_suffixes import TextSuffixes
 
 SUFFIX_SPECULATE_S = 1e-5   # ArcticInference PRs #211/#212: 6.3-28 us per output token
@@ -116,9 +112,9 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         self.use_global = bool(p["use_global_tree"])
         self.cpu_request_s = float(p["cpu_time_per_request_s"])
         self.cpu_token_s = float(p["cpu_time_per_token_s"])
-        self.global_index = SuffixIndex(self.depth)
+        self.global_index = GlobalIndex(self.depth)  # (output_suffixes.py)
         self._cached: deque[int] = deque()
-        # the global trie's speculations by (node, budget), until it next changes: requests
+        # the global trie's speculations by (node key, budget), until it next changes: requests
         # that follow the same earlier output match the same nodes
         self._global_specs: dict[tuple[int, int], Speculation] = {}
         self._global_version = 0  # how many times the global trie changed
@@ -177,7 +173,7 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
                 score = spec.score
                 if score > top:
                     best, top = spec, score
-        if self.use_global and len(self.global_index) > 1:
+        if self.use_global and not self.global_index.empty():
             best, top = self._global_best(rid, tokens, size, cap, roomy, best, top)
         return best, added
 
@@ -202,14 +198,14 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         tail = tokens[max(size - self.depth, 0):size]  # all that a match can read
         found = index.matches(tail, longest, roomy)
         self._global_seen[rid] = (self._global_version, size, found[0][1])
-        for node, m in found:
+        for key, m, node in found:
             budget = max(0, min(cap, int(factor * m + offset + 1e-9)))
-            if node < 0 or budget == 0 or top > budget * _ROUNDING:
+            if key < 0 or budget == 0 or top > budget * _ROUNDING:
                 continue
-            spec = known.get((node, budget))  # (a node's depth is its match's length)
+            spec = known.get((key, budget))
             if spec is None:
-                spec = known[node, budget] = index.speculate(node, budget, self.min_prob,
-                                                             self.tree, m)
+                spec = known[key, budget] = index.speculate(node, m, budget, self.min_prob,
+                                                            self.tree)
             score = spec.score
             if score > top:
                 best, top = spec, score
@@ -277,10 +273,11 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
             if self.use_global and self.max_cached > 0:
                 self._global_specs.clear()
                 self._global_version += 1
-                self.global_index.add(self.text.output_ids[rid])
+                self.global_index.add(self.text.output_ids[rid].tolist())
                 self._cached.append(rid)
                 if len(self._cached) > self.max_cached:
-                    self.global_index.remove(self.text.output_ids[self._cached.popleft()])
+                    evicted = self.text.output_ids[self._cached.popleft()]
+                    self.global_index.remove(evicted.tolist())
 
     # ------------------------------------------------------------------ VariedDraft
     def varied_draft(self) -> VariedDraft:

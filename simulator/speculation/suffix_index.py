@@ -290,14 +290,18 @@ def tree_accepted(spec: Speculation, truth: np.ndarray) -> int:
 
 
 def accepted_depth(spec: Speculation, truth_list: list[int]) -> int:
-    """``tree_accepted`` with the true tokens as Python ints."""
-    on_path = [False] * len(spec.tokens)
-    depth = [0] * len(spec.tokens)
-    best = 0
+    """``tree_accepted`` with the true tokens as Python ints.
+
+    A trie's children carry distinct tokens, so the nodes on the true path are one chain,
+    each after its parent (best-first order): one pass follows it."""
+    on, depth, most = -1, 0, len(truth_list)  # the deepest node on the path so far
+    if not most:
+        return 0
+    want = truth_list[0]
     for i, (par, tok) in enumerate(zip(spec.parents, spec.tokens)):
-        d = 1 if par < 0 else depth[par] + 1
-        depth[i] = d
-        if (par < 0 or on_path[par]) and d <= len(truth_list) and tok == truth_list[d - 1]:
-            on_path[i] = True
-            best = max(best, d)
-    return best
+        if par == on and tok == want:
+            on, depth = i, depth + 1
+            if depth == most:
+                break
+            want = truth_list[depth]
+    return depth

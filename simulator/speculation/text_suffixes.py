@@ -109,27 +109,53 @@ class TextSuffixes:
         last = size - 1
         if not tree:
             return self._path(match_len, list(ends), budget, min_prob, last)
-        parents: list[int] = []
-        tokens: list[int] = []
-        probs: list[float] = []
-        kids = self._children(ends, match_len, last)
+        children = self._children
+        kids = children(ends, match_len, last)
         total = sum(k[1] for k in kids)
         heap = [(-c / total, i, -1, match_len + 1, t, g) for i, c, t, g in kids
                 if c >= min_prob * total]
+        if not heap:
+            return Speculation([], [], [], match_len)
         heapq.heapify(heap)
-        while heap and len(tokens) < budget:
-            neg, _, par, depth, tok, grp = heapq.heappop(heap)
-            idx = len(tokens)
-            parents.append(par)
-            tokens.append(tok)
-            probs.append(-neg)
-            below = self._children(grp, depth, last)
-            if below:
+        # best first: each node's children pushed and the best popped by one heappushpop
+        # (the same order as pushes then a pop: ids tell every two entries apart), and the
+        # last node's children never read
+        item = heapq.heappop(heap)
+        parents, tokens, probs = [item[2]], [item[4]], [-item[0]]
+        text, stride, deepest = self.text, self._stride, self.max_depth
+        while len(tokens) < budget:
+            neg, _, _, depth, _, grp = item
+            idx = len(tokens) - 1
+            nxt = None
+            if len(grp) == 1:  # most nodes: one occurrence, ``_children`` inlined
+                e = grp[0] + 1
+                if depth < deepest and e <= last and text[e] is not None and -neg >= min_prob:
+                    nxt = (neg, e * stride + depth + 1, idx, depth + 1, text[e], [e])
+                below = ()  # (its child's probability: neg / 1 * 1, the same float)
+            else:
+                below = children(grp, depth, last)
+            if len(below) == 1:
+                i, c, t, g = below[0]
+                p = neg / c * c  # (the sum of one count: the same floats)
+                if -p >= min_prob:
+                    nxt = (p, i, idx, depth + 1, t, g)
+            elif below:
                 scale = neg / sum(k[1] for k in below)
                 for i, c, t, g in below:
                     p = scale * c  # negative path probability
                     if -p >= min_prob:
-                        heapq.heappush(heap, (p, i, idx, depth + 1, t, g))
+                        if nxt is not None:
+                            heapq.heappush(heap, nxt)
+                        nxt = (p, i, idx, depth + 1, t, g)
+            if nxt is not None:
+                item = heapq.heappushpop(heap, nxt) if heap else nxt
+            elif heap:
+                item = heapq.heappop(heap)
+            else:
+                break
+            parents.append(item[2])
+            tokens.append(item[4])
+            probs.append(-item[0])
         return Speculation(parents, tokens, probs, match_len)
 
     def _path(self, match_len: int, ends: list[int], budget: int, min_prob: float,

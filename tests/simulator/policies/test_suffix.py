@@ -173,7 +173,7 @@ def test_finished_outputs_feed_the_global_trie_fifo():
         pol.observe(plan, batch, np.array([1]), 0.0)
     only_last = SuffixIndex(4)
     only_last.add(outs[2])
-    assert index_counts(pol.global_index) == index_counts(only_last)
+    assert index_counts(pol.global_index.trie()) == index_counts(only_last)
 
 
 def test_two_tries_speculate_and_the_cost_is_counted():
