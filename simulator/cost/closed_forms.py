@@ -161,6 +161,23 @@ class ClosedForms(ClosedFormPricer):
         or of alike ones where the batch has no closed form (an MLA verification's), by
         ``few_step``'s attention added to the memoised ``row_part``, its checks left to the
         caller; None where it has no such shortcut (``few_step_time`` then prices)."""
+        got = self._few_parts(new, head)
+        return None if got is None else got[0](got[1], got[2], got[3](ctx))
+
+    def few_mixed_pricer(self, new: list, head: float):
+        """``ClosedFormPricer.few_mixed_pricer``: ``few_mixed_time(new, ctx, head)`` as a
+        function of ``ctx`` alone (the same memo entry, the same float), None where that
+        has no shortcut."""
+        got = self._few_parts(new, head)
+        if got is None:
+            return None
+        tail, mode, fixed, attention = got
+        return lambda ctx: tail(mode, fixed, attention(ctx))
+
+    def _few_parts(self, new: list, head: float) -> tuple | None:
+        """``few_mixed_time``'s memo entry of ``new`` and ``head``: (``step_tail`` of its
+        requests: ``_step_from``'s operations, bound once; runtime mode; fixed seconds; its
+        attention as a function of the contexts), None where it has no shortcut."""
         if not self._small or self._few is None:
             return None
         # the counts' fixed part and attention pricer (``FewAttention.pricer``: bitwise
@@ -172,11 +189,11 @@ class ClosedForms(ClosedFormPricer):
             lo, hi, n = min(new), max(new), len(new)
             part = self.row_part(n, new, lo, hi, float(sum(new)), head)
             got = None if hi > self._few.max_query or type(part) is not tuple else \
-                (part[0], part[1], self._few.pricer(new), n)
+                (verify_rows.step_tail(self, n), part[0], part[1], self._few.pricer(new))
             if len(self._few_mixed) >= _MEMO:
                 self._few_mixed.clear()
             self._few_mixed[key] = got
-        return None if got is None else self._step_from(got[0], got[1], got[2](ctx), got[3])
+        return got
 
     def few_pricer(self, new: list):
         """``ClosedFormPricer.few_pricer``: where the counts differ (whole numbers of at least

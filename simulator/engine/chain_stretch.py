@@ -127,15 +127,11 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarra
 
 def _few_verify(forms, n: int, u: float, ctx: np.ndarray) -> np.ndarray | None:
     """Each row's verification of ``n`` requests of ``u`` tokens each at its contexts
-    ``ctx`` (K, n) by ``few_mixed_time`` (``rows_step_times``' floats: the same parts and
+    ``ctx`` (K, n) by ``few_mixed_pricer`` (``rows_step_times``' floats: the same parts and
     attention on Python numbers), None where it has no such shortcut."""
-    new, head, price, out = [u] * n, float(n) * u, forms.few_mixed_time, []
-    for row in ctx.astype(np.float64).tolist():
-        got = price(new, row, head)
-        if got is None:
-            return None
-        out.append(got)
-    return np.array(out, np.float64)
+    price = forms.few_mixed_pricer([u] * n, float(n) * u)
+    return None if price is None else \
+        np.array([price(row) for row in ctx.astype(np.float64).tolist()], np.float64)
 
 
 def _opening(replica, spec: ChainStretch) -> tuple[int, int] | None:

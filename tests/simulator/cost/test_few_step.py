@@ -165,6 +165,8 @@ def test_the_first_forward_shortcuts_are_step_time_bit_for_bit(profile, model, t
         closed = cm.uniform_step_time(n, u[0], float(c.sum()), n) is not None
         assert (got is None) == (wide or n == 1 and closed)
         assert got is None or got == cm.step_time(u, c, ones)
+        price = cm.few_mixed_pricer(u.tolist(), float(n))  # the same, bound to the counts
+        assert price is None if got is None else price(c.tolist()) == got
         mixed, expect = mixed + (n > 1 and got is not None), expect + (n > 1 and not wide)
         alike_got = cm.few_mixed_time(alike.tolist(), c.tolist(), float(n))
         assert (alike_got is None) == (closed or cm._mla is not None and u[0] > 16)
