@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.engine.chain_few import FEW_REQUESTS
 from simulator.engine.chain_stretch import chain_prices
 from simulator.engine.fast_forward import MAX_STRETCH_CELLS
 from simulator.engine.plan import ChainStretch
 
 _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
-FEW_REQUESTS = 8  # below this many requests a first pass goes on lists
 
 
 def list_prices(replica, spec: ChainStretch, n: int):

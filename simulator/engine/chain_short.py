@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.engine.chain_few import FEW_REQUESTS
+from simulator.engine.chain_lists import list_prices, rows_lists
 from simulator.engine.chain_stretch import (
     _FULL,
     FIRST_PASS,
@@ -54,7 +56,6 @@ from simulator.engine.chain_stretch import (
     chain_prices,
     move_on,
 )
-from simulator.engine.chain_lists import FEW_REQUESTS, list_prices, rows_lists
 from simulator.engine.draw_ahead import DrawAhead
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch, DrawnDraft

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.engine.chain_few import FEW_REQUESTS, few_verify, opening_few
 from simulator.engine.fast_forward import (
     ADVANCED,
     MAX_STRETCH_CELLS,
@@ -55,9 +56,6 @@ _ALL, _ANY, _MIN, _MAX, _SUM = (np.logical_and.reduce, np.logical_or.reduce,
 _FULL = 3  # a pass that kept all its iterations: the stretch may go on
 NO_ROWS = 4  # a carried draft's pass had no rows to price (nothing done: go one by one)
 _FEW_ROWS = 32  # up to this many rows a carried draft's verification is priced on floats
-# below this many requests a verification with no closed form is priced on Python numbers
-# (few_step's one-kernel loop: fewer than 8 roofs are added left to right, as numpy does)
-_FEW_REQUESTS = 8
 
 
 def chain_stretch_of(replica) -> ChainStretch | None:
@@ -115,23 +113,14 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarra
         if prices is not None:  # floats are the array form's, bitwise), not numpy's calls
             verify = prices[1]
             return draft, np.array([verify(s) for s in sums.tolist()], np.float64)
-        if n < _FEW_REQUESTS:  # no closed form (MLA's): each row on Python numbers
-            verify = _few_verify(replica.forms, n, float(u), ctx)
+        if n < FEW_REQUESTS:  # no closed form (MLA's): each row on Python numbers
+            verify = few_verify(replica.forms, n, float(u), ctx)
             if verify is not None:
                 return draft, verify
     verify = replica.forms.uniform_step_times(n, u, sums.astype(np.float64), n * u)
     if verify is None and spec.carried is not None:
         verify = replica.forms.rows_step_times(np.full(ctx.shape, float(u)), ctx)
     return None if verify is None else (draft, np.asarray(verify, np.float64))
-
-
-def _few_verify(forms, n: int, u: float, ctx: np.ndarray) -> np.ndarray | None:
-    """Each row's verification of ``n`` requests of ``u`` tokens each at its contexts
-    ``ctx`` (K, n) by ``few_mixed_pricer`` (``rows_step_times``' floats: the same parts and
-    attention on Python numbers), None where it has no such shortcut."""
-    price = forms.few_mixed_pricer([u] * n, float(n) * u)
-    return None if price is None else \
-        np.array([price(row) for row in ctx.astype(np.float64).tolist()], np.float64)
 
 
 def _opening(replica, spec: ChainStretch) -> tuple[int, int] | None:
@@ -153,6 +142,8 @@ def _opening(replica, spec: ChainStretch) -> tuple[int, int] | None:
     if replica.waiting and not admission_blocked(
             replica, replica.used_blocks + n * ((g + bs) // bs), n * (g + 1)):
         return None
+    if n < FEW_REQUESTS:  # a few: the same integers on lists
+        return opening_few(replica, spec)
     c = b.computed  # ceil((c + g + 1) / bs) as (c + g + bs) // bs: integers, exact
     base = replica.used_blocks - int(_SUM(b.blocks))
     reserved = base + int(_SUM((c + (g + bs)) // bs))
