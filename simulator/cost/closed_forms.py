@@ -166,9 +166,27 @@ class ClosedForms(ClosedFormPricer):
         return None if k is None else sm.scalar_time(k)
 
     def few_mixed_time(self, new: list, ctx: list, head: float) -> float | None:
-        """``ClosedFormPricer.few_mixed_time``: ``_few_time``'s forward of different counts
-        (``few_step``'s attention added to the memoised ``row_part``), its checks left to
-        the caller; None where it has no such shortcut (``few_step_time`` then prices)."""
+        """``ClosedFormPricer.few_mixed_time``: ``_few_time``'s forward of different counts,
+        or of alike ones where the batch has no closed form (an MLA verification's), by
+        ``few_step``'s attention added to the memoised ``row_part``, its checks left to the
+        caller; None where it has no such shortcut (``few_step_time`` then prices)."""
+        got = self._few_parts(new, head)
+        return None if got is None else got[0](got[1], got[2], got[3](ctx))
+
+    def few_mixed_pricer(self, new: list, head: float):
+        """``ClosedFormPricer.few_mixed_pricer``: ``few_mixed_time(new, ctx, head)`` as a
+        function of ``ctx`` alone (the same memo entry, the same float), None where that
+        has no shortcut."""
+        got = self._few_parts(new, head)
+        if got is None:
+            return None
+        tail, mode, fixed, attention = got
+        return lambda ctx: tail(mode, fixed, attention(ctx))
+
+    def _few_parts(self, new: list, head: float) -> tuple | None:
+        """``few_mixed_time``'s memo entry of ``new`` and ``head``: (``step_tail`` of its
+        requests: ``_step_from``'s operations, bound once; runtime mode; fixed seconds; its
+        attention as a function of the contexts), None where it has no shortcut."""
         if not self._small or self._few is None:
             return None
         # the counts' fixed part and attention pricer (``FewAttention.pricer``: bitwise
@@ -179,12 +197,12 @@ class ClosedForms(ClosedFormPricer):
         if got is _MISSING:
             lo, hi, n = min(new), max(new), len(new)
             part = self.row_part(n, new, lo, hi, float(sum(new)), head)
-            got = None if lo == hi or type(part) is not tuple else \
-                (part[0], part[1], self._few.pricer(new), n)
+            got = None if hi > self._few.max_query or type(part) is not tuple else \
+                (verify_rows.step_tail(self, n), part[0], part[1], self._few.pricer(new))
             if len(self._few_mixed) >= _MEMO:
                 self._few_mixed.clear()
             self._few_mixed[key] = got
-        return None if got is None else self._step_from(got[0], got[1], got[2](ctx), got[3])
+        return got
 
     def few_pricer(self, new: list):
         """``ClosedFormPricer.few_pricer``: where the counts differ (whole numbers of at least
@@ -194,7 +212,7 @@ class ClosedForms(ClosedFormPricer):
         if head is not _MISSING:
             row = [float(t) for t in new]
             lo, hi, n = min(row), max(row), len(row)
-            if 1.0 <= lo < hi and all(t.is_integer() for t in row):
+            if 1.0 <= lo < hi <= self._few.max_query and all(t.is_integer() for t in row):
                 tokens = float(sum(row))
                 mode, fixed = self.row_part(n, row, lo, hi, tokens,
                                             tokens if head is None else head)
@@ -217,7 +235,7 @@ class ClosedForms(ClosedFormPricer):
             if type(s) is not int and not all(float(c).is_integer() for c in ctx):
                 return None
             return sm.uniform_time(part, float(s), max)
-        if self._few is None or lo == hi:  # alike without a closed form: step_time's
+        if self._few is None or lo == hi or hi > self._few.max_query:  # step_time's
             return None
         return self._step_from(part[0], part[1], self._few.attention_s(
             new, [float(c) for c in ctx]), n)

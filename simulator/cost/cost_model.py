@@ -142,12 +142,14 @@ class CostModel(ClosedForms):
 
     def _few_attention(self) -> FewAttention | None:
         """The attention ``few_step_time`` prices different counts by on Python numbers:
-        with kernel shapes, not MLA's (its prefill chunks by request), None otherwise."""
-        if self._mla is not None or not self._shapes:
+        with kernel shapes (MLA's: its decode form's, requests of up to DECODE_MAX_QUERY
+        new tokens only), None otherwise."""
+        if not self._shapes:
             return None
         return FewAttention(self._attn_flops_per_pair, self._kv_bytes_per_token,
                             self._q_io_bytes_per_token, self._prefill_kind,
-                            self._prefill_causal, self._prefill_overhead, self._roof)
+                            self._prefill_causal, self._prefill_overhead, self._roof,
+                            float("inf") if self._mla is None else float(mla.DECODE_MAX_QUERY))
 
     # ---------------------------------------------------------------- pricing
     def _mode(self, new: np.ndarray, tokens: float, lo: float = 0.0,

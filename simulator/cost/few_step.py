@@ -11,7 +11,10 @@ number as on an array element), its roof in each kernel the same maximum of the 
 quotients, and each kernel's sum of roofs by the same numpy reduction of an array holding
 the same values (masked as ``Roofline.attention_time`` masks it): summation order is
 numpy's, so that is not rewritten here.  A model has one where its attention has kernel
-shapes and is not MLA's (``FewAttention.of`` says None otherwise).
+shapes (``CostModel._few_attention``); MLA's holds its decode (absorbed) form's coefficients,
+which ``mla.MlaShape.arrays`` gives every request of up to ``DECODE_MAX_QUERY`` new tokens
+by the same operations (no up-projection, no query overhead: ``+ 0.0``, an identity), so it
+prices only forwards whose requests all take that form (``max_query``).
 ``tests/simulator/cost/test_few_step.py`` holds every price to ``step_time``'s float.
 """
 from __future__ import annotations
@@ -32,8 +35,9 @@ _ALL = [True] * 64  # every request a member (zip stops at the shortest)
 class FewAttention:
     """One layer's attention per device as ``CostModel`` prices it with kernel shapes:
     FLOPs per (query, key) pair, KV bytes per cached token, query bytes per new token, the
-    multi-query kernel (its kind, causal or not, its per-query overhead) and the roofline
-    whose kernels price them."""
+    multi-query kernel (its kind, causal or not, its per-query overhead), the roofline
+    whose kernels price them and the most new tokens a request may bring (MLA's decode
+    form: ``DECODE_MAX_QUERY``; its callers price wider requests otherwise)."""
 
     pair: float
     kv_bytes: float
@@ -42,6 +46,7 @@ class FewAttention:
     causal: bool
     overhead: float
     roof: Roofline
+    max_query: float = float("inf")
 
     def attention_s(self, new: list, ctx: list) -> float:
         """One layer's attention seconds of requests bringing ``new[i]`` (whole numbers, at

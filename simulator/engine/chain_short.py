@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.engine.chain_few import FEW_REQUESTS
+from simulator.engine.chain_lists import list_prices, rows_lists
 from simulator.engine.chain_stretch import (
     _FULL,
     FIRST_PASS,
@@ -99,8 +101,30 @@ def _rows_or_short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainC
     iteration costing two forwards priced on arrays), else ``_short``."""
     if spec.carried.chain_counts() is None:  # drawn iteration by iteration
         return _short(replica, spec, k_max)
+    if k_max <= FIRST_ROWS and replica.b.ids.size < FEW_REQUESTS:  # a few: on lists
+        got = _lists(replica, spec, k_max)
+        if got is not None:
+            return got
     got = _pass(replica, spec, k_max)
     return _short(replica, spec, k_max) if got[0] == NO_ROWS else got
+
+
+def _lists(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None] | None:
+    """``_pass`` of a few requests on lists (chain_lists.py), None where its prices have no
+    such form (the caller takes ``_pass``)."""
+    opened = _opening(replica, spec)
+    if opened is None:
+        return NONE, None
+    prices = list_prices(replica, spec, int(replica.b.ids.size))
+    if prices is None:
+        return None
+    k, retired, cross, full = rows_lists(replica, spec, k_max, opened, prices, _commit_rows)
+    if cross is not None:
+        emit, s, d, v = cross
+        return ADVANCED, _crossing(replica, spec, np.array(emit, np.int64), float(s), d, v)
+    if not k:
+        return NONE, None
+    return (RETIRED if retired else _FULL if full else ADVANCED), None
 
 
 def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing | None]:

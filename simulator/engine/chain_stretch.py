@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.engine.chain_few import FEW_REQUESTS, few_verify, opening_few
 from simulator.engine.fast_forward import (
     ADVANCED,
     MAX_STRETCH_CELLS,
@@ -112,6 +113,10 @@ def _times(replica, spec: ChainStretch, n: int, sums: np.ndarray, ctx: np.ndarra
         if prices is not None:  # floats are the array form's, bitwise), not numpy's calls
             verify = prices[1]
             return draft, np.array([verify(s) for s in sums.tolist()], np.float64)
+        if n < FEW_REQUESTS:  # no closed form (MLA's): each row on Python numbers
+            verify = few_verify(replica.forms, n, float(u), ctx)
+            if verify is not None:
+                return draft, verify
     verify = replica.forms.uniform_step_times(n, u, sums.astype(np.float64), n * u)
     if verify is None and spec.carried is not None:
         verify = replica.forms.rows_step_times(np.full(ctx.shape, float(u)), ctx)
@@ -137,6 +142,8 @@ def _opening(replica, spec: ChainStretch) -> tuple[int, int] | None:
     if replica.waiting and not admission_blocked(
             replica, replica.used_blocks + n * ((g + bs) // bs), n * (g + 1)):
         return None
+    if n < FEW_REQUESTS:  # a few: the same integers on lists
+        return opening_few(replica, spec)
     c = b.computed  # ceil((c + g + 1) / bs) as (c + g + bs) // bs: integers, exact
     base = replica.used_blocks - int(_SUM(b.blocks))
     reserved = base + int(_SUM((c + (g + bs)) // bs))

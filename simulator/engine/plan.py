@@ -363,10 +363,13 @@ class ClosedFormPricer(ABC):
         return None
 
     def few_mixed_time(self, new: list, ctx: list, head: float) -> float | None:
-        """``few_step_time(new, ctx, logits)`` of a few requests of different token counts,
-        each a whole number >= 1 as a float, over whole-number contexts as floats, ``head``
-        tokens (``logits``' sum) through the LM head, bitwise; by default None (no such
-        shortcut: ``few_step_time`` prices)."""
+        """``few_step_time(new, ctx, logits)`` of a few requests of whole counts >= 1 as floats
+        (different, or alike with no closed form) over whole-number contexts as floats, ``head``
+        (``logits``' sum) through the LM head, bitwise; by default None (no such shortcut)."""
+        return None
+
+    def few_mixed_pricer(self, new: list, head: float) -> Callable[[list], float] | None:
+        """``few_mixed_time(new, ctx, head)`` as a function of ``ctx``; by default None."""
         return None
 
     def few_step_time(self, new: list, ctx: list, logits_tokens=None) -> float:

@@ -21,6 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 _SUM = np.add.reduce
+# below this many requests a row of different counts is priced on Python numbers
+# (``few_mixed_time``: few_step's one-kernel loop where one kernel holds them all)
+_FEW_REQUESTS = 8
 
 
 def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
@@ -42,14 +45,20 @@ def first_rows(forms, pricers: dict, context: np.ndarray, reread: np.ndarray,
                 if len(pricers) >= 4096:
                     pricers.clear()
                 price = pricers[key] = forms.uniform_pricer(n, int(t), head)
-        if price is None:
-            mixed.append(j)
-            firsts.append(0.0)
-        else:
-            t1 = t - 1.0
-            firsts.append(price(float(sum([max(x - t1, 0.0) for x in ctx]))))
-        tokens.append(n * t)  # n equal counts (a mixed row's: below)
-    # re-read counts that differ: their attention and token sums on arrays, the rows together
+        if price is None:  # whole counts of a few: few_mixed_time on Python numbers (the
+            # starts np.maximum's floats, the counts' sum exact), or on arrays below
+            got = forms.few_mixed_time(first, [max(c - (x - 1.0), 0.0) for c, x in zip(
+                ctx, first)], head) if n < _FEW_REQUESTS and all(
+                    map(float.is_integer, first)) else None
+            if got is None:
+                mixed.append(j)
+            firsts.append(0.0 if got is None else got)
+            tokens.append(0.0 if got is None else float(sum(first)))
+            continue
+        t1 = t - 1.0
+        firsts.append(price(float(sum([max(x - t1, 0.0) for x in ctx]))))
+        tokens.append(n * t)  # n equal counts
+    # the others (more requests): their attention and token sums on arrays, the rows together
     # (fewer instructions than ``few_step_time`` row by row: eagle.yaml's passes, measured)
     if mixed:
         if len(mixed) < len(firsts):  # (all of them: no gather)

@@ -3,8 +3,9 @@
 and FA3-class prefill kernels, FA3's per-query overhead past DECODE_MAX_QUERY tokens), every
 way a forward runs, and every mix: decodes and verifications together, verifications only,
 one request or eight, all alike (the closed form) or not, a given LM-head total or the new
-tokens'.  Where it has no shortcut (no kernel shapes, MLA, another class of pricer, a
-fraction of a token, an idle request) it must still be ``step_time``'s float."""
+tokens', MLA's latent attention too.  Where it has no shortcut (no kernel shapes, an MLA
+request past DECODE_MAX_QUERY tokens, another class of pricer, a fraction of a token, an
+idle request) it must still be ``step_time``'s float."""
 import dataclasses
 import functools
 
@@ -41,7 +42,10 @@ PRICED = [("a100-40gb", "opt-1.3b", 1, "graphs"), ("a100-40gb", "opt-1.3b", 1, "
           ("h100-sxm", "llama-2-7b", 1, "eager-draft"), ("a100-80gb", "opt-13b", 1, "eager"),
           ("h100-sxm", "llama-2-70b", 2, "graphs"), ("h100-sxm", "llama-2-70b", 2, "async"),
           ("h100-sxm", "llama-2-70b", 2, "eager"), ("h100-sxm", "llama-2-70b", 2, "fa3"),
-          ("h200", "llama-2-70b", 4, "fa3")]
+          ("h200", "llama-2-70b", 4, "fa3"),
+          # MLA: its decode form's coefficients up to DECODE_MAX_QUERY tokens a request, the
+          # expanded form (step_time's own pricing) past it
+          ("h200", "deepseek-v3", 8, "graphs"), ("h200", "deepseek-v3", 8, "fa3")]
 
 
 def test_fa3_cases_price_its_overhead():
@@ -149,18 +153,30 @@ def test_another_class_of_pricer_is_its_own_step_time():
 def test_the_first_forward_shortcuts_are_step_time_bit_for_bit(profile, model, tp, execution):
     """``few_uniform_pricer`` (alike requests, as a function of the contexts' sum) and
     ``few_mixed_time`` (different counts as whole floats): ``step_time``'s float, an LM head
-    of one token a request; ``few_mixed_time`` declines alike counts (None)."""
-    cm, rng, mixed = _cost_model(profile, model, tp, execution), np.random.default_rng(7), 0
+    of one token a request; ``few_mixed_time`` declines alike counts that have a closed form
+    and MLA's requests past its decode form (None), and prices alike ones that have none."""
+    cm, rng, mixed, expect = _cost_model(profile, model, tp, execution), \
+        np.random.default_rng(7), 0, 0
     for new, ctx in _batches(rng):
         u, c, ones = new.astype(np.float64), ctx.astype(np.float64), np.ones(len(new))
-        got = cm.few_mixed_time(u.tolist(), c.tolist(), float(len(new)))
-        assert got is None if len(new) == 1 else got == cm.step_time(u, c, ones)
-        mixed += got is not None
-        alike, n = np.full(len(new), u[0]), len(new)
+        n, wide = len(new), cm._mla is not None and new.max() > 16
+        got = cm.few_mixed_time(u.tolist(), c.tolist(), float(n))
+        alike = np.full(n, u[0])
+        closed = cm.uniform_step_time(n, u[0], float(c.sum()), n) is not None
+        assert (got is None) == (wide or n == 1 and closed)
+        assert got is None or got == cm.step_time(u, c, ones)
+        price = cm.few_mixed_pricer(u.tolist(), float(n))  # the same, bound to the counts
+        assert price is None if got is None else price(c.tolist()) == got
+        mixed, expect = mixed + (n > 1 and got is not None), expect + (n > 1 and not wide)
+        alike_got = cm.few_mixed_time(alike.tolist(), c.tolist(), float(n))
+        assert (alike_got is None) == (closed or cm._mla is not None and u[0] > 16)
+        assert alike_got is None or alike_got == cm.step_time(alike, c, ones)
         price = cm.few_uniform_pricer(n, float(u[0]), float(n))
         # None exactly where the batch has no closed form (an attention roof that can switch)
-        assert (price is None) == (cm.uniform_step_time(n, u[0], float(c.sum()), n) is None)
+        assert (price is None) == (not closed)
         assert price is None or price(float(c.sum())) == cm.step_time(alike, c, ones)
-    assert mixed == 4 * 7 * 3 + 1  # every batch of two or more requests (never all alike)
+    # every batch of two or more requests (never all alike; MLA's within its decode form:
+    # at least those of up to 4 and 8 tokens a request)
+    assert mixed == expect == 4 * 7 * 3 + 1 or cm._mla is not None and mixed == expect >= 56
     flat = _cost_model("a100-80gb-flat", "opt-13b", 1, "graphs")  # no kernel shapes
     assert flat.few_mixed_time([1.0, 3.0], [100.0, 200.0], 2.0) is None

@@ -177,6 +177,25 @@ def test_mtp_on_deepseek_with_preemption():
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 3
 
 
+@pytest.mark.parametrize("name", ["mtp_moe", "eagle3_moe"])
+def test_few_requests_first_passes_go_on_lists(monkeypatch, name):
+    """A feature drafter's chain over fewer than 8 requests (MLA's verification without a
+    closed form: ``few_mixed_pricer``) takes its first passes on lists (chain_lists.py),
+    and the run is still the step-by-step reference's, bit for bit."""
+    from simulator.engine import chain_short
+    kept = []
+
+    def counted(*args):
+        got = rows_lists(*args)
+        kept.append(got[0])
+        return got
+    rows_lists = chain_short.rows_lists
+    monkeypatch.setattr(chain_short, "rows_lists", counted)
+    on, off = _both(load_scenario(SCENARIOS / f"{name}.yaml"))
+    assert_identical(on, off)
+    assert len(kept) > 20 and sum(kept) > on.info["engine"]["vectorised"] / 2
+
+
 def test_chain_with_a_measured_curve_takes_stretches():
     """``chain`` with a measured acceptance curve (positional: context-free, one uniform a
     request, ``ChainCounts``) advances stretches too, identically."""
