@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.chain_few import FEW_REQUESTS
 from simulator.engine.chain_stretch import chain_prices
 from simulator.engine.fast_forward import MAX_STRETCH_CELLS
 from simulator.engine.plan import ChainStretch

@@ -1,11 +1,10 @@
 """The socket between the engine and a policy: what the engine hands a policy each iteration
 (``BatchView``), what the policy returns (``DraftPlan``), what a chain policy offers its
 stretches (``ChainStretch``, with a ``CarriedDraft`` where its draft's price depends on the
-previous iteration's acceptances), ``VariedDraft``: what a policy whose per-request draft
-counts vary offers its stretches, and the ``Policy`` and ``StepPricer`` protocols the engine
-calls, with ``ClosedFormPricer``: the closed forms a pricer may declare (``closed_forms``
-finds them).  Every fast path is reached through these declarations, never by probing an
-object for a member.  The engine imports nothing else of the project."""
+previous iteration's acceptances), ``VariedDraft`` (per-request draft counts that vary),
+the ``Policy`` and ``StepPricer`` protocols the engine calls, and ``ClosedFormPricer``: the
+closed forms a pricer may declare (``closed_forms`` finds them); every fast path is reached
+through them, never by probing an object.  The engine imports nothing else of the project."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -345,13 +344,11 @@ class ClosedFormPricer(ABC):
     @abstractmethod
     def chain_decode_times(self, n: int, ctx_sums: np.ndarray,
                            steps: int) -> np.ndarray | None:
-        """K chains of ``steps`` one-token forwards of ``n`` requests (a draft model's), the
-        k-th from contexts summing to ``ctx_sums[k]``."""
+        """K chains of ``steps`` one-token forwards of ``n`` requests, k-th from ``ctx_sums[k]``."""
 
     def verify_step_times(self, tokens: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """``step_time(tokens[c], context, tokens[c])`` of each row ``c`` of the (C, n)
-        ``tokens`` (token counts, as floats): C candidate verifications of one batch (a
-        controller's search), every token through the LM head; bitwise, by default by row."""
+        """``step_time(tokens[c], context, tokens[c])`` of each row of the (C, n) ``tokens``:
+        C candidate verifications of one batch (a controller's search), bitwise, by row."""
         rows = np.asarray(tokens, np.float64)
         return np.array([self.step_time(row, context, row) for row in rows], np.float64)
 
