@@ -242,7 +242,9 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     """
     cap = np.maximum(cap if cap.dtype == np.int64 else cap.astype(np.int64), 0)
     n = cap.size
-    k_max = int(_MAX(cap)) if n else 0
+    # the caps' extremes from one list (whole numbers: a reduction's costs more)
+    caps = cap.tolist()
+    k_max, k_min = (max(caps), min(caps)) if n else (0, 0)
     if k_max == 0:
         return np.zeros((1, n), np.int64), 0
     a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
@@ -252,12 +254,12 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     steps = _steps(k_max)
     powers = a[:, None] ** steps
     certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
-    if _ANY(certain):
+    if _COUNT(certain):
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    if int(_MIN(cap)) == k_max:  # every request may draft k_max (the usual case): no masks
+    if k_min == k_max:  # every request may draft k_max (the usual case): no masks
         powers = powers[:, :k_max]
         levels = _descending_distinct(powers)
     else:
@@ -284,8 +286,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     return ks, best_c
 
 
-_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
-_ANY = np.logical_or.reduce
+_SUM, _COUNT = np.add.reduce, np.count_nonzero  # the count: cheaper than a reduction
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
