@@ -22,7 +22,7 @@ from abc import abstractmethod
 from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
-_ALL, _ANY = np.logical_and.reduce, np.logical_or.reduce
+_ALL, _ANY, _COUNT = np.logical_and.reduce, np.logical_or.reduce, np.count_nonzero
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _MISSING = object()
 
@@ -53,7 +53,7 @@ class _Forwards:
             table = self.table = _grown(table, rows, cols)
         got = table[counts, rounded]
         missing = got != got  # NaN: not priced yet
-        if _ANY(missing, axis=None):
+        if _COUNT(missing):  # (a count: cheaper than a reduction)
             for key in set(zip(counts[missing].tolist(), rounded[missing].tolist())):
                 table[key] = self._price(key)
             got = table[counts, rounded]
