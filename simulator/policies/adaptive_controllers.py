@@ -139,6 +139,12 @@ class KillSwitch:
         self._sums = [0, 0]  # the window's accepted and drafted tokens (integers: exact)
         self.tripped = False
 
+    @property
+    def never_trips(self) -> bool:
+        """Whether no window can trip it: accepted counts are never negative, so a rate
+        below a threshold of 0 is impossible (the switch is off, whatever it records)."""
+        return self.threshold <= 0.0
+
     def update(self, accepted: int, drafted: int) -> None:
         """Record one iteration's accepted and drafted tokens (iterations without drafts skip)."""
         if self.tripped or drafted <= 0:
@@ -240,10 +246,13 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
-    cap = np.maximum(cap if cap.dtype == np.int64 else cap.astype(np.int64), 0)
+    cap = cap if cap.dtype == np.int64 else cap.astype(np.int64)
     n = cap.size
     # the caps' extremes from one list (whole numbers: a reduction's costs more)
     caps = cap.tolist()
+    if n and min(caps) < 0:  # none below 0
+        cap = np.maximum(cap, 0)
+        caps = cap.tolist()
     k_max, k_min = (max(caps), min(caps)) if n else (0, 0)
     if k_max == 0:
         return np.zeros((1, n), np.int64), 0

@@ -339,8 +339,9 @@ class ChainControl:
         """``observe`` of requests ``request_ids``, on arrays."""
         # a request whose drafts the engine trimmed still ran the draft model: use the proposal
         proposed, drafting = self._proposed, self._drafting
-        if not self._lags and request_ids.size == proposed.size \
-                and _ALL(request_ids == proposed) and _ALL(drafting):
+        n = request_ids.size  # (counts: cheaper than the reductions)
+        if not self._lags and n == proposed.size and _COUNT(drafting) == n \
+                and _COUNT(request_ids == proposed) == n:
             return  # each one drafted: its lag (none is held) is dropped
         drafted = dict(zip(proposed.tolist(), drafting.tolist()))
         for rid, e, d in zip(request_ids.tolist(), emitted.tolist(), done.tolist()):
