@@ -207,8 +207,8 @@ class AdaptiveSpeculation(PolicyBase):
     @property
     def fixed_decision(self) -> bool:
         """Whether the gammas follow from the batch size alone (the ``fixed`` controller,
-        no kill switch): nothing an iteration teaches changes them."""
-        return self.kind == "fixed" and self.kill is None
+        no kill switch or one that cannot trip): nothing an iteration teaches changes them."""
+        return self.kind == "fixed" and (self.kill is None or self.kill.never_trips)
 
     def varied_draft(self) -> VariedDraft | None:
         """Around ``chain`` (per-request gammas with its catch-up) or a ``LimitedDraft``
