@@ -246,14 +246,8 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
-    cap = cap if cap.dtype == np.int64 else cap.astype(np.int64)
+    cap, k_max, k_min = _caps(cap)
     n = cap.size
-    # the caps' extremes from one list (whole numbers: a reduction's costs more)
-    caps = cap.tolist()
-    if n and min(caps) < 0:  # none below 0
-        cap = np.maximum(cap, 0)
-        caps = cap.tolist()
-    k_max, k_min = (max(caps), min(caps)) if n else (0, 0)
     if k_max == 0:
         return np.zeros((1, n), np.int64), 0
     a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
@@ -296,6 +290,19 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
 
 
 _SUM, _COUNT = np.add.reduce, np.count_nonzero  # the count: cheaper than a reduction
+
+
+def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """``cap`` as int64, none below 0, with its largest and smallest (0 for no request):
+    from one list of whole numbers, cheaper than two reductions."""
+    cap = cap if cap.dtype == np.int64 else cap.astype(np.int64)
+    caps = cap.tolist()
+    if not caps:
+        return cap, 0, 0
+    if min(caps) < 0:
+        cap = np.maximum(cap, 0)
+        caps = cap.tolist()
+    return cap, max(caps), min(caps)
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
