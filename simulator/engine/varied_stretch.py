@@ -112,15 +112,17 @@ def _opens(replica, n: int, u_max: int) -> bool:
     b, lim = replica.b, replica.limits
     if b.decoding != n or n * u_max > lim.max_num_batched_tokens:
         return False
-    c, blocks, bs = b.computed, b.blocks, lim.block_size
-    most = replica.used_blocks + int(_SUM(np.maximum(-(-(c + u_max) // bs) - blocks, 0)))
+    bs = lim.block_size
+    # the blocks each request lacks for its context plus u tokens (integers: one list)
+    pairs = list(zip(b.computed.tolist(), b.blocks.tolist()))
+    most = replica.used_blocks + sum([max(-(-(c + u_max) // bs) - h, 0) for c, h in pairs])
     if most > lim.kv_blocks:
         return False
     if not replica.waiting:
         return True
     if replica.cache is not None:  # what the head finds cached depends on the reservation
         return False
-    least = replica.used_blocks + int(_SUM(np.maximum(-(-(c + 1) // bs) - blocks, 0)))
+    least = replica.used_blocks + sum([max(-(-(c + 1) // bs) - h, 0) for c, h in pairs])
     return admission_blocked(replica, least, n)
 
 
@@ -132,15 +134,14 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
     plan = spec.plan_counts(ids, ctx, b.generated, b.output_len, b.prompt_len,
                             int(ids.size), replica.rng)
     verify_tokens, draft_s = plan.verify_tokens, plan.seconds
-    verify, dec_ctx = verify_tokens.astype(np.float64), ctx.astype(np.float64)
-    verify_s = plan.verify_s if plan.verify_s is not None else \
-        replica.target_cost.step_time(verify, dec_ctx, verify)
-    kv_read = float(_SUM(dec_ctx) + _SUM(verify))  # whole numbers: exact
-    attn_pairs = float(_SUM(verify * (dec_ctx + 0.5 * (verify + 1.0))))
+    verify_s = plan.verify_s
+    if verify_s is None:
+        verify = verify_tokens.astype(np.float64)
+        verify_s = replica.target_cost.step_time(verify, ctx.astype(np.float64), verify)
+    decode_tokens, kv_read, attn_pairs = _counts(verify_tokens, ctx)
     need = np.maximum(-(-(ctx + verify_tokens) // replica.limits.block_size) - b.blocks, 0)
     b.blocks += need
-    replica._take_blocks(int(_SUM(need)))  # from the prefix cache's free queue, if any
-    decode_tokens = int(_SUM(verify_tokens))
+    replica._take_blocks(sum(need.tolist()))  # from the prefix cache's free queue, if any
     if now + (draft_s + verify_s) >= replica.arrivals.horizon(replica.index):
         n = int(ids.size)
         batch = BatchView(ids.copy(), ctx.copy(), b.generated.copy(), b.output_len.copy(),
@@ -151,6 +152,17 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
                     attn_pairs)
     _complete(replica, spec, plan, (verify_s, decode_tokens, kv_read, attn_pairs))
     return None
+
+
+def _counts(verify_tokens: np.ndarray, ctx: np.ndarray) -> tuple[int, float, float]:
+    """The iteration's verified tokens, KV tokens read (contexts and verified tokens) and
+    attention pairs (each request's v (c + (v + 1) / 2)): the batch's int64 counts, so the
+    sums are whole numbers, which Python's integers give as the float sums of their
+    arrays did, exactly (below 2**53), without a reduction each."""
+    vs, cs = verify_tokens.tolist(), ctx.tolist()
+    tokens = sum(vs)
+    pairs = sum([v * c + (v * (v + 1) >> 1) for v, c in zip(vs, cs)])
+    return tokens, float(sum(cs) + tokens), float(pairs)
 
 
 def _complete(replica, spec: VariedDraft, plan: VariedPlan, priced: tuple) -> None:
@@ -169,17 +181,18 @@ def _complete(replica, spec: VariedDraft, plan: VariedPlan, priced: tuple) -> No
     b.generated += emitted
     b.computed += emitted
     b.last_emit.fill(end)
-    decoded = int(_SUM(emitted))
+    decoded = sum(emitted.tolist())  # integer sums: as the arrays' reductions, cheaper
     replica.outstanding_tokens -= decoded
-    if _ANY(k):
+    drafted = sum(k.tolist())
+    if drafted:
         b.num_drafts += k > 0
         b.num_draft_tokens += k
         b.num_accepted += accepted
         rec.record_acceptance(k, accepted)
     keep = (b.computed + (lim.block_size - 1)) // lim.block_size  # the roll-back
-    held = int(_SUM(b.blocks))
+    held = sum(b.blocks.tolist())
     np.minimum(b.blocks, keep, out=b.blocks)
-    freed = held - int(_SUM(b.blocks))
+    freed = held - sum(b.blocks.tolist())
     replica.used_blocks -= freed
     if replica.cache is not None:
         replica.cache.give_back(freed)
@@ -191,5 +204,5 @@ def _complete(replica, spec: VariedDraft, plan: VariedPlan, priced: tuple) -> No
     used = replica.used_blocks
     rec.record_step(StepRow(
         replica.index, start, duration, draft_s, verify_s, n, 0, n, 0, decode_tokens,
-        decoded, int(_SUM(k)), int(_SUM(accepted)), used, used / lim.kv_blocks,
+        decoded, drafted, sum(accepted.tolist()), used, used / lim.kv_blocks,
         len(replica.waiting), kv_read, attn_pairs, 0))

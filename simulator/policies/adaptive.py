@@ -181,6 +181,7 @@ class AdaptiveSpeculation(PolicyBase):
         self.base = self.BASES[base["name"]](base["params"], ctx)
         self.control = self.base.draft_control(base["params"])
         self.target_cost = ctx.target_cost
+        self._target_forms = closed_forms(ctx.target_cost)  # rows_predictor's, found once
         self.schedule: BatchSizeSchedule | None = params["schedule"]
         self.disable_at = params["speculative_disable_by_batch_size"]
         window = params["acceptance_rate_window_size"]
@@ -206,8 +207,8 @@ class AdaptiveSpeculation(PolicyBase):
     @property
     def fixed_decision(self) -> bool:
         """Whether the gammas follow from the batch size alone (the ``fixed`` controller,
-        no kill switch): nothing an iteration teaches changes them."""
-        return self.kind == "fixed" and self.kill is None
+        no kill switch or one that cannot trip): nothing an iteration teaches changes them."""
+        return self.kind == "fixed" and (self.kill is None or self.kill.never_trips)
 
     def varied_draft(self) -> VariedDraft | None:
         """Around ``chain`` (per-request gammas with its catch-up) or a ``LimitedDraft``
@@ -262,7 +263,7 @@ class AdaptiveSpeculation(PolicyBase):
         (``draft_rows``: the draft's ``rows_predictor``; the target's verifications by its
         ``verify_step_times`` where it declares closed forms, else one ``step_time`` a row;
         ``verified``, where given, receives those verifications' seconds)."""
-        ctx, target = context.astype(float), closed_forms(self.target_cost)
+        ctx, target = context.astype(float), self._target_forms
         step_time = self.target_cost.step_time
 
         def predict(ks: np.ndarray) -> np.ndarray:

@@ -139,6 +139,12 @@ class KillSwitch:
         self._sums = [0, 0]  # the window's accepted and drafted tokens (integers: exact)
         self.tripped = False
 
+    @property
+    def never_trips(self) -> bool:
+        """Whether no window can trip it: accepted counts are never negative, so a rate
+        below a threshold of 0 is impossible (the switch is off, whatever it records)."""
+        return self.threshold <= 0.0
+
     def update(self, accepted: int, drafted: int) -> None:
         """Record one iteration's accepted and drafted tokens (iterations without drafts skip)."""
         if self.tripped or drafted <= 0:
@@ -247,9 +253,8 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
-    cap = np.maximum(cap if cap.dtype == np.int64 else cap.astype(np.int64), 0)
+    cap, k_max, k_min = _caps(cap)
     n = cap.size
-    k_max = int(_MAX(cap)) if n else 0
     if k_max == 0:
         return np.zeros((1, n), np.int64), 0
     a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
@@ -259,12 +264,12 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     steps = _steps(k_max)
     powers = a[:, None] ** steps
     certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
-    if _ANY(certain):
+    if _COUNT(certain):
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    if int(_MIN(cap)) == k_max:  # every request may draft k_max (the usual case): no masks
+    if k_min == k_max:  # every request may draft k_max (the usual case): no masks
         powers = powers[:, :k_max]
         levels = _descending_distinct(powers)
     else:
@@ -291,8 +296,20 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     return ks, best_c
 
 
-_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
-_ANY = np.logical_or.reduce
+_SUM, _COUNT = np.add.reduce, np.count_nonzero  # the count: cheaper than a reduction
+
+
+def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """``cap`` as int64, none below 0, with its largest and smallest (0 for no request):
+    from one list of whole numbers, cheaper than two reductions."""
+    cap = cap if cap.dtype == np.int64 else cap.astype(np.int64)
+    caps = cap.tolist()
+    if not caps:
+        return cap, 0, 0
+    if min(caps) < 0:
+        cap = np.maximum(cap, 0)
+        caps = cap.tolist()
+    return cap, max(caps), min(caps)
 
 
 def _distinct(ks: np.ndarray) -> np.ndarray:

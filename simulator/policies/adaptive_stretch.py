@@ -41,6 +41,8 @@ class AdaptiveStretch(VariedDraft):
 
     def __init__(self, policy, control) -> None:
         self.policy, self.control = policy, control
+        # whether a request may be past the draft's context (``_speculable`` not all True)
+        self._limited = False
 
     @property
     def max_verify_tokens(self) -> int:
@@ -50,8 +52,9 @@ class AdaptiveStretch(VariedDraft):
                     batch_size, rng):
         policy = self.policy
         top = policy.cap(batch_size)
-        k = np.full(request_ids.size, top, np.int64)
-        if top:  # requests past the draft model's context
+        k = np.empty(request_ids.size, np.int64)  # np.full's array, without its layers
+        k.fill(top)
+        if top and self._limited:  # requests past the draft model's context
             k[~self._speculable(prompt_len, generated)] = 0
         verify_s = None  # the target's seconds verifying k, where the search priced them
         if policy.estimate is not None and _ANY(k):
@@ -92,6 +95,8 @@ class AdaptiveChain(AdaptiveStretch):
     def __init__(self, policy, control) -> None:
         super().__init__(policy, control)
         self.chain = control.chain
+        # no draft context limit: every request is speculable (speculable_of's ones)
+        self._limited = self.chain.draft_max_context is not None
         self._forms = closed_forms(policy.target_cost)
         # (requests, tokens each) -> the target's uniform_pricer (None: no closed form)
         self._verify: dict[tuple[int, int], object] = {}

@@ -22,7 +22,7 @@ from abc import abstractmethod
 from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
 
 
-_ALL, _ANY = np.logical_and.reduce, np.logical_or.reduce
+_ALL, _ANY, _COUNT = np.logical_and.reduce, np.logical_or.reduce, np.count_nonzero
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _MISSING = object()
 
@@ -53,7 +53,7 @@ class _Forwards:
             table = self.table = _grown(table, rows, cols)
         got = table[counts, rounded]
         missing = got != got  # NaN: not priced yet
-        if _ANY(missing, axis=None):
+        if _COUNT(missing):  # (a count: cheaper than a reduction)
             for key in set(zip(counts[missing].tolist(), rounded[missing].tolist())):
                 table[key] = self._price(key)
             got = table[counts, rounded]
@@ -196,14 +196,18 @@ class ChainControl:
         ``context`` drafting ``k`` each, on arrays (what a stretch calls)."""
         on = k > 0
         self._proposed, self._drafting = request_ids.copy(), on
-        time_s = self._chain_time(context, k)
+        # the gammas' extremes and drafting count from one list (whole numbers)
+        ks = k.tolist()
+        top, low = (max(ks), min(ks)) if ks else (0, 0)
+        time_s = self._chain_time(context, k, top, low)
         # the first forward also feeds the tokens the draft model skipped (while nobody
         # lags, _catch_up_s adds 0.0: no change)
-        if self._lags and _ANY(on):
+        if self._lags and top > 0:
             time_s += self._catch_up_s(context[on], self._lag(request_ids)[on])
         # the longest chain sets the draft loop's forwards (a charge memoised per count)
-        forwards = max(int(_MAX(k)), 0) if k.size else 0  # k.max(initial=0)
-        return time_s, self.charge(forwards)(int(_SUM(on)))
+        forwards = max(top, 0)  # k.max(initial=0)
+        return time_s, self.charge(forwards)(len(ks) - ks.count(0) if low >= 0 else
+                                             int(_SUM(on)))
 
     def charge(self, forwards: int) -> SpecCharge:
         """The host work of a draft loop of ``forwards`` forwards, memoised per count."""
@@ -218,14 +222,14 @@ class ChainControl:
         lags = self._lags
         return bool(lags) and any([r in lags for r in request_ids.tolist()])
 
-    def _chain_time(self, context: np.ndarray, k: np.ndarray) -> float:
-        """``chain_draft_time(draft_cost, context, k)``; where every request drafts the same
-        1-7 tokens, its closed form as a function of the context sum (``chain_draft_pricer``:
-        bitwise the cost's ``chain_decode_time``, as a chain's stretches price it)."""
+    def _chain_time(self, context: np.ndarray, k: np.ndarray, top: int, low: int) -> float:
+        """``chain_draft_time(draft_cost, context, k)`` (``top``, ``low``: k's largest and
+        smallest); where every request drafts the same 1-7 tokens, its closed form as a
+        function of the context sum (``chain_draft_pricer``: bitwise the cost's
+        ``chain_decode_time``, as a chain's stretches price it)."""
         n = k.size
         if n and context.dtype.kind in "iu":
-            top = int(_MAX(k))
-            if 0 < top < 8 and int(_MIN(k)) == top:
+            if 0 < top < 8 and low == top:
                 price = self._pricers.get((n, top), _MISSING)
                 if price is _MISSING:
                     price = self._pricers[(n, top)] = chain_draft_pricer(
@@ -273,7 +277,9 @@ class ChainControl:
         numpy sum of each row, which adds so few left to right; else as Python floats), the
         catch-up once per set of drafting requests."""
         ctx, lag = context.astype(float), self._lag(request_ids)
-        memo, decode_time, lagging = self._memo, self.draft_cost.decode_time, bool(_ANY(lag))
+        # nobody lags while no lag is held (the usual case: no reduction to learn it)
+        lagging = bool(self._lags) and bool(_ANY(lag))
+        memo, decode_time = self._memo, self.draft_cost.decode_time
 
         def predict(ks: np.ndarray) -> np.ndarray:
             forwards = int(np.maximum.reduce(ks, axis=None)) if ks.size else 0
@@ -333,8 +339,9 @@ class ChainControl:
         """``observe`` of requests ``request_ids``, on arrays."""
         # a request whose drafts the engine trimmed still ran the draft model: use the proposal
         proposed, drafting = self._proposed, self._drafting
-        if not self._lags and request_ids.size == proposed.size \
-                and _ALL(request_ids == proposed) and _ALL(drafting):
+        n = request_ids.size  # (counts: cheaper than the reductions)
+        if not self._lags and n == proposed.size and _COUNT(drafting) == n \
+                and _COUNT(request_ids == proposed) == n:
             return  # each one drafted: its lag (none is held) is dropped
         drafted = dict(zip(proposed.tolist(), drafting.tolist()))
         for rid, e, d in zip(request_ids.tolist(), emitted.tolist(), done.tolist()):

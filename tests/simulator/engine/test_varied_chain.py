@@ -109,3 +109,26 @@ def test_fixed_chain_only_where_nothing_can_change_the_gammas(deployment):
                  "acceptance_rate_threshold": 0.5}):
         _, spec = _stretch_of(deployment, raw)
         assert spec.fixed_chain(ids, 2) is None
+
+
+def test_a_kill_switch_that_cannot_trip_leaves_the_chain_its_stretch(deployment, monkeypatch):
+    """A kill switch at threshold 0 is off (no acceptance rate falls below 0): the gammas
+    follow the schedule alone, so the chain's stretch takes its iterations (fixed_chain),
+    and the tables are the wrapper's without the switch, fast-forward on and off."""
+    _, spec = _stretch_of(deployment, {"base": CHAIN, "acceptance_rate_window_size": 4,
+                                       "acceptance_rate_threshold": 0.0})
+    assert spec.fixed_chain(np.array([3, 7]), 2) is not None
+    chained = _counting(monkeypatch, "advance_chain")
+    path = REPO / "workloads" / "scenarios" / "adaptive_schedule.yaml"
+    off = load_scenario(path, ["workload.max_requests=60",
+                               "policy.acceptance_rate_threshold=0.0"])
+    on_ff, off_ff = _both(off)
+    assert_identical(on_ff, off_ff)
+    assert chained
+    none = load_scenario(path, ["workload.max_requests=60", (
+        "policy={name: adaptive, base: {name: chain, num_speculative_tokens: 4}, "
+        "num_speculative_tokens_per_batch_size: [[1, 16, 4], [17, 48, 2], [49, 256, 1]], "
+        "speculative_disable_by_batch_size: 128}")])  # adaptive_schedule.yaml's, no switch
+    without, _ = _both(none)
+    pd.testing.assert_frame_equal(on_ff.requests, without.requests, check_exact=True)
+    pd.testing.assert_frame_equal(on_ff.steps, without.steps, check_exact=True)
