@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost import step_models as sm
-from simulator.cost.verify_rows import attention_layers, whole_new_tokens
+from simulator.cost.verify_rows import attention_layers, tail_of, whole_new_tokens
 
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _FEW_CELLS = 256  # up to this many requests x rows their token counts are read as a list
@@ -40,25 +40,26 @@ def rows_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     n = ctx.shape[1]
     lo, hi, totals = spans
     heads = totals if logits is None else [float(_SUM(logits, axis=None))] * len(totals)
-    out, uniform, attention, last = [0.0] * len(totals), {}, None, None
+    out, uniform, attention, parts = [0.0] * len(totals), {}, None, {}
     uv = cm._uv_o is not None  # decode rows priced (vLLM 0.7's W_UV_O): else none read
+    tail = tail_of(cm, n)  # ``cm._step_from(mode, fixed, a_layer, n)``, bound once
     for j, (low, high, total, head) in enumerate(zip(lo, hi, totals, heads)):
         # the row's parts apart from its contexts, memoised by the model (asked again and
-        # again by a stretch's passes of a few rows each); a function of these four numbers
-        # and the row's decode rows where the engine prices the absorbed W_UV_O by them
-        # (its row is otherwise read only where low is 0, never here): the last row's where
-        # they are
+        # again by a stretch's passes of a few rows each) and here for this call's rows; a
+        # function of these four numbers and the row's decode rows where the engine prices
+        # the absorbed W_UV_O by them (its row is otherwise read only where low is 0, never
+        # here)
         now = (low, high, total, head, cm._decode_rows(tokens[j]) if uv else 0.0)
-        if now != last:
-            last = now
-            part = cm.row_part(n, tokens[j], low, high, total, head)
+        part = parts.get(now)
+        if part is None:
+            part = parts[now] = cm.row_part(n, tokens[j], low, high, total, head)
         if type(part) is not tuple:  # step_time's closed form of a uniform batch: below
             uniform.setdefault((low, total, head), (part, []))[1].append(j)
             continue
         if attention is None:  # (every row's requests u new tokens each: u passed on)
             u = lo[0] if lo.count(lo[0]) == len(lo) == hi.count(lo[0]) else None
             attention = attention_layers(cm, np.asarray(tokens, np.float64), ctx, u)
-        out[j] = cm._step_from(part[0], part[1], attention[j], n)
+        out[j] = tail(part[0], part[1], attention[j])
     if uniform:
         _uniform_rows(out, uniform, _SUM(ctx, axis=1))
     return np.array(out, np.float64)

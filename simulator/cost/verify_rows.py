@@ -72,10 +72,7 @@ def _price_rows(cm, tokens: np.ndarray, ctx: np.ndarray, rows: list[int], counts
     lo, hi, totals = counts
     n, most = ctx.size, sm.UNIFORM_MAX_QUERY
     attention = attention_layers(cm, tokens.astype(np.float64), ctx)
-    memos = _memo(cm)
-    memo, tail = memos.fixed, memos.tails.get(n)
-    if tail is None:
-        tail = memos.tails[n] = step_tail(cm, n)
+    memo, tail = _memo(cm).fixed, tail_of(cm, n)
     uv = cm._uv_o is not None  # the absorbed W_UV_O's decode rows priced (vLLM 0.7)
     for i, c in enumerate(rows):
         total, low, high = totals[c], lo[c], hi[c]
@@ -86,6 +83,15 @@ def _price_rows(cm, tokens: np.ndarray, ctx: np.ndarray, rows: list[int], counts
             mode, padded = cm._mode(tokens[i].astype(np.float64), total, low, high)
             got = memo[key] = (mode, cm._fixed(total, total, mode, padded, uv_rows))
         out[c] = tail(got[0], got[1], attention[i])
+
+
+def tail_of(cm, n: int):
+    """``step_tail(cm, n)``, memoised while ``cm`` lives."""
+    tails = _memo(cm).tails
+    tail = tails.get(n)
+    if tail is None:
+        tail = tails[n] = step_tail(cm, n)
+    return tail
 
 
 def step_tail(cm, n: int):
