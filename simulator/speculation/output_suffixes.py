@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 
 from simulator.speculation.suffix_index import Speculation, SuffixIndex
-from simulator.speculation.text_suffixes import TextSuffixes
+from simulator.speculation.text_suffixes import TextSuffixes, index_positions
 
 NO_MATCH = (-1, 0, -1)  # (key, length, handle) of no match
 _NEXT = (1).__add__  # a position -> the next one, in C-level ``map``
@@ -38,15 +38,9 @@ class OutputSuffixes(TextSuffixes):
 
     def add(self, tokens: list[int]) -> None:
         """Index one sequence (Python ints): each position a token of it follows."""
-        where, text = self.where, self.text
-        for i, t in enumerate(tokens[:-1], len(text)):
-            got = where.get(t)
-            if got is None:
-                where[t] = [i]
-            else:
-                got.append(i)
-        text.extend(tokens)
-        text.append(None)
+        index_positions(self.where, tokens[:-1], len(self.text))
+        self.text.extend(tokens)
+        self.text.append(None)
 
     def matches(self, context: list[int], longest: int,
                 roomy: int) -> tuple[tuple, ...]:

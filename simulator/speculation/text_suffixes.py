@@ -28,6 +28,17 @@ from bisect import bisect_left
 from simulator.speculation.suffix_index import Speculation
 
 
+def index_positions(where: dict, tokens: list[int], start: int) -> None:
+    """Record in ``where`` (token -> its positions, ascending) that ``tokens[j]`` sits at
+    ``start + j``."""
+    for i, t in enumerate(tokens, start):
+        got = where.get(t)
+        if got is None:
+            where[t] = [i]
+        else:
+            got.append(i)
+
+
 class TextSuffixes:
     """``SuffixIndex`` + ``Cursor`` of one growing text: its suffix matches and speculations."""
 
@@ -41,14 +52,8 @@ class TextSuffixes:
 
     def extend(self, tokens: list[int]) -> None:
         """Append ``tokens`` (Python ints) to the text."""
-        where, text = self.where, self.text
-        for i, t in enumerate(tokens, len(text)):
-            got = where.get(t)
-            if got is None:
-                where[t] = [i]
-            else:
-                got.append(i)
-        text.extend(tokens)
+        index_positions(self.where, tokens, len(self.text))
+        self.text.extend(tokens)
 
     def matches(self, longest: int, roomy: int, size: int) -> tuple[tuple, tuple]:
         """``SuffixIndex.cursor_match`` at ``longest`` and at ``roomy`` (<= longest) tokens
