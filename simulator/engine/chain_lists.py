@@ -30,7 +30,7 @@ from simulator.engine.chain_stretch import chain_prices
 from simulator.engine.fast_forward import MAX_STRETCH_CELLS
 from simulator.engine.plan import ChainStretch
 
-_ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
+_ANY, _MIN = np.logical_or.reduce, np.minimum.reduce
 
 
 def list_prices(replica, spec: ChainStretch, n: int):

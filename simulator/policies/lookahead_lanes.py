@@ -181,7 +181,7 @@ class LaneState:
             self._step_short(visible)
             return
         tokens, ones, twos, later_ones, later_twos, s, low, pair, keep, top = self.rule
-        pool, last, saved, new = self.pool, self.most - 1, self._saved, []
+        add, new = self._add, []
         for lane in lanes:  # ``FollowIndex.advanced``'s rule on the ints (two or more tokens)
             key = lane & pair
             at = later_twos.get(key)
@@ -194,20 +194,7 @@ class LaneState:
             # the lane drops its first token (the pool's key) as it takes the new one
             gram = (lane & keep) << s | tok
             new.append(gram)
-            key = lane >> top
-            entries = pool.get(key)
-            if entries is None:
-                if key not in saved:
-                    saved[key] = None
-                pool[key] = [gram]
-            elif entries[0] != gram:  # at the front already: moving it changes nothing
-                if key not in saved:
-                    saved[key] = entries[:]
-                if gram in entries:
-                    entries.remove(gram)
-                else:
-                    del entries[last:]  # room for it: at most G
-                entries.insert(0, gram)  # most recent first
+            add(lane >> top, gram)
         self.lanes_now = new
         if len(new) > 1 and len(set(new)) < len(new):
             self._merge(new)
@@ -230,17 +217,20 @@ class LaneState:
             self._merge(self.lanes_now)
 
     def _add(self, key: int, gram: int) -> None:
-        """``gram`` to the front of ``key``'s grams (``step``'s pool update, as there)."""
-        entries = self.pool.get(key)
+        """``gram`` to the front of ``key``'s grams, most recent first, at most G of them
+        (``_plan_full`` inlines it); the grams before the first change since ``mark`` saved."""
+        entries, saved = self.pool.get(key), self._saved
         if entries is None:
-            self._saved.setdefault(key, None)
+            if key not in saved:
+                saved[key] = None
             self.pool[key] = [gram]
-        elif entries[0] != gram:
-            self._saved.setdefault(key, entries[:])
+        elif entries[0] != gram:  # at the front already: moving it changes nothing
+            if key not in saved:
+                saved[key] = entries[:]
             if gram in entries:
                 entries.remove(gram)
             else:
-                del entries[self.most - 1:]
+                del entries[self.most - 1:]  # room for it: at most G
             entries.insert(0, gram)
 
     def _merge(self, grams: list[int]) -> None:
