@@ -7,10 +7,10 @@ forcing chunked prefill and prefix caching to be disabled." and sets
 ``scheduler_config.chunked_prefill_enabled`` and ``cache_config.enable_prefix_caching`` to
 False.  Its scheduler then runs ``Scheduler._schedule_default`` (core/scheduler.py): whole
 prompts in a prefill-only step within ``max_num_batched_tokens`` and ``max_num_seqs``, the
-decodes in steps of their own, prefills first.  Here that is ``enable_chunked_prefill`` off
-(a prompt is admitted whole or waits: engine/admission.py) with ``mixed_chunk`` off (the
-prefill-first steps of engine/prefill_first.py); ``max_num_batched_tokens`` is kept, as
-0.7.x keeps it.
+decodes in steps of their own, prefills first.  Here the MLA rule sets
+``enable_chunked_prefill`` off (a prompt is admitted whole or waits: engine/admission.py)
+and the scheduler's rule below then sets ``mixed_chunk`` off (the prefill-first steps of
+engine/prefill_first.py); ``max_num_batched_tokens`` is kept, as 0.7.x keeps it.
 
 The same scheduler runs every model: with chunked prefill off (whatever the model) vLLM V0
 runs ``_schedule_default``, prefill-only and decode-only steps, and has no flag that mixes
@@ -40,21 +40,19 @@ def engine_batching(scenario: Scenario) -> tuple[Scenario, str]:
 
 
 def _mla_batching(scenario: Scenario, spec: SpecHost) -> tuple[Scenario, str]:
-    """vLLM 0.7.x's MLA rule (``mla_disables_chunked_prefill``), and its note."""
+    """vLLM 0.7.x's MLA rule (``mla_disables_chunked_prefill``), and its note; the steps
+    apart then follow from ``_unchunked_apart``, V0's scheduler without chunked prefill."""
     if not spec.mla_disables_chunked_prefill:
         return scenario, ""
     b = scenario.batching
     asked = [name for name, on in (("enable_chunked_prefill", b.enable_chunked_prefill),
-                                   ("enable_prefix_caching", b.enable_prefix_caching),
-                                   ("mixed_chunk", b.mixed_chunk is not False)) if on]
+                                   ("enable_prefix_caching", b.enable_prefix_caching)) if on]
     if not asked or not load_model(scenario.target).is_mla:
         return scenario, ""
-    batching = dataclasses.replace(b, enable_chunked_prefill=False, enable_prefix_caching=False,
-                                   mixed_chunk=False)
+    batching = dataclasses.replace(b, enable_chunked_prefill=False, enable_prefix_caching=False)
     note = (f"engine {spec.name} runs the MLA model {scenario.target} without chunked prefill "
-            f"or prefix caching, prefill and decode steps apart (vLLM 0.7.x: 'MLA is enabled; "
-            f"forcing chunked prefill and prefix caching to be disabled'): batching."
-            f"{', batching.'.join(asked)} set to false")
+            f"or prefix caching (vLLM 0.7.x: 'MLA is enabled; forcing chunked prefill and "
+            f"prefix caching to be disabled'): batching.{', batching.'.join(asked)} set to false")
     return dataclasses.replace(scenario, batching=batching), note
 
 
