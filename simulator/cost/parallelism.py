@@ -188,7 +188,7 @@ def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int
     return ep
 
 
-def _tbo_threshold(data: Any, key: str, kw: dict, source: str) -> int:
+def _tbo_setting(data: Any, key: str, kw: dict, source: str) -> int:
     """A two-batch-overlap setting, given with the overlap: a token threshold (a whole
     number >= 0), the schedule, or DeepEP's SM count (a whole number >= 1)."""
     if not kw.get("two_batch_overlap"):
@@ -224,7 +224,7 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
     for key in ("tbo_decode_token_threshold", "tbo_prefill_token_threshold", "tbo_schedule",
                 "deepep_num_sms"):
         if key in data:
-            kw[key] = _tbo_threshold(data, key, kw, source)
+            kw[key] = _tbo_setting(data, key, kw, source)
     if "ep_num_redundant_experts" in data:
         kw["redundant_experts"] = as_number(data["ep_num_redundant_experts"], source=source,
                                             field="parallelism.ep_num_redundant_experts",
