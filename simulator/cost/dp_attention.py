@@ -328,9 +328,9 @@ class DpAttentionCostModel(CostModel):
         halves = [tbo.split_rank(*b, by_sequence=sglang) for b in whole]
         decode = tbo.uniform_decode(new, ctx, sm.UNIFORM_MAX_QUERY)
         normal = self._dispatch == "deepep_normal" and self._roof.kernels is not None
-        sms = self._roof.kernels.sm_count if normal else 1
-        share = tbo.DEEPEP_NORMAL_SMS / sms if normal else 0.0
-        factor = sms / (sms - tbo.DEEPEP_NORMAL_SMS) if normal and not decode else 1.0
+        share, factor = tbo.sm_split(self._roof.kernels.sm_count,
+                                     self.parallel.deepep_num_sms, decode) if normal \
+            else (0.0, 1.0)
         capped = self._deepgemm_ops() if factor != 1.0 else frozenset()
         (a, ops_a), (b, ops_b) = (self._tbo_half([h[i] for h in halves], capped)
                                   for i in (0, 1))

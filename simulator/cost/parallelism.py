@@ -52,6 +52,11 @@ class Parallelism:
     # decode schedule staggered by two stages) or "vllm" (DBO: cut at the token midpoint,
     # one schedule for both); simulator/cost/tbo.py
     tbo_schedule: str = "sglang"
+    # the SMs DeepEP's normal kernels hold while they run beside the other micro-batch's
+    # compute (tbo.sm_split): SGLang's --deepep-config normal_dispatch num_sms, else DeepEP's
+    # Buffer.num_sms default 20 (deepseek-ai/DeepEP deep_ep/buffer.py; vLLM's
+    # VLLM_DBO_COMM_SMS default, vllm/envs.py, is 20 as well)
+    deepep_num_sms: int = 20
     # SGLang's enable_eplb and ep_num_redundant_experts (vLLM's enable_eplb and
     # eplb_config.num_redundant_experts): experts placed, hot ones replicated, by DeepSeek's
     # EPLB from the routing's expected loads (moe_kernels.busiest_rank_share)
@@ -183,9 +188,9 @@ def expert_parallel_degree(value: Any, tp: int, source: str, dp: int = 1) -> int
     return ep
 
 
-def _tbo_threshold(data: Any, key: str, kw: dict, source: str) -> int:
+def _tbo_setting(data: Any, key: str, kw: dict, source: str) -> int:
     """A two-batch-overlap setting, given with the overlap: a token threshold (a whole
-    number >= 0) or the schedule."""
+    number >= 0), the schedule, or DeepEP's SM count (a whole number >= 1)."""
     if not kw.get("two_batch_overlap"):
         raise SpecsimError("a two-batch-overlap setting without the overlap",
                            source=source, field=f"parallelism.{key}",
@@ -194,7 +199,7 @@ def _tbo_threshold(data: Any, key: str, kw: dict, source: str) -> int:
         return as_str(data[key], source=source, field=f"parallelism.{key}",
                       choices=TBO_SCHEDULES)
     return as_number(data[key], source=source, field=f"parallelism.{key}", integer=True,
-                     minimum=0, maximum=10_000_000)
+                     minimum=int(key == "deepep_num_sms"), maximum=10_000_000)
 
 
 def parallelism_from_dict(data: Any, source: str) -> Parallelism:
@@ -204,7 +209,7 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
             "draft_tensor_parallel_size", "expert_parallel", "data_parallel_attention",
             "moe_dispatch", "enable_two_batch_overlap", "enable_eplb",
             "ep_num_redundant_experts", "tbo_decode_token_threshold",
-            "tbo_prefill_token_threshold", "tbo_schedule")
+            "tbo_prefill_token_threshold", "tbo_schedule", "deepep_num_sms")
     check_keys(data, allowed=keys, source=source, prefix="parallelism.")
     kw = {k: as_number(data[k], source=source, field=f"parallelism.{k}", integer=True,
                        minimum=1, maximum=1024)
@@ -216,9 +221,10 @@ def parallelism_from_dict(data: Any, source: str) -> Parallelism:
                       ("enable_eplb", "eplb")):
         if key in data:
             kw[name] = as_bool(data[key], source=source, field=f"parallelism.{key}")
-    for key in ("tbo_decode_token_threshold", "tbo_prefill_token_threshold", "tbo_schedule"):
+    for key in ("tbo_decode_token_threshold", "tbo_prefill_token_threshold", "tbo_schedule",
+                "deepep_num_sms"):
         if key in data:
-            kw[key] = _tbo_threshold(data, key, kw, source)
+            kw[key] = _tbo_setting(data, key, kw, source)
     if "ep_num_redundant_experts" in data:
         kw["redundant_experts"] = as_number(data["ep_num_redundant_experts"], source=source,
                                             field="parallelism.ep_num_redundant_experts",

@@ -23,10 +23,11 @@ stage (``_stages``; a stage runs until its yield):
 
 Not every part hides: a collective longer than the compute the schedule puts beside it shows
 its excess, and a collective's wait cannot move into another stage.  At prefill DeepEP's
-normal kernels hold ``Buffer.num_sms`` = 20 SMs while they run (deepseek-ai/DeepEP
-deep_ep/buffer.py; SGLang's DeepEPConfig default), and SGLang caps DeepGEMM at the rest for
-the whole overlapped forward (two_batch_overlap.py ``_model_forward_tbo``: the overlapped
-operations inside ``configure_deep_gemm_num_sms(total - num_sms)``; DeepGEMM's
+normal kernels hold ``parallelism.deepep_num_sms`` SMs while they run (SGLang's
+DeepEPConfig: the ``num_sms`` of ``--deepep-config``, else DeepEP's ``Buffer.num_sms`` = 20,
+deepseek-ai/DeepEP deep_ep/buffer.py; ``sm_split``), and SGLang caps DeepGEMM at the rest
+for the whole overlapped forward (two_batch_overlap.py ``_model_forward_tbo``: the
+overlapped operations inside ``configure_deep_gemm_num_sms(total - num_sms)``; DeepGEMM's
 ``set_num_sms``, "the maximum SM count for all GEMM kernels", read by its dense
 ``gemm_fp8_fp8_bf16_nt`` as by its grouped GEMMs): the routed experts' GEMMs and, where the
 engine runs its block-FP8 linears on DeepGEMM (``fp8_gemm: deepgemm``), the MoE layers'
@@ -36,21 +37,21 @@ its dense layers run before the overlap on the whole batch (deepseek_v2.py: the
 the same with DeepEP's high-throughput kernels (vllm/envs.py ``VLLM_DBO_COMM_SMS`` 20, "the
 rest of the SMs on the device will be allocated to compute"; gpu_ubatch_wrapper.py sets
 DeepGEMM's count around the micro-batches' whole forward, its dense layers included).  So
-those GEMMs take ``SMs / (SMs - 20)`` times as long, and other compute gets ``1 - 20 / SMs`` of
-the SMs while a collective is in flight (``_Streams.run``: the work done at that rate inside
-each collective's interval, at the full rate outside; the blog's ablation: "the no-TBO 8k
-case outperforms the TBO 16k case in per-kernel speed ... reduced streaming multiprocessors
-(SMs) with TBO").  DeepEP's low-latency kernels (decode) hold no SM while the data is in
-flight (profile-data: "all GPU SMs are freed"; SGLang's decode strategy sets no DeepGEMM
-SM count), but every SM while they send and receive (the blog's decode breakdown: they
-"either fully utilize SMs (during send/receive) or none (during inflight waiting)"; a
+those GEMMs take ``SMs / (SMs - held)`` times as long, and other compute gets ``1 - held /
+SMs`` of the SMs while a collective is in flight (``_Streams.run``: the work done at that
+rate inside each collective's interval, at the full rate outside; the blog's ablation: "the
+no-TBO 8k case outperforms the TBO 16k case in per-kernel speed ... reduced streaming
+multiprocessors (SMs) with TBO").  DeepEP's low-latency kernels (decode) hold no SM while the
+data is in flight (profile-data: "all GPU SMs are freed"; SGLang's decode strategy sets no
+DeepGEMM SM count), but every SM while they send and receive (the blog's decode breakdown:
+they "either fully utilize SMs (during send/receive) or none (during inflight waiting)"; a
 layer's dispatch holds them 0.06 ms in DeepEP's unit test, 128 tokens a rank x 8 copies):
 ``LL_SM_S`` per 1,024 routed copies, run on the compute stream after each collective's
 launch in either schedule (``Half.dispatch_sm``, ``combine_sm``; zero for the normal
-kernels, whose SMs are the ``sm_share``; the combine's time is not stated, so it is
-taken per copy as the dispatch's, though its BF16 copies are twice the bytes).  With it
-SGLang's decode ablation is priced 0.71 at 32 tokens a device (0.73 measured), 1.26 at 256
-(1.255), where the SMs free throughout priced 0.75 and 1.29.
+kernels, whose SMs are the ``sm_share``; the combine's time is not stated, so it is taken
+per copy as the dispatch's, though its BF16 copies are twice the bytes).  With it SGLang's
+decode ablation is priced 0.71 at 32 tokens a device (0.73 measured), 1.26 at 256 (1.255),
+where the SMs free throughout priced 0.75 and 1.29.
 
 Not priced, for want of a number: the collectives' slowdown under overlap (the blog's
 prefill breakdown: DeepSeek's and SGLang's communication "slower than unit test results,
@@ -92,7 +93,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEEPEP_NORMAL_SMS = 20  # deepseek-ai/DeepEP deep_ep/buffer.py: Buffer.num_sms default
+from simulator.inputs.errors import SpecsimError
+
 # DeepEP's low-latency dispatch holds every SM while it sends and receives: "unit tests with
 # DeepEP reveal a potential of 0.06ms occupying SMs" for a decode layer's dispatch of SGLang's
 # large-EP deployment (lmsys.org/blog/2025-05-05-large-scale-ep, "Detail Breakdown", decode:
@@ -100,6 +102,18 @@ DEEPEP_NORMAL_SMS = 20  # deepseek-ai/DeepEP deep_ep/buffer.py: Buffer.num_sms d
 # holding none; per routed copy of a token (the kernels copy each copy in and out)
 LL_SM_S = 60e-6
 LL_SM_COPIES = 128 * 8
+
+
+def sm_split(sm_count: int, held: int, decode: bool) -> tuple[float, float]:
+    """``(share, factor)`` of DeepEP's normal kernels holding ``held`` of the GPU's
+    ``sm_count`` SMs (module docstring): the share the compute beside a collective loses,
+    and how much longer the GEMMs on DeepGEMM's capped SMs take at prefill (1 at decode,
+    where SGLang sets no DeepGEMM SM count)."""
+    if not 0 < held < sm_count:
+        raise SpecsimError(f"DeepEP's kernels cannot hold {held} of the GPU's {sm_count} SMs",
+                           field="parallelism.deepep_num_sms",
+                           fix=f"a whole number from 1 to {sm_count - 1}")
+    return held / sm_count, 1.0 if decode else sm_count / (sm_count - held)
 
 
 def overlap_applies(ranks_batch: list[tuple[np.ndarray, np.ndarray]], ranks: int,

@@ -106,17 +106,19 @@ def test_decode_splits_by_request_count():
     assert list(c1) == [0, 1] and list(c2) == [2, 3, 4]
 
 
-def _models(dispatch: str = "all_to_all"):
+def _models(dispatch: str = "all_to_all", held: int = 20):
     hw, m = load_profile("h100-sxm"), load_model("deepseek-v3")
-    par = Parallelism(**EP16, moe_dispatch=dispatch)
+    par = Parallelism(**EP16, moe_dispatch=dispatch, deepep_num_sms=held)
     serial = DpAttentionCostModel(hw, m, par)
     return serial, DpAttentionCostModel(hw, m, dataclasses.replace(par,
                                                                    two_batch_overlap=True))
 
 
-@pytest.mark.parametrize("dispatch,new", [("all_to_all", 1.0), ("deepep_normal", 512.0)])
-def test_overlapped_step_within_its_compute_and_its_serial_communication(dispatch, new):
-    serial, over = _models(dispatch)
+@pytest.mark.parametrize("dispatch,new,held", [("all_to_all", 1.0, 20),
+                                               ("deepep_normal", 512.0, 20),
+                                               ("deepep_normal", 512.0, 24)])
+def test_overlapped_step_within_its_compute_and_its_serial_communication(dispatch, new, held):
+    serial, over = _models(dispatch, held)
     n = 16 * 8
     full = (np.full(n, new), np.full(n, 1000.0), np.ones(n))
     half = (np.full(n // 2, new), np.full(n // 2, 1000.0), np.ones(n // 2))
@@ -128,12 +130,12 @@ def test_overlapped_step_within_its_compute_and_its_serial_communication(dispatc
     assert len(names) == len(set(names)) and "o_proj" in names
     # each micro-batch is half of every rank's requests: priced apart, serially, each is
     # its compute W/2 + its communication M/2 + its own host time and replay; overlapped,
-    # the compute stream runs all of W (the experts x SMs / (SMs - 20) at prefill), at
+    # the compute stream runs all of W (the experts x SMs / (SMs - held) at prefill), at
     # worst at 1 - s of the SMs, and idles only while a collective runs: W <= step <= W /
     # (1 - s) + M (+ the SMs' held time, low latency), host and replay once
     half_bd = serial.breakdown(*half)
     sms = over._roof.kernels.sm_count
-    s, cap = (20 / sms, sms / (sms - 20)) if dispatch == "deepep_normal" else (0.0, 1.0)
+    s, cap = (held / sms, sms / (sms - held)) if dispatch == "deepep_normal" else (0.0, 1.0)
     comm = 2 * sum(op.time_s for op in half_bd.ops if op.name in COMM)
     work = 2 * sum(op.time_s * (cap if op.name in tbo.EXPERT_OPS else 1.0)
                    for op in half_bd.ops if op.name not in COMM)
@@ -239,3 +241,29 @@ def test_one_prompt_a_rank_overlaps_in_vllm_not_in_sglang():
     batch = (np.full(16, 4096.0), np.zeros(16), np.ones(16))
     assert sglang.step_time(*batch) >= serial.step_time(*batch)
     assert vllm.step_time(*batch) < serial.step_time(*batch)
+
+
+def test_deepep_sm_count_sets_the_share_and_the_cap():
+    # 24 of the H100's 132 SMs (SGLang's tuned --deepep-config): the compute beside a
+    # collective keeps 108/132, the capped GEMMs take 132/108 as long; none at decode
+    assert tbo.sm_split(132, 24, False) == (24 / 132, 132 / 108)
+    assert tbo.sm_split(132, 20, True) == (20 / 132, 1.0)
+    for held in (0, 132):
+        with pytest.raises(SpecsimError) as err:
+            tbo.sm_split(132, held, False)
+        assert err.value.field == "parallelism.deepep_num_sms"
+    base = {"data_parallel_attention": 8, "expert_parallel": True,
+            "moe_dispatch": "deepep_normal"}
+    with pytest.raises(SpecsimError, match="without the overlap"):
+        parallelism_from_dict({**base, "deepep_num_sms": 24}, source="t")
+    with pytest.raises(SpecsimError) as err:
+        parallelism_from_dict({**base, "enable_two_batch_overlap": True,
+                               "deepep_num_sms": 0}, source="t")
+    assert err.value.field == "parallelism.deepep_num_sms"
+    par = parallelism_from_dict({**base, "enable_two_batch_overlap": True,
+                                 "deepep_num_sms": 24}, source="t")
+    assert par.deepep_num_sms == 24 and Parallelism().deepep_num_sms == 20
+    # more SMs held: the overlapped prefill no faster (the batch of the bound test above)
+    batch = (np.full(128, 512.0), np.full(128, 1000.0), np.ones(128))
+    assert _models("deepep_normal", 24)[1].step_time(*batch) > \
+        _models("deepep_normal", 20)[1].step_time(*batch)
