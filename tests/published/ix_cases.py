@@ -51,9 +51,9 @@ is DP attention over 16 ranks with the experts spread 16 ways (SGLang ``--tp 16 
 --enable-dp-attention --ep 16``), SGLang's default MoE exchange (all-gather /
 reduce-scatter, no ``--moe-a2a-backend`` in the family's stored sibling recipe
 ishandhanani/srt-slurm recipes/h100/1k1k/mtp/h100-fp8-2p4d-max-dep-mtp.yaml at 6a30b5d), and
-its limits (``--max-running-requests 512``, ``--max-prefill-tokens 65536``) taken as this
-recipe's; MTP as there, ``--speculative-num-steps 2 --speculative-eagle-topk 1
---speculative-num-draft-tokens 3`` (a chain of two draft tokens); its acceptance the
+its limits (``--max-running-requests 512``, ``--max-prefill-tokens 65536``,
+``--mem-fraction-static 0.82``) taken as this recipe's decode side's; MTP as there,
+``--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3`` (a chain of two draft tokens); its acceptance the
 DeepSeek-V3 report's 0.85-0.90 for the MTP token (arXiv:2412.19437 sec. 5.4.3), 0.875 a
 token, as current_cases' SGLang MTP cases (InferenceX's random prompts state none); the KV
 link between two 2-node instances 16 x 50 GB/s (DGX H100: eight ConnectX-7 400 Gb/s NICs a
@@ -102,8 +102,11 @@ H100_SRC = ("github.com/SemiAnalysisAI/InferenceX/issues/1580 (published Inferen
             "EP16 DP attention, MTP on, 1k/1k, concurrency 64)")
 H100_OUTPUT_TOKS, H100_TPOT_MS, H100_CONC = 1564.8, 36.99, 64
 DSV3_MTP_ALPHA = 0.875                # DeepSeek-V3 report sec. 5.4.3: 85-90% for the MTP token
+# the recipe's --mem-fraction-static (decode 0.82; its prefill's 0.75 cannot be given apart,
+# one batching block serving both pools): SGLang's own default, computed from the 65,536-token
+# prefill budget on an 80 GB GPU, is below zero (memory_plan.sglang_mem_fraction_static)
 DISAGG_BATCHING = {"max_num_seqs": 512, "max_num_batched_tokens": 65536,
-                   "enable_chunked_prefill": True}
+                   "enable_chunked_prefill": True, "mem_fraction_static": 0.82}
 DGX_H100_LINK = {"bandwidth_gb_per_s": 800, "latency_us": 5,
                  "source": "16 x ConnectX-7 400 Gb/s (50 GB/s), one NIC per GPU of a 2-node "
                            "instance (NVIDIA DGX H100 datasheet); 5 us setup, assumed"}
