@@ -53,14 +53,15 @@ reduce-scatter, no ``--moe-a2a-backend`` in the family's stored sibling recipe
 ishandhanani/srt-slurm recipes/h100/1k1k/mtp/h100-fp8-2p4d-max-dep-mtp.yaml at 6a30b5d), and
 its limits (``--max-running-requests 512``, ``--max-prefill-tokens 65536``,
 ``--mem-fraction-static 0.82``) taken as this recipe's decode side's; MTP as there,
-``--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3``
-(a chain of two draft tokens); its acceptance the DeepSeek-V3 report's 0.85-0.90 for the
-MTP token (arXiv:2412.19437 sec. 5.4.3), 0.875 a token, as current_cases' SGLang MTP cases (InferenceX's random prompts state none); the KV
-link between two 2-node instances 16 x 50 GB/s (DGX H100: eight ConnectX-7 400 Gb/s NICs a
-node, NVIDIA DGX H100 datasheet), 5 us, layer-wise, as workloads/scenarios/
-deepseek_disagg.yaml.  The prefill instance's TP16 spans two nodes: its all-reduces are
-priced from the profile's one-node curve (hardware/collectives.py extrapolates a world of
-16 from the measured 8), not InfiniBand -- a known limit of what the profile measures.
+``--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3`` (a
+chain of two draft tokens); its acceptance the DeepSeek-V3 report's 0.85-0.90 for the MTP
+token (arXiv:2412.19437 sec. 5.4.3), 0.875 a token, as current_cases' SGLang MTP cases
+(InferenceX's random prompts state none); the KV link between two 2-node instances 16 x 50
+GB/s (DGX H100: eight ConnectX-7 400 Gb/s NICs a node, NVIDIA DGX H100 datasheet), 5 us,
+layer-wise, as workloads/scenarios/deepseek_disagg.yaml.  The prefill instance's TP16 spans
+two nodes: its all-reduces are priced from the profile's one-node curve
+(hardware/collectives.py extrapolates a world of 16 from the measured 8), not InfiniBand --
+a known limit of what the profile measures.
 
 Tolerance, fixed by the kind of claim before any case was predicted: an absolute throughput
 or latency on a named device and engine within 25% (``ABSOLUTE``): the per-GPU output
