@@ -19,13 +19,14 @@ Sources (InferenceX's own published rows, quoted in its repository's threads):
   prefill TP16 / EP1 / DP attention off / 1 worker, decode TP16 / EP16 / DP attention on /
   1 worker, MTP on, closed loop, 1k/1k at concurrency 64: "Output throughput 1564.8 tok/s,
   Mean TPOT 36.99 ms" (the issue's own reproduction beside it is not a case).  The family
-  is ``dsr1-fp8-h100-dynamo-sglang`` (configs/nvidia-master.yaml: image
+  is ``dsr1-fp8-h100-dynamo-sglang`` (configs/nvidia-master.yaml at 843c625: image
   lmsysorg/sglang:v0.5.8-cu130, dynamo router, NIXL KV transfer).  No MTP-off twin is given.
 
 No InferenceX table of an MTP-on H200/B200 family nor of an NVIDIA disaggregated family with
-numbers was found in the stored threads (the bot's baseline tables of
-dsr1-fp8-h200-dynamo-sglang, dsr1-fp4-b200-dynamo-sglang-mtp, the GB200/GB300 disagg
-families print N/A; PR #666's SGLANG-DISAGG (MTP) rows are MI355X).
+numbers was found in the stored threads: PR #2955 names dsr1-fp8-h200-sglang-mtp's baseline
+(2026-05-20, TP8 EP1, EAGLE MTP 2 steps, 8k/1k c4-c64) but its rows were not in the stored
+text; the bot's baseline tables of dsr1-fp8-h200-dynamo-sglang, dsr1-fp4-b200-dynamo-sglang-mtp
+and the GB200/GB300 disagg families print N/A; PR #666's SGLANG-DISAGG (MTP) rows are MI355X.
 
 What ran (InferenceX at commit ed5867f9e, 2026-05-12, the scripts in effect on both baseline
 dates: benchmarks/single_node/dsr1_fp8_h200.sh and dsr1_fp8_b200.sh; their later moves to
