@@ -36,6 +36,7 @@ from tests.published import engine_cases as ec
 from tests.published.current_cases import CURRENT_CASES
 from tests.published.dp_cases import DP_CASES, DP_KNOWN_MISSES
 from tests.published.harness import speedup, tau
+from tests.published.ix_cases import IX_CASES, IX_KNOWN_MISSES
 from tests.published.load_cases import LOAD_CASES, LOAD_KNOWN_MISSES
 from tests.published.moe_cases import MOE_CASES, MOE_KNOWN_MISSES
 from tests.published.tolerances import (  # noqa: F401 (Tolerance: the tests' import)
@@ -195,9 +196,10 @@ CASES: list[Case] = [
          "on ShareGPT loses 14.0% of its speedup from batch 1 to 32 on Llama-3-70B (TP 4), "
          "4.3% on Llama-3.1-8B", ("llama-3-70b-tp4", "llama-3.1-8b"), ORDER,
          ec.batch_drop_order, "vllm-0.10"),
-] + CURRENT_CASES + MOE_CASES + LOAD_CASES + DP_CASES  # current engines (current_cases.py),
-# large MoE (moe_cases.py), speculative gains under load (load_cases.py), DeepSeek-R1 on one
-# 8 x H200 node (dp_cases.py)
+] + CURRENT_CASES + MOE_CASES + LOAD_CASES + DP_CASES + IX_CASES  # current engines
+# (current_cases.py), large MoE (moe_cases.py), speculative gains under load (load_cases.py),
+# DeepSeek-R1 on one 8 x H200 node (dp_cases.py), InferenceX's 8k/1k H200, B200 and H100
+# disaggregated points (ix_cases.py)
 
 # what SGLang 0.4.1.post2's block-FP8 Triton kernels ran with (issue 35): read, not priced
 _SGL041_CONFIGS = (
@@ -305,6 +307,7 @@ KNOWN_MISSES: dict[str, str] = {
     **MOE_KNOWN_MISSES,  # large-MoE serving (moe_cases.py)
     **LOAD_KNOWN_MISSES,  # speculative gains under load (load_cases.py)
     **DP_KNOWN_MISSES,  # DeepSeek-R1 on one 8 x H200 node (dp_cases.py)
+    **IX_KNOWN_MISSES,  # InferenceX's 8k/1k H200, B200, H100 disaggregated (ix_cases.py)
 }
 
 

@@ -265,3 +265,23 @@ def _serve(hardware, target, n, prompt, output, execution, parallelism, batching
             "workload": workload}
     run = _simulated(data, draw, None, f"{target} on {hardware}")
     return Served(run.makespan_s, run.tpot_s, n * (prompt + output))
+
+
+def serve_data(data: dict) -> Served:
+    """A case's own serving scenario ``data`` (a scenario dict whose workload is synthetic
+    with fixed lengths; any deployment, aggregated or ``disaggregation:``; any policy) run
+    as ``serve`` runs its own: the client's duration and mean TPOT, under the current draw
+    (its plain form where the policy is ``none``: no speculative path to draw on) (cached)."""
+    draw = _DRAW
+    if draw is not None and data["policy"]["name"] == "none":
+        draw = draw.plain()
+    return _serve_data(_freeze(data), draw)
+
+
+@lru_cache(maxsize=None)
+def _serve_data(frozen, draw) -> Served:
+    data = _thaw(frozen)
+    syn = data["workload"]["synthetic"]
+    n, prompt, output = syn["num_requests"], syn["prompt"]["tokens"], syn["output"]["tokens"]
+    run = _simulated(data, draw, data.get("draft"), f"{data['name']}")
+    return Served(run.makespan_s, run.tpot_s, n * (prompt + output))
