@@ -71,9 +71,22 @@ cost (its pipeline's fill and the 128 x 128 BF16 output's store), which a short 
 amortise: ``ceil(tiles / SMs) x (ceil(K / 128) x t_step + t_tile)``, ``t_step`` one 128 x 128
 x 128 step at ``DEEPGEMM_EFFICIENCY`` of an SM's FP8 peak; fitted to those six rows it is
 within 1.6% of each, where the roofline's price is 10% to 60% too fast.  Below one wave of
-tiles (decode rows) DeepGEMM picks narrower, unaligned blocks that the formula does not
-describe, and the roofline's price (within 16% of the README's M = 64 and 128 rows but two)
-stands.
+tiles DeepGEMM picks narrower, unaligned blocks that the formula does not describe; from 33
+rows to one wave the roofline's price (within 16% of the README's M = 64 and 128 rows but
+two, on the H100 SXM's bandwidth) stands.  At 1-32 rows it streams the weight far slower
+than the roofline, the more so on an H200's faster HBM.  sgl-project/sglang PR #5820
+(2025-04-28, 'main' tables, the 'deepgemm' column, a Hopper GPU the tables do not name,
+do_bench times with the launch) gives DeepSeek-V3's N = 3072 x
+K = 1536 10.3 us at M = 1 (the roofline on an H200: 4.9), N = 512 x K = 7168 13.6 (8.8) and
+N = 7168 x K = 16384 60.4 (31.0), about flat to M = 32; SGLang 0.5.x runs these linears on it at
+decode (InferenceX issue #1004's H200 profile: sm90_fp8_gemm<2112x7168>, <7168x2048>,
+<3072x1536>).  Its small-M blocks are 64 rows by a narrow N (16 columns and up), one wave
+of at most an SM's count of CTAs, each walking the whole K with its slice of the weight:
+``latency + DEEPGEMM_TILE_S + (N K / ctas) / DEEPGEMM_SM_STREAM_BPS``, ``ctas`` =
+min(SMs, ceil(N / 16)), the per-SM stream fitted to those rows (``deepgemm_decode_floor``,
+tests/simulator/cost/test_deepgemm_decode.py: 17.0 GB/s, 2.2 TB/s over 132 SMs).  Past 32
+rows PR #5820's times fall (N = 7168 x K = 16384: 57.0 us at 16 rows, 50.2 at 32, 41.9 at
+64) and the roofline stands again.
 
 Behind DeepEP's low-latency dispatch (``moe_dispatch: all_to_all``) the MoE layer is not the
 fused-MoE path the generic families describe: DeepEP's dispatch casts the hidden states to
@@ -103,6 +116,12 @@ K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton ke
 # every row within 1.6%
 DEEPGEMM_EFFICIENCY = 0.74
 DEEPGEMM_TILE_S = 2.2e-6
+# DeepGEMM's dense FP8 GEMM at decode rows (module docstring): its narrowest block of N, the
+# rows the fit covers, one SM's weight stream (least squares on a grid of 0.5 GB/s over
+# sgl-project/sglang PR #5820's 'deepgemm' times at M = 1-32, test_deepgemm_decode.py)
+DEEPGEMM_MIN_BLOCK_N = 16
+DEEPGEMM_DECODE_ROWS = 32
+DEEPGEMM_SM_STREAM_BPS = 17.0e9
 TILE_N = 128  # BLOCK_SIZE_N: the block scale's 128 output columns
 # vLLM's CUTLASS blockwise FP8 GEMM (cutlass_scaled_mm), one 128-deep K step of a one-wave
 # grid: the 'vllm' column of sgl-project/sglang PR #5820 (2025-04-28, 'main' tables, the
@@ -116,8 +135,9 @@ CUTLASS_K_STEP_S = (77.2e-6 - 19.2e-6) / (16384 / K_STEP - 2304 / K_STEP)
 # engines.yaml's fp8_gemm source); PR #5820's 'vllm' times double from M = 256 to 512 (module
 # docstring), as 128-row tiles put 112 and 224 tiles on 132 SMs
 CUTLASS_TILE_M = 128
-# linears the Triton FP8 engine does not run on its K-loop kernel: kv_b's absorbed halves run
-# as flashinfer's bmm_fp8 at decode (SGLang 0.4.1 deepseek_v2.py forward_absorb)
+# linears the Triton FP8 engine does not run on its K-loop kernel, nor DeepGEMM at decode
+# rows: kv_b's absorbed halves run as flashinfer's bmm_fp8 at decode (SGLang 0.4.1
+# deepseek_v2.py forward_absorb; torch.bmm on BF16 halves in 0.5.x, engines.yaml sglang-v0.5)
 NOT_TRITON = ("kv_b_proj",)
 
 
@@ -153,15 +173,32 @@ def deepgemm_floor(cm, tokens, n: float, k: float):
     return np.where(tiles >= sms, np.ceil(tiles / sms) * per_tile, 0.0)
 
 
+def deepgemm_decode_floor(cm, tokens, n: float, k: float, wb: float):
+    """DeepGEMM's dense FP8 GEMM ``[tokens x k] @ [k x n]`` at 1-32 rows (module docstring):
+    one wave of ``min(SMs, ceil(n / 16))`` CTAs, each streaming its share of the ``wb``-byte
+    weight at ``DEEPGEMM_SM_STREAM_BPS`` after the launch and a tile's fixed cost; 0 at no
+    rows and past 32, where the roofline (or ``deepgemm_floor``) prices it."""
+    sms = cm._roof.kernels.sm_count
+    _, _, latency, _ = cm._roof.kind_rates(GEMM)
+    ctas = min(sms, math.ceil(n / DEEPGEMM_MIN_BLOCK_N))
+    t = latency + DEEPGEMM_TILE_S + n * k * wb / ctas / DEEPGEMM_SM_STREAM_BPS
+    rows = np.asarray(tokens, dtype=np.float64)
+    return np.where((rows > 0.0) & (rows <= DEEPGEMM_DECODE_ROWS), t, 0.0)
+
+
 def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
                 name: str = ""):
     """The K-loop floor of one dense linear ``name`` at ``tokens`` rows (0 where none
     applies: a 16-bit linear such as the router, the absorbed MLA's ``bmm_fp8`` on cuBLASLt
     that the ``kv_b_proj`` term prices at decode, or no Triton FP8 engine); DeepGEMM's
-    waves of tiles where the engine runs its FP8 linears on DeepGEMM."""
+    waves of tiles, or at 1-32 rows its one wave of narrow CTAs, where the engine runs its
+    FP8 linears on DeepGEMM."""
     if cm.execution.spec.fp8_gemm == "deepgemm" and wb < cm._b and cm.model.dtype == "fp8" \
             and cm._roof.kernels is not None:
         floor = deepgemm_floor(cm, tokens, out_per_tok, in_per_tok)
+        if name not in NOT_TRITON:  # kv_b's decode rows take the absorbed bmm's
+            floor = np.maximum(floor, deepgemm_decode_floor(cm, tokens, out_per_tok,
+                                                            in_per_tok, wb))
         return float(floor) if np.ndim(tokens) == 0 else floor
     step = k_step_s(cm)
     if step is None or wb >= cm._b or name in NOT_TRITON:

@@ -41,6 +41,8 @@ ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop":
                             "vllm": {"engine": "vllm-v0.9"},
                             # vLLM V1 0.10.x: propose()'s two .item() syncs gone
                             "vllm-0.10": {"engine": "vllm-v0.10"},
+                            # vLLM V1 0.11.0: its block-FP8 dense linears on DeepGEMM
+                            "vllm-0.11": {"engine": "vllm-v0.11"},
                             # vLLM V0 0.7.x (Feb 2025): its DeepSeek decode path, read
                             "vllm-v0": {"engine": "vllm-v0.7"},
                             "sglang": {"engine": "sglang-v0.4"},
