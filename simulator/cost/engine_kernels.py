@@ -86,7 +86,13 @@ of at most an SM's count of CTAs, each walking the whole K with its slice of the
 min(SMs, ceil(N / 16)), the per-SM stream fitted to those rows (``deepgemm_decode_floor``,
 tests/simulator/cost/test_deepgemm_decode.py: 17.0 GB/s, 2.2 TB/s over 132 SMs).  Past 32
 rows PR #5820's times fall (N = 7168 x K = 16384: 57.0 us at 16 rows, 50.2 at 32, 41.9 at
-64) and the roofline stands again.
+64) and the roofline stands again.  The times are those of the DeepGEMM of April 2025, so
+only the engines of its months charge them (``deepgemm_decode_floor`` in engines.yaml:
+sglang-v0.4.5); DeepGEMM was rewritten since (its README: a full refactor on 2025-07-20,
+#112; on 2025-11-21, #231, its SM90 FP8 kernel's heuristics gained blocks of 16 and 32
+rows for M <= 16 and 32 and up to 32 pipeline stages where 12 were the most), and no
+measurement of the later kernels' decode rows was found, so SGLang 0.5.x's and vLLM 0.11's
+keep the roofline's price there.
 
 Behind DeepEP's low-latency dispatch (``moe_dispatch: all_to_all``) the MoE layer is not the
 fused-MoE path the generic families describe: DeepEP's dispatch casts the hidden states to
@@ -196,7 +202,8 @@ def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
     if cm.execution.spec.fp8_gemm == "deepgemm" and wb < cm._b and cm.model.dtype == "fp8" \
             and cm._roof.kernels is not None:
         floor = deepgemm_floor(cm, tokens, out_per_tok, in_per_tok)
-        if name not in NOT_TRITON:  # kv_b's decode rows take the absorbed bmm's
+        if name not in NOT_TRITON and cm.execution.spec.deepgemm_decode_floor:
+            # kv_b's decode rows take the absorbed bmm's
             floor = np.maximum(floor, deepgemm_decode_floor(cm, tokens, out_per_tok,
                                                             in_per_tok, wb))
         return float(floor) if np.ndim(tokens) == 0 else floor

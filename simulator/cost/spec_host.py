@@ -77,7 +77,7 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 FP8_GEMMS = ("default", "triton", "deepgemm")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static",
-         "mla_disables_chunked_prefill", "unchunked_prefill_apart")
+         "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor")
 MAX_COUNT = 10_000
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
 # default start, floor factor and decay steps, schedule_conservativeness, the clip on a
@@ -187,6 +187,11 @@ class SpecHost:
     # of their own, whatever batching.mixed_chunk says (vLLM V0's Scheduler._schedule_default:
     # simulator/engine_overrides.py)
     unchunked_prefill_apart: bool = False
+    # the dense block-FP8 linears' 1-32 decode rows at the DeepGEMM of the measurement
+    # (engine_kernels.deepgemm_decode_floor: sgl-project/sglang PR #5820, April 2025); off
+    # where the engine's DeepGEMM is a later one, rewritten since, whose small-M times no
+    # measurement gives (the roofline prices those rows)
+    deepgemm_decode_floor: bool = False
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
     # MLA decode's output through one absorbed W_UV_O GEMM (K = heads x kv_lora_rank) where
     # o_proj's K is heads x v_head_dim (vLLM 0.7.x: engine_kernels.AbsorbedUvO)

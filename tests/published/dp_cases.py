@@ -319,9 +319,7 @@ _V011_CONFIGS = (
     "is installed and N, K are multiples of 128) or else CUTLASS's blockwise sm90 GEMM "
     "(CUTLASS_BLOCK_FP8_SUPPORTED), never the Triton w8a8_block_fp8_matmul on sm90; the "
     "engine entry the case runs (engines.yaml vllm-v0.11, since issue 35 part 4; vllm-v0.9 "
-    "before) charges no Triton K-loop floor, and prices the dense linears on DeepGEMM at "
-    "their measured decode-row times (engine_kernels.deepgemm_decode_floor), the cheaper of "
-    "DeepGEMM and CUTLASS there (sgl-project/sglang PR #5820)")
+    "before) charges no Triton K-loop floor")
 DP_KNOWN_MISSES: dict[str, str] = {
     "gpustack-dsr1-h200-vllm-short-total-toks": (
         "predicted 18,818 vs published 5,931 total tokens/s (+217%): " + _VLLM_SHORT_WHY),
@@ -338,23 +336,19 @@ DP_KNOWN_MISSES: dict[str, str] = {
        for c, p, q, d in (("short", 1148.1, 802.48, "+43%"), ("medium", 204.8, 154.49, "+33%"),
                           ("long", 141.8, 107.91, "+31%"))},
     "gpustack-dsr1-h200-vllm-sharegpt-conc4-output-toks": (
-        "predicted 261.5 vs published 196.81 output tokens/s (+33%; 283.4, +44%, before "
-        "issue 35 part 4): the decode step at 4 requests is priced 14.9 ms (13.7 before the "
-        "dense linears' DeepGEMM decode rows) where vLLM's measured TPOT is 19.36 ms (median "
-        "ITL 18.84 ms; the TPOT case passes since, 14.92 ms, -22.9%), the small-batch MoE/MLA "
-        "decode floor that load_cases' PR #12755 miss also shows; the fixed ShareGPT lengths "
-        "move the duration too. " + _V011_CONFIGS),
-    "inferencex-dsr1-h200-sglang-tp8-conc8-mean-tpot": (
-        "predicted 16.06 vs published 12.8 ms (+25.5%; 15.26, +19%, before): issue 35 part 4 "
-        "prices SGLang's DeepGEMM dense linears at 1-32 rows at their measured times "
-        "(engine_kernels.deepgemm_decode_floor: sgl-project/sglang PR #5820's 'deepgemm' "
-        "column, 10.3 us for q_b_proj's N 3072 x K 1536 at M = 1 against the H200 roofline's "
-        "4.9), +12.5 us a layer at 8 rows over fused_qkv_a_proj, q_b_proj and o_proj. The "
-        "decode step at 8 requests is now 15.9 ms, above the whole measured TPOT (which also "
-        "carries the prompts' prefills), so other kernels of sglang-v0.5's step are priced "
-        "dearer than SGLang 0.5.7 runs them: not found (its MoE at 8 rows, 111 us a layer, "
-        "the router at 13.8 us, the all-reduces at 10 us and the latency-bound small kernels "
-        "are the large terms; no H200 per-kernel timing of SGLang 0.5.x's DeepSeek decode was "
-        "found to price them: InferenceX issues #863 and #1004 hold H200 profiles whose "
-        "tables the stored text does not reach)"),
+        "predicted 283.3 vs published 196.81 output tokens/s (+44%): the decode step at 4 "
+        "requests is priced 13.7 ms where vLLM's measured TPOT is 19.36 ms (median ITL "
+        "18.84 ms), the small-batch MoE/MLA decode floor that load_cases' PR #12755 miss "
+        "also shows (issue 35 part 4); the fixed ShareGPT lengths move the duration too. "
+        "DeepGEMM's dense linears at decode rows are measured slower than the roofline "
+        "(sgl-project/sglang PR #5820, April 2025: 10.3 us for N 3072 x K 1536 at M = 1, "
+        "the H200 roofline 4.9), and priced so would make this step 14.9 ms, but that is the "
+        "DeepGEMM of April 2025 (engines.yaml sglang-v0.4.5 deepgemm_decode_floor); the one "
+        "vLLM 0.11.0 ran was rewritten since (deepseek-ai/DeepGEMM #112, 2025-07-20), and "
+        "with those times SGLang 0.5.7's step at 8 requests came out above InferenceX issue "
+        "#870's whole measured TPOT (16.1 vs 12.8 ms), so they are not carried over. "
+        + _V011_CONFIGS),
+    "gpustack-dsr1-h200-vllm-sharegpt-conc4-mean-tpot": (
+        "predicted 13.74 vs published 19.36 ms (-29%): the small-batch decode step priced "
+        "too cheap (see the output-tokens case)"),
 }

@@ -24,9 +24,10 @@ PR_5820_DEEPGEMM_US = {(3072, 1536): {1: 10.336, 8: 10.016, 16: 9.872, 32: 9.376
                        (32768, 512): {8: 12.928, 16: 13.184, 32: 13.056}}
 
 
-def _cm(name: str = "h200", fp8_gemm: str = "deepgemm") -> CostModel:
+def _cm(name: str = "h200", fp8_gemm: str = "deepgemm",
+        engine: str = "sglang-v0.4.5") -> CostModel:
     hw = load_profile(name)
-    host = dataclasses.replace(load_engine("sglang-v0.5"), fp8_gemm=fp8_gemm)
+    host = dataclasses.replace(load_engine(engine), fp8_gemm=fp8_gemm)
     ex = resolve_execution(hw, {"spec": host}, max_num_seqs=256)
     return CostModel(hw, load_model("deepseek-v3"), Parallelism(tensor_parallel=8),
                      execution=ex)
@@ -85,6 +86,9 @@ def test_decode_rows_pay_it_on_a_deepgemm_engine_only():
         floor = ek.dense_floor(on, 8.0, n, k, 1.0, "o_proj")
         assert floor > roof  # the H200's roofline is the faster price at 8 rows
         assert ek.dense_floor(off, 8.0, n, k, 1.0, "o_proj") == 0.0
+        # nor the engines of a DeepGEMM rewritten since the measurement (engines.yaml)
+        for later in ("sglang-v0.5", "vllm-v0.11"):
+            assert ek.dense_floor(_cm(engine=later), 8.0, n, k, 1.0, "o_proj") == 0.0
         # a 16-bit linear (the router's) never pays it
         assert ek.dense_floor(on, 8.0, n, k, 2.0, "router") == 0.0
     # kv_b_proj's decode rows run the absorbed bmm's, not DeepGEMM
