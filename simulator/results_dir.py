@@ -85,6 +85,20 @@ def result_names(labels: list[str], fmt: str) -> list[str]:
     return names
 
 
+def dictionary_columns(df: pd.DataFrame) -> list[str]:
+    """The columns a Parquet table dictionary-encodes: all but the floating-point ones.
+
+    A float column of a results table holds times and rates, nearly every value distinct
+    (the 10k-request steps table's ``start_s``: 134,956 values in 134,956 rows); pyarrow
+    builds its dictionary anyway, gives up at the dictionary page limit
+    (``dictionary_pagesize_limit``, 1 MB by default) and writes it plain
+    (https://arrow.apache.org/docs/python/generated/pyarrow.parquet.write_table.html,
+    ``use_dictionary`` names the columns).  Counts, labels and replica numbers repeat and
+    keep it.  Measured on that table: written in 31 ms against 63 ms, 4% larger; the
+    requests table 4.1 ms against 7.4 ms, 15% smaller; the tables read back the same."""
+    return [str(c) for c in df.columns if df[c].dtype.kind != "f"]
+
+
 @contextmanager
 def _writing(path: Path):
     """An OSError while writing ``path`` names it: pandas' and numpy's writes raise a bare
@@ -118,7 +132,7 @@ def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, sce
         for name, df in tables:
             with _writing(folder / f"{stem}.{name}.{fmt}") as path:
                 if fmt == "parquet":
-                    df.to_parquet(path, index=False)
+                    df.to_parquet(path, index=False, use_dictionary=dictionary_columns(df))
                 else:
                     df.to_csv(path, index=False)
         with _writing(folder / f"{stem}.itl.npy") as path:

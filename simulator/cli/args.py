@@ -12,7 +12,6 @@ import re
 
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import short
-from simulator.planning.executors import EXECUTORS
 
 # Largest values a flag accepts (each check is one clear error, before any work).
 MAX_BATCH = 1_000_000          # requests in one analytic step (analytic.FIELDS["batch"])
@@ -101,6 +100,7 @@ def unit_float(text: str) -> float:
 
 def add_executor_arguments(p: argparse.ArgumentParser, default: str = "local") -> None:
     """--executor, --workers, --address and --no-progress (shared with ``plan``)."""
+    from simulator.planning.executors import EXECUTORS  # multiprocessing: not for `run`
     choices = tuple(EXECUTORS) + (("auto",) if default == "auto" else ())
     p.add_argument("--executor", choices=choices, default=default,
                    help=f"where points run (default {default}"

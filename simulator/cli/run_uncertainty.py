@@ -31,10 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def draws_asked(args: argparse.Namespace, scenario: Scenario, policies: list) -> int:
     """The number of draws (0: none), checked with the policies' spreads and --workers
     before any work."""
-    from simulator.planning.executors import check_executor_args
-    from simulator.uncertainty.draws import check_acceptance
     draws = scenario.uncertainty.draws if args.uncertainty is None else args.uncertainty
-    if draws:
+    if draws:  # the executors (multiprocessing) and the draws load only when asked for
+        from simulator.planning.executors import check_executor_args
+        from simulator.uncertainty.draws import check_acceptance
         check_executor_args("local", workers=args.workers)
         for pol in policies:  # a --compare entry's own acceptance must take the spread
             check_acceptance(scenario.with_policy(pol))

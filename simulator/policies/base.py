@@ -41,7 +41,7 @@ A built policy (``cls(params, ctx)``, one per replica) says:
   fast-forward only skips the policy's SimPy timeouts.  ``prefill_adds_time`` says
   whether the class overrides ``prefill_time`` (the engine skips the base's, which adds 0).
 
-Adding a policy touches its own file, the ``POLICIES`` dict in ``registry.py`` and its test;
+Adding a policy touches its own file, ``POLICIES`` in ``registry.py`` and its test;
 never the engine (docs/adding-a-method.md walks through one, start to finish).
 """
 from __future__ import annotations
