@@ -149,7 +149,7 @@ class LaneState:
                 occ = later_twos.get(key)
                 if occ is not None and (i := bisect_left(occ, at)):
                     tok = tokens[occ[i - 1]]
-                elif (tok := twos.get(key)) is None:
+                elif (tok := twos[key]) is None:
                     tok = _follow_one(self.rule, lane & low, at)
                 gram = (lane & keep) << s | tok
                 new.append(gram)
@@ -188,7 +188,7 @@ class LaneState:
             if at is not None and (i := bisect_left(at, visible)):
                 tok = tokens[at[i - 1]]
             else:
-                tok = twos.get(key)
+                tok = twos[key]
                 if tok is None:
                     tok = _follow_one(self.rule, lane & low, visible)
             # the lane drops its first token (the pool's key) as it takes the new one
@@ -273,7 +273,7 @@ def _follow_two(rule: tuple, lane: int, visible: int) -> int:
     at = later_twos.get(key)
     if at is not None and (i := bisect_left(at, visible)):
         return tokens[at[i - 1]]
-    tok = twos.get(key)
+    tok = twos[key]
     return _follow_one(rule, lane & rule[6], visible) if tok is None else tok
 
 
@@ -282,10 +282,10 @@ def _follow_one(rule: tuple, lane: int, visible: int) -> int:
     after its latest occurrence (the last token repeated where it has none)."""
     tokens, ones, _, later_ones, _, _, low, _, _, _ = rule
     last = lane & low
-    at = later_ones.get(last)
+    at = later_ones[last]
     if at is not None and (i := bisect_left(at, visible)):
         return tokens[at[i - 1]]
-    return ones.get(last, last)
+    return ones[last]
 
 
 def _runs(tokens: list[int], ids: np.ndarray, width: int, shift: int) -> list[int]:
