@@ -35,7 +35,7 @@ from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
-from simulator.policies.ngram_index import NgramIndex
+from simulator.policies.ngram_index import TextNgrams
 from simulator.policies.token_text import (
     TokenText,
     matched_prefix,
@@ -138,7 +138,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
         self.cpu_s = float(params["cpu_time_per_request_s"])
         # model-free: the verification's work (and the syncs of the engine's n-gram path)
         self.host = spec_charge(ctx, SpecWork(method=self.name))
-        self._index: dict[int, NgramIndex] = {}  # each running request's n-grams
+        self._index: dict[int, TextNgrams] = {}  # each running request's n-grams
 
     @property
     def max_verify_tokens(self) -> int:
@@ -166,7 +166,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
                 looked += 1
                 grams = index.get(rid)
                 if grams is None:
-                    grams = index[rid] = NgramIndex(self.min_n, self.max_n, text.full(rid))
+                    grams = index[rid] = TextNgrams(self.min_n, self.max_n, text.full(rid))
                 drafts[rid] = grams.lookup(text.known(rid, g), cap)
             else:
                 drafts[rid] = text.full(rid)[:0]
@@ -208,7 +208,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
         for rid in ids:
             grams = index.get(rid)
             if grams is None:
-                grams = index[rid] = NgramIndex(self.min_n, self.max_n, text.full(rid))
+                grams = index[rid] = TextNgrams(self.min_n, self.max_n, text.full(rid))
             reads.append((grams, text.tokens(rid), text.prompt_ids[rid].size))
         drafted, accepted = [], []
         for _ in range(steps):
