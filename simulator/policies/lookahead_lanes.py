@@ -122,21 +122,23 @@ class LaneState:
         and ``step`` inlined (a row is a few dozen operations: calls would be a good part)."""
         tokens, _, twos, _, later_twos, s, low, pair, keep, top = self.rule
         pool, prompt, width, truths = self.pool, self.prompt, self.width, self.truth
-        # a candidate whose exclusive or with the truth has a bit from ``first`` on differs
-        # at its first token; else its leading equal tokens are (bits - bit_length) // s
+        # a candidate whose exclusive or with the truth is ``first`` bits long or less shares
+        # its first token, and (bits - bit_length) // s leading ones: the most with the
+        # shortest exclusive or
         bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
         for j in range(steps):
             at = prompt + g
             cands, accepted = pool.get(tokens[at - 1]), 0
             if cands:
-                truth = truths[g]
+                truth, shortest = truths[g], bits
                 for cand in cands:
-                    x = cand ^ truth
-                    if not x >> first and (bits - x.bit_length()) // s > accepted:
-                        accepted = (bits - x.bit_length()) // s
-                if accepted > size_all - at:  # the text ends before the candidate does
-                    accepted = size_all - at
+                    if (x := (cand ^ truth).bit_length()) < shortest:
+                        shortest = x
+                if shortest <= first:
+                    accepted = (bits - shortest) // s
+                    if accepted > size_all - at:  # the text ends before the candidate does
+                        accepted = size_all - at
                 rows += (len(cands) * width, held, accepted)
             else:
                 rows += (0, held, 0)
