@@ -170,7 +170,8 @@ class LaneState:
                         del entries[cut:]  # room for it: at most G
                     entries.insert(0, gram)  # most recent first
             lanes = self.lanes_now = new
-            if len(new) > 1 and len(set(new)) < len(new):
+            if len(new) > 1 and (new[0] == new[1] if len(new) == 2 else  # (most rows: 2)
+                                 len(set(new)) < len(new)):
                 self._merge(new)
                 lanes = self.lanes_now
             g += accepted + 1
