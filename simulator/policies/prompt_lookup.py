@@ -157,8 +157,8 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
     def lookup(self, request_ids: np.ndarray, generated: np.ndarray,
                max_draft: np.ndarray) -> tuple[dict, float]:
         """(each request's draft, keyed by id; the proposer's CPU seconds): at most
-        ``max_draft[i]`` tokens for request i, each request's n-grams indexed as its text
-        grows (ngram_index.py: ``ngram_lookup``'s answer)."""
+        ``max_draft[i]`` tokens for request i, each request's read from its whole text
+        (ngram_index.py's ``TextNgrams``: ``ngram_lookup``'s answer)."""
         drafts, looked, index, text = {}, 0, self._index, self.text
         for rid, g, cap in zip(request_ids.tolist(), generated.tolist(),
                                np.minimum(max_draft, self.k).tolist()):
@@ -199,9 +199,9 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
 
     def plan_rows(self, request_ids, generated, output_len, steps):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
-        first that finishes a request: each request's lookup at the text it reaches, in its
-        whole text's index (an earliest end past the text reached answers as unseen), the
-        draft compared with the text that follows on Python lists."""
+        first that finishes a request: each request's lookup at the text it reaches, read
+        from its whole text (``TextNgrams``: occurrences at or past the text reached are
+        not seen), the draft compared with the text that follows on Python lists."""
         text, index, k = self.text, self._index, self.k
         ids, gens, outs = request_ids.tolist(), generated.tolist(), output_len.tolist()
         reads = []  # each request's index, its tokens (a list) and its prompt's size
