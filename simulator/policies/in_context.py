@@ -94,11 +94,14 @@ class FollowIndex:
     whole text indexed once: the token after the latest occurrence of a pair of tokens (else
     of the last token; an unseen token repeats) that ends before the visible end.
 
-    The prompt's followers are two dicts (built as ``see`` builds them, the latest occurrence
-    winning); each pair or token that also occurs in the output keeps the sorted positions
-    that follow it there, and the latest below the visible end, where there is one, is later
-    than any in the prompt.  The visible end is an argument, not a state: lookahead's lanes
-    planned ahead and rolled back leave nothing here to copy or undo."""
+    Each pair of the output keeps the sorted positions that follow it there (``later_twos``),
+    and the latest below the visible end, where there is one, is later than any in the
+    prompt.  The prompt's followers (``twos``, ``ones``: the latest occurrence winning, as
+    ``see`` keeps them) and a token's positions in the output (``later_ones``) are looked up
+    on first use (``_Latest``, ``_Later``), each key once: a request asks them of a dozen
+    keys or so (the pair rule's misses), where building them whole would index every token.
+    The visible end is an argument, not a state: lookahead's lanes planned ahead and rolled
+    back leave nothing here to copy or undo."""
 
     def __init__(self, tokens: list[int], prompt: int, ids: np.ndarray | None = None) -> None:
         """The index of ``tokens`` (``ids``: the same as an array, where the caller has one)
@@ -116,9 +119,12 @@ class FollowIndex:
         self.shift = max(int(ids.max()).bit_length() if size else 0, 1)
         # pairs[p] keys tokens p, p + 1 (built on an array: a few C loops, not ~size steps)
         pairs = ids[:-1] << np.uint64(self.shift) | ids[1:]
-        self.ones = dict(zip(tokens[:end1 - 1], tokens[1:end1]))
-        self.twos = dict(zip(pairs[:end2 - 2].tolist(), tokens[2:end2]))
-        self.later_ones = _positions(ids[end1 - 1:size - 1], end1)
+        # ``ones[t]``: the token after t's latest occurrence in the prompt (t itself where it
+        # has none); ``twos[pair]``: after the pair's (None); ``later_ones[t]``: the positions
+        # after t in the output, ascending (None)
+        self.ones = _Latest(ids[:end1 - 1], tokens, 1, True)
+        self.twos = _Latest(pairs[:end2 - 2], tokens, 2, False)
+        self.later_ones = _Later(ids[end1 - 1:size - 1], end1)
         self.later_twos = _positions(pairs[end2 - 2:size - 2], end2)
 
     def next_tokens(self, visible: int, tails: list[list[int]], pairs: bool) -> list[int]:
@@ -147,18 +153,58 @@ class FollowIndex:
                     if i:
                         append(tail[drop:] + (tokens[at[i - 1]],))
                         continue
-                tok = twos.get(key)
+                tok = twos[key]
                 if tok is not None:
                     append(tail[drop:] + (tok,))
                     continue
-            at = later_ones.get(last)
+            at = later_ones[last]
             if at is not None:
                 i = bisect_left(at, visible)
                 if i:
                     append(tail[drop:] + (tokens[at[i - 1]],))
                     continue
-            append(tail[drop:] + (ones.get(last, last),))
+            append(tail[drop:] + (ones[last],))
         return out
+
+
+class _Latest(dict):
+    """Key -> the token ``after`` positions on from the key's latest occurrence in ``keys``
+    (an array of the text's tokens or pairs from position 0), found on the key's first
+    lookup and kept; where it has none, the key itself (``default``) or None."""
+
+    def __init__(self, keys: np.ndarray, tokens: list[int], after: int, default: bool) -> None:
+        super().__init__()
+        self.keys, self.tokens, self.after, self.default = keys, tokens, after, default
+
+    def __missing__(self, key: int) -> int | None:
+        hits = _where(self.keys, key)
+        if hits.size:
+            found = self[key] = self.tokens[int(hits[-1]) + self.after]
+        else:
+            found = self[key] = key if self.default else None
+        return found
+
+
+class _Later(dict):
+    """Key -> the positions ``start + i`` where ``keys[i]`` is it, ascending (None: none),
+    found on the key's first lookup and kept (``_positions``'s entries, one at a time)."""
+
+    def __init__(self, keys: np.ndarray, start: int) -> None:
+        super().__init__()
+        self.keys, self.start = keys, start
+
+    def __missing__(self, key: int) -> list[int] | None:
+        hits = _where(self.keys, key)
+        found = self[key] = (hits + self.start).tolist() if hits.size else None
+        return found
+
+
+def _where(keys: np.ndarray, key: int) -> np.ndarray:
+    """The indices of ``keys`` (uint64) equal to ``key`` (none where it is out of their
+    range: no token or pair of the text is)."""
+    if not 0 <= key < 1 << 64:
+        return keys[:0]
+    return np.flatnonzero(keys == np.uint64(key))
 
 
 def _positions(keys: np.ndarray, start: int) -> dict[int, list[int]]:

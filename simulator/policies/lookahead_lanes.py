@@ -122,21 +122,23 @@ class LaneState:
         and ``step`` inlined (a row is a few dozen operations: calls would be a good part)."""
         tokens, _, twos, _, later_twos, s, low, pair, keep, top = self.rule
         pool, prompt, width, truths = self.pool, self.prompt, self.width, self.truth
-        # a candidate whose exclusive or with the truth has a bit from ``first`` on differs
-        # at its first token; else its leading equal tokens are (bits - bit_length) // s
+        # a candidate whose exclusive or with the truth is ``first`` bits long or less shares
+        # its first token, and (bits - bit_length) // s leading ones: the most with the
+        # shortest exclusive or
         bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
         for j in range(steps):
             at = prompt + g
             cands, accepted = pool.get(tokens[at - 1]), 0
             if cands:
-                truth = truths[g]
+                truth, shortest = truths[g], bits
                 for cand in cands:
-                    x = cand ^ truth
-                    if not x >> first and (bits - x.bit_length()) // s > accepted:
-                        accepted = (bits - x.bit_length()) // s
-                if accepted > size_all - at:  # the text ends before the candidate does
-                    accepted = size_all - at
+                    if (x := (cand ^ truth).bit_length()) < shortest:
+                        shortest = x
+                if shortest <= first:
+                    accepted = (bits - shortest) // s
+                    if accepted > size_all - at:  # the text ends before the candidate does
+                        accepted = size_all - at
                 rows += (len(cands) * width, held, accepted)
             else:
                 rows += (0, held, 0)
@@ -149,7 +151,7 @@ class LaneState:
                 occ = later_twos.get(key)
                 if occ is not None and (i := bisect_left(occ, at)):
                     tok = tokens[occ[i - 1]]
-                elif (tok := twos.get(key)) is None:
+                elif (tok := twos[key]) is None:
                     tok = _follow_one(self.rule, lane & low, at)
                 gram = (lane & keep) << s | tok
                 new.append(gram)
@@ -168,7 +170,8 @@ class LaneState:
                         del entries[cut:]  # room for it: at most G
                     entries.insert(0, gram)  # most recent first
             lanes = self.lanes_now = new
-            if len(new) > 1 and len(set(new)) < len(new):
+            if len(new) > 1 and (new[0] == new[1] if len(new) == 2 else  # (most rows: 2)
+                                 len(set(new)) < len(new)):
                 self._merge(new)
                 lanes = self.lanes_now
             g += accepted + 1
@@ -188,7 +191,7 @@ class LaneState:
             if at is not None and (i := bisect_left(at, visible)):
                 tok = tokens[at[i - 1]]
             else:
-                tok = twos.get(key)
+                tok = twos[key]
                 if tok is None:
                     tok = _follow_one(self.rule, lane & low, visible)
             # the lane drops its first token (the pool's key) as it takes the new one
@@ -273,7 +276,7 @@ def _follow_two(rule: tuple, lane: int, visible: int) -> int:
     at = later_twos.get(key)
     if at is not None and (i := bisect_left(at, visible)):
         return tokens[at[i - 1]]
-    tok = twos.get(key)
+    tok = twos[key]
     return _follow_one(rule, lane & rule[6], visible) if tok is None else tok
 
 
@@ -282,10 +285,10 @@ def _follow_one(rule: tuple, lane: int, visible: int) -> int:
     after its latest occurrence (the last token repeated where it has none)."""
     tokens, ones, _, later_ones, _, _, low, _, _, _ = rule
     last = lane & low
-    at = later_ones.get(last)
+    at = later_ones[last]
     if at is not None and (i := bisect_left(at, visible)):
         return tokens[at[i - 1]]
-    return ones.get(last, last)
+    return ones[last]
 
 
 def _runs(tokens: list[int], ids: np.ndarray, width: int, shift: int) -> list[int]:

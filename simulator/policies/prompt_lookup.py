@@ -35,7 +35,7 @@ from simulator.inputs.params import Param
 from simulator.cost.spec_host import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
-from simulator.policies.ngram_index import NgramIndex
+from simulator.policies.ngram_index import TextNgrams
 from simulator.policies.token_text import (
     TokenText,
     matched_prefix,
@@ -138,7 +138,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
         self.cpu_s = float(params["cpu_time_per_request_s"])
         # model-free: the verification's work (and the syncs of the engine's n-gram path)
         self.host = spec_charge(ctx, SpecWork(method=self.name))
-        self._index: dict[int, NgramIndex] = {}  # each running request's n-grams
+        self._index: dict[int, TextNgrams] = {}  # each running request's n-grams
 
     @property
     def max_verify_tokens(self) -> int:
@@ -157,8 +157,8 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
     def lookup(self, request_ids: np.ndarray, generated: np.ndarray,
                max_draft: np.ndarray) -> tuple[dict, float]:
         """(each request's draft, keyed by id; the proposer's CPU seconds): at most
-        ``max_draft[i]`` tokens for request i, each request's n-grams indexed as its text
-        grows (ngram_index.py: ``ngram_lookup``'s answer)."""
+        ``max_draft[i]`` tokens for request i, each request's read from its whole text
+        (ngram_index.py's ``TextNgrams``: ``ngram_lookup``'s answer)."""
         drafts, looked, index, text = {}, 0, self._index, self.text
         for rid, g, cap in zip(request_ids.tolist(), generated.tolist(),
                                np.minimum(max_draft, self.k).tolist()):
@@ -166,7 +166,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
                 looked += 1
                 grams = index.get(rid)
                 if grams is None:
-                    grams = index[rid] = NgramIndex(self.min_n, self.max_n, text.full(rid))
+                    grams = index[rid] = TextNgrams(self.min_n, self.max_n, text.full(rid))
                 drafts[rid] = grams.lookup(text.known(rid, g), cap)
             else:
                 drafts[rid] = text.full(rid)[:0]
@@ -199,16 +199,16 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
 
     def plan_rows(self, request_ids, generated, output_len, steps):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
-        first that finishes a request: each request's lookup at the text it reaches, in its
-        whole text's index (an earliest end past the text reached answers as unseen), the
-        draft compared with the text that follows on Python lists."""
+        first that finishes a request: each request's lookup at the text it reaches, read
+        from its whole text (``TextNgrams``: occurrences at or past the text reached are
+        not seen), the draft compared with the text that follows on Python lists."""
         text, index, k = self.text, self._index, self.k
         ids, gens, outs = request_ids.tolist(), generated.tolist(), output_len.tolist()
         reads = []  # each request's index, its tokens (a list) and its prompt's size
         for rid in ids:
             grams = index.get(rid)
             if grams is None:
-                grams = index[rid] = NgramIndex(self.min_n, self.max_n, text.full(rid))
+                grams = index[rid] = TextNgrams(self.min_n, self.max_n, text.full(rid))
             reads.append((grams, text.tokens(rid), text.prompt_ids[rid].size))
         drafted, accepted = [], []
         for _ in range(steps):

@@ -7,7 +7,7 @@ import pytest
 from simulator.engine.plan import BatchView
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import PolicyContext
-from simulator.policies.ngram_index import BULK_FROM, NgramIndex
+from simulator.policies.ngram_index import BULK_FROM, NgramIndex, TextNgrams
 from simulator.policies.prompt_lookup import PROMPT_LOOKUP_S_PER_REQUEST, PromptLookup, ngram_lookup
 from simulator.policies.token_text import matched_prefix
 from simulator.scenario import load_scenario, scenario_from_dict
@@ -146,21 +146,23 @@ def test_an_index_grown_ahead_answers_for_the_shorter_text():
 
 
 def test_an_index_of_the_whole_text_answers_for_every_prefix():
-    """The policy's index, built on a request's whole text (prompt and output) at once:
-    every prefix the request reaches is answered by the definition on that prefix, as an
-    array (``lookup``) and as a span of the text (``span``)."""
+    """The index of a request's whole text (prompt and output) at once, built (``NgramIndex``)
+    or read from the text (``TextNgrams``, the policy's): every prefix the request reaches
+    is answered by the definition on that prefix, as an array (``lookup``) and as a span of
+    the text (``span``)."""
     rng = np.random.default_rng(9)
     for _ in range(200):
         text = rng.integers(0, int(rng.integers(2, 5)), size=int(rng.integers(0, 80)))
         lo = int(rng.integers(1, 3))
         hi = int(rng.integers(lo, 6))
-        index, tokens = NgramIndex(lo, hi, text), text.tolist()
-        for size in range(text.size + 1):
-            k = int(rng.integers(0, 6))
-            want = naive_lookup(text[:size], lo, hi, k) if k > 0 else []
-            assert index.lookup(text[:size], k).tolist() == want
-            start, stop = index.span(tokens, size, k)  # plan_rows' form of it
-            assert tokens[start:stop] == want
+        tokens = text.tolist()
+        for index in (NgramIndex(lo, hi, text), TextNgrams(lo, hi, text)):
+            for size in range(text.size + 1):
+                k = int(rng.integers(0, 6))
+                want = naive_lookup(text[:size], lo, hi, k) if k > 0 else []
+                assert index.lookup(text[:size], k).tolist() == want
+                start, stop = index.span(tokens, size, k)  # plan_rows' form of it
+                assert tokens[start:stop] == want
 
 
 def test_a_workload_without_token_ids_is_refused():
