@@ -336,7 +336,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             h = hosts.get(count)
             if h is None:
                 h = hosts[count] = host(count)(n)
-            return (gpu + (cpu + h), [bisect_right(cut, x) for x in draws[end:end + n]]), \
+            return (gpu + (cpu + h), [bisect_right(cut, x) + 1 for x in draws[end:end + n]]), \
                 end + n - at
         got = self._draws_ahead[n] = (
             BatchDraws(lambda rng: search(rng.random(n), "right"), n, ahead),
