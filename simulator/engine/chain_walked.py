@@ -10,6 +10,9 @@ by its closed form at the context sum (``chain_prices``) or ``step_time`` on the
 """
 from __future__ import annotations
 
+from operator import add as _ADD
+from operator import ge as _GE
+
 import numpy as np
 
 from simulator.engine.chain_stretch import (
@@ -74,20 +77,20 @@ def _iterations(replica, spec: ChainStretch, k_max: int, opened: tuple, walk: tu
         if limit is not None and seq_max + min(len(emits) * u, s - s0) >= limit \
                 and _ANY(b.prompt_len + b.generated + np.add(got, g) >= limit):
             break
-        ctx = [c + a for c, a in zip(c0l, got)]
+        ctx = list(map(_ADD, c0l, got))
         d, emit = take(walked, ctx)  # the draft's draws, then the acceptances'
         v = verify(s) if by_sum else verify(ctx)
         end = clock + (d + v)
         if end >= horizon:
             cross = True
             break
-        got = [a + e for a, e in zip(got, emit)]
+        got = list(map(_ADD, got, emit))
         emitted = sum(emit)  # integers: exact
         emits.append(emit)
         gots.append(got)
         rows.append((clock, d, v, s, emitted))
         s, clock = s + emitted, end
-        if s - s0 >= fewest and any([a >= m for a, m in zip(got, left)]):
+        if s - s0 >= fewest and any(map(_GE, got, left)):
             retired = True
             break
     ahead.settle()  # the generator where this pass's iterations leave it

@@ -323,6 +323,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return None
         cut, search = self._outer, self._outer_search
         rounds, host, hosts = self._few.rounds, self._host, {}  # hosts: host(rounds)(n)
+        cuts = [[-1.0, *cut]] * n  # bisect_right's count + 1 (-1.0: below every uniform)
 
         def ahead(draws: list, at: int) -> tuple[list, int]:
             return [bisect_right(cut, x) for x in draws[at:at + n]], n
@@ -336,7 +337,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             h = hosts.get(count)
             if h is None:
                 h = hosts[count] = host(count)(n)
-            return (gpu + (cpu + h), [bisect_right(cut, x) + 1 for x in draws[end:end + n]]), \
+            return (gpu + (cpu + h), list(map(bisect_right, cuts, draws[end:end + n]))), \
                 end + n - at
         got = self._draws_ahead[n] = (
             BatchDraws(lambda rng: search(rng.random(n), "right"), n, ahead),

@@ -13,6 +13,7 @@ added in the same order as ``draft_time``'s arrays: bitwise its floats
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import add as _ADD
 from typing import Callable
 
 import numpy as np
@@ -46,7 +47,9 @@ class FewRounds:
         self._one: list | None = _UNSET  # _one_states', once asked
         self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
         self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
-        self._cuts = [cut[:min(gamma2, gamma - p - 1)] for p in range(gamma)] \
+        # a request's thresholds at p tokens, -1.0 first: bisect_right counts it for every
+        # uniform (in [0, 1)), so that it gives the accepted count + 1, the tokens it adds
+        self._cuts = [[-1.0, *cut[:min(gamma2, gamma - p - 1)]] for p in range(gamma)] \
             if cut is not None else None
 
     def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
@@ -62,7 +65,7 @@ class FewRounds:
         ``draws`` from ``at`` (the same numbers where the generator would give them).  A
         request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
         thresholds below its uniform among the first that many (``cuts[p]``: the count
-        capped, as a slice).  Each state's round (``state``) adds its seconds to the running
+        capped, as a slice, after a -1.0 below any uniform: the count + 1).  Each state's round (``state``) adds its seconds to the running
         sums as ``draft_time`` adds them: draft2's, then the verification's."""
         gamma, states, one = self.gamma, self._states, self._one
         gpu, cpu, rounds = 0.0, 0.0, 0
@@ -86,7 +89,7 @@ class FewRounds:
                 xs, at = draws[at:at + m], at + m
             else:
                 xs = rng.random(len(produced)).tolist()
-            produced = [p + bisect_right(c, x) + 1 for p, c, x in zip(produced, cut, xs)]
+            produced = list(map(_ADD, produced, map(bisect_right, cut, xs)))
             if ends and max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
@@ -113,7 +116,7 @@ class FewRounds:
             add, lookup, cut = one[p]
             gpu = add(gpu, c + p)
             cpu += lookup
-            p += bisect_right(cut, draws[at]) + 1
+            p += bisect_right(cut, draws[at])  # accepted + 1 (cuts' -1.0)
             at += 1
             rounds += 1
         return gpu, cpu, rounds, at
@@ -135,8 +138,8 @@ class FewRounds:
             add, lookup, (cut0, cut1), ends = got
             gpu = add(gpu, context, produced)
             cpu += lookup
-            p0 += bisect_right(cut0, draws[at]) + 1
-            p1 += bisect_right(cut1, draws[at + 1]) + 1
+            p0 += bisect_right(cut0, draws[at])  # accepted + 1 each (cuts' -1.0)
+            p1 += bisect_right(cut1, draws[at + 1])
             at += 2
             if ends and (p0 >= gamma or p1 >= gamma):  # one or both have their gamma
                 if p0 < gamma:
@@ -227,16 +230,18 @@ class FewRounds:
             verify = lambda ctx: step_time(v, np.array(ctx, np.int64), v)  # noqa: E731
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
-                [c + p for c, p in zip(context, produced)])
+                list(map(_ADD, context, produced)))
         (first, _, decoder), rest = forwards[0], forwards[1:]
         first = None if len(first) == len(k) else first  # None: every request
 
         def add(gpu: float, context: list, produced: tuple) -> float:
-            ctx = [c + p for c, p in zip(context, produced)]
-            # draft2's forwards summed apart (from 0.0: the first one's float), then added
-            total = decoder(float(sum(ctx) if first is None else sum([ctx[i] for i in first])))
+            ctx = list(map(_ADD, context, produced))
+            # draft2's forwards summed apart (from 0.0: the first one's float), then added;
+            # each forward's contexts summed as ints (exact in any order)
+            total = decoder(float(sum(ctx) if first is None else sum(map(ctx.__getitem__,
+                                                                         first))))
             for on, offset, forward in rest:
-                total += forward(float(sum([ctx[i] for i in on]) + offset))
+                total += forward(float(sum(map(ctx.__getitem__, on)) + offset))
             return gpu + total + verify(ctx)
         return add
 
