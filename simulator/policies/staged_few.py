@@ -65,8 +65,9 @@ class FewRounds:
         ``draws`` from ``at`` (the same numbers where the generator would give them).  A
         request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
         thresholds below its uniform among the first that many (``cuts[p]``: the count
-        capped, as a slice, after a -1.0 below any uniform: the count + 1).  Each state's round (``state``) adds its seconds to the running
-        sums as ``draft_time`` adds them: draft2's, then the verification's."""
+        capped, as a slice, after a -1.0 below any uniform: the count + 1).  Each state's
+        round (``state``) adds its seconds to the running sums as ``draft_time`` adds them:
+        draft2's, then the verification's."""
         gamma, states, one = self.gamma, self._states, self._one
         gpu, cpu, rounds = 0.0, 0.0, 0
         if one is _UNSET:
