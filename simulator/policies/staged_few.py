@@ -76,7 +76,8 @@ class FewRounds:
             return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at) \
                 if len(context) == 1 else self._two_rounds(context, 0, 0, (gpu, cpu, rounds),
                                                            draws, at)
-        produced = (0,) * len(context)
+        m = len(context)  # the requests still drafting
+        produced = (0,) * m
         while True:
             rounds += 1
             got = states.get(produced)
@@ -86,11 +87,10 @@ class FewRounds:
             gpu = add(gpu, context, produced)
             cpu += lookup  # 0.0 with a draft2 model (its forwards are GPU seconds)
             if rng is None:
-                m = len(produced)
                 xs, at = draws[at:at + m], at + m
             else:
-                xs = rng.random(len(produced)).tolist()
-            produced = list(map(_ADD, produced, map(bisect_right, cut, xs)))
+                xs = rng.random(m).tolist()
+            produced = tuple(map(_ADD, produced, map(bisect_right, cut, xs)))
             if ends and max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
@@ -102,8 +102,7 @@ class FewRounds:
                         [context[keep[0]], context[j]], produced[keep[0]], produced[j],
                         (gpu, cpu, rounds), draws, at)
                 context = [context[j] for j in keep]
-                produced = [produced[j] for j in keep]
-            produced = tuple(produced)
+                produced, m = tuple([produced[j] for j in keep]), len(keep)
 
     def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
                     at: int) -> tuple[float, float, int, int]:
