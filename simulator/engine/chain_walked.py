@@ -11,6 +11,7 @@ by its closed form at the context sum (``chain_prices``) or ``step_time`` on the
 from __future__ import annotations
 
 from operator import add as _ADD
+from operator import floordiv as _FLOORDIV
 from operator import ge as _GE
 
 import numpy as np
@@ -68,11 +69,12 @@ def _iterations(replica, spec: ChainStretch, k_max: int, opened: tuple, walk: tu
     left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
     horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
     s, clock, got = int(_SUM(c0)), replica.now, [0] * n
-    s0, fewest, left, cu = s, int(_MIN(left)), left.tolist(), (c0 + u).tolist()
+    s0, fewest, left = s, int(_MIN(left)), left.tolist()
+    # a request's blocks, ceil((c + u + got) / bs), as (c + u + bs - 1 + got) // bs (ints)
+    cu, bss = (c0 + (u + bs - 1)).tolist(), [bs] * n
     emits, gots, rows, cross, retired = [], [], [], False, False
     while len(emits) < k_max:  # the exact blocking on Python integers (exact, as numpy's)
-        if (s + n * u) // bs + n > free and sum([-(-(c + a) // bs) for c, a in zip(
-                cu, got)]) > free:
+        if (s + n * u) // bs + n > free and sum(map(_FLOORDIV, map(_ADD, cu, got), bss)) > free:
             break
         if limit is not None and seq_max + min(len(emits) * u, s - s0) >= limit \
                 and _ANY(b.prompt_len + b.generated + np.add(got, g) >= limit):

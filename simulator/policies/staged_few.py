@@ -51,6 +51,7 @@ class FewRounds:
         # uniform (in [0, 1)), so that it gives the accepted count + 1, the tokens it adds
         self._cuts = [[-1.0, *cut[:min(gamma2, gamma - p - 1)]] for p in range(gamma)] \
             if cut is not None else None
+        self._counts = [min(gamma2, (gamma - p) - 1) for p in range(gamma)]  # drafted at p
 
     def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
@@ -171,14 +172,15 @@ class FewRounds:
         if len(self._states) >= 4096:
             self._states.clear()
             self._by_counts.clear()
-        gamma, gamma2, cuts = self.gamma, self.gamma2, self._cuts
-        k = tuple([min(gamma2, (gamma - p) - 1) for p in produced])
+        k = tuple(map(self._counts.__getitem__, produced))
         add = self._by_counts.get(k)
         if add is None:  # states with the same counts share their price
             add = self._by_counts[k] = self._adder(k)
-        ends = any([gamma2 >= (gamma - p) - 1 for p in produced])
+        # one may reach gamma where gamma2 >= gamma - p - 1 for some p (ints)
+        ends = max(produced) >= (self.gamma - self.gamma2) - 1
         got = self._states[produced] = (add, self.lookup * float(sum(k)) if not self.staged2
-                                        else 0.0, tuple([cuts[p] for p in produced]), ends)
+                                        else 0.0, tuple(map(self._cuts.__getitem__, produced)),
+                                        ends)
         return got
 
     def _adder(self, k: tuple) -> RoundAdd:
