@@ -56,6 +56,7 @@ from simulator.engine.chain_stretch import (
     chain_prices,
     move_on,
 )
+from simulator.engine.chain_walked import walked_pass
 from simulator.engine.draw_ahead import DrawAhead
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch, DrawnDraft
@@ -136,6 +137,9 @@ def _short(replica, spec: ChainStretch, k_max: int) -> tuple[int, ChainCrossing 
     b = replica.b
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
     u, c0, ids, rng = g + 1, b.computed, b.ids, replica.rng
+    if spec.carried is not None and (walked := walked_pass(  # a staged draft's walk
+            replica, spec, k_max, opened, _AHEAD_DRAWN, _commit_rows)) is not None:
+        return walked
     forms = _forms(replica, spec, n, k_max)
     if forms is None:
         return _pass(replica, spec, k_max, opened)
@@ -268,16 +272,13 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
     elif batch.ahead is None:
         draw = lambda rng, got, ctx: batch.draw(rng)
     else:  # a chunk of about _AHEAD iterations' most at a time (the draft's own draws too)
-        drawn = carried.drawn_draft_s(n)
-        most = batch.most if drawn is None else max(batch.most, drawn.most) \
-            if drawn.walked is None else batch.most + drawn.most  # walked: one take of both
+        drawn = carried.drawn_draft_s(n)  # (one that walks both: chain_walked.py's)
+        most = batch.most if drawn is None else max(batch.most, drawn.most)
         each, chunks = (batch.most, _AHEAD) if drawn is None else \
             (batch.most + drawn.most, _AHEAD_DRAWN)
         ahead = DrawAhead(replica.rng, most, each * min(k_max, chunks))
         walk = batch.ahead
         draw = lambda rng, got, ctx: ahead.take(walk)
-    if drawn is not None and drawn.walked is not None:  # its walk too: one take an iteration
-        return None, None, *_walked_prices(replica, spec, n, drawn.walked, ahead), ahead, True
     if drawn is not None:  # priced from the contexts and the uniforms drawn ahead
         return None, None, _drawn_prices(replica, spec, n, drawn, ahead), draw, ahead, True
     prices = None if by_sum is None else chain_prices(replica, spec, n)
@@ -298,25 +299,6 @@ def _drawn_prices(replica, spec: ChainStretch, n: int, drawn: DrawnDraft, ahead:
     tokens, step_time = np.full(n, float(spec.gamma + 1)), replica.target_cost.step_time
     return lambda s, ctx, last: (ahead.take(lambda d, at: price(ctx, d, at)),
                                  step_time(tokens, np.array(ctx, np.float64), tokens))
-
-
-def _walked_prices(replica, spec: ChainStretch, n: int, walked, ahead: DrawAhead):
-    """``_drawn_prices``' ``price`` and ``_forms``' ``draw`` where the draft walks the
-    acceptances too (``DrawnDraft.walked``): one ``take`` an iteration prices the draft and
-    draws its acceptances from the uniforms that follow its own, its counts held for
-    ``draw`` (which ``_short_lists`` calls right after ``price``, as it calls them)."""
-    prices, held, take = chain_prices(replica, spec, n), [None], ahead.take_with
-    if prices is not None:
-        verify = prices[1]
-    else:
-        tokens, step_time = np.full(n, float(spec.gamma + 1)), replica.target_cost.step_time
-        verify = lambda s, ctx: step_time(  # noqa: E731
-            tokens, np.array(ctx, np.float64), tokens)
-
-    def price(s: int, ctx: list, last) -> tuple[float, float]:
-        d, held[0] = take(walked, ctx)
-        return d, verify(s) if prices is not None else verify(s, ctx)
-    return price, lambda rng, got, ctx: held[0]
 
 
 def _few_prices(replica, spec: ChainStretch, n: int, price):

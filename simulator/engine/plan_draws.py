@@ -39,8 +39,8 @@ class DrawnDraft(NamedTuple):
     # its ``rng.random`` calls would return draws[at], draws[at + 1], ... in order (a list
     # holding at least ``most`` from ``at``)
     price: Callable[[list, list, int], tuple[float, int]]
-    # walked(ctx, draws, at): ((``price``'s seconds, then the counts of its ``BatchDraws``'
-    # ``ahead`` from the uniforms that follow its own), how many uniforms both took), where
-    # the policy walks both in one call (taking at most ``most`` and ``BatchDraws.most``);
-    # None: ``price`` and ``ahead`` apart
+    # walked(ctx, draws, at): ((``price``'s seconds, then the emissions, accepted + 1, of
+    # its ``BatchDraws``' ``ahead`` counts from the uniforms that follow its own), how many
+    # uniforms both took), where the policy walks both in one call (taking at most ``most``
+    # and ``BatchDraws.most``; chain_walked.py); None: ``price`` and ``ahead`` apart
     walked: Callable[[list, list, int], tuple[tuple[float, list], int]] | None = None

@@ -69,6 +69,7 @@ _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _ANY, _ALL = np.logical_or.reduce, np.logical_and.reduce
 _FEW = 8  # up to this many requests draft_time's rounds run on Python numbers (fewer calls)
 _MISSING = object()
+_BUILT_IN: dict = {}  # _built_in's specs, by catalog name
 
 
 def _NOTHING(ctx_sum: float) -> float:
@@ -78,7 +79,7 @@ def _NOTHING(ctx_sum: float) -> float:
 
 def _draft2(name: str, target=None):
     try:
-        spec = load_model(name)
+        spec = _built_in(name)
     except SpecsimError as exc:
         raise exc.relocated(source=None, field="policy.draft2") from None
     if spec.kind != "decoder":
@@ -86,6 +87,18 @@ def _draft2(name: str, target=None):
                            fix="name a small decoder model or 'ngram'")
     if target is not None:
         check_shared_vocabulary(spec, target, field="policy.draft2")
+    return spec
+
+
+def _built_in(name: str):
+    """``load_model(name)``, a built-in catalog file read once a process (a simulation asks
+    for draft2 three times: ``memory_models`` twice, then ``__init__``; a ModelSpec is
+    frozen); a path (.yaml) is read every time, as ``load_model`` reads it."""
+    if name.endswith((".yaml", ".yml")):
+        return load_model(name)
+    spec = _BUILT_IN.get(name)
+    if spec is None:
+        spec = _BUILT_IN[name] = load_model(name)
     return spec
 
 
@@ -310,6 +323,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return None
         cut, search = self._outer, self._outer_search
         rounds, host, hosts = self._few.rounds, self._host, {}  # hosts: host(rounds)(n)
+        cuts = [[-1.0, *cut]] * n  # bisect_right's count + 1 (-1.0: below every uniform)
 
         def ahead(draws: list, at: int) -> tuple[list, int]:
             return [bisect_right(cut, x) for x in draws[at:at + n]], n
@@ -323,7 +337,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             h = hosts.get(count)
             if h is None:
                 h = hosts[count] = host(count)(n)
-            return (gpu + (cpu + h), [bisect_right(cut, x) for x in draws[end:end + n]]), \
+            return (gpu + (cpu + h), list(map(bisect_right, cuts, draws[end:end + n]))), \
                 end + n - at
         got = self._draws_ahead[n] = (
             BatchDraws(lambda rng: search(rng.random(n), "right"), n, ahead),

@@ -13,6 +13,7 @@ added in the same order as ``draft_time``'s arrays: bitwise its floats
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import add as _ADD
 from typing import Callable
 
 import numpy as np
@@ -46,8 +47,11 @@ class FewRounds:
         self._one: list | None = _UNSET  # _one_states', once asked
         self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
         self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
-        self._cuts = [cut[:min(gamma2, gamma - p - 1)] for p in range(gamma)] \
+        # a request's thresholds at p tokens, -1.0 first: bisect_right counts it for every
+        # uniform (in [0, 1)), so that it gives the accepted count + 1, the tokens it adds
+        self._cuts = [[-1.0, *cut[:min(gamma2, gamma - p - 1)]] for p in range(gamma)] \
             if cut is not None else None
+        self._counts = [min(gamma2, (gamma - p) - 1) for p in range(gamma)]  # drafted at p
 
     def draft_time(self, context: list, rng: np.random.Generator) -> tuple[float, float, int]:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
@@ -62,8 +66,9 @@ class FewRounds:
         ``draws`` from ``at`` (the same numbers where the generator would give them).  A
         request that has ``p`` tokens drafts ``min(gamma2, gamma - p - 1)`` and accepts the
         thresholds below its uniform among the first that many (``cuts[p]``: the count
-        capped, as a slice).  Each state's round (``state``) adds its seconds to the running
-        sums as ``draft_time`` adds them: draft2's, then the verification's."""
+        capped, as a slice, after a -1.0 below any uniform: the count + 1).  Each state's
+        round (``state``) adds its seconds to the running sums as ``draft_time`` adds them:
+        draft2's, then the verification's."""
         gamma, states, one = self.gamma, self._states, self._one
         gpu, cpu, rounds = 0.0, 0.0, 0
         if one is _UNSET:
@@ -72,7 +77,8 @@ class FewRounds:
             return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at) \
                 if len(context) == 1 else self._two_rounds(context, 0, 0, (gpu, cpu, rounds),
                                                            draws, at)
-        produced = (0,) * len(context)
+        m = len(context)  # the requests still drafting
+        produced = (0,) * m
         while True:
             rounds += 1
             got = states.get(produced)
@@ -82,11 +88,10 @@ class FewRounds:
             gpu = add(gpu, context, produced)
             cpu += lookup  # 0.0 with a draft2 model (its forwards are GPU seconds)
             if rng is None:
-                m = len(produced)
                 xs, at = draws[at:at + m], at + m
             else:
-                xs = rng.random(len(produced)).tolist()
-            produced = [p + bisect_right(c, x) + 1 for p, c, x in zip(produced, cut, xs)]
+                xs = rng.random(m).tolist()
+            produced = tuple(map(_ADD, produced, map(bisect_right, cut, xs)))
             if ends and max(produced) >= gamma:  # some have their gamma: they stop
                 keep = [j for j, p in enumerate(produced) if p < gamma]
                 if not keep:
@@ -98,8 +103,7 @@ class FewRounds:
                         [context[keep[0]], context[j]], produced[keep[0]], produced[j],
                         (gpu, cpu, rounds), draws, at)
                 context = [context[j] for j in keep]
-                produced = [produced[j] for j in keep]
-            produced = tuple(produced)
+                produced, m = tuple([produced[j] for j in keep]), len(keep)
 
     def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
                     at: int) -> tuple[float, float, int, int]:
@@ -113,7 +117,7 @@ class FewRounds:
             add, lookup, cut = one[p]
             gpu = add(gpu, c + p)
             cpu += lookup
-            p += bisect_right(cut, draws[at]) + 1
+            p += bisect_right(cut, draws[at])  # accepted + 1 (cuts' -1.0)
             at += 1
             rounds += 1
         return gpu, cpu, rounds, at
@@ -135,8 +139,8 @@ class FewRounds:
             add, lookup, (cut0, cut1), ends = got
             gpu = add(gpu, context, produced)
             cpu += lookup
-            p0 += bisect_right(cut0, draws[at]) + 1
-            p1 += bisect_right(cut1, draws[at + 1]) + 1
+            p0 += bisect_right(cut0, draws[at])  # accepted + 1 each (cuts' -1.0)
+            p1 += bisect_right(cut1, draws[at + 1])
             at += 2
             if ends and (p0 >= gamma or p1 >= gamma):  # one or both have their gamma
                 if p0 < gamma:
@@ -168,14 +172,15 @@ class FewRounds:
         if len(self._states) >= 4096:
             self._states.clear()
             self._by_counts.clear()
-        gamma, gamma2, cuts = self.gamma, self.gamma2, self._cuts
-        k = tuple([min(gamma2, (gamma - p) - 1) for p in produced])
+        k = tuple(map(self._counts.__getitem__, produced))
         add = self._by_counts.get(k)
         if add is None:  # states with the same counts share their price
             add = self._by_counts[k] = self._adder(k)
-        ends = any([gamma2 >= (gamma - p) - 1 for p in produced])
+        # one may reach gamma where gamma2 >= gamma - p - 1 for some p (ints)
+        ends = max(produced) >= (self.gamma - self.gamma2) - 1
         got = self._states[produced] = (add, self.lookup * float(sum(k)) if not self.staged2
-                                        else 0.0, tuple([cuts[p] for p in produced]), ends)
+                                        else 0.0, tuple(map(self._cuts.__getitem__, produced)),
+                                        ends)
         return got
 
     def _adder(self, k: tuple) -> RoundAdd:
@@ -227,16 +232,18 @@ class FewRounds:
             verify = lambda ctx: step_time(v, np.array(ctx, np.int64), v)  # noqa: E731
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
-                [c + p for c, p in zip(context, produced)])
+                list(map(_ADD, context, produced)))
         (first, _, decoder), rest = forwards[0], forwards[1:]
         first = None if len(first) == len(k) else first  # None: every request
 
         def add(gpu: float, context: list, produced: tuple) -> float:
-            ctx = [c + p for c, p in zip(context, produced)]
-            # draft2's forwards summed apart (from 0.0: the first one's float), then added
-            total = decoder(float(sum(ctx) if first is None else sum([ctx[i] for i in first])))
+            ctx = list(map(_ADD, context, produced))
+            # draft2's forwards summed apart (from 0.0: the first one's float), then added;
+            # each forward's contexts summed as ints (exact in any order)
+            total = decoder(float(sum(ctx) if first is None else sum(map(ctx.__getitem__,
+                                                                         first))))
             for on, offset, forward in rest:
-                total += forward(float(sum([ctx[i] for i in on]) + offset))
+                total += forward(float(sum(map(ctx.__getitem__, on)) + offset))
             return gpu + total + verify(ctx)
         return add
 
