@@ -242,15 +242,6 @@ KNOWN_MISSES: dict[str, str] = {
         "marginal, not conditional, and for other drafts. Stored web pages, GitHub issues and "
         "code were searched for a per-depth or per-position acceptance of a llama-68m draft: "
         "no numbers. No curve is fitted to Table 3"),
-    "sglang-over-eagle-code-llama2chat7b": (
-        "predicted 0.75x vs published 1.49x (-49%): the official EAGLE code's run is priced "
-        "at 389 token/s against the 200 measured, SGLang's EAGLE run at 293 against 297. An "
-        "eager forward is priced as one CUDA stream (simulator/cost/stream.py: a linear hides "
-        "the launches of the small kernels after it; before, 0.84x, each operator paid "
-        "max(GPU time, launches)), over the generic layer's 11 launches. Read in "
-        "SafeAILab/EAGLE at 59148f5 (2024-11-24), the official code's eager Llama layer "
-        "launches 48 kernels and 2 CPU-tensor ops (engines.yaml eagle-official, not yet "
-        "counted)"),
     **{f"vllm-eagle3-llama31-8b-k{k}-tpot-speedup": (
         f"predicted {p:.2f}x vs published {q:.2f}x ({d}): the iteration is priced "
         f"{it} ms against the {meas} ms TPOT x AL gives, and the 16-request run draws tau "

@@ -10,6 +10,7 @@ from hardware.profile import load_profile
 from simulator.cost import stream
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution
+from simulator.cost.spec_host import load_engine
 from simulator.models.spec import load_model
 
 L = 4e-6
@@ -102,6 +103,22 @@ def test_eager_breakdown_is_step_time(n, u):
     launches = LLAMA7B.num_layers * 11 + 4
     assert cost.gpu_s + cm._launch_s <= cost.time_s
     assert cost.time_s <= cost.gpu_s + launches * cm._launch_s
+
+
+def test_the_engines_extra_launches_are_priced_in_the_stream():
+    # eagle-official's counts (engines.yaml): 37 more launches a layer, 2 host ops
+    counted = _eager(spec=load_engine("eagle-official"))
+    plain = _eager()
+    new, ctx = np.ones(1), np.array([600.0])
+    extra = counted.step_time(new, ctx) - plain.step_time(new, ctx)
+    spec = counted.execution.spec
+    n = spec.layer_kernels_before_attention + spec.layer_kernels_after_attention \
+        + spec.layer_host_ops
+    assert n == 39
+    # batch 1 on an H100 is launch-bound: each extra launch shows, at most in full
+    assert 0.5 * n * LLAMA7B.num_layers * counted._launch_s < extra
+    assert extra <= n * LLAMA7B.num_layers * counted._launch_s * (1 + 1e-9) + \
+        counted.breakdown(new, ctx).gpu_s
 
 
 def test_graph_replay_is_not_a_stream():
