@@ -16,11 +16,16 @@ with the embedding gather before the layers and the final norm, LM head and samp
 dense layers) is priced at its average layer: each operator's GPU time and launches over
 all the layers, divided by their number.
 
-The engine's extra launches (``SpecHost.layer_kernels_before_attention`` and
-``_after_attention``: the official EAGLE code's native Hugging Face Llama layer, engines.yaml
-``eagle-official``) are pointwise kernels over the step's hidden states, each priced as one
-residual add (the profile's ``elementwise`` kind at ``3 T h`` activation bytes); its
-``layer_host_ops`` (ops on CPU tensors) take a dispatch and no GPU time.
+The engine's extra launches (the official EAGLE code's native Hugging Face Llama layer,
+engines.yaml ``eagle-official``): ``SpecHost.norm_kernels`` launches an RMSNorm (the
+generic norm's kernel and the rest), ``layer_kernels_before_attention`` and
+``_after_attention`` more, all pointwise kernels over the step's hidden states, each extra
+one priced as one residual add (the profile's ``elementwise`` kind at ``3 T h`` activation
+bytes); ``layer_host_ops`` (ops on CPU tensors) take a dispatch and no GPU time.  An EAGLE
+layer (model kind ``eagle``) has no input norm (SafeAILab/EAGLE eagle/model/cnets.py at
+59148f5, lines 398-399 and 427-428: ``if self.index != 0``) and keeps its KV by
+``torch.cat`` (lines 290-291: two launches, as the target's two ``copy_``, and no
+CPU-tensor op), so it drops the input norm's launches and the host ops.
 """
 from __future__ import annotations
 
@@ -62,13 +67,17 @@ def layer_parts(cm, tokens: float) -> tuple[Segment, Segment, Segment]:
     ops = {t[0]: t for t in tt.token_terms(cm, tokens, layers, True, "eager")}
     per = {name: stream.kernels(t[7] / (L * layers), t[8] / layers, L)
            for name, t in ops.items() if name not in _OWN}
-    e = [stream.kernels(1.0, g, L) for g in _elementwise_s(cm, tokens)]
-    norm1, norm2, add1, add2, act = e[:5]
+    g = _elementwise_s(cm, tokens)
+    e = [stream.kernels(1.0, x, L) for x in g]
+    _, _, add1, add2, act = e[:5]
     rope = e[5:]
     extra_s = _pointwise_s(cm, tokens)
-    n_before, n_after = spec.layer_kernels_before_attention, spec.layer_kernels_after_attention
+    n_norm, n_before, n_after, n_host, first_norm = engine_launches(cm)
+    norm1, norm2 = (stream.kernels(n_norm, x + (n_norm - 1) * extra_s, L) for x in g[:2])
+    if not first_norm:
+        norm1 = stream.EMPTY
     before_x = [stream.kernels(n_before, n_before * extra_s, L),
-                stream.kernels(spec.layer_host_ops, 0.0, L)]
+                stream.kernels(n_host, 0.0, L)]
     after_x = [stream.kernels(n_after, n_after * extra_s, L)]
     attn_names = [name for name, *_ in cm._linears][:_attention_linears(cm)]
     ar = [stream.kernels(1.0, ops["all_reduce"][8] / (2 * layers), L)] \
@@ -86,6 +95,15 @@ def layer_parts(cm, tokens: float) -> tuple[Segment, Segment, Segment]:
                         + [add2], L)
     emb = ops["embedding"]
     return stream.kernels(1.0, emb[8], L), pre, post
+
+
+def engine_launches(cm) -> tuple[int, int, int, int, bool]:
+    """(launches an RMSNorm, extra launches before and after the attention, host ops, and
+    whether the layer has its input norm) of ``cm``'s layer on its engine (module
+    docstring: an EAGLE layer has no input norm and no host ops)."""
+    spec, eagle = cm.execution.spec, cm.model.kind == "eagle"
+    return (max(spec.norm_kernels, 1), spec.layer_kernels_before_attention,
+            spec.layer_kernels_after_attention, 0 if eagle else spec.layer_host_ops, not eagle)
 
 
 def _attention_linears(cm) -> int:
@@ -168,9 +186,9 @@ class EagerStream:
         time the stream does not hide (what makes the ops sum to ``step_time``'s device)."""
         cm = self._cm
         out = [dataclasses.replace(op, overhead_s=0.0) for op in ops]
-        spec = cm.execution.spec
         tokens = float(new.sum())
-        n = spec.layer_kernels_before_attention + spec.layer_kernels_after_attention
+        n_norm, n_before, n_after, _, first_norm = engine_launches(cm)
+        n = n_before + n_after + (n_norm - 1) * (2 if first_norm else 1)
         if n:
             g = n * cm._layers * _pointwise_s(cm, tokens)
             nb = n * cm._layers * 3.0 * tokens * cm._h * cm._b

@@ -76,8 +76,8 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton", "deepgemm")
 # An eager engine's launches per decoder layer beyond the generic layer's (eager_stream.py)
-LAYER_COUNTS = ("layer_kernels_before_attention", "layer_kernels_after_attention",
-                "layer_host_ops")
+LAYER_COUNTS = ("norm_kernels", "layer_kernels_before_attention",
+                "layer_kernels_after_attention", "layer_host_ops")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static",
          "mla_disables_chunked_prefill", "unchunked_prefill_apart")
@@ -180,7 +180,8 @@ class SpecHost:
     deepep_pointwise_kernels: int = 0
     eplb_map_kernels: int = 0
     fp8_gemm: str = "default"
-    layer_kernels_before_attention: int = 0  # LAYER_COUNTS: pointwise launches a layer, and
+    norm_kernels: int = 0  # LAYER_COUNTS: launches an RMSNorm (0: the generic one), more
+    layer_kernels_before_attention: int = 0  # pointwise launches a layer, and
     layer_kernels_after_attention: int = 0   # ops on CPU tensors (a dispatch, no GPU time)
     layer_host_ops: int = 0
     # the scheduler's steps may carry prefill chunks beside decodes (vLLM V1); False: prefill
