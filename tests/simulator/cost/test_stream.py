@@ -12,6 +12,9 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution
 from simulator.cost.spec_host import load_engine
 from simulator.models.spec import load_model
+from simulator.scenario import load_scenario
+from tests.helpers import REPO
+from tests.simulator.engine.test_fast_forward import identical_or_unservable
 
 L = 4e-6
 
@@ -133,3 +136,14 @@ def test_graph_replay_is_not_a_stream():
     assert cm._stream is None and cm._closed
     eager = CostModel(H100, LLAMA7B, execution=dataclasses.replace(ex, cuda_graphs=False))
     assert eager._stream is not None and not eager._closed
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("eagle", []),
+    ("eagle2", ["execution.engine=eagle-official", "execution.captured_draft_loop=false"])])
+def test_eager_runs_are_identical_with_fast_forward_on_and_off(name, extra):
+    # every step of an eager run priced by the stream: its closed forms and its step-by-step
+    # prices must agree to the bit (the fast-forward's contract)
+    sc = load_scenario(str(REPO / "workloads" / "scenarios" / f"{name}.yaml"),
+                       ["execution.enforce_eager=true", "workload.max_requests=60", *extra])
+    assert identical_or_unservable(sc) is not None
