@@ -162,7 +162,8 @@ class EagerStream:
         tail = cm._pipeline_transfer(tokens, cm.parallel.pipeline_parallel)
         if cm._uv_o is not None:
             tail += cm._uv_o.time_s(rows)
-        return StreamParts(layer[0], layer[1], layer[2], head, cm._layers, cm._launch_s, tail)
+        return StreamParts.of(layer[0], layer[1], layer[2], head, cm._layers, cm._launch_s,
+                              tail)
 
     def step_time(self, new_tokens, context, logits_tokens=None) -> float:
         """``CostModel.step_time`` as a stream: the device's end plus the host time; a

@@ -93,20 +93,41 @@ def forward_end(before: Segment, pre: Segment, attention_s, post: Segment,
 
 @dataclass(frozen=True, slots=True)
 class StreamParts:
-    """An eager forward apart from its attention: the embedding, one layer's kernels before
-    and after its attention, the head, and ``tail_s`` (the pipeline's sends and an absorbed
-    W_UV_O's GPU time, after the rest)."""
+    """An eager forward apart from its attention (``of``: the embedding, one layer's
+    kernels before and after its attention, the head; ``tail_s`` the pipeline's sends and an
+    absorbed W_UV_O's GPU time, after the rest), as the numbers ``forward_end`` reduces to
+    at an attention of ``a`` seconds a layer: the layer's end ``max(x + a, y)``, its GPU
+    time ``g + a``, its launches ``nl``; ``layers`` of them after the embedding's end
+    ``b_end`` (GPU ``b_gpu``, launches ``b_nl``), then the head's GPU ``h_gpu``, the forward
+    ending no sooner than ``h_end`` (all the launches, then the head's own end)."""
 
-    before: Segment
-    pre: Segment
-    post: Segment
-    head: Segment
+    x: float
+    y: float
+    g: float
+    nl: float
     layers: int
-    launch_s: float
+    b_end: float
+    b_gpu: float
+    b_nl: float
+    h_gpu: float
+    h_end: float
     tail_s: float
+
+    @classmethod
+    def of(cls, before: Segment, pre: Segment, post: Segment, head: Segment, layers: int,
+           launch_s: float, tail_s: float) -> "StreamParts":
+        """The numbers of ``forward_end(before, pre, a, post, layers, head, launch_s)``."""
+        n1 = (pre.n + 1.0) * launch_s  # the attention's issue
+        n = pre.n + 1.0 + post.n
+        return cls(max(pre.end, n1) + post.gpu, n1 + post.end, pre.gpu + post.gpu,
+                   n * launch_s, layers, before.end, before.gpu, before.n * launch_s,
+                   head.gpu, (before.n + layers * n) * launch_s + head.end, tail_s)
 
     def device_s(self, a_layer, maximum=max):
         """The forward's end at ``a_layer`` seconds of attention a layer (a float, or an
-        array with ``np.maximum``: the same operations either way)."""
-        return forward_end(self.before, self.pre, a_layer, self.post, self.layers,
-                           self.head, self.launch_s, maximum) + self.tail_s
+        array with ``np.maximum``: the same operations either way): ``forward_end``'s
+        joins, in closed form."""
+        g = self.g + a_layer
+        body = maximum(self.b_end + self.layers * g, self.b_nl + maximum(self.x + a_layer, self.y)
+                       + (self.layers - 1) * maximum(g, self.nl))
+        return maximum(body + self.h_gpu, self.h_end) + self.tail_s

@@ -76,6 +76,11 @@ def test_a_forward_is_its_kernels_in_order():
         got = stream.forward_end(seg[0], seg[1], attention, seg[2], layers, seg[3], L)
         kernels = emb + (pre + [attention] + post) * layers + head
         assert got == pytest.approx(stream.stream_end(kernels, L), rel=1e-12)
+        # the parts' closed form in the attention, on floats and on arrays
+        parts = stream.StreamParts.of(seg[0], seg[1], seg[2], seg[3], layers, L, 0.0)
+        assert parts.device_s(attention) == pytest.approx(got, rel=1e-12)
+        assert parts.device_s(np.array([attention]), np.maximum)[0] == \
+            parts.device_s(attention)
 
 
 def test_gpu_time_without_a_launch_lengthens_the_kernel_before():
