@@ -63,7 +63,7 @@ def _elementwise_s(cm, tokens: float) -> list[float]:
 def layer_parts(cm, tokens: float) -> tuple[Segment, Segment, Segment]:
     """``(before, pre, post)`` of an eager forward computing ``tokens`` tokens: the
     embedding, one (average) layer's kernels before its attention and after it."""
-    layers, L, spec = cm._layers, cm._launch_s, cm.execution.spec
+    layers, L = cm._layers, cm._launch_s
     ops = {t[0]: t for t in tt.token_terms(cm, tokens, layers, True, "eager")}
     per = {name: stream.kernels(t[7] / (L * layers), t[8] / layers, L)
            for name, t in ops.items() if name not in _OWN}
