@@ -32,6 +32,7 @@ import numpy as np
 
 from hardware.kernels import ATTENTION_PREFILL_FA3
 from hardware.profile import HardwareProfile
+from simulator.cost import eager_stream as es
 from simulator.cost import engine_kernels as ek
 from simulator.cost import layer_ops as lo
 from simulator.cost import mla
@@ -43,6 +44,7 @@ from simulator.cost.few_step import FewAttention
 from simulator.cost.op_cost import OpCost, StepCost, check_step, op_from_term
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.precision import check_kv_cache_dtype, compute_dtype, linear_roofline
+from simulator.cost.stream import StreamParts
 from simulator.models.spec import ModelSpec
 
 # Kernels per layer: 2 norms, QKV, attention, O, MLP up(+gate), act, down, 2 residual adds
@@ -120,8 +122,10 @@ class CostModel(ClosedForms):
         self._general_only = (parallel.pipeline_parallel > 1 and parallel.micro_batches > 1) \
             or self.execution.step_model != "sum_of_operators"  # step_time: breakdown's
         self._init_forms()
-        self._closed = type(self) is CostModel  # a subclass prices otherwise (DP attention)
-        self._small = self._closed and not self._general_only
+        own = type(self) is CostModel  # a subclass prices otherwise (DP attention)
+        self._stream = es.EagerStream(self) if es.applies(self, own) else None  # eager_stream
+        self._closed = own and self._stream is None
+        self._small = (self._closed or self._stream is not None) and not self._general_only
         self._few = self._few_attention()
 
     def _attention_shape(self, m: ModelSpec, tp: int, b: float) -> None:
@@ -232,6 +236,8 @@ class CostModel(ClosedForms):
         pipe = self._pipeline_transfer(float(new.sum()), pp)
         if self.execution.step_model == "single_roofline":
             ops = sm.single_roofline(self, ops, mode)
+        elif self._stream is not None:
+            ops = self._stream.ops(ops, new, ctx, logits)
         busy = sum(op.time_s for op in ops) + pipe
         device = self._with_replays(mode, busy)
         replay = device - busy
@@ -255,6 +261,8 @@ class CostModel(ClosedForms):
         """
         if self._general_only:
             return self.breakdown(new_tokens, context, logits_tokens).time_s
+        if self._stream is not None:
+            return self._stream.step_time(new_tokens, context, logits_tokens)
         new = np.asarray(new_tokens, dtype=np.float64)
         ctx = np.asarray(context, dtype=np.float64)
         if new.ndim != 1 or ctx.shape != new.shape:
@@ -275,10 +283,15 @@ class CostModel(ClosedForms):
         fixed = self._fixed(tokens, logits, mode, padded, self._decode_rows(new))
         return self._step_from(mode, fixed, self._attention_s(new, ctx, active == n), active)
 
-    def _step_from(self, mode: str, fixed: float, a_layer: float, active: int) -> float:
+    def _step_from(self, mode: str, fixed: float | StreamParts, a_layer: float,
+                   active: int) -> float:
         """A step's time from its ``fixed`` part and one layer's attention seconds: attention
         over the layers (at least its eager launches), the graph replays, the host time of
-        ``active`` requests (``step_time``'s and ``mixed_step_time``'s common tail)."""
+        ``active`` requests (``step_time``'s and ``mixed_step_time``'s common tail); an
+        eager stream's ``fixed`` is its parts (``_fixed``), its end the device time."""
+        if self._stream is not None:
+            device = fixed.device_s(a_layer)
+            return device + self._host_time(active, device)
         a_time = a_layer * self._layers
         if mode != "full":
             a_time = max(a_time, self._launch_s * self._layers)
@@ -297,12 +310,14 @@ class CostModel(ClosedForms):
         return float((per_request if all_active else per_request[new > 0]).sum())
 
     def _fixed(self, tokens: float, logits: float, mode: str, padded: float,
-               decode_rows: float) -> float:
+               decode_rows: float) -> float | StreamParts:
         """Everything but attention and host time: the layer terms at the ``padded`` tokens
         computed in ``mode``, the head terms at ``logits``, the pipeline sends of ``tokens``
         (each tabulated or memoised on its own: token_terms.TokenTables), and where the
         engine absorbs ``W_UV_O`` its extra K steps at the ``decode_rows`` of the step
         (``_decode_rows``: the tables know the total, not which rows are decodes)."""
+        if self._stream is not None:  # every forward eager: the stream's parts
+            return self._stream.parts(tokens, logits, decode_rows)
         fixed = self._tables.fixed(tokens, logits, mode, padded)
         return fixed if self._uv_o is None else fixed + self._uv_o.time_s(decode_rows)
 

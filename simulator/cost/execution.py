@@ -6,9 +6,13 @@ each part is counted once:
 - **GPU time**: the operators' roofline times (the cost model's per-operator sum, or one
   roofline over the whole step with ``step_model: single_roofline``).
 - **Launch time**, only where launches happen.  Eager: the host issues one kernel per
-  ``kernel_launch_s``, so an operator of n kernels takes ``max(GPU time, n * launch)``
-  (the GPU starves when its kernels are shorter than their launches; a long kernel hides
-  the next launches).  CUDA graphs: one ``graph_launch_s`` per replay and no per-kernel
+  ``kernel_launch_s`` while the GPU runs them asynchronously, in order: a forward where
+  every forward runs eager is one CUDA stream, kernel i issued at ``i * launch`` and
+  started when it is issued and its predecessor has ended (simulator/cost/stream.py,
+  eager_stream.py: a long kernel hides the launches of the small ones after it, a run of
+  small kernels is paced by the host).  A forward run eager beside graphs (past the
+  largest captured size) prices each operator of n kernels ``max(GPU time, n *
+  launch)``.  CUDA graphs: one ``graph_launch_s`` per replay and no per-kernel
   launch; the batch is padded to the next captured size (vLLM pads ``num_tokens`` to a
   ``cudagraph_capture_sizes`` entry).  vLLM's default mode, FULL_AND_PIECEWISE, replays one
   full graph for a uniform batch (every request the same query length: decode, or

@@ -75,6 +75,9 @@ DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_ke
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton", "deepgemm")
+# An eager engine's launches per decoder layer beyond the generic layer's (eager_stream.py)
+LAYER_COUNTS = ("norm_kernels", "layer_kernels_before_attention",
+                "layer_kernels_after_attention", "layer_host_ops")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static",
          "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor")
@@ -177,6 +180,10 @@ class SpecHost:
     deepep_pointwise_kernels: int = 0
     eplb_map_kernels: int = 0
     fp8_gemm: str = "default"
+    norm_kernels: int = 0  # LAYER_COUNTS: launches an RMSNorm (0: the generic one), more
+    layer_kernels_before_attention: int = 0  # pointwise launches a layer, and
+    layer_kernels_after_attention: int = 0   # ops on CPU tensors (a dispatch, no GPU time)
+    layer_host_ops: int = 0
     # the scheduler's steps may carry prefill chunks beside decodes (vLLM V1); False: prefill
     # and decode steps apart (SGLang's default), the default of ``batching.mixed_chunk``
     mixed_chunk: bool = True
@@ -313,8 +320,8 @@ def _catalog() -> dict[str, SpecHost]:
 def _entry(name: str, data: Any, src: str) -> SpecHost:
     data = require_mapping(data, source=src, field=name)
     check_keys(data, allowed=("version", "prefill_attention", "fp8_gemm", "method_syncs",
-                              *BOOLS, *COUNTS, *DECODE_COUNTS, *RESERVE),
-               required=("version",), source=src, prefix=f"{name}.")
+                              *BOOLS, *COUNTS, *DECODE_COUNTS, *LAYER_COUNTS,
+                              *RESERVE), required=("version",), source=src, prefix=f"{name}.")
     out: dict[str, Any] = {"name": name, "version": as_str(
         data["version"], source=src, field=f"{name}.version")}
     sources = []
@@ -339,7 +346,7 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
                                  choices=FP8_GEMMS)
         sources.append("fp8_gemm: " + as_str(item["source"], source=src,
                                              field=f"{name}.fp8_gemm.source"))
-    for key in (*BOOLS, *COUNTS, *DECODE_COUNTS, *RESERVE):
+    for key in (*BOOLS, *COUNTS, *DECODE_COUNTS, *LAYER_COUNTS, *RESERVE):
         if key not in data:
             continue
         item = require_mapping(data[key], source=src, field=f"{name}.{key}")

@@ -26,6 +26,7 @@ from hardware.kernels import ATTENTION_DECODE
 from simulator.cost.mla import DECODE_MAX_QUERY
 from simulator.cost.execution import KERNELS_OUTSIDE_GRAPH
 from simulator.cost.op_cost import OpCost, StepCost
+from simulator.cost.stream import StreamParts
 
 COLLECTIVE_OPS = ("all_reduce", "logits_gather")
 # Equal query lengths up to this count are a "uniform decode" batch (vLLM's full-graph
@@ -105,6 +106,9 @@ class UniformStep:
     replays_s: float        # one replay per layer (piecewise graphs)
     host_s: float | None    # the engine step's host CPU time; None: no host step of its own
     overlap: bool           # async scheduling: the host time hides behind the device time
+    # every forward eager: the stream apart from its attention (eager_stream.py), whose end
+    # is the device time; None: ``fixed_s`` plus attention at least its launches
+    stream: StreamParts | None = None
 
 
 def uniform_step(cm, n: int, u: float, logits: float) -> UniformStep | None:
@@ -129,21 +133,25 @@ def uniform_step(cm, n: int, u: float, logits: float) -> UniformStep | None:
     tokens = float(n) * u
     mode, padded = cm.execution.graph_tokens(tokens, u <= UNIFORM_MAX_QUERY)
     graph_s = cm.execution.graph_launch_s
+    fixed = cm._fixed(tokens, float(logits), mode, padded, cm._uniform_decode_rows(n, u))
+    stream = None if cm._stream is None else fixed  # an eager stream's parts
     return UniformStep(slope_s=slope,
                        base_s=float(n) * intercept + latency, floor_s=floor,
                        layers=cm._layers,
                        launch_s=None if mode == "full" else cm._launch_s * cm._layers,
-                       fixed_s=cm._fixed(tokens, float(logits), mode, padded,
-                                        cm._uniform_decode_rows(n, u)), mode=mode,
+                       fixed_s=0.0 if stream is not None else fixed, mode=mode,
                        replay_s=graph_s, replays_s=cm._layers * graph_s,
                        host_s=cm.execution.host_s(n) if cm.host else None,
-                       overlap=cm.execution.async_scheduling)
+                       overlap=cm.execution.async_scheduling, stream=stream)
 
 
 def uniform_time(k: UniformStep, ctx_sum, maximum):
     """The step time at context sum ``ctx_sum``: a float with ``maximum=max``, an array with
     ``np.maximum`` and an array of sums, the same operations in the same order either way
     (CostModel.step_time's: attention, launches, replays, host time)."""
+    if k.stream is not None:
+        device = k.stream.device_s(maximum(k.slope_s * ctx_sum + k.base_s, k.floor_s), maximum)
+        return _with_host(k, device, maximum)
     attention = maximum(k.slope_s * ctx_sum + k.base_s, k.floor_s) * k.layers
     if k.launch_s is not None:
         attention = maximum(attention, k.launch_s)
@@ -152,6 +160,11 @@ def uniform_time(k: UniformStep, ctx_sum, maximum):
         device = device + k.replay_s
     elif k.mode == "piecewise":
         device = maximum(device, k.replays_s) + k.replay_s
+    return _with_host(k, device, maximum)
+
+
+def _with_host(k: UniformStep, device, maximum):
+    """``device`` with the host time the step shows (``uniform_time``'s tail)."""
     if k.host_s is None:
         return device
     if k.overlap:
@@ -167,6 +180,8 @@ def scalar_time(k: UniformStep):
     fixed, replay, replays, host, overlap = k.fixed_s, k.replay_s, k.replays_s, k.host_s, \
         k.overlap
     full, piecewise = k.mode == "full", k.mode == "piecewise"
+    if k.stream is not None:  # an eager stream: uniform_time's own operations
+        return lambda x: uniform_time(k, x, max)
     if launch is None and full and not overlap:  # the usual graphs, with a host or without
         if host is None:
             return lambda x: fixed + max(slope * x + base, floor) * layers + replay
@@ -199,7 +214,7 @@ def chain_decode(cm, ctx: np.ndarray, steps: int) -> float:
     times = cm.uniform_step_times(n, 1, float(ctx.sum()) + n * np.arange(steps), n)
     if times is not None:
         return float(times.sum())
-    if cm._general_only or cm._roof.curved or cm._shapes or \
+    if cm._general_only or cm._roof.curved or cm._shapes or cm._stream is not None or \
             (cm.host and cm.execution.async_scheduling):
         ones = np.ones(n)
         return sum(cm.step_time(ones, ctx + j) for j in range(steps))

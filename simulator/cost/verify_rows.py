@@ -97,7 +97,9 @@ def tail_of(cm, n: int):
 def step_tail(cm, n: int):
     """``cm._step_from(mode, fixed, a_layer, n)`` as a function of its first three, the
     model's numbers bound once: the same operations in the same order (the same float)
-    without its three method calls a row."""
+    without its three method calls a row; an eager stream's is ``_step_from`` itself."""
+    if cm._stream is not None:
+        return lambda mode, fixed, a_layer: cm._step_from(mode, fixed, a_layer, n)
     layers, launch = cm._layers, cm._launch_s * cm._layers
     g = cm.execution.graph_launch_s
     replays = cm._layers * g

@@ -244,23 +244,6 @@ KNOWN_MISSES: dict[str, str] = {
         "marginal, not conditional, and for other drafts. Stored web pages, GitHub issues and "
         "code were searched for a per-depth or per-position acceptance of a llama-68m draft: "
         "no numbers. No curve is fitted to Table 3"),
-    "sglang-over-eagle-code-llama2chat7b": (
-        "predicted 0.84x vs published 1.49x (-44%): the official EAGLE code's run is priced "
-        "at 348 token/s against the 200 measured (+74%), while SGLang's EAGLE run is priced "
-        "at 293 against 297 and its plain decoding at 163 against 156. The ratio passed "
-        "(1.29x) until SGLang 0.4.1's own iteration was counted in full (issue 35: its "
-        "uncaptured draft steps, each a batch build and a sync, the tree build's and the "
-        "verification's syncs, engines.yaml sglang-v0.4), which had been as much too fast. "
-        "Read in SafeAILab/EAGLE at 59148f5 (2024-11-24), the official code's eager Llama "
-        "layer launches 48 kernels where the cost model prices 11 (RMSNorm as 8 launches "
-        "twice, the native rope 12, eager attention's scale, mask add, softmax, cast and "
-        "copy, the KV cache's two copy_, act then multiply; kv_cache.py's current_length.add_ "
-        "on a CPU tensor twice). Priced as counts they give the official run 169 token/s "
-        "(ratio 1.74x), but push every Spec-Bench and EAGLE-paper speedup up 6-23% (two "
-        "new misses, 59/85), because an eager forward is priced as the sum over operators of "
-        "max(GPU time, launches): a linear's GPU time hides none of the next small kernels' "
-        "launches, as it does in a launch-bound stream (about 18% too dear at batch 1). Not "
-        "merged: the counts wait for a stream model of eager launches"),
     **{f"vllm-eagle3-llama31-8b-k{k}-tpot-speedup": (
         f"predicted {p:.2f}x vs published {q:.2f}x ({d}): the iteration is priced "
         f"{it} ms against the {meas} ms TPOT x AL gives, and the 16-request run draws tau "
