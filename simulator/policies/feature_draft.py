@@ -112,11 +112,17 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
 
     def _reread(self, request_ids: np.ndarray) -> np.ndarray:
-        if request_ids.size and int(_MAX(request_ids)) >= self._emitted.size:
-            grown = np.ones(int(request_ids.max()) + 1)
-            grown[:self._emitted.size] = self._emitted
-            self._emitted = grown
-        return self._emitted[request_ids]
+        try:  # the workload's ids are in range: no probe of the largest an iteration
+            return self._emitted[request_ids]
+        except IndexError:
+            self._grow(request_ids)
+            return self._emitted[request_ids]
+
+    def _grow(self, request_ids: np.ndarray) -> None:
+        """Room for ids beyond the workload's (one each, as ``_start`` fills it)."""
+        grown = np.ones(int(_MAX(request_ids)) + 1)
+        grown[:self._emitted.size] = self._emitted
+        self._emitted = grown
 
     def expected_accepted(self) -> float | None:
         """Expected accepted tokens per iteration (bonus excluded), where a closed form exists."""
@@ -303,8 +309,12 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return np.full(n, float(self.logits[0])), out
 
     def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
-        self._reread(request_ids)
-        self._emitted[request_ids] = np.asarray(accepted) + 1.0
+        emitted = np.asarray(accepted) + 1.0
+        try:
+            self._emitted[request_ids] = emitted
+        except IndexError:  # (numpy checks every index before it writes)
+            self._grow(request_ids)
+            self._emitted[request_ids] = emitted
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """The layer fills its own KV over every prompt chunk (no logits)."""

@@ -112,7 +112,59 @@ def few_price(later: list, host: float, linears, first_few, n: int, forms, head:
         for offset, later_s, _, _ in later:
             total += later_s(s + offset)
         return total + linears(tokens, n) + host
-    return price if n > 1 else _one_price(later, host, linears, price, forms, head)
+    if n == 1:
+        return _one_price(later, host, linears, price, forms, head)
+    return _many_price(later, host, linears, price, forms, n * head, n)
+
+
+def _many_price(later: list, host: float, linears, price, forms, head: float, n: int):
+    """``price`` of ``n`` > 1 requests over int contexts: ``_first_few``'s first forward by
+    the pricer its re-read counts select (``_few_entry``: the closed form of alike whole
+    counts at the starts' sum, else ``forms.few_mixed_pricer`` of the counts, the same memo
+    entry ``few_mixed_time`` prices by) with its linears, looked up once per counts (a
+    batch's re-read counts repeat); ``price`` where neither applies."""
+    entries: dict = {}
+
+    def many(context: list, reread: list) -> float:
+        if type(context[0]) is not int:
+            return price(context, reread)
+        key = tuple(reread)  # max(r, 1.0) of ints or whole floats: equal keys, one entry
+        got = entries.get(key)
+        if got is None:
+            if len(entries) >= 4096:
+                entries.clear()
+            got = entries[key] = _few_entry(reread, forms, head, linears, n)
+        first, less, extra = got
+        if first is None:
+            return price(context, reread)
+        if less.__class__ is float:  # alike: the closed form at the starts' sum (ints)
+            total = 0.0 + first(float(sum([max(c - less, 0.0) for c in context])))
+        else:
+            total = 0.0 + first([max(c - x, 0.0) for c, x in zip(context, less)])
+        s = float(int(sum(context)))  # whole numbers: exact in any order
+        for offset, later_s, _, _ in later:
+            total += later_s(s + offset)
+        return total + extra + host
+    return many
+
+
+def _few_entry(reread: list, forms, head: float, linears, n: int) -> tuple:
+    """(the first forward's pricer, what each count's start is less than its context (one
+    float where they are alike: the closed form's), the linears' seconds) of re-read counts
+    ``reread`` as ``_first_few`` prices them (new tokens max(r, 1.0), starts max(context -
+    (new - 1), 0)); (None, None, None) where it takes another path."""
+    first = [max(float(r), 1.0) for r in reread]
+    t = first[0]
+    if not all(map(float.is_integer, first)):
+        return None, None, None
+    tokens = np.float64(sum(first))  # _first_few's tokens: whole numbers, exact
+    if first.count(t) == n:
+        pricer = forms.few_uniform_pricer(n, t, head)
+        if pricer is not None:
+            return pricer, t - 1.0, linears(tokens, n)
+    pricer = forms.few_mixed_pricer(first, head)
+    return (None, None, None) if pricer is None else \
+        (pricer, [x - 1.0 for x in first], linears(tokens, n))
 
 
 def _one_price(later: list, host: float, linears, price, forms, head: float):
