@@ -320,8 +320,15 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         """The layer fills its own KV over every prompt chunk (no logits)."""
         if not new_tokens.size:
             return 0.0
-        return self._first.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
-            + self._extra_s(float(new_tokens.sum()), [])
+        forms, first = self._first_forms, None
+        if forms is not None and new_tokens.size == 1:  # one chunk (the usual): the closed
+            c, x = float(new_tokens[0]), float(context[0])  # form at its whole context,
+            price = forms.few_uniform_pricer(1, c, 0.0) \
+                if c >= 1.0 and c.is_integer() and x.is_integer() else None
+            first = None if price is None else price(x)  # bitwise step_time's float
+        if first is None:
+            first = self._first.step_time(new_tokens, context, np.zeros(new_tokens.size))
+        return first + self._extra_s(float(new_tokens.sum()), [])
 
 
 def extend_cost(cost):
