@@ -70,6 +70,13 @@ class ClosedForms(ClosedFormPricer):
         k = self._uniform(int(n), float(u), float(logits))
         return None if k is None else sm.scalar_time(k)
 
+    def uniform_sum_pricer(self, n: int, forwards: list):
+        """``total`` plus ``uniform_pricer(n, u, logits)(x + offset)`` of each (offset, u,
+        logits) of ``forwards``, added left to right, as a function of (total, x), bitwise
+        (``step_models.sum_pricer``); None where a forward has no closed form or another."""
+        ks = [(offset, self._uniform(int(n), float(u), float(lg))) for offset, u, lg in forwards]
+        return None if any(k is None for _, k in ks) else sm.sum_pricer(ks)
+
     def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
                         logits: float) -> float | None:
         """One forward of ``n`` 1-token decodes (contexts summing to ``ctx_sum``) by the closed

@@ -42,7 +42,8 @@ from simulator.policies.base import (
     spec_charge,
     spec_execution,
 )
-from simulator.policies.feature_rows import few_price, first_rows, later_rows, later_times
+from simulator.policies.feature_rows import (few_price, first_rows, later_rows, later_times,
+                                             one_chunk_s)
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
     exclusive_table,
@@ -115,14 +116,13 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         try:  # the workload's ids are in range: no probe of the largest an iteration
             return self._emitted[request_ids]
         except IndexError:
-            self._grow(request_ids)
-            return self._emitted[request_ids]
+            return self._grow(request_ids)[request_ids]
 
-    def _grow(self, request_ids: np.ndarray) -> None:
-        """Room for ids beyond the workload's (one each, as ``_start`` fills it)."""
-        grown = np.ones(int(_MAX(request_ids)) + 1)
+    def _grow(self, request_ids: np.ndarray) -> np.ndarray:
+        grown = np.ones(int(_MAX(request_ids)) + 1)  # room for ids beyond the workload's
         grown[:self._emitted.size] = self._emitted
         self._emitted = grown
+        return grown
 
     def expected_accepted(self) -> float | None:
         """Expected accepted tokens per iteration (bonus excluded), where a closed form exists."""
@@ -206,8 +206,8 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             if memo is self._later:
                 memo = self._later[n] = self._later_pricers(n)
             price = self._few_prices[n] = None if memo is None else few_price(
-                memo[1], self.host(n), self._linears_s, self._first_few, n,
-                self._first_forms, float(int(self.logits[0])))
+                (memo[1], closed_forms(self.cost)), self.host(n), self._linears_s,
+                self._first_few, n, self._first_forms, float(int(self.logits[0])))
         return price
 
     def _linears_s(self, tokens: float, n: int) -> float:
@@ -310,22 +310,17 @@ class FeatureDraft(PolicyBase, CarriedDraft):
 
     def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
         emitted = np.asarray(accepted) + 1.0
-        try:
+        try:  # (numpy checks every index before it writes)
             self._emitted[request_ids] = emitted
-        except IndexError:  # (numpy checks every index before it writes)
-            self._grow(request_ids)
-            self._emitted[request_ids] = emitted
+        except IndexError:
+            self._grow(request_ids)[request_ids] = emitted
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """The layer fills its own KV over every prompt chunk (no logits)."""
         if not new_tokens.size:
             return 0.0
-        forms, first = self._first_forms, None
-        if forms is not None and new_tokens.size == 1:  # one chunk (the usual): the closed
-            c, x = float(new_tokens[0]), float(context[0])  # form at its whole context,
-            price = forms.few_uniform_pricer(1, c, 0.0) \
-                if c >= 1.0 and c.is_integer() and x.is_integer() else None
-            first = None if price is None else price(x)  # bitwise step_time's float
+        first = None if self._first_forms is None or new_tokens.size != 1 else \
+            one_chunk_s(self._first_forms, new_tokens, context)  # the usual: one chunk
         if first is None:
             first = self._first.step_time(new_tokens, context, np.zeros(new_tokens.size))
         return first + self._extra_s(float(new_tokens.sum()), [])
