@@ -70,6 +70,13 @@ class ClosedForms(ClosedFormPricer):
         k = self._uniform(int(n), float(u), float(logits))
         return None if k is None else sm.scalar_time(k)
 
+    def uniform_sum_pricer(self, n: int, forwards: list):
+        """``total`` plus ``uniform_pricer(n, u, logits)(x + offset)`` of each (offset, u,
+        logits) of ``forwards``, added left to right, as a function of (total, x), bitwise
+        (``step_models.sum_pricer``); None where a forward has no closed form or another."""
+        ks = [(offset, self._uniform(int(n), float(u), float(lg))) for offset, u, lg in forwards]
+        return None if any(k is None for _, k in ks) else sm.sum_pricer(ks)
+
     def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
                         logits: float) -> float | None:
         """One forward of ``n`` 1-token decodes (contexts summing to ``ctx_sum``) by the closed
@@ -185,8 +192,9 @@ class ClosedForms(ClosedFormPricer):
 
     def _few_parts(self, new: list, head: float) -> tuple | None:
         """``few_mixed_time``'s memo entry of ``new`` and ``head``: (``step_tail`` of its
-        requests: ``_step_from``'s operations, bound once; runtime mode; fixed seconds; its
-        attention as a function of the contexts), None where it has no shortcut."""
+        requests, ``_step_from``'s operations bound once, memoised by count (``tail_of``);
+        runtime mode; fixed seconds; its attention as a function of the contexts), None
+        where it has no shortcut."""
         if not self._small or self._few is None:
             return None
         # the counts' fixed part and attention pricer (``FewAttention.pricer``: bitwise
@@ -198,7 +206,7 @@ class ClosedForms(ClosedFormPricer):
             lo, hi, n = min(new), max(new), len(new)
             part = self.row_part(n, new, lo, hi, float(sum(new)), head)
             got = None if hi > self._few.max_query or type(part) is not tuple else \
-                (verify_rows.step_tail(self, n), part[0], part[1], self._few.pricer(new))
+                (verify_rows.tail_of(self, n), part[0], part[1], self._few.pricer(new))
             if len(self._few_mixed) >= _MEMO:
                 self._few_mixed.clear()
             self._few_mixed[key] = got

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from simulator.cost.closed_forms import ClosedForms
 from simulator.cost.linear_op import linear_op_s
 from simulator.engine.plan import closed_forms
 from simulator.speculation.token_tree import TokenTree
@@ -107,7 +108,7 @@ def level_draft_pricer(cost, n: int, tokens: Sequence[int],
     if forms is None or n < 1 or len(tokens) == 0:
         return None
     logits = tokens if logits is None else logits
-    parts, offset = [], 0.0
+    parts, shapes, offset = [], [], 0.0
     for t, lg in zip(tokens, logits):
         u, g = float(t), float(lg)
         if u < 1.0 or not u.is_integer() or not g.is_integer():
@@ -116,7 +117,12 @@ def level_draft_pricer(cost, n: int, tokens: Sequence[int],
         if price is None:
             return None
         parts.append((n * offset, price))
+        shapes.append((n * offset, u, n * g))
         offset += u
+    # the same forms' terms in one loop, no call a forward (step_models.sum_pricer)
+    whole = forms.uniform_sum_pricer(n, shapes) if isinstance(forms, ClosedForms) else None
+    if whole is not None:
+        return lambda ctx_sum: whole(0.0, ctx_sum)
 
     def draft(ctx_sum: float) -> float:
         total = 0.0

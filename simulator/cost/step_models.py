@@ -172,6 +172,35 @@ def _with_host(k: UniformStep, device, maximum):
     return device + k.host_s
 
 
+def sum_pricer(forms: list):
+    """``total`` plus ``scalar_time(k)(x + offset)`` of each (offset, k) of ``forms``, added
+    left to right, as a function of (total, x): each term the same operations as
+    ``scalar_time``'s usual form (graphs, no launches, no overlap; a host time on all or
+    none), the same float, without a call a term; None where a form is another."""
+    ks = [k for _, k in forms]
+    if not ks or any(k.launch_s is not None or k.mode != "full" or k.overlap for k in ks):
+        return None
+    hosts = [k.host_s is None for k in ks]
+    if hosts.count(hosts[0]) != len(hosts):
+        return None
+    terms = tuple((offset, k.fixed_s, k.slope_s, k.base_s, k.floor_s, k.layers, k.replay_s,
+                   0.0 if k.host_s is None else k.host_s) for offset, k in forms)
+    if hosts[0]:
+        def bare(total: float, x: float) -> float:
+            for offset, fixed, slope, base, floor, layers, replay, _ in terms:
+                y = x + offset
+                total += fixed + max(slope * y + base, floor) * layers + replay
+            return total
+        return bare
+
+    def hosted(total: float, x: float) -> float:
+        for offset, fixed, slope, base, floor, layers, replay, host in terms:
+            y = x + offset
+            total += fixed + max(slope * y + base, floor) * layers + replay + host
+        return total
+    return hosted
+
+
 def scalar_time(k: UniformStep):
     """``uniform_time(k, x, max)`` as a function of the context sum ``x`` alone, ``k``'s
     numbers bound once: the same operations in the same order (the same float) at a third of

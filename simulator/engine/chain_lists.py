@@ -24,13 +24,29 @@ None where a price has no such form: the caller takes ``_pass``.
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
-from simulator.engine.chain_stretch import chain_prices
+from simulator.engine.chain_stretch import (
+    _ACCEPTED,
+    _CONST,
+    _DRAFT,
+    _DURATION,
+    _EMITTED,
+    _KV_READ,
+    _KV_USED,
+    _OCCUPANCY,
+    _PAIRS,
+    _START,
+    _VERIFY,
+    chain_prices,
+)
 from simulator.engine.fast_forward import MAX_STRETCH_CELLS
 from simulator.engine.plan import ChainStretch
 
 _ANY, _MIN = np.logical_or.reduce, np.minimum.reduce
+_CHAIN = chain.from_iterable
 
 
 def list_prices(replica, spec: ChainStretch, n: int):
@@ -100,3 +116,32 @@ def rows_lists(replica, spec: ChainStretch, k_max: int, opened: tuple, prices: t
     if emits:
         commit(replica, spec, emits, gots, rows, clock, base, retired)
     return len(emits), retired, cross, len(emits) == k_max
+
+
+def counts(per_iteration: list, k: int, n: int) -> np.ndarray:
+    """The (k, n) int64 array of ``k`` iterations' ``n`` counts each: lists of ints by one
+    ``fromiter`` (numpy's nested-list conversion costs several times as much), arrays
+    stacked."""
+    if per_iteration[0].__class__ is list:
+        return np.fromiter(_CHAIN(per_iteration), np.int64, k * n).reshape(k, n)
+    return np.array(per_iteration)
+
+
+def step_columns(cols: np.ndarray, replica, n: int, g: int, rows: list) -> None:
+    """``_commit_rows``' step columns (``cols``: (fields, k), zeros, its KV blocks in use
+    already there) of iterations ``rows`` = (start, draft, verify, context sum, tokens
+    emitted uncapped) of ``n`` requests drafting ``g`` tokens each, as ``_commit`` builds
+    them: each value the float of the row it stands for (whole numbers exact, draft +
+    verify and blocks / kv_blocks the same IEEE operations on either), no tuple a row."""
+    u, k = g + 1, len(rows)
+    cols[_CONST] = np.array((replica.index, n, n, n * u, n * g, len(replica.waiting)),
+                            np.float64)[:, None]
+    start, draft, verify, sums, emitted = np.fromiter(
+        _CHAIN(rows), np.float64, 5 * k).reshape(k, 5).T
+    cols[_START], cols[_DRAFT], cols[_VERIFY], cols[_EMITTED] = start, draft, verify, emitted
+    np.add(draft, verify, out=cols[_DURATION])
+    np.subtract(emitted, n, out=cols[_ACCEPTED])  # accepted: the emissions less one each
+    np.divide(cols[_KV_USED], replica.limits.kv_blocks, out=cols[_OCCUPANCY])
+    # u tokens each: u (x + (u + 1) / 2) pairs at context x (whole numbers, exact)
+    np.add(sums, n * u, out=cols[_KV_READ])
+    np.add(u * sums, n * (u * (u + 1) // 2), out=cols[_PAIRS])

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.chain_few import FEW_REQUESTS
-from simulator.engine.chain_lists import list_prices, rows_lists
+from simulator.engine.chain_lists import counts, list_prices, rows_lists, step_columns
 from simulator.engine.chain_stretch import (
     _FULL,
     FIRST_PASS,
@@ -63,7 +63,7 @@ from simulator.engine.plan import ChainStretch, DrawnDraft
 from simulator.engine.step import STEP_FIELDS
 
 _ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
-_EMITTED = STEP_FIELDS.index("emitted_tokens")
+_EMITTED, _KV_USED = (STEP_FIELDS.index(f) for f in ("emitted_tokens", "kv_blocks_used"))
 _FEW = 64
 _AHEAD = 4  # iterations' most uniforms a chunk holds (a walk takes a few levels of its depth)
 # where the draft draws too, its most is far above what it takes (staged.yaml: a pass took 51
@@ -205,10 +205,10 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
     # listed: a drawn draft priced from its contexts as lists of ints (not few's form)
     few, c0l = None if listed else _few_prices(replica, spec, n, price), c0.tolist()
     few_draft, few_verify = (None, None) if few is None else few
-    left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
+    left, free = (b.output_len - b.generated).tolist(), replica.limits.kv_blocks - base
     horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
-    s, clock, got = int(_SUM(c0)), replica.now, [0] * n
-    s0, fewest, left, cu = s, int(_MIN(left)), left.tolist(), (c0 + u).tolist()
+    s, clock, got = sum(c0l), replica.now, [0] * n  # ints: exact, as numpy's
+    s0, fewest, cu = s, min(left), [c + u for c in c0l]
     emits, gots, rows, cross, retired = [], [], [], False, False
     while len(emits) < k_max:  # the exact blocking on Python integers (exact, as numpy's)
         if (s + n * u) // bs + n > free and sum([-(-(c + a) // bs) for c, a in zip(
@@ -336,8 +336,7 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
     context sum, tokens emitted uncapped), ``end`` the last one's end."""
     b, lim, rec = replica.b, replica.limits, replica.rec
     k, n, g, bs = len(emits), int(b.ids.size), spec.gamma, lim.block_size
-    u = g + 1
-    emits, gots = np.array(emits), np.array(gots)  # (k, n): arrays' rows or lists of ints
+    emits, gots = counts(emits, k, n), counts(gots, k, n)  # (k, n)
     rec.record_acceptance_of(g, emits.ravel() - 1)  # the rows in order, concatenated
     num_accepted = gots[-1] - k  # the accepted drafts of each request, in all
     capped = rows[-1][4]  # the last iteration's tokens emitted
@@ -353,15 +352,12 @@ def _commit_rows(replica, spec: ChainStretch, emits: list, gots: list, rows: lis
         ends = np.array([row[0] for row in rows[1:]] + [end])
         rec.record_itl_repeated(ends[1:] - ends[:-1], n)
     # after the roll-backs: ceil((computed + got) / bs) blocks each (integers: exact)
-    used = (base + _SUM((gots + (b.computed + (bs - 1))) // bs, axis=1)).tolist()
-    if move_on(replica, spec, k, gots[-1], num_accepted, emits[-1] - 1, used[-1], end,
+    used = base + _SUM((gots + (b.computed + (bs - 1))) // bs, axis=1)
+    cols = np.zeros((len(STEP_FIELDS), k))
+    cols[_KV_USED] = used
+    if move_on(replica, spec, k, gots[-1], num_accepted, emits[-1] - 1, int(used[-1]), end,
                retired):
-        used[-1] = replica.used_blocks  # the last row reads the KV retirements freed
-    index, kv, queue, pairs = replica.index, lim.kv_blocks, len(replica.waiting), \
-        n * (u * (u + 1) // 2)  # u tokens each: u (x + (u + 1) / 2) pairs at context x
-    table = np.array(  # accepted drafts: the uncapped emissions less one each
-        [(index, start, d + v, d, v, n, 0, n, 0, n * u, emitted, n * g, emitted - n, used_j,
-          used_j / kv, queue, s + n * u, u * s + pairs, 0)
-         for (start, d, v, s, emitted), used_j in zip(rows, used)], np.float64)
-    table[-1, _EMITTED] = capped
-    rec.record_steps(table)
+        cols[_KV_USED, -1] = replica.used_blocks  # the last row reads the KV retirements freed
+    step_columns(cols, replica, n, g, rows)
+    cols[_EMITTED, -1] = capped
+    rec.record_steps(cols.T)

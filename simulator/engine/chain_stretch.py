@@ -373,7 +373,7 @@ def move_on(replica, spec: ChainStretch, k: int, total: np.ndarray, accepted: np
     b.num_draft_tokens += k * spec.gamma
     b.num_accepted += accepted
     replica.used_blocks = used
-    replica.outstanding_tokens -= int(_SUM(total))
+    replica.outstanding_tokens -= int(sum(total.tolist()) if total.size < 64 else _SUM(total))
     replica.now = end
     replica.stats["iterations"] += k
     replica.stats["vectorised"] += k

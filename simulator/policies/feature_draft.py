@@ -42,7 +42,8 @@ from simulator.policies.base import (
     spec_charge,
     spec_execution,
 )
-from simulator.policies.feature_rows import few_price, first_rows, later_rows, later_times
+from simulator.policies.feature_rows import (few_price, first_rows, later_rows, later_times,
+                                             one_chunk_s)
 from simulator.policies.tree_acceptance import (
     PolicyAcceptance,
     exclusive_table,
@@ -112,11 +113,16 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return total + self._extra_s(first.sum(), [n * t for t in self.levels[1:]])
 
     def _reread(self, request_ids: np.ndarray) -> np.ndarray:
-        if request_ids.size and int(_MAX(request_ids)) >= self._emitted.size:
-            grown = np.ones(int(request_ids.max()) + 1)
-            grown[:self._emitted.size] = self._emitted
-            self._emitted = grown
-        return self._emitted[request_ids]
+        try:  # the workload's ids are in range: no probe of the largest an iteration
+            return self._emitted[request_ids]
+        except IndexError:
+            return self._grow(request_ids)[request_ids]
+
+    def _grow(self, request_ids: np.ndarray) -> np.ndarray:
+        grown = np.ones(int(_MAX(request_ids)) + 1)  # room for ids beyond the workload's
+        grown[:self._emitted.size] = self._emitted
+        self._emitted = grown
+        return grown
 
     def expected_accepted(self) -> float | None:
         """Expected accepted tokens per iteration (bonus excluded), where a closed form exists."""
@@ -200,8 +206,8 @@ class FeatureDraft(PolicyBase, CarriedDraft):
             if memo is self._later:
                 memo = self._later[n] = self._later_pricers(n)
             price = self._few_prices[n] = None if memo is None else few_price(
-                memo[1], self.host(n), self._linears_s, self._first_few, n,
-                self._first_forms, float(int(self.logits[0])))
+                (memo[1], closed_forms(self.cost)), self.host(n), self._linears_s,
+                self._first_few, n, self._first_forms, float(int(self.logits[0])))
         return price
 
     def _linears_s(self, tokens: float, n: int) -> float:
@@ -303,15 +309,21 @@ class FeatureDraft(PolicyBase, CarriedDraft):
         return np.full(n, float(self.logits[0])), out
 
     def observe_accepted(self, request_ids: np.ndarray, accepted: np.ndarray) -> None:
-        self._reread(request_ids)
-        self._emitted[request_ids] = np.asarray(accepted) + 1.0
+        emitted = np.asarray(accepted) + 1.0
+        try:  # (numpy checks every index before it writes)
+            self._emitted[request_ids] = emitted
+        except IndexError:
+            self._grow(request_ids)[request_ids] = emitted
 
     def prefill_time(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """The layer fills its own KV over every prompt chunk (no logits)."""
         if not new_tokens.size:
             return 0.0
-        return self._first.step_time(new_tokens, context, np.zeros(new_tokens.size)) \
-            + self._extra_s(float(new_tokens.sum()), [])
+        first = None if self._first_forms is None or new_tokens.size != 1 else \
+            one_chunk_s(self._first_forms, new_tokens, context)  # the usual: one chunk
+        if first is None:
+            first = self._first.step_time(new_tokens, context, np.zeros(new_tokens.size))
+        return first + self._extra_s(float(new_tokens.sum()), [])
 
 
 def extend_cost(cost):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.cost.closed_forms import ClosedForms
+
 _SUM = np.add.reduce
 # below this many requests a row of different counts is priced on Python numbers
 # (``few_mixed_time``: few_step's one-kernel loop where one kernel holds them all)
@@ -101,21 +103,81 @@ def later_times(forms, n: int, sums: np.ndarray, later: list) -> list[np.ndarray
     return [forms.uniform_step_times(n, t, sums + offset, lg) for offset, _, t, lg in later]
 
 
-def few_price(later: list, host: float, linears, first_few, n: int, forms, head: float):
+def few_price(pricers: tuple, host: float, linears, first_few, n: int, forms, head: float):
     """``FeatureDraft.few_draft_s``' ``price(context, reread)`` of ``n`` requests on lists:
-    ``first_few``'s first forward, the later forwards by their scalar pricers (``later``)
-    at the context sum + offset, the linears and ``host``, in ``iteration_draft_s``'s
-    order; one request by ``_one_price``."""
+    ``first_few``'s first forward, the later forwards by their scalar pricers (``pricers``:
+    ``_later_pricers``' list and the layer's closed forms, whose ``uniform_sum_pricer`` adds
+    the same terms in one loop where it has one) at the context sum + offset, the linears
+    and ``host``, in ``iteration_draft_s``'s order; one request by ``_one_price``."""
+    later, cost_forms = pricers  # the later forwards' terms in one loop where they can be
+    together = cost_forms.uniform_sum_pricer(n, [(o, t, lg) for o, _, t, lg in later]) \
+        if isinstance(cost_forms, ClosedForms) else None
+    if together is None:
+        def together(total: float, s: float) -> float:
+            for offset, later_s, _, _ in later:
+                total += later_s(s + offset)
+            return total
+
     def price(context: list, reread: list) -> float:
         first, tokens, s = first_few(reread, context)
         total = 0.0 + first
         for offset, later_s, _, _ in later:
             total += later_s(s + offset)
         return total + linears(tokens, n) + host
-    return price if n > 1 else _one_price(later, host, linears, price, forms, head)
+    if n == 1:
+        return _one_price(together, host, linears, price, forms, head)
+    return _many_price(together, host, linears, price, forms, n * head, n)
 
 
-def _one_price(later: list, host: float, linears, price, forms, head: float):
+def _many_price(later, host: float, linears, price, forms, head: float, n: int):
+    """``price`` of ``n`` > 1 requests over int contexts: ``_first_few``'s first forward by
+    the pricer its re-read counts select (``_few_entry``: the closed form of alike whole
+    counts at the starts' sum, else ``forms.few_mixed_pricer`` of the counts, the same memo
+    entry ``few_mixed_time`` prices by) with its linears, looked up once per counts (a
+    batch's re-read counts repeat); ``price`` where neither applies."""
+    entries: dict = {}
+
+    def many(context: list, reread: list) -> float:
+        if type(context[0]) is not int:
+            return price(context, reread)
+        key = tuple(reread)  # max(r, 1.0) of ints or whole floats: equal keys, one entry
+        got = entries.get(key)
+        if got is None:
+            if len(entries) >= 4096:
+                entries.clear()
+            got = entries[key] = _few_entry(reread, forms, head, linears, n)
+        first, less, extra = got
+        if first is None:
+            return price(context, reread)
+        if less.__class__ is float:  # alike: the closed form at the starts' sum (ints)
+            total = 0.0 + first(float(sum([max(c - less, 0.0) for c in context])))
+        else:
+            total = 0.0 + first([max(c - x, 0.0) for c, x in zip(context, less)])
+        # the later forwards at the contexts' sum (whole numbers: exact in any order)
+        return later(total, float(int(sum(context)))) + extra + host
+    return many
+
+
+def _few_entry(reread: list, forms, head: float, linears, n: int) -> tuple:
+    """(the first forward's pricer, what each count's start is less than its context (one
+    float where they are alike: the closed form's), the linears' seconds) of re-read counts
+    ``reread`` as ``_first_few`` prices them (new tokens max(r, 1.0), starts max(context -
+    (new - 1), 0)); (None, None, None) where it takes another path."""
+    first = [max(float(r), 1.0) for r in reread]
+    t = first[0]
+    if not all(map(float.is_integer, first)):
+        return None, None, None
+    tokens = np.float64(sum(first))  # _first_few's tokens: whole numbers, exact
+    if first.count(t) == n:
+        pricer = forms.few_uniform_pricer(n, t, head)
+        if pricer is not None:
+            return pricer, t - 1.0, linears(tokens, n)
+    pricer = forms.few_mixed_pricer(first, head)
+    return (None, None, None) if pricer is None else \
+        (pricer, [x - 1.0 for x in first], linears(tokens, n))
+
+
+def _one_price(later, host: float, linears, price, forms, head: float):
     """``price`` of one request: ``_first_few``'s closed form of a whole count over an int
     context (the sum of one start is that start, of one count that count), its pricer
     (``forms.few_uniform_pricer``) and linears looked up once per count; ``price`` where
@@ -130,8 +192,16 @@ def _one_price(later: list, host: float, linears, price, forms, head: float):
             got = by_count[t] = (first, None if first is None else linears(np.float64(t), 1))
         if got is None or got[0] is None:
             return price(context, reread)
-        total, s = 0.0 + got[0](max(c - (t - 1.0), 0.0)), float(c)
-        for offset, later_s, _, _ in later:
-            total += later_s(s + offset)
-        return total + got[1] + host
+        return later(0.0 + got[0](max(c - (t - 1.0), 0.0)), float(c)) + got[1] + host
     return one
+
+
+def one_chunk_s(forms, new_tokens: np.ndarray, context: np.ndarray) -> float | None:
+    """``step_time`` of one prompt chunk of ``new_tokens[0]`` tokens over ``context[0]``
+    with no logits, by the closed form at its whole context (``few_uniform_pricer``:
+    bitwise that float, as ``draft_prefill_time`` prices a draft model's chunk); None where
+    the counts are not whole or the layer has no such form."""
+    c, x = float(new_tokens[0]), float(context[0])
+    price = forms.few_uniform_pricer(1, c, 0.0) \
+        if c >= 1.0 and c.is_integer() and x.is_integer() else None
+    return None if price is None else price(x)
