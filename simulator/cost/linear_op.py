@@ -8,7 +8,8 @@ small kernels) to read one operator: on the MoE scenarios the largest part of a 
 ``linear_op_s`` prices that operator alone, the same terms in the same order as
 ``breakdown``: the forward's runtime mode and padded tokens (``CostModel._mode`` on one
 request: ``Execution.graph_tokens``), the operator's ``token_terms.linear`` over the model's
-layers, its eager launches, ``op_from_term``'s time_s (bitwise ``breakdown``'s operator:
+layers, its eager launches (none where the forward is one eager stream:
+``eager_stream.EagerStream.ops``), ``op_from_term``'s time_s (bitwise ``breakdown``'s operator:
 ``tests/simulator/cost/test_linear_op.py``).  Only for a plain ``CostModel`` with the
 sum-of-operators step model (a subclass may price its forward otherwise: ``None``).
 """
@@ -28,7 +29,9 @@ def linear_op_s(cm: CostModel, name: str, tokens: int) -> float | None:
         return None
     t = float(tokens)
     mode, padded = cm.execution.graph_tokens(t, t <= sm.UNIFORM_MAX_QUERY)
-    launch = 0.0 if mode != "eager" else cm._launch_s
+    # an eager launch beyond the GPU time, unless the forward is priced as one stream
+    # (eager_stream: each operator at its GPU time, the unhidden launches apart)
+    launch = 0.0 if mode != "eager" or cm._stream is not None else cm._launch_s
     found = None  # breakdown's dict keeps the last operator of a name
     for op, weight, out_t, in_t, n, roof, wb in cm._linears:
         if op == name:
