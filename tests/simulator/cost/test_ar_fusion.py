@@ -103,3 +103,23 @@ def test_tables_and_scalar_path_agree(new):
         ctx = [4000 + 7 * i for i in range(len(new))]
         assert cm.step_time(new, ctx) == pytest.approx(cm.breakdown(new, ctx).time_s,
                                                        rel=1e-12)
+
+
+def test_an_eager_forward_lays_the_fused_kernels_out_once():
+    """Eager (one CUDA stream, eager_stream.py): the fused engine's layer has no separate
+    norm or residual add left, so it is the plain engine's less those kernels' launches."""
+    def eager(engine):
+        profile = load_profile("b200")
+        ex = resolve_execution(profile, {"spec": load_engine(engine), "cuda_graphs": False},
+                               max_num_seqs=128)
+        return CostModel(profile, load_model("deepseek-v3"), Parallelism(tensor_parallel=8),
+                         execution=ex)
+    fused, plain = eager(FUSED), eager(PLAIN)
+    assert fused._stream is not None
+    new, ctx = [1] * 4, [3000] * 4
+    assert fused.step_time(new, ctx) == pytest.approx(fused.breakdown(new, ctx).time_s,
+                                                      rel=1e-12)
+    saved = plain.step_time(new, ctx) - fused.step_time(new, ctx)
+    # at least the 4 launches a layer (2 norms, 2 adds) less the epilogue, all layers
+    launch = plain.execution.kernel_launch_s
+    assert saved > fused.model.num_layers * (4 * launch - 2 * arf.EPILOGUE_S)
