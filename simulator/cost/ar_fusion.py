@@ -41,11 +41,12 @@ EPILOGUE_S = 8.7e-6 - 7.876e-6
 def fused_count(cm, tokens, layers: float):
     """Fused all-reduces of a forward over ``layers`` of the model's layers at ``tokens``
     (a float or an array): ``2 layers - 1`` (the last layer's share of the one plain
-    all-reduce) where the engine fuses, the model is split over TP ranks and the step's
-    tokens are within the engine's bound; else 0."""
+    all-reduce) where the engine fuses, the model is split over TP ranks without DP
+    attention (SGLang's ``not is_dp_attention_enabled()``) and the step's tokens are within
+    the engine's bound; else 0."""
     bound = cm.execution.spec.allreduce_norm_fusion_tokens
     t = np.asarray(tokens, dtype=np.float64)
-    if not bound or cm._tp <= 1:
+    if not bound or cm._tp <= 1 or cm.parallel.data_parallel_attention > 1:
         return np.zeros_like(t) if t.ndim else 0.0
     on = (t > 0.0) & (t <= bound)
     n = np.where(on, 2.0 * layers - layers / cm._layers, 0.0)

@@ -123,3 +123,17 @@ def test_an_eager_forward_lays_the_fused_kernels_out_once():
     # at least the 4 launches a layer (2 norms, 2 adds) less the epilogue, all layers
     launch = plain.execution.kernel_launch_s
     assert saved > fused.model.num_layers * (4 * launch - 2 * arf.EPILOGUE_S)
+
+
+def test_no_fusion_under_dp_attention():
+    """SGLang fuses only without DP attention (apply_flashinfer_allreduce_fusion)."""
+    from simulator.cost.dp_attention import cost_model
+
+    def dp(engine):
+        profile = load_profile("b200")
+        ex = resolve_execution(profile, {"spec": load_engine(engine)}, max_num_seqs=128)
+        par = Parallelism(tensor_parallel=1, data_parallel_attention=8, expert_parallel=8)
+        return cost_model(profile, load_model("deepseek-v3"), par, execution=ex)
+    new, ctx = [1] * 8, [2000] * 8
+    assert dp(FUSED).step_time(new, ctx) == dp(PLAIN).step_time(new, ctx)
+    assert dp(FUSED).breakdown(new, ctx).time_s == dp(PLAIN).breakdown(new, ctx).time_s
