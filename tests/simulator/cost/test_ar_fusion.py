@@ -137,3 +137,25 @@ def test_no_fusion_under_dp_attention():
     new, ctx = [1] * 8, [2000] * 8
     assert dp(FUSED).step_time(new, ctx) == dp(PLAIN).step_time(new, ctx)
     assert dp(FUSED).breakdown(new, ctx).time_s == dp(PLAIN).breakdown(new, ctx).time_s
+
+
+def test_fast_forward_is_exact_on_the_fused_engine():
+    """A B200 TP 8 DeepSeek-R1 serving run on sglang-v0.5-blackwell (decode stretches at
+    1-4 tokens, prompts of 900-2,500 tokens: prefill steps below and above the 2048-token
+    bound): fast-forward on and off give identical results."""
+    from simulator.scenario import EngineOptions, scenario_from_dict
+    from simulator.simulate import simulate
+    from tests.simulator.engine.test_fast_forward import assert_identical
+    data = {"name": "b200-fusion", "seed": 3, "hardware": "b200", "target": "deepseek-v3",
+            "policy": {"name": "none"}, "parallelism": {"tensor_parallel": 8},
+            "batching": {"max_num_seqs": 8, "max_num_batched_tokens": 4096},
+            "execution": {"engine": FUSED}, "kv_cache_dtype": "fp8",
+            "workload": {"synthetic": {
+                "num_requests": 6, "arrival": {"process": "poisson", "rate_per_s": 50.0},
+                "prompt": {"dist": "uniform", "min_tokens": 900, "max_tokens": 2500},
+                "output": {"dist": "fixed", "tokens": 40}}, "max_concurrency": 4}}
+    sc = scenario_from_dict(data, source="t")
+    on = simulate(dataclasses.replace(sc, engine=EngineOptions(fast_forward=True)))
+    off = simulate(dataclasses.replace(sc, engine=EngineOptions(fast_forward=False)))
+    assert_identical(on, off)
+    assert len(on.requests) == 6
