@@ -33,6 +33,7 @@ import dataclasses
 
 import numpy as np
 
+from simulator.cost import ar_fusion as arf
 from simulator.cost import mla, stream
 from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
@@ -76,6 +77,8 @@ def layer_parts(cm, tokens: float) -> tuple[Segment, Segment, Segment]:
     norm1, norm2 = (stream.kernels(n_norm, x + (n_norm - 1) * extra_s, L) for x in g[:2])
     if not first_norm:
         norm1 = stream.EMPTY
+    if arf.fused_count(cm, tokens, layers):  # ar_fusion.py: the all-reduces take them in
+        norm1 = norm2 = add1 = add2 = stream.EMPTY
     before_x = [stream.kernels(n_before, n_before * extra_s, L),
                 stream.kernels(n_host, 0.0, L)]
     after_x = [stream.kernels(n_after, n_after * extra_s, L)]

@@ -71,7 +71,8 @@ COUNTS = ("verify_kernels", "draft_prep_kernels", "draft_step_kernels", "tree_le
 # Launches per decoder layer a DeepSeek-class model's decode runs beyond the cost model's
 # generic MoE/MLA families, by kind (simulator/cost/engine_kernels.py); 0 where not read
 DECODE_COUNTS = ("mla_pointwise_kernels", "mla_other_kernels", "moe_pointwise_kernels",
-                 "moe_other_kernels", "deepep_pointwise_kernels", "eplb_map_kernels")
+                 "moe_other_kernels", "deepep_pointwise_kernels", "eplb_map_kernels",
+                 "allreduce_norm_fusion_tokens")
 # The kernels an engine runs its block-FP8 linears and experts with: triton (a serial K loop
 # per program, engine_kernels.py's floor), or default (DeepGEMM / CUTLASS: no floor)
 FP8_GEMMS = ("default", "triton", "deepgemm")
@@ -165,12 +166,10 @@ class SpecHost:
     # the prefill attention kernel (PREFILL_KERNELS): a named engine's (engines.yaml), or the
     # scenario's execution.prefill_attention; without either the FA2-class kernel every
     # profile prices (the A100's fitted to measured kernels).  The inference-sim H100 runs
-    # (vLLM 0.11.0, FA3) are replayed without an engine: priced at FA3's paper figure they
-    # all come out fast (TTFT -3% to -11%, TPOT -3% to -6%), the paper's contiguous-KV
-    # kernel being faster than vLLM's paged one (docs/execution.md, prefill attention)
+    # (vLLM 0.11.0, FA3) are replayed without an engine: at FA3's paper figure they all come
+    # out fast, its contiguous-KV kernel faster than vLLM's paged one (docs/execution.md)
     prefill_attention: str = "fa2"
-    # DeepSeek-class decode beside the speculative path (engine_kernels.py): the engine's
-    # extra launches per MLA layer and per MoE layer, pointwise or other, and its FP8 GEMMs
+    # DeepSeek-class decode (engine_kernels.py): extra launches a MLA / MoE layer, FP8 GEMMs
     mla_pointwise_kernels: int = 0
     mla_other_kernels: int = 0
     moe_pointwise_kernels: int = 0
@@ -179,20 +178,19 @@ class SpecHost:
     # logical-to-physical expert map under EPLB (DP attention's MoE terms, dp_attention.py)
     deepep_pointwise_kernels: int = 0
     eplb_map_kernels: int = 0
+    allreduce_norm_fusion_tokens: int = 0  # ar_fusion.py: all-reduce + add + norm fused
     fp8_gemm: str = "default"
     norm_kernels: int = 0  # LAYER_COUNTS: launches an RMSNorm (0: the generic one), more
     layer_kernels_before_attention: int = 0  # pointwise launches a layer, and
     layer_kernels_after_attention: int = 0   # ops on CPU tensors (a dispatch, no GPU time)
     layer_host_ops: int = 0
-    # the scheduler's steps may carry prefill chunks beside decodes (vLLM V1); False: prefill
-    # and decode steps apart (SGLang's default), the default of ``batching.mixed_chunk``
+    # steps may carry prefill chunks beside decodes (vLLM V1; batching.mixed_chunk's default)
     mixed_chunk: bool = True
     # an MLA target runs without chunked prefill or prefix caching, prefill and decode steps
     # apart, whatever the scenario asks (vLLM 0.7.x: simulator/engine_overrides.py)
     mla_disables_chunked_prefill: bool = False
-    # with chunked prefill off, whole prompts in prefill-only steps and the decodes in steps
-    # of their own, whatever batching.mixed_chunk says (vLLM V0's Scheduler._schedule_default:
-    # simulator/engine_overrides.py)
+    # with chunked prefill off, whole prompts in prefill-only steps and the decodes in steps of
+    # their own, whatever batching.mixed_chunk says (vLLM V0: simulator/engine_overrides.py)
     unchunked_prefill_apart: bool = False
     # the dense block-FP8 linears' 1-32 decode rows at the DeepGEMM of the measurement
     # (engine_kernels.deepgemm_decode_floor: sgl-project/sglang PR #5820, April 2025); off

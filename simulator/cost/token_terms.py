@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.cost import ar_fusion as arf
 from simulator.cost import engine_kernels as ek
 from simulator.cost import moe
 from simulator.cost import moe_kernels as mk
@@ -125,12 +126,19 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
         g = float(gpu) * n
         terms.append((name, 0.0, float(nb) * n, 0.0, 0.0, g, 0.0, kernels * k * n, g))
     e_flops, e_bytes, e_s, e_kernels = elementwise(cm, tokens, layers)
-    terms.append(("elementwise", e_flops, e_bytes, 0.0, 0.0, e_s, 0.0,
-                  e_kernels * k * layers, e_s))
+    e_launch = e_kernels * k * layers
+    fused = arf.fused_count(cm, tokens, layers)  # norms and adds the all-reduces take in
+    if fused:
+        saved_s, saved_b = _saved_elementwise(cm, tokens)
+        e_s, e_bytes = e_s - fused * saved_s, e_bytes - fused * saved_b
+        e_launch = (e_kernels * layers - 2 * fused) * k
+    terms.append(("elementwise", e_flops, e_bytes, 0.0, 0.0, e_s, 0.0, e_launch, e_s))
     if cm._tp > 1:  # after attention and after the MLP, on the hidden states
         ar, ar_k = _all_reduces(cm, layers, k)
         ar_s = ar * float(cm._collectives.all_reduce_s(
             tokens * cm._h * cm._b, cm._tp, custom=cm._custom_ar))
+        if fused:
+            ar_s = ar_s + fused * float(arf.epilogue_s(cm, tokens))
         terms.append(("all_reduce", 0.0, 0.0, 0.0, 0.0, ar_s, 0.0, ar_k, ar_s))
     if with_head:
         g_bytes = tokens * cm._h * cm._b
@@ -140,6 +148,16 @@ def token_terms(cm, tokens: float, layers: int, with_head: bool,
             g_s = cm._roof.memory_time(g_bytes) if g_bytes else 0.0
         terms.append(("embedding", 0.0, g_bytes, 0.0, 0.0, g_s, 0.0, k, g_s))
     return terms
+
+
+def _saved_elementwise(cm, tokens):
+    """(seconds, bytes) of the norm and residual add one fused all-reduce takes in
+    (ar_fusion.py) at ``tokens`` (a float or an array); without kernel shapes, their
+    bytes at the memory roof, as ``elementwise`` prices them."""
+    if cm._shapes:
+        return arf.saved_elementwise(cm, tokens, _elementwise_kernels(cm, tokens))
+    nb = (6.0 * tokens * cm._h + cm._h) * cm._b
+    return cm._roof.memory_time(nb), nb
 
 
 def _all_reduces(cm, layers: int, k: float) -> tuple[int, float]:
@@ -215,11 +233,18 @@ def layer_times(cm, tokens: np.ndarray, eager: bool) -> np.ndarray:
         e_bytes = tokens * cm._elementwise_bytes_per_token
         e_s = np.where(e_bytes > 0, roof.memory_time(e_bytes), 0.0) * layers
         e_kernels = 5
-    total = total + np.maximum(e_kernels * k * layers, e_s)
+    e_launch, fusion = e_kernels * k * layers, cm.execution.spec.allreduce_norm_fusion_tokens
+    if fusion:  # ar_fusion.py: norms and adds the all-reduces take in
+        fused = arf.fused_count(cm, tokens, layers)
+        e_s = e_s - fused * _saved_elementwise(cm, tokens)[0]
+        e_launch = np.where(fused > 0, (e_kernels * layers - 2 * fused) * k, e_launch)
+    total = total + np.maximum(e_launch, e_s)
     if cm._tp > 1:
         ar, ar_k = _all_reduces(cm, layers, k)
         ar_s = ar * cm._collectives.all_reduce_s(tokens * cm._h * cm._b, cm._tp,
                                                  custom=cm._custom_ar)
+        if fusion:
+            ar_s = ar_s + fused * arf.epilogue_s(cm, tokens)
         total = total + np.maximum(ar_k, ar_s)
     if cm._shapes:
         g_s = roof.transfer_time(tokens * cm._h * (2 * cm._b + 8), "embedding")

@@ -50,7 +50,10 @@ ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop":
                             # CUTLASS/DeepGEMM block-FP8 GEMMs; 0.4.1's speculative counts
                             "sglang-2025": {"engine": "sglang-v0.4.5"},
                             # SGLang 0.5.x (Sep 2025 on): its DeepSeek decode path, read
-                            "sglang-0.5": {"engine": "sglang-v0.5"}}
+                            "sglang-0.5": {"engine": "sglang-v0.5"},
+                            # its B200 run with the flags of InferenceX's B200 script: the
+                            # all-reduce + add + RMSNorm fusion (simulator/cost/ar_fusion.py)
+                            "sglang-0.5-blackwell": {"engine": "sglang-v0.5-blackwell"}}
 
 
 @dataclass(frozen=True)
