@@ -149,12 +149,16 @@ def _many_price(later, host: float, linears, price, forms, head: float, n: int):
         first, less, extra = got
         if first is None:
             return price(context, reread)
+        s = sum(context)  # ints: exact
         if less.__class__ is float:  # alike: the closed form at the starts' sum (ints)
-            total = 0.0 + first(float(sum([max(c - less, 0.0) for c in context])))
+            # no start clipped at 0: their sum s - n less, whole numbers (exact), the float
+            # the clipped starts add up to (0.0 + ... the same +0.0 where it is 0)
+            total = 0.0 + first(float(s - n * less) if min(context) >= less else
+                                float(sum([max(c - less, 0.0) for c in context])))
         else:
             total = 0.0 + first([max(c - x, 0.0) for c, x in zip(context, less)])
         # the later forwards at the contexts' sum (whole numbers: exact in any order)
-        return later(total, float(int(sum(context)))) + extra + host
+        return later(total, float(s)) + extra + host
     return many
 
 
