@@ -189,14 +189,16 @@ def _one_price(later, host: float, linears, price, forms, head: float):
     by_count: dict = {}
 
     def one(context: list, reread: list) -> float:
-        t, c = max(float(reread[0]), 1.0), context[0]
+        t, c = float(reread[0]), context[0]
+        t = 1.0 if 1.0 > t else t  # max(t, 1.0) without the call (the object max returns)
         got = by_count.get(t) if type(c) is int else None
         if got is None and t.is_integer() and type(c) is int:
             first = forms.few_uniform_pricer(1, t, head)
             got = by_count[t] = (first, None if first is None else linears(np.float64(t), 1))
         if got is None or got[0] is None:
             return price(context, reread)
-        return later(0.0 + got[0](max(c - (t - 1.0), 0.0)), float(c)) + got[1] + host
+        x = c - (t - 1.0)
+        return later(0.0 + got[0](0.0 if 0.0 > x else x), float(c)) + got[1] + host
     return one
 
 
