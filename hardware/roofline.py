@@ -33,6 +33,14 @@ from simulator.inputs.errors import SpecsimError
 
 AXES = ("flops", "intensity")   # what a compute-efficiency curve is indexed by
 _ADD = np.add.reduce            # a sum without the ndarray.sum method layer
+_NUMBERS = (float, int, type(None))  # np.ndim 0 without its exception path
+
+
+def fast_ndim(x) -> int:
+    """``np.ndim(x)``; 0 at once for a Python float, int or None (``np.ndim`` reads ``x.ndim``
+    and, where there is none, converts ``x`` to an array after the AttributeError)."""
+    return 0 if x.__class__ in _NUMBERS else np.ndim(x)
+
 
 Curve = tuple[tuple[float, float], ...]
 
@@ -105,7 +113,7 @@ class Roofline:
 
     def compute_time(self, flops, nbytes):
         """Seconds of the compute roof (0 for an operator without FLOPs)."""
-        if np.ndim(flops) == 0:
+        if fast_ndim(flops) == 0:
             return flops / self.compute_rate(flops, nbytes) if flops else 0.0
         return np.where(flops > 0, flops / self.compute_rate(flops, nbytes), 0.0)
 
@@ -169,14 +177,14 @@ class Roofline:
         quantisation (``wave_efficiency``), the kernel's latency is added and its floor
         applied; without one it is exactly ``max(F / (peak eta_c), B / (bw eta_m))``.
         """
-        m = np.asarray(m, dtype=np.float64) if np.ndim(m) else float(m)
+        m = np.asarray(m, dtype=np.float64) if fast_ndim(m) else float(m)
         flops = 2.0 * m * n * k
         nbytes = self.dtype_bytes * (k * n + m * k + m * n)
         if self.kernels is None:
             return np.maximum(self.compute_time(flops, nbytes), self.memory_time(nbytes))
         crate, mrate, latency, floor = self.kind_rates(GEMM)
         q = wave_efficiency(m, n, self.kernels.gemm_tiles, self.kernels.sm_count)
-        if not np.ndim(m):  # scalar fast path (the cost model's hot path)
+        if m.__class__ is float:  # scalar fast path (the cost model's hot path)
             if m <= 0:
                 return 0.0
             compute = flops / (crate * q) if q > 0 else 0.0
@@ -200,7 +208,7 @@ class Roofline:
             return self.memory_time(nbytes)
         _, mrate, latency, floor = self.kind_rates(kind)
         l2, row_bw = self._kind_cache[kind][4:]
-        if not np.ndim(nbytes) and not np.ndim(rows):  # scalar fast path (the cost model's)
+        if not fast_ndim(nbytes) and not fast_ndim(rows):  # scalar fast path (the cost model's)
             if nbytes <= 0:
                 return 0.0
             if l2 is not None and nbytes <= self.kernels.l2_bytes:
@@ -323,7 +331,7 @@ def wave_efficiency(m, n, tiles, sm_count: int):
     quantisation, NVIDIA "Matrix Multiplication Background User's Guide").  0 when ``m`` or
     ``n`` is 0; vectorised over ``m`` (and ``n``).
     """
-    if not np.ndim(m) and not np.ndim(n):  # the cost model's case: plain floats, fast
+    if not fast_ndim(m) and not fast_ndim(n):  # the cost model's case: plain floats, fast
         m, n = float(m), float(n)
         out = 0.0
         for tm, tn in tiles:

@@ -220,7 +220,7 @@ class TreeWalk:
                 out.append(n)
                 if n > deepest:
                     deepest = n
-            return out, stride * min(deepest + 1, depth)
+            return out, stride * (depth if deepest + 1 > depth else deepest + 1)  # min's
         return walk
 
     def _one(self, rng: np.random.Generator) -> np.ndarray:

@@ -16,6 +16,7 @@ operators of a one-layer model of the same shapes (``OperatorPrices``).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -122,7 +123,7 @@ def level_draft_pricer(cost, n: int, tokens: Sequence[int],
     # the same forms' terms in one loop, no call a forward (step_models.sum_pricer)
     whole = forms.uniform_sum_pricer(n, shapes) if isinstance(forms, ClosedForms) else None
     if whole is not None:
-        return lambda ctx_sum: whole(0.0, ctx_sum)
+        return partial(whole, 0.0)  # whole(0.0, ctx_sum), no Python frame between
 
     def draft(ctx_sum: float) -> float:
         total = 0.0

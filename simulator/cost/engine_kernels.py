@@ -113,6 +113,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.kernels import ELEMENTWISE, GEMM, OTHER
+from hardware.roofline import fast_ndim
 
 K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton kernels
 # DeepGEMM's dense FP8 GEMM at many rows (module docstring): the least-squares pair on a grid
@@ -206,15 +207,15 @@ def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
             # kv_b's decode rows take the absorbed bmm's
             floor = np.maximum(floor, deepgemm_decode_floor(cm, tokens, out_per_tok,
                                                             in_per_tok, wb))
-        return float(floor) if np.ndim(tokens) == 0 else floor
+        return float(floor) if fast_ndim(tokens) == 0 else floor
     step = k_step_s(cm)
     if step is None or wb >= cm._b or name in NOT_TRITON:
-        return 0.0 if np.ndim(tokens) == 0 else np.zeros_like(tokens, dtype=np.float64)
+        return 0.0 if fast_ndim(tokens) == 0 else np.zeros_like(tokens, dtype=np.float64)
     # BLOCK_M 64 (the default config of the kernel; tuned small-M configs use 16-64)
     tiles = np.ceil(np.asarray(tokens, dtype=np.float64) / 64.0) * np.ceil(
         out_per_tok / TILE_N)
     floor = k_loop_floor(cm, tiles, in_per_tok, step)
-    return float(floor) if np.ndim(tokens) == 0 else floor
+    return float(floor) if fast_ndim(tokens) == 0 else floor
 
 
 def grouped_floor(cm, experts, rows, n: float, k: float, block_m: tuple[int, int]):

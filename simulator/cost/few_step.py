@@ -124,16 +124,20 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
         def attention(ctx: list) -> float:
             summed = 0.0
             for (a, b, u, uq), c in zip(terms, ctx):
-                summed += max(a * (c + b) / crate, ((c + u) * kvb + uq) / mrate)
-            return 0.0 + max(summed + latency, floor)  # pricer's total: 0.0, then the kernel
+                f, m = a * (c + b) / crate, ((c + u) * kvb + uq) / mrate
+                summed += m if m > f else f  # max(f, m): the object it returns, no call
+            t = summed + latency
+            return 0.0 + (floor if floor > t else t)  # pricer's total: 0.0, then the kernel
         return attention
 
     def flat(ctx: list) -> float:
         summed = 0.0
         for (a, _, u, uq), c in zip(terms, ctx):
             x = c + u
-            summed += max(a * x / crate, (x * kvb + uq) / mrate)
-        return 0.0 + max(summed + latency, floor)
+            f, m = a * x / crate, (x * kvb + uq) / mrate
+            summed += m if m > f else f
+        t = summed + latency
+        return 0.0 + (floor if floor > t else t)
     return flat
 
 

@@ -188,15 +188,15 @@ def sum_pricer(forms: list):
     if hosts[0]:
         def bare(total: float, x: float) -> float:
             for offset, fixed, slope, base, floor, layers, replay, _ in terms:
-                y = x + offset
-                total += fixed + max(slope * y + base, floor) * layers + replay
+                a = slope * (x + offset) + base  # max(a, floor) without the call: the same
+                total += fixed + (floor if floor > a else a) * layers + replay
             return total
         return bare
 
     def hosted(total: float, x: float) -> float:
         for offset, fixed, slope, base, floor, layers, replay, host in terms:
-            y = x + offset
-            total += fixed + max(slope * y + base, floor) * layers + replay + host
+            a = slope * (x + offset) + base
+            total += fixed + (floor if floor > a else a) * layers + replay + host
         return total
     return hosted
 

@@ -40,6 +40,8 @@ ends past the next arrival, and gives back the draws of those it does not keep.
 """
 from __future__ import annotations
 
+from operator import add as _ADD, ge as _GE
+
 import numpy as np
 
 from simulator.engine.chain_few import FEW_REQUESTS
@@ -199,15 +201,15 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
     committed as ``_short`` commits them."""
     (base, seq_max), b = opened, replica.b
     n, g, bs = int(b.ids.size), spec.gamma, replica.limits.block_size
-    u, c0, rng, (draft, verify, price, draw, ahead, listed) = g + 1, b.computed, replica.rng, \
-        forms
+    u, c0, (draft, verify, price, draw, ahead, listed) = g + 1, b.computed, forms
+    take = ahead.take  # draw: the walk it takes the next uniforms by
     last = None if price is None else spec.carried.reread_tokens(b.ids).tolist()
     # listed: a drawn draft priced from its contexts as lists of ints (not few's form)
     few, c0l = None if listed else _few_prices(replica, spec, n, price), c0.tolist()
     few_draft, few_verify = (None, None) if few is None else few
     left, free = (b.output_len - b.generated).tolist(), replica.limits.kv_blocks - base
     horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
-    s, clock, got = sum(c0l), replica.now, [0] * n  # ints: exact, as numpy's
+    s, clock, got, ones = sum(c0l), replica.now, [0] * n, [1] * n  # ints: exact, as numpy's
     s0, fewest, cu = s, min(left), [c + u for c in c0l]
     emits, gots, rows, cross, retired = [], [], [], False, False
     while len(emits) < k_max:  # the exact blocking on Python integers (exact, as numpy's)
@@ -219,24 +221,24 @@ def _short_lists(replica, spec: ChainStretch, k_max: int, opened: tuple,
             break
         if few is not None:  # the contexts as a list too
             ctx, v = None, few_verify(s)
-            d = few_draft([c + a for c, a in zip(c0l, got)], last)
+            d = few_draft(list(map(_ADD, c0l, got)), last)
         else:
             ctx = None if draft is not None else c0 + got if not listed else \
                 [c + a for c, a in zip(c0l, got)]
             d, v = (draft(s), verify(s)) if ctx is None else price(s, ctx, last)
-        emit = [e + 1 for e in draw(rng, got, ctx)]
+        emit = list(map(_ADD, take(draw), ones))  # the walk's accepted + 1 each
         end = clock + (d + v)
         last = emit
         if end >= horizon:
             cross = True
             break
-        got = [a + e for a, e in zip(got, emit)]
+        got = list(map(_ADD, got, emit))
         emitted = sum(emit)  # integers: exact
         emits.append(emit)
         gots.append(got)
         rows.append((clock, d, v, s, emitted))
         s, clock = s + emitted, end
-        if s - s0 >= fewest and any([a >= m for a, m in zip(got, left)]):
+        if s - s0 >= fewest and any(map(_GE, got, left)):
             retired = True
             break
     ahead.settle()  # the generator where this pass's iterations leave it
@@ -257,8 +259,8 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
     drawn ahead, ``listed``: its ``ctx`` a list of ints) with the other two None;
     ``draw(rng, got, ctx)`` an iteration's acceptances (a carried draft's ``BatchDraws``,
     through ``ahead``, a ``DrawAhead`` that ``_short_lists`` settles, where it takes
-    uniforms drawn ahead: its counts a list).  None where an uncarried chain has no scalar
-    prices."""
+    uniforms drawn ahead: its counts a list; there ``draw`` is the walk itself, ``ahead.take``'s
+    argument).  None where an uncarried chain has no scalar prices."""
     carried, ids, c0 = spec.carried, replica.b.ids, replica.b.computed
     if carried is None:
         prices = chain_prices(replica, spec, n)
@@ -277,8 +279,7 @@ def _forms(replica, spec: ChainStretch, n: int, k_max: int):
         each, chunks = (batch.most, _AHEAD) if drawn is None else \
             (batch.most + drawn.most, _AHEAD_DRAWN)
         ahead = DrawAhead(replica.rng, most, each * min(k_max, chunks))
-        walk = batch.ahead
-        draw = lambda rng, got, ctx: ahead.take(walk)
+        draw = batch.ahead  # _short_lists' walk: ahead.take(draw), no lambda an iteration
     if drawn is not None:  # priced from the contexts and the uniforms drawn ahead
         return None, None, _drawn_prices(replica, spec, n, drawn, ahead), draw, ahead, True
     prices = None if by_sum is None else chain_prices(replica, spec, n)

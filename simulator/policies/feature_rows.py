@@ -149,12 +149,16 @@ def _many_price(later, host: float, linears, price, forms, head: float, n: int):
         first, less, extra = got
         if first is None:
             return price(context, reread)
+        s = sum(context)  # ints: exact
         if less.__class__ is float:  # alike: the closed form at the starts' sum (ints)
-            total = 0.0 + first(float(sum([max(c - less, 0.0) for c in context])))
+            # no start clipped at 0: their sum s - n less, whole numbers (exact), the float
+            # the clipped starts add up to (0.0 + ... the same +0.0 where it is 0)
+            total = 0.0 + first(float(s - n * less) if min(context) >= less else
+                                float(sum([max(c - less, 0.0) for c in context])))
         else:
             total = 0.0 + first([max(c - x, 0.0) for c, x in zip(context, less)])
         # the later forwards at the contexts' sum (whole numbers: exact in any order)
-        return later(total, float(int(sum(context)))) + extra + host
+        return later(total, float(s)) + extra + host
     return many
 
 
@@ -185,14 +189,16 @@ def _one_price(later, host: float, linears, price, forms, head: float):
     by_count: dict = {}
 
     def one(context: list, reread: list) -> float:
-        t, c = max(float(reread[0]), 1.0), context[0]
+        t, c = float(reread[0]), context[0]
+        t = 1.0 if 1.0 > t else t  # max(t, 1.0) without the call (the object max returns)
         got = by_count.get(t) if type(c) is int else None
         if got is None and t.is_integer() and type(c) is int:
             first = forms.few_uniform_pricer(1, t, head)
             got = by_count[t] = (first, None if first is None else linears(np.float64(t), 1))
         if got is None or got[0] is None:
             return price(context, reread)
-        return later(0.0 + got[0](max(c - (t - 1.0), 0.0)), float(c)) + got[1] + host
+        x = c - (t - 1.0)
+        return later(0.0 + got[0](0.0 if 0.0 > x else x), float(c)) + got[1] + host
     return one
 
 
