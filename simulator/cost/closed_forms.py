@@ -15,6 +15,7 @@ import numpy as np
 
 from simulator.cost import few_step
 from simulator.cost import mixed_chunk
+from simulator.cost import scalar_forms as sf
 from simulator.cost import step_models as sm
 from simulator.cost import step_rows
 from simulator.cost import token_terms as tt
@@ -68,14 +69,20 @@ class ClosedForms(ClosedFormPricer):
         """``uniform_step_time(n, u, x, logits)`` as a function of the context sum ``x`` alone
         (bitwise the same float), None where the closed form does not apply."""
         k = self._uniform(int(n), float(u), float(logits))
-        return None if k is None else sm.scalar_time(k)
+        return None if k is None else sf.scalar_time(k)
+
+    def uniform_form(self, n: int, u: int, logits: int) -> sm.UniformStep | None:
+        """``uniform_pricer(n, u, logits)``'s closed form itself (memoised), for a caller
+        that adds several forms' terms in one function (``drafting.chain_round_pricer``);
+        None where none applies or ``step_time`` is not this class's own (``_closed``)."""
+        return self._uniform(int(n), float(u), float(logits)) if self._closed else None
 
     def uniform_sum_pricer(self, n: int, forwards: list):
         """``total`` plus ``uniform_pricer(n, u, logits)(x + offset)`` of each (offset, u,
         logits) of ``forwards``, added left to right, as a function of (total, x), bitwise
-        (``step_models.sum_pricer``); None where a forward has no closed form or another."""
+        (``scalar_forms.sum_pricer``); None where a forward has no closed form or another."""
         ks = [(offset, self._uniform(int(n), float(u), float(lg))) for offset, u, lg in forwards]
-        return None if any(k is None for _, k in ks) else sm.sum_pricer(ks)
+        return None if any(k is None for _, k in ks) else sf.sum_pricer(ks)
 
     def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
                         logits: float) -> float | None:
@@ -170,7 +177,7 @@ class ClosedForms(ClosedFormPricer):
         ``scalar_time``, bitwise its ``uniform_time``; None where ``few_step_time`` has no
         shortcut or the batch no closed form."""
         k = self._uniform(int(n), float(u), float(head)) if self._small else None
-        return None if k is None else sm.scalar_time(k)
+        return None if k is None else sf.scalar_time(k)
 
     def few_mixed_time(self, new: list, ctx: list, head: float) -> float | None:
         """``ClosedFormPricer.few_mixed_time``: ``_few_time``'s forward of different counts,
@@ -215,7 +222,8 @@ class ClosedForms(ClosedFormPricer):
     def few_pricer(self, new: list):
         """``ClosedFormPricer.few_pricer``: where the counts differ (whole numbers of at least
         one, ints) ``_few_time``'s attention shortcut with its fixed part looked up once
-        (``row_part`` is a function of the counts alone), else ``few_step_time``."""
+        (``row_part`` is a function of the counts alone), else ``few_step_time``.  Its
+        contexts are whole numbers, ints or floats (the same floats either way)."""
         head = _head_tokens(new) if self._small and new and self._few is not None else _MISSING
         if head is not _MISSING:
             row = [float(t) for t in new]
@@ -224,9 +232,16 @@ class ClosedForms(ClosedFormPricer):
                 tokens = float(sum(row))
                 mode, fixed = self.row_part(n, row, lo, hi, tokens,
                                             tokens if head is None else head)
+                if self._stream is None and mode in ("full", "piecewise") and not self.host:
+                    # _step_from's operations without host time, in the attention's own
+                    # call (FewAttention.pricer's step)
+                    g, layers, full = self.execution.graph_launch_s, self._layers, \
+                        mode == "full"
+                    return self._few.pricer(row, (fixed, layers, None if full else
+                                                  self._launch_s * layers,
+                                                  None if full else layers * g, g))
                 attention, step_from = self._few.pricer(row), self._step_from
-                return lambda ctx: step_from(mode, fixed, attention(
-                    [float(c) for c in ctx]), n)
+                return lambda ctx: step_from(mode, fixed, attention(ctx), n)
         return super().few_pricer(new)
 
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:

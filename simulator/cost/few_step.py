@@ -76,11 +76,15 @@ class FewAttention:
                              None if not n_decode else [not d for d in decode], n - n_decode)
         return total
 
-    def pricer(self, new: list):
+    def pricer(self, new: list, step: tuple | None = None):
         """``attention_s(new, ctx)`` as a function of ``ctx`` alone, bitwise: each request's
         factors that depend on ``new`` alone (pair x new, the causal term, the query bytes),
         its kernel and the kernels' rates worked out once (the same operations, grouped as
-        ``attention_s`` groups them)."""
+        ``attention_s`` groups them).  With ``step`` (``_with_step``'s): the forward's
+        seconds instead, a full or piecewise graph's without host time by
+        ``CostModel._step_from``'s operations, in the same call where one kernel holds
+        every request.  ``ctx``: whole numbers, ints or floats (an int
+        enters ``c + x`` as its float would: exactly, below 2**53)."""
         pair, kvb, qb, over, causal = self.pair, self.kv_bytes, self.q_bytes, self.overhead, \
             self.causal
         terms = [(pair * u, (0.5 * (u + 1.0) + ((over if u > DECODE_MAX_QUERY else 0.0)
@@ -94,9 +98,11 @@ class FewAttention:
             kernels.append((self.roof.kind_rates(self.prefill_kind),
                             None if not n_decode else [not d for d in decode], n - n_decode))
         if len(kernels) == 1 and n < 8:  # one unmasked kernel of a few: one loop
-            return _one_kernel(terms, causal, kvb, kernels[0][0])
+            return _one_kernel(terms, causal, kvb, kernels[0][0]) if step is None else \
+                _one_kernel_step(terms, causal, kvb, kernels[0][0], step)
         if len(kernels) == 2 and n_decode <= 2 and n - n_decode <= 2:  # two of two at most
-            return _two_kernels(terms, causal, kvb, decode, kernels[0][0], kernels[1][0])
+            return _with_step(_two_kernels(terms, causal, kvb, decode, kernels[0][0],
+                                           kernels[1][0]), step)
 
         def attention(ctx: list) -> float:
             if causal:
@@ -110,7 +116,28 @@ class FewAttention:
             for rates, members, count in kernels:
                 total += _kernel(rates, flops, nbytes, members, count)
             return total
+        return _with_step(attention, step)
+
+
+def _with_step(attention, step: tuple | None):
+    """``attention`` itself (``step`` None), or the forward's seconds around it, ``step`` =
+    (fixed s, layers, the launches' s over the layers and one replay a layer's, both None
+    for a full graph, one replay's s): ``CostModel._step_from``'s operations of a full
+    graph (``fixed + a x layers + replay``) or piecewise graphs (``max(fixed + max(a x
+    layers, launches), replays) + replay``), no host time (``+ 0.0``)."""
+    if step is None:
         return attention
+    return lambda ctx: _tail(attention(ctx), step)
+
+
+def _tail(a: float, step: tuple) -> float:
+    """``_with_step``'s seconds of one layer's attention ``a``."""
+    fixed, layers, launch, replays, replay = step
+    t = a * layers
+    if launch is None:
+        return fixed + t + replay + 0.0
+    d = fixed + (launch if launch > t else t)
+    return (replays if replays > d else d) + replay + 0.0
 
 
 def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
@@ -120,21 +147,47 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
     in one loop (no lists)."""
     crate, mrate, latency, floor = rates
     # the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float
+    # max(f, m) as ``m if m > f else f``: the float max picks (scalar_forms.py's docstring)
     if causal:
         def attention(ctx: list) -> float:
             summed = 0.0
             for (a, b, u, uq), c in zip(terms, ctx):
-                summed += max(a * (c + b) / crate, ((c + u) * kvb + uq) / mrate)
-            return 0.0 + max(summed + latency, floor)  # pricer's total: 0.0, then the kernel
+                f, m = a * (c + b) / crate, ((c + u) * kvb + uq) / mrate
+                summed += m if m > f else f
+            t = summed + latency
+            return 0.0 + (floor if floor > t else t)  # pricer's total: 0.0, then the kernel
         return attention
 
     def flat(ctx: list) -> float:
         summed = 0.0
         for (a, _, u, uq), c in zip(terms, ctx):
             x = c + u
-            summed += max(a * x / crate, (x * kvb + uq) / mrate)
-        return 0.0 + max(summed + latency, floor)
+            f, m = a * x / crate, (x * kvb + uq) / mrate
+            summed += m if m > f else f
+        t = summed + latency
+        return 0.0 + (floor if floor > t else t)
     return flat
+
+
+def _one_kernel_step(terms: list, causal: bool, kvb: float, rates: tuple, step: tuple):
+    """``_with_step(_one_kernel(terms, causal, kvb, rates), step)`` in one call: the same
+    operations in the same order."""
+    crate, mrate, latency, floor = rates
+    fixed, layers, launch, replays, replay = step
+    if causal or launch is None:
+        return _with_step(_one_kernel(terms, causal, kvb, rates), step)
+
+    def flat_step(ctx: list) -> float:  # piecewise graphs (a varied round's usual mode)
+        summed = 0.0
+        for (a, _, u, uq), c in zip(terms, ctx):
+            x = c + u
+            f, m = a * x / crate, (x * kvb + uq) / mrate
+            summed += m if m > f else f
+        t = summed + latency
+        t = (0.0 + (floor if floor > t else t)) * layers
+        d = fixed + (launch if launch > t else t)
+        return (replays if replays > d else d) + replay + 0.0
+    return flat_step
 
 
 def _two_kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple,

@@ -35,7 +35,8 @@ class FewRounds:
     model (``staged2``) or an n-gram table of ``lookup_s`` CPU seconds a proposed token;
     ``draft_cost``: the draft's pricer.  The policy's own prices: ``uniform(n, k)``, its
     (draft2 chain, verification) forms of ``n`` requests each drafting ``k`` as functions of
-    the context sum, each None where none applies; ``arrays(ctx, k, same)``, its array price
+    the context sum, each None where none applies, and both added to running seconds in one
+    call, ``add(gpu, sum)`` (None: none such); ``arrays(ctx, k, same)``, its array price
     of a round (where a round has no form); ``decoder(n)``, draft2's forward of ``n``
     one-token requests as a function of their context sum, None where it has none."""
 
@@ -156,10 +157,10 @@ class FewRounds:
         states = []
         for p in range(self.gamma if self._cuts is not None else 0):
             k = min(self.gamma2, (self.gamma - p) - 1)
-            d2, v = self._uniform(1, k)
+            d2, v, joined = self._uniform(1, k)
             if v is None or (d2 is None and staged2):
                 return None
-            add = _one_add(None if k == 0 else d2, v)
+            add = joined or _one_add(None if k == 0 else d2, v)
             states.append((add, 0.0 if staged2 else self.lookup * float(k), self._cuts[p]))
         self._one = states if states else None
         return self._one
@@ -201,11 +202,13 @@ class FewRounds:
     def _uniform_pricer(self, n: int, same: int) -> RoundAdd | None:
         """Both forms at the context sum (draft2's none for an n-gram table, or where no
         request drafts: 0 s, which adds nothing to a sum of seconds)."""
-        d2, v = self._uniform(n, same)
+        d2, v, joined = self._uniform(n, same)
         if v is None or (d2 is None and self.staged2):
             return None
         if d2 is None or same == 0:
             return lambda gpu, context, produced: gpu + v(float(sum(context) + sum(produced)))
+        if joined is not None:  # both forms in one call, at the sum as an int (exact)
+            return lambda gpu, context, produced: joined(gpu, sum(context) + sum(produced))
 
         def add(gpu: float, context: list, produced: tuple) -> float:
             s = float(sum(context) + sum(produced))  # the contexts' sum (ints: exact)
@@ -219,10 +222,10 @@ class FewRounds:
         forwards = []
         for j in range(max(k) if self.staged2 else 0):
             on = [i for i, kj in enumerate(k) if kj > j]
-            decoder = self._decoder(len(on))
+            decoder, terms = self._decoder(len(on))
             if decoder is None:
                 return None
-            forwards.append((on, len(on) * j, decoder))
+            forwards.append((on, len(on) * j, decoder, terms))
         u = [kj + 1 for kj in k]
         forms = closed_forms(self.draft_cost)
         if forms is not None:
@@ -233,8 +236,10 @@ class FewRounds:
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
                 list(map(_ADD, context, produced)))
-        (first, _, decoder), rest = forwards[0], forwards[1:]
+        (first, _, decoder, _), rest = forwards[0], forwards[1:]
         first = None if len(first) == len(k) else first  # None: every request
+        if all(f[3] is not None for f in forwards):  # each forward's terms added here
+            return _terms_add(first, forwards, verify)
 
         def add(gpu: float, context: list, produced: tuple) -> float:
             ctx = list(map(_ADD, context, produced))
@@ -242,10 +247,29 @@ class FewRounds:
             # each forward's contexts summed as ints (exact in any order)
             total = decoder(float(sum(ctx) if first is None else sum(map(ctx.__getitem__,
                                                                          first))))
-            for on, offset, forward in rest:
+            for on, offset, forward, _ in rest:
                 total += forward(float(sum(map(ctx.__getitem__, on)) + offset))
             return gpu + total + verify(ctx)
         return add
+
+
+def _terms_add(first: list | None, forwards: list, verify) -> RoundAdd:
+    """``_varied_pricer``'s ``add`` where each draft2 forward's form is the usual one
+    (``scalar_forms.bare_terms``): its terms at its contexts' int sum (+ n j), as the
+    forward's ``uniform_pricer`` computes them (``max(a, b)`` as ``b if b > a else a``, the
+    same float: scalar_forms.py), added in the same order, without a call a forward."""
+    f0, s0, b0, lo0, lay0, r0 = forwards[0][3]
+    rest = tuple((on, offset, *terms) for on, offset, _, terms in forwards[1:])
+
+    def add(gpu: float, context: list, produced: tuple) -> float:
+        ctx = list(map(_ADD, context, produced))
+        y = s0 * (sum(ctx) if first is None else sum(map(ctx.__getitem__, first))) + b0
+        total = f0 + (lo0 if lo0 > y else y) * lay0 + r0
+        for on, offset, f, s, b, lo, lay, r in rest:
+            y = s * (sum(map(ctx.__getitem__, on)) + offset) + b
+            total += f + (lo if lo > y else y) * lay + r
+        return gpu + total + verify(ctx)
+    return add
 
 
 def _one_add(d2, v):
