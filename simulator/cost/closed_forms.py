@@ -224,14 +224,15 @@ class ClosedForms(ClosedFormPricer):
         one, ints) ``_few_time``'s attention shortcut with its fixed part looked up once
         (``row_part`` is a function of the counts alone), else ``few_step_time``.  Its
         contexts are whole numbers, ints or floats (the same floats either way)."""
-        head = _head_tokens(new) if self._small and new and self._few is not None else _MISSING
-        if head is not _MISSING:
-            row = [float(t) for t in new]
+        # ints (their sum an int, as _head_tokens asks): whole numbers, the LM head's
+        # tokens their sum, the same float as the sum of their floats (exact)
+        s = sum(new) if self._small and new and self._few is not None else None
+        if type(s) is int:
+            row = list(map(float, new))
             lo, hi, n = min(row), max(row), len(row)
-            if 1.0 <= lo < hi <= self._few.max_query and all(t.is_integer() for t in row):
-                tokens = float(sum(row))
-                mode, fixed = self.row_part(n, row, lo, hi, tokens,
-                                            tokens if head is None else head)
+            if 1.0 <= lo < hi <= self._few.max_query:
+                tokens = float(s)
+                mode, fixed = self.row_part(n, row, lo, hi, tokens, tokens)
                 if self._stream is None and mode in ("full", "piecewise") and not self.host:
                     # _step_from's operations without host time, in the attention's own
                     # call (FewAttention.pricer's step)

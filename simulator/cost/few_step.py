@@ -19,7 +19,7 @@ prices only forwards whose requests all take that form (``max_query``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,6 +47,11 @@ class FewAttention:
     overhead: float
     roof: Roofline
     max_query: float = float("inf")
+    # ``pricer``'s per-request factors by new-token count (``_Terms``), worked out once
+    _terms: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_terms", _Terms(self.pair, self.q_bytes, self.overhead))
 
     def attention_s(self, new: list, ctx: list) -> float:
         """One layer's attention seconds of requests bringing ``new[i]`` (whole numbers, at
@@ -85,21 +90,20 @@ class FewAttention:
         ``CostModel._step_from``'s operations, in the same call where one kernel holds
         every request.  ``ctx``: whole numbers, ints or floats (an int
         enters ``c + x`` as its float would: exactly, below 2**53)."""
-        pair, kvb, qb, over, causal = self.pair, self.kv_bytes, self.q_bytes, self.overhead, \
-            self.causal
-        terms = [(pair * u, (0.5 * (u + 1.0) + ((over if u > DECODE_MAX_QUERY else 0.0)
-                                                 if over else 0.0)), u, u * qb) for u in new]
-        n, decode = len(new), [u == 1.0 for u in new]
-        n_decode, kernels = decode.count(True), []
+        kvb, causal = self.kv_bytes, self.causal
+        terms = list(map(self._terms.__getitem__, new))  # each count's, memoised
+        n, n_decode = len(new), new.count(1.0)
+        if n < 8 and (n_decode == n or not n_decode):  # one unmasked kernel of a few: one loop
+            rates = self.roof.kind_rates(ATTENTION_DECODE if n_decode else self.prefill_kind)
+            return _one_kernel(terms, causal, kvb, rates) if step is None else \
+                _one_kernel_step(terms, causal, kvb, rates, step)
+        decode, kernels = [u == 1.0 for u in new], []
         if n_decode:
             kernels.append((self.roof.kind_rates(ATTENTION_DECODE),
                             None if n_decode == n else decode, n_decode))
         if n_decode < n:
             kernels.append((self.roof.kind_rates(self.prefill_kind),
                             None if not n_decode else [not d for d in decode], n - n_decode))
-        if len(kernels) == 1 and n < 8:  # one unmasked kernel of a few: one loop
-            return _one_kernel(terms, causal, kvb, kernels[0][0]) if step is None else \
-                _one_kernel_step(terms, causal, kvb, kernels[0][0], step)
         if len(kernels) == 2 and n_decode <= 2 and n - n_decode <= 2:  # two of two at most
             return _with_step(_two_kernels(terms, causal, kvb, decode, kernels[0][0],
                                            kernels[1][0]), step)
@@ -117,6 +121,23 @@ class FewAttention:
                 total += _kernel(rates, flops, nbytes, members, count)
             return total
         return _with_step(attention, step)
+
+
+class _Terms(dict):
+    """``FewAttention.pricer``'s factors of a request of ``u`` new tokens (pair x u, the
+    causal term, u, the query bytes u x q), by ``u``, each worked out on its first use
+    (a function of ``u`` and the attention's numbers alone; ``u`` as a float: an int count
+    gives the same floats)."""
+
+    def __init__(self, pair: float, q_bytes: float, overhead: float) -> None:
+        super().__init__()
+        self.pair, self.q_bytes, self.overhead = pair, q_bytes, overhead
+
+    def __missing__(self, count: float) -> tuple:
+        u, over = float(count), self.overhead
+        got = self[count] = (self.pair * u, (0.5 * (u + 1.0) + (
+            (over if u > DECODE_MAX_QUERY else 0.0) if over else 0.0)), u, u * self.q_bytes)
+        return got
 
 
 def _with_step(attention, step: tuple | None):
