@@ -20,6 +20,7 @@ from simulator.cost import step_models as sm
 from simulator.cost import step_rows
 from simulator.cost import token_terms as tt
 from simulator.cost import verify_rows
+from simulator.cost.mla import DECODE_MAX_QUERY
 from simulator.engine.plan import ClosedFormPricer
 
 _MISSING = object()
@@ -46,6 +47,7 @@ class ClosedForms(ClosedFormPricer):
         self._decode_line, self._verify_lines = _MISSING, {}  # sm.decode_line's, by u
         self._row_parts: dict[tuple, object] = {}
         self._few_mixed: dict[tuple, tuple | None] = {}  # few_mixed_time's, by counts + head
+        self._chunk = _MISSING  # chunk_pricer's, once asked
 
     def uniform_step_times(self, n: int, u: int, ctx_sums: np.ndarray,
                            logits: int) -> np.ndarray | None:
@@ -102,6 +104,16 @@ class ClosedForms(ClosedFormPricer):
         if line is _MISSING:
             line = self._decode_line = sm.decode_line(self)
         return mixed_chunk.one_chunk_pricer(self, line) or super().mixed_chunk_pricer()
+
+    def chunk_pricer(self):
+        """``uniform_step_time(1, c, x, 0)`` of a prompt chunk of ``c`` > 1 tokens (a whole
+        number, as a float) over ``x`` cached ones as a function ``f(c, x)``, the model's
+        numbers read once (``_chunk_pricer``); None where it has none (then
+        ``uniform_step_time`` prices)."""
+        got = self._chunk
+        if got is _MISSING:
+            got = self._chunk = _chunk_pricer(self)
+        return got
 
     def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks, chunk_ctx, logits):
         """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens (0: chunks only)."""
@@ -263,6 +275,49 @@ class ClosedForms(ClosedFormPricer):
             return None
         return self._step_from(part[0], part[1], self._few.attention_s(
             new, [float(c) for c in ctx]), n)
+
+
+def _chunk_pricer(cm: ClosedForms):
+    """``ClosedForms.chunk_pricer``: ``step_models.uniform_step(cm, 1, c, 0.0)`` then
+    ``uniform_time(k, x, max)``, the same operations in the same order (the same float;
+    ``max(a, b)`` as ``b if b > a else a``, scalar_forms.py), without the form's dataclass
+    and memo entry (a prompt chunk's count rarely repeats: a miss each time, issue 36);
+    None for a subclass or an eager stream (``_closed``), MLA (its coefficients depend on
+    the count) or a model priced by ``breakdown`` alone (``_general_only``)."""
+    if not cm._closed or cm._mla is not None or cm._general_only:
+        return None
+    pair, kv, q_io, up = cm._attention_coefficients(2.0)  # without MLA: any count's
+    roof, kind, ex, layers = cm._roof, cm._prefill_kind, cm.execution, cm._layers
+    causal, over, graph_s = cm._prefill_causal, cm._prefill_overhead, ex.graph_launch_s
+    launch, replays = cm._launch_s * layers, layers * graph_s
+    host, overlap = (ex.host_s(1) if cm.host else None), ex.async_scheduling
+
+    def price(c: float, x: float) -> float | None:
+        width = (0.5 * (c + 1.0) + (0.0 if c <= DECODE_MAX_QUERY else over)) if causal \
+            else float(c)  # step_models.prefill_width
+        line = roof.attention_line(kind, pair * c + up, pair * c * width, kv, c * kv + c * q_io)
+        if line is None:
+            return None
+        slope, intercept, latency, floor = line
+        tokens = 1.0 * c
+        mode, padded = ex.graph_tokens(tokens, c <= sm.UNIFORM_MAX_QUERY)
+        fixed = cm._fixed(tokens, 0.0, mode, padded, cm._uniform_decode_rows(1, c))
+        y = slope * x + (1.0 * intercept + latency)
+        attention = (floor if floor > y else y) * layers
+        if mode != "full" and launch > attention:  # eager launches over the layers
+            attention = launch
+        device = fixed + attention
+        if mode == "full":
+            device = device + graph_s
+        elif mode == "piecewise":
+            device = (replays if replays > device else device) + graph_s
+        if host is None:
+            return device
+        if overlap:
+            shown = host - device
+            return device + (0.0 if 0.0 > shown else shown)
+        return device + host
+    return price
 
 
 def _head_tokens(logits_tokens):

@@ -311,7 +311,11 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
         c, x = float(new_tokens[0]), float(context[0])
         if max_context is not None and not (x + c) + 1.0 + int(num_draft) < int(max_context):
             return 0.0  # draft_prefill_mask's test
-        t = forms.uniform_step_time(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
+        chunk = forms.chunk_pricer() if isinstance(forms, ClosedForms) and c > 1.0 else None
+        if chunk is not None and c.is_integer():  # uniform_step_time's float, read once
+            t = chunk(c, x)
+        else:
+            t = forms.uniform_step_time(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
         if t is not None:
             return t
     if max_context is not None:
