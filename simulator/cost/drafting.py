@@ -316,6 +316,8 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
             t = chunk(c, x)
         else:
             t = forms.uniform_step_time(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
+        if t is None and c >= 1.0 and c.is_integer() and x.is_integer():
+            t = forms.few_mixed_time([c], [x], 0.0)  # no form: step_time's float on numbers
         if t is not None:
             return t
     if max_context is not None:

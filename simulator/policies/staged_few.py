@@ -13,6 +13,7 @@ added in the same order as ``draft_time``'s arrays: bitwise its floats
 from __future__ import annotations
 
 from bisect import bisect_right
+from itertools import compress
 from operator import add as _ADD
 from typing import Callable
 
@@ -25,6 +26,7 @@ from simulator.engine.plan import closed_forms
 # that have ``produced`` tokens each (their contexts: the sums, ints)
 RoundAdd = Callable[[float, list, tuple], float]
 _UNSET: list = []
+_ONE = 1  # _varied_pricer's k + 1 (its __add__)
 
 
 class FewRounds:
@@ -45,6 +47,7 @@ class FewRounds:
         self.gamma, self.gamma2, self.cut, self.lookup = gamma, gamma2, cut, lookup_s
         self.staged2, self.draft_cost = staged2, draft_cost
         self._uniform, self._arrays, self._decoder = uniform, arrays, decoder
+        self._forms = closed_forms(draft_cost)  # the draft's declared closed forms, if any
         self._one: list | None = _UNSET  # _one_states', once asked
         self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
         self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
@@ -219,15 +222,16 @@ class FewRounds:
         """draft2's forward j over the requests drafting more than j (a batch of ones, by its
         form at their sum + n j, added in order; none for an n-gram table), then the draft's
         verification of k + 1 tokens each (its few-request form, else ``step_time``)."""
-        forwards = []
+        forwards, every, termed = [], range(len(k)), True
         for j in range(max(k) if self.staged2 else 0):
-            on = [i for i, kj in enumerate(k) if kj > j]
+            on = list(compress(every, map(j.__lt__, k)))  # the requests with kj > j
             decoder, terms = self._decoder(len(on))
             if decoder is None:
                 return None
             forwards.append((on, len(on) * j, decoder, terms))
-        u = [kj + 1 for kj in k]
-        forms = closed_forms(self.draft_cost)
+            termed = termed and terms is not None
+        u = list(map(_ONE.__add__, k))  # k + 1 each
+        forms = self._forms
         if forms is not None:
             verify = forms.few_pricer(u)
         else:
@@ -238,7 +242,7 @@ class FewRounds:
                 list(map(_ADD, context, produced)))
         (first, _, decoder, _), rest = forwards[0], forwards[1:]
         first = None if len(first) == len(k) else first  # None: every request
-        if all(f[3] is not None for f in forwards):  # each forward's terms added here
+        if termed:  # each forward's terms added here
             return _terms_add(first, forwards, verify)
 
         def add(gpu: float, context: list, produced: tuple) -> float:
