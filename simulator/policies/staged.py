@@ -332,6 +332,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return None
         cut, search = self._outer, self._outer_search
         rounds, host, hosts = self._few.rounds, self._host, {}  # hosts: host(rounds)(n)
+        walk = self._few.walker(n)
         cuts = [[-1.0, *cut]] * n  # bisect_right's count + 1 (-1.0: below every uniform)
 
         def ahead(draws: list, at: int) -> tuple[list, int]:
@@ -342,7 +343,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return gpu + (cpu + host(count)(n)), end - at  # iteration_draft_s' sum
 
         def walked(ctx: list, draws: list, at: int) -> tuple[tuple[float, list], int]:
-            gpu, cpu, count, end = rounds(ctx, None, draws, at)
+            gpu, cpu, count, end = walk(ctx, draws, at)
             h = hosts.get(count)
             if h is None:
                 h = hosts[count] = host(count)(n)

@@ -27,6 +27,7 @@ from simulator.engine.plan import closed_forms
 RoundAdd = Callable[[float, list, tuple], float]
 _UNSET: list = []
 _ONE = 1  # _varied_pricer's k + 1 (its __add__)
+_NONE_YET = (0.0, 0.0, 0)  # rounds' running (GPU s, CPU s, rounds) at the start
 
 
 class FewRounds:
@@ -97,7 +98,7 @@ class FewRounds:
                 xs = rng.random(m).tolist()
             produced = tuple(map(_ADD, produced, map(bisect_right, cut, xs)))
             if ends and max(produced) >= gamma:  # some have their gamma: they stop
-                keep = [j for j, p in enumerate(produced) if p < gamma]
+                keep = list(compress(range(m), map(gamma.__gt__, produced)))  # p < gamma
                 if not keep:
                     return gpu, cpu, rounds, at
                 if rng is None and one is not None and len(keep) <= 2:
@@ -106,8 +107,22 @@ class FewRounds:
                                             at) if len(keep) == 1 else self._two_rounds(
                         [context[keep[0]], context[j]], produced[keep[0]], produced[j],
                         (gpu, cpu, rounds), draws, at)
-                context = [context[j] for j in keep]
-                produced, m = tuple([produced[j] for j in keep]), len(keep)
+                context = list(map(context.__getitem__, keep))
+                produced, m = tuple(map(produced.__getitem__, keep)), len(keep)
+
+    def walker(self, n: int):
+        """``rounds(ctx, None, draws, at)`` of ``n`` requests as ``f(ctx, draws, at)``: for
+        one or two where a round of one has its form, ``rounds``' own hand-off to
+        ``_one_rounds`` or ``_two_rounds`` bound once (the same rounds, prices and sums)."""
+        one = self._one_states() if self._one is _UNSET else self._one
+        if one is None or n > 2:
+            rounds = self.rounds
+            return lambda ctx, draws, at: rounds(ctx, None, draws, at)
+        if n == 1:
+            one_rounds = self._one_rounds
+            return lambda ctx, draws, at: one_rounds(ctx[0], 0, _NONE_YET, draws, at)
+        two_rounds = self._two_rounds
+        return lambda ctx, draws, at: two_rounds(ctx, 0, 0, _NONE_YET, draws, at)
 
     def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
                     at: int) -> tuple[float, float, int, int]:
