@@ -15,10 +15,12 @@ import numpy as np
 
 from simulator.cost import few_step
 from simulator.cost import mixed_chunk
+from simulator.cost import scalar_forms as sf
 from simulator.cost import step_models as sm
 from simulator.cost import step_rows
 from simulator.cost import token_terms as tt
 from simulator.cost import verify_rows
+from simulator.cost.mla import DECODE_MAX_QUERY
 from simulator.engine.plan import ClosedFormPricer
 
 _MISSING = object()
@@ -45,6 +47,7 @@ class ClosedForms(ClosedFormPricer):
         self._decode_line, self._verify_lines = _MISSING, {}  # sm.decode_line's, by u
         self._row_parts: dict[tuple, object] = {}
         self._few_mixed: dict[tuple, tuple | None] = {}  # few_mixed_time's, by counts + head
+        self._chunk = _MISSING  # chunk_pricer's, once asked
 
     def uniform_step_times(self, n: int, u: int, ctx_sums: np.ndarray,
                            logits: int) -> np.ndarray | None:
@@ -68,14 +71,20 @@ class ClosedForms(ClosedFormPricer):
         """``uniform_step_time(n, u, x, logits)`` as a function of the context sum ``x`` alone
         (bitwise the same float), None where the closed form does not apply."""
         k = self._uniform(int(n), float(u), float(logits))
-        return None if k is None else sm.scalar_time(k)
+        return None if k is None else sf.scalar_time(k)
+
+    def uniform_form(self, n: int, u: int, logits: int) -> sm.UniformStep | None:
+        """``uniform_pricer(n, u, logits)``'s closed form itself (memoised), for a caller
+        that adds several forms' terms in one function (``drafting.chain_round_pricer``);
+        None where none applies or ``step_time`` is not this class's own (``_closed``)."""
+        return self._uniform(int(n), float(u), float(logits)) if self._closed else None
 
     def uniform_sum_pricer(self, n: int, forwards: list):
         """``total`` plus ``uniform_pricer(n, u, logits)(x + offset)`` of each (offset, u,
         logits) of ``forwards``, added left to right, as a function of (total, x), bitwise
-        (``step_models.sum_pricer``); None where a forward has no closed form or another."""
+        (``scalar_forms.sum_pricer``); None where a forward has no closed form or another."""
         ks = [(offset, self._uniform(int(n), float(u), float(lg))) for offset, u, lg in forwards]
-        return None if any(k is None for _, k in ks) else sm.sum_pricer(ks)
+        return None if any(k is None for _, k in ks) else sf.sum_pricer(ks)
 
     def mixed_step_time(self, n: int, ctx_sum: float, chunks: list[int], chunk_ctx: list[int],
                         logits: float) -> float | None:
@@ -95,6 +104,16 @@ class ClosedForms(ClosedFormPricer):
         if line is _MISSING:
             line = self._decode_line = sm.decode_line(self)
         return mixed_chunk.one_chunk_pricer(self, line) or super().mixed_chunk_pricer()
+
+    def chunk_pricer(self):
+        """``uniform_step_time(1, c, x, 0)`` of a prompt chunk of ``c`` > 1 tokens (a whole
+        number, as a float) over ``x`` cached ones as a function ``f(c, x)``, the model's
+        numbers read once (``_chunk_pricer``); None where it has none (then
+        ``uniform_step_time`` prices)."""
+        got = self._chunk
+        if got is _MISSING:
+            got = self._chunk = _chunk_pricer(self)
+        return got
 
     def mixed_verify_time(self, n: int, u: int, ctx_sum: float, chunks, chunk_ctx, logits):
         """``mixed_step_time`` of ``n`` chain verifications of ``u`` > 1 tokens (0: chunks only)."""
@@ -170,7 +189,7 @@ class ClosedForms(ClosedFormPricer):
         ``scalar_time``, bitwise its ``uniform_time``; None where ``few_step_time`` has no
         shortcut or the batch no closed form."""
         k = self._uniform(int(n), float(u), float(head)) if self._small else None
-        return None if k is None else sm.scalar_time(k)
+        return None if k is None else sf.scalar_time(k)
 
     def few_mixed_time(self, new: list, ctx: list, head: float) -> float | None:
         """``ClosedFormPricer.few_mixed_time``: ``_few_time``'s forward of different counts,
@@ -215,18 +234,27 @@ class ClosedForms(ClosedFormPricer):
     def few_pricer(self, new: list):
         """``ClosedFormPricer.few_pricer``: where the counts differ (whole numbers of at least
         one, ints) ``_few_time``'s attention shortcut with its fixed part looked up once
-        (``row_part`` is a function of the counts alone), else ``few_step_time``."""
-        head = _head_tokens(new) if self._small and new and self._few is not None else _MISSING
-        if head is not _MISSING:
-            row = [float(t) for t in new]
+        (``row_part`` is a function of the counts alone), else ``few_step_time``.  Its
+        contexts are whole numbers, ints or floats (the same floats either way)."""
+        # ints (their sum an int, as _head_tokens asks): whole numbers, the LM head's
+        # tokens their sum, the same float as the sum of their floats (exact)
+        s = sum(new) if self._small and new and self._few is not None else None
+        if type(s) is int:
+            row = list(map(float, new))
             lo, hi, n = min(row), max(row), len(row)
-            if 1.0 <= lo < hi <= self._few.max_query and all(t.is_integer() for t in row):
-                tokens = float(sum(row))
-                mode, fixed = self.row_part(n, row, lo, hi, tokens,
-                                            tokens if head is None else head)
+            if 1.0 <= lo < hi <= self._few.max_query:
+                tokens = float(s)
+                mode, fixed = self.row_part(n, row, lo, hi, tokens, tokens)
+                if self._stream is None and mode in ("full", "piecewise") and not self.host:
+                    # _step_from's operations without host time, in the attention's own
+                    # call (FewAttention.pricer's step)
+                    g, layers, full = self.execution.graph_launch_s, self._layers, \
+                        mode == "full"
+                    return self._few.pricer(row, (fixed, layers, None if full else
+                                                  self._launch_s * layers,
+                                                  None if full else layers * g, g))
                 attention, step_from = self._few.pricer(row), self._step_from
-                return lambda ctx: step_from(mode, fixed, attention(
-                    [float(c) for c in ctx]), n)
+                return lambda ctx: step_from(mode, fixed, attention(ctx), n)
         return super().few_pricer(new)
 
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
@@ -247,6 +275,49 @@ class ClosedForms(ClosedFormPricer):
             return None
         return self._step_from(part[0], part[1], self._few.attention_s(
             new, [float(c) for c in ctx]), n)
+
+
+def _chunk_pricer(cm: ClosedForms):
+    """``ClosedForms.chunk_pricer``: ``step_models.uniform_step(cm, 1, c, 0.0)`` then
+    ``uniform_time(k, x, max)``, the same operations in the same order (the same float;
+    ``max(a, b)`` as ``b if b > a else a``, scalar_forms.py), without the form's dataclass
+    and memo entry (a prompt chunk's count rarely repeats: a miss each time, issue 36);
+    None for a subclass or an eager stream (``_closed``), MLA (its coefficients depend on
+    the count) or a model priced by ``breakdown`` alone (``_general_only``)."""
+    if not cm._closed or cm._mla is not None or cm._general_only:
+        return None
+    pair, kv, q_io, up = cm._attention_coefficients(2.0)  # without MLA: any count's
+    roof, kind, ex, layers = cm._roof, cm._prefill_kind, cm.execution, cm._layers
+    causal, over, graph_s = cm._prefill_causal, cm._prefill_overhead, ex.graph_launch_s
+    launch, replays = cm._launch_s * layers, layers * graph_s
+    host, overlap = (ex.host_s(1) if cm.host else None), ex.async_scheduling
+
+    def price(c: float, x: float) -> float | None:
+        width = (0.5 * (c + 1.0) + (0.0 if c <= DECODE_MAX_QUERY else over)) if causal \
+            else float(c)  # step_models.prefill_width
+        line = roof.attention_line(kind, pair * c + up, pair * c * width, kv, c * kv + c * q_io)
+        if line is None:
+            return None
+        slope, intercept, latency, floor = line
+        tokens = 1.0 * c
+        mode, padded = ex.graph_tokens(tokens, c <= sm.UNIFORM_MAX_QUERY)
+        fixed = cm._fixed(tokens, 0.0, mode, padded, cm._uniform_decode_rows(1, c))
+        y = slope * x + (1.0 * intercept + latency)
+        attention = (floor if floor > y else y) * layers
+        if mode != "full" and launch > attention:  # eager launches over the layers
+            attention = launch
+        device = fixed + attention
+        if mode == "full":
+            device = device + graph_s
+        elif mode == "piecewise":
+            device = (replays if replays > device else device) + graph_s
+        if host is None:
+            return device
+        if overlap:
+            shown = host - device
+            return device + (0.0 if 0.0 > shown else shown)
+        return device + host
+    return price
 
 
 def _head_tokens(logits_tokens):

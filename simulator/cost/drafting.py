@@ -23,6 +23,7 @@ import numpy as np
 
 from simulator.cost.closed_forms import ClosedForms
 from simulator.cost.linear_op import linear_op_s
+from simulator.cost.scalar_forms import bare_terms, round_pricer
 from simulator.engine.plan import closed_forms
 from simulator.speculation.token_tree import TokenTree
 
@@ -120,7 +121,7 @@ def level_draft_pricer(cost, n: int, tokens: Sequence[int],
         parts.append((n * offset, price))
         shapes.append((n * offset, u, n * g))
         offset += u
-    # the same forms' terms in one loop, no call a forward (step_models.sum_pricer)
+    # the same forms' terms in one loop, no call a forward (scalar_forms.sum_pricer)
     whole = forms.uniform_sum_pricer(n, shapes) if isinstance(forms, ClosedForms) else None
     if whole is not None:
         return partial(whole, 0.0)  # whole(0.0, ctx_sum), no Python frame between
@@ -277,6 +278,26 @@ def chain_draft_pricer(draft_cost, n: int, steps: int):
     return draft
 
 
+def chain_round_pricer(draft_cost, n: int, steps: int, verify_cost):
+    """A staged round of ``n`` requests each drafting ``steps`` (1-3) tokens as a function
+    of (running seconds, context sum): the running seconds plus ``chain_draft_pricer(
+    draft_cost, n, steps)`` then ``verify_cost``'s ``uniform_pricer(n, steps + 1, n (steps +
+    1))`` at the sum, the same forms' terms in one call (``scalar_forms.round_pricer``:
+    bitwise the two added in that order); None where either cost has no such form."""
+    d, v = closed_forms(draft_cost), closed_forms(verify_cost)
+    if not (isinstance(d, ClosedForms) and isinstance(v, ClosedForms)) or n < 1:
+        return None
+    chain, verify = d.uniform_form(n, 1, n), v.uniform_form(n, steps + 1, n * (steps + 1))
+    return None if chain is None or verify is None else round_pricer(chain, steps, n, verify)
+
+
+def decode_terms(draft_cost, n: int) -> tuple | None:
+    """``scalar_forms.bare_terms`` of ``draft_cost``'s forward of ``n`` one-token requests
+    (its ``uniform_pricer(n, 1, n)``'s form), None where it has no such form."""
+    forms = closed_forms(draft_cost)
+    return bare_terms(forms.uniform_form(n, 1, n)) if isinstance(forms, ClosedForms) else None
+
+
 def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
                        num_draft: int = 1, max_context: int | None = None) -> float:
     """A draft model prefilling its own KV over the step's prompt chunks (no logits).
@@ -291,7 +312,13 @@ def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
         c, x = float(new_tokens[0]), float(context[0])
         if max_context is not None and not (x + c) + 1.0 + int(num_draft) < int(max_context):
             return 0.0  # draft_prefill_mask's test
-        t = forms.uniform_step_time(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
+        chunk = forms.chunk_pricer() if isinstance(forms, ClosedForms) and c > 1.0 else None
+        if chunk is not None and c.is_integer():  # uniform_step_time's float, read once
+            t = chunk(c, x)
+        else:
+            t = forms.uniform_step_time(1, c, x, 0) if c >= 1.0 and c.is_integer() else None
+        if t is None and c >= 1.0 and c.is_integer() and x.is_integer():
+            t = forms.few_mixed_time([c], [x], 0.0)  # no form: step_time's float on numbers
         if t is not None:
             return t
     if max_context is not None:

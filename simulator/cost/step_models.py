@@ -172,67 +172,6 @@ def _with_host(k: UniformStep, device, maximum):
     return device + k.host_s
 
 
-def sum_pricer(forms: list):
-    """``total`` plus ``scalar_time(k)(x + offset)`` of each (offset, k) of ``forms``, added
-    left to right, as a function of (total, x): each term the same operations as
-    ``scalar_time``'s usual form (graphs, no launches, no overlap; a host time on all or
-    none), the same float, without a call a term; None where a form is another."""
-    ks = [k for _, k in forms]
-    if not ks or any(k.launch_s is not None or k.mode != "full" or k.overlap for k in ks):
-        return None
-    hosts = [k.host_s is None for k in ks]
-    if hosts.count(hosts[0]) != len(hosts):
-        return None
-    terms = tuple((offset, k.fixed_s, k.slope_s, k.base_s, k.floor_s, k.layers, k.replay_s,
-                   0.0 if k.host_s is None else k.host_s) for offset, k in forms)
-    if hosts[0]:
-        def bare(total: float, x: float) -> float:
-            for offset, fixed, slope, base, floor, layers, replay, _ in terms:
-                a = slope * (x + offset) + base  # max(a, floor) without the call: the same
-                total += fixed + (floor if floor > a else a) * layers + replay
-            return total
-        return bare
-
-    def hosted(total: float, x: float) -> float:
-        for offset, fixed, slope, base, floor, layers, replay, host in terms:
-            a = slope * (x + offset) + base
-            total += fixed + (floor if floor > a else a) * layers + replay + host
-        return total
-    return hosted
-
-
-def scalar_time(k: UniformStep):
-    """``uniform_time(k, x, max)`` as a function of the context sum ``x`` alone, ``k``'s
-    numbers bound once: the same operations in the same order (the same float) at a third of
-    the cost (the lazy form's short stretches price every iteration by it)."""
-    slope, base, floor, layers, launch = k.slope_s, k.base_s, k.floor_s, k.layers, k.launch_s
-    fixed, replay, replays, host, overlap = k.fixed_s, k.replay_s, k.replays_s, k.host_s, \
-        k.overlap
-    full, piecewise = k.mode == "full", k.mode == "piecewise"
-    if k.stream is not None:  # an eager stream: uniform_time's own operations
-        return lambda x: uniform_time(k, x, max)
-    if launch is None and full and not overlap:  # the usual graphs, with a host or without
-        if host is None:
-            return lambda x: fixed + max(slope * x + base, floor) * layers + replay
-        return lambda x: fixed + max(slope * x + base, floor) * layers + replay + host
-
-    def price(x: float) -> float:
-        attention = max(slope * x + base, floor) * layers
-        if launch is not None:
-            attention = max(attention, launch)
-        device = fixed + attention
-        if full:
-            device = device + replay
-        elif piecewise:
-            device = max(device, replays) + replay
-        if host is None:
-            return device
-        if overlap:
-            return device + max(host - device, 0.0)
-        return device + host
-    return price
-
-
 def chain_decode(cm, ctx: np.ndarray, steps: int) -> float:
     """``CostModel.chain_decode_time``: the uniform closed form over the steps' context sums,
     else every request's attention at every step in one array (a flat roofline whose roof

@@ -37,6 +37,8 @@ from simulator.acceptance.sampling import geometric_thresholds
 from simulator.cost.drafting import (
     chain_draft_pricer,
     chain_draft_time,
+    chain_round_pricer,
+    decode_terms,
     draft_max_context,
     draft_prefill_time,
 )
@@ -203,13 +205,16 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             same = int(_MIN(k))
             same = same if same == int(_MAX(k)) else None
 
-    def _decoder(self, n: int):
+    def _decoder(self, n: int) -> tuple:
         """draft2's forward of ``n`` one-token requests as a function of their context sum
-        (``uniform_pricer``), None where it has no closed form; memoised by ``n``."""
-        got = self._decoders.get(n, _MISSING)
-        if got is _MISSING:
+        (``uniform_pricer``) and its form's terms (``decode_terms``), each None where it
+        has none; memoised by ``n``."""
+        got = self._decoders.get(n)
+        if got is None:
             forms = closed_forms(self.draft2_cost)
-            got = self._decoders[n] = None if forms is None else forms.uniform_pricer(n, 1, n)
+            price = None if forms is None else forms.uniform_pricer(n, 1, n)
+            got = self._decoders[n] = (price, None if price is None else
+                                       decode_terms(self.draft2_cost, n))
         return got
 
     def _round_s(self, ctx: np.ndarray, k: np.ndarray, same: int | None) -> tuple[float, float]:
@@ -224,7 +229,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             if prices is None:
                 prices = self._uniform_round_prices(ctx.size, same)
         d2 = v = None
-        if prices is not None and prices != (None, None):
+        if prices is not None and prices[:2] != (None, None):
             s = float(int(_SUM(ctx)))
             d2 = prices[0](s) if prices[0] is not None else None
             v = prices[1](s) if prices[1] is not None else None
@@ -238,15 +243,19 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
     def _uniform_round_prices(self, n: int, k: int) -> tuple:
         """A round of ``n`` requests each drafting ``k``: (draft2's chain, the draft's
         verification) as functions of the context sum (``chain_draft_pricer``,
-        ``uniform_pricer``), each None where none applies; memoised."""
+        ``uniform_pricer``), each None where none applies, and both added to running
+        seconds in one call, ``add(gpu, x)`` (``chain_round_pricer``; None where it has no
+        such form, or draft2 drafts nothing); memoised."""
         if len(self._uniform_rounds) >= 1024:
             self._uniform_rounds.clear()
-        d2 = None
+        d2 = joined = None
         if self.draft2_cost is not None:  # no draft2 forward where nothing is drafted
             d2 = chain_draft_pricer(self.draft2_cost, n, k) if k >= 1 else _NOTHING
+            joined = chain_round_pricer(self.draft2_cost, n, k, self.draft_cost) \
+                if 1 <= k <= 3 else None
         forms = closed_forms(self.draft_cost)
         v = forms.uniform_pricer(n, k + 1, n * (k + 1)) if forms is not None else None
-        got = self._uniform_rounds[n, k] = (d2, v)
+        got = self._uniform_rounds[n, k] = (d2, v, joined)
         return got
 
     def _inner_counts(self, k: np.ndarray, ctx: np.ndarray, request_ids: np.ndarray,
@@ -323,6 +332,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return None
         cut, search = self._outer, self._outer_search
         rounds, host, hosts = self._few.rounds, self._host, {}  # hosts: host(rounds)(n)
+        walk = self._few.walker(n)
         cuts = [[-1.0, *cut]] * n  # bisect_right's count + 1 (-1.0: below every uniform)
 
         def ahead(draws: list, at: int) -> tuple[list, int]:
@@ -333,7 +343,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return gpu + (cpu + host(count)(n)), end - at  # iteration_draft_s' sum
 
         def walked(ctx: list, draws: list, at: int) -> tuple[tuple[float, list], int]:
-            gpu, cpu, count, end = rounds(ctx, None, draws, at)
+            gpu, cpu, count, end = walk(ctx, draws, at)
             h = hosts.get(count)
             if h is None:
                 h = hosts[count] = host(count)(n)

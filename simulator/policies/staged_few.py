@@ -13,6 +13,7 @@ added in the same order as ``draft_time``'s arrays: bitwise its floats
 from __future__ import annotations
 
 from bisect import bisect_right
+from itertools import compress
 from operator import add as _ADD
 from typing import Callable
 
@@ -25,6 +26,8 @@ from simulator.engine.plan import closed_forms
 # that have ``produced`` tokens each (their contexts: the sums, ints)
 RoundAdd = Callable[[float, list, tuple], float]
 _UNSET: list = []
+_ONE = 1  # _varied_pricer's k + 1 (its __add__)
+_NONE_YET = (0.0, 0.0, 0)  # rounds' running (GPU s, CPU s, rounds) at the start
 
 
 class FewRounds:
@@ -35,7 +38,8 @@ class FewRounds:
     model (``staged2``) or an n-gram table of ``lookup_s`` CPU seconds a proposed token;
     ``draft_cost``: the draft's pricer.  The policy's own prices: ``uniform(n, k)``, its
     (draft2 chain, verification) forms of ``n`` requests each drafting ``k`` as functions of
-    the context sum, each None where none applies; ``arrays(ctx, k, same)``, its array price
+    the context sum, each None where none applies, and both added to running seconds in one
+    call, ``add(gpu, sum)`` (None: none such); ``arrays(ctx, k, same)``, its array price
     of a round (where a round has no form); ``decoder(n)``, draft2's forward of ``n``
     one-token requests as a function of their context sum, None where it has none."""
 
@@ -44,6 +48,7 @@ class FewRounds:
         self.gamma, self.gamma2, self.cut, self.lookup = gamma, gamma2, cut, lookup_s
         self.staged2, self.draft_cost = staged2, draft_cost
         self._uniform, self._arrays, self._decoder = uniform, arrays, decoder
+        self._forms = closed_forms(draft_cost)  # the draft's declared closed forms, if any
         self._one: list | None = _UNSET  # _one_states', once asked
         self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
         self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
@@ -93,7 +98,7 @@ class FewRounds:
                 xs = rng.random(m).tolist()
             produced = tuple(map(_ADD, produced, map(bisect_right, cut, xs)))
             if ends and max(produced) >= gamma:  # some have their gamma: they stop
-                keep = [j for j, p in enumerate(produced) if p < gamma]
+                keep = list(compress(range(m), map(gamma.__gt__, produced)))  # p < gamma
                 if not keep:
                     return gpu, cpu, rounds, at
                 if rng is None and one is not None and len(keep) <= 2:
@@ -102,8 +107,22 @@ class FewRounds:
                                             at) if len(keep) == 1 else self._two_rounds(
                         [context[keep[0]], context[j]], produced[keep[0]], produced[j],
                         (gpu, cpu, rounds), draws, at)
-                context = [context[j] for j in keep]
-                produced, m = tuple([produced[j] for j in keep]), len(keep)
+                context = list(map(context.__getitem__, keep))
+                produced, m = tuple(map(produced.__getitem__, keep)), len(keep)
+
+    def walker(self, n: int):
+        """``rounds(ctx, None, draws, at)`` of ``n`` requests as ``f(ctx, draws, at)``: for
+        one or two where a round of one has its form, ``rounds``' own hand-off to
+        ``_one_rounds`` or ``_two_rounds`` bound once (the same rounds, prices and sums)."""
+        one = self._one_states() if self._one is _UNSET else self._one
+        if one is None or n > 2:
+            rounds = self.rounds
+            return lambda ctx, draws, at: rounds(ctx, None, draws, at)
+        if n == 1:
+            one_rounds = self._one_rounds
+            return lambda ctx, draws, at: one_rounds(ctx[0], 0, _NONE_YET, draws, at)
+        two_rounds = self._two_rounds
+        return lambda ctx, draws, at: two_rounds(ctx, 0, 0, _NONE_YET, draws, at)
 
     def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
                     at: int) -> tuple[float, float, int, int]:
@@ -156,10 +175,10 @@ class FewRounds:
         states = []
         for p in range(self.gamma if self._cuts is not None else 0):
             k = min(self.gamma2, (self.gamma - p) - 1)
-            d2, v = self._uniform(1, k)
+            d2, v, joined = self._uniform(1, k)
             if v is None or (d2 is None and staged2):
                 return None
-            add = _one_add(None if k == 0 else d2, v)
+            add = joined or _one_add(None if k == 0 else d2, v)
             states.append((add, 0.0 if staged2 else self.lookup * float(k), self._cuts[p]))
         self._one = states if states else None
         return self._one
@@ -201,11 +220,13 @@ class FewRounds:
     def _uniform_pricer(self, n: int, same: int) -> RoundAdd | None:
         """Both forms at the context sum (draft2's none for an n-gram table, or where no
         request drafts: 0 s, which adds nothing to a sum of seconds)."""
-        d2, v = self._uniform(n, same)
+        d2, v, joined = self._uniform(n, same)
         if v is None or (d2 is None and self.staged2):
             return None
         if d2 is None or same == 0:
             return lambda gpu, context, produced: gpu + v(float(sum(context) + sum(produced)))
+        if joined is not None:  # both forms in one call, at the sum as an int (exact)
+            return lambda gpu, context, produced: joined(gpu, sum(context) + sum(produced))
 
         def add(gpu: float, context: list, produced: tuple) -> float:
             s = float(sum(context) + sum(produced))  # the contexts' sum (ints: exact)
@@ -216,15 +237,16 @@ class FewRounds:
         """draft2's forward j over the requests drafting more than j (a batch of ones, by its
         form at their sum + n j, added in order; none for an n-gram table), then the draft's
         verification of k + 1 tokens each (its few-request form, else ``step_time``)."""
-        forwards = []
+        forwards, every, termed = [], range(len(k)), True
         for j in range(max(k) if self.staged2 else 0):
-            on = [i for i, kj in enumerate(k) if kj > j]
-            decoder = self._decoder(len(on))
+            on = list(compress(every, map(j.__lt__, k)))  # the requests with kj > j
+            decoder, terms = self._decoder(len(on))
             if decoder is None:
                 return None
-            forwards.append((on, len(on) * j, decoder))
-        u = [kj + 1 for kj in k]
-        forms = closed_forms(self.draft_cost)
+            forwards.append((on, len(on) * j, decoder, terms))
+            termed = termed and terms is not None
+        u = list(map(_ONE.__add__, k))  # k + 1 each
+        forms = self._forms
         if forms is not None:
             verify = forms.few_pricer(u)
         else:
@@ -233,8 +255,10 @@ class FewRounds:
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
                 list(map(_ADD, context, produced)))
-        (first, _, decoder), rest = forwards[0], forwards[1:]
+        (first, _, decoder, _), rest = forwards[0], forwards[1:]
         first = None if len(first) == len(k) else first  # None: every request
+        if termed:  # each forward's terms added here
+            return _terms_add(first, forwards, verify)
 
         def add(gpu: float, context: list, produced: tuple) -> float:
             ctx = list(map(_ADD, context, produced))
@@ -242,10 +266,29 @@ class FewRounds:
             # each forward's contexts summed as ints (exact in any order)
             total = decoder(float(sum(ctx) if first is None else sum(map(ctx.__getitem__,
                                                                          first))))
-            for on, offset, forward in rest:
+            for on, offset, forward, _ in rest:
                 total += forward(float(sum(map(ctx.__getitem__, on)) + offset))
             return gpu + total + verify(ctx)
         return add
+
+
+def _terms_add(first: list | None, forwards: list, verify) -> RoundAdd:
+    """``_varied_pricer``'s ``add`` where each draft2 forward's form is the usual one
+    (``scalar_forms.bare_terms``): its terms at its contexts' int sum (+ n j), as the
+    forward's ``uniform_pricer`` computes them (``max(a, b)`` as ``b if b > a else a``, the
+    same float: scalar_forms.py), added in the same order, without a call a forward."""
+    f0, s0, b0, lo0, lay0, r0 = forwards[0][3]
+    rest = tuple((on, offset, *terms) for on, offset, _, terms in forwards[1:])
+
+    def add(gpu: float, context: list, produced: tuple) -> float:
+        ctx = list(map(_ADD, context, produced))
+        y = s0 * (sum(ctx) if first is None else sum(map(ctx.__getitem__, first))) + b0
+        total = f0 + (lo0 if lo0 > y else y) * lay0 + r0
+        for on, offset, f, s, b, lo, lay, r in rest:
+            y = s * (sum(map(ctx.__getitem__, on)) + offset) + b
+            total += f + (lo if lo > y else y) * lay + r
+        return gpu + total + verify(ctx)
+    return add
 
 
 def _one_add(d2, v):

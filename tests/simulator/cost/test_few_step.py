@@ -86,6 +86,7 @@ def test_prices_are_step_time_bit_for_bit(profile, model, tp, execution):
         assert cm.few_step_time(new.tolist(), ctx.tolist(), new.tolist()) == want
         # the same as a function of the contexts (FewAttention.pricer's factors bound once)
         assert cm.few_pricer(new.tolist())(ctx.tolist()) == want
+        assert cm.few_pricer(new.tolist())(ctx.astype(np.float64).tolist()) == want  # floats
         # an LM head over one token a request (a prefill's, a draft layer's)
         ones = np.ones(len(new))
         assert cm.few_step_time(new.tolist(), ctx.tolist(), ones) == \
