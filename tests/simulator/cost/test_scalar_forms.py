@@ -5,31 +5,11 @@ verification (``drafting.chain_round_pricer``) is ``chain_draft_pricer`` then th
 (``chunk_pricer``) is ``uniform_step_time(1, c, x, 0)`` (hence ``step_time``'s, which
 test_hot_path.py holds that to); ``scalar_time`` at an int context sum is its float at the
 sum as a float; and a forward's terms (``decode_terms``) are its ``uniform_pricer``'s."""
-import dataclasses
-import functools
-
 import numpy as np
 import pytest
 
-from hardware.profile import load_profile
-from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import chain_draft_pricer, chain_round_pricer, decode_terms
-from simulator.cost.execution import eager, resolve_execution
-from simulator.cost.parallelism import Parallelism
-from simulator.models.spec import load_model
-
-
-@functools.cache
-def _cost_model(profile: str, model: str, tp: int, execution: str) -> CostModel:
-    hw = load_profile(profile)
-    plain = resolve_execution(hw)
-    ex = {"graphs": None, "eager": eager(hw),
-          "async": dataclasses.replace(plain, async_scheduling=True),
-          "fa3": dataclasses.replace(plain, spec=dataclasses.replace(
-              plain.spec, prefill_attention="fa3"))}
-    return CostModel(hw, load_model(model), Parallelism(tensor_parallel=tp),
-                     execution=ex[execution.removesuffix("-draft")],
-                     host=not execution.endswith("-draft"))
+from tests.simulator.cost.test_few_step import _cost_model  # the same cost models, cached
 
 
 # staged.yaml's drafts (side models: no host time), a larger pair, and the other modes
