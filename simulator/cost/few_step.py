@@ -19,7 +19,7 @@ prices only forwards whose requests all take that form (``max_query``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,6 +47,11 @@ class FewAttention:
     overhead: float
     roof: Roofline
     max_query: float = float("inf")
+    # ``pricer``'s per-request factors by new-token count (``_Terms``), worked out once
+    _terms: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_terms", _Terms(self.pair, self.q_bytes, self.overhead))
 
     def attention_s(self, new: list, ctx: list) -> float:
         """One layer's attention seconds of requests bringing ``new[i]`` (whole numbers, at
@@ -76,27 +81,32 @@ class FewAttention:
                              None if not n_decode else [not d for d in decode], n - n_decode)
         return total
 
-    def pricer(self, new: list):
+    def pricer(self, new: list, step: tuple | None = None):
         """``attention_s(new, ctx)`` as a function of ``ctx`` alone, bitwise: each request's
         factors that depend on ``new`` alone (pair x new, the causal term, the query bytes),
         its kernel and the kernels' rates worked out once (the same operations, grouped as
-        ``attention_s`` groups them)."""
-        pair, kvb, qb, over, causal = self.pair, self.kv_bytes, self.q_bytes, self.overhead, \
-            self.causal
-        terms = [(pair * u, (0.5 * (u + 1.0) + ((over if u > DECODE_MAX_QUERY else 0.0)
-                                                 if over else 0.0)), u, u * qb) for u in new]
-        n, decode = len(new), [u == 1.0 for u in new]
-        n_decode, kernels = decode.count(True), []
+        ``attention_s`` groups them).  With ``step`` (``_with_step``'s): the forward's
+        seconds instead, a full or piecewise graph's without host time by
+        ``CostModel._step_from``'s operations, in the same call where one kernel holds
+        every request.  ``ctx``: whole numbers, ints or floats (an int
+        enters ``c + x`` as its float would: exactly, below 2**53)."""
+        kvb, causal = self.kv_bytes, self.causal
+        terms = list(map(self._terms.__getitem__, new))  # each count's, memoised
+        n, n_decode = len(new), new.count(1.0)
+        if n < 8 and (n_decode == n or not n_decode):  # one unmasked kernel of a few: one loop
+            rates = self.roof.kind_rates(ATTENTION_DECODE if n_decode else self.prefill_kind)
+            return _one_kernel(terms, causal, kvb, rates) if step is None else \
+                _one_kernel_step(terms, causal, kvb, rates, step)
+        decode, kernels = [u == 1.0 for u in new], []
         if n_decode:
             kernels.append((self.roof.kind_rates(ATTENTION_DECODE),
                             None if n_decode == n else decode, n_decode))
         if n_decode < n:
             kernels.append((self.roof.kind_rates(self.prefill_kind),
                             None if not n_decode else [not d for d in decode], n - n_decode))
-        if len(kernels) == 1 and n < 8:  # one unmasked kernel of a few: one loop
-            return _one_kernel(terms, causal, kvb, kernels[0][0])
         if len(kernels) == 2 and n_decode <= 2 and n - n_decode <= 2:  # two of two at most
-            return _two_kernels(terms, causal, kvb, decode, kernels[0][0], kernels[1][0])
+            return _with_step(_two_kernels(terms, causal, kvb, decode, kernels[0][0],
+                                           kernels[1][0]), step)
 
         def attention(ctx: list) -> float:
             if causal:
@@ -110,7 +120,45 @@ class FewAttention:
             for rates, members, count in kernels:
                 total += _kernel(rates, flops, nbytes, members, count)
             return total
+        return _with_step(attention, step)
+
+
+class _Terms(dict):
+    """``FewAttention.pricer``'s factors of a request of ``u`` new tokens (pair x u, the
+    causal term, u, the query bytes u x q), by ``u``, each worked out on its first use
+    (a function of ``u`` and the attention's numbers alone; ``u`` as a float: an int count
+    gives the same floats)."""
+
+    def __init__(self, pair: float, q_bytes: float, overhead: float) -> None:
+        super().__init__()
+        self.pair, self.q_bytes, self.overhead = pair, q_bytes, overhead
+
+    def __missing__(self, count: float) -> tuple:
+        u, over = float(count), self.overhead
+        got = self[count] = (self.pair * u, (0.5 * (u + 1.0) + (
+            (over if u > DECODE_MAX_QUERY else 0.0) if over else 0.0)), u, u * self.q_bytes)
+        return got
+
+
+def _with_step(attention, step: tuple | None):
+    """``attention`` itself (``step`` None), or the forward's seconds around it, ``step`` =
+    (fixed s, layers, the launches' s over the layers and one replay a layer's, both None
+    for a full graph, one replay's s): ``CostModel._step_from``'s operations of a full
+    graph (``fixed + a x layers + replay``) or piecewise graphs (``max(fixed + max(a x
+    layers, launches), replays) + replay``), no host time (``+ 0.0``)."""
+    if step is None:
         return attention
+    return lambda ctx: _tail(attention(ctx), step)
+
+
+def _tail(a: float, step: tuple) -> float:
+    """``_with_step``'s seconds of one layer's attention ``a``."""
+    fixed, layers, launch, replays, replay = step
+    t = a * layers
+    if launch is None:
+        return fixed + t + replay + 0.0
+    d = fixed + (launch if launch > t else t)
+    return (replays if replays > d else d) + replay + 0.0
 
 
 def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
@@ -120,12 +168,13 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
     in one loop (no lists)."""
     crate, mrate, latency, floor = rates
     # the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float
+    # max(f, m) as ``m if m > f else f``: the float max picks (scalar_forms.py's docstring)
     if causal:
         def attention(ctx: list) -> float:
             summed = 0.0
             for (a, b, u, uq), c in zip(terms, ctx):
                 f, m = a * (c + b) / crate, ((c + u) * kvb + uq) / mrate
-                summed += m if m > f else f  # max(f, m): the object it returns, no call
+                summed += m if m > f else f
             t = summed + latency
             return 0.0 + (floor if floor > t else t)  # pricer's total: 0.0, then the kernel
         return attention
@@ -139,6 +188,27 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
         t = summed + latency
         return 0.0 + (floor if floor > t else t)
     return flat
+
+
+def _one_kernel_step(terms: list, causal: bool, kvb: float, rates: tuple, step: tuple):
+    """``_with_step(_one_kernel(terms, causal, kvb, rates), step)`` in one call: the same
+    operations in the same order."""
+    crate, mrate, latency, floor = rates
+    fixed, layers, launch, replays, replay = step
+    if causal or launch is None:
+        return _with_step(_one_kernel(terms, causal, kvb, rates), step)
+
+    def flat_step(ctx: list) -> float:  # piecewise graphs (a varied round's usual mode)
+        summed = 0.0
+        for (a, _, u, uq), c in zip(terms, ctx):
+            x = c + u
+            f, m = a * x / crate, (x * kvb + uq) / mrate
+            summed += m if m > f else f
+        t = summed + latency
+        t = (0.0 + (floor if floor > t else t)) * layers
+        d = fixed + (launch if launch > t else t)
+        return (replays if replays > d else d) + replay + 0.0
+    return flat_step
 
 
 def _two_kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple,
