@@ -191,21 +191,16 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
 
 
 def _one_kernel_step(terms: list, causal: bool, kvb: float, rates: tuple, step: tuple):
-    """``_with_step(_one_kernel(terms, causal, kvb, rates), step)`` in one call: the same
-    operations in the same order."""
-    crate, mrate, latency, floor = rates
+    """``_with_step(_one_kernel(terms, causal, kvb, rates), step)``, the step's arithmetic
+    written beside the flat kernel's call (no ``_with_step`` frame): the same operations in
+    the same order."""
     fixed, layers, launch, replays, replay = step
+    kernel = _one_kernel(terms, causal, kvb, rates)
     if causal or launch is None:
-        return _with_step(_one_kernel(terms, causal, kvb, rates), step)
+        return _with_step(kernel, step)
 
     def flat_step(ctx: list) -> float:  # piecewise graphs (a varied round's usual mode)
-        summed = 0.0
-        for (a, _, u, uq), c in zip(terms, ctx):
-            x = c + u
-            f, m = a * x / crate, (x * kvb + uq) / mrate
-            summed += m if m > f else f
-        t = summed + latency
-        t = (0.0 + (floor if floor > t else t)) * layers
+        t = kernel(ctx) * layers  # _one_kernel's flat pricer: its total, 0.0 + the kernel
         d = fixed + (launch if launch > t else t)
         return (replays if replays > d else d) + replay + 0.0
     return flat_step
