@@ -58,6 +58,7 @@ SERIES = {"time_to_first_token": "ttft", "request_latency": "e2e"}
 _STRIDE = 1 << 16       # block ids of one group or prompt: group * _STRIDE + block
 _PROMPT_IDS = 1 << 36  # prompts' block ids, above every group's (ids < 2**40)
 MAX_PROMPT_TOKENS = 1 << 20  # a prompt's blocks fit in one stride (blocks of >= 16)
+MAX_STAGE_BYTES = 64 * 2 ** 20  # a stage's lifecycle file larger than this is refused
 
 
 def is_inference_perf_run(path: Path) -> bool:
@@ -133,7 +134,7 @@ def _data(cfg: Mapping, src: str) -> dict[str, int]:
 def _stage_file(folder: Path, i: int) -> tuple[Mapping[str, Any], str]:
     path = folder / STAGE.format(i)
     src = str(path)
-    if not path.is_file() or path.stat().st_size > 64 * 2 ** 20:
+    if not path.is_file() or path.stat().st_size > MAX_STAGE_BYTES:
         raise SpecsimError(f"stage {i}'s metrics are missing (not a file of at most 64 MiB)",
                            source=src, fix="give inference-perf's per_stage lifecycle report")
     try:
