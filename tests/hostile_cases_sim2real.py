@@ -1,7 +1,8 @@
 """Hostile cases of ``specsim validate-serving`` (issue 35, part 1): missing and empty run
 folders, span files that are not vLLM's OpenTelemetry export, a run's configuration broken,
-and ``*.run.yaml`` manifests with a bad kind or a missing result.  The bases and helpers are
-hostile_cases.py's."""
+``*.run.yaml`` manifests with a bad kind or a missing result, and inference-perf
+experiments with an unknown load type or a missing or malformed stage file.  The bases
+and helpers are hostile_cases.py's."""
 from __future__ import annotations
 
 import json
@@ -58,4 +59,19 @@ VALIDATE_CASES: list[Case] = [
          {"x.run.yaml": MANIFEST}),
     Case("vs-manifest-unknown-key", ("validate-serving", "x.run.yaml"), "colour",
          {"x.run.yaml": MANIFEST + "colour: red\n"}),
+]
+
+IPF = ("data:\n  type: shared_prefix\n  shared_prefix: {num_groups: 2, num_prompts_per_group: 2, "
+       "system_prompt_len: 16, question_len: 32, output_len: 4}\nload:\n  type: poisson\n"
+       "  stages: [{rate: 1, duration: 2}]\nserver: {ignore_eos: true}\n")
+VALIDATE_CASES += [  # inference-perf experiments (simulator/sim2real/inference_perf.py)
+    Case("vs-inference-perf-poisson", VS, "load.type",
+         {"run/exp-config.yaml": CONFIG, "run/results/config.yaml": IPF}),
+    Case("vs-inference-perf-no-stage-file", VS, "stage 0's metrics are missing",
+         {"run/exp-config.yaml": CONFIG,
+          "run/results/config.yaml": IPF.replace("poisson", "constant")}),
+    Case("vs-inference-perf-stage-not-json", VS, "not JSON",
+         {"run/exp-config.yaml": CONFIG, "run/results/config.yaml":
+          IPF.replace("poisson", "constant"),
+          "run/results/stage_0_lifecycle_metrics.json": "{oops"}),
 ]

@@ -6,7 +6,9 @@ A PATH is one run or a folder of runs (in name order).  A run is vLLM's OpenTele
 request spans as inference-sim publishes them (a folder with ``exp-config.yaml``,
 ``profile.yaml``, ``traces.json``: simulator/sim2real/otel.py), or a ``*.run.yaml`` manifest
 of a ``vllm bench serve --save-result`` file or of a published aggregate
-(simulator/sim2real/manifest.py).
+(simulator/sim2real/manifest.py), or an inference-perf experiment (``exp-config.yaml``,
+``results/config.yaml`` and per-stage lifecycle metrics: simulator/sim2real/inference_perf.py),
+compared stage by stage.
 """
 from __future__ import annotations
 
@@ -36,9 +38,25 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 
 
 def _is_run(path: Path) -> bool:
+    from simulator.sim2real.inference_perf import is_inference_perf_run
     from simulator.sim2real.manifest import SUFFIX
     from simulator.sim2real.otel import is_otel_run
-    return is_otel_run(path) if path.is_dir() else path.name.endswith(SUFFIX)
+    if path.is_dir():
+        return is_inference_perf_run(path) or is_otel_run(path)
+    return path.name.endswith(SUFFIX)
+
+
+def read_runs(path: Path) -> list:
+    """The measured runs of one found PATH: an inference-perf experiment gives one per
+    load stage."""
+    from simulator.sim2real.inference_perf import is_inference_perf_run, \
+        read_inference_perf_runs
+    from simulator.sim2real.manifest import read_manifest
+    from simulator.sim2real.otel import read_otel_run
+    if not path.is_dir():
+        return [read_manifest(path)]
+    return read_inference_perf_runs(path) if is_inference_perf_run(path) \
+        else [read_otel_run(path)]
 
 
 def find_runs(paths: list[str]) -> list[Path]:
@@ -54,7 +72,8 @@ def find_runs(paths: list[str]) -> list[Path]:
             if path.is_dir() else []
         if not runs:
             raise SpecsimError(f"{text!r} holds no measured run (a folder with "
-                               "exp-config.yaml and traces.json, or a *.run.yaml manifest)",
+                               "exp-config.yaml and traces.json or results/config.yaml, or "
+                               "a *.run.yaml manifest)",
                                field="PATH")
         found.extend(runs)
         if len(found) > MAX_RUNS:
@@ -66,11 +85,8 @@ def find_runs(paths: list[str]) -> list[Path]:
 def main(args: argparse.Namespace) -> int:
     from simulator.cli.output import render, wrap_text
     from simulator.sim2real.compare import compare_runs, headline, run_scenario
-    from simulator.sim2real.manifest import read_manifest
-    from simulator.sim2real.otel import read_otel_run
 
-    runs = [read_otel_run(p) if p.is_dir() else read_manifest(p)
-            for p in find_runs(args.paths)]
+    runs = [run for p in find_runs(args.paths) for run in read_runs(p)]
     for run in runs:  # every run resolves before any is simulated
         run_scenario(run, args.profile)
     if args.uncertainty:
