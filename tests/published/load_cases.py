@@ -183,26 +183,27 @@ _V0_WHY = (
     "(16-54%) of the 23.5 ms gap if it held at TP8; the v0.6.0 post (Llama 3 8B, one H100) gives "
     "shares, not times (API server 33%, scheduling and input preparation 29%). V0's "
     "spec-decode path, read in the 0.7.3 sdist (issue 39; engines.yaml vllm-v0.7): the "
-    "drafts' proposal_lens.tolist() and the accepted ids' read after the rejection sampler "
-    "(2 syncs), the proposer's own execute_model (a host step), and config.py's 'Async "
+    "drafts' proposal_lens.tolist(), the hidden-state mask index after the rejection sampler "
+    "and the accepted ids' .tolist() (3 syncs), the proposer's own execute_model (a host "
+    "step), and config.py's 'Async "
     "output processing is not supported with speculative decoding', so _process_model_outputs "
     "runs with the GPU idle, 106.25 us a sequence (vLLM issue #6913: 3.4 ms at batch 32); "
-    "that took the MTP TPOTs at QPS 1 / 2 from 19.90 / 25.84 to 20.82 / 27.55 ms, the "
-    "speedups from 1.605 / 1.556 to 1.534 / 1.459. Not priced: its batch-expansion scorer "
+    "that took the MTP TPOTs at QPS 1 / 2 from 19.90 / 25.84 to 20.98 / 27.76 ms, the "
+    "speedups from 1.605 / 1.556 to 1.522 / 1.448. Not priced: its batch-expansion scorer "
     "(the MQA scorer is off for TRITON_MLA and CUDA graphs: k + 1 scoring sequences a "
     "request, each reading its whole KV, built in Python), the rejection sampler's eager "
     "launches. At the PR's 81-82.3% acceptance its QPS 1 TPOTs make an MTP step 61.5-62.0 "
-    "ms against the baseline's 55.5 ms (+6.0-6.5 ms), the simulator's +5.9 ms (a step of "
-    "37.8 ms against 31.9); at QPS 2, 88.6 ms against 57.6 (+31 ms), the simulator's "
-    "+9.8 ms. No constant is fitted to the 55 ms")
+    "ms against the baseline's 55.5 ms (+6.0-6.5 ms), the simulator's +6.2 ms (a step of "
+    "38.1 ms against 31.9); at QPS 2, 88.6 ms against 57.6 (+31 ms), the simulator's "
+    "+10.2 ms. No constant is fitted to the 55 ms")
 LOAD_KNOWN_MISSES: dict[str, str] = {
     "vllm-mtp-dsr1-qps2-tpot-speedup": (
-        "predicted 1.46x vs published 1.18x (+23.6%; QPS 1 passes at 1.53x vs 1.63x, and the "
+        "predicted 1.45x vs published 1.18x (+22.7%; QPS 1 passes at 1.52x vs 1.63x, and the "
         "order of the two points holds): the simulated baseline TPOT still grows with "
-        "load about as fast as MTP's (31.9 -> 40.2 ms against MTP's 20.8 -> 27.6 ms) where "
+        "load about as fast as MTP's (31.9 -> 40.2 ms against MTP's 21.0 -> 27.8 ms) where "
         "the PR's baseline barely moves (55.47 -> 57.58 ms) and MTP's rises 44%; " + _V0_WHY),
     "vllm-v0-dsr1-qps1-baseline-tpot-ms": "predicted 31.9 ms vs 55.47 ms (-42.4%): " + _V0_WHY,
-    "vllm-v0-dsr1-qps1-mtp-tpot-ms": "predicted 20.8 ms vs 33.99 ms (-38.7%): " + _V0_WHY,
+    "vllm-v0-dsr1-qps1-mtp-tpot-ms": "predicted 21.0 ms vs 33.99 ms (-38.3%): " + _V0_WHY,
     "vllm-v0-dsr1-qps2-baseline-tpot-ms": "predicted 40.2 ms vs 57.58 ms (-30.2%): " + _V0_WHY,
-    "vllm-v0-dsr1-qps2-mtp-tpot-ms": "predicted 27.6 ms vs 48.8 ms (-43.5%): " + _V0_WHY,
+    "vllm-v0-dsr1-qps2-mtp-tpot-ms": "predicted 27.8 ms vs 48.8 ms (-43.1%): " + _V0_WHY,
 }

@@ -145,6 +145,7 @@ def test_vllm_v0_decode_counts_are_the_listed_kernels():
     # the output processing made synchronous; its launches not counted (test_spec_host.py)
     assert e.verify_kernels == e.draft_prep_kernels == e.host_steps == 0
     assert (e.syncs, e.draft_host_steps, e.sync_output_per_seq_us) == (2, 1, 106.25)
+    assert e.method_syncs == (("mtp", 3),)  # its hidden-state mask index after the sampler
 
 
 def test_vllm_v0_step_adds_exactly_its_counted_launches():
