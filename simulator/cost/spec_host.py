@@ -14,7 +14,8 @@ work, per engine, from counts read in each engine's code at a named version
 - a **sync** (a ``.tolist()`` / ``.item()`` the next launch waits on) drains the GPU queue,
   so the host work that follows it -- one engine step's worth (``Execution.host_s``) --
   shows in full, whatever ``async_scheduling`` says;
-- an **extra host step** (SGLang's draft extend as a batch of its own) costs the same.
+- an **extra host step** (SGLang's draft extend as a batch of its own) costs the same;
+- output processing run synchronously under speculation (vLLM V0) shows per sequence.
 
 A sync is counted where a device read (``.item()``, ``.tolist()``, ``.cpu()``, a boolean
 mask's index, a size read off a device tensor, a blocking upload) waits on device work
@@ -83,6 +84,7 @@ BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static",
          "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor")
 MAX_COUNT = 10_000
+PER_SEQ = ("sync_output_per_seq_us",)  # host us a drafting sequence adds, an iteration
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
 # default start, floor factor and decay steps, schedule_conservativeness, the clip on a
 # request's reserved tokens and the retraction's headroom; 0 (absent): not modelled
@@ -156,6 +158,7 @@ class SpecHost:
     # (method, syncs) where a method's proposer code forces other syncs than ``syncs``
     method_syncs: tuple[tuple[str, int], ...] = ()
     host_steps: int = 0          # extra engine host steps per iteration
+    sync_output_per_seq_us: float = 0.0  # PER_SEQ: output processing no step hides
     overlap: bool = False        # launches and host ops hidden under the device's work
     # the draft's forward over the tokens accepted last time (SGLang's draft extend) runs
     # outside any CUDA graph: each of its kernels launched eagerly (policies/feature_draft.py)
@@ -165,9 +168,7 @@ class SpecHost:
     tree_cascade: bool = False
     # the prefill attention kernel (PREFILL_KERNELS): a named engine's (engines.yaml), or the
     # scenario's execution.prefill_attention; without either the FA2-class kernel every
-    # profile prices (the A100's fitted to measured kernels).  The inference-sim H100 runs
-    # (vLLM 0.11.0, FA3) are replayed without an engine: at FA3's paper figure they all come
-    # out fast, its contiguous-KV kernel faster than vLLM's paged one (docs/execution.md)
+    # profile prices (the A100's fitted to measured kernels; docs/execution.md on FA3)
     prefill_attention: str = "fa2"
     # DeepSeek-class decode (engine_kernels.py): extra launches a MLA / MoE layer, FP8 GEMMs
     mla_pointwise_kernels: int = 0
@@ -192,10 +193,8 @@ class SpecHost:
     # with chunked prefill off, whole prompts in prefill-only steps and the decodes in steps of
     # their own, whatever batching.mixed_chunk says (vLLM V0: simulator/engine_overrides.py)
     unchunked_prefill_apart: bool = False
-    # the dense block-FP8 linears' 1-32 decode rows at the DeepGEMM of the measurement
-    # (engine_kernels.deepgemm_decode_floor: sgl-project/sglang PR #5820, April 2025); off
-    # where the engine's DeepGEMM is a later one, rewritten since, whose small-M times no
-    # measurement gives (the roofline prices those rows)
+    # dense block-FP8 decode rows at PR #5820's DeepGEMM (engine_kernels.deepgemm_decode_floor);
+    # off for a later, rewritten DeepGEMM whose small-M times no measurement gives (roofline)
     deepgemm_decode_floor: bool = False
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
     # MLA decode's output through one absorbed W_UV_O GEMM (K = heads x kv_lora_rank) where
@@ -251,7 +250,8 @@ def spec_host_s(execution, work: SpecWork, sequences: int) -> float:
     if sequences <= 0 or spec.name == "none":
         return 0.0
     launches = 0.0 if spec.overlap else spec.kernels(work) * execution.kernel_launch_s
-    return launches + spec.steps(work) * execution.host_s(sequences)
+    return launches + spec.steps(work) * execution.host_s(sequences) \
+        + sequences * spec.sync_output_per_seq_us * 1e-6
 
 
 def tree_rows(tree) -> tuple[int, ...]:
@@ -318,8 +318,8 @@ def _catalog() -> dict[str, SpecHost]:
 def _entry(name: str, data: Any, src: str) -> SpecHost:
     data = require_mapping(data, source=src, field=name)
     check_keys(data, allowed=("version", "prefill_attention", "fp8_gemm", "method_syncs",
-                              *BOOLS, *COUNTS, *DECODE_COUNTS, *LAYER_COUNTS,
-                              *RESERVE), required=("version",), source=src, prefix=f"{name}.")
+                              *BOOLS, *COUNTS, *DECODE_COUNTS, *LAYER_COUNTS, *RESERVE,
+                              *PER_SEQ), required=("version",), source=src, prefix=f"{name}.")
     out: dict[str, Any] = {"name": name, "version": as_str(
         data["version"], source=src, field=f"{name}.version")}
     sources = []
@@ -344,7 +344,7 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
                                  choices=FP8_GEMMS)
         sources.append("fp8_gemm: " + as_str(item["source"], source=src,
                                              field=f"{name}.fp8_gemm.source"))
-    for key in (*BOOLS, *COUNTS, *DECODE_COUNTS, *LAYER_COUNTS, *RESERVE):
+    for key in (*BOOLS, *COUNTS, *DECODE_COUNTS, *LAYER_COUNTS, *RESERVE, *PER_SEQ):
         if key not in data:
             continue
         item = require_mapping(data[key], source=src, field=f"{name}.{key}")
@@ -353,7 +353,7 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
         where = f"{name}.{key}.value"
         out[key] = as_bool(item["value"], source=src, field=where) if key in BOOLS \
             else float(as_number(item["value"], source=src, field=where, minimum=0,
-                                 maximum=MAX_COUNT)) if key in RESERVE \
+                                 maximum=MAX_COUNT)) if key in RESERVE + PER_SEQ \
             else int(as_number(item["value"], source=src, field=where, integer=True,
                                minimum=0, maximum=MAX_COUNT))
         sources.append(f"{key}: " + as_str(item["source"], source=src,

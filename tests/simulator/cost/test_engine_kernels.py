@@ -141,8 +141,11 @@ def test_vllm_v0_decode_counts_are_the_listed_kernels():
     assert e.moe_other_kernels == _count(moe, "other") - GENERIC["routing"][1] == 6
     assert e.fp8_gemm == "triton" and e.split_qkv_a
     assert e.deepep_pointwise_kernels == e.eplb_map_kernels == 0  # no DeepEP in V0
-    # V0's speculative path was not read: no speculative host work is charged
-    assert e.verify_kernels == e.draft_prep_kernels == e.syncs == e.host_steps == 0
+    # V0's speculative path (read in 0.7.3, issue 39): its syncs, the proposer's own step and
+    # the output processing made synchronous; its launches not counted (test_spec_host.py)
+    assert e.verify_kernels == e.draft_prep_kernels == e.host_steps == 0
+    assert (e.syncs, e.draft_host_steps, e.sync_output_per_seq_us) == (2, 1, 106.25)
+    assert e.method_syncs == (("mtp", 3),)  # its hidden-state mask index after the sampler
 
 
 def test_vllm_v0_step_adds_exactly_its_counted_launches():

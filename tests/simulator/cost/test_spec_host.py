@@ -113,6 +113,25 @@ def test_mtp_on_vllm_092_pays_the_chains_launches_and_one_sync_less_than_eagle()
         8 * LAUNCH + STEP)
 
 
+def test_v0_mtp_pays_three_syncs_its_proposer_step_and_synchronous_output_per_sequence():
+    # vLLM 0.7.3 (engines.yaml vllm-v0.7): the drafts' proposal_lens.tolist() and the
+    # accepted ids' .tolist() after the rejection sampler (2 syncs; MTP's hidden-state mask
+    # index between them a third), the proposer's own execute_model (1 host step), no launch
+    # counted; async output processing off under speculation, so vLLM issue #6913's 3.4 ms
+    # at batch 32 shows, 106.25 us a sequence
+    v0 = _on("vllm-v0.7")
+    for n in (1, 8, 32):
+        got = spec_host_s(v0, SpecWork(draft_forwards=1, method="mtp"), n)
+        assert got == pytest.approx(4 * STEP + n * 106.25e-6)
+    assert spec_host_s(v0, SpecWork(draft_forwards=1), 32) - 3 * STEP == pytest.approx(3.4e-3)
+    # overlap would hide launches, never the output processing nothing overlaps
+    hidden = dataclasses.replace(v0, spec=dataclasses.replace(v0.spec, overlap=True))
+    assert spec_host_s(hidden, SpecWork(draft_forwards=1), 4) == pytest.approx(
+        3 * STEP + 4 * 106.25e-6)
+    # V1 runs output processing in its API-server process: no such charge there
+    assert load_engine("vllm-v0.9").sync_output_per_seq_us == 0.0
+
+
 def _on(engine: str) -> Execution:
     return dataclasses.replace(VLLM, spec=load_engine(engine))
 
