@@ -27,7 +27,10 @@ before these runs, is cited line by line below):
   re-tokenisation of the streamed text and is not used.
 
 Measured statistics compared (seconds in the files, ms here): TTFT (first streamed event),
-E2E (``request_latency``), over the stage's successful requests.  inference-perf's
+E2E (``request_latency``), over the stage's successful requests; both are the client's
+(client/modelserver/openai_client.py: ``time.perf_counter()`` before ``session.post`` to
+each SSE event's arrival, apis/completion.py), so they are compared with the simulated
+engine interval plus vLLM's frontend (simulator/engine/frontend.py).  inference-perf's
 ``time_per_output_token`` divides by the number of streamed *events* less one
 (reportgen/base.py), not of tokens, so the TPOT compared is vLLM's, (E2E - TTFT) /
 (output - 1), whose mean is exactly (mean E2E - mean TTFT) / (output_len - 1) when every
@@ -258,5 +261,6 @@ def read_inference_perf_runs(folder: str | Path, seed: int = 0) -> list[Measured
             name=wl.name, model=server["model"], hardware=None,
             tensor_parallel=server["tensor_parallel"], batching=server["batching"],
             engine="vLLM", workload=wl, aggregates=measured[i], source=stage_src,
-            notes=_stage_notes(stage, stage_src, n, data["output_len"])))
+            notes=_stage_notes(stage, stage_src, n, data["output_len"]),
+            measured_at="client"))
     return runs
