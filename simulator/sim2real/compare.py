@@ -6,9 +6,10 @@ parallelism and batching knobs, no speculation, and its own requests (arrivals, 
 declared shared prefix).  A run measured at the server (the engine's spans) is compared
 with the simulated engine interval; one measured at a client (a load generator) with that
 interval plus the engine's frontend (simulator/engine/frontend.py: HTTP, tokenising, and
-the SSE event out), so like is compared with like.  The errors are signed, ``100 * (predicted / measured - 1)``; the
-headline is the median over runs of the absolute error of each run's mean TTFT, TPOT and
-E2E, as the sim-to-real studies of serving simulators report it.
+the SSE event out), so like is compared with like.  The errors are signed,
+``100 * (predicted / measured - 1)``; the headline is the median over runs of the absolute
+error of each run's mean TTFT, TPOT and E2E, as the sim-to-real studies of serving
+simulators report it.
 """
 from __future__ import annotations
 
