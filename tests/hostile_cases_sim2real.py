@@ -59,6 +59,8 @@ VALIDATE_CASES: list[Case] = [
          {"x.run.yaml": MANIFEST}),
     Case("vs-manifest-unknown-key", ("validate-serving", "x.run.yaml"), "colour",
          {"x.run.yaml": MANIFEST + "colour: red\n"}),
+    Case("vs-manifest-bad-measured-at", ("validate-serving", "x.run.yaml"), "measured_at",
+         {"x.run.yaml": MANIFEST + "measured_at: proxy\n"}),
 ]
 
 IPF = ("data:\n  type: shared_prefix\n  shared_prefix: {num_groups: 2, num_prompts_per_group: 2, "
