@@ -177,8 +177,10 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
                 self._complete(step, end)
 
     def _release(self) -> None:
-        """Async scheduling (vLLM V1's ``EngineCore.step_with_batch_queue``: step k+1 is
-        scheduled as step k is launched): the requests that arrived before the last completed
+        """Async scheduling (vLLM V1's ``EngineCore.step_with_batch_queue``, a queue of two
+        batches: step k+1 is scheduled and launched as soon as step k is, the run loop
+        draining new requests only between; vllm/v1/engine/core.py:300-352 and :720-748 in
+        the 0.11.0 wheel): the requests that arrived before the last completed
         step started join the queue now, for the step after it; all of them if nothing else
         is left to run (an idle engine schedules at once)."""
         idle, arrival = not self.b.ids.size and not self.waiting, self.t.arrival_s

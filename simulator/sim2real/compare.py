@@ -40,6 +40,7 @@ def run_scenario(run: MeasuredRun, profile: str | None):
         "name": run.name, "hardware": hardware, "target": target,
         "parallelism": {"tensor_parallel": run.tensor_parallel},
         "policy": {"name": "none"}, "batching": dict(run.batching),
+        **({"execution": {"async_scheduling": True}} if run.async_scheduling else {}),
         "workload": {"trace": "default"}}, source=run.source)
 
 

@@ -45,6 +45,7 @@ class MeasuredRun:
     source: str = ""
     notes: tuple[str, ...] = field(default=())
     measured_at: MeasuredAt = "server"
+    async_scheduling: bool = False  # the server ran vLLM's async scheduling (replayed so)
 
     def measured(self) -> dict[str, float]:
         """The run's measured statistics (see ``latency_metrics``)."""
