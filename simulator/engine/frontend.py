@@ -33,7 +33,10 @@ running the gap hardly grows: 10.2-11.0 ms median at 5-29 running requests again
 (the output handler's per-step work is a small part of a 26-120 ms step there); it does
 grow when requests arrive together (guidellm's ``throughput`` burst, 40 at once: 20-28 ms,
 all of it before the span: their tokenising queued on the API server's one thread), which is
-not priced here.  ``Frontend`` is that measured fixed and per-prompt-token latency.
+not priced here.  ``Frontend`` is that measured fixed and per-prompt-token latency; it is
+applied to every vLLM version a run names (the same path, serving_completion -> AsyncLLM ->
+the engine core and back, in 0.11 to 0.15; re-measure it where a client and spans of one
+newer run are both at hand).
 """
 from __future__ import annotations
 
