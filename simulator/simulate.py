@@ -69,7 +69,9 @@ def simulate(scenario: Scenario, *, workload=None, target_cost=None, draft_cost=
                           block_size=b.block_size, kv_blocks=dep.memory.kv_blocks,
                           max_chunk_tokens=rank_chunk_tokens(scenario),
                           mixed_chunk=mixed_chunk(scenario),
-                          token_ratio=token_ratio(scenario))
+                          token_ratio=token_ratio(scenario),
+                          async_scheduling=bool(scenario.execution.get("async_scheduling",
+                                                                      False)))
     env = simpy.Environment()
     recorder = Recorder(record_events, steps_table=scenario.engine.steps_table,
                         num_requests=int(table.arrival_s.size), replicas=scenario.replicas)

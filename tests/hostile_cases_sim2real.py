@@ -1,7 +1,8 @@
 """Hostile cases of ``specsim validate-serving`` (issue 35, part 1): missing and empty run
 folders, span files that are not vLLM's OpenTelemetry export, a run's configuration broken,
 ``*.run.yaml`` manifests with a bad kind or a missing result, and inference-perf
-experiments with an unknown load type or a missing or malformed stage file.  The bases
+experiments with an unknown load type, a non-boolean ``async_scheduling`` or a missing or
+malformed stage file.  The bases
 and helpers are hostile_cases.py's."""
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ VALIDATE_CASES: list[Case] = [
          {"x.run.yaml": MANIFEST}),
     Case("vs-manifest-unknown-key", ("validate-serving", "x.run.yaml"), "colour",
          {"x.run.yaml": MANIFEST + "colour: red\n"}),
+    Case("vs-manifest-bad-measured-at", ("validate-serving", "x.run.yaml"), "measured_at",
+         {"x.run.yaml": MANIFEST + "measured_at: proxy\n"}),
 ]
 
 IPF = ("data:\n  type: shared_prefix\n  shared_prefix: {num_groups: 2, num_prompts_per_group: 2, "
@@ -67,6 +70,9 @@ IPF = ("data:\n  type: shared_prefix\n  shared_prefix: {num_groups: 2, num_promp
 VALIDATE_CASES += [  # inference-perf experiments (simulator/sim2real/inference_perf.py)
     Case("vs-inference-perf-poisson", VS, "load.type",
          {"run/exp-config.yaml": CONFIG, "run/results/config.yaml": IPF}),
+    Case("vs-inference-perf-async-not-bool", VS, "async_scheduling",
+         {"run/exp-config.yaml": CONFIG + "async_scheduling: sometimes\n",
+          "run/results/config.yaml": IPF.replace("poisson", "constant")}),
     Case("vs-inference-perf-no-stage-file", VS, "stage 0's metrics are missing",
          {"run/exp-config.yaml": CONFIG,
           "run/results/config.yaml": IPF.replace("poisson", "constant")}),

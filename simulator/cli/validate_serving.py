@@ -8,7 +8,9 @@ request spans as inference-sim publishes them (a folder with ``exp-config.yaml``
 of a ``vllm bench serve --save-result`` file or of a published aggregate
 (simulator/sim2real/manifest.py), or an inference-perf experiment (``exp-config.yaml``,
 ``results/config.yaml`` and per-stage lifecycle metrics: simulator/sim2real/inference_perf.py),
-compared stage by stage.
+compared stage by stage.  Each run says where it was measured: vLLM's spans at the server
+(compared with the simulated engine interval), a load generator at the client (compared
+with that plus the engine's frontend: simulator/engine/frontend.py).
 """
 from __future__ import annotations
 
@@ -102,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
         sat = bool(table.loc[table["run"] == run.name, "saturated"].any())
         print(wrap_text(f"{run.name}: {run.model} TP{run.tensor_parallel} on "
                         f"{run.hardware or args.profile}, {run.engine}, "
-                        f"{len(run.workload):,} requests"
+                        f"{len(run.workload):,} requests, measured at the {run.measured_at}"
                         + "".join(f"; {n}" for n in run.notes)
                         + ("; SATURATED in the simulation" if sat else "")))
         part["error_%"] = [f"{e:+.1f}%" for e in part["error_%"]]

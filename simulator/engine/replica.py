@@ -100,7 +100,13 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
         self.ratio_clock = None if limits.token_ratio is None \
             else RatioClock(limits.token_ratio)
         self.wakeup = env.event()
-        self._lazy = self.fast_forward and self.plain and self.lazy_decodes
+        # async scheduling (EngineLimits.async_scheduling): requests that arrived while a
+        # step ran wait in ``pending`` until the step after the next (``_release``)
+        self.pending: deque[int] = deque()
+        self._idle = False          # sleeping on ``wakeup``: an arrival is scheduled at once
+        self._last_start = -np.inf  # the start of the last step completed
+        self._lazy = self.fast_forward and self.plain and self.lazy_decodes \
+            and not limits.async_scheduling
         self.process = env.process(self._run_lazy() if self._lazy else self.run())
 
     # ------------------------------------------------------------------ arrivals
@@ -109,7 +115,10 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
         t = self.t
         t.status[rid] = WAITING
         t.replica[rid] = self.index
-        self.waiting.append(rid)
+        if self.limits.async_scheduling and not self._idle:
+            self.pending.append(rid)  # a step is under way: the next one is already planned
+        else:
+            self.waiting.append(rid)
         self.outstanding_tokens += int(t.prompt_len[rid] + t.output_len[rid])
         if self.rec.record_events:
             self.rec.events.append((self.env.now, "arrival", rid, 0))
@@ -123,15 +132,19 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
         while True:
             if self._lazy and self.cache is None:  # an own-blocks cache stopped: the lazy
                 return                             # form's loop again (lazy_decode.py)
+            if self.pending:
+                self._release()
             if not self.b.ids.size and not self.waiting:
                 if self.ratio_clock is not None:  # SGLang's self_check_during_idle
                     self.ratio_clock.reset(self.stats["iterations"])
                 self.wakeup = env.event()
+                self._idle = True
                 yield self.wakeup
+                self._idle = False
                 self.now = env.now
                 continue
             step = None
-            if self.fast_forward:
+            if self.fast_forward and not self.pending:  # one step at a time while any waits
                 done, step = advance_chain(self, self._chain) if self._chain is not None \
                     else advance_varied(self, self._varied) if self._varied is not None \
                     else advance_decodes(self)
@@ -153,7 +166,7 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
                 yield env.timeout(delay_to(env.now, end))
                 self.stats["timeouts"] += 1
             self.stats["iterations"] += 1
-            self.now = end
+            self.now, self._last_start = end, step.start_s
             if step.__class__ is PlainStep:
                 self._plain_complete(step, end)
             elif step.__class__ is ChainCrossing:
@@ -162,6 +175,17 @@ class Replica(LazyDecodes, PlainSteps, Admission, Completion, Forward):
                 chain_complete(self, self._chain, step, end)
             else:
                 self._complete(step, end)
+
+    def _release(self) -> None:
+        """Async scheduling (vLLM V1's ``EngineCore.step_with_batch_queue``, a queue of two
+        batches: step k+1 is scheduled and launched as soon as step k is, the run loop
+        draining new requests only between; vllm/v1/engine/core.py:300-352 and :720-748 in
+        the 0.11.0 wheel): the requests that arrived before the last completed
+        step started join the queue now, for the step after it; all of them if nothing else
+        is left to run (an idle engine schedules at once)."""
+        idle, arrival = not self.b.ids.size and not self.waiting, self.t.arrival_s
+        while self.pending and (idle or arrival[self.pending[0]] < self._last_start):
+            self.waiting.append(self.pending.popleft())
 
     # ------------------------------------------------------------------ KV blocks
     def _preempt_last(self) -> int:

@@ -70,3 +70,7 @@ class EngineLimits:
     # (reserve.py; engines.yaml's sglang entries), with prefill and decode steps apart only;
     # None: a prefill is admitted while its chunk's blocks are free
     token_ratio: TokenRatio | None = None
+    # vLLM's async scheduling (--async-scheduling, on by default since vLLM 0.14.0): the next
+    # step is scheduled while one runs, so a request arriving during a step joins the one
+    # after the next (replica.py, ``Replica._release``)
+    async_scheduling: bool = False

@@ -3,9 +3,13 @@
 Each run becomes a scenario: its model (a catalog name, or the Hugging Face id a catalog
 file comes from), the ``--profile`` hardware unless the run names its own, its tensor
 parallelism and batching knobs, no speculation, and its own requests (arrivals, lengths and
-declared shared prefix).  The errors are signed, ``100 * (predicted / measured - 1)``; the
-headline is the median over runs of the absolute error of each run's mean TTFT, TPOT and
-E2E, as the sim-to-real studies of serving simulators report it.
+declared shared prefix).  A run measured at the server (the engine's spans) is compared
+with the simulated engine interval; one measured at a client (a load generator) with that
+interval plus the engine's frontend (simulator/engine/frontend.py: HTTP, tokenising, and
+the SSE event out), so like is compared with like.  The errors are signed,
+``100 * (predicted / measured - 1)``; the headline is the median over runs of the absolute
+error of each run's mean TTFT, TPOT and E2E, as the sim-to-real studies of serving
+simulators report it.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from simulator.engine.frontend import frontend_for
 from simulator.inputs.errors import SpecsimError
 from simulator.sim2real.measured_run import METRICS, STATS, MeasuredRun, latency_metrics
 
@@ -35,6 +40,7 @@ def run_scenario(run: MeasuredRun, profile: str | None):
         "name": run.name, "hardware": hardware, "target": target,
         "parallelism": {"tensor_parallel": run.tensor_parallel},
         "policy": {"name": "none"}, "batching": dict(run.batching),
+        **({"execution": {"async_scheduling": True}} if run.async_scheduling else {}),
         "workload": {"trace": "default"}}, source=run.source)
 
 
@@ -54,8 +60,10 @@ def predict(run: MeasuredRun, profile: str | None,
                            "requests were not served in the simulation", field="model",
                            fix="check max_model_len and the memory of the profile")
     wl = run.workload
-    metrics = latency_metrics(wl.arrival_s, wl.output_tokens, req["ttft_s"].to_numpy(),
-                              req["e2e_s"].to_numpy())
+    ttft, e2e = req["ttft_s"].to_numpy(), req["e2e_s"].to_numpy()
+    if run.measured_at == "client":
+        ttft, e2e = frontend_for(run.engine).client_view(ttft, e2e, wl.prompt_tokens)
+    metrics = latency_metrics(wl.arrival_s, wl.output_tokens, ttft, e2e)
     summary = res.summary()
     for stat in ("mean", "p50", "p90", "p99"):  # every token gap, from the recorder
         metrics[f"itl_{stat}_ms"] = float(summary[f"{stat}_itl_s"]) * 1e3

@@ -27,7 +27,10 @@ before these runs, is cited line by line below):
   re-tokenisation of the streamed text and is not used.
 
 Measured statistics compared (seconds in the files, ms here): TTFT (first streamed event),
-E2E (``request_latency``), over the stage's successful requests.  inference-perf's
+E2E (``request_latency``), over the stage's successful requests; both are the client's
+(client/modelserver/openai_client.py: ``time.perf_counter()`` before ``session.post`` to
+each SSE event's arrival, apis/completion.py), so they are compared with the simulated
+engine interval plus vLLM's frontend (simulator/engine/frontend.py).  inference-perf's
 ``time_per_output_token`` divides by the number of streamed *events* less one
 (reportgen/base.py), not of tokens, so the TPOT compared is vLLM's, (E2E - TTFT) /
 (output - 1), whose mean is exactly (mean E2E - mean TTFT) / (output_len - 1) when every
@@ -59,6 +62,13 @@ _STRIDE = 1 << 16       # block ids of one group or prompt: group * _STRIDE + bl
 _PROMPT_IDS = 1 << 36  # prompts' block ids, above every group's (ids < 2**40)
 MAX_PROMPT_TOKENS = 1 << 20  # a prompt's blocks fit in one stride (blocks of >= 16)
 MAX_STAGE_BYTES = 64 * 2 ** 20  # a stage's lifecycle file larger than this is refused
+# The server: inference-sim/training's experiments ran an instrumented vLLM (its README:
+# "OTEL journey + step traces"; .gitignore: "instrumented vllm code"), built by
+# github.com/inference-sim/vllm's Dockerfile.fork on vllm/vllm-openai v0.14.1, then v0.15.1
+# (VLLM_BASE_VERSION); vLLM schedules asynchronously by default since v0.14.0 (its release
+# notes: "Async scheduling is now enabled by default", PR #27614), so an experiment is
+# replayed with async scheduling unless its exp-config.yaml says ``async_scheduling: false``
+SERVER_ENGINE = "vLLM 0.14-0.15 (inference-sim/vllm)"
 
 
 def is_inference_perf_run(path: Path) -> bool:
@@ -83,7 +93,9 @@ def _server(folder: Path) -> dict:
             batching[key] = _int(cfg, key, src, "")
     return {"model": as_str(cfg.get("model"), source=src, field="model"),
             "tensor_parallel": _int(cfg, "tensor_parallelism", src, "")
-            if "tensor_parallelism" in cfg else 1, "batching": batching}
+            if "tensor_parallelism" in cfg else 1, "batching": batching,
+            "async_scheduling": as_bool(cfg.get("async_scheduling", True), source=src,
+                                        field="async_scheduling")}
 
 
 def _load(cfg: Mapping, src: str) -> list[tuple[float, int, int]]:
@@ -257,6 +269,7 @@ def read_inference_perf_runs(folder: str | Path, seed: int = 0) -> list[Measured
         runs.append(MeasuredRun(
             name=wl.name, model=server["model"], hardware=None,
             tensor_parallel=server["tensor_parallel"], batching=server["batching"],
-            engine="vLLM", workload=wl, aggregates=measured[i], source=stage_src,
-            notes=_stage_notes(stage, stage_src, n, data["output_len"])))
+            engine=SERVER_ENGINE, workload=wl, aggregates=measured[i], source=stage_src,
+            notes=_stage_notes(stage, stage_src, n, data["output_len"]),
+            measured_at="client", async_scheduling=server["async_scheduling"]))
     return runs

@@ -13,6 +13,7 @@ aggregate (a blog's or a paper's table).  Keys::
     load: {num_prompts: 500, input_len: 1024, output_len: 128, request_rate: 4}  # published
     measured: {mean_ttft_ms: 41.2, mean_tpot_ms: 7.9, output_throughput: 980}    # published
     source: "where it was measured (URL)"
+    measured_at: client             # or: server (default client: a load generator measured it)
 
 A bench file's requests are read as ``compare-measured`` reads them (bench_result.py: its
 ``start_times`` or its rate, its ``max_concurrency``); a detailed file gives per-request TTFT
@@ -41,7 +42,7 @@ from workloads.workload import MAX_REQUESTS, Workload
 SUFFIX = ".run.yaml"
 KINDS = ("vllm_bench_serve", "published")
 KEYS = ("kind", "result", "model", "hardware", "tensor_parallel", "engine", "batching",
-        "shared_prefix", "load", "measured", "source", "seed")
+        "shared_prefix", "load", "measured", "source", "seed", "measured_at")
 LOAD_KEYS = ("num_prompts", "input_len", "output_len", "request_rate")
 BATCHING_KEYS = ("max_num_seqs", "max_num_batched_tokens", "block_size",
                  "gpu_memory_utilization", "enable_chunked_prefill", "enable_prefix_caching")
@@ -151,7 +152,9 @@ def read_manifest(path: str | Path) -> MeasuredRun:
                                       field="tensor_parallel", minimum=1, integer=True)),
         batching=_batching(m.get("batching"), src),
         engine=as_str(m["engine"], source=src, field="engine"),
-        source=as_str(m.get("source", src), source=src, field="source"))
+        source=as_str(m.get("source", src), source=src, field="source"),
+        measured_at=as_str(m.get("measured_at", "client"), source=src, field="measured_at",
+                           choices=("client", "server")))
     if kind == "published":
         requests, aggregates = _published(m, src, seed)
     else:

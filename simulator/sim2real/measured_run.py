@@ -5,7 +5,7 @@ measured and predicted requests, as vLLM's ``bench serve`` names them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Literal, Mapping
 
 import numpy as np
 
@@ -18,13 +18,18 @@ METRICS = ("ttft", "tpot", "e2e")
 # prefill and prefix caching on for the V1 engine)
 VLLM_BATCHING = {"block_size": 16, "gpu_memory_utilization": 0.9,
                  "enable_chunked_prefill": True, "enable_prefix_caching": True}
+# where a run's latencies were measured: the engine's own spans, or a load generator's client
+MeasuredAt = Literal["server", "client"]
 
 
 @dataclass(frozen=True)
 class MeasuredRun:
     """One run: ``model`` (catalog name or Hugging Face id), ``hardware`` (a profile name,
     None: the command's ``--profile``), the engine's knobs, the replayed requests and the
-    per-request measurements (seconds; None where the run does not have them)."""
+    per-request measurements (seconds; None where the run does not have them).
+    ``measured_at``: ``"server"`` (the engine's request spans: compared with the simulated
+    engine interval) or ``"client"`` (a load generator: compared with it plus the engine's
+    frontend, simulator/engine/frontend.py)."""
 
     name: str
     model: str
@@ -39,6 +44,8 @@ class MeasuredRun:
     aggregates: Mapping[str, float] | None = None  # measured statistics, where only these
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    measured_at: MeasuredAt = "server"
+    async_scheduling: bool = False  # the server ran vLLM's async scheduling (replayed so)
 
     def measured(self) -> dict[str, float]:
         """The run's measured statistics (see ``latency_metrics``)."""

@@ -119,4 +119,5 @@ def read_otel_run(folder: str | Path) -> MeasuredRun:
     return MeasuredRun(name=folder.name, model=cfg["model"], hardware=None,
                        tensor_parallel=cfg["tp"], batching=cfg["batching"],
                        engine=_engine(folder), workload=wl, ttft_s=rows[:, 3],
-                       e2e_s=rows[:, 4], source=str(folder), notes=notes)
+                       e2e_s=rows[:, 4], source=str(folder), notes=notes,
+                       measured_at="server")

@@ -16,7 +16,8 @@ from workloads.workload import Workload
 
 MANIFEST = {"kind": "vllm_bench_serve", "result": "result.json", "model": "llama-2-7b",
             "hardware": "h100-sxm", "tensor_parallel": 1, "engine": "vLLM 0.11.0",
-            "batching": {"max_num_seqs": 64, "max_num_batched_tokens": 2048}}
+            "batching": {"max_num_seqs": 64, "max_num_batched_tokens": 2048},
+            "measured_at": "server"}  # written from the simulated engine interval
 
 
 def _known_result(tmp_path, detailed=True):
@@ -51,6 +52,23 @@ def test_a_result_written_from_a_known_simulation_replays_with_zero_error(tmp_pa
     for metric in ("ttft", "tpot", "e2e"):
         for stat in ("mean", "p50", "p90", "p99"):
             assert abs(table.loc[f"{metric}_{stat}_ms", "error_%"]) < 1e-6, (metric, stat)
+
+
+def test_a_client_measurement_is_compared_with_the_frontend_added(tmp_path):
+    """The same file declared as a client's: every predicted TTFT and E2E is the engine's
+    plus vLLM's frontend latency of its prompt, exactly, so the means differ by its mean
+    and TPOT (a difference of the two) not at all."""
+    from simulator.engine.frontend import VLLM_V1_FRONTEND
+    path = _known_result(tmp_path)
+    server = compare_run(read_manifest(path), None).set_index("metric")["predicted"]
+    path.write_text(yaml.safe_dump({**MANIFEST, "measured_at": "client"}))
+    run = read_manifest(path)
+    client = compare_run(run, None).set_index("metric")["predicted"]
+    extra_ms = 1e3 * VLLM_V1_FRONTEND.latency_s(run.workload.prompt_tokens).mean()
+    assert extra_ms > 4.2
+    for metric in ("ttft_mean_ms", "e2e_mean_ms"):
+        assert client[metric] - server[metric] == pytest.approx(extra_ms, rel=1e-9)
+    assert client["tpot_mean_ms"] == pytest.approx(server["tpot_mean_ms"], rel=1e-12)
 
 
 def test_a_default_file_compares_on_its_aggregates(tmp_path):

@@ -1,0 +1,121 @@
+"""Client-side minus server-side latency of vLLM requests, request by request.
+
+inference-sim's ground truth (github.com/inference-sim/inference-sim, commit
+e7a4aa3715982f089bddd0441e85e0a7d1690ec2, ``eval/ground_truth/<run>/``; Apache-2.0) holds,
+for ``jan20-prefill-llama7b-tp1-1`` and ``jan20-codellama-prefill-1``, both what the client
+measured (guidellm 0.6, ``guidellm-results.json``: per request ``info.timings``
+``request_start`` and ``first_token_iteration``/``last_token_iteration``, and the server's
+``response_id``) and what vLLM 0.11.0 measured (``traces.json``: OpenTelemetry
+``llm_request`` spans, ``gen_ai.request.id`` = ``<response_id>-0``, started at the request's
+``arrival_time``, ``gen_ai.latency.time_to_first_token`` and ``gen_ai.latency.e2e``).  The
+difference of the two durations needs no clock alignment; the split into the part before the
+span starts (``pre``) and after the server saw the first token (``post``) does, and is only
+shown (both machines' clocks agree to a millisecond here: every ``post`` is 1-8 ms > 0).
+
+``python -m calibrate.frontend_gap GUIDELLM_JSON SPAN_FOLDER [...]`` (pairs) prints the
+gap by load (running requests at the request's arrival, from the spans) and the
+least-squares line of the idle (synchronous) requests' gap against their prompt tokens,
+the figures ``simulator/engine/frontend.py`` cites.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.sim2real.otel import SPANS
+
+BINS = ((0, 0), (1, 4), (5, 14), (15, 29), (30, 10_000))
+
+
+def _value(attr: dict):
+    value = attr.get("value") or {}
+    return next(iter(value.values()), None)
+
+
+def span_table(folder: Path) -> pd.DataFrame:
+    """One row per ``llm_request`` span: its id without vLLM's ``-0`` suffix, start, TTFT,
+    E2E (s) and prompt tokens."""
+    rows = []
+    for line in (folder / SPANS).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        for rs in json.loads(line)["resourceSpans"]:
+            for s in (s for ss in rs["scopeSpans"] for s in ss["spans"]
+                      if s.get("name") == "llm_request"):
+                a = {x["key"]: _value(x) for x in s["attributes"]}
+                rid = str(a["gen_ai.request.id"]).removesuffix("-0")
+                rows.append({"id": rid, "start": int(s["startTimeUnixNano"]) / 1e9,
+                             "ttft": float(a["gen_ai.latency.time_to_first_token"]),
+                             "e2e": float(a["gen_ai.latency.e2e"]),
+                             "prompt": int(a["gen_ai.usage.prompt_tokens"])})
+    return pd.DataFrame(rows)
+
+
+def gap_table(guidellm: Path, folder: Path) -> pd.DataFrame:
+    """Per request matched in both: the benchmark's strategy, prompt tokens, running
+    requests when it arrived, and the client-minus-server TTFT and E2E gaps (ms)."""
+    spans = span_table(folder).set_index("id")
+    start = spans["start"].to_numpy()
+    end = start + spans["e2e"].to_numpy()
+    rows = []
+    for bench in json.loads(guidellm.read_text(encoding="utf-8"))["benchmarks"]:
+        strategy = bench["config"]["strategy"]["type_"]
+        for r in bench["requests"]["successful"]:
+            if r["response_id"] not in spans.index:
+                continue
+            s, t = spans.loc[r["response_id"]], r["info"]["timings"]
+            running = int(((start <= s["start"]) & (end > s["start"])).sum()) - 1
+            rows.append({
+                "run": folder.name, "strategy": strategy, "prompt": int(s["prompt"]),
+                "running": running,
+                "d_ttft_ms": 1e3 * (t["first_token_iteration"] - t["request_start"] - s["ttft"]),
+                "d_e2e_ms": 1e3 * (t["last_token_iteration"] - t["request_start"] - s["e2e"]),
+                "pre_ms": 1e3 * (s["start"] - t["request_start"]),
+                "post_ms": 1e3 * (t["first_token_iteration"] - s["start"] - s["ttft"])})
+    return pd.DataFrame(rows)
+
+
+def by_load(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Median gaps per bin of running requests at arrival."""
+    out = []
+    for lo, hi in BINS:
+        part = gaps[(gaps["running"] >= lo) & (gaps["running"] <= hi)]
+        if len(part):
+            out.append({"running": f"{lo}-{hi}" if hi < 10_000 else f">={lo}",
+                        "requests": len(part),
+                        **{c: float(part[c].median())
+                           for c in ("d_ttft_ms", "d_e2e_ms", "pre_ms", "post_ms")}})
+    return pd.DataFrame(out)
+
+
+def idle_fit(gaps: pd.DataFrame) -> tuple[float, float]:
+    """(ms, ms per prompt token): least squares of the synchronous requests' TTFT gap
+    against their prompt tokens (one request in flight: no load part)."""
+    idle = gaps[gaps["strategy"] == "synchronous"]
+    slope, icpt = np.polyfit(idle["prompt"].to_numpy(float), idle["d_ttft_ms"].to_numpy(), 1)
+    return float(icpt), float(slope)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or len(argv) % 2:
+        print("usage: python -m calibrate.frontend_gap GUIDELLM_JSON SPAN_FOLDER [...]")
+        return 2
+    gaps = pd.concat([gap_table(Path(g), Path(f)) for g, f in zip(argv[::2], argv[1::2])],
+                     ignore_index=True)
+    for run, part in gaps.groupby("run", sort=False):
+        print(f"{run}:")
+        print(by_load(part).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print("all runs:")
+    print(by_load(gaps).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    icpt, slope = idle_fit(gaps)
+    print(f"idle (synchronous, {int((gaps['strategy'] == 'synchronous').sum())} requests): "
+          f"gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""What a client measures beyond the engine: the serving frontend's request-in and
+first-token-out path, priced where it was measured.
+
+The simulator's requests arrive where the engine (vLLM's ``AsyncLLM``) stamps them, and
+their first token and finish are when its output handler takes the engine core's step
+output: the ``llm_request`` span vLLM exports (``gen_ai.latency.time_to_first_token``,
+``gen_ai.latency.e2e``) measures exactly that interval, and the simulator's ``ttft_s`` and
+``e2e_s`` are that server-side interval.  A client (``vllm bench serve``, guidellm,
+inference-perf) measures from sending the HTTP request to receiving the event, so it also
+sees, in vLLM 0.11.0 (the wheel's sources):
+
+- before the engine's stamp: the HTTP request and the prompt's tokenisation, which
+  ``OpenAIServingCompletion.create_completion`` does (``renderer.render_prompt_and_embeds``,
+  vllm/entrypoints/openai/serving_completion.py:138-142) before ``engine_client.generate``
+  (:223); ``Processor.process_inputs`` stamps ``arrival_time = time.time()`` only then
+  (vllm/v1/engine/processor.py:349-350), and the span starts at that stamp
+  (vllm/v1/engine/output_processor.py:489-497);
+- after it: the output handler stamps the step's outputs once (``IterationStats()``,
+  vllm/v1/engine/async_llm.py:442; vllm/v1/metrics/stats.py:96, the TTFT at :122) and then
+  detokenises them in chunks of ``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`` (async_llm.py:446-464)
+  into each request's queue, from which ``completion_stream_generator`` serialises the SSE
+  event (serving_completion.py:461), and the event crosses the network to the client.
+
+Measured request by request (``calibrate/frontend_gap.py``: guidellm 0.6's client timings
+against the same run's vLLM 0.11.0 spans, by ``response_id``; inference-sim's ground truth,
+github.com/inference-sim/inference-sim at e7a4aa3, runs ``jan20-prefill-llama7b-tp1-1`` and
+``jan20-codellama-prefill-1``, 397 requests): with one request in flight the client's TTFT
+is the span's plus 4.21 ms plus 1.815 ms per 1,000 prompt tokens (least squares over the 80
+synchronous requests, 1,760-3,929 prompt tokens; the part before the span, 7.2-8.4 ms median
+at ~3,000 tokens, grows with the prompt: tokenising; the part after it is 1.4-1.8 ms), and
+the client's E2E the span's plus the same (9.3 against 9.5 ms median).  With requests
+running the gap hardly grows: 10.2-11.0 ms median at 5-29 running requests against 9.5 idle
+(the output handler's per-step work is a small part of a 26-120 ms step there); it does
+grow when requests arrive together (guidellm's ``throughput`` burst, 40 at once: 20-28 ms,
+all of it before the span: their tokenising queued on the API server's one thread), which is
+not priced here.  ``Frontend`` is that measured fixed and per-prompt-token latency; it is
+applied to every vLLM version a run names (the same path, serving_completion -> AsyncLLM ->
+the engine core and back, in 0.11 to 0.15; re-measure it where a client and spans of one
+newer run are both at hand).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """Latency a client sees beyond the engine's own interval, once per request:
+    ``fixed_s + per_prompt_token_s * prompt_tokens`` added to TTFT and to E2E alike (the
+    path in is paid once before the first token, the path out once per event, the same for
+    the first and the last)."""
+
+    fixed_s: float = 0.0
+    per_prompt_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.fixed_s >= 0.0 and self.per_prompt_token_s >= 0.0):
+            raise ValueError("frontend latencies are non-negative")
+
+    def latency_s(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        """Each request's latency outside the engine (s)."""
+        return self.fixed_s + self.per_prompt_token_s * np.asarray(prompt_tokens, np.float64)
+
+    def client_view(self, ttft_s: np.ndarray, e2e_s: np.ndarray,
+                    prompt_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT, E2E) as a client measures them, from the engine's (server-side) ones."""
+        extra = self.latency_s(prompt_tokens)
+        return np.asarray(ttft_s, np.float64) + extra, np.asarray(e2e_s, np.float64) + extra
+
+
+NO_FRONTEND = Frontend()
+# vLLM 0.11 V1's OpenAI server (the measurement above: calibrate/frontend_gap.py's idle line)
+VLLM_V1_FRONTEND = Frontend(fixed_s=4.21e-3, per_prompt_token_s=1.815e-6)
+
+
+def frontend_for(engine: str) -> Frontend:
+    """The priced frontend of a measured run's engine (its name and version as the run
+    states it); an engine not priced here adds nothing."""
+    return VLLM_V1_FRONTEND if engine.lower().startswith("vllm") else NO_FRONTEND

@@ -1,0 +1,70 @@
+"""calibrate/frontend_gap.py on a client file and a span file written here: the gaps, the
+split before/after the span and the running count are exact differences of the written
+timestamps, and the idle line recovers the one it was written from."""
+import json
+
+import numpy as np
+import pytest
+
+from calibrate.frontend_gap import by_load, gap_table, idle_fit
+
+
+def _span(rid: str, start: float, ttft: float, e2e: float, prompt: int) -> str:
+    attrs = [{"key": "gen_ai.request.id", "value": {"stringValue": rid + "-0"}},
+             {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": ttft}},
+             {"key": "gen_ai.latency.e2e", "value": {"doubleValue": e2e}},
+             {"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": str(prompt)}}]
+    span = {"name": "llm_request", "startTimeUnixNano": str(int(round(start * 1e9))),
+            "attributes": attrs}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+
+
+def _client(rid: str, sent: float, first: float, last: float) -> dict:
+    return {"response_id": rid, "info": {"timings": {
+        "request_start": sent, "first_token_iteration": first, "last_token_iteration": last}}}
+
+
+@pytest.fixture()
+def files(tmp_path):
+    """Four synchronous requests (prompt p: 3 ms before the span + 2 us per token, 1.5 ms
+    after it), then two overlapping ones of a constant-rate benchmark."""
+    spans, sync, rate = [], [], []
+    for i, p in enumerate((1000, 2000, 3000, 4000)):
+        sent = 100.0 + i
+        start, ttft, e2e = sent + 3e-3 + 2e-6 * p, 0.2, 0.9
+        spans.append(_span(f"cmpl-{i}", start, ttft, e2e, p))
+        sync.append(_client(f"cmpl-{i}", sent, start + ttft + 1.5e-3, start + e2e + 1.5e-3))
+    for i, sent in ((4, 200.0), (5, 200.1)):
+        start = sent + 0.004
+        spans.append(_span(f"cmpl-{i}", start, 0.1, 0.5, 500))
+        rate.append(_client(f"cmpl-{i}", sent, start + 0.1 + 0.002, start + 0.5 + 0.003))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "traces.json").write_text("\n".join(spans) + "\n")
+    bench = [{"config": {"strategy": {"type_": kind}}, "requests": {"successful": reqs}}
+             for kind, reqs in (("synchronous", sync), ("constant", rate))]
+    (tmp_path / "g.json").write_text(json.dumps({"benchmarks": bench}))
+    return tmp_path / "g.json", tmp_path / "run"
+
+
+def test_gaps_are_the_differences_of_the_timestamps(files):
+    gaps = gap_table(*files)
+    assert gaps["strategy"].tolist() == ["synchronous"] * 4 + ["constant"] * 2
+    sync = gaps[gaps["strategy"] == "synchronous"]
+    expect = 3.0 + 2e-3 * sync["prompt"].to_numpy() + 1.5
+    assert np.allclose(sync["d_ttft_ms"], expect, atol=1e-5)
+    assert np.allclose(sync["d_e2e_ms"], expect, atol=1e-5)
+    assert np.allclose(sync["post_ms"], 1.5, atol=1e-5)
+    assert gaps["running"].tolist() == [0, 0, 0, 0, 0, 1]  # the sixth arrives during the fifth
+    last = gaps.iloc[-1]
+    assert last["d_ttft_ms"] == pytest.approx(6.0, abs=1e-5)
+    assert last["d_e2e_ms"] == pytest.approx(7.0, abs=1e-5)
+
+
+def test_the_idle_line_is_recovered_and_the_bins_count_every_request(files):
+    gaps = gap_table(*files)
+    icpt, slope = idle_fit(gaps)
+    assert icpt == pytest.approx(4.5, abs=1e-6)
+    assert slope == pytest.approx(2e-3, abs=1e-9)
+    table = by_load(gaps)
+    assert table["requests"].sum() == len(gaps) == 6
+    assert table["running"].tolist() == ["0-0", "1-4"]
