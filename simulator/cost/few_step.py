@@ -90,37 +90,57 @@ class FewAttention:
         ``CostModel._step_from``'s operations, in the same call where one kernel holds
         every request.  ``ctx``: whole numbers, ints or floats (an int
         enters ``c + x`` as its float would: exactly, below 2**53)."""
-        kvb, causal = self.kv_bytes, self.causal
-        terms = list(map(self._terms.__getitem__, new))  # each count's, memoised
-        n, n_decode = len(new), new.count(1.0)
+        return self.binder(len(new), new.count(1.0), step)(new)
+
+    def binder(self, n: int, n_decode: int, step: tuple | None = None):
+        """``pricer(new, step)`` as ``bind(new)`` of any ``new`` of ``n`` counts, ``n_decode``
+        of them 1: what depends on those two numbers alone (which kernels, their rates) worked
+        out once, ``bind`` taking the requests' factors in ``new``'s order (the same pricer:
+        the order of a kernel's sum is the requests', issue 36)."""
+        kvb, causal, table = self.kv_bytes, self.causal, self._terms
         if n < 8 and (n_decode == n or not n_decode):  # one unmasked kernel of a few: one loop
             rates = self.roof.kind_rates(ATTENTION_DECODE if n_decode else self.prefill_kind)
-            return _one_kernel(terms, causal, kvb, rates) if step is None else \
-                _one_kernel_step(terms, causal, kvb, rates, step)
-        decode, kernels = [u == 1.0 for u in new], []
-        if n_decode:
-            kernels.append((self.roof.kind_rates(ATTENTION_DECODE),
-                            None if n_decode == n else decode, n_decode))
-        if n_decode < n:
-            kernels.append((self.roof.kind_rates(self.prefill_kind),
-                            None if not n_decode else [not d for d in decode], n - n_decode))
-        if len(kernels) == 2 and n_decode <= 2 and n - n_decode <= 2:  # two of two at most
-            return _with_step(_two_kernels(terms, causal, kvb, decode, kernels[0][0],
-                                           kernels[1][0]), step)
+            if step is None:
+                return lambda new: _one_kernel(list(map(table.__getitem__, new)), causal, kvb,
+                                               rates)
+            return lambda new: _one_kernel_step(list(map(table.__getitem__, new)), causal, kvb,
+                                                rates, step)
+        drates = self.roof.kind_rates(ATTENTION_DECODE) if n_decode else None
+        prates = self.roof.kind_rates(self.prefill_kind) if n_decode < n else None
+        if n_decode and n_decode < n and n_decode <= 2 and n - n_decode <= 2:  # two of two
+            return lambda new: _with_step(_two_kernels(  # at most
+                list(map(table.__getitem__, new)), causal, kvb, [u == 1.0 for u in new],
+                drates, prates), step)
+        return lambda new: _with_step(_kernels(list(map(table.__getitem__, new)), causal, kvb,
+                                               [u == 1.0 for u in new], drates, prates),
+                                      step)
 
-        def attention(ctx: list) -> float:
-            if causal:
-                flops = [a * (c + b) for (a, b, _, _), c in zip(terms, ctx)]
-                nbytes = [(c + u) * kvb + uq for (_, _, u, uq), c in zip(terms, ctx)]
-            else:
-                kv = [c + u for (_, _, u, _), c in zip(terms, ctx)]
-                flops = [a * x for (a, _, _, _), x in zip(terms, kv)]
-                nbytes = [x * kvb + uq for (_, _, _, uq), x in zip(terms, kv)]
-            total = 0.0
-            for rates, members, count in kernels:
-                total += _kernel(rates, flops, nbytes, members, count)
-            return total
-        return _with_step(attention, step)
+
+def _kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple | None,
+             prates: tuple | None):
+    """``FewAttention.pricer``'s attention of requests ``terms`` (``decode``: which have one
+    token) by the decode kernel (``drates``, None: none of them) then the multi-query one
+    (``prates``, None: none), each ``_kernel``'s sum, masked where it holds some alone."""
+    n, n_decode, kernels = len(decode), decode.count(True), []
+    if drates is not None:
+        kernels.append((drates, None if n_decode == n else decode, n_decode))
+    if prates is not None:
+        kernels.append((prates, None if not n_decode else [not d for d in decode],
+                        n - n_decode))
+
+    def attention(ctx: list) -> float:
+        if causal:
+            flops = [a * (c + b) for (a, b, _, _), c in zip(terms, ctx)]
+            nbytes = [(c + u) * kvb + uq for (_, _, u, uq), c in zip(terms, ctx)]
+        else:
+            kv = [c + u for (_, _, u, _), c in zip(terms, ctx)]
+            flops = [a * x for (a, _, _, _), x in zip(terms, kv)]
+            nbytes = [x * kvb + uq for (_, _, _, uq), x in zip(terms, kv)]
+        total = 0.0
+        for rates, members, count in kernels:
+            total += _kernel(rates, flops, nbytes, members, count)
+        return total
+    return attention
 
 
 class _Terms(dict):

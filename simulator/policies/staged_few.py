@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from simulator.cost.drafting import few_binder
 from simulator.engine.plan import closed_forms
 
 # add(gpu, context, produced): the running GPU seconds ``gpu`` plus draft2's chain's (a
@@ -52,6 +53,8 @@ class FewRounds:
         self._one: list | None = _UNSET  # _one_states', once asked
         self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
         self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
+        self._shapes: dict[tuple, tuple | None] = {}  # ``_shape``'s, by sorted draft counts
+        self._binder = few_binder(draft_cost)  # the verification's, by its counts' multiset
         # a request's thresholds at p tokens, -1.0 first: bisect_right counts it for every
         # uniform (in [0, 1)), so that it gives the accepted count + 1, the tokens it adds
         self._cuts = [[-1.0, *cut[:min(gamma2, gamma - p - 1)]] for p in range(gamma)] \
@@ -191,6 +194,7 @@ class FewRounds:
         if len(self._states) >= 4096:
             self._states.clear()
             self._by_counts.clear()
+            self._shapes.clear()
         k = tuple(map(self._counts.__getitem__, produced))
         add = self._by_counts.get(k)
         if add is None:  # states with the same counts share their price
@@ -236,22 +240,21 @@ class FewRounds:
     def _varied_pricer(self, k: tuple) -> RoundAdd | None:
         """draft2's forward j over the requests drafting more than j (a batch of ones, by its
         form at their sum + n j, added in order; none for an n-gram table), then the draft's
-        verification of k + 1 tokens each (its few-request form, else ``step_time``)."""
-        forwards, every, termed = [], range(len(k)), True
-        for j in range(max(k) if self.staged2 else 0):
-            on = list(compress(every, map(j.__lt__, k)))  # the requests with kj > j
-            decoder, terms = self._decoder(len(on))
-            if decoder is None:
-                return None
-            forwards.append((on, len(on) * j, decoder, terms))
+        verification of k + 1 tokens each (its few-request form, else ``step_time``), from
+        the parts of ``k``'s counts in any order (``_shape``): which requests each forward
+        holds, and the verification's factors, in ``k``'s order."""
+        key = tuple(sorted(k))
+        shape = self._shapes.get(key, _UNSET)
+        if shape is _UNSET:
+            shape = self._shapes[key] = self._shape(key)
+        if shape is None:
+            return None
+        every, forwards, termed = range(len(k)), [], True
+        for j, (offset, decoder, terms) in enumerate(shape[0]):
+            # the requests with kj > j; the n j offset and the forward's form by their count
+            forwards.append((list(compress(every, map(j.__lt__, k))), offset, decoder, terms))
             termed = termed and terms is not None
-        u = list(map(_ONE.__add__, k))  # k + 1 each
-        forms = self._forms
-        if forms is not None:
-            verify = forms.few_pricer(u)
-        else:
-            step_time, v = self.draft_cost.step_time, np.array(u, np.float64)
-            verify = lambda ctx: step_time(v, np.array(ctx, np.int64), v)  # noqa: E731
+        verify = shape[1](list(map(_ONE.__add__, k)))  # k + 1 each, in order
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
                 list(map(_ADD, context, produced)))
@@ -270,6 +273,30 @@ class FewRounds:
                 total += forward(float(sum(map(ctx.__getitem__, on)) + offset))
             return gpu + total + verify(ctx)
         return add
+
+    def _shape(self, key: tuple) -> tuple | None:
+        """What a varied round of requests drafting the sorted counts ``key`` costs apart
+        from their order: draft2's forward j as (n_j j, its form, its terms) where ``n_j``
+        of them draft more than j (``_decoder(n_j)``), and the verification's pricer of the
+        k + 1 counts in a given order (``drafting.few_binder``'s ``bind``, else
+        ``few_pricer`` or ``step_time`` on those counts); None where a forward has no form."""
+        forwards = []
+        for j in range(key[-1] if self.staged2 else 0):
+            m = sum(map(j.__lt__, key))  # the requests drafting more than j
+            decoder, terms = self._decoder(m)
+            if decoder is None:
+                return None
+            forwards.append((m * j, decoder, terms))
+        forms = self._forms
+        if forms is None:
+            step_time = self.draft_cost.step_time
+
+            def verify_of(u: list):
+                v = np.array(u, np.float64)
+                return lambda ctx: step_time(v, np.array(ctx, np.int64), v)
+            return forwards, verify_of
+        bind = None if self._binder is None else self._binder(list(map(_ONE.__add__, key)))
+        return forwards, forms.few_pricer if bind is None else bind
 
 
 def _terms_add(first: list | None, forwards: list, verify) -> RoundAdd:
