@@ -65,10 +65,10 @@ class FewRounds:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
         same rounds, the same uniforms (one a drafting request, against the thresholds:
         bisect is searchsorted's "right"), the same prices, added in the same order."""
-        return self.rounds(context, rng, None, 0)[:3]
+        return self.rounds(context, None, 0, rng)[:3]
 
-    def rounds(self, context: list, rng: np.random.Generator | None, draws: list | None,
-               at: int) -> tuple[float, float, int, int]:
+    def rounds(self, context: list, draws: list | None, at: int,
+               rng: np.random.Generator | None = None) -> tuple[float, float, int, int]:
         """(GPU s, CPU s, rounds, the next uniform's index) of ``draft_time``'s rounds, each
         round's uniforms ``rng.random``'s or, where ``rng`` is None, the next ones of
         ``draws`` from ``at`` (the same numbers where the generator would give them).  A
@@ -82,9 +82,8 @@ class FewRounds:
         if one is _UNSET:
             one = self._one_states()
         if rng is None and one is not None and len(context) <= 2:
-            return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at) \
-                if len(context) == 1 else self._two_rounds(context, 0, 0, (gpu, cpu, rounds),
-                                                           draws, at)
+            return self._one_rounds(context, draws, at) if len(context) == 1 else \
+                self._two_rounds(context, draws, at)
         m = len(context)  # the requests still drafting
         produced = (0,) * m
         while True:
@@ -106,34 +105,29 @@ class FewRounds:
                     return gpu, cpu, rounds, at
                 if rng is None and one is not None and len(keep) <= 2:
                     j = keep[-1]
-                    return self._one_rounds(context[j], produced[j], (gpu, cpu, rounds), draws,
-                                            at) if len(keep) == 1 else self._two_rounds(
-                        [context[keep[0]], context[j]], produced[keep[0]], produced[j],
-                        (gpu, cpu, rounds), draws, at)
+                    return self._one_rounds(context, draws, at, j, produced[j],
+                                            (gpu, cpu, rounds)) if len(keep) == 1 else \
+                        self._two_rounds([context[keep[0]], context[j]], draws, at,
+                                         produced[keep[0]], produced[j], (gpu, cpu, rounds))
                 context = list(map(context.__getitem__, keep))
                 produced, m = tuple(map(produced.__getitem__, keep)), len(keep)
 
     def walker(self, n: int):
-        """``rounds(ctx, None, draws, at)`` of ``n`` requests as ``f(ctx, draws, at)``: for
-        one or two where a round of one has its form, ``rounds``' own hand-off to
-        ``_one_rounds`` or ``_two_rounds`` bound once (the same rounds, prices and sums)."""
+        """``rounds(ctx, draws, at)`` of ``n`` requests as ``f(ctx, draws, at)``: for one or
+        two where a round of one has its form, ``rounds``' own hand-off to ``_one_rounds``
+        or ``_two_rounds`` itself (the same rounds, prices and sums, from nothing yet)."""
         one = self._one_states() if self._one is _UNSET else self._one
         if one is None or n > 2:
-            rounds = self.rounds
-            return lambda ctx, draws, at: rounds(ctx, None, draws, at)
-        if n == 1:
-            one_rounds = self._one_rounds
-            return lambda ctx, draws, at: one_rounds(ctx[0], 0, _NONE_YET, draws, at)
-        two_rounds = self._two_rounds
-        return lambda ctx, draws, at: two_rounds(ctx, 0, 0, _NONE_YET, draws, at)
+            return self.rounds
+        return self._one_rounds if n == 1 else self._two_rounds
 
-    def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
-                    at: int) -> tuple[float, float, int, int]:
-        """``rounds``' rounds of one request at context ``c`` that has ``p`` tokens, from
+    def _one_rounds(self, context: list, draws: list, at: int, j: int = 0, p: int = 0,
+                    sums: tuple = _NONE_YET) -> tuple[float, float, int, int]:
+        """``rounds``' rounds of one request, ``context[j]``, that has ``p`` tokens, from
         the running sums ``sums`` (GPU s, CPU s, rounds) and the uniforms drawn ahead at
         ``at``: the same prices, thresholds and sums as ``state``'s of ``(p,)``, on
         numbers (no lists: most of a few requests' rounds are a single request's)."""
-        gamma, one = self.gamma, self._one
+        gamma, one, c = self.gamma, self._one, context[j]
         gpu, cpu, rounds = sums
         while p < gamma:
             add, lookup, cut = one[p]
@@ -144,8 +138,8 @@ class FewRounds:
             rounds += 1
         return gpu, cpu, rounds, at
 
-    def _two_rounds(self, context: list, p0: int, p1: int, sums: tuple, draws: list,
-                    at: int) -> tuple[float, float, int, int]:
+    def _two_rounds(self, context: list, draws: list, at: int, p0: int = 0, p1: int = 0,
+                    sums: tuple = _NONE_YET) -> tuple[float, float, int, int]:
         """``rounds``' rounds of two requests (``context``) that have ``p0`` and ``p1``
         tokens, from the running sums ``sums`` and the uniforms drawn ahead at ``at``: the
         same states, prices, thresholds and sums, on numbers (no lists of counts); one left
@@ -166,9 +160,9 @@ class FewRounds:
             at += 2
             if ends and (p0 >= gamma or p1 >= gamma):  # one or both have their gamma
                 if p0 < gamma:
-                    return self._one_rounds(context[0], p0, (gpu, cpu, rounds), draws, at)
+                    return self._one_rounds(context, draws, at, 0, p0, (gpu, cpu, rounds))
                 if p1 < gamma:
-                    return self._one_rounds(context[1], p1, (gpu, cpu, rounds), draws, at)
+                    return self._one_rounds(context, draws, at, 1, p1, (gpu, cpu, rounds))
                 return gpu, cpu, rounds, at
 
     def _one_states(self) -> list | None:
