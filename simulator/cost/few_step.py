@@ -20,6 +20,7 @@ prices only forwards whose requests all take that form (``max_query``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -185,45 +186,53 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
     """``FewAttention.pricer``'s attention where one kernel holds all of fewer than 8
     requests: each one's FLOPs, bytes and roof by the same operations as there and in
     ``_kernel``, the roofs added left to right as ``_kernel`` adds them (up to 7 requests),
-    in one loop (no lists)."""
-    crate, mrate, latency, floor = rates
-    # the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float
-    # max(f, m) as ``m if m > f else f``: the float max picks (scalar_forms.py's docstring)
-    if causal:
-        def attention(ctx: list) -> float:
-            summed = 0.0
-            for (a, b, u, uq), c in zip(terms, ctx):
-                f, m = a * (c + b) / crate, ((c + u) * kvb + uq) / mrate
-                summed += m if m > f else f
-            t = summed + latency
-            return 0.0 + (floor if floor > t else t)  # pricer's total: 0.0, then the kernel
-        return attention
+    in one loop (no lists); ``_causal`` or ``_flat`` with its numbers bound (a partial: no
+    closure to build, issue 36)."""
+    return partial(_causal if causal else _flat, terms, kvb, rates)
 
-    def flat(ctx: list) -> float:
-        summed = 0.0
-        for (a, _, u, uq), c in zip(terms, ctx):
-            x = c + u
-            f, m = a * x / crate, (x * kvb + uq) / mrate
-            summed += m if m > f else f
-        t = summed + latency
-        return 0.0 + (floor if floor > t else t)
-    return flat
+
+# the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float;
+# max(f, m) as ``m if m > f else f``: the float max picks (scalar_forms.py's docstring)
+def _causal(terms: list, kvb: float, rates: tuple, ctx: list) -> float:
+    """``_one_kernel``'s attention of causal requests at contexts ``ctx``."""
+    crate, mrate, latency, floor = rates
+    summed = 0.0
+    for (a, b, u, uq), c in zip(terms, ctx):
+        f, m = a * (c + b) / crate, ((c + u) * kvb + uq) / mrate
+        summed += m if m > f else f
+    t = summed + latency
+    return 0.0 + (floor if floor > t else t)  # pricer's total: 0.0, then the kernel
+
+
+def _flat(terms: list, kvb: float, rates: tuple, ctx: list) -> float:
+    """``_one_kernel``'s attention of non-causal requests at contexts ``ctx``."""
+    crate, mrate, latency, floor = rates
+    summed = 0.0
+    for (a, _, u, uq), c in zip(terms, ctx):
+        x = c + u
+        f, m = a * x / crate, (x * kvb + uq) / mrate
+        summed += m if m > f else f
+    t = summed + latency
+    return 0.0 + (floor if floor > t else t)
 
 
 def _one_kernel_step(terms: list, causal: bool, kvb: float, rates: tuple, step: tuple):
     """``_with_step(_one_kernel(terms, causal, kvb, rates), step)``, the step's arithmetic
-    written beside the flat kernel's call (no ``_with_step`` frame): the same operations in
-    the same order."""
-    fixed, layers, launch, replays, replay = step
+    beside the flat kernel's call (``_flat_step``: no ``_with_step`` frame), the same
+    operations in the same order."""
     kernel = _one_kernel(terms, causal, kvb, rates)
-    if causal or launch is None:
+    if causal or step[2] is None:
         return _with_step(kernel, step)
+    return partial(_flat_step, kernel, step)  # piecewise graphs (a varied round's usual)
 
-    def flat_step(ctx: list) -> float:  # piecewise graphs (a varied round's usual mode)
-        t = kernel(ctx) * layers  # _one_kernel's flat pricer: its total, 0.0 + the kernel
-        d = fixed + (launch if launch > t else t)
-        return (replays if replays > d else d) + replay + 0.0
-    return flat_step
+
+def _flat_step(kernel, step: tuple, ctx: list) -> float:
+    """``_one_kernel_step``'s piecewise forward: ``kernel``'s total (0.0 + the kernel) times
+    the layers, then ``_tail``'s piecewise operations."""
+    fixed, layers, launch, replays, replay = step
+    t = kernel(ctx) * layers
+    d = fixed + (launch if launch > t else t)
+    return (replays if replays > d else d) + replay + 0.0
 
 
 def _two_kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple,
@@ -271,7 +280,28 @@ def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count
         summed = max(flops[0] / crate, nbytes[0] / mrate)
         for f, b in zip(flops[1:], nbytes[1:]):
             summed += max(f / crate, b / mrate)
+    elif members is not None and len(members) <= 8:  # masked: runs of fewer than 8
+        summed = _masked_sum(crate, mrate, flops, nbytes, members)
     else:
         per = np.array([max(f / crate, b / mrate) for f, b in zip(flops, nbytes)])
         summed = float(_ADD(per) if members is None else _ADD(per, where=np.array(members)))
     return max(summed + latency, floor)
+
+
+def _masked_sum(crate: float, mrate: float, flops: list, nbytes: list, members: list) -> float:
+    """``np.add.reduce(per, where=members)`` of the members' roofs, where every run of
+    consecutive members is shorter than 8: numpy's masked loop hands its unmasked inner loop
+    each maximal run of set mask values in turn (``generic_masked_strided_loop``,
+    numpy/_core/src/umath/array_method.c), the inner loop adds a run of fewer than 8 left
+    to right from 0.0 (``pairwise_sum``, numpy/_core/src/umath/loops_utils.h.src) and adds
+    that to the output, which starts at add's identity 0.0: so each run summed, the runs
+    added in order (not the members left to right: the floats differ;
+    tests/simulator/cost/test_few_step.py holds the two to the same bits)."""
+    summed, run = 0.0, None
+    for f, b, m in zip(flops, nbytes, members):
+        if m:
+            r = max(f / crate, b / mrate)
+            run = r if run is None else run + r  # 0.0 + r is r (a roof is positive)
+        elif run is not None:
+            summed, run = summed + run, None
+    return summed if run is None else summed + run

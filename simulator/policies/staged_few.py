@@ -13,6 +13,7 @@ added in the same order as ``draft_time``'s arrays: bitwise its floats
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import partial
 from itertools import compress
 from operator import add as _ADD
 from typing import Callable
@@ -243,19 +244,20 @@ class FewRounds:
             shape = self._shapes[key] = self._shape(key)
         if shape is None:
             return None
-        every, forwards, termed = range(len(k)), [], True
-        for j, (offset, decoder, terms) in enumerate(shape[0]):
-            # the requests with kj > j; the n j offset and the forward's form by their count
-            forwards.append((list(compress(every, map(j.__lt__, k))), offset, decoder, terms))
-            termed = termed and terms is not None
-        verify = shape[1](list(map(_ONE.__add__, k)))  # k + 1 each, in order
+        forwards, verify_of, rest = shape
+        every, ons = range(len(k)), []
+        for j in range(len(forwards)):  # the requests with kj > j
+            ons.append(list(compress(every, map(j.__lt__, k))))
+        verify = verify_of(list(map(_ONE.__add__, k)))  # k + 1 each, in order
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
                 list(map(_ADD, context, produced)))
-        (first, _, decoder, _), rest = forwards[0], forwards[1:]
-        first = None if len(first) == len(k) else first  # None: every request
-        if termed:  # each forward's terms added here
-            return _terms_add(first, forwards, verify)
+        first = None if len(ons[0]) == len(k) else ons[0]  # None: every request
+        if rest is not None:  # each forward's terms added here
+            return partial(_terms_add, first, forwards[0][2], tuple(zip(ons[1:], rest)),
+                           verify)
+        decoder, rest = forwards[0][1], [(on, offset, forward) for on, (offset, forward, _)
+                                         in zip(ons[1:], forwards[1:])]
 
         def add(gpu: float, context: list, produced: tuple) -> float:
             ctx = list(map(_ADD, context, produced))
@@ -263,7 +265,7 @@ class FewRounds:
             # each forward's contexts summed as ints (exact in any order)
             total = decoder(float(sum(ctx) if first is None else sum(map(ctx.__getitem__,
                                                                          first))))
-            for on, offset, forward, _ in rest:
+            for on, offset, forward in rest:
                 total += forward(float(sum(map(ctx.__getitem__, on)) + offset))
             return gpu + total + verify(ctx)
         return add
@@ -271,9 +273,11 @@ class FewRounds:
     def _shape(self, key: tuple) -> tuple | None:
         """What a varied round of requests drafting the sorted counts ``key`` costs apart
         from their order: draft2's forward j as (n_j j, its form, its terms) where ``n_j``
-        of them draft more than j (``_decoder(n_j)``), and the verification's pricer of the
+        of them draft more than j (``_decoder(n_j)``), the verification's pricer of the
         k + 1 counts in a given order (``drafting.few_binder``'s ``bind``, else
-        ``few_pricer`` or ``step_time`` on those counts); None where a forward has no form."""
+        ``few_pricer`` or ``step_time`` on those counts), and the forwards after the first
+        as (n_j j, *terms) where every forward has its terms (else None); None where a
+        forward has no form."""
         forwards = []
         for j in range(key[-1] if self.staged2 else 0):
             m = sum(map(j.__lt__, key))  # the requests drafting more than j
@@ -281,6 +285,8 @@ class FewRounds:
             if decoder is None:
                 return None
             forwards.append((m * j, decoder, terms))
+        rest = None if any(t is None for _, _, t in forwards) else \
+            tuple((offset, *terms) for offset, _, terms in forwards[1:])
         forms = self._forms
         if forms is None:
             step_time = self.draft_cost.step_time
@@ -288,28 +294,27 @@ class FewRounds:
             def verify_of(u: list):
                 v = np.array(u, np.float64)
                 return lambda ctx: step_time(v, np.array(ctx, np.int64), v)
-            return forwards, verify_of
+            return forwards, verify_of, rest
         bind = None if self._binder is None else self._binder(list(map(_ONE.__add__, key)))
-        return forwards, forms.few_pricer if bind is None else bind
+        return forwards, forms.few_pricer if bind is None else bind, rest
 
 
-def _terms_add(first: list | None, forwards: list, verify) -> RoundAdd:
+def _terms_add(first: list | None, head: tuple, rest: tuple, verify, gpu: float,
+               context: list, produced: tuple) -> float:
     """``_varied_pricer``'s ``add`` where each draft2 forward's form is the usual one
-    (``scalar_forms.bare_terms``): its terms at its contexts' int sum (+ n j), as the
-    forward's ``uniform_pricer`` computes them (``max(a, b)`` as ``b if b > a else a``, the
-    same float: scalar_forms.py), added in the same order, without a call a forward."""
-    f0, s0, b0, lo0, lay0, r0 = forwards[0][3]
-    rest = tuple((on, offset, *terms) for on, offset, _, terms in forwards[1:])
-
-    def add(gpu: float, context: list, produced: tuple) -> float:
-        ctx = list(map(_ADD, context, produced))
-        y = s0 * (sum(ctx) if first is None else sum(map(ctx.__getitem__, first))) + b0
-        total = f0 + (lo0 if lo0 > y else y) * lay0 + r0
-        for on, offset, f, s, b, lo, lay, r in rest:
-            y = s * (sum(map(ctx.__getitem__, on)) + offset) + b
-            total += f + (lo if lo > y else y) * lay + r
-        return gpu + total + verify(ctx)
-    return add
+    (``scalar_forms.bare_terms``; ``head``: the first's, ``rest``: (requests, n j, *terms)
+    of the others), bound by a partial: the forwards' terms at their contexts' int sums
+    (+ n j), as each forward's ``uniform_pricer`` computes them (``max(a, b)`` as ``b if
+    b > a else a``, the same float: scalar_forms.py), added in the same order, then the
+    verification."""
+    f0, s0, b0, lo0, lay0, r0 = head
+    ctx = list(map(_ADD, context, produced))
+    y = s0 * (sum(ctx) if first is None else sum(map(ctx.__getitem__, first))) + b0
+    total = f0 + (lo0 if lo0 > y else y) * lay0 + r0
+    for on, (offset, f, s, b, lo, lay, r) in rest:
+        y = s * (sum(map(ctx.__getitem__, on)) + offset) + b
+        total += f + (lo if lo > y else y) * lay + r
+    return gpu + total + verify(ctx)
 
 
 def _one_add(d2, v):
