@@ -108,8 +108,8 @@ class FewAttention:
                                                 rates, step)
         drates = self.roof.kind_rates(ATTENTION_DECODE) if n_decode else None
         prates = self.roof.kind_rates(self.prefill_kind) if n_decode < n else None
-        if n_decode and n_decode < n and n_decode <= 2 and n - n_decode <= 2:  # two of two
-            return lambda new: _with_step(_two_kernels(  # at most
+        if n_decode and n_decode < n and n <= 8:  # both kernels, every run of one below 8
+            return lambda new: _with_step(_two_kernels(
                 list(map(table.__getitem__, new)), causal, kvb, [u == 1.0 for u in new],
                 drates, prates), step)
         return lambda new: _with_step(_kernels(list(map(table.__getitem__, new)), causal, kvb,
@@ -238,27 +238,37 @@ def _flat_step(kernel, step: tuple, ctx: list) -> float:
 def _two_kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple,
                  prates: tuple):
     """``FewAttention.pricer``'s attention where the decode kernel and the multi-query one
-    hold at most two requests each: each one's FLOPs, bytes and roof by the same operations
-    as there and in ``_kernel``, each kernel's one or two roofs added (the same float in
-    either order), its latency and floor, the decode kernel's first (from 0.0), in one
-    loop (no lists)."""
+    share up to 8 requests: each one's FLOPs, bytes and roof by the same operations as
+    ``_kernels`` and ``_kernel``, each kernel's masked sum as ``_masked_sum`` adds it (its
+    runs of consecutive members, each under 8, summed, then added in order: the requests of
+    one kernel's runs are the other's gaps), its latency and floor, the decode kernel's
+    first (from 0.0), in one loop (no lists, no arrays)."""
     dc, dm, dl, df = drates
     pc, pm, pl, pf = prates
 
     def attention(ctx: list) -> float:
-        d = p = None
+        d = p = 0.0  # each kernel's output, from add's identity
+        run, run_one = None, None
         for (a, b, u, uq), c, one in zip(terms, ctx, decode):
             if causal:
                 f, by = a * (c + b), (c + u) * kvb + uq
             else:
                 x = c + u
                 f, by = a * x, x * kvb + uq
-            if one:
-                r = max(f / dc, by / dm)
-                d = r if d is None else d + r
-            else:
-                r = max(f / pc, by / pm)
-                p = r if p is None else p + r
+            r = max(f / dc, by / dm) if one else max(f / pc, by / pm)
+            if one is run_one:
+                run += r  # the run goes on (0.0 + its first roof is that roof)
+                continue
+            if run is not None:  # the other kernel's run ends: added to its output
+                if run_one:
+                    d += run
+                else:
+                    p += run
+            run, run_one = r, one
+        if run_one:
+            d += run
+        else:
+            p += run
         return 0.0 + max(d + dl, df) + max(p + pl, pf)
     return attention
 
