@@ -279,8 +279,9 @@ def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count
     roofs is the same float in any order of addition (adding 0.0 changes nothing: the roofs
     are positive), so those are added here, and up to 7 of all requests (numpy adds fewer
     than 8 numbers of an array left to right, as ``drafting.chain_draft_pricer`` relies on
-    too: a loop, as Python's ``sum`` may compensate); more, or masked, by numpy's reduction
-    of an array of them, masked as ``attention_time`` masks it (its order is numpy's)."""
+    too: a loop, as Python's ``sum`` may compensate); masked among up to 8, run by run as
+    numpy's masked reduction adds them (``_masked_sum``); more, by numpy's reduction of an
+    array of them, masked as ``attention_time`` masks it (its order is numpy's)."""
     crate, mrate, latency, floor = rates
     if count <= 2:
         per = [max(f / crate, b / mrate) for f, b, m in zip(
