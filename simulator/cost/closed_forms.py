@@ -236,26 +236,40 @@ class ClosedForms(ClosedFormPricer):
         one, ints) ``_few_time``'s attention shortcut with its fixed part looked up once
         (``row_part`` is a function of the counts alone), else ``few_step_time``.  Its
         contexts are whole numbers, ints or floats (the same floats either way)."""
+        bind = self.few_binder(new)
+        return super().few_pricer(new) if bind is None else bind(new)
+
+    def few_binder(self, new: list):
+        """``few_pricer(m)`` as ``bind(m)`` for every ``m`` that holds ``new``'s counts in any
+        order, where ``few_pricer`` takes the shortcut (None elsewhere): the fixed part, the
+        runtime mode and the attention's kernels depend on the counts' multiset alone
+        (``row_part``'s memo key, its ``_mode`` given the fewest and most; the decode rows:
+        a sum of whole numbers, exact in any order), ``bind`` takes each request's in order."""
         # ints (their sum an int, as _head_tokens asks): whole numbers, the LM head's
         # tokens their sum, the same float as the sum of their floats (exact)
         s = sum(new) if self._small and new and self._few is not None else None
-        if type(s) is int:
-            row = list(map(float, new))
-            lo, hi, n = min(row), max(row), len(row)
-            if 1.0 <= lo < hi <= self._few.max_query:
-                tokens = float(s)
-                mode, fixed = self.row_part(n, row, lo, hi, tokens, tokens)
-                if self._stream is None and mode in ("full", "piecewise") and not self.host:
-                    # _step_from's operations without host time, in the attention's own
-                    # call (FewAttention.pricer's step)
-                    g, layers, full = self.execution.graph_launch_s, self._layers, \
-                        mode == "full"
-                    return self._few.pricer(row, (fixed, layers, None if full else
-                                                  self._launch_s * layers,
-                                                  None if full else layers * g, g))
-                attention, step_from = self._few.pricer(row), self._step_from
-                return lambda ctx: step_from(mode, fixed, attention(ctx), n)
-        return super().few_pricer(new)
+        if type(s) is not int:
+            return None
+        row = list(map(float, new))
+        lo, hi, n = min(row), max(row), len(row)
+        if not 1.0 <= lo < hi <= self._few.max_query:
+            return None
+        tokens = float(s)
+        mode, fixed = self.row_part(n, row, lo, hi, tokens, tokens)
+        if self._stream is None and mode in ("full", "piecewise") and not self.host:
+            # _step_from's operations without host time, in the attention's own
+            # call (FewAttention.pricer's step)
+            g, layers, full = self.execution.graph_launch_s, self._layers, mode == "full"
+            attention = self._few.binder(n, row.count(1.0), (
+                fixed, layers, None if full else self._launch_s * layers,
+                None if full else layers * g, g))
+            return lambda m: attention(list(map(float, m)))
+        attention, step_from = self._few.binder(n, row.count(1.0)), self._step_from
+
+        def bind(m: list):
+            priced = attention(list(map(float, m)))
+            return lambda ctx: step_from(mode, fixed, priced(ctx), n)
+        return bind
 
     def _few_time(self, new: list, ctx: list, head: float | None) -> float | None:
         """``few_step_time``'s shortcut, None where it has none (see there)."""

@@ -298,6 +298,13 @@ def decode_terms(draft_cost, n: int) -> tuple | None:
     return bare_terms(forms.uniform_form(n, 1, n)) if isinstance(forms, ClosedForms) else None
 
 
+def few_binder(draft_cost):
+    """``draft_cost``'s ``ClosedForms.few_binder`` (a round's verification of counts in any
+    order, bound to the order; issue 36), None where it declares no such forms."""
+    forms = closed_forms(draft_cost)
+    return forms.few_binder if isinstance(forms, ClosedForms) else None
+
+
 def draft_prefill_time(draft_cost, new_tokens: np.ndarray, context: np.ndarray,
                        num_draft: int = 1, max_context: int | None = None) -> float:
     """A draft model prefilling its own KV over the step's prompt chunks (no logits).

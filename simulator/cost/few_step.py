@@ -20,6 +20,7 @@ prices only forwards whose requests all take that form (``max_query``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -90,37 +91,57 @@ class FewAttention:
         ``CostModel._step_from``'s operations, in the same call where one kernel holds
         every request.  ``ctx``: whole numbers, ints or floats (an int
         enters ``c + x`` as its float would: exactly, below 2**53)."""
-        kvb, causal = self.kv_bytes, self.causal
-        terms = list(map(self._terms.__getitem__, new))  # each count's, memoised
-        n, n_decode = len(new), new.count(1.0)
+        return self.binder(len(new), new.count(1.0), step)(new)
+
+    def binder(self, n: int, n_decode: int, step: tuple | None = None):
+        """``pricer(new, step)`` as ``bind(new)`` of any ``new`` of ``n`` counts, ``n_decode``
+        of them 1: what depends on those two numbers alone (which kernels, their rates) worked
+        out once, ``bind`` taking the requests' factors in ``new``'s order (the same pricer:
+        the order of a kernel's sum is the requests', issue 36)."""
+        kvb, causal, table = self.kv_bytes, self.causal, self._terms
         if n < 8 and (n_decode == n or not n_decode):  # one unmasked kernel of a few: one loop
             rates = self.roof.kind_rates(ATTENTION_DECODE if n_decode else self.prefill_kind)
-            return _one_kernel(terms, causal, kvb, rates) if step is None else \
-                _one_kernel_step(terms, causal, kvb, rates, step)
-        decode, kernels = [u == 1.0 for u in new], []
-        if n_decode:
-            kernels.append((self.roof.kind_rates(ATTENTION_DECODE),
-                            None if n_decode == n else decode, n_decode))
-        if n_decode < n:
-            kernels.append((self.roof.kind_rates(self.prefill_kind),
-                            None if not n_decode else [not d for d in decode], n - n_decode))
-        if len(kernels) == 2 and n_decode <= 2 and n - n_decode <= 2:  # two of two at most
-            return _with_step(_two_kernels(terms, causal, kvb, decode, kernels[0][0],
-                                           kernels[1][0]), step)
+            if step is None:
+                return lambda new: _one_kernel(list(map(table.__getitem__, new)), causal, kvb,
+                                               rates)
+            return lambda new: _one_kernel_step(list(map(table.__getitem__, new)), causal, kvb,
+                                                rates, step)
+        drates = self.roof.kind_rates(ATTENTION_DECODE) if n_decode else None
+        prates = self.roof.kind_rates(self.prefill_kind) if n_decode < n else None
+        if n_decode and n_decode < n and n <= 8:  # both kernels, every run of one below 8
+            return lambda new: _with_step(_two_kernels(
+                list(map(table.__getitem__, new)), causal, kvb, [u == 1.0 for u in new],
+                drates, prates), step)
+        return lambda new: _with_step(_kernels(list(map(table.__getitem__, new)), causal, kvb,
+                                               [u == 1.0 for u in new], drates, prates),
+                                      step)
 
-        def attention(ctx: list) -> float:
-            if causal:
-                flops = [a * (c + b) for (a, b, _, _), c in zip(terms, ctx)]
-                nbytes = [(c + u) * kvb + uq for (_, _, u, uq), c in zip(terms, ctx)]
-            else:
-                kv = [c + u for (_, _, u, _), c in zip(terms, ctx)]
-                flops = [a * x for (a, _, _, _), x in zip(terms, kv)]
-                nbytes = [x * kvb + uq for (_, _, _, uq), x in zip(terms, kv)]
-            total = 0.0
-            for rates, members, count in kernels:
-                total += _kernel(rates, flops, nbytes, members, count)
-            return total
-        return _with_step(attention, step)
+
+def _kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple | None,
+             prates: tuple | None):
+    """``FewAttention.pricer``'s attention of requests ``terms`` (``decode``: which have one
+    token) by the decode kernel (``drates``, None: none of them) then the multi-query one
+    (``prates``, None: none), each ``_kernel``'s sum, masked where it holds some alone."""
+    n, n_decode, kernels = len(decode), decode.count(True), []
+    if drates is not None:
+        kernels.append((drates, None if n_decode == n else decode, n_decode))
+    if prates is not None:
+        kernels.append((prates, None if not n_decode else [not d for d in decode],
+                        n - n_decode))
+
+    def attention(ctx: list) -> float:
+        if causal:
+            flops = [a * (c + b) for (a, b, _, _), c in zip(terms, ctx)]
+            nbytes = [(c + u) * kvb + uq for (_, _, u, uq), c in zip(terms, ctx)]
+        else:
+            kv = [c + u for (_, _, u, _), c in zip(terms, ctx)]
+            flops = [a * x for (a, _, _, _), x in zip(terms, kv)]
+            nbytes = [x * kvb + uq for (_, _, _, uq), x in zip(terms, kv)]
+        total = 0.0
+        for rates, members, count in kernels:
+            total += _kernel(rates, flops, nbytes, members, count)
+        return total
+    return attention
 
 
 class _Terms(dict):
@@ -165,71 +186,89 @@ def _one_kernel(terms: list, causal: bool, kvb: float, rates: tuple):
     """``FewAttention.pricer``'s attention where one kernel holds all of fewer than 8
     requests: each one's FLOPs, bytes and roof by the same operations as there and in
     ``_kernel``, the roofs added left to right as ``_kernel`` adds them (up to 7 requests),
-    in one loop (no lists)."""
-    crate, mrate, latency, floor = rates
-    # the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float
-    # max(f, m) as ``m if m > f else f``: the float max picks (scalar_forms.py's docstring)
-    if causal:
-        def attention(ctx: list) -> float:
-            summed = 0.0
-            for (a, b, u, uq), c in zip(terms, ctx):
-                f, m = a * (c + b) / crate, ((c + u) * kvb + uq) / mrate
-                summed += m if m > f else f
-            t = summed + latency
-            return 0.0 + (floor if floor > t else t)  # pricer's total: 0.0, then the kernel
-        return attention
+    in one loop (no lists); ``_causal`` or ``_flat`` with its numbers bound (a partial: no
+    closure to build, issue 36)."""
+    return partial(_causal if causal else _flat, terms, kvb, rates)
 
-    def flat(ctx: list) -> float:
-        summed = 0.0
-        for (a, _, u, uq), c in zip(terms, ctx):
-            x = c + u
-            f, m = a * x / crate, (x * kvb + uq) / mrate
-            summed += m if m > f else f
-        t = summed + latency
-        return 0.0 + (floor if floor > t else t)
-    return flat
+
+# the running sum from 0.0: 0.0 plus the first (non-negative) roof is that roof's float;
+# max(f, m) as ``m if m > f else f``: the float max picks (scalar_forms.py's docstring)
+def _causal(terms: list, kvb: float, rates: tuple, ctx: list) -> float:
+    """``_one_kernel``'s attention of causal requests at contexts ``ctx``."""
+    crate, mrate, latency, floor = rates
+    summed = 0.0
+    for (a, b, u, uq), c in zip(terms, ctx):
+        f, m = a * (c + b) / crate, ((c + u) * kvb + uq) / mrate
+        summed += m if m > f else f
+    t = summed + latency
+    return 0.0 + (floor if floor > t else t)  # pricer's total: 0.0, then the kernel
+
+
+def _flat(terms: list, kvb: float, rates: tuple, ctx: list) -> float:
+    """``_one_kernel``'s attention of non-causal requests at contexts ``ctx``."""
+    crate, mrate, latency, floor = rates
+    summed = 0.0
+    for (a, _, u, uq), c in zip(terms, ctx):
+        x = c + u
+        f, m = a * x / crate, (x * kvb + uq) / mrate
+        summed += m if m > f else f
+    t = summed + latency
+    return 0.0 + (floor if floor > t else t)
 
 
 def _one_kernel_step(terms: list, causal: bool, kvb: float, rates: tuple, step: tuple):
     """``_with_step(_one_kernel(terms, causal, kvb, rates), step)``, the step's arithmetic
-    written beside the flat kernel's call (no ``_with_step`` frame): the same operations in
-    the same order."""
-    fixed, layers, launch, replays, replay = step
+    beside the flat kernel's call (``_flat_step``: no ``_with_step`` frame), the same
+    operations in the same order."""
     kernel = _one_kernel(terms, causal, kvb, rates)
-    if causal or launch is None:
+    if causal or step[2] is None:
         return _with_step(kernel, step)
+    return partial(_flat_step, kernel, step)  # piecewise graphs (a varied round's usual)
 
-    def flat_step(ctx: list) -> float:  # piecewise graphs (a varied round's usual mode)
-        t = kernel(ctx) * layers  # _one_kernel's flat pricer: its total, 0.0 + the kernel
-        d = fixed + (launch if launch > t else t)
-        return (replays if replays > d else d) + replay + 0.0
-    return flat_step
+
+def _flat_step(kernel, step: tuple, ctx: list) -> float:
+    """``_one_kernel_step``'s piecewise forward: ``kernel``'s total (0.0 + the kernel) times
+    the layers, then ``_tail``'s piecewise operations."""
+    fixed, layers, launch, replays, replay = step
+    t = kernel(ctx) * layers
+    d = fixed + (launch if launch > t else t)
+    return (replays if replays > d else d) + replay + 0.0
 
 
 def _two_kernels(terms: list, causal: bool, kvb: float, decode: list, drates: tuple,
                  prates: tuple):
     """``FewAttention.pricer``'s attention where the decode kernel and the multi-query one
-    hold at most two requests each: each one's FLOPs, bytes and roof by the same operations
-    as there and in ``_kernel``, each kernel's one or two roofs added (the same float in
-    either order), its latency and floor, the decode kernel's first (from 0.0), in one
-    loop (no lists)."""
+    share up to 8 requests: each one's FLOPs, bytes and roof by the same operations as
+    ``_kernels`` and ``_kernel``, each kernel's masked sum as ``_masked_sum`` adds it (its
+    runs of consecutive members, each under 8, summed, then added in order: the requests of
+    one kernel's runs are the other's gaps), its latency and floor, the decode kernel's
+    first (from 0.0), in one loop (no lists, no arrays)."""
     dc, dm, dl, df = drates
     pc, pm, pl, pf = prates
 
     def attention(ctx: list) -> float:
-        d = p = None
+        d = p = 0.0  # each kernel's output, from add's identity
+        run, run_one = None, None
         for (a, b, u, uq), c, one in zip(terms, ctx, decode):
             if causal:
                 f, by = a * (c + b), (c + u) * kvb + uq
             else:
                 x = c + u
                 f, by = a * x, x * kvb + uq
-            if one:
-                r = max(f / dc, by / dm)
-                d = r if d is None else d + r
-            else:
-                r = max(f / pc, by / pm)
-                p = r if p is None else p + r
+            r = max(f / dc, by / dm) if one else max(f / pc, by / pm)
+            if one is run_one:
+                run += r  # the run goes on (0.0 + its first roof is that roof)
+                continue
+            if run is not None:  # the other kernel's run ends: added to its output
+                if run_one:
+                    d += run
+                else:
+                    p += run
+            run, run_one = r, one
+        if run_one:
+            d += run
+        else:
+            p += run
         return 0.0 + max(d + dl, df) + max(p + pl, pf)
     return attention
 
@@ -240,8 +279,9 @@ def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count
     roofs is the same float in any order of addition (adding 0.0 changes nothing: the roofs
     are positive), so those are added here, and up to 7 of all requests (numpy adds fewer
     than 8 numbers of an array left to right, as ``drafting.chain_draft_pricer`` relies on
-    too: a loop, as Python's ``sum`` may compensate); more, or masked, by numpy's reduction
-    of an array of them, masked as ``attention_time`` masks it (its order is numpy's)."""
+    too: a loop, as Python's ``sum`` may compensate); masked among up to 8, run by run as
+    numpy's masked reduction adds them (``_masked_sum``); more, by numpy's reduction of an
+    array of them, masked as ``attention_time`` masks it (its order is numpy's)."""
     crate, mrate, latency, floor = rates
     if count <= 2:
         per = [max(f / crate, b / mrate) for f, b, m in zip(
@@ -251,7 +291,28 @@ def _kernel(rates: tuple, flops: list, nbytes: list, members: list | None, count
         summed = max(flops[0] / crate, nbytes[0] / mrate)
         for f, b in zip(flops[1:], nbytes[1:]):
             summed += max(f / crate, b / mrate)
+    elif members is not None and len(members) <= 8:  # masked: runs of fewer than 8
+        summed = _masked_sum(crate, mrate, flops, nbytes, members)
     else:
         per = np.array([max(f / crate, b / mrate) for f, b in zip(flops, nbytes)])
         summed = float(_ADD(per) if members is None else _ADD(per, where=np.array(members)))
     return max(summed + latency, floor)
+
+
+def _masked_sum(crate: float, mrate: float, flops: list, nbytes: list, members: list) -> float:
+    """``np.add.reduce(per, where=members)`` of the members' roofs, where every run of
+    consecutive members is shorter than 8: numpy's masked loop hands its unmasked inner loop
+    each maximal run of set mask values in turn (``generic_masked_strided_loop``,
+    numpy/_core/src/umath/array_method.c), the inner loop adds a run of fewer than 8 left
+    to right from 0.0 (``pairwise_sum``, numpy/_core/src/umath/loops_utils.h.src) and adds
+    that to the output, which starts at add's identity 0.0: so each run summed, the runs
+    added in order (not the members left to right: the floats differ;
+    tests/simulator/cost/test_few_step.py holds the two to the same bits)."""
+    summed, run = 0.0, None
+    for f, b, m in zip(flops, nbytes, members):
+        if m:
+            r = max(f / crate, b / mrate)
+            run = r if run is None else run + r  # 0.0 + r is r (a roof is positive)
+        elif run is not None:
+            summed, run = summed + run, None
+    return summed if run is None else summed + run

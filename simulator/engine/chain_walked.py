@@ -13,6 +13,7 @@ from __future__ import annotations
 from operator import add as _ADD
 from operator import floordiv as _FLOORDIV
 from operator import ge as _GE
+from operator import sub as _SUB
 
 import numpy as np
 
@@ -27,7 +28,8 @@ from simulator.engine.draw_ahead import DrawAhead
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED
 from simulator.engine.plan import ChainStretch
 
-_ANY, _MIN, _SUM = np.logical_or.reduce, np.minimum.reduce, np.add.reduce
+_ANY = np.logical_or.reduce
+_NEVER = float("inf")  # no draft context limit: a bound no context sum reaches
 
 
 def walked_pass(replica, spec: ChainStretch, k_max: int, opened: tuple, chunks: int,
@@ -63,20 +65,24 @@ def _iterations(replica, spec: ChainStretch, k_max: int, opened: tuple, walk: tu
     contexts as lists of ints, the same checks in the same order."""
     (base, seq_max), b = opened, replica.b
     walked, ahead, verify, by_sum = walk
-    n, g, bs, take = int(b.ids.size), spec.gamma, replica.limits.block_size, ahead.take_with
-    u, c0 = g + 1, b.computed
-    c0l = c0.tolist()
-    left, free = b.output_len - b.generated, replica.limits.kv_blocks - base
+    g, bs, take = spec.gamma, replica.limits.block_size, ahead.take_with
+    u, c0l = g + 1, b.computed.tolist()
+    n, free = len(c0l), replica.limits.kv_blocks - base
     horizon, limit = replica.arrivals.horizon(replica.index), spec.max_context
-    s, clock, got = int(_SUM(c0)), replica.now, [0] * n
-    s0, fewest, left = s, int(_MIN(left)), left.tolist()
+    left = list(map(_SUB, b.output_len.tolist(), b.generated.tolist()))
+    s, clock, got = sum(c0l), replica.now, [0] * n  # integers: exact, as numpy's sums
     # a request's blocks, ceil((c + u + got) / bs), as (c + u + bs - 1 + got) // bs (ints)
-    cu, bss = (c0 + (u + bs - 1)).tolist(), [bs] * n
+    cu, bss = list(map((u + bs - 1).__add__, c0l)), [bs] * n
+    # the checks' bounds on the context sum s, ints (exact): (s + n u) // bs + n > free
+    # from s >= (free - n + 1) bs - n u on; seq_max + min(k u, s - s0) >= limit where
+    # both k u and s - s0 reach limit - seq_max; s - s0 >= the fewest any has left
+    blocked, room = (free - n + 1) * bs - n * u, _NEVER if limit is None else limit - seq_max
+    near, fewest = s + room, s + min(left)
     emits, gots, rows, cross, retired = [], [], [], False, False
     while len(emits) < k_max:  # the exact blocking on Python integers (exact, as numpy's)
-        if (s + n * u) // bs + n > free and sum(map(_FLOORDIV, map(_ADD, cu, got), bss)) > free:
+        if s >= blocked and sum(map(_FLOORDIV, map(_ADD, cu, got), bss)) > free:
             break
-        if limit is not None and seq_max + min(len(emits) * u, s - s0) >= limit \
+        if s >= near and len(emits) * u >= room \
                 and _ANY(b.prompt_len + b.generated + np.add(got, g) >= limit):
             break
         ctx = list(map(_ADD, c0l, got))
@@ -92,7 +98,7 @@ def _iterations(replica, spec: ChainStretch, k_max: int, opened: tuple, walk: tu
         gots.append(got)
         rows.append((clock, d, v, s, emitted))
         s, clock = s + emitted, end
-        if s - s0 >= fewest and any(map(_GE, got, left)):
+        if s >= fewest and any(map(_GE, got, left)):
             retired = True
             break
     ahead.settle()  # the generator where this pass's iterations leave it

@@ -339,7 +339,7 @@ class StagedSpeculation(PolicyBase, CarriedDraft):
             return [bisect_right(cut, x) for x in draws[at:at + n]], n
 
         def price(ctx: list, draws: list, at: int) -> tuple[float, int]:
-            gpu, cpu, count, end = rounds(ctx, None, draws, at)
+            gpu, cpu, count, end = rounds(ctx, draws, at)
             return gpu + (cpu + host(count)(n)), end - at  # iteration_draft_s' sum
 
         def walked(ctx: list, draws: list, at: int) -> tuple[tuple[float, list], int]:

@@ -13,12 +13,14 @@ added in the same order as ``draft_time``'s arrays: bitwise its floats
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import partial
 from itertools import compress
 from operator import add as _ADD
 from typing import Callable
 
 import numpy as np
 
+from simulator.cost.drafting import few_binder
 from simulator.engine.plan import closed_forms
 
 # add(gpu, context, produced): the running GPU seconds ``gpu`` plus draft2's chain's (a
@@ -52,6 +54,8 @@ class FewRounds:
         self._one: list | None = _UNSET  # _one_states', once asked
         self._states: dict[tuple, tuple] = {}  # ``state``'s, by tokens produced
         self._by_counts: dict[tuple, RoundAdd] = {}  # the prices, by draft counts
+        self._shapes: dict[tuple, tuple | None] = {}  # ``_shape``'s, by sorted draft counts
+        self._binder = few_binder(draft_cost)  # the verification's, by its counts' multiset
         # a request's thresholds at p tokens, -1.0 first: bisect_right counts it for every
         # uniform (in [0, 1)), so that it gives the accepted count + 1, the tokens it adds
         self._cuts = [[-1.0, *cut[:min(gamma2, gamma - p - 1)]] for p in range(gamma)] \
@@ -62,10 +66,10 @@ class FewRounds:
         """``StagedSpeculation.draft_time`` of a few requests at whole-number contexts: the
         same rounds, the same uniforms (one a drafting request, against the thresholds:
         bisect is searchsorted's "right"), the same prices, added in the same order."""
-        return self.rounds(context, rng, None, 0)[:3]
+        return self.rounds(context, None, 0, rng)[:3]
 
-    def rounds(self, context: list, rng: np.random.Generator | None, draws: list | None,
-               at: int) -> tuple[float, float, int, int]:
+    def rounds(self, context: list, draws: list | None, at: int,
+               rng: np.random.Generator | None = None) -> tuple[float, float, int, int]:
         """(GPU s, CPU s, rounds, the next uniform's index) of ``draft_time``'s rounds, each
         round's uniforms ``rng.random``'s or, where ``rng`` is None, the next ones of
         ``draws`` from ``at`` (the same numbers where the generator would give them).  A
@@ -79,9 +83,8 @@ class FewRounds:
         if one is _UNSET:
             one = self._one_states()
         if rng is None and one is not None and len(context) <= 2:
-            return self._one_rounds(context[0], 0, (gpu, cpu, rounds), draws, at) \
-                if len(context) == 1 else self._two_rounds(context, 0, 0, (gpu, cpu, rounds),
-                                                           draws, at)
+            return self._one_rounds(context, draws, at) if len(context) == 1 else \
+                self._two_rounds(context, draws, at)
         m = len(context)  # the requests still drafting
         produced = (0,) * m
         while True:
@@ -103,34 +106,29 @@ class FewRounds:
                     return gpu, cpu, rounds, at
                 if rng is None and one is not None and len(keep) <= 2:
                     j = keep[-1]
-                    return self._one_rounds(context[j], produced[j], (gpu, cpu, rounds), draws,
-                                            at) if len(keep) == 1 else self._two_rounds(
-                        [context[keep[0]], context[j]], produced[keep[0]], produced[j],
-                        (gpu, cpu, rounds), draws, at)
+                    return self._one_rounds(context, draws, at, j, produced[j],
+                                            (gpu, cpu, rounds)) if len(keep) == 1 else \
+                        self._two_rounds([context[keep[0]], context[j]], draws, at,
+                                         produced[keep[0]], produced[j], (gpu, cpu, rounds))
                 context = list(map(context.__getitem__, keep))
                 produced, m = tuple(map(produced.__getitem__, keep)), len(keep)
 
     def walker(self, n: int):
-        """``rounds(ctx, None, draws, at)`` of ``n`` requests as ``f(ctx, draws, at)``: for
-        one or two where a round of one has its form, ``rounds``' own hand-off to
-        ``_one_rounds`` or ``_two_rounds`` bound once (the same rounds, prices and sums)."""
+        """``rounds(ctx, draws, at)`` of ``n`` requests as ``f(ctx, draws, at)``: for one or
+        two where a round of one has its form, ``rounds``' own hand-off to ``_one_rounds``
+        or ``_two_rounds`` itself (the same rounds, prices and sums, from nothing yet)."""
         one = self._one_states() if self._one is _UNSET else self._one
         if one is None or n > 2:
-            rounds = self.rounds
-            return lambda ctx, draws, at: rounds(ctx, None, draws, at)
-        if n == 1:
-            one_rounds = self._one_rounds
-            return lambda ctx, draws, at: one_rounds(ctx[0], 0, _NONE_YET, draws, at)
-        two_rounds = self._two_rounds
-        return lambda ctx, draws, at: two_rounds(ctx, 0, 0, _NONE_YET, draws, at)
+            return self.rounds
+        return self._one_rounds if n == 1 else self._two_rounds
 
-    def _one_rounds(self, c: int, p: int, sums: tuple, draws: list,
-                    at: int) -> tuple[float, float, int, int]:
-        """``rounds``' rounds of one request at context ``c`` that has ``p`` tokens, from
+    def _one_rounds(self, context: list, draws: list, at: int, j: int = 0, p: int = 0,
+                    sums: tuple = _NONE_YET) -> tuple[float, float, int, int]:
+        """``rounds``' rounds of one request, ``context[j]``, that has ``p`` tokens, from
         the running sums ``sums`` (GPU s, CPU s, rounds) and the uniforms drawn ahead at
         ``at``: the same prices, thresholds and sums as ``state``'s of ``(p,)``, on
         numbers (no lists: most of a few requests' rounds are a single request's)."""
-        gamma, one = self.gamma, self._one
+        gamma, one, c = self.gamma, self._one, context[j]
         gpu, cpu, rounds = sums
         while p < gamma:
             add, lookup, cut = one[p]
@@ -141,8 +139,8 @@ class FewRounds:
             rounds += 1
         return gpu, cpu, rounds, at
 
-    def _two_rounds(self, context: list, p0: int, p1: int, sums: tuple, draws: list,
-                    at: int) -> tuple[float, float, int, int]:
+    def _two_rounds(self, context: list, draws: list, at: int, p0: int = 0, p1: int = 0,
+                    sums: tuple = _NONE_YET) -> tuple[float, float, int, int]:
         """``rounds``' rounds of two requests (``context``) that have ``p0`` and ``p1``
         tokens, from the running sums ``sums`` and the uniforms drawn ahead at ``at``: the
         same states, prices, thresholds and sums, on numbers (no lists of counts); one left
@@ -163,9 +161,9 @@ class FewRounds:
             at += 2
             if ends and (p0 >= gamma or p1 >= gamma):  # one or both have their gamma
                 if p0 < gamma:
-                    return self._one_rounds(context[0], p0, (gpu, cpu, rounds), draws, at)
+                    return self._one_rounds(context, draws, at, 0, p0, (gpu, cpu, rounds))
                 if p1 < gamma:
-                    return self._one_rounds(context[1], p1, (gpu, cpu, rounds), draws, at)
+                    return self._one_rounds(context, draws, at, 1, p1, (gpu, cpu, rounds))
                 return gpu, cpu, rounds, at
 
     def _one_states(self) -> list | None:
@@ -191,6 +189,7 @@ class FewRounds:
         if len(self._states) >= 4096:
             self._states.clear()
             self._by_counts.clear()
+            self._shapes.clear()
         k = tuple(map(self._counts.__getitem__, produced))
         add = self._by_counts.get(k)
         if add is None:  # states with the same counts share their price
@@ -236,29 +235,29 @@ class FewRounds:
     def _varied_pricer(self, k: tuple) -> RoundAdd | None:
         """draft2's forward j over the requests drafting more than j (a batch of ones, by its
         form at their sum + n j, added in order; none for an n-gram table), then the draft's
-        verification of k + 1 tokens each (its few-request form, else ``step_time``)."""
-        forwards, every, termed = [], range(len(k)), True
-        for j in range(max(k) if self.staged2 else 0):
-            on = list(compress(every, map(j.__lt__, k)))  # the requests with kj > j
-            decoder, terms = self._decoder(len(on))
-            if decoder is None:
-                return None
-            forwards.append((on, len(on) * j, decoder, terms))
-            termed = termed and terms is not None
-        u = list(map(_ONE.__add__, k))  # k + 1 each
-        forms = self._forms
-        if forms is not None:
-            verify = forms.few_pricer(u)
-        else:
-            step_time, v = self.draft_cost.step_time, np.array(u, np.float64)
-            verify = lambda ctx: step_time(v, np.array(ctx, np.int64), v)  # noqa: E731
+        verification of k + 1 tokens each (its few-request form, else ``step_time``), from
+        the parts of ``k``'s counts in any order (``_shape``): which requests each forward
+        holds, and the verification's factors, in ``k``'s order."""
+        key = tuple(sorted(k))
+        shape = self._shapes.get(key, _UNSET)
+        if shape is _UNSET:
+            shape = self._shapes[key] = self._shape(key)
+        if shape is None:
+            return None
+        forwards, verify_of, rest = shape
+        every, ons = range(len(k)), []
+        for j in range(len(forwards)):  # the requests with kj > j
+            ons.append(list(compress(every, map(j.__lt__, k))))
+        verify = verify_of(list(map(_ONE.__add__, k)))  # k + 1 each, in order
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
                 list(map(_ADD, context, produced)))
-        (first, _, decoder, _), rest = forwards[0], forwards[1:]
-        first = None if len(first) == len(k) else first  # None: every request
-        if termed:  # each forward's terms added here
-            return _terms_add(first, forwards, verify)
+        first = None if len(ons[0]) == len(k) else ons[0]  # None: every request
+        if rest is not None:  # each forward's terms added here
+            return partial(_terms_add, first, forwards[0][2], tuple(zip(ons[1:], rest)),
+                           verify)
+        decoder, rest = forwards[0][1], [(on, offset, forward) for on, (offset, forward, _)
+                                         in zip(ons[1:], forwards[1:])]
 
         def add(gpu: float, context: list, produced: tuple) -> float:
             ctx = list(map(_ADD, context, produced))
@@ -266,29 +265,56 @@ class FewRounds:
             # each forward's contexts summed as ints (exact in any order)
             total = decoder(float(sum(ctx) if first is None else sum(map(ctx.__getitem__,
                                                                          first))))
-            for on, offset, forward, _ in rest:
+            for on, offset, forward in rest:
                 total += forward(float(sum(map(ctx.__getitem__, on)) + offset))
             return gpu + total + verify(ctx)
         return add
 
+    def _shape(self, key: tuple) -> tuple | None:
+        """What a varied round of requests drafting the sorted counts ``key`` costs apart
+        from their order: draft2's forward j as (n_j j, its form, its terms) where ``n_j``
+        of them draft more than j (``_decoder(n_j)``), the verification's pricer of the
+        k + 1 counts in a given order (``drafting.few_binder``'s ``bind``, else
+        ``few_pricer`` or ``step_time`` on those counts), and the forwards after the first
+        as (n_j j, *terms) where every forward has its terms (else None); None where a
+        forward has no form."""
+        forwards = []
+        for j in range(key[-1] if self.staged2 else 0):
+            m = sum(map(j.__lt__, key))  # the requests drafting more than j
+            decoder, terms = self._decoder(m)
+            if decoder is None:
+                return None
+            forwards.append((m * j, decoder, terms))
+        rest = None if any(t is None for _, _, t in forwards) else \
+            tuple((offset, *terms) for offset, _, terms in forwards[1:])
+        forms = self._forms
+        if forms is None:
+            step_time = self.draft_cost.step_time
 
-def _terms_add(first: list | None, forwards: list, verify) -> RoundAdd:
+            def verify_of(u: list):
+                v = np.array(u, np.float64)
+                return lambda ctx: step_time(v, np.array(ctx, np.int64), v)
+            return forwards, verify_of, rest
+        bind = None if self._binder is None else self._binder(list(map(_ONE.__add__, key)))
+        return forwards, forms.few_pricer if bind is None else bind, rest
+
+
+def _terms_add(first: list | None, head: tuple, rest: tuple, verify, gpu: float,
+               context: list, produced: tuple) -> float:
     """``_varied_pricer``'s ``add`` where each draft2 forward's form is the usual one
-    (``scalar_forms.bare_terms``): its terms at its contexts' int sum (+ n j), as the
-    forward's ``uniform_pricer`` computes them (``max(a, b)`` as ``b if b > a else a``, the
-    same float: scalar_forms.py), added in the same order, without a call a forward."""
-    f0, s0, b0, lo0, lay0, r0 = forwards[0][3]
-    rest = tuple((on, offset, *terms) for on, offset, _, terms in forwards[1:])
-
-    def add(gpu: float, context: list, produced: tuple) -> float:
-        ctx = list(map(_ADD, context, produced))
-        y = s0 * (sum(ctx) if first is None else sum(map(ctx.__getitem__, first))) + b0
-        total = f0 + (lo0 if lo0 > y else y) * lay0 + r0
-        for on, offset, f, s, b, lo, lay, r in rest:
-            y = s * (sum(map(ctx.__getitem__, on)) + offset) + b
-            total += f + (lo if lo > y else y) * lay + r
-        return gpu + total + verify(ctx)
-    return add
+    (``scalar_forms.bare_terms``; ``head``: the first's, ``rest``: (requests, n j, *terms)
+    of the others), bound by a partial: the forwards' terms at their contexts' int sums
+    (+ n j), as each forward's ``uniform_pricer`` computes them (``max(a, b)`` as ``b if
+    b > a else a``, the same float: scalar_forms.py), added in the same order, then the
+    verification."""
+    f0, s0, b0, lo0, lay0, r0 = head
+    ctx = list(map(_ADD, context, produced))
+    y = s0 * (sum(ctx) if first is None else sum(map(ctx.__getitem__, first))) + b0
+    total = f0 + (lo0 if lo0 > y else y) * lay0 + r0
+    for on, (offset, f, s, b, lo, lay, r) in rest:
+        y = s * (sum(map(ctx.__getitem__, on)) + offset) + b
+        total += f + (lo if lo > y else y) * lay + r
+    return gpu + total + verify(ctx)
 
 
 def _one_add(d2, v):

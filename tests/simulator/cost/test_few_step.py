@@ -14,6 +14,7 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
+from simulator.cost import few_step
 from simulator.cost.dp_attention import DpAttentionCostModel, cost_model
 from simulator.cost.execution import eager, resolve_execution
 from simulator.cost.parallelism import Parallelism
@@ -87,6 +88,9 @@ def test_prices_are_step_time_bit_for_bit(profile, model, tp, execution):
         # the same as a function of the contexts (FewAttention.pricer's factors bound once)
         assert cm.few_pricer(new.tolist())(ctx.tolist()) == want
         assert cm.few_pricer(new.tolist())(ctx.astype(np.float64).tolist()) == want  # floats
+        # bound from the counts in another order (staged's varied rounds, by multiset)
+        bind = cm.few_binder(sorted(new.tolist()))
+        assert bind is None or bind(new.tolist())(ctx.tolist()) == want, (new, ctx)
         # an LM head over one token a request (a prefill's, a draft layer's)
         ones = np.ones(len(new))
         assert cm.few_step_time(new.tolist(), ctx.tolist(), ones) == \
@@ -181,3 +185,23 @@ def test_the_first_forward_shortcuts_are_step_time_bit_for_bit(profile, model, t
     assert mixed == expect == 4 * 7 * 3 + 1 or cm._mla is not None and mixed == expect >= 56
     flat = _cost_model("a100-80gb-flat", "opt-13b", 1, "graphs")  # no kernel shapes
     assert flat.few_mixed_time([1.0, 3.0], [100.0, 200.0], 2.0) is None
+
+
+def test_a_masked_sum_is_numpys_run_by_run():
+    """``_masked_sum``: numpy's ``where=`` reduction of up to 8 roofs (each run of members
+    summed, the runs added in order), bit for bit, where members left to right would not
+    always be (the order shows in the last bits)."""
+    rng, differs = np.random.default_rng(5), 0
+    for _ in range(3000):
+        n = int(rng.integers(2, 9))
+        flops, nbytes = (rng.uniform(1e3, 1e9, n) * 10.0 ** rng.integers(-3, 4, n)
+                         for _ in range(2))
+        members = rng.random(n) < 0.6
+        if not members.any() or members.all():
+            continue
+        per = np.maximum(flops / 3e14, nbytes / 2e12)
+        want = float(np.add.reduce(per, where=members))
+        assert few_step._masked_sum(3e14, 2e12, flops.tolist(), nbytes.tolist(),
+                                    members.tolist()) == want
+        differs += float(sum(per[members].tolist(), 0.0)) != want
+    assert differs  # the run order matters: a plain left-to-right sum would fail
