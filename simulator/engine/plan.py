@@ -245,12 +245,15 @@ class AheadDraft(VariedDraft):
 
     @abstractmethod
     def plan_rows(self, request_ids: np.ndarray, generated: np.ndarray,
-                  output_len: np.ndarray, steps: int) -> VariedRows | None:
+                  output_len: np.ndarray, steps: int,
+                  rng: np.random.Generator) -> VariedRows | None:
         """``steps`` iterations of these requests, each request's ``generated`` moved on
         by what it emits in the rows before (``emitted_tokens``); a request's rows from
-        the one that finishes it on may hold anything but valid counts (never kept).
-        None: not now (a request's first iteration draws).  The engine calls ``keep_rows``
-        next, before any other call."""
+        the one that finishes it on may hold anything but valid counts (never kept).  A
+        request's first iteration draws from ``rng`` as ``plan_counts`` draws (the same
+        draws in the same order), made whether or not its rows are kept: the engine takes
+        the first row one by one where it keeps none.  None: not now.  The engine calls
+        ``keep_rows`` next, before any other call."""
 
     @abstractmethod
     def keep_rows(self, kept: int) -> None:
