@@ -215,7 +215,7 @@ def _positions(keys: np.ndarray, start: int) -> dict[int, list[int]]:
         return {}
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
-    firsts = np.flatnonzero(np.concatenate(((True,), ordered[1:] != ordered[:-1])))
+    firsts = np.concatenate(((True,), ordered[1:] != ordered[:-1])).nonzero()[0]
     cuts = firsts.tolist()
     positions = (order + start).tolist()
     return dict(zip(ordered[firsts].tolist(),
