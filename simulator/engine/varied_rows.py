@@ -81,8 +81,8 @@ def advance_rows(replica, spec: AheadDraft, steps: int) -> int:
     if replica.waiting or replica.forms is None or \
             not _ALL(b.blocks == (c0 + (bs - 1)) // bs):  # the roll-back's invariant
         return 0
-    steps = min(steps, int(np.min(b.output_len - b.generated)))  # >= 1 token each
-    rows = spec.plan_rows(b.ids, b.generated, b.output_len, steps)
+    steps = min(steps, int((b.output_len - b.generated).min()))  # >= 1 token each
+    rows = spec.plan_rows(b.ids, b.generated, b.output_len, steps, replica.rng)
     if rows is None:
         return 0
     k = _kept(replica, spec, rows)

@@ -200,11 +200,12 @@ class _Later(dict):
 
 
 def _where(keys: np.ndarray, key: int) -> np.ndarray:
-    """The indices of ``keys`` (uint64) equal to ``key`` (none where it is out of their
-    range: no token or pair of the text is)."""
+    """The indices of ``keys`` (uint64, one axis) equal to ``key`` (none where it is out of
+    their range: no token or pair of the text is): ``np.flatnonzero`` by the array's own
+    method, without its Python-level layers (ravel, two dispatches)."""
     if not 0 <= key < 1 << 64:
         return keys[:0]
-    return np.flatnonzero(keys == np.uint64(key))
+    return (keys == np.uint64(key)).nonzero()[0]
 
 
 def _positions(keys: np.ndarray, start: int) -> dict[int, list[int]]:
@@ -214,7 +215,7 @@ def _positions(keys: np.ndarray, start: int) -> dict[int, list[int]]:
         return {}
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
-    firsts = np.flatnonzero(np.concatenate(((True,), ordered[1:] != ordered[:-1])))
+    firsts = np.concatenate(((True,), ordered[1:] != ordered[:-1])).nonzero()[0]
     cuts = firsts.tolist()
     positions = (order + start).tolist()
     return dict(zip(ordered[firsts].tolist(),

@@ -252,17 +252,22 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
                        step_time_s):
         self._observe(request_ids, generated, output_len, plan.verify_tokens, accepted)
 
-    def plan_rows(self, request_ids, generated, output_len, steps):
+    def plan_rows(self, request_ids, generated, output_len, steps, rng):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
         first that finishes a request, each request's rows on its own state (marked first)
         observed as they are planned, all but its last (``keep_rows`` then keeps the kept
-        ones, or rolls the state back to the mark and replays them); None while a request
-        has no lanes yet (its first plan draws them).  A request's rows depend on its own
-        state alone: they are planned request by request, the nearest its end first, each
-        no further than the first row that finishes one."""
-        states = [self._lanes.get(rid) for rid in request_ids.tolist()]
-        if any(state is None for state in states):
-            return None
+        ones, or rolls the state back to the mark and replays them).  A request with no
+        lanes yet gets them first, drawn from ``rng`` in the batch's order as
+        ``plan_counts`` draws them.  A request's rows depend on its own state alone: they
+        are planned request by request, the nearest its end first, each no further than
+        the first row that finishes one."""
+        lanes = self._lanes
+        states = []
+        for rid in request_ids.tolist():
+            state = lanes.get(rid)
+            if state is None:
+                state = lanes[rid] = self._start(rid, rng)
+            states.append(state)
         gens, ends = generated.tolist(), output_len.tolist()
         planned = [None] * len(states)
         for i in sorted(range(len(states)), key=lambda i: ends[i] - gens[i]):
@@ -277,7 +282,8 @@ class LookaheadDecoding(PolicyBase, AheadDraft):
         table = np.fromiter(chain.from_iterable(rows[:3 * steps] for rows, _ in planned),
                             np.int64, 3 * steps * n).reshape(n, steps, 3).transpose(2, 1, 0) \
             .copy()
-        seconds = np.full(steps, 0.0 + (self.cpu_s * n + self.host(n)))
+        seconds = np.empty(steps)  # np.full's values, without its Python-level layer
+        seconds.fill(0.0 + (self.cpu_s * n + self.host(n)))
         return VariedRows(table[0], 1 + table[1] + table[0], table[2], seconds)
 
     def keep_rows(self, kept):

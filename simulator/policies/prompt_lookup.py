@@ -197,7 +197,7 @@ class PromptLookup(PolicyBase, LimitedDraft, AheadDraft):
         return chains_accepted(self.text, plan.payload, request_ids, generated,
                                plan.num_draft)
 
-    def plan_rows(self, request_ids, generated, output_len, steps):
+    def plan_rows(self, request_ids, generated, output_len, steps, rng):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
         first that finishes a request: each request's lookup at the text it reaches, read
         from its whole text (``TextNgrams``: occurrences at or past the text reached are

@@ -291,7 +291,7 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
     def draw_counts(self, rng, request_ids, context, generated, plan):
         return self._accepted(plan.payload, request_ids, generated, plan.num_draft)
 
-    def plan_rows(self, request_ids, generated, output_len, steps):
+    def plan_rows(self, request_ids, generated, output_len, steps, rng):
         """``plan_counts`` and ``draw_counts`` of up to ``steps`` iterations, up to the
         first that finishes a request (the global trie changes only then): each request's
         speculation at the text it reaches, its own index's text grown ahead

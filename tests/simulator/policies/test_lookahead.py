@@ -258,3 +258,28 @@ def test_jacobi_takes_the_varied_stretches_with_identical_results():
     assert_identical(on, off)
     assert off.info["engine"]["vectorised"] == 0
     assert on.info["engine"]["vectorised"] > on.info["engine"]["iterations"] / 2
+
+
+def test_planned_rows_draw_a_new_requests_lanes_as_its_first_plan_does():
+    """``plan_rows`` of requests with no lanes yet draws them from the generator it is
+    handed, the same draws in the same order as ``plan_counts`` (the engine's rows path
+    then takes a request's first iterations): the same lanes, the same first row, the
+    generator left in the same state."""
+    rng = np.random.default_rng(5)
+    prompts = tuple(rng.integers(0, 9, size) for size in (30, 41, 25))
+    outputs = tuple(rng.integers(0, 9, size) for size in (20, 33, 28))
+    made = [LookaheadDecoding(LookaheadDecoding.parse_params(
+        {"W": 4, "N": 4, "G": 3}, source="test"),
+        PolicyContext(target_cost=None, workload=_workload(prompts, outputs)))
+        for _ in range(2)]
+    ids, gens = np.array([2, 0, 1]), np.array([0, 0, 0])
+    outs = np.array([o.size for o in outputs])[ids]
+    one, ahead = np.random.default_rng(11), np.random.default_rng(11)
+    plan = made[0].plan_counts(ids, None, gens, outs, None, 3, one)
+    rows = made[1].plan_rows(ids, gens, outs, 1, ahead)
+    made[1].keep_rows(0)
+    assert [made[1].lanes(rid) for rid in ids.tolist()] == \
+        [made[0].lanes(rid) for rid in ids.tolist()]
+    assert one.random() == ahead.random()
+    assert rows.num_draft[0].tolist() == plan.num_draft.tolist()
+    assert rows.verify_tokens[0].tolist() == plan.verify_tokens.tolist()
