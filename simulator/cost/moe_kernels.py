@@ -274,10 +274,16 @@ def grouped_gemm_kernel(cm) -> GroupedGemm | None:
 
 def streaming_efficiency(cm) -> float | None:
     """The fraction of the bandwidth the grouped GEMMs stream expert weights at: the profile's
-    measured rate for block-scaled 8-/4-bit weights; None (the GEMM kind's memory
-    efficiency) for 16-bit weights or a profile without one (module docstring)."""
-    quantised = compute_dtype(cm.model.dtype) != cm.model.dtype
-    return cm.hardware.moe_quantized_gemm_efficiency if quantised else None
+    measured rate for block-scaled 8-/4-bit weights (FP8 experts reached by all-gather, the
+    Triton family: its own rate where the profile measured one); None (the GEMM kind's
+    memory efficiency) for 16-bit weights or a profile without one (module docstring)."""
+    hw, dtype = cm.hardware, cm.model.dtype
+    if compute_dtype(dtype) == dtype:
+        return None
+    if (dtype == "fp8" and cm.parallel.moe_dispatch == "all_gather"
+            and hw.moe_fp8_triton_memory_efficiency is not None):
+        return hw.moe_fp8_triton_memory_efficiency
+    return hw.moe_quantized_gemm_efficiency
 
 
 def _transfer(cm, nbytes, kind: str = OTHER, rows=None):
