@@ -42,9 +42,9 @@ OUTSIDE: dict[str, str] = {
                "came within 2-7% of the published, so the speculative sigma fell 0.8441 -> "
                "0.5093 and the intervals of the cases still far off narrowed (22/27 before)",
     "absolute": "49/67 (73%) at ten draws (56/67 before) since issue 38 priced h200's Triton "
-                "fused MoE at its tuned kernel measured by aiconfigurator: eight H200 "
-                "DeepSeek-R1 cases came within 2-15% (InferenceX's 8k/1k and 1k/1k, "
-                "GPUStack's SGLang TPOTs), so the throughput and latency sigmas fell 0.2511 "
+                "fused MoE at its tuned kernel measured by aiconfigurator: the H200 "
+                "DeepSeek-R1 cases moved toward their published numbers (InferenceX's 8k/1k "
+                "and 1k/1k, GPUStack's SGLang TPOTs), so the throughput and latency sigmas fell 0.2511 "
                 "-> 0.2053 and 0.2602 -> 0.1722 and the intervals of the known misses still "
                 "far off (GPUStack's 128-token and ShareGPT runs, vLLM V0's TPOTs, InferenceX's "
                 "H100 1P1D point) narrowed"}
