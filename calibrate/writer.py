@@ -114,6 +114,7 @@ def _moe_dict(profile: HardwareProfile, sourced) -> dict:
         ("grouped_gemm_overlap_exponent", profile.moe_grouped_gemm_overlap_exponent),
         ("fp8_triton_compute_efficiency", profile.moe_fp8_triton_compute_efficiency),
         ("fp8_triton_overlap_exponent", profile.moe_fp8_triton_overlap_exponent),
+        ("fp8_triton_memory_efficiency", profile.moe_fp8_triton_memory_efficiency),
         ("fp8_deepgemm_compute_efficiency", profile.moe_fp8_deepgemm_compute_efficiency),
         ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent),
         ("fp8_triton_k_step_us", None if k_step is None else k_step * 1e6))

@@ -100,6 +100,9 @@ class HardwareProfile:
     # dispatch); None: the GEMM kind's rate, the roofs' max
     moe_fp8_triton_compute_efficiency: float | None = None
     moe_fp8_triton_overlap_exponent: float | None = None
+    # the fraction of the bandwidth that Triton family streams its FP8 expert weights at,
+    # where measured apart (its tuned configs); None: moe_quantized_gemm_efficiency
+    moe_fp8_triton_memory_efficiency: float | None = None
     moe_fp8_deepgemm_compute_efficiency: float | None = None
     moe_fp8_deepgemm_overlap_exponent: float | None = None
     # the Triton block-FP8 GEMM's time per 128-deep K step of one program (its serial K
@@ -248,6 +251,7 @@ MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_effi
             "grouped_gemm_overlap_exponent": "moe_grouped_gemm_overlap_exponent",
             "fp8_triton_compute_efficiency": "moe_fp8_triton_compute_efficiency",
             "fp8_triton_overlap_exponent": "moe_fp8_triton_overlap_exponent",
+            "fp8_triton_memory_efficiency": "moe_fp8_triton_memory_efficiency",
             "fp8_deepgemm_compute_efficiency": "moe_fp8_deepgemm_compute_efficiency",
             "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent",
             "fp8_triton_k_step_us": "moe_fp8_triton_k_step_s"}

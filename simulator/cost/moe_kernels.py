@@ -46,10 +46,13 @@ tile through the L2 cache, as the kernel's ``GROUP_SIZE_M`` ordering runs them t
 NVIDIA_H100_80GB_HBM3.json).  Weights stream at the profile's
 ``moe.quantized_grouped_gemm_memory_efficiency`` for block-scaled FP8/FP4 weights (the
 fused-MoE kernels' measured rate, below a dense GEMM's: the kernel loads and applies a scale
-per 128 x 128 block in its K loop), at the GEMM kind's memory efficiency for 16-bit weights
-(vLLM PR #19049's BF16 Qwen3-30B-A3B series on an A100 PCIe 40GB, 1-64 tokens, is within
--3% to -8% of that from 8 tokens; tests/simulator/cost/fused_moe_measured.py); the routed
-rows are gathered in and scattered out (permute and unpermute traffic).
+per 128 x 128 block in its K loop; ``moe.fp8_triton_memory_efficiency`` instead for FP8
+experts reached by all-gather where a profile measured that family's tuned configs apart:
+h200, from ai-dynamo/aiconfigurator's SGLang table), at the GEMM kind's memory efficiency for
+16-bit weights (vLLM PR #19049's BF16 Qwen3-30B-A3B series on an A100 PCIe 40GB, 1-64
+tokens, is within -3% to -8% of that from 8 tokens; tests/simulator/cost/
+fused_moe_measured.py); the routed rows are gathered in and scattered out (permute and
+unpermute traffic).
 Its compute, for 16-bit experts where the profile measured it (``GroupedGemm``, the profile's
 ``moe.grouped_gemm_compute_efficiency`` and ``moe.grouped_gemm_overlap_exponent``): the Triton
 kernel is not cuBLAS.  vLLM PR #24700's Mixtral-8x7B BF16 TP2 series on an H100 (tuned
@@ -67,7 +70,8 @@ DeepEP's dispatch (``moe_dispatch`` all_to_all or deepep_normal) SGLang runs Dee
 grouped GEMMs (contiguous layout at prefill, masked at decode), fitted on the grouped rows of
 DeepGEMM's README (H800: 815-1,297 TFLOPS, 0.41-0.66 of the FP8 peak); reached by all-gather,
 vLLM's Triton fused_moe, fitted on vLLM PR #24700's Qwen3-30B-A3B FP8 H100 series (about 200
-TFLOPS at 4,096 tokens) jointly with SGLang PR #11730's decode-sized one.  The max of the
+TFLOPS at 4,096 tokens) jointly with SGLang PR #11730's decode-sized one (untuned
+configs; h200's from its tuned kernel, 0.24 of the peak, aiconfigurator's table).  The max of the
 roofs at the GEMM kind's 0.78 was 10-29% too cheap on the first, up to 59% on the second.
 There the efficiency bounds the routed rows' own FLOPs, beside the padded tiles' waves at the
 GEMM kind's rate (``GroupedGemm.on_routed_rows``): a wave of one 16-row tile per expert costs
@@ -274,10 +278,16 @@ def grouped_gemm_kernel(cm) -> GroupedGemm | None:
 
 def streaming_efficiency(cm) -> float | None:
     """The fraction of the bandwidth the grouped GEMMs stream expert weights at: the profile's
-    measured rate for block-scaled 8-/4-bit weights; None (the GEMM kind's memory
-    efficiency) for 16-bit weights or a profile without one (module docstring)."""
-    quantised = compute_dtype(cm.model.dtype) != cm.model.dtype
-    return cm.hardware.moe_quantized_gemm_efficiency if quantised else None
+    measured rate for block-scaled 8-/4-bit weights (FP8 experts reached by all-gather, the
+    Triton family: its own rate where the profile measured one); None (the GEMM kind's
+    memory efficiency) for 16-bit weights or a profile without one (module docstring)."""
+    hw, dtype = cm.hardware, cm.model.dtype
+    if compute_dtype(dtype) == dtype:
+        return None
+    if (dtype == "fp8" and cm.parallel.moe_dispatch == "all_gather"
+            and hw.moe_fp8_triton_memory_efficiency is not None):
+        return hw.moe_fp8_triton_memory_efficiency
+    return hw.moe_quantized_gemm_efficiency
 
 
 def _transfer(cm, nbytes, kind: str = OTHER, rows=None):

@@ -209,27 +209,11 @@ def _cases() -> list[Case]:
 
 IX_CASES: list[Case] = _cases()
 
-# outside their tolerance today, with the measured miss (cases.KNOWN_MISSES takes them in)
-_H200_WHY = (
-    "both phases are priced slower than InferenceX measured, neither by much. The decode: the "
-    "simulated mean TPOT is high at every concurrency (+16% / +22% / +22% / +17% / +12% at "
-    "4-64), as on issue #870's 1k/1k points of the same script on v0.5.7 (+5% to +19%, "
-    "dp_cases); a batch-1 step at 7,800 tokens of context is priced 10.0 ms, mostly "
-    "per-kernel floors of the engine's counted DeepSeek path (elementwise 1.45, MoE routing "
-    "1.10, MLA 1.03, all-reduces 1.23 ms). The prefill: the fixed lengths keep the "
-    "closed-loop requests in lockstep (every wave's prompts prefilled together: mean TTFT "
-    "2,527 ms at concurrency 8 against the published 490.53), but the client's own uniform "
-    "lengths in [0.8 L, L] (checked: workload dist uniform, 6,553-8,192 in, 819-1,024 out) "
-    "give 647 / 838 / 1,239 ms at 8 / 16 / 32 (published 490.53 / 688.2 / 979.34, still "
-    "+22% to +32%: SGLang's prefill priced slow, as dp_cases' GPUStack TPOT misses say) and "
-    "the same throughput within 3% (49.64 / 67.12 / 87.11), so the stand-in lengths are "
-    "not the miss. Nothing repriced: no measurement of v0.5.12's H200 kernels at these "
-    "shapes was found")
+# outside their tolerance today, with the measured miss (cases.KNOWN_MISSES takes them in).
+# The H200 8k/1k points at concurrency 8-32 (-25% to -27% output tokens/s per GPU) pass since
+# issue 38 priced the Triton fused MoE at SGLang's tuned kernel measured on an H200
+# (hardware/profiles/h200.yaml moe.fp8_triton_*, ai-dynamo/aiconfigurator's table).
 IX_KNOWN_MISSES: dict[str, str] = {
-    **{f"inferencex-dsr1-h200-sglang-tp8-8k1k-conc{c}-output-per-gpu": (
-        f"predicted {p} vs published {q} output tokens/s per GPU ({d}): " + _H200_WHY)
-       for c, p, q, d in ((8, 50.96, 68.33, "-25.4%"), (16, 68.89, 93.89, "-26.6%"),
-                          (32, 88.84, 121.01, "-26.6%"))},
     "inferencex-dsr1-h100-sglang-1p1d-mtp-conc64-output-toks": (
         "predicted 3,718 vs published 1,564.8 output tokens/s (+138%), mean TPOT 16.38 vs "
         "36.99 ms (-56%): the issue that quotes the point (#1580) reports that the published "

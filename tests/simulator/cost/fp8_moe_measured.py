@@ -20,6 +20,20 @@ QWEN3_30B_H100_FP8 = ("h100-sxm", "qwen3-30b-a3b", 1, "fp8",
                        256: 355.49, 512: 391.86, 1024: 536.33, 1536: 727.31, 2048: 911.64,
                        3072: 1279.17, 4096: 1647.57})
 
+# ai-dynamo/aiconfigurator (Apache-2.0, commit 095f58a), aic-core/src/aiconfigurator_core/
+# systems/data/h200_sxm/moe/sglang/0.5.14/moe_perf.parquet (h200_sxm/moe/sglang/0.5.12/
+# reuse.yaml names it for 0.5.12): SGLang's Triton fused_moe with the tuned configs it ships
+# (collector/sglang/collect_moe.py: get_moe_configs), kernel sglang_fused_moe_triton,
+# fp8_block, hidden 7168, inter 2048, 256 experts, top 8, moe_tp 8, EP 1, balanced routing,
+# on an H200 ("NVIDIA H200"); latency (ms) x 1000, rounded to 0.1 us.
+DEEPSEEK_V3_H200_SGLANG = ("h200", "deepseek-v3", 8, "fp8",
+                           {1: 36.4, 2: 55.8, 4: 61.6, 8: 94.1, 16: 167.9, 32: 249.8,
+                            48: 247.3, 64: 248.8, 80: 254.7, 96: 257.2, 128: 257.0,
+                            160: 286.3, 192: 289.6, 256: 296.8, 320: 303.1, 384: 310.2,
+                            512: 329.1, 768: 355.0, 1024: 393.0, 1536: 484.8, 2048: 553.9,
+                            3072: 950.1, 4096: 974.5, 6144: 1431.2, 8192: 1881.3,
+                            12288: 2782.2, 16384: 3651.5})
+
 # deepseek-ai/DeepGEMM README, "Performance" ("all shapes potentially used in DeepSeek-V3/R1
 # inference ... on H800 with NVCC 12.8"), the two grouped tables: (groups, M per group, N,
 # K, TFLOPS), FLOPs 2 x groups x M x N x K.  Contiguous layout (prefill, what SGLang runs
@@ -38,11 +52,27 @@ EXPONENTS = (1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0)
 
 
 def triton_errors(kernel: tuple | None = None) -> np.ndarray:
-    """Relative errors of the priced fused-MoE calls over both Triton FP8 series (PR
-    #24700's H100 one, then PR #11730's H200 decode one); ``kernel``: ``(efficiency, p)``
+    """Relative errors of the priced fused-MoE calls over both untuned Triton FP8 series (PR
+    #24700's H100 one, then PR #11730's H200 decode one, at the H200's untuned streaming
+    rate, moe.quantized_grouped_gemm_memory_efficiency); ``kernel``: ``(efficiency, p)``
     instead of the profile's."""
+    untuned = load_profile("h200").moe_quantized_gemm_efficiency
     return np.concatenate([fm.errors(QWEN3_30B_H100_FP8, kernel=kernel),
-                           fm.errors(fm.QWEN3_235B_H200, kernel=kernel)])
+                           fm.errors(fm.QWEN3_235B_H200, eta=untuned, kernel=kernel)])
+
+
+def tuned_h200_errors(kernel: tuple | None = None, eta: float = -1.0) -> np.ndarray:
+    """Relative errors of the priced calls against aiconfigurator's tuned H200 series
+    (``kernel``, ``eta``: numbers instead of h200's, as ``fused_moe_measured.errors``)."""
+    return fm.errors(DEEPSEEK_V3_H200_SGLANG, eta=eta, kernel=kernel)
+
+
+def best_tuned_h200() -> tuple[float, float]:
+    """h200's ``moe.fp8_triton_*`` pair: the grid's least-squares one over the tuned H200
+    series at h200's ``moe.fp8_triton_memory_efficiency``."""
+    eta = load_profile("h200").moe_fp8_triton_memory_efficiency
+    grid = [(float(e), p) for e in TRITON_EFFICIENCIES for p in EXPONENTS]
+    return min(grid, key=lambda kp: fm.rms(tuned_h200_errors(kp, eta)))
 
 
 def best_triton() -> tuple[float, float]:

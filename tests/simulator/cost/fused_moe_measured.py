@@ -73,13 +73,14 @@ def kernel_fields(efficiency, exponent) -> dict:
 def _cost_model(profile: str, model: str, tp: int, dtype: str,
                 eta: float | None = -1.0, kernel: tuple | None = None,
                 shapes: tuple = ()) -> CostModel:
-    """``eta`` -1: the profile's fused-MoE streaming efficiency; else that value instead;
+    """``eta`` -1: the profile's fused-MoE streaming efficiencies; else that value instead;
     ``kernel`` None: the profile's grouped-GEMM compute efficiency and overlap exponent;
     else ``(efficiency, exponent)`` instead; ``shapes``: ``(field, value)`` pairs replacing
     the catalog model's."""
     hw = load_profile(profile)
-    if eta is None or eta >= 0:
-        hw = dataclasses.replace(hw, moe_quantized_gemm_efficiency=eta)
+    if eta is None or eta >= 0:  # the one streaming rate, whichever family runs the call
+        hw = dataclasses.replace(hw, moe_quantized_gemm_efficiency=eta,
+                                 moe_fp8_triton_memory_efficiency=None)
     if kernel is not None:
         hw = dataclasses.replace(hw, **kernel_fields(*kernel))
     spec = dataclasses.replace(load_model(model), **dict(shapes))

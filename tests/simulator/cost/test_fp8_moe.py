@@ -59,8 +59,6 @@ def test_triton_fp8_pair_is_the_fit_and_reproduces_both_series():
     hw = load_profile("h100-sxm")
     pair = (hw.moe_fp8_triton_compute_efficiency, hw.moe_fp8_triton_overlap_exponent)
     assert f8.best_triton() == pair
-    assert pair == (load_profile("h200").moe_fp8_triton_compute_efficiency,
-                    load_profile("h200").moe_fp8_triton_overlap_exponent)
     err = fm.errors(f8.QWEN3_30B_H100_FP8)
     sizes = np.array(list(f8.QWEN3_30B_H100_FP8[4]))
     # PR #24700's H100 series: rms under 11%, every size within 18%, within 8% from 256
@@ -72,12 +70,51 @@ def test_triton_fp8_pair_is_the_fit_and_reproduces_both_series():
 
 
 def test_decode_sized_calls_stay_within_their_error():
-    # SGLang PR #11730's Qwen3-235B FP8 H200 series (1-32 tokens): within 10% as before the
-    # FP8 pair (its worst, -9.8% at 24 tokens), each size within 1 point of its old error
-    err = fm.errors(fm.QWEN3_235B_H200)
-    before = fm.errors(fm.QWEN3_235B_H200, kernel=(None, None))
+    # SGLang PR #11730's Qwen3-235B FP8 H200 series (1-32 tokens, untuned config) at the
+    # untuned numbers (h100-sxm's pair, h200's moe.quantized_grouped_gemm_memory_efficiency):
+    # within 10% as before the FP8 pair (its worst, -9.8% at 24 tokens), each size within 1
+    # point of its old error
+    h100, untuned = load_profile("h100-sxm"), load_profile("h200").moe_quantized_gemm_efficiency
+    pair = (h100.moe_fp8_triton_compute_efficiency, h100.moe_fp8_triton_overlap_exponent)
+    err = fm.errors(fm.QWEN3_235B_H200, eta=untuned, kernel=pair)
+    before = fm.errors(fm.QWEN3_235B_H200, eta=untuned, kernel=(None, None))
     assert np.abs(err).max() < 0.10, err
     assert np.abs(err - before).max() < 0.01, (err, before)
+    # h200's own numbers are the tuned kernel's: the untuned calls of 4-32 tokens take over
+    # 10% longer than that (at 1-2 tokens the fixed kernels' latency dominates both)
+    assert fm.errors(fm.QWEN3_235B_H200)[2:].max() < -0.10
+
+
+def test_h200_tuned_pair_is_the_fit_of_its_own_measurement():
+    # aiconfigurator's H200 SGLang fused_moe (tuned configs, DeepSeek-V3 at TP 8): h200's
+    # pair is the grid's least-squares one at h200's streaming rate 0.9
+    hw = load_profile("h200")
+    assert f8.best_tuned_h200() == (hw.moe_fp8_triton_compute_efficiency,
+                                    hw.moe_fp8_triton_overlap_exponent) == (0.24, 6.0)
+    sizes = np.array(list(f8.DEEPSEEK_V3_H200_SGLANG[4]))
+    err = f8.tuned_h200_errors()
+    assert fm.rms(err) < 0.21, err
+    assert np.abs(err[sizes >= 4096]).max() < 0.04, err        # the routed rows' compute
+    assert np.abs(err[sizes <= 16]).max() < 0.14, err          # the touched weights' stream
+    # the untuned streaming rate (0.65) prices those weight-bound calls 1-38% dear
+    untuned = f8.tuned_h200_errors(eta=hw.moe_quantized_gemm_efficiency)
+    assert fm.rms(untuned[sizes <= 16]) > 2.0 * fm.rms(err[sizes <= 16]), untuned
+    # h100-sxm's untuned pair prices the prefill-sized calls about twice as dear
+    h100 = load_profile("h100-sxm")
+    slow = f8.tuned_h200_errors((h100.moe_fp8_triton_compute_efficiency,
+                                 h100.moe_fp8_triton_overlap_exponent))
+    assert slow[sizes >= 4096].min() > 0.8, slow
+
+
+def test_h200_series_streams_above_the_peak_where_all_experts_are_touched():
+    # why the streaming rate is held at 0.9 and not fitted on every size: from 32 tokens
+    # every one of the 256 experts is touched (balanced routing), 1.41 GB of FP8 weights a
+    # GPU, and the calls of 48-128 tokens are timed faster than the HBM's peak could read it
+    hw, m = load_profile("h200"), load_model("deepseek-v3")
+    weights = m.num_experts * 3 * m.hidden_size * m.expert_ffn_size / 8
+    measured = f8.DEEPSEEK_V3_H200_SGLANG[4]
+    peak = hw.memory_bandwidth_bytes_per_s
+    assert all(weights / (measured[t] * 1e-6) > peak for t in (48, 64, 80, 96, 128))
 
 
 def test_deepgemm_pair_is_the_fit_and_reproduces_the_readme_table():

@@ -108,7 +108,7 @@ def test_busiest_rank_prices_the_expert_gemms(tokens):
     assert busy > s.distinct(tokens) / 8
     up = moe.routed_terms(ep, np.array([tokens]))[0]
     rows = tokens * s.k / 8 * busy / (s.distinct(tokens) / 8)
-    priced = moe_kernels.grouped_gemm_s(ep._lin_roof, hw.moe_quantized_gemm_efficiency, busy,
+    priced = moe_kernels.grouped_gemm_s(ep._lin_roof, moe_kernels.streaming_efficiency(ep), busy,
                                         rows, s.up_out, s.hidden, ep._wb, ep._b,
                                         moe_kernels.grouped_gemm_kernel(ep))
     assert float(up[-2][0]) == pytest.approx(float(priced), rel=1e-9)
@@ -122,7 +122,12 @@ def test_fused_moe_call_matches_the_h200_series_it_was_fitted_on():
     # the profile's value is the fit's (re-fit after changing what a fused-MoE call prices)
     assert fm.best_efficiency(fm.QWEN3_235B_H200) == load_profile(
         "h200").moe_quantized_gemm_efficiency
-    err = fm.errors(fm.QWEN3_235B_H200)
+    # the untuned kernel's numbers (h200's own fp8_triton_* are the tuned kernel's:
+    # test_fp8_moe.py), h100-sxm's pair at this streaming rate
+    hw, h100 = load_profile("h200"), load_profile("h100-sxm")
+    err = fm.errors(fm.QWEN3_235B_H200, eta=hw.moe_quantized_gemm_efficiency,
+                    kernel=(h100.moe_fp8_triton_compute_efficiency,
+                            h100.moe_fp8_triton_overlap_exponent))
     assert np.sqrt(np.mean(err ** 2)) < 0.12 and np.abs(err).max() < 0.2, err
 
 
