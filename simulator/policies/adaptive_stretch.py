@@ -164,7 +164,7 @@ class AdaptiveLimited(AdaptiveStretch):
         return self.control.base.plan_limited(request_ids, generated, k)
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
-        if not plan.num_draft.any():
+        if not _ANY(plan.num_draft):
             return np.zeros(request_ids.size, np.int64)
         return self.control.base.draw_counts(rng, request_ids, context, generated, plan)
 
