@@ -263,8 +263,8 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
     steps = _steps(k_max)
     powers = a[:, None] ** steps
-    certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
-    if _COUNT(certain):
+    if _MAX(a) >= 1.0:  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
+        certain = a >= 1.0
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
@@ -296,7 +296,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     return ks, best_c
 
 
-_SUM, _COUNT = np.add.reduce, np.count_nonzero  # the count: cheaper than a reduction
+_SUM, _MAX = np.add.reduce, np.maximum.reduce
 
 
 def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:

@@ -288,9 +288,9 @@ class ChainControl:
         memoised times added forward after forward from 0.0 (fewer than 8 forwards: by one
         numpy sum of each row, which adds so few left to right; else as Python floats), the
         catch-up once per set of drafting requests."""
-        ctx, lag = context.astype(float), self._lag(request_ids)
         # nobody lags while no lag is held (the usual case: no reduction to learn it)
-        lagging = bool(self._lags) and bool(_ANY(lag))
+        ctx, lag = context.astype(float), self._lag(request_ids) if self._lags else None
+        lagging = lag is not None and bool(_ANY(lag))
         memo, decode_time = self._memo, self.draft_cost.decode_time
 
         def predict(ks: np.ndarray) -> np.ndarray:
