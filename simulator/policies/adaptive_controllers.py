@@ -281,7 +281,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
         levels = levels[_spread(levels.size, max_candidates)]
     # the rows in their order: none, the uniform choices min(cap, u), the thresholds' counts
     ks = np.zeros((1 + k_max + levels.size, n), np.int64)
-    np.minimum(cap, steps[:k_max, None], out=ks[1:k_max + 1])
+    np.minimum(cap, _column(k_max), out=ks[1:k_max + 1])
     _SUM(powers >= levels[:, None, None], axis=2, out=ks[k_max + 1:])
     ks = _distinct(ks)
     seconds = step_times(ks).tolist() if step_times is not None \
@@ -342,7 +342,13 @@ def _offsets(n: int, width: int) -> np.ndarray:
 
 
 def _descending_distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)[::-1]`` (finite values, any shape) without its layers."""
+    """``np.unique(values)[::-1]`` (finite values, one or two axes) without its layers; up
+    to 512 of them by a Python set and sort of their list (the same distinct floats in the
+    same order, for less than numpy's calls' cost)."""
+    if values.size <= 512:
+        rows = values.tolist()
+        seen = {x for row in rows for x in row} if values.ndim == 2 else set(rows)
+        return np.array(sorted(seen, reverse=True), np.float64)
     ordered = np.sort(values, axis=None)
     if ordered.size < 2:
         return ordered
@@ -361,6 +367,17 @@ def _steps(k_max: int) -> np.ndarray:
     if out is None:
         out = _STEPS[k_max] = np.arange(1, k_max + 2)
         out.flags.writeable = False
+    return out
+
+
+_COLUMNS: dict[int, np.ndarray] = {}
+
+
+def _column(k_max: int) -> np.ndarray:
+    """``_steps(k_max)[:k_max, None]``, memoised (read-only)."""
+    out = _COLUMNS.get(k_max)
+    if out is None:
+        out = _COLUMNS[k_max] = _steps(k_max)[:k_max, None]
     return out
 
 
