@@ -235,17 +235,15 @@ def _varied_chain_time(forms, context: np.ndarray, num_draft: np.ndarray,
                        k_max: int) -> float:
     """``chain_draft_time``'s loop for whole-number contexts: forward j's batch of ones is
     the cost's uniform closed form at the sum of its contexts (integers: exact however
-    summed, as ``step_time`` sums them), ``step_time`` itself where none applies.  The
-    counts and sums of the requests drafting more than j, forward after forward, from the
-    requests in ascending order of their drafts (integers: exact)."""
-    order = sorted(zip(num_draft.tolist(), context.tolist()))
-    n, s, first, total = len(order), sum([c for _, c in order]), 0, 0.0
-    for j in range(k_max):
-        while order[first][0] <= j:  # they draft j or fewer: not in forward j
-            n, s, first = n - 1, s - order[first][1], first + 1
+    summed, as ``step_time`` sums them), ``step_time`` itself where none applies."""
+    over = num_draft > np.arange(k_max)[:, None]  # (forwards, requests)
+    counts = np.add.reduce(over, axis=1).tolist()
+    sums = np.add.reduce(over * context, axis=1).tolist()
+    total = 0.0
+    for j, (n, s) in enumerate(zip(counts, sums)):
         t = forms.uniform_step_time(n, 1, float(s + n * j), n)
         if t is None:
-            t = forms.step_time(np.ones(n), context[num_draft > j] + j)
+            t = forms.step_time(np.ones(n), context[over[j]] + j)
         total += t
     return total
 

@@ -342,13 +342,7 @@ def _offsets(n: int, width: int) -> np.ndarray:
 
 
 def _descending_distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)[::-1]`` (finite values, one or two axes) without its layers; up
-    to 512 of them by a Python set and sort of their list (the same distinct floats in the
-    same order, for less than numpy's calls' cost)."""
-    if values.size <= 512:
-        rows = values.tolist()
-        seen = {x for row in rows for x in row} if values.ndim == 2 else set(rows)
-        return np.array(sorted(seen, reverse=True), np.float64)
+    """``np.unique(values)[::-1]`` (finite values, any shape) without its layers."""
     ordered = np.sort(values, axis=None)
     if ordered.size < 2:
         return ordered

@@ -203,8 +203,8 @@ def test_goodput_without_room_drafts_nothing():
 
 
 def test_the_levels_are_numpys_distinct_values_descending():
-    """The search's levels (a Python set and sort up to 512 values, numpy's sort past
-    them) are ``np.unique``'s values in reverse, ties and zeros included."""
+    """The search's levels (``_descending_distinct``: numpy's sort without its layers)
+    are ``np.unique``'s values in reverse, ties and zeros included."""
     rng = np.random.default_rng(8)
     for shape in [(1,), (7,), (3, 4), (40, 6), (100, 6), (513,), (600,)]:
         for values in (rng.uniform(0.0, 1.0, shape), rng.integers(0, 5, shape) / 4.0,

@@ -52,9 +52,9 @@ def test_a_uniform_verification_is_the_engines_step_time_bit_for_bit(policy):
 
 
 def test_a_varied_draft_chain_is_one_step_time_a_forward_bit_for_bit(policy):
-    """``chain_draft_time`` of differing draft lengths (its forwards counted and summed from
-    the requests sorted by draft) against its definition: forward j a ``step_time`` of the
-    requests drafting more than j, one token each at their context + j, added in order."""
+    """``chain_draft_time`` of differing draft lengths (its forwards by the uniform closed
+    form at each one's context sum) against its definition: forward j a ``step_time`` of
+    the requests drafting more than j, one token each at their context + j, in order."""
     draft, rng = policy.control.draft_cost, np.random.default_rng(6)
     for n in (2, 3, 8, 40, 200):
         for _ in range(6):
