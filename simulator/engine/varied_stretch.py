@@ -138,15 +138,10 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
     if verify_s is None:
         verify = verify_tokens.astype(np.float64)
         verify_s = replica.target_cost.step_time(verify, ctx.astype(np.float64), verify)
-    vs, cs = verify_tokens.tolist(), ctx.tolist()
-    decode_tokens, kv_read, attn_pairs = _counts(vs, cs)
-    # each request's blocks for its context and verified tokens (integers: one list)
-    bs, held = replica.limits.block_size, b.blocks.tolist()
-    grown = [max(-(-(c + v) // bs), h) for c, v, h in zip(cs, vs, held)]
-    taken = sum(grown) - sum(held)
-    if taken:
-        b.blocks[:] = grown
-    replica._take_blocks(taken)  # from the prefix cache's free queue, if any
+    decode_tokens, kv_read, attn_pairs = _counts(verify_tokens, ctx)
+    need = np.maximum(-(-(ctx + verify_tokens) // replica.limits.block_size) - b.blocks, 0)
+    b.blocks += need
+    replica._take_blocks(sum(need.tolist()))  # from the prefix cache's free queue, if any
     if now + (draft_s + verify_s) >= replica.arrivals.horizon(replica.index):
         n = int(ids.size)
         batch = BatchView(ids.copy(), ctx.copy(), b.generated.copy(), b.output_len.copy(),
@@ -159,11 +154,12 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
     return None
 
 
-def _counts(vs: list[int], cs: list[int]) -> tuple[int, float, float]:
+def _counts(verify_tokens: np.ndarray, ctx: np.ndarray) -> tuple[int, float, float]:
     """The iteration's verified tokens, KV tokens read (contexts and verified tokens) and
-    attention pairs (each request's v (c + (v + 1) / 2)) from the batch's int64 counts as
-    lists (``vs``, ``cs``), so the sums are whole numbers, which Python's integers give as
-    the float sums of their arrays did, exactly (below 2**53), without a reduction each."""
+    attention pairs (each request's v (c + (v + 1) / 2)): the batch's int64 counts, so the
+    sums are whole numbers, which Python's integers give as the float sums of their
+    arrays did, exactly (below 2**53), without a reduction each."""
+    vs, cs = verify_tokens.tolist(), ctx.tolist()
     tokens = sum(vs)
     pairs = sum([v * c + (v * (v + 1) >> 1) for v, c in zip(vs, cs)])
     return tokens, float(sum(cs) + tokens), float(pairs)
@@ -193,12 +189,10 @@ def _complete(replica, spec: VariedDraft, plan: VariedPlan, priced: tuple) -> No
         b.num_draft_tokens += k
         b.num_accepted += accepted
         rec.record_acceptance(k, accepted)
-    # the roll-back to the blocks each context needs (integers: one list)
-    bs, held = lim.block_size, b.blocks.tolist()
-    kept = [min(h, (c + bs - 1) // bs) for h, c in zip(held, b.computed.tolist())]
-    freed = sum(held) - sum(kept)
-    if freed:
-        b.blocks[:] = kept
+    keep = (b.computed + (lim.block_size - 1)) // lim.block_size  # the roll-back
+    held = sum(b.blocks.tolist())
+    np.minimum(b.blocks, keep, out=b.blocks)
+    freed = held - sum(b.blocks.tolist())
     replica.used_blocks -= freed
     if replica.cache is not None:
         replica.cache.give_back(freed)
