@@ -39,7 +39,7 @@ class IIDAcceptance(ContextFree):
         if not 0.0 < self.alpha < 1.0 or not g.size:  # 0 or gamma each: log's guards
             return sample_geometric(np.full(g.shape, self.alpha), g, rng)
         # one uniform each against 1 - alpha**j (geometric_thresholds): P(>= j) = alpha**j
-        cut = geometric_thresholds(self.alpha, int(np.maximum.reduce(g)))
+        cut = _thresholds(self.alpha, int(np.maximum.reduce(g)))
         return np.minimum(cut.searchsorted(rng.random(g.shape), "right"), g).astype(
             np.int64, copy=False)
 
@@ -63,3 +63,19 @@ class IIDAcceptance(ContextFree):
     def expected_accepted(self, gamma: int, context: int = 0) -> float | None:
         """alpha (1 - alpha^gamma) / (1 - alpha) = E(alpha, gamma) - 1 (Leviathan Eq. 1)."""
         return expected_tokens(self.alpha, int(gamma)) - 1.0
+
+
+_CUTS: dict[tuple[float, int], np.ndarray] = {}
+
+
+def _thresholds(alpha: float, gamma: int) -> np.ndarray:
+    """``geometric_thresholds(alpha, gamma)``, memoised (read-only: a pure function of the
+    two, read by every iteration's draws)."""
+    key = (alpha, gamma)
+    cut = _CUTS.get(key)
+    if cut is None:
+        if len(_CUTS) >= 1024:
+            _CUTS.clear()
+        cut = _CUTS[key] = geometric_thresholds(alpha, gamma)
+        cut.flags.writeable = False
+    return cut

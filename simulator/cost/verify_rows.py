@@ -41,10 +41,11 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray,
         return np.array([cm.step_time(row, ctx, row)
                          for row in tokens.astype(np.float64)], np.float64)
     n = ctx.size
-    # whole numbers (integers, or floats that are): the same sums in any order
-    lo, hi = _MIN(tokens, axis=1).astype(np.float64), _MAX(tokens, axis=1).astype(np.float64)
-    totals = _SUM(tokens, axis=1).astype(np.float64).tolist()
-    lo, hi = lo.tolist(), hi.tolist()
+    # whole numbers (integers, or floats that are): the same sums in any order, as floats
+    # (each exact: below 2**53)
+    lo, hi = list(map(float, _MIN(tokens, axis=1).tolist())), \
+        list(map(float, _MAX(tokens, axis=1).tolist()))
+    totals = list(map(float, _SUM(tokens, axis=1).tolist()))
     out, rest, ctx_sum, pricers = [0.0] * len(totals), [], None, _memo(cm).pricers
     for c, (low, high, total) in enumerate(zip(lo, hi, totals)):
         if low == high:  # step_time's closed form of a uniform batch, where one applies
@@ -60,8 +61,9 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray,
                 continue
         rest.append(c)
     if rest:  # the others' attention (each row's alone: the same whichever rows are with it)
-        _price_rows(cm, tokens if len(rest) == len(totals) else tokens[rest], ctx, rest,
-                    (lo, hi, totals), out)
+        first, last = rest[0], rest[-1] + 1  # the rows in one run (the search's last ones):
+        some = tokens[first:last] if last - first == len(rest) else tokens[rest]  # a view
+        _price_rows(cm, some, ctx, rest, (lo, hi, totals), out)
     return np.array(out, np.float64)
 
 

@@ -220,7 +220,7 @@ class Recorder:
 
     def record_acceptance(self, num_draft: np.ndarray, accepted: np.ndarray) -> None:
         """Count this step's draft and accepted lengths (request-steps that drafted)."""
-        if not num_draft.any():
+        if not np.count_nonzero(num_draft):  # (a count: no Python layer, unlike .any())
             return
         self._drafted.extend(np.minimum(num_draft, MAX_POSITIONS))
         self._accepted.extend(np.minimum(accepted, MAX_POSITIONS))

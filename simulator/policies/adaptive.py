@@ -296,14 +296,14 @@ class AdaptiveSpeculation(PolicyBase):
 
     def propose(self, batch: BatchView, rng: np.random.Generator) -> DraftPlan:
         k = self.caps(batch)
-        if self.estimate is not None and k.any():
+        if self.estimate is not None and _ANY(k):
             k = self.goodput(k, batch.request_ids, batch.context, batch.generated,
                              batch.output_len,
                              self.control.rows_predictor(batch.request_ids, batch.context))
         return self.control.propose(batch, rng, k)
 
     def accept(self, plan: DraftPlan, batch: BatchView, rng: np.random.Generator) -> np.ndarray:
-        if not plan.num_draft.any():
+        if not _ANY(plan.num_draft):
             return np.zeros(len(batch), np.int64)
         return self.base.accept(plan, batch, rng)
 

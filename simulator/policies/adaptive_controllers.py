@@ -263,8 +263,8 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
     steps = _steps(k_max)
     powers = a[:, None] ** steps
-    certain = a >= 1.0  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
-    if _COUNT(certain):
+    if _MAX(a) >= 1.0:  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
+        certain = a >= 1.0
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
@@ -281,7 +281,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
         levels = levels[_spread(levels.size, max_candidates)]
     # the rows in their order: none, the uniform choices min(cap, u), the thresholds' counts
     ks = np.zeros((1 + k_max + levels.size, n), np.int64)
-    np.minimum(cap, steps[:k_max, None], out=ks[1:k_max + 1])
+    np.minimum(cap, _column(k_max), out=ks[1:k_max + 1])
     _SUM(powers >= levels[:, None, None], axis=2, out=ks[k_max + 1:])
     ks = _distinct(ks)
     seconds = step_times(ks).tolist() if step_times is not None \
@@ -296,7 +296,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     return ks, best_c
 
 
-_SUM, _COUNT = np.add.reduce, np.count_nonzero  # the count: cheaper than a reduction
+_SUM, _MAX = np.add.reduce, np.maximum.reduce
 
 
 def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -361,6 +361,17 @@ def _steps(k_max: int) -> np.ndarray:
     if out is None:
         out = _STEPS[k_max] = np.arange(1, k_max + 2)
         out.flags.writeable = False
+    return out
+
+
+_COLUMNS: dict[int, np.ndarray] = {}
+
+
+def _column(k_max: int) -> np.ndarray:
+    """``_steps(k_max)[:k_max, None]``, memoised (read-only)."""
+    out = _COLUMNS.get(k_max)
+    if out is None:
+        out = _COLUMNS[k_max] = _steps(k_max)[:k_max, None]
     return out
 
 

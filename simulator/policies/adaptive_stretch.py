@@ -31,6 +31,7 @@ from simulator.engine.plan import VariedDraft, VariedPlan, closed_forms, emitted
 
 _ANY, _MIN, _MAX, _SUM = (np.logical_or.reduce, np.minimum.reduce, np.maximum.reduce,
                           np.add.reduce)
+_ALL = np.logical_and.reduce
 _MISSING = object()
 
 
@@ -55,7 +56,9 @@ class AdaptiveStretch(VariedDraft):
         k = np.empty(request_ids.size, np.int64)  # np.full's array, without its layers
         k.fill(top)
         if top and self._limited:  # requests past the draft model's context
-            k[~self._speculable(prompt_len, generated)] = 0
+            fits = self._speculable(prompt_len, generated)
+            if not _ALL(fits):
+                k[~fits] = 0
         verify_s = None  # the target's seconds verifying k, where the search priced them
         if policy.estimate is not None and _ANY(k):
             k, verify_s = policy.goodput_priced(
@@ -164,7 +167,7 @@ class AdaptiveLimited(AdaptiveStretch):
         return self.control.base.plan_limited(request_ids, generated, k)
 
     def draw_counts(self, rng, request_ids, context, generated, plan):
-        if not plan.num_draft.any():
+        if not _ANY(plan.num_draft):
             return np.zeros(request_ids.size, np.int64)
         return self.control.base.draw_counts(rng, request_ids, context, generated, plan)
 

@@ -69,6 +69,18 @@ class _Forwards:
         return t
 
 
+_STEPS: dict[int, np.ndarray] = {}
+
+
+def _steps(forwards: int) -> np.ndarray:
+    """``np.arange(forwards)``, memoised (read-only: shared by every search)."""
+    out = _STEPS.get(forwards)
+    if out is None:
+        out = _STEPS[forwards] = np.arange(forwards)
+        out.flags.writeable = False
+    return out
+
+
 def _grown(table: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """``table`` in a larger one (at least double each way that grows), NaN elsewhere but
     row 0 (no request: 0.0)."""
@@ -179,7 +191,7 @@ class ChainControl:
     def _catch_up_s(self, ctx: np.ndarray, lag: np.ndarray) -> float:
         """Extra time of first forwards that also feed ``lag`` skipped tokens."""
         busy = lag > 0
-        if not busy.any():
+        if not _ANY(busy):
             return 0.0
         c = ctx[busy].astype(float)
         return self.draft_cost.step_time((1 + lag[busy]).astype(float), c - lag[busy]) \
@@ -276,29 +288,30 @@ class ChainControl:
         memoised times added forward after forward from 0.0 (fewer than 8 forwards: by one
         numpy sum of each row, which adds so few left to right; else as Python floats), the
         catch-up once per set of drafting requests."""
-        ctx, lag = context.astype(float), self._lag(request_ids)
         # nobody lags while no lag is held (the usual case: no reduction to learn it)
-        lagging = bool(self._lags) and bool(_ANY(lag))
+        ctx, lag = context.astype(float), self._lag(request_ids) if self._lags else None
+        lagging = lag is not None and bool(_ANY(lag))
         memo, decode_time = self._memo, self.draft_cost.decode_time
 
         def predict(ks: np.ndarray) -> np.ndarray:
             forwards = int(np.maximum.reduce(ks, axis=None)) if ks.size else 0
             if forwards == 0:
                 return np.zeros(ks.shape[0])
-            over = ks[:, None, :] > np.arange(forwards)[:, None]  # (C, J, n)
+            steps = _steps(forwards)
+            over = ks[:, None, :] > steps[:, None]  # (C, J, n)
             n = np.add.reduce(over, axis=2)
             # the drafting requests' context sums by one product: whole numbers, exact
             # in any order of addition
             c = (over.reshape(-1, ks.shape[1]) @ ctx).reshape(n.shape)
             # n >= 1 wherever a key is read (a row's counts only fall: its first 0 ends it)
-            rounded = (c / np.maximum(n, 1) + np.arange(forwards)).astype(np.int64) >> 7
+            rounded = (c / np.maximum(n, 1) + steps).astype(np.int64) >> 7
             if forwards < 8:  # each row's few forwards added left to right, as numpy adds them
                 out = _SUM(self._forwards.times(n, rounded), axis=1)
             else:
                 out = np.array([self._chain_total(row_n, row_r, memo, decode_time)
                                 for row_n, row_r in zip(n.tolist(), rounded.tolist())])
-            if not lagging:
-                return out + 0.0
+            if not lagging:  # (``predictor``'s + 0.0: no change to a sum of times >= 0.0)
+                return out
             return out + self._catch_ups(ks, ctx, lag)
 
         return predict

@@ -12,6 +12,7 @@ from simulator.policies.adaptive_controllers import (
     AcceptanceEstimate,
     BatchSizeSchedule,
     KillSwitch,
+    _descending_distinct,
     expected_emitted,
     goodput_gammas,
 )
@@ -199,3 +200,15 @@ def test_goodput_without_room_drafts_nothing():
     # drafts that cost more than they return are not made
     k = goodput_gammas(np.array([0.1, 0.1]), np.array([4, 4]), lambda k: 1.0 + k.sum())
     assert k.tolist() == [0, 0]
+
+
+def test_the_levels_are_numpys_distinct_values_descending():
+    """The search's levels (``_descending_distinct``: numpy's sort without its layers)
+    are ``np.unique``'s values in reverse, ties and zeros included."""
+    rng = np.random.default_rng(8)
+    for shape in [(1,), (7,), (3, 4), (40, 6), (100, 6), (513,), (600,)]:
+        for values in (rng.uniform(0.0, 1.0, shape), rng.integers(0, 5, shape) / 4.0,
+                       np.zeros(shape)):
+            got = _descending_distinct(values)
+            assert got.dtype == np.float64
+            assert got.tolist() == np.unique(values)[::-1].tolist()

@@ -49,3 +49,19 @@ def test_a_uniform_verification_is_the_engines_step_time_bit_for_bit(policy):
             assert stretch._uniform_verify(ctx, k) == want
         if n > 1:  # not every request the same: the engine prices it
             assert stretch._uniform_verify(ctx, np.arange(n) % 2) is None
+
+
+def test_a_varied_draft_chain_is_one_step_time_a_forward_bit_for_bit(policy):
+    """``chain_draft_time`` of differing draft lengths (its forwards by the uniform closed
+    form at each one's context sum) against its definition: forward j a ``step_time`` of
+    the requests drafting more than j, one token each at their context + j, in order."""
+    draft, rng = policy.control.draft_cost, np.random.default_rng(6)
+    for n in (2, 3, 8, 40, 200):
+        for _ in range(6):
+            ctx, k = rng.integers(1, 8000, n), rng.integers(0, 10, n)
+            k[0], k[1] = 0, 9  # never all alike
+            want = 0.0
+            for j in range(int(k.max())):
+                drafting = k > j
+                want += draft.step_time(np.ones(int(drafting.sum())), ctx[drafting] + j)
+            assert chain_draft_time(draft, ctx, k) == want
