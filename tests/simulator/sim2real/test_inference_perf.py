@@ -12,7 +12,7 @@ from simulator.inputs.errors import SpecsimError
 from simulator.cli.validate_serving import MAX_RUNS
 from simulator.sim2real.inference_perf import _PROMPT_IDS, _STRIDE, MAX_PROMPT_TOKENS, \
     QUANTILES, constant_arrivals, prompt_blocks, quantile_draw, read_inference_perf_runs
-from workloads.workload import MAX_REQUESTS
+from workloads.workload import MAX_BLOCK_ID, MAX_REQUESTS
 
 CONFIG = """\
 api: {type: completion, streaming: true}
@@ -193,6 +193,7 @@ def test_a_prompts_blocks_fit_its_stride():
     first_of_next = prompt_blocks(16, 0, 1, 0, 16)
     assert last.size == _STRIDE and last[-1] < first_of_next[0]
     assert MAX_REQUESTS * _STRIDE <= _PROMPT_IDS
+    assert _PROMPT_IDS + MAX_REQUESTS * _STRIDE <= MAX_BLOCK_ID  # the prefix cache's bound
 
 
 def test_batching_keys_reach_the_replay(tmp_path):
