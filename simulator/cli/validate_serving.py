@@ -110,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
         print(wrap_text(f"{run.name}: {run.model} TP{run.tensor_parallel} on "
                         f"{run.hardware or args.profile}, {run.engine}, "
                         f"{len(run.workload):,} requests, measured at the {run.measured_at}"
-                        + "".join(f"; {n}" for n in run.notes)
+                        + "".join(f"; {n}" for n in run.report_notes())
                         + ("; SATURATED in the simulation" if sat else "")))
         part["error_%"] = [f"{e:+.1f}%" for e in part["error_%"]]
         print(render(part, "table"))
