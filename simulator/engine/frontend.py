@@ -34,9 +34,9 @@ running the gap hardly grows: 10.2-11.0 ms median at 5-29 running requests again
 grow when requests arrive together (guidellm's ``throughput`` burst, 40 at once: 20-28 ms,
 all of it before the span: their tokenising queued on the API server's one thread), which is
 not priced here.  ``Frontend`` is that measured fixed and per-prompt-token latency; it is
-applied to the vLLM versions in ``MEASURED_FRONTENDS`` (the same path, serving_completion -> AsyncLLM ->
-the engine core and back, in 0.11 to 0.15; re-measure it where a client and spans of one
-newer run are both at hand); V0 (0.6, 0.7) and other engines get none, and their runs say
+applied to the vLLM versions in ``MEASURED_FRONTENDS`` (the same path, serving_completion
+-> AsyncLLM -> the engine core and back, in 0.11 to 0.15; re-measure it where a client and
+spans of one newer run are both at hand); V0 (0.6, 0.7) and other engines get none, and their runs say
 so in their notes.
 """
 from __future__ import annotations
