@@ -36,8 +36,8 @@ all of it before the span: their tokenising queued on the API server's one threa
 not priced here.  ``Frontend`` is that measured fixed and per-prompt-token latency; it is
 applied to the vLLM versions in ``MEASURED_FRONTENDS`` (the same path, serving_completion
 -> AsyncLLM -> the engine core and back, in 0.11 to 0.15; re-measure it where a client and
-spans of one newer run are both at hand); V0 (0.6, 0.7) and other engines get none, and their runs say
-so in their notes.
+spans of one newer run are both at hand); V0 (0.6, 0.7) and other engines get none, and
+their runs say so in their notes.
 """
 from __future__ import annotations
 
