@@ -58,15 +58,19 @@ def span_table(folder: Path) -> pd.DataFrame:
 def gap_table(guidellm: Path, folder: Path) -> pd.DataFrame:
     """Per request matched in both: the benchmark's strategy, prompt tokens, running
     requests when it arrived, and the client-minus-server TTFT and E2E gaps (ms)."""
-    spans = span_table(folder).set_index("id")
-    start = spans["start"].to_numpy()
-    end = start + spans["e2e"].to_numpy()
-    rows = []
+    table = span_table(folder)
+    if table.empty:
+        raise ValueError(f"{folder / SPANS}: no llm_request span")
+    start = table["start"].to_numpy()
+    end = start + table["e2e"].to_numpy()  # every span counts as running
+    spans = table.drop_duplicates("id", keep=False).set_index("id")  # an id twice: ambiguous
+    rows, seen = [], set()
     for bench in json.loads(guidellm.read_text(encoding="utf-8"))["benchmarks"]:
         strategy = bench["config"]["strategy"]["type_"]
         for r in bench["requests"]["successful"]:
-            if r["response_id"] not in spans.index:
+            if r["response_id"] not in spans.index or r["response_id"] in seen:
                 continue
+            seen.add(r["response_id"])
             s, t = spans.loc[r["response_id"]], r["info"]["timings"]
             running = int(((start <= s["start"]) & (end > s["start"])).sum()) - 1
             rows.append({
@@ -95,7 +99,11 @@ def by_load(gaps: pd.DataFrame) -> pd.DataFrame:
 def idle_fit(gaps: pd.DataFrame) -> tuple[float, float]:
     """(ms, ms per prompt token): least squares of the synchronous requests' TTFT gap
     against their prompt tokens (one request in flight: no load part)."""
-    idle = gaps[gaps["strategy"] == "synchronous"]
+    idle = gaps[gaps["strategy"] == "synchronous"] if len(gaps) else gaps
+    if len(idle) < 2 or idle["prompt"].nunique() < 2:
+        raise ValueError(f"{len(idle)} synchronous requests matched, of "
+                         f"{idle['prompt'].nunique() if len(idle) else 0} prompt lengths: "
+                         "a line needs two lengths at least")
     slope, icpt = np.polyfit(idle["prompt"].to_numpy(float), idle["d_ttft_ms"].to_numpy(), 1)
     return float(icpt), float(slope)
 
@@ -104,14 +112,19 @@ def main(argv: list[str]) -> int:
     if not argv or len(argv) % 2:
         print("usage: python -m calibrate.frontend_gap GUIDELLM_JSON SPAN_FOLDER [...]")
         return 2
-    gaps = pd.concat([gap_table(Path(g), Path(f)) for g, f in zip(argv[::2], argv[1::2])],
-                     ignore_index=True)
+    try:
+        gaps = pd.concat([gap_table(Path(g), Path(f))
+                          for g, f in zip(argv[::2], argv[1::2])], ignore_index=True)
+        icpt, slope = idle_fit(gaps)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        print(f"frontend_gap: {type(exc).__name__}: {detail}", file=sys.stderr)
+        return 2
     for run, part in gaps.groupby("run", sort=False):
         print(f"{run}:")
         print(by_load(part).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     print("all runs:")
     print(by_load(gaps).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    icpt, slope = idle_fit(gaps)
     print(f"idle (synchronous, {int((gaps['strategy'] == 'synchronous').sum())} requests): "
           f"gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens")
     return 0

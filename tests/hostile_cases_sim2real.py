@@ -66,7 +66,8 @@ VALIDATE_CASES: list[Case] = [
 
 IPF = ("data:\n  type: shared_prefix\n  shared_prefix: {num_groups: 2, num_prompts_per_group: 2, "
        "system_prompt_len: 16, question_len: 32, output_len: 4}\nload:\n  type: poisson\n"
-       "  stages: [{rate: 1, duration: 2}]\nserver: {ignore_eos: true}\n")
+       "  stages: [{rate: 1, duration: 2}]\nserver: {type: vllm, ignore_eos: true}\n"
+       "api: {streaming: true}\n")
 VALIDATE_CASES += [  # inference-perf experiments (simulator/sim2real/inference_perf.py)
     Case("vs-inference-perf-poisson", VS, "load.type",
          {"run/exp-config.yaml": CONFIG, "run/results/config.yaml": IPF}),
@@ -80,4 +81,51 @@ VALIDATE_CASES += [  # inference-perf experiments (simulator/sim2real/inference_
          {"run/exp-config.yaml": CONFIG, "run/results/config.yaml":
           IPF.replace("poisson", "constant"),
           "run/results/stage_0_lifecycle_metrics.json": "{oops"}),
+]
+
+IPF_OK = IPF.replace("poisson", "constant")
+QS = ("min", "p0.1", "p1", "p5", "p10", "p25", "median", "p75", "p90", "p95", "p99", "p99.9",
+      "max")
+
+
+def _stage(prompt: float = 100, **changes: object) -> str:
+    """A stage's lifecycle metrics (every percentile ``prompt`` tokens), ``changes``
+    replacing ``successes.prompt_len``'s or ``failures``' entries (``key=value``)."""
+    dist = {"mean": 0.1, **{k: 0.1 for k in QS}}
+    prompt_len = {"mean": prompt, **{k: prompt for k in QS}}
+    failures: dict = {"count": 0}
+    for key, value in changes.items():
+        (failures if key == "failures_count" else prompt_len)[
+            "count" if key == "failures_count" else key.replace("_", ".")] = value
+    return json.dumps({"successes": {"count": 2, "prompt_len": prompt_len, "latency": {
+        "time_to_first_token": dist, "request_latency": dist}}, "failures": failures})
+
+
+def _ipf(case: str, expect: str, exp: str = CONFIG, config: str = IPF_OK,
+         stage: str | None = None) -> Case:
+    files = {"run/exp-config.yaml": exp, "run/results/config.yaml": config,
+             "run/results/stage_0_lifecycle_metrics.json": stage or _stage()}
+    return Case(f"vs-inference-perf-{case}", VS, expect, files)
+
+
+VALIDATE_CASES += [  # the review's cases: each exits 2 naming the field
+    _ipf("stage-nested-too-deep", "JSON nested too deeply", stage="[" * 100_000),
+    _ipf("failures-count-word", "failures.count", stage=_stage(failures_count="many")),
+    _ipf("prompt-median-huge", "successes.prompt_len.median", stage=_stage(median=1e9)),
+    _ipf("prompt-p90-below-p75", "successes.prompt_len.p90", stage=_stage(p90=50)),
+    _ipf("prompt-above-limit", "successes.prompt_len.min", stage=_stage(2 ** 20 + 1)),
+    _ipf("too-many-block-ids", "successes.prompt_len",
+         config=IPF_OK.replace("num_groups: 2", "num_groups: 1000").replace(
+             "num_prompts_per_group: 2", "num_prompts_per_group: 1000"),
+         stage=_stage(2 ** 20)),
+    _ipf("too-many-prompts", "data.shared_prefix.num_groups",
+         config=IPF_OK.replace("num_groups: 2", "num_groups: 2000000")),
+    _ipf("sglang-server", "server.type", config=IPF_OK.replace("vllm", "sglang")),
+    _ipf("not-streamed", "api.streaming",
+         config=IPF_OK.replace("streaming: true", "streaming: false")),
+    _ipf("exp-unknown-key", "colour", exp=CONFIG + "colour: red\n"),
+    _ipf("config-unknown-key", "colour", config=IPF_OK + "colour: red\n"),
+    _ipf("block-size-32", "block_size", exp=CONFIG + "block_size: 32\n"),
+    _ipf("no-prefix-caching-not-bool", "enable_prefix_caching",
+         exp=CONFIG + "enable_prefix_caching: maybe\n"),
 ]

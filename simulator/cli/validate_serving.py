@@ -88,7 +88,12 @@ def main(args: argparse.Namespace) -> int:
     from simulator.cli.output import render, wrap_text
     from simulator.sim2real.compare import compare_runs, headline, run_scenario
 
-    runs = [run for p in find_runs(args.paths) for run in read_runs(p)]
+    runs = []
+    for path in find_runs(args.paths):
+        runs.extend(read_runs(path))
+        if len(runs) > MAX_RUNS:  # an inference-perf experiment: one run per stage
+            raise SpecsimError(f"more than {MAX_RUNS} runs (after each experiment's "
+                               "stages)", field="PATH", fix="validate fewer runs per call")
     for run in runs:  # every run resolves before any is simulated
         run_scenario(run, args.profile)
     if args.uncertainty:
@@ -105,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
         print(wrap_text(f"{run.name}: {run.model} TP{run.tensor_parallel} on "
                         f"{run.hardware or args.profile}, {run.engine}, "
                         f"{len(run.workload):,} requests, measured at the {run.measured_at}"
-                        + "".join(f"; {n}" for n in run.notes)
+                        + "".join(f"; {n}" for n in run.report_notes())
                         + ("; SATURATED in the simulation" if sat else "")))
         part["error_%"] = [f"{e:+.1f}%" for e in part["error_%"]]
         print(render(part, "table"))

@@ -34,12 +34,14 @@ running the gap hardly grows: 10.2-11.0 ms median at 5-29 running requests again
 grow when requests arrive together (guidellm's ``throughput`` burst, 40 at once: 20-28 ms,
 all of it before the span: their tokenising queued on the API server's one thread), which is
 not priced here.  ``Frontend`` is that measured fixed and per-prompt-token latency; it is
-applied to every vLLM version a run names (the same path, serving_completion -> AsyncLLM ->
-the engine core and back, in 0.11 to 0.15; re-measure it where a client and spans of one
-newer run are both at hand).
+applied to the vLLM versions in ``MEASURED_FRONTENDS`` (the same path, serving_completion
+-> AsyncLLM -> the engine core and back, in 0.11 to 0.15; re-measure it where a client and
+spans of one newer run are both at hand); V0 (0.6, 0.7) and other engines get none, and
+their runs say so in their notes.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,9 +75,28 @@ class Frontend:
 NO_FRONTEND = Frontend()
 # vLLM 0.11 V1's OpenAI server (the measurement above: calibrate/frontend_gap.py's idle line)
 VLLM_V1_FRONTEND = Frontend(fixed_s=4.21e-3, per_prompt_token_s=1.815e-6)
+# the engines each measured frontend applies to: (name, first minor, last minor) of vLLM 0.x;
+# V1's path (serving_completion -> AsyncLLM -> the engine core) from 0.11, where it was
+# measured, to 0.15, the newest a measured run names; V0 (0.6, 0.7) has another path
+MEASURED_FRONTENDS = (("vllm", 11, 15, VLLM_V1_FRONTEND),)
+_VERSION = re.compile(r"^([a-z]+)[^0-9]*0\.(\d+)")  # vLLM 0.11.0, vllm-v0.11, ...
 
 
 def frontend_for(engine: str) -> Frontend:
     """The priced frontend of a measured run's engine (its name and version as the run
-    states it); an engine not priced here adds nothing."""
-    return VLLM_V1_FRONTEND if engine.lower().startswith("vllm") else NO_FRONTEND
+    states it, e.g. ``vLLM 0.11.0``); an engine or version not measured adds nothing
+    (:func:`frontend_note` says so)."""
+    found = _VERSION.match(engine.strip().lower())
+    if found:
+        for name, first, last, frontend in MEASURED_FRONTENDS:
+            if found.group(1) == name and first <= int(found.group(2)) <= last:
+                return frontend
+    return NO_FRONTEND
+
+
+def frontend_note(engine: str) -> str | None:
+    """A client-measured run's note where its engine has no measured frontend."""
+    if frontend_for(engine) is not NO_FRONTEND:
+        return None
+    return (f"no measured frontend for {engine!r} (vLLM 0.11-0.15 only): the client's "
+            "latencies are compared with the engine interval alone")

@@ -20,8 +20,9 @@ before these runs, is cited line by line below):
   repeats;
 - prompt lengths: the client counts each prompt's tokens with the model's tokenizer
   (apis/completion.py: ``count_tokens(self.prompt)``); each prompt's length is drawn from
-  the stage's measured ``prompt_len`` quantiles (linear between the listed percentiles,
-  nothing beyond them is assumed);
+  stage 0's measured ``prompt_len`` quantiles (linear between the listed percentiles,
+  nothing beyond them is assumed): the prompts are made once and every stage sends the
+  same ones, so every stage's file lists the same percentiles (default_args' do);
 - output lengths: the server ignores EOS (``server.ignore_eos``), so vLLM generates exactly
   ``max_tokens = output_len`` tokens; the measured ``output_len`` is the client's
   re-tokenisation of the streamed text and is not used.
@@ -38,15 +39,15 @@ request has output_len tokens; its percentiles are not in the files.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from simulator.inputs.errors import SpecsimError
-from simulator.inputs.yaml_io import as_bool, as_number, as_str, load_yaml_file, \
-    require_mapping
+from simulator.inputs.json_text import loads
+from simulator.inputs.yaml_io import as_bool, as_number, as_str, check_keys, \
+    load_yaml_file, require_mapping
 from simulator.sim2real.measured_run import VLLM_BATCHING, MeasuredRun
 from workloads.workload import MAX_REQUESTS, Workload
 
@@ -58,9 +59,11 @@ QUANTILES = {"min": 0.0, "p0.1": 0.001, "p1": 0.01, "p5": 0.05, "p10": 0.1, "p25
              "p99.9": 0.999, "max": 1.0}
 STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p99": "p99"}
 SERIES = {"time_to_first_token": "ttft", "request_latency": "e2e"}
-_STRIDE = 1 << 16       # block ids of one group or prompt: group * _STRIDE + block
-_PROMPT_IDS = 1 << 36  # prompts' block ids, above every group's (ids < 2**40)
-MAX_PROMPT_TOKENS = 1 << 20  # a prompt's blocks fit in one stride (blocks of >= 16)
+MAX_PROMPT_TOKENS = 1 << 20  # a prompt's length, at most (docs/limits.md)
+_BLOCK = VLLM_BATCHING["block_size"]  # the replay's block (exp-config may not change it)
+_STRIDE = MAX_PROMPT_TOKENS // _BLOCK  # block ids of one group or prompt: its blocks all fit
+_PROMPT_IDS = _STRIDE << 20  # prompts' block ids, above every group's (groups < 2**20)
+MAX_BLOCK_IDS = 50_000_000  # block ids over all prompts (400 MB of int64; docs/limits.md)
 MAX_STAGE_BYTES = 64 * 2 ** 20  # a stage's lifecycle file larger than this is refused
 # The server: inference-sim/training's experiments ran an instrumented vLLM (its README:
 # "OTEL journey + step traces"; .gitignore: "instrumented vllm code"), built by
@@ -84,13 +87,31 @@ def _int(data: Mapping, key: str, src: str, prefix: str, minimum: int = 1) -> in
                          maximum=MAX_REQUESTS * 100, integer=True))
 
 
+EXP_KEYS = ("model", "tensor_parallelism", "max_num_seqs", "max_num_batched_tokens",
+            "max_model_len", "async_scheduling", "block_size", "enable_prefix_caching",
+            "enable_chunked_prefill", "gpu_memory_utilization", "app")
+# results/config.yaml's sections (inference-perf's config.py, Config)
+CONFIG_KEYS = ("api", "data", "load", "metrics", "report", "storage", "server", "tokenizer",
+               "circuit_breakers")
+
+
 def _server(folder: Path) -> dict:
     src = str(folder / "exp-config.yaml")
     cfg = require_mapping(load_yaml_file(folder / "exp-config.yaml"), source=src)
+    check_keys(cfg, allowed=EXP_KEYS, source=src)
     batching = dict(VLLM_BATCHING)
     for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
         if key in cfg:
             batching[key] = _int(cfg, key, src, "")
+    for key in ("enable_prefix_caching", "enable_chunked_prefill"):
+        batching[key] = as_bool(cfg.get(key, batching[key]), source=src, field=key)
+    batching["gpu_memory_utilization"] = float(as_number(
+        cfg.get("gpu_memory_utilization", batching["gpu_memory_utilization"]), source=src,
+        field="gpu_memory_utilization", strictly_positive=True, maximum=1))
+    if cfg.get("block_size", _BLOCK) != _BLOCK:
+        raise SpecsimError(f"block_size {cfg['block_size']!r}: the replay's prompts are "
+                           f"blocks of {_BLOCK} tokens (vLLM's default)", source=src,
+                           field="block_size", fix=f"remove it or give {_BLOCK}")
     return {"model": as_str(cfg.get("model"), source=src, field="model"),
             "tensor_parallel": _int(cfg, "tensor_parallelism", src, "")
             if "tensor_parallelism" in cfg else 1, "batching": batching,
@@ -134,11 +155,21 @@ def _data(cfg: Mapping, src: str) -> dict[str, int]:
         raise SpecsimError("multi-turn chat is not supported", source=src,
                            field=p + "enable_multi_turn_chat")
     server = _mapping(cfg, "server", src)
+    as_str(server.get("type"), source=src, field="server.type", choices=("vllm",))
+    if not as_bool(_mapping(cfg, "api", src).get("streaming", False), source=src,
+                   field="api.streaming"):
+        raise SpecsimError("TTFT is measured only from a streamed response", source=src,
+                           field="api.streaming", fix="run inference-perf with streaming: true")
     if not as_bool(server.get("ignore_eos", False), source=src, field="server.ignore_eos"):
         raise SpecsimError("the output lengths are known only when the server ignores EOS",
                            source=src, field="server.ignore_eos")
     out = {k: _int(sp, k, src, p) for k in ("num_groups", "num_prompts_per_group",
                                              "output_len")}
+    if out["num_groups"] * out["num_prompts_per_group"] > MAX_REQUESTS:
+        raise SpecsimError(f"{out['num_groups'] * out['num_prompts_per_group']:,} prompts "
+                           f"(num_groups x num_prompts_per_group); at most {MAX_REQUESTS:,}",
+                           source=src, field=p + "num_groups",
+                           fix="fewer groups or prompts per group")
     out["system_prompt_len"] = _int(sp, "system_prompt_len", src, p, minimum=0)
     return out
 
@@ -150,7 +181,9 @@ def _stage_file(folder: Path, i: int) -> tuple[Mapping[str, Any], str]:
         raise SpecsimError(f"stage {i}'s metrics are missing (not a file of at most 64 MiB)",
                            source=src, fix="give inference-perf's per_stage lifecycle report")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads(path.read_text(encoding="utf-8"), source=src)
+    except SpecsimError:
+        raise  # nested too deeply
     except (ValueError, UnicodeDecodeError) as exc:
         raise SpecsimError(f"not JSON ({type(exc).__name__})", source=src) from None
     return require_mapping(data, source=src), src
@@ -183,7 +216,7 @@ def quantile_draw(dist: Mapping[str, float], n: int, rng: np.random.Generator) -
     """``n`` whole numbers drawn from the listed percentiles' quantile function (linear
     between them; none below the minimum or above the maximum)."""
     q = np.array(list(QUANTILES.values()))
-    values = np.maximum.accumulate(np.array([dist[k] for k in QUANTILES]))
+    values = np.array([dist[k] for k in QUANTILES])  # non-decreasing: _prompt_lengths
     return np.rint(np.interp(rng.random(n), q, values)).astype(np.int64)
 
 
@@ -203,21 +236,37 @@ def prompt_blocks(length: int, group: int, prompt: int, shared: int,
     return np.where((j + 1) * block <= shared, group * _STRIDE + j, own)
 
 
+def _prompt_lengths(stage: Mapping, src: str) -> dict[str, float]:
+    """The stage's ``prompt_len`` percentiles: each within 1 to MAX_PROMPT_TOKENS and none
+    below the one before (a quantile function never decreases)."""
+    field = "successes.prompt_len"
+    dist = _distribution(_mapping(stage, "successes", src).get("prompt_len"), field, src)
+    last = 1.0
+    for key in QUANTILES:
+        if not last <= dist[key] <= MAX_PROMPT_TOKENS:
+            raise SpecsimError(f"{dist[key]:g} tokens; expected {last:g} (the percentile "
+                               f"before, or 1) to {MAX_PROMPT_TOKENS:,}", source=src,
+                               field=f"{field}.{key}",
+                               fix="give the lifecycle report's measured prompt lengths")
+        last = dist[key]
+    return dist
+
+
 def _prompts(data: dict[str, int], stage0: Mapping, src: str, block: int,
              rng: np.random.Generator) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Each prompt's length and block ids, in the order the generator sends them."""
-    ok = _mapping(stage0, "successes", src)
-    dist = _distribution(ok.get("prompt_len"), "successes.prompt_len", src)
-    if not 1 <= dist["min"] <= dist["max"] <= MAX_PROMPT_TOKENS:
-        raise SpecsimError(f"prompt lengths from {dist['min']:g} to {dist['max']:g}; "
-                           f"expected 1 to {MAX_PROMPT_TOKENS:,}", source=src,
-                           field="successes.prompt_len")
+    """Each prompt's length and block ids, in the order the generator sends them.  Every
+    stage sends the same prompts (made once, load_lazy_data), so their lengths are drawn
+    once, from stage 0's percentiles (each stage's file lists the same ones)."""
+    dist = _prompt_lengths(stage0, src)
     per = data["num_prompts_per_group"]
-    count = data["num_groups"] * per
-    if count > MAX_REQUESTS:
-        raise SpecsimError(f"{count:,} prompts; at most {MAX_REQUESTS:,}", source=src,
-                           field="data.shared_prefix.num_groups")
+    count = data["num_groups"] * per  # at most MAX_REQUESTS: _data
     lengths = quantile_draw(dist, count, rng)
+    total = int((-(-lengths // block)).sum())
+    if total > MAX_BLOCK_IDS:
+        raise SpecsimError(f"the prompts need {total:,} block ids; at most {MAX_BLOCK_IDS:,}",
+                           source=src, field="successes.prompt_len",
+                           fix="fewer prompts (data.shared_prefix in results/config.yaml) "
+                               "or shorter ones")
     shared = data["system_prompt_len"]
     blocks = [prompt_blocks(int(n), p // per, p, shared, block)
               for p, n in enumerate(lengths.tolist())]
@@ -227,17 +276,21 @@ def _prompts(data: dict[str, int], stage0: Mapping, src: str, block: int,
 
 def _stage_notes(stage: Mapping, src: str, n: int, output_len: int) -> tuple[str, ...]:
     ok = _mapping(stage, "successes", src)
-    bad = stage.get("failures")
-    failed = int(bad.get("count", 0)) if isinstance(bad, Mapping) else 0
-    sent = _mapping(stage, "load_summary", src).get("count")
-    notes = [f"{n:,} requests (rate x duration), {sent} sent, "
-             f"{ok.get('count')} measured successes, {failed} failures"]
+    counts = {}
+    for part in ("load_summary", "successes", "failures"):
+        block = stage.get(part)
+        value = block.get("count") if isinstance(block, Mapping) else None
+        counts[part] = "?" if value is None else int(as_number(
+            value, source=src, field=f"{part}.count", minimum=0, integer=True))
+    notes = [f"{n:,} requests (rate x duration), {counts['load_summary']} sent, "
+             f"{counts['successes']} measured successes, {counts['failures']} failures"]
     lat = _mapping(ok, "latency", src, "successes.")
-    tpot = require_mapping(lat.get("time_per_output_token"), source=src,
-                           field="successes.latency.time_per_output_token").get("mean")
+    tpot = lat.get("time_per_output_token")  # optional: only for this note
+    tpot = tpot.get("mean") if isinstance(tpot, Mapping) else None
     e2e, ttft = (require_mapping(lat.get(k), source=src, field=k).get("mean")
                  for k in ("request_latency", "time_to_first_token"))
-    if all(isinstance(v, (int, float)) and v > 0 for v in (tpot, e2e, ttft)):
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+           for v in (tpot, e2e, ttft)):
         events = (e2e - ttft) / tpot / max(output_len - 1, 1)
         notes.append(f"{events:.2f} streamed events per token (inference-perf's TPOT "
                      "counts events); TPOT compared: mean (E2E - TTFT) / (output - 1)")
@@ -251,6 +304,7 @@ def read_inference_perf_runs(folder: str | Path, seed: int = 0) -> list[Measured
     server = _server(folder)
     src = str(folder / CONFIG)
     cfg = require_mapping(load_yaml_file(folder / CONFIG), source=src)
+    check_keys(cfg, allowed=CONFIG_KEYS, source=src)
     stages, data = _load(cfg, src), _data(cfg, src)
     files = [_stage_file(folder, i) for i in range(len(stages))]
     measured = [_measured(stage, s, data["output_len"]) for stage, s in files]

@@ -9,6 +9,8 @@ from typing import Literal, Mapping
 
 import numpy as np
 
+from simulator.engine.frontend import frontend_note
+from simulator.inputs.errors import SpecsimError
 from workloads.workload import Workload
 
 STATS = ("mean", "p50", "p90", "p99")
@@ -46,6 +48,17 @@ class MeasuredRun:
     notes: tuple[str, ...] = field(default=())
     measured_at: MeasuredAt = "server"
     async_scheduling: bool = False  # the server ran vLLM's async scheduling (replayed so)
+
+    def __post_init__(self) -> None:
+        if self.measured_at not in ("server", "client"):
+            raise SpecsimError(f"measured_at {self.measured_at!r}: expected server or "
+                               "client", source=self.source or None, field="measured_at")
+
+    def report_notes(self) -> tuple[str, ...]:
+        """The run's notes, and that its engine's frontend is not priced where it was
+        measured at the client (simulator/engine/frontend.py)."""
+        note = frontend_note(self.engine) if self.measured_at == "client" else None
+        return self.notes + ((note,) if note else ())
 
     def measured(self) -> dict[str, float]:
         """The run's measured statistics (see ``latency_metrics``)."""

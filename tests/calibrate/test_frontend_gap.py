@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.frontend_gap import by_load, gap_table, idle_fit
+from calibrate.frontend_gap import by_load, gap_table, idle_fit, main
 
 
 def _span(rid: str, start: float, ttft: float, e2e: float, prompt: int) -> str:
@@ -68,3 +68,26 @@ def test_the_idle_line_is_recovered_and_the_bins_count_every_request(files):
     table = by_load(gaps)
     assert table["requests"].sum() == len(gaps) == 6
     assert table["running"].tolist() == ["0-0", "1-4"]
+
+
+def test_a_duplicated_id_is_left_out_and_a_response_counted_once(files):
+    guidellm, run = files
+    spans = (run / "traces.json").read_text()
+    (run / "traces.json").write_text(spans + _span("cmpl-0", 300.0, 0.1, 0.2, 900) + "\n")
+    data = json.loads(guidellm.read_text())
+    data["benchmarks"][0]["requests"]["successful"].append(
+        data["benchmarks"][0]["requests"]["successful"][1])
+    guidellm.write_text(json.dumps(data))
+    gaps = gap_table(guidellm, run)
+    assert gaps["prompt"].tolist() == [2000, 3000, 4000, 500, 500]  # cmpl-0 ambiguous
+
+
+def test_bad_inputs_exit_2_with_a_message(files, tmp_path, capsys):
+    guidellm, run = files
+    with pytest.raises(ValueError, match="0 synchronous requests"):
+        idle_fit(gap_table(*files)[lambda g: g["strategy"] != "synchronous"])
+    assert main([str(tmp_path / "nope.json"), str(run)]) == 2
+    assert "nope.json" in capsys.readouterr().err
+    guidellm.write_text(json.dumps({"benchmarks": [{"config": {}}]}))
+    assert main([str(guidellm), str(run)]) == 2
+    assert "missing key 'strategy'" in capsys.readouterr().err

@@ -42,12 +42,29 @@ def test_a_request_arriving_mid_step_joins_the_next_or_the_one_after(lag):
     start = res.steps["start_s"].to_numpy()
     end = start + res.steps["duration_s"].to_numpy()
     ahead = 2 if lag else 1
+    mid_step = 0
     for a, first in zip(res.requests["arrival_s"], res.requests["first_scheduled_s"]):
         running = np.flatnonzero((start < a) & (end > a))
         if not running.size:
             assert first == a
         else:
+            mid_step += 1
             assert first == start[running[0] + ahead]
+    assert mid_step >= len(res.requests) // 4  # the mid-step rule is what is tested
+
+
+def test_off_is_the_engine_without_the_switch():
+    """``async_scheduling: false`` is the engine as it was before the switch: the same
+    frames as a scenario that does not name it, on arrivals that land mid-step."""
+    wl = _workload(3, 60)
+    off = _simulate(wl, False)
+    run = MeasuredRun(name="t", model="llama-2-7b", hardware="h100-sxm", tensor_parallel=1,
+                      batching=dict(VLLM_BATCHING), engine="vLLM", workload=wl)
+    sc = run_scenario(run, None)
+    execution = {k: v for k, v in sc.execution.items() if k != "async_scheduling"}
+    sc = dataclasses.replace(sc, execution=execution,
+                             engine=EngineOptions(fast_forward=True, steps_table="all"))
+    assert_identical(off, simulate(sc, workload=wl))
 
 
 def test_an_idle_engine_schedules_at_once_either_way():

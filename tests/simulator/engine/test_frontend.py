@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.engine.frontend import NO_FRONTEND, VLLM_V1_FRONTEND, Frontend, frontend_for
+from simulator.inputs.errors import SpecsimError
 from simulator.scenario import EngineOptions
 from simulator.sim2real.compare import predict, run_scenario
 from simulator.sim2real.measured_run import VLLM_BATCHING, MeasuredRun
@@ -59,7 +60,10 @@ def test_under_load_every_request_is_shifted_by_its_own_prompt():
 
 def test_an_engine_not_priced_adds_nothing():
     assert frontend_for("vLLM 0.11.0") is VLLM_V1_FRONTEND
-    assert frontend_for("vllm") is VLLM_V1_FRONTEND
+    assert frontend_for("vLLM 0.14-0.15 (inference-sim/vllm)") is VLLM_V1_FRONTEND
+    assert frontend_for("vllm-v0.15.1") is VLLM_V1_FRONTEND
+    for engine in ("vllm", "vLLM 0.7.3", "vLLM 0.6.0", "vLLM 0.16.0", "vLLM 1.11"):
+        assert frontend_for(engine) is NO_FRONTEND, engine  # not where it was measured
     assert frontend_for("SGLang 0.4.1") is NO_FRONTEND
     wl = _poisson(2, 10)
     a, _ = predict(_run(wl, "client", engine="SGLang 0.4.1"), None)
@@ -86,3 +90,14 @@ def test_fast_forward_and_seed_give_identical_client_latencies():
     first, _ = predict(_run(wl, "client"), None)
     again, _ = predict(_run(_poisson(3), "client"), None)
     assert first == again
+
+
+def test_a_client_run_without_a_measured_frontend_says_so():
+    wl = _poisson(2, 10)
+    note = _run(wl, "client", engine="vLLM 0.7.3").report_notes()[-1]
+    assert "no measured frontend for 'vLLM 0.7.3'" in note
+    assert _run(wl, "server", engine="vLLM 0.7.3").report_notes() == ()
+    assert _run(wl, "client", engine="vLLM 0.11.0").report_notes() == ()
+    with pytest.raises(SpecsimError) as err:
+        _run(wl, "proxy", engine="vLLM 0.11.0")
+    assert err.value.field == "measured_at"

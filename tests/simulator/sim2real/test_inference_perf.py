@@ -9,10 +9,13 @@ import pytest
 
 from simulator.cli import main
 from simulator.inputs.errors import SpecsimError
-from simulator.sim2real.inference_perf import QUANTILES, constant_arrivals, \
-    quantile_draw, read_inference_perf_runs
+from simulator.cli.validate_serving import MAX_RUNS
+from simulator.sim2real.inference_perf import _PROMPT_IDS, _STRIDE, MAX_PROMPT_TOKENS, \
+    QUANTILES, constant_arrivals, prompt_blocks, quantile_draw, read_inference_perf_runs
+from workloads.workload import MAX_BLOCK_ID, MAX_REQUESTS
 
 CONFIG = """\
+api: {type: completion, streaming: true}
 data:
   type: shared_prefix
   shared_prefix:
@@ -168,3 +171,45 @@ def test_the_command_exits_2_on_a_bad_experiment(tmp_path, capsys):
     assert main(["validate-serving", str(tmp_path / "a"), "--profile", "h100-sxm"]) == 2
     err = capsys.readouterr().err
     assert "load.type" in err and "config.yaml" in err
+
+
+def test_optional_note_fields_and_counts(tmp_path):
+    """time_per_output_token and load_summary feed only a note: without them the stage is
+    read; a count that is not a whole number is refused, naming it."""
+    stage = _stage(20, 0.02, 0.1)
+    del stage["load_summary"], stage["successes"]["latency"]["time_per_output_token"]
+    runs = read_inference_perf_runs(_write(tmp_path / "a", stages=(stage, stage)))
+    assert runs[0].notes[0].startswith("20 requests (rate x duration), ? sent, 20 measured")
+    stage["successes"]["count"] = float("nan")
+    with pytest.raises(SpecsimError) as err:
+        read_inference_perf_runs(_write(tmp_path / "b", stages=(stage, stage)))
+    assert err.value.field == "successes.count"
+
+
+def test_a_prompts_blocks_fit_its_stride():
+    """Block ids of two prompts never collide: a prompt of MAX_PROMPT_TOKENS tokens has at
+    most _STRIDE blocks, and every group's ids lie below the prompts'."""
+    last = prompt_blocks(MAX_PROMPT_TOKENS, 0, 0, 0, 16)
+    first_of_next = prompt_blocks(16, 0, 1, 0, 16)
+    assert last.size == _STRIDE and last[-1] < first_of_next[0]
+    assert MAX_REQUESTS * _STRIDE <= _PROMPT_IDS
+    assert _PROMPT_IDS + MAX_REQUESTS * _STRIDE <= MAX_BLOCK_ID  # the prefix cache's bound
+
+
+def test_batching_keys_reach_the_replay(tmp_path):
+    folder = _write(tmp_path / "a")
+    (folder / "exp-config.yaml").write_text(
+        EXP + "enable_prefix_caching: false\ngpu_memory_utilization: 0.8\nblock_size: 16\n")
+    batching = read_inference_perf_runs(folder)[0].batching
+    assert not batching["enable_prefix_caching"]
+    assert batching["gpu_memory_utilization"] == 0.8 and batching["block_size"] == 16
+
+
+def test_runs_are_counted_after_the_stages(tmp_path, capsys):
+    """MAX_RUNS counts runs: one experiment of MAX_RUNS + 1 stages is refused."""
+    stages = "".join("  - {rate: 1.0, duration: 1}\n" for _ in range(MAX_RUNS + 1))
+    config = CONFIG.replace("  - {rate: 2.0, duration: 10}\n  - {rate: 5.0, duration: 4}\n",
+                            stages)
+    _write(tmp_path / "a", config=config, stages=[_stage(1, 0.02, 0.1)] * (MAX_RUNS + 1))
+    assert main(["validate-serving", str(tmp_path / "a"), "--profile", "h100-sxm"]) == 2
+    assert f"more than {MAX_RUNS} runs" in capsys.readouterr().err
