@@ -64,6 +64,7 @@ _BLOCK = VLLM_BATCHING["block_size"]  # the replay's block (exp-config may not c
 _STRIDE = MAX_PROMPT_TOKENS // _BLOCK  # block ids of one group or prompt: its blocks all fit
 _PROMPT_IDS = _STRIDE << 20  # prompts' block ids, above every group's (groups < 2**20)
 MAX_BLOCK_IDS = 50_000_000  # block ids over all prompts (400 MB of int64; docs/limits.md)
+MAX_CONFIG_INT = MAX_REQUESTS * 100  # an exp-config / shared_prefix integer (docs/limits.md)
 MAX_STAGE_BYTES = 64 * 2 ** 20  # a stage's lifecycle file larger than this is refused
 # The server: inference-sim/training's experiments ran an instrumented vLLM (its README:
 # "OTEL journey + step traces"; .gitignore: "instrumented vllm code"), built by
@@ -84,7 +85,7 @@ def _mapping(data: Mapping, key: str, src: str, prefix: str = "") -> Mapping[str
 
 def _int(data: Mapping, key: str, src: str, prefix: str, minimum: int = 1) -> int:
     return int(as_number(data.get(key), source=src, field=prefix + key, minimum=minimum,
-                         maximum=MAX_REQUESTS * 100, integer=True))
+                         maximum=MAX_CONFIG_INT, integer=True))
 
 
 EXP_KEYS = ("model", "tensor_parallelism", "max_num_seqs", "max_num_batched_tokens",
