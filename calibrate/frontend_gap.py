@@ -12,7 +12,7 @@ difference of the two durations needs no clock alignment; the split into the par
 span starts (``pre``) and after the server saw the first token (``post``) does, and is only
 shown (both machines' clocks agree to a millisecond here: every ``post`` is 1-8 ms > 0).
 
-``python -m calibrate.frontend_gap GUIDELLM_JSON SPAN_FOLDER [...]`` (pairs) prints the
+``python -m simulator.cli.frontend_gap GUIDELLM_JSON SPAN_FOLDER [...]`` (pairs) prints the
 gap by load (running requests at the request's arrival, from the spans) and the
 least-squares line of the idle (synchronous) requests' gap against their prompt tokens,
 the figures ``simulator/engine/frontend.py`` cites.
@@ -20,7 +20,6 @@ the figures ``simulator/engine/frontend.py`` cites.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,27 +107,20 @@ def idle_fit(gaps: pd.DataFrame) -> tuple[float, float]:
     return float(icpt), float(slope)
 
 
-def main(argv: list[str]) -> int:
-    if not argv or len(argv) % 2:
-        print("usage: python -m calibrate.frontend_gap GUIDELLM_JSON SPAN_FOLDER [...]")
-        return 2
-    try:
-        gaps = pd.concat([gap_table(Path(g), Path(f))
-                          for g, f in zip(argv[::2], argv[1::2])], ignore_index=True)
-        icpt, slope = idle_fit(gaps)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
-        print(f"frontend_gap: {type(exc).__name__}: {detail}", file=sys.stderr)
-        return 2
+def read_pairs(argv: list[str]) -> pd.DataFrame:
+    """The gap table of (GUIDELLM_JSON, SPAN_FOLDER) pairs given in turn."""
+    return pd.concat([gap_table(Path(g), Path(f)) for g, f in zip(argv[::2], argv[1::2])],
+                     ignore_index=True)
+
+
+def report(gaps: pd.DataFrame) -> str:
+    """The gap by load per run and over all runs, and the idle line (``idle_fit``)."""
+    icpt, slope = idle_fit(gaps)
+    fmt = lambda v: f"{v:.1f}"  # noqa: E731
+    lines = []
     for run, part in gaps.groupby("run", sort=False):
-        print(f"{run}:")
-        print(by_load(part).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    print("all runs:")
-    print(by_load(gaps).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    print(f"idle (synchronous, {int((gaps['strategy'] == 'synchronous').sum())} requests): "
-          f"gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+        lines += [f"{run}:", by_load(part).to_string(index=False, float_format=fmt)]
+    lines += ["all runs:", by_load(gaps).to_string(index=False, float_format=fmt),
+              f"idle (synchronous, {int((gaps['strategy'] == 'synchronous').sum())} "
+              f"requests): gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens"]
+    return "\n".join(lines)

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.frontend_gap import by_load, gap_table, idle_fit, main
+from calibrate.frontend_gap import by_load, gap_table, idle_fit
+from simulator.cli.frontend_gap import main
 
 
 def _span(rid: str, start: float, ttft: float, e2e: float, prompt: int) -> str:
@@ -91,3 +92,14 @@ def test_bad_inputs_exit_2_with_a_message(files, tmp_path, capsys):
     guidellm.write_text(json.dumps({"benchmarks": [{"config": {}}]}))
     assert main([str(guidellm), str(run)]) == 2
     assert "missing key 'strategy'" in capsys.readouterr().err
+
+
+def test_the_command_prints_the_report_of_the_pairs(files, capsys):
+    assert main([str(p) for p in files]) == 0
+    out = capsys.readouterr().out
+    icpt, slope = idle_fit(gap_table(*files))
+    runs = gap_table(*files)["run"].unique()
+    assert out.startswith(f"{runs[0]}:") and "\nall runs:\n" in out
+    assert out.rstrip().endswith(f"gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 "
+                                 "prompt tokens")
+    assert main([str(files[0])]) == 2  # an unpaired argument: the usage, exit 2
