@@ -115,6 +115,8 @@ def _moe_dict(profile: HardwareProfile, sourced) -> dict:
         ("fp8_triton_compute_efficiency", profile.moe_fp8_triton_compute_efficiency),
         ("fp8_triton_overlap_exponent", profile.moe_fp8_triton_overlap_exponent),
         ("fp8_triton_memory_efficiency", profile.moe_fp8_triton_memory_efficiency),
+        ("fp8_vllm_compute_efficiency", profile.moe_fp8_vllm_compute_efficiency),
+        ("fp8_vllm_overlap_exponent", profile.moe_fp8_vllm_overlap_exponent),
         ("fp8_deepgemm_compute_efficiency", profile.moe_fp8_deepgemm_compute_efficiency),
         ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent),
         ("fp8_triton_k_step_us", None if k_step is None else k_step * 1e6))

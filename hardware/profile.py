@@ -103,6 +103,10 @@ class HardwareProfile:
     # the fraction of the bandwidth that Triton family streams its FP8 expert weights at,
     # where measured apart (its tuned configs); None: moe_quantized_gemm_efficiency
     moe_fp8_triton_memory_efficiency: float | None = None
+    # vLLM's own Triton fused_moe where measured apart from SGLang's (an engine with
+    # vllm_fused_moe, simulator/cost/engines.yaml); None: the fp8_triton pair
+    moe_fp8_vllm_compute_efficiency: float | None = None
+    moe_fp8_vllm_overlap_exponent: float | None = None
     moe_fp8_deepgemm_compute_efficiency: float | None = None
     moe_fp8_deepgemm_overlap_exponent: float | None = None
     # the Triton block-FP8 GEMM's time per 128-deep K step of one program (its serial K
@@ -252,6 +256,8 @@ MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_effi
             "fp8_triton_compute_efficiency": "moe_fp8_triton_compute_efficiency",
             "fp8_triton_overlap_exponent": "moe_fp8_triton_overlap_exponent",
             "fp8_triton_memory_efficiency": "moe_fp8_triton_memory_efficiency",
+            "fp8_vllm_compute_efficiency": "moe_fp8_vllm_compute_efficiency",
+            "fp8_vllm_overlap_exponent": "moe_fp8_vllm_overlap_exponent",
             "fp8_deepgemm_compute_efficiency": "moe_fp8_deepgemm_compute_efficiency",
             "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent",
             "fp8_triton_k_step_us": "moe_fp8_triton_k_step_s"}
@@ -270,7 +276,7 @@ def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, fl
     bounds = {k: {"strictly_positive": True, "maximum": 1.0} for k in MOE_KEYS}
     # p = 1: the roofs add (no overlap); p -> infinity: their max (perfect overlap)
     for key in ("grouped_gemm_overlap_exponent", "fp8_triton_overlap_exponent",
-                "fp8_deepgemm_overlap_exponent"):
+                "fp8_vllm_overlap_exponent", "fp8_deepgemm_overlap_exponent"):
         bounds[key] = {"minimum": 1.0, "maximum": 100.0}
     bounds["fp8_triton_k_step_us"] = {"strictly_positive": True, "maximum": 1000.0}
     return {MOE_KEYS[k]: _MOE_SCALE.get(k, 1.0) * float(_sourced(

@@ -259,7 +259,9 @@ class GroupedGemm:
 def grouped_gemm_kernel(cm) -> GroupedGemm | None:
     """The profile's grouped-GEMM numbers for the model's experts and the kernel family that
     runs them (module docstring): 16-bit experts, the Triton kernel's BF16 fit; FP8
-    block-scaled experts reached by all-gather, vLLM's Triton fused_moe FP8 fit; behind
+    block-scaled experts reached by all-gather, the Triton fused_moe FP8 fit (vLLM's own,
+    ``moe.fp8_vllm_*``, where the engine runs it, ``vllm_fused_moe``, and the profile measured
+    it apart from SGLang's); behind
     DeepEP's dispatch (``moe_dispatch`` all_to_all or deepep_normal), DeepGEMM's; other
     formats (FP4) or a profile without the numbers: None."""
     hw, dtype = cm.hardware, cm.model.dtype
@@ -269,6 +271,8 @@ def grouped_gemm_kernel(cm) -> GroupedGemm | None:
         return None
     elif cm.parallel.moe_dispatch == "all_gather":
         pair = (hw.moe_fp8_triton_compute_efficiency, hw.moe_fp8_triton_overlap_exponent)
+        if cm.execution.spec.vllm_fused_moe and hw.moe_fp8_vllm_compute_efficiency is not None:
+            pair = (hw.moe_fp8_vllm_compute_efficiency, hw.moe_fp8_vllm_overlap_exponent)
     else:
         pair = (hw.moe_fp8_deepgemm_compute_efficiency, hw.moe_fp8_deepgemm_overlap_exponent)
     if pair == (None, None):
