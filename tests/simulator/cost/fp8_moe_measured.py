@@ -34,6 +34,19 @@ DEEPSEEK_V3_H200_SGLANG = ("h200", "deepseek-v3", 8, "fp8",
                             3072: 950.1, 4096: 974.5, 6144: 1431.2, 8192: 1881.3,
                             12288: 2782.2, 16384: 3651.5})
 
+# The same table's vLLM counterpart: aic-core/src/aiconfigurator_core/systems/data/h200_sxm/
+# moe/vllm/0.14.0/moe_perf.parquet (commit 095f58a), vLLM 0.14.1.dev1+gd68209402's own
+# FusedMoE (kernel_source vllm_fused_moe, the tuned E=256,N=256 NVIDIA_H200 fp8_w8a8
+# block_shape=[128,128] config vLLM ships), fp8_block, the same shape, moe_tp 8, EP 1,
+# balanced routing, on an H200 ("NVIDIA H200"); latency (ms) x 1000, rounded to 0.1 us.
+DEEPSEEK_V3_H200_VLLM = ("h200", "deepseek-v3", 8, "fp8",
+                         {1: 58.2, 2: 65.1, 4: 81.3, 8: 124.7, 16: 216.3, 32: 428.8,
+                          48: 395.8, 64: 398.4, 80: 399.9, 96: 408.1, 128: 412.6,
+                          160: 418.5, 192: 422.3, 256: 429.5, 320: 439.1, 384: 447.8,
+                          512: 463.3, 768: 647.3, 1024: 599.9, 1536: 648.3, 2048: 739.2,
+                          3072: 1121.6, 4096: 1245.4, 6144: 1782.0, 8192: 2328.0,
+                          12288: 3402.5, 16384: 4493.0})
+
 # deepseek-ai/DeepGEMM README, "Performance" ("all shapes potentially used in DeepSeek-V3/R1
 # inference ... on H800 with NVCC 12.8"), the two grouped tables: (groups, M per group, N,
 # K, TFLOPS), FLOPs 2 x groups x M x N x K.  Contiguous layout (prefill, what SGLang runs
@@ -73,6 +86,23 @@ def best_tuned_h200() -> tuple[float, float]:
     eta = load_profile("h200").moe_fp8_triton_memory_efficiency
     grid = [(float(e), p) for e in TRITON_EFFICIENCIES for p in EXPONENTS]
     return min(grid, key=lambda kp: fm.rms(tuned_h200_errors(kp, eta)))
+
+
+def vllm_h200_errors(kernel: tuple | None = None) -> np.ndarray:
+    """Relative errors of the priced calls against aiconfigurator's vLLM H200 series at
+    h200's ``moe.fp8_triton_memory_efficiency``; ``kernel``: ``(efficiency, p)``, else h200's
+    ``moe.fp8_vllm_*`` pair."""
+    hw = load_profile("h200")
+    pair = kernel or (hw.moe_fp8_vllm_compute_efficiency, hw.moe_fp8_vllm_overlap_exponent)
+    return fm.errors(DEEPSEEK_V3_H200_VLLM, eta=hw.moe_fp8_triton_memory_efficiency,
+                     kernel=pair)
+
+
+def best_vllm_h200() -> tuple[float, float]:
+    """h200's ``moe.fp8_vllm_*`` pair: the grid's least-squares one (the Triton grid) over
+    the vLLM H200 series, the streaming rate held at ``moe.fp8_triton_memory_efficiency``."""
+    grid = [(float(e), p) for e in TRITON_EFFICIENCIES for p in EXPONENTS]
+    return min(grid, key=lambda kp: fm.rms(vllm_h200_errors(kp)))
 
 
 def best_triton() -> tuple[float, float]:

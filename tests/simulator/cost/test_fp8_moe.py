@@ -9,6 +9,8 @@ import pytest
 from hardware.profile import load_profile
 from simulator.cost import moe_kernels
 from simulator.cost.cost_model import CostModel
+from simulator.cost.execution import resolve_execution
+from simulator.cost.spec_host import load_engine
 from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
 from tests.simulator.cost import fp8_moe_measured as f8
@@ -127,3 +129,50 @@ def test_deepgemm_pair_is_the_fit_and_reproduces_the_readme_table():
     assert fm.rms(err) < 0.09 and np.abs(err).max() < 0.12, err
     before = f8.deepgemm_errors(None)
     assert before[:8].max() < -0.09, before
+
+
+def test_h200_vllm_pair_is_the_fit_of_vllms_own_measurement():
+    # aiconfigurator's H200 vLLM fused_moe (vLLM's tuned config, DeepSeek-V3 at TP 8): h200's
+    # moe.fp8_vllm_* pair is the grid's least-squares one at the Triton streaming rate 0.9
+    hw = load_profile("h200")
+    assert f8.best_vllm_h200() == (hw.moe_fp8_vllm_compute_efficiency,
+                                   hw.moe_fp8_vllm_overlap_exponent) == (0.22, 1.5)
+    sizes = np.array(list(f8.DEEPSEEK_V3_H200_VLLM[4]))
+    err = f8.vllm_h200_errors()
+    assert fm.rms(err) < 0.17, err
+    assert np.abs(err[sizes >= 1024]).max() < 0.09, err        # the prefill-sized calls
+    # SGLang's pair (moe.fp8_triton_*) prices vLLM's kernel 16-32% too cheap there
+    sglang = f8.vllm_h200_errors((hw.moe_fp8_triton_compute_efficiency,
+                                  hw.moe_fp8_triton_overlap_exponent))
+    assert sglang[sizes >= 1024].max() < -0.15, sglang
+    # decode-sized calls (1-16 tokens, the weights' stream) hardly move between the pairs
+    assert np.abs(err[sizes <= 16] - sglang[sizes <= 16]).max() < 0.02
+    # the two engines' kernels measured on the same H200: vLLM's 24-52% slower from 1,024
+    vllm, sgl = f8.DEEPSEEK_V3_H200_VLLM[4], f8.DEEPSEEK_V3_H200_SGLANG[4]
+    assert all(1.2 < vllm[t] / sgl[t] < 1.6 for t in (1024, 2048, 4096, 8192, 16384))
+
+
+def test_vllm_pair_selected_by_the_engine_where_the_profile_has_it():
+    ds = load_model("deepseek-v3")
+
+    def kernel(profile, engine):
+        hw = load_profile(profile)
+        return moe_kernels.grouped_gemm_kernel(CostModel(
+            hw, ds, Parallelism(tensor_parallel=8),
+            execution=resolve_execution(hw, {"spec": load_engine(engine)})))
+    h200 = load_profile("h200")
+    assert kernel("h200", "vllm-v0.11") == moe_kernels.GroupedGemm(
+        h200.moe_fp8_vllm_compute_efficiency, h200.moe_fp8_vllm_overlap_exponent, True)
+    triton = moe_kernels.GroupedGemm(h200.moe_fp8_triton_compute_efficiency,
+                                     h200.moe_fp8_triton_overlap_exponent, True)
+    assert kernel("h200", "sglang-v0.5") == kernel("h200", "vllm-v0.9") == triton
+    # a profile without vLLM's own numbers keeps its fp8_triton pair under vLLM 0.11
+    h100 = load_profile("h100-sxm")
+    assert h100.moe_fp8_vllm_compute_efficiency is None
+    assert kernel("h100-sxm", "vllm-v0.11") == kernel("h100-sxm", "sglang-v0.5")
+    # behind DeepEP the engine's flag does not apply: DeepGEMM's pair
+    ep = CostModel(h200, ds, Parallelism(tensor_parallel=8, expert_parallel=8,
+                                         moe_dispatch="deepep_normal"),
+                   execution=resolve_execution(h200, {"spec": load_engine("vllm-v0.11")}))
+    assert moe_kernels.grouped_gemm_kernel(ep).compute_efficiency == \
+        h200.moe_fp8_deepgemm_compute_efficiency
