@@ -71,8 +71,10 @@ grouped GEMMs (contiguous layout at prefill, masked at decode), fitted on the gr
 DeepGEMM's README (H800: 815-1,297 TFLOPS, 0.41-0.66 of the FP8 peak); reached by all-gather,
 vLLM's Triton fused_moe, fitted on vLLM PR #24700's Qwen3-30B-A3B FP8 H100 series (about 200
 TFLOPS at 4,096 tokens) jointly with SGLang PR #11730's decode-sized one (untuned
-configs; h200's from its tuned kernel, 0.24 of the peak, aiconfigurator's table).  The max of the
-roofs at the GEMM kind's 0.78 was 10-29% too cheap on the first, up to 59% on the second.
+configs; h200's from its tuned kernel, 0.24 of the peak, aiconfigurator's table; vLLM's
+own kernel, 24-52% slower there from 1,024 tokens, its own pair ``moe.fp8_vllm_*`` where the
+engine runs it, ``vllm_fused_moe``).  The max of the roofs at the GEMM kind's 0.78 was 10-29%
+too cheap on the first, up to 59% on the second.
 There the efficiency bounds the routed rows' own FLOPs, beside the padded tiles' waves at the
 GEMM kind's rate (``GroupedGemm.on_routed_rows``): a wave of one 16-row tile per expert costs
 what it did, so a decode-sized call keeps its price (the Triton kernel's tenth of the peak
