@@ -28,22 +28,24 @@ github.com/inference-sim/inference-sim at e7a4aa3, runs ``jan20-prefill-llama7b-
 is the span's plus 4.21 ms plus 1.815 ms per 1,000 prompt tokens (least squares over the 80
 synchronous requests, 1,760-3,929 prompt tokens; the part before the span, 7.2-8.4 ms median
 at ~3,000 tokens, grows with the prompt: tokenising; the part after it is 1.4-1.8 ms), and
-the client's E2E the span's plus the same (9.3 against 9.5 ms median).  With requests
-running the gap grows by 0.060 ms per running request at arrival (``load_slope``: least
-squares with an offset per run and the prompt tokens, over the 318 requests not sent in a
-burst, 0-20 running; bootstrap sd 0.034 ms, so known to about half its size): the output
-handler stamps a step's outputs and then detokenises every running request's output
+the client's E2E the span's plus the same (9.3 against 9.5 ms median). With requests running
+the gap grows by 0.060 ms per running request at arrival (``load_slope``: least squares with
+an offset per run and the prompt tokens, over the 318 requests not sent in a burst, 0-20
+running; bootstrap sd 0.034 ms, so known to about half its size; in the run reaching 20
+running, 0.040 of its 0.053 ms is after the span's first-token stamp): the output handler
+stamps a step's outputs and then detokenises every running request's output
 (async_llm.py:446-464) and each request's generator serialises its event
 (serving_completion.py:461) on the API server's one asyncio thread, so the new request's
-first-token event waits behind work that grows with the batch.  At 5-29 running that is
-about 1 ms (10.2-11.0 ms median against 9.5 idle); at the 80-110 running of a 20 requests/s
-stage of the inference-perf experiments it is 5-7 ms.  The gap also grows when requests
-arrive together (guidellm's ``throughput`` burst, 40 at once: 20-28 ms, all of it before
-the span: their tokenising queued on that thread), which is not priced here.  ``Frontend`` is that measured fixed and per-prompt-token latency; it is
-applied to the vLLM versions in ``MEASURED_FRONTENDS`` (the same path, serving_completion
--> AsyncLLM -> the engine core and back, in 0.11 to 0.15; re-measure it where a client and
-spans of one newer run are both at hand); V0 (0.6, 0.7) and other engines get none, and
-their runs say so in their notes.
+first-token event waits behind work that grows with the batch. At 5-29 running that is about
+1 ms (10.2-11.0 ms median against 9.5 idle); at the 80-110 running of a 20 requests/s stage
+of the inference-perf experiments it is 5-7 ms, a line extrapolated past the 20 running it
+was measured at. The gap also grows when requests arrive together (guidellm's ``throughput``
+burst, 40 at once: 20-28 ms, all of it before the span: their tokenising queued on that
+thread), which is not priced here. ``Frontend`` is that measured fixed, per-prompt-token and
+per-running-request latency; it is applied to the vLLM versions in ``MEASURED_FRONTENDS``
+(the same path, serving_completion -> AsyncLLM -> the engine core and back, in 0.11 to 0.15;
+re-measure it where a client and spans of one newer run are both at hand); V0 (0.6, 0.7) and
+other engines get none, and their runs say so in their notes.
 """
 from __future__ import annotations
 
