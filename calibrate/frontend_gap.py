@@ -14,8 +14,9 @@ shown (both machines' clocks agree to a millisecond here: every ``post`` is 1-8 
 
 ``python -m simulator.cli.frontend_gap GUIDELLM_JSON SPAN_FOLDER [...]`` (pairs) prints the
 gap by load (running requests at the request's arrival, from the spans) and the
-least-squares line of the idle (synchronous) requests' gap against their prompt tokens,
-the figures ``simulator/engine/frontend.py`` cites.
+least-squares line of the idle (synchronous) requests' gap against their prompt tokens, and
+the gap's growth per running request outside bursts (``load_slope``), the figures
+``simulator/engine/frontend.py`` cites.
 """
 from __future__ import annotations
 
@@ -107,6 +108,24 @@ def idle_fit(gaps: pd.DataFrame) -> tuple[float, float]:
     return float(icpt), float(slope)
 
 
+def load_slope(gaps: pd.DataFrame) -> float:
+    """ms per running request: least squares of the TTFT gap on an offset per run, the prompt
+    tokens and the running requests at arrival, over the requests not sent in a burst
+    (guidellm's ``throughput`` benchmark sends them at once: their tokenising queues, a
+    different cost).  The output handler's per-step work over the running requests'
+    outputs, which the first-token event waits for (frontend.py)."""
+    part = gaps[gaps["strategy"] != "throughput"] if len(gaps) else gaps
+    if len(part) < 2 or part["running"].nunique() < 2:
+        raise ValueError(f"{len(part)} requests outside a burst, of "
+                         f"{part['running'].nunique() if len(part) else 0} running counts: "
+                         "a slope needs two counts at least")
+    runs = sorted(part["run"].unique())
+    x = np.column_stack([(part["run"] == r).to_numpy(float) for r in runs]
+                        + [part["prompt"].to_numpy(float), part["running"].to_numpy(float)])
+    coef = np.linalg.lstsq(x, part["d_ttft_ms"].to_numpy(float), rcond=None)[0]
+    return float(coef[-1])
+
+
 def read_pairs(argv: list[str]) -> pd.DataFrame:
     """The gap table of (GUIDELLM_JSON, SPAN_FOLDER) pairs given in turn."""
     return pd.concat([gap_table(Path(g), Path(f)) for g, f in zip(argv[::2], argv[1::2])],
@@ -122,5 +141,6 @@ def report(gaps: pd.DataFrame) -> str:
         lines += [f"{run}:", by_load(part).to_string(index=False, float_format=fmt)]
     lines += ["all runs:", by_load(gaps).to_string(index=False, float_format=fmt),
               f"idle (synchronous, {int((gaps['strategy'] == 'synchronous').sum())} "
-              f"requests): gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens"]
+              f"requests): gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens",
+              f"load (outside bursts): + {load_slope(gaps) * 1e3:.1f} us per running request"]
     return "\n".join(lines)

@@ -62,7 +62,8 @@ def predict(run: MeasuredRun, profile: str | None,
     wl = run.workload
     ttft, e2e = req["ttft_s"].to_numpy(), req["e2e_s"].to_numpy()
     if run.measured_at == "client":
-        ttft, e2e = frontend_for(run.engine).client_view(ttft, e2e, wl.prompt_tokens)
+        ttft, e2e = frontend_for(run.engine).client_view(ttft, e2e, wl.prompt_tokens,
+                                                         wl.arrival_s)
     metrics = latency_metrics(wl.arrival_s, wl.output_tokens, ttft, e2e)
     summary = res.summary()
     for stat in ("mean", "p50", "p90", "p99"):  # every token gap, from the recorder

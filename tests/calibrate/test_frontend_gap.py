@@ -6,7 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.frontend_gap import by_load, gap_table, idle_fit
+import pandas as pd
+
+from calibrate.frontend_gap import by_load, gap_table, idle_fit, load_slope
 from simulator.cli.frontend_gap import main
 
 
@@ -100,6 +102,22 @@ def test_the_command_prints_the_report_of_the_pairs(files, capsys):
     icpt, slope = idle_fit(gap_table(*files))
     runs = gap_table(*files)["run"].unique()
     assert out.startswith(f"{runs[0]}:") and "\nall runs:\n" in out
-    assert out.rstrip().endswith(f"gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 "
-                                 "prompt tokens")
+    assert f"gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens\n" in out
+    load = load_slope(gap_table(*files))
+    assert out.rstrip().endswith(f"+ {load * 1e3:.1f} us per running request")
     assert main([str(files[0])]) == 2  # an unpaired argument: the usage, exit 2
+
+
+def test_the_load_slope_is_recovered_past_run_offsets_and_bursts():
+    """Gaps written as a run's own offset + 2 us a prompt token + 0.05 ms a running request:
+    the slope comes back exactly; a burst's requests (their tokenising queued) and a second
+    run's other offset do not move it; one running count is refused."""
+    rows = [{"run": run, "strategy": "constant", "prompt": p, "running": r,
+             "d_ttft_ms": off + 2e-3 * p + 0.05 * r}
+            for run, off in (("a", 4.0), ("b", 9.0)) for p in (500, 3000) for r in (0, 3, 20)]
+    rows += [{"run": "a", "strategy": "throughput", "prompt": 3000, "running": 39,
+              "d_ttft_ms": 40.0}]
+    gaps = pd.DataFrame(rows)
+    assert load_slope(gaps) == pytest.approx(0.05, abs=1e-9)
+    with pytest.raises(ValueError, match="two counts"):
+        load_slope(gaps[gaps["running"] == 3])

@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.engine.frontend import NO_FRONTEND, VLLM_V1_FRONTEND, Frontend, frontend_for
+from simulator.engine.frontend import (NO_FRONTEND, VLLM_V1_FRONTEND, Frontend, frontend_for,
+                                       running_at_arrival)
 from simulator.inputs.errors import SpecsimError
 from simulator.scenario import EngineOptions
 from simulator.sim2real.compare import predict, run_scenario
@@ -50,12 +51,27 @@ def test_under_load_every_request_is_shifted_by_its_own_prompt():
     wl = _poisson(1)
     server_req = simulate(run_scenario(_run(wl, "server"), None), workload=wl).requests
     ttft, e2e = VLLM_V1_FRONTEND.client_view(server_req["ttft_s"], server_req["e2e_s"],
-                                             wl.prompt_tokens)
+                                             wl.prompt_tokens, wl.arrival_s)
     client, _ = predict(_run(wl, "client"), None)
     server, _ = predict(_run(wl, "server"), None)
     assert client["ttft_p90_ms"] == pytest.approx(1e3 * np.quantile(ttft, 0.9), rel=1e-12)
     assert client["e2e_p50_ms"] == pytest.approx(1e3 * np.quantile(e2e, 0.5), rel=1e-12)
     assert client["itl_mean_ms"] == server["itl_mean_ms"]
+
+
+def test_the_load_term_counts_the_requests_in_the_engine_at_each_arrival():
+    """running_at_arrival against a direct count (start <= t < start + e2e, less the request
+    itself), ties included; the load term adds 0.060 ms per running request exactly."""
+    rng = np.random.default_rng(4)
+    start = np.round(rng.uniform(0, 5, 200), 1)  # rounded: arrivals and finishes tie
+    e2e = np.round(rng.uniform(0.1, 2, 200), 1)
+    count = np.array([int(((start <= t) & (start + e2e > t)).sum()) - 1 for t in start])
+    assert np.array_equal(running_at_arrival(start, e2e), count) and count.max() > 20
+    prompt = rng.integers(20, 2000, 200)
+    loaded = VLLM_V1_FRONTEND.client_view(np.zeros(200), e2e, prompt, start)
+    idle = VLLM_V1_FRONTEND.client_view(np.zeros(200), e2e, prompt)
+    assert np.allclose(loaded[0] - idle[0], 60e-6 * count, rtol=0, atol=1e-15)
+    assert np.allclose(loaded[1] - loaded[0], idle[1] - idle[0], rtol=0, atol=1e-12)
 
 
 def test_an_engine_not_priced_adds_nothing():
@@ -76,6 +92,8 @@ def test_negative_latencies_are_refused():
         Frontend(fixed_s=-1e-3)
     with pytest.raises(ValueError):
         Frontend(per_prompt_token_s=float("nan"))
+    with pytest.raises(ValueError):
+        Frontend(per_running_s=-1e-6)
 
 
 def test_fast_forward_and_seed_give_identical_client_latencies():
@@ -85,7 +103,7 @@ def test_fast_forward_and_seed_give_identical_client_latencies():
                         workload=wl) for ff in (True, False))
     assert_identical(on, off)
     views = [VLLM_V1_FRONTEND.client_view(r.requests["ttft_s"], r.requests["e2e_s"],
-                                          wl.prompt_tokens) for r in (on, off)]
+                                          wl.prompt_tokens, wl.arrival_s) for r in (on, off)]
     assert all(np.array_equal(x, y) for x, y in zip(*views))
     first, _ = predict(_run(wl, "client"), None)
     again, _ = predict(_run(_poisson(3), "client"), None)

@@ -56,15 +56,21 @@ def test_a_result_written_from_a_known_simulation_replays_with_zero_error(tmp_pa
 
 def test_a_client_measurement_is_compared_with_the_frontend_added(tmp_path):
     """The same file declared as a client's: every predicted TTFT and E2E is the engine's
-    plus vLLM's frontend latency of its prompt, exactly, so the means differ by its mean
-    and TPOT (a difference of the two) not at all."""
-    from simulator.engine.frontend import VLLM_V1_FRONTEND
+    plus vLLM's frontend latency of its prompt and of the requests in the engine at its
+    arrival, exactly, so the means differ by its mean and TPOT (a difference of the two) not
+    at all."""
+    from simulator.engine.frontend import VLLM_V1_FRONTEND, running_at_arrival
+    from simulator.sim2real.compare import run_scenario
+    from simulator.simulate import simulate
     path = _known_result(tmp_path)
     server = compare_run(read_manifest(path), None).set_index("metric")["predicted"]
     path.write_text(yaml.safe_dump({**MANIFEST, "measured_at": "client"}))
     run = read_manifest(path)
     client = compare_run(run, None).set_index("metric")["predicted"]
-    extra_ms = 1e3 * VLLM_V1_FRONTEND.latency_s(run.workload.prompt_tokens).mean()
+    wl = run.workload
+    e2e = simulate(run_scenario(run, None), workload=wl).requests["e2e_s"].to_numpy()
+    running = running_at_arrival(wl.arrival_s, e2e)
+    extra_ms = 1e3 * VLLM_V1_FRONTEND.latency_s(wl.prompt_tokens, running).mean()
     assert extra_ms > 4.2
     for metric in ("ttft_mean_ms", "e2e_mean_ms"):
         assert client[metric] - server[metric] == pytest.approx(extra_ms, rel=1e-9)
