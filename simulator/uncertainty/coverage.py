@@ -28,7 +28,8 @@ from simulator.uncertainty.spec import COST_SIGMA, COST_SOURCE, NORMAL_MEDIAN_AB
 COVERED_METRICS = ("ttft_mean_ms", "tpot_mean_ms", "e2e_mean_ms", "ttft_p50_ms",
                    "tpot_p50_ms", "e2e_p50_ms", "ttft_p90_ms", "tpot_p90_ms", "e2e_p90_ms",
                    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
-# a median of one or two errors is not a distribution (the published check's MIN_OTHERS)
+# a median of one or two errors is not a distribution (the published check now reads its
+# sigmas by a conformal rank instead: simulator/uncertainty/conformal.py)
 MIN_OTHER_RUNS = 3
 SHIPPED = "shipped COST_SIGMA"
 

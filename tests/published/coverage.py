@@ -13,9 +13,12 @@ covers the published number where that lies inside (a published range: where the
 The speculative path's sigma is estimated from this check itself, so it is estimated leave
 one out: a speedup case's own miss never widens its own interval.  Each speedup case's miss
 is read as the factor ``g`` on its speculative path that would make its prediction the
-published number (``spec_factors``); sigma is the median ``|ln g|`` over the other speedup
-cases over 0.6745 (the median absolute value of a zero-mean normal, as ``COST_SIGMA`` is
-read).  The shipped default (``SPEC_COST_SIGMA``) is the same over every speedup case.
+published number (``spec_factors``); its nonconformity score is ``|ln g|``, and sigma is
+the split-conformal 90% quantile of the other speedup cases' scores (the
+``ceil((n + 1) 0.9)``-th smallest of the n) over 1.6449, so that the factor alone spans
+``+-q`` between p5 and p95 (simulator/uncertainty/conformal.py: Lei et al. 2018, JASA,
+Sec. 2.2; the acceptance and cost draws add width, so the interval is conservative).  The
+shipped default (``SPEC_COST_SIGMA``) is the same quantile over every speedup case.
 
 The two other groups take the model's own error on the check, leave one out too
 (tests/published/model_error.py): an absolute case's device cost factor has the sigma of
@@ -23,8 +26,11 @@ the other absolute cases of its metric kind (a throughput is the step's inverse,
 lognormal factor on the step is the same lognormal error on the throughput) in place of
 ``COST_SIGMA``; a tau case whose drafter states no acceptance spread (its prediction does
 not move under the acceptance draw) has its predictions multiplied by a lognormal factor
-with the sigma of the other tau cases' errors.  Every sigma is computed from the cases'
-predictions at run time.
+with the sigma of the other tau cases' errors.  Every sigma is the same conformal reading
+(it replaced ``median / 0.6745``, issue 39: a normal scale from the median does not carry
+the check's heavy tail), computed from the cases' predictions at run time.  Fewer than 9
+other cases: the quantile is unbounded, and so is the case's interval (``unbounded_row``:
+p5 0, p95 inf, no draw).
 """
 from __future__ import annotations
 
@@ -34,7 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.uncertainty.propagate import INTERVAL_METHOD
-from simulator.uncertainty.spec import COST_SIGMA, NORMAL_MEDIAN_ABS
+from simulator.uncertainty.conformal import conformal_sigma
+from simulator.uncertainty.spec import COST_SIGMA
 from tests.published.case_draw import CaseDraw
 from tests.published.cases import CASES
 from tests.published.harness import drawn
@@ -97,10 +104,10 @@ def spec_factors(cases: list[Case]) -> dict[str, float]:
 
 
 def spec_sigma(factors: dict[str, float], leave_out: str | None = None) -> float:
-    """Median |ln g| over the speedup cases but ``leave_out``, over 0.6745."""
-    logs = [abs(np.log(g)) if np.isfinite(g) else np.inf
-            for name, g in factors.items() if name != leave_out]
-    return float(np.median(logs)) / NORMAL_MEDIAN_ABS
+    """The conformal 90% quantile of ``|ln g|`` over the speedup cases but ``leave_out``,
+    over 1.6449 (``conformal_sigma``; ``inf`` with fewer than 9 of them)."""
+    return conformal_sigma(abs(float(np.log(g))) if np.isfinite(g) else np.inf
+                           for name, g in factors.items() if name != leave_out)
 
 
 def has_spread(case: Case) -> bool:
@@ -151,9 +158,12 @@ class Covered:
     p50: float
     p95: float
     model_sigma: float | None = None  # the model error's sigma (absolute: the cost factor's)
+    unbounded: bool = False  # an unbounded sigma: no draw, the factor's whole range
 
     @property
     def covered(self) -> bool:
+        if self.unbounded and self.miss is not None:
+            return bool(np.isfinite(self.miss))  # a positive factor closes the miss, or none
         lo, hi = self.case.published if isinstance(self.case.published, tuple) \
             else (self.case.published, self.case.published)
         return self.p5 <= hi and lo <= self.p95
@@ -163,7 +173,12 @@ def interval(case: Case, numbers: list[np.ndarray], sigma: float, miss: float | 
              *, cost_sigma: float = COST_SIGMA, tau_sigma: float | None = None) -> Covered:
     """The case's p5/p50/p95 over the draws ``numbers``: its speculative sigma ``sigma``,
     its device cost factor's ``cost_sigma`` and, for a tau without a spread, the model
-    error's ``tau_sigma`` (a lognormal factor on each prediction)."""
+    error's ``tau_sigma`` (a lognormal factor on each prediction).  A sigma of the case
+    that is unbounded gives ``unbounded_row``."""
+    model = tau_sigma if tau_sigma is not None else \
+        cost_sigma if group(case) == "absolute" else None
+    if not np.isfinite(sigma) or (model is not None and not np.isfinite(model)):
+        return unbounded_row(case, sigma, miss, model)
     preds = [predict(case, CaseDraw(acceptance_z=float(z[0]), acceptance_u=float(z[1]),
                                     cost_factor=float(np.exp(cost_sigma * z[2])),
                                     spec_cost_factor=float(np.exp(sigma * z[3]))))
@@ -171,9 +186,16 @@ def interval(case: Case, numbers: list[np.ndarray], sigma: float, miss: float | 
              for z in numbers]
     p5, p50, p95 = (float(v) for v in np.quantile(preds, (0.05, 0.5, 0.95),
                                                   method=INTERVAL_METHOD))
-    model = tau_sigma if tau_sigma is not None else \
-        cost_sigma if group(case) == "absolute" else None
     return Covered(case, group(case), sigma, miss, p5, p50, p95, model)
+
+
+def unbounded_row(case: Case, sigma: float, miss: float | None,
+                  model: float | None) -> Covered:
+    """The interval of an unbounded (conformal) sigma: the lognormal factor's whole range,
+    (0, inf), not drawn; p50 the point.  It holds every published number, but a speedup
+    whose miss no positive factor closes (``miss`` inf) is not covered."""
+    return Covered(case, group(case), sigma, miss, 0.0, predict(case), float("inf"), model,
+                   unbounded=True)
 
 
 def _case_interval(case: Case, numbers: list[np.ndarray], factors: dict[str, float],
@@ -235,6 +257,8 @@ def print_coverage(n: int) -> int:
         outside += int(not inside)
         print(f"{g}: {k}/{m} ({frac:.0%}) inside the 90% intervals"
               + ("" if inside else f", outside [{BAND[0]:.0%}, {BAND[1]:.0%}]"))
+    print("every sigma: the conformal 90% quantile of the scores / 1.6449 (inf: unbounded, "
+          "fewer than 9 cases)")
     print(f"speculative-path sigma over every speedup case (the shipped default): {full:.4f}")
     counts = {k: sum(v == k for v in err.kinds.values()) for k in KINDS}
     for kind in KINDS:
