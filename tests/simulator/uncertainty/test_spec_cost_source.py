@@ -11,7 +11,13 @@ from simulator.planning.executors import SerialExecutor
 from simulator.scenario import scenario_from_dict
 from simulator.uncertainty.draws import OWN_STREAMS, draw_inputs, draw_scenario, restrict
 from simulator.uncertainty.propagate import propagate, varied_sources
-from simulator.uncertainty.spec import DEFAULT_SOURCES, SPEC_COST_SIGMA, Uncertainty
+from simulator.uncertainty.spec import (
+    DEFAULT_SOURCES,
+    MAX_COST_SIGMA,
+    MODEL_ERROR_SIGMA,
+    SPEC_COST_SIGMA,
+    Uncertainty,
+)
 
 TRACE = {"synthetic": {"num_requests": 16, "arrival": {"process": "poisson", "rate_per_s": 4},
                        "prompt": {"dist": "fixed", "tokens": 100},
@@ -86,3 +92,10 @@ def test_a_slower_speculative_path_widens_the_chain_and_leaves_none_a_point():
     tpot = [simulate(draw_scenario(chain, d)).summary()["p50_tpot_s"] for d in draws]
     order = np.argsort([d.spec_cost_factor for d in draws])
     assert np.all(np.diff(np.asarray(tpot)[order]) >= 0)
+
+
+def test_the_shipped_default_sigma_is_writable_by_a_scenario():
+    # the default a user reads in docs/uncertainty.md must be one a scenario may write back
+    assert SPEC_COST_SIGMA <= MAX_COST_SIGMA and MODEL_ERROR_SIGMA <= MAX_COST_SIGMA
+    sc = small(sources=["spec_cost"], spec_cost={"sigma": SPEC_COST_SIGMA, "source": "docs"})
+    assert sc.uncertainty.spec_cost_sigma == SPEC_COST_SIGMA
