@@ -7,7 +7,10 @@ aic-core/src/aiconfigurator_core/systems/data/h100_sxm/comm/vllm/0.14.0/
 custom_allreduce_perf.parquet, backend ``vllm_graph`` (collector/network/collect_all_reduce.py,
 benchmark_vllm_allreduce: ``tensor_model_parallel_all_reduce`` on BF16 tensors of
 ``message_size`` elements, five back-to-back calls captured in one CUDA graph, the replay's time
-over the five).  Below vLLM's 8 MiB ``max_size`` that is the custom one-shot/two-shot kernel.
+over the five): vLLM's own choice of kernel, on sm90 its custom one-shot/two-shot kernel below
+64 MiB at world 2, 32 MiB at 4 and 256 KiB at 8, torch symmetric memory above that at world 8
+(all_reduce_utils.py CUSTOM_ALL_REDUCE_MAX_SIZES, read at vllm-project/vllm b250ac3): the
+jump between 128 and 256 KiB at world 8 is that switch.
 
 What it says: a decode step of 16-128 tokens of a hidden size of 8192 all-reduces 256 KiB to
 2 MiB twice a layer, 5.1-12.5 us at TP 2 and 7.1-18.6 us at TP 4; the profile priced them from
@@ -46,8 +49,8 @@ def _shipped(world: int, nbytes) -> np.ndarray:
     return np.asarray(load_profile("h100-sxm").collectives.all_reduce_s(nbytes, world))
 
 
-def test_the_rows_are_the_custom_kernels():
-    # every row is below vLLM's max_size, where the custom kernel (not NCCL) runs
+def test_the_rows_are_below_the_profiles_custom_bound():
+    # every row is below the profile's max_kib (8 MiB), where this curve prices the all-reduce
     assert NBYTES.max() < CUSTOM_MAX_BYTES and all(len(t) == len(ELEMENTS)
                                                    for t in GRAPH_US.values())
 
