@@ -155,9 +155,11 @@ H100_NCCL_8 = [(128, 19.19), (KIB, 19.50), (16 * KIB, 20.71), (32 * KIB, 22.65),
                (MIB, 32.42), (4 * MIB, 59.43), (8 * MIB, 90.51), (16 * MIB, 135.68)]
 
 
+# h100-sxm's custom curves are the CUDA-graph timings (tests/hardware/test_h100_allreduce.py);
+# h200 still carries PR #2904's, timed without CUDA graphs
 @pytest.mark.parametrize("name,table,custom,limit", [
-    ("a100-80gb", A100_CUSTOM, True, 0.12), ("h100-sxm", H100_CUSTOM, True, 0.09),
-    ("h200", H100_CUSTOM, True, 0.09), ("h100-sxm", {8: H100_NCCL_8}, False, 0.075)])
+    ("a100-80gb", A100_CUSTOM, True, 0.12), ("h200", H100_CUSTOM, True, 0.09),
+    ("h100-sxm", {8: H100_NCCL_8}, False, 0.075)])
 def test_profiles_reproduce_the_published_points(name, table, custom, limit):
     c = load_profile(name).collectives
     for world, points in table.items():
