@@ -265,7 +265,8 @@ MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_effi
             "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent",
             "fp8_triton_k_step_us": "moe_fp8_triton_k_step_s",
             "vllm_mla_decode_excess_us": "mla_vllm_decode_excess_s"}
-_MOE_SCALE = {"fp8_triton_k_step_us": 1e-6, "vllm_mla_decode_excess_us": 1e-6}  # microseconds in the YAML, seconds inside
+# microseconds in the YAML, seconds inside
+_MOE_SCALE = {"fp8_triton_k_step_us": 1e-6, "vllm_mla_decode_excess_us": 1e-6}
 
 
 def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, float]:
