@@ -107,6 +107,9 @@ class HardwareProfile:
     # vllm_fused_moe, simulator/cost/engines.yaml); None: the fp8_triton pair
     moe_fp8_vllm_compute_efficiency: float | None = None
     moe_fp8_vllm_overlap_exponent: float | None = None
+    # vLLM's MLA decode module's measured time a layer beyond its priced operators (an engine
+    # with vllm_mla_module, simulator/cost/moe_kernels.py); None: nothing more
+    mla_vllm_decode_excess_s: float | None = None
     moe_fp8_deepgemm_compute_efficiency: float | None = None
     moe_fp8_deepgemm_overlap_exponent: float | None = None
     # the Triton block-FP8 GEMM's time per 128-deep K step of one program (its serial K
@@ -260,8 +263,10 @@ MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_effi
             "fp8_vllm_overlap_exponent": "moe_fp8_vllm_overlap_exponent",
             "fp8_deepgemm_compute_efficiency": "moe_fp8_deepgemm_compute_efficiency",
             "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent",
-            "fp8_triton_k_step_us": "moe_fp8_triton_k_step_s"}
-_MOE_SCALE = {"fp8_triton_k_step_us": 1e-6}  # microseconds in the YAML, seconds inside
+            "fp8_triton_k_step_us": "moe_fp8_triton_k_step_s",
+            "vllm_mla_decode_excess_us": "mla_vllm_decode_excess_s"}
+# microseconds in the YAML, seconds inside
+_MOE_SCALE = {"fp8_triton_k_step_us": 1e-6, "vllm_mla_decode_excess_us": 1e-6}
 
 
 def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, float]:
@@ -278,7 +283,8 @@ def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, fl
     for key in ("grouped_gemm_overlap_exponent", "fp8_triton_overlap_exponent",
                 "fp8_vllm_overlap_exponent", "fp8_deepgemm_overlap_exponent"):
         bounds[key] = {"minimum": 1.0, "maximum": 100.0}
-    bounds["fp8_triton_k_step_us"] = {"strictly_positive": True, "maximum": 1000.0}
+    for key in ("fp8_triton_k_step_us", "vllm_mla_decode_excess_us"):
+        bounds[key] = {"strictly_positive": True, "maximum": 1000.0}
     return {MOE_KEYS[k]: _MOE_SCALE.get(k, 1.0) * float(_sourced(
         moe[k], source=source, field=f"moe.{k}", sources=sources, **bounds[k])) for k in moe}
 

@@ -252,6 +252,19 @@ def engine_kernels(cm, T) -> list[tuple[str, list, int]]:
     return out
 
 
+def mla_module_terms(cm, T) -> list[tuple[str, object, object, int, int]]:
+    """vLLM's MLA decode module's measured GPU time a layer beyond the operators the model
+    prices for it (``vllm_mla_module`` engines on a profile that measured it:
+    ``moe.vllm_mla_decode_excess_us``, h200), as ``(name, bytes, GPU s, kernels, layers)``:
+    a whole module timed under a CUDA graph, whose excess no kernel count names, so no
+    launch of its own; priced whatever the step's tokens, as the decode-path kernels."""
+    excess = cm.hardware.mla_vllm_decode_excess_s
+    if not (cm.execution.spec.vllm_mla_module and cm.model.is_mla) or excess is None:
+        return []
+    return [("vllm_mla_module", 0.0, np.where(np.asarray(T) > 0, excess, 0.0), 0,
+             cm.model.num_layers)]
+
+
 def ep_kernels(cm, T, low_latency: bool, eplb: bool) -> list[tuple[object, str]]:
     """The engine's launches a MoE layer around DeepEP's low-latency dispatch and EPLB's
     expert map (module docstring), as ``(bytes, kind)`` at ``T`` tokens of the rank."""

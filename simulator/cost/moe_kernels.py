@@ -107,6 +107,7 @@ from hardware.kernels import GEMM, OTHER
 from simulator.cost.engine_kernels import (
     engine_kernels,
     ep_kernels,
+    mla_module_terms,
     split_qkv_a_terms,
 )
 from simulator.cost.precision import compute_dtype
@@ -327,7 +328,8 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
     out += engine_kernels(cm, T)  # the engine's own launches beside these (engines.yaml)
-    return _priced(cm, T, out) + split_qkv_a_terms(cm, T, _quant_bytes(cm, T, m.hidden_size))
+    return _priced(cm, T, out) + split_qkv_a_terms(cm, T, _quant_bytes(cm, T, m.hidden_size)) \
+        + mla_module_terms(cm, T)
 
 
 def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:

@@ -82,7 +82,8 @@ LAYER_COUNTS = ("norm_kernels", "layer_kernels_before_attention",
                 "layer_kernels_after_attention", "layer_host_ops")
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static", "vllm_fused_moe",
-         "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor")
+         "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor",
+         "vllm_mla_module")
 MAX_COUNT = 10_000
 PER_SEQ = ("sync_output_per_seq_us",)  # host us a drafting sequence adds, an iteration
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
@@ -193,12 +194,10 @@ class SpecHost:
     # with chunked prefill off, whole prompts in prefill-only steps and the decodes in steps of
     # their own, whatever batching.mixed_chunk says (vLLM V0: simulator/engine_overrides.py)
     unchunked_prefill_apart: bool = False
-    # dense block-FP8 decode rows at PR #5820's DeepGEMM (engine_kernels.deepgemm_decode_floor);
-    # off for a later, rewritten DeepGEMM whose small-M times no measurement gives (roofline)
+    # dense block-FP8 decode rows at PR #5820's DeepGEMM (engine_kernels.deepgemm_decode_floor)
     deepgemm_decode_floor: bool = False
     split_qkv_a: bool = False    # q_a_proj and kv_a_proj_with_mqa as two linears
-    # MLA decode's output as one W_UV_O GEMM, K = heads x kv_lora_rank (vLLM 0.7.x: AbsorbedUvO)
-    absorbed_uv_o: bool = False
+    absorbed_uv_o: bool = False  # MLA decode's output as one W_UV_O GEMM (vLLM 0.7.x)
     # a MoE layer's shared experts run as always-picked experts of the routed grouped GEMM
     # (SGLang's num_fused_shared_experts), without EP: simulator/cost/moe.py MoeShape.of
     shared_experts_fusion: bool = False
@@ -206,6 +205,7 @@ class SpecHost:
     # sglang_mem_fraction_static), not by vLLM's gpu_memory_utilization and profiled headroom
     mem_fraction_static: bool = False
     vllm_fused_moe: bool = False  # vLLM's own FP8 fused_moe: moe_kernels.grouped_gemm_kernel
+    vllm_mla_module: bool = False  # vLLM's MLA decode module, measured: moe_kernels.py
     init_new_token_ratio: float = 0.0  # RESERVE (0: no reservation)
     min_new_token_ratio_factor: float = 0.0
     new_token_ratio_decay_steps: float = 0.0
