@@ -142,6 +142,22 @@ CUTLASS_K_STEP_S = (77.2e-6 - 19.2e-6) / (16384 / K_STEP - 2304 / K_STEP)
 # engines.yaml's fp8_gemm source); PR #5820's 'vllm' times double from M = 256 to 512 (module
 # docstring), as 128-row tiles put 112 and 224 tiles on 132 SMs
 CUTLASS_TILE_M = 128
+# vLLM's moe_align_block_size of v0.7.1 to v0.9.1 (csrc/moe/moe_align_sum_kernels.cu, read
+# in the PyPI sdists vllm-0.7.1 and vllm-0.9.1: the same kernel and dispatch; vLLM PR #12222,
+# 2025-01-20, gave it uint16 counters in shared memory): ONE thread block of num_experts
+# threads zeroes, counts and prefix-sums a (num_experts + 1) x num_experts table, so at 256
+# experts it runs a fixed ~65 us whatever the tokens.  Measured on an H200 in
+# sgl-project/sglang PR #4327 (2025-03-12, 'h200:', its 'VLLM' column, vLLM's
+# ops.moe_align_block_size): 65.152, 65.184, 65.376 us at 16 tokens, 256 experts, top-k 2, 4,
+# 8 (65.66-65.73 at 32 tokens and 66.1-71.4 at 512 in sgl-project/sglang PR #5086's table;
+# 71.7-71.8 us at one token on a B200, the 'VLLM(origin)' column of vLLM PR #19572, which
+# replaced it in June 2025); the mean of the H200 row.  vLLM 0.7.x's fused_experts calls it
+# once a MoE layer and forward (fused_moe.py moe_align_block_size -> ops.moe_align_block_size,
+# no other path at 256 experts until vLLM PR #12850, 2025-02-06, routed them to SGLang's
+# kernel).  Above 65,535 routed ids (8,192 tokens at top 8) it falls back to a global-memory
+# kernel (448.5 us at 8,192 tokens x 8 in PR #5086's table), not priced.
+ONE_BLOCK_ALIGN_EXPERTS = 256
+ONE_BLOCK_ALIGN_S = (65.152e-6 + 65.184e-6 + 65.376e-6) / 3
 # linears the Triton FP8 engine does not run on its K-loop kernel, nor DeepGEMM at decode
 # rows: kv_b's absorbed halves run as flashinfer's bmm_fp8 at decode (SGLang 0.4.1
 # deepseek_v2.py forward_absorb; torch.bmm on BF16 halves in 0.5.x, engines.yaml sglang-v0.5)
@@ -290,6 +306,20 @@ def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int
     quant = cm._roof.transfer_time(quant_bytes, OTHER)
     gpu = np.maximum(gemm(r) + gemm(a) - gemm(r + a), 0.0) + quant
     return [("engine_split_qkv_a", quant_bytes, gpu, 2, m.num_layers)]
+
+
+def moe_align_terms(cm, T, generic_s) -> list[tuple[str, object, object, int, int]]:
+    """An engine whose experts' align is vLLM's one-block ``moe_align_block_size``
+    (``one_block_moe_align``: vLLM 0.7.x) at the 256 routed experts it was measured at:
+    ``(name, bytes, GPU s, kernels, layers)`` of its measured time beyond the generic align's
+    ``generic_s`` (moe_kernels prices that one at its bytes), a MoE layer; no launch of its
+    own (the same kernel), nothing at zero tokens, nor for other expert counts."""
+    s = cm._moe
+    if s is None or not cm.execution.spec.one_block_moe_align \
+            or s.num_experts != ONE_BLOCK_ALIGN_EXPERTS:
+        return []
+    gpu = np.where(np.asarray(T) > 0, np.maximum(ONE_BLOCK_ALIGN_S - generic_s, 0.0), 0.0)
+    return [("engine_moe_align", 0.0 * np.asarray(T), gpu, 0, s.layers)]
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ from simulator.cost.engine_kernels import (
     engine_kernels,
     ep_kernels,
     mla_module_terms,
+    moe_align_terms,
     split_qkv_a_terms,
 )
 from simulator.cost.precision import compute_dtype
@@ -115,6 +116,8 @@ from simulator.inputs.errors import SpecsimError
 
 BLOCK_M_SMALL, BLOCK_M, BLOCK_N = 16, 64, 128
 QUANT_GROUP = 128          # FP8 block scales: one fp32 scale per 128 activations
+# the bytes the generic moe_align_block_size is priced at, a routed row (3 x 4 bytes)
+ALIGN_BYTES = 4.0 * 3
 
 
 def busiest_experts(shape, tokens) -> np.ndarray:
@@ -328,8 +331,10 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
         for name, widths, layers in _quant_inputs(cm):
             out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
     out += engine_kernels(cm, T)  # the engine's own launches beside these (engines.yaml)
-    return _priced(cm, T, out) + split_qkv_a_terms(cm, T, _quant_bytes(cm, T, m.hidden_size)) \
-        + mla_module_terms(cm, T)
+    align = [] if cm._moe is None else moe_align_terms(
+        cm, T, _transfer(cm, T * cm._moe.k * ALIGN_BYTES))  # beyond the generic align
+    return _priced(cm, T, out) + split_qkv_a_terms(
+        cm, T, _quant_bytes(cm, T, m.hidden_size)) + align + mla_module_terms(cm, T)
 
 
 def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:
@@ -352,7 +357,7 @@ def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False) -> lis
     if low_latency:
         kern = route + down_q
     else:
-        kern = route + [(T * k * 4.0 * 3, None), (T * k * h * b + T * h * b, None)] + (
+        kern = route + [(T * k * ALIGN_BYTES, None), (T * k * h * b + T * h * b, None)] + (
             [(_quant_bytes(cm, T, h), None)] if quantised else []) + down_q
     kern += ep_kernels(cm, T, low_latency, eplb)
     out = [("moe_routing", kern, s.layers)]

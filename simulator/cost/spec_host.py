@@ -26,23 +26,22 @@ step's does, and the first read after the verification stands for the plain step
 (``draft_syncs``, ``draft_host_steps``, per later draft forward ``draft_step_*``) are paid
 by the methods that draft with a model; ``syncs`` and ``host_steps`` by every method.
 
-Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, nodes,
-whether it reranks a dynamic tree, maps a reduced draft vocabulary to the target's, fuses
-several target layers' hidden states, verifies a branching tree), never its name: every
-policy calls ``spec_host_s``, so the same work costs the same
-(tests/simulator/cost/test_spec_host.py holds every shipped policy to it).  The one place a
-method's name enters is the syncs: where an engine runs several methods through one proposer
-whose branches force different syncs (vLLM 0.9's EagleProposer: two ``.item()`` for EAGLE,
-one for DeepSeek MTP), the entry's ``method_syncs`` gives each method's count as read, and
-``SpecWork.method`` picks it, so a method whose code does less pays less.  With ``overlap``
-(the engine runs the speculative path's host work under the device's, as TensorRT-LLM's
-overlap scheduler does) only the syncs and extra host steps show.  Where the engine runs the
-draft's forward over the accepted tokens outside any CUDA graph (``draft_extend_eager``)
-that forward is priced eager by the layer's own cost model (feature_draft.py), not here.
-Where the engine's attention backend verifies a tree as a cascade (``tree_cascade``:
-SGLang's FA3 backend with top-k > 1) the extra kernels of every layer are GPU work, priced
-by the cost models' own kernels (tree_cascade.py, ``spec_device_s``), and the expand part's
-metadata is eager host work (``tree_verify_kernels``).  Everything is a per-iteration
+Which of these a method pays is its ``SpecWork`` (draft forwards, tree levels, nodes, whether it
+reranks a dynamic tree, maps a reduced draft vocabulary to the target's, fuses several target
+layers' hidden states, verifies a branching tree), never its name: every policy calls
+``spec_host_s``, so the same work costs the same (tests/simulator/cost/test_spec_host.py holds
+every shipped policy to it).  The one place a method's name enters is the syncs: where an engine
+runs several methods through one proposer whose branches force different syncs (vLLM 0.9's
+EagleProposer: two ``.item()`` for EAGLE, one for DeepSeek MTP), the entry's ``method_syncs`` gives
+each method's count as read, and ``SpecWork.method`` picks it, so a method whose code does less
+pays less.  With ``overlap`` (the engine runs the speculative path's host work under the device's,
+as TensorRT-LLM's overlap scheduler does) only the syncs and extra host steps show.  Where the
+engine runs the draft's forward over the accepted tokens outside any CUDA graph
+(``draft_extend_eager``) that forward is priced eager by the layer's own cost model
+(feature_draft.py), not here. Where the engine's attention backend verifies a tree as a cascade
+(``tree_cascade``: SGLang's FA3 backend with top-k > 1) the extra kernels of every layer are GPU
+work, priced by the cost models' own kernels (tree_cascade.py, ``spec_device_s``), and the expand
+part's metadata is eager host work (``tree_verify_kernels``).  Everything is a per-iteration
 constant in the batch's size: no per-request loop.
 """
 from __future__ import annotations
@@ -83,7 +82,7 @@ LAYER_COUNTS = ("norm_kernels", "layer_kernels_before_attention",
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static", "vllm_fused_moe",
          "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor",
-         "vllm_mla_module")
+         "vllm_mla_module", "one_block_moe_align")
 MAX_COUNT = 10_000
 PER_SEQ = ("sync_output_per_seq_us",)  # host us a drafting sequence adds, an iteration
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
@@ -206,6 +205,7 @@ class SpecHost:
     mem_fraction_static: bool = False
     vllm_fused_moe: bool = False  # vLLM's own FP8 fused_moe: moe_kernels.grouped_gemm_kernel
     vllm_mla_module: bool = False  # vLLM's MLA decode module, measured: moe_kernels.py
+    one_block_moe_align: bool = False  # vLLM 0.7.x's align: engine_kernels.moe_align_terms
     init_new_token_ratio: float = 0.0  # RESERVE (0: no reservation)
     min_new_token_ratio_factor: float = 0.0
     new_token_ratio_decay_steps: float = 0.0
@@ -396,4 +396,3 @@ def _check_reserve(out: dict[str, Any], name: str, src: str) -> None:
                            "decay step", source=src, field=f"{name}.{key}",
                            fix="give " + ", ".join(RESERVE) + " (new_token_ratio_decay_steps "
                                "above 0), or none of them")
-
