@@ -43,8 +43,8 @@ Two-batch overlap (``enable_two_batch_overlap``): the step as two micro-batches,
 batch cut at its token midpoint, one's dispatch and combine beside the other's compute
 (simulator/cost/tbo.py).  Expert load: under a skewed routing or EPLB's placement
 (``enable_eplb``, ``ep_num_redundant_experts``) the busiest rank's expected share of the
-routed rows prices its grouped GEMMs and, beyond what uniform routing puts there, its
-dispatch and combine (``ep_shape``, moe_kernels.busiest_rank_share).
+routed rows (under EPLB with what live traffic adds, eplb_live.py) prices its grouped GEMMs
+and, beyond uniform routing's, its dispatch and combine (``ep_shape``, moe.busiest_share).
 
 The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
 batch's context sum): they answer None and the engine prices step by step (each rank's
@@ -160,12 +160,6 @@ class DpAttentionCostModel(CostModel):
         self._ranks = parallel.data_parallel_attention
         self._dispatch = parallel.moe_dispatch
         self._ep_moe = ep_shape(model, parallel, routing_skew)
-        self._comm_hot = 1.0
-        if self._ep_moe.rank_share is not None:
-            s = self._ep_moe
-            even = moe_kernels.busiest_rank_share(
-                moe.inclusion_probabilities(s.num_experts, s.k), s.ep)
-            self._comm_hot = max(1.0, s.rank_share / even)
         self._moe = None  # the ranks' forwards leave the routed experts to _moe_s
         self._moe_memo: dict[tuple, float] = {}
 
@@ -208,7 +202,8 @@ class DpAttentionCostModel(CostModel):
         if self._dispatch != "all_gather":  # the busiest rank receives and sends back its
             # share of the routed copies; the profile's curves were measured with uniform
             # routing over the default placement, so only what is hotter than that counts
-            d_bytes, c_bytes = d_bytes * self._comm_hot, c_bytes * self._comm_hot
+            hot = moe.comm_hot(s, total)
+            d_bytes, c_bytes = d_bytes * hot, c_bytes * hot
         price = {"all_gather": coll.all_gather_s, "all_to_all": coll.all_to_all_s,
                  "deepep_normal": coll.ep_normal_s}[self._dispatch]
         d_s, c_s = float(price(d_bytes, ranks)), float(price(c_bytes, ranks))
@@ -308,7 +303,9 @@ class DpAttentionCostModel(CostModel):
         half = tbo.half_of({op.name: op.time_s for op in ops}, self._layers,
                            self._ep_moe.layers, capped, self._lead_capped())
         if self._dispatch == "all_to_all":  # DeepEP low latency holds the SMs a while
-            held = tbo.LL_SM_S * t_max * self._ep_moe.k * self._comm_hot / tbo.LL_SM_COPIES
+            s = self._ep_moe
+            held = tbo.LL_SM_S * t_max * s.k * moe.comm_hot(s, self._ranks * t_max) \
+                / tbo.LL_SM_COPIES
             half = dataclasses.replace(half, dispatch_sm=held, combine_sm=held)
         return half, ops
 
