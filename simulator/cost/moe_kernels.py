@@ -337,16 +337,20 @@ def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:
              len(kern), layers) for name, kern, layers in out]
 
 
-def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False) -> list[tuple]:
+def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False,
+                 rows=None) -> list[tuple]:
     """The ``moe_routing`` and ``moe_shared_add`` families of MoeShape ``s`` at ``T`` tokens;
     ``low_latency``: behind DeepEP's low-latency dispatch, which quantises, lays out and sums
     the routed rows itself (no align, no moe_sum, no quantisation of the hidden states), with
-    the engine's own launches around it (engine_kernels.ep_kernels, ``eplb`` its map)."""
+    the engine's own launches around it (engine_kernels.ep_kernels, ``eplb`` its map).
+    ``rows``: the routed rows the device's experts compute (None: ``T k / ep``, every rank
+    routing the same ``T`` tokens), which the second quantisation reads."""
     b, h = cm._b, cm._h
     E, k = s.num_experts, s.k
     quantised = compute_dtype(cm.model.dtype) != cm.model.dtype  # activations on the fly
     route = [(T * (E * 4.0 + k * 8.0), None)]
-    down_q = [(_quant_bytes(cm, T * k / s.ep, s.down_in), None)] if quantised else []
+    rows = T * k / s.ep if rows is None else rows
+    down_q = [(_quant_bytes(cm, rows, s.down_in), None)] if quantised else []
     if low_latency:
         kern = route + down_q
     else:
@@ -361,12 +365,12 @@ def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False) -> lis
     return out
 
 
-def moe_kernel_terms(cm, tokens, shape, low_latency: bool = False,
-                     eplb: bool = False) -> list[tuple[str, object, object, int, int]]:
+def moe_kernel_terms(cm, tokens, shape, low_latency: bool = False, eplb: bool = False,
+                     rows=None) -> list[tuple[str, object, object, int, int]]:
     """``small_kernel_terms``' MoE families for the experts' placement ``shape`` (DP
     attention prices them outside its ranks' forwards: dp_attention.py), behind DeepEP's
     low-latency dispatch or not, with EPLB's expert map or not (``_moe_kernels``)."""
-    return _priced(cm, tokens, _moe_kernels(cm, tokens, shape, low_latency, eplb))
+    return _priced(cm, tokens, _moe_kernels(cm, tokens, shape, low_latency, eplb, rows))
 
 
 def small_kernel_count(cm) -> int:
