@@ -187,14 +187,16 @@ class DpAttentionCostModel(CostModel):
                 self, np.array([total]), s):
             out.append((name, float(gpu[0]) * s.layers, launches * k * s.layers,
                         float(hbm[0]) * s.layers))
-        # the router's kernels and the weighted sum over the tokens the experts see (all of
-        # them after an all-gather); the shared expert's add over the rank's own tokens; the
-        # second quantisation over the mean rank's routed rows, of every rank's tokens
+        # the router and weighted sum over the tokens the experts see (all after an all-gather),
+        # the shared add over the rank's own, the second quantisation over the mean rank's
+        # routed rows; behind DeepEP's normal kernels the layout into the tokens it receives
         route = total if self._dispatch == "all_gather" else rank_tokens
+        normal = self._dispatch == "deepep_normal"
+        received = rank_tokens * reached(s.k, ranks, s.num_experts) if normal else None
         low = self._dispatch == "all_to_all"  # DeepEP low latency: moe_kernels._moe_kernels
         for tokens, family in ((route, "moe_routing"), (rank_tokens, "moe_shared_add")):
             for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(
-                    self, tokens, s, low, self.parallel.eplb, total * s.k / s.ep):
+                    self, tokens, s, low, self.parallel.eplb, total * s.k / s.ep, received):
                 if name == family:
                     out.append((name, float(gpu) * n, kernels * k * n, float(nb) * n))
         coll = self._collectives

@@ -104,11 +104,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.kernels import GEMM, OTHER
-from simulator.cost.engine_kernels import (
-    engine_kernels,
-    ep_kernels,
-    split_qkv_a_terms,
-)
+from simulator.cost.engine_kernels import engine_kernels, ep_kernels, split_qkv_a_terms
 from simulator.cost.precision import compute_dtype
 from simulator.inputs.errors import SpecsimError
 
@@ -337,14 +333,17 @@ def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:
              len(kern), layers) for name, kern, layers in out]
 
 
-def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False,
-                 rows=None) -> list[tuple]:
+def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False, rows=None,
+                 received=None) -> list[tuple]:
     """The ``moe_routing`` and ``moe_shared_add`` families of MoeShape ``s`` at ``T`` tokens;
     ``low_latency``: behind DeepEP's low-latency dispatch, which quantises, lays out and sums
     the routed rows itself (no align, no moe_sum, no quantisation of the hidden states), with
     the engine's own launches around it (engine_kernels.ep_kernels, ``eplb`` its map).
     ``rows``: the routed rows the device's experts compute (None: ``T k / ep``, every rank
-    routing the same ``T`` tokens), which the second quantisation reads."""
+    routing the same ``T`` tokens), which the second quantisation reads; ``received``: the
+    tokens DeepEP's normal dispatch delivered (None: ``T``), into which SGLang's contiguous
+    path scatters the FP8 rows by expert and gathers the sums (layer.py ``ep_scatter``,
+    ``ep_gather``; tests/simulator/cost/test_wideep_moe_measured.py)."""
     b, h = cm._b, cm._h
     E, k = s.num_experts, s.k
     quantised = compute_dtype(cm.model.dtype) != cm.model.dtype  # activations on the fly
@@ -354,7 +353,9 @@ def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False,
     if low_latency:
         kern = route + down_q
     else:
-        kern = route + [(T * k * 4.0 * 3, None), (T * k * h * b + T * h * b, None)] + (
+        out, scatter = (T, []) if received is None else (received, [(
+            2 * rows * h * (1 + 4.0 / QUANT_GROUP), None)])  # FP8 rows in and out
+        kern = route + scatter + [(T * k * 4.0 * 3, None), (T * k * h * b + out * h * b, None)] + (
             [(_quant_bytes(cm, T, h), None)] if quantised else []) + down_q
     kern += ep_kernels(cm, T, low_latency, eplb)
     out = [("moe_routing", kern, s.layers)]
@@ -366,11 +367,12 @@ def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False,
 
 
 def moe_kernel_terms(cm, tokens, shape, low_latency: bool = False, eplb: bool = False,
-                     rows=None) -> list[tuple[str, object, object, int, int]]:
+                     rows=None, received=None) -> list[tuple[str, object, object, int, int]]:
     """``small_kernel_terms``' MoE families for the experts' placement ``shape`` (DP
     attention prices them outside its ranks' forwards: dp_attention.py), behind DeepEP's
     low-latency dispatch or not, with EPLB's expert map or not (``_moe_kernels``)."""
-    return _priced(cm, tokens, _moe_kernels(cm, tokens, shape, low_latency, eplb, rows))
+    return _priced(cm, tokens, _moe_kernels(cm, tokens, shape, low_latency, eplb, rows,
+                                            received))
 
 
 def small_kernel_count(cm) -> int:
