@@ -22,6 +22,11 @@ rows about the mean rank's ``mu``:
   imbalance ratio (max - mean) / mean 0.109, each averaged over layers and iterations.  So
   ``sigma_rest^2 = (52.0 / 1024)^2 - sigma_draw(1024, 32)^2``: 0.0404 of the mean.
 
+Not usable for it: DeepSeek's profile-data (its README: "we simulate an absolutely balanced
+MoE routing strategy for profiling"), and the SGLang large-EP blog's balancedness figure
+(lmsys.org/blog/2025-05-05-large-scale-ep, "Expert Parallelism Load Balancer": a simulation
+of tokens per GPU, given as an image only).
+
 The busiest of ``ep`` ranks is then ``1 + z_ep sqrt(sigma_draw^2 + sigma_rest^2)`` times the
 mean, ``z_ep`` the expected maximum of ``ep`` independent standard normals (``z_max``).  Two
 checks on the same table, not used in the fit: it gives 0.105 at its own EP32 row against the

@@ -341,9 +341,9 @@ def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False, rows=N
     the engine's own launches around it (engine_kernels.ep_kernels, ``eplb`` its map).
     ``rows``: the routed rows the device's experts compute (None: ``T k / ep``, every rank
     routing the same ``T`` tokens), which the second quantisation reads; ``received``: the
-    tokens DeepEP's normal dispatch delivered (None: ``T``), into which SGLang's contiguous
-    path scatters the FP8 rows by expert and gathers the sums (layer.py ``ep_scatter``,
-    ``ep_gather``; tests/simulator/cost/test_wideep_moe_measured.py)."""
+    tokens DeepEP's normal dispatch delivered (None: ``T``): SGLang's contiguous path scatters
+    the FP8 rows by expert and gathers the sums into them (python/sglang/srt/layers/moe/
+    ep_moe/layer.py ``forward_deepgemm_contiguous``; test_wideep_moe_measured.py)."""
     b, h = cm._b, cm._h
     E, k = s.num_experts, s.k
     quantised = compute_dtype(cm.model.dtype) != cm.model.dtype  # activations on the fly
