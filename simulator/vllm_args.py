@@ -73,7 +73,7 @@ DBO_DEFAULTS = {"dbo_decode_token_threshold": 32, "dbo_prefill_token_threshold":
 VLLM_A2A = {"allgather_reducescatter": "all_gather", "deepep_low_latency": "all_to_all",
             "deepep_high_throughput": "deepep_normal"}
 # EPLBConfig's fields in vLLM 0.11: only the redundant experts change a step's price (the
-# placement is computed once from the expected loads, moe_kernels.busiest_rank_share; how
+# placement is computed once from the expected loads, rank_load.busiest_rank_share; how
 # often vLLM re-places them and whether it logs balance do not move the steady state)
 EPLB_KEYS = ("num_redundant_experts", "window_size", "step_interval", "log_balancedness")
 # vLLM's --dtype (vllm/config/model.py, _STR_DTYPE_TO_TORCH_DTYPE) -> specsim's weight types;

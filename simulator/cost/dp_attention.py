@@ -24,7 +24,7 @@ A step's time (``step_time``):
   the busiest rank's tokens: vLLM's ``coordinate_batch_across_dp``, vllm/v1/worker/
   dp_utils.py, pads every DP rank to the largest count so the ranks replay the same CUDA
   graph), EP over N (simulator/cost/moe.py: ``D(T)/N`` experts and ``T k / N`` rows on the
-  mean rank, the busiest by moe_kernels.busiest_experts), with their routing kernels;
+  mean rank, the busiest by rank_load.busiest_experts), with their routing kernels;
 - the dispatch and combine of every MoE layer (``dispatch_bytes``), priced by
   hardware/collectives.py: ``all_gather`` (vLLM's ``allgather_reducescatter`` all2all
   backend and SGLang's DP-attention gather without DeepEP): the hidden states of all
@@ -43,8 +43,8 @@ Two-batch overlap (``enable_two_batch_overlap``): the step as two micro-batches,
 batch cut at its token midpoint, one's dispatch and combine beside the other's compute
 (simulator/cost/tbo.py).  Expert load: under a skewed routing or EPLB's placement
 (``enable_eplb``, ``ep_num_redundant_experts``) the busiest rank's expected share of the
-routed rows prices its grouped GEMMs and, beyond what uniform routing puts there, its
-dispatch and combine (``ep_shape``, moe_kernels.busiest_rank_share).
+routed rows (under EPLB with what live traffic adds, eplb_live.py) prices its grouped GEMMs
+and, beyond uniform routing's, its dispatch and combine (``ep_shape``, moe.busiest_share).
 
 The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
 batch's context sum): they answer None and the engine prices step by step (each rank's
@@ -63,7 +63,7 @@ import math
 
 import numpy as np
 
-from simulator.cost import moe, moe_kernels, tbo
+from simulator.cost import moe, moe_kernels, rank_load, tbo
 from simulator.cost import step_models as sm
 from simulator.cost import token_terms as tt
 from simulator.cost.cost_model import CostModel
@@ -118,14 +118,14 @@ def dispatch_bytes(mode: str, rank_tokens: float, ranks: int, hidden: int, k: in
 
 def ep_shape(model, parallel: Parallelism, skew: float) -> moe.MoeShape:
     """The routed experts over the EP group, with the busiest rank's share of the rows where
-    a skewed routing or EPLB's placement sets it (moe_kernels.busiest_rank_share)."""
+    a skewed routing or EPLB's placement sets it (rank_load.busiest_rank_share)."""
     ep = parallel.expert_parallel
     shape = moe.MoeShape.of(model, 1, ep, skew)
     if shape.probs is None and not parallel.eplb:
-        return shape  # uniform over the default placement: moe_kernels.busiest_experts
+        return shape  # uniform over the default placement: rank_load.busiest_experts
     probs = shape.probs if shape.probs is not None else \
         moe.inclusion_probabilities(shape.num_experts, shape.k)
-    share = moe_kernels.busiest_rank_share(probs, ep, parallel.eplb,
+    share = rank_load.busiest_rank_share(probs, ep, parallel.eplb,
                                            parallel.redundant_experts)
     return dataclasses.replace(shape, rank_share=share, eplb=parallel.eplb)
 
@@ -160,12 +160,6 @@ class DpAttentionCostModel(CostModel):
         self._ranks = parallel.data_parallel_attention
         self._dispatch = parallel.moe_dispatch
         self._ep_moe = ep_shape(model, parallel, routing_skew)
-        self._comm_hot = 1.0
-        if self._ep_moe.rank_share is not None:
-            s = self._ep_moe
-            even = moe_kernels.busiest_rank_share(
-                moe.inclusion_probabilities(s.num_experts, s.k), s.ep)
-            self._comm_hot = max(1.0, s.rank_share / even)
         self._moe = None  # the ranks' forwards leave the routed experts to _moe_s
         self._moe_memo: dict[tuple, float] = {}
 
@@ -193,13 +187,16 @@ class DpAttentionCostModel(CostModel):
                 self, np.array([total]), s):
             out.append((name, float(gpu[0]) * s.layers, launches * k * s.layers,
                         float(hbm[0]) * s.layers))
-        # the router's kernels and the weighted sum over the tokens the experts see (all of
-        # them after an all-gather); the shared expert's add over the rank's own tokens
+        # the router and weighted sum over the tokens the experts see (all after an all-gather),
+        # the shared add over the rank's own, the second quantisation over the mean rank's
+        # routed rows; behind DeepEP's normal kernels the layout into the tokens it receives
         route = total if self._dispatch == "all_gather" else rank_tokens
+        normal = self._dispatch == "deepep_normal"
+        received = rank_tokens * reached(s.k, ranks, s.num_experts) if normal else None
         low = self._dispatch == "all_to_all"  # DeepEP low latency: moe_kernels._moe_kernels
         for tokens, family in ((route, "moe_routing"), (rank_tokens, "moe_shared_add")):
             for name, nb, gpu, kernels, n in moe_kernels.moe_kernel_terms(
-                    self, tokens, s, low, self.parallel.eplb):
+                    self, tokens, s, low, self.parallel.eplb, total * s.k / s.ep, received):
                 if name == family:
                     out.append((name, float(gpu) * n, kernels * k * n, float(nb) * n))
         coll = self._collectives
@@ -208,7 +205,8 @@ class DpAttentionCostModel(CostModel):
         if self._dispatch != "all_gather":  # the busiest rank receives and sends back its
             # share of the routed copies; the profile's curves were measured with uniform
             # routing over the default placement, so only what is hotter than that counts
-            d_bytes, c_bytes = d_bytes * self._comm_hot, c_bytes * self._comm_hot
+            hot = moe.comm_hot(s, total)
+            d_bytes, c_bytes = d_bytes * hot, c_bytes * hot
         price = {"all_gather": coll.all_gather_s, "all_to_all": coll.all_to_all_s,
                  "deepep_normal": coll.ep_normal_s}[self._dispatch]
         d_s, c_s = float(price(d_bytes, ranks)), float(price(c_bytes, ranks))
@@ -308,7 +306,9 @@ class DpAttentionCostModel(CostModel):
         half = tbo.half_of({op.name: op.time_s for op in ops}, self._layers,
                            self._ep_moe.layers, capped, self._lead_capped())
         if self._dispatch == "all_to_all":  # DeepEP low latency holds the SMs a while
-            held = tbo.LL_SM_S * t_max * self._ep_moe.k * self._comm_hot / tbo.LL_SM_COPIES
+            s = self._ep_moe
+            held = tbo.LL_SM_S * t_max * s.k * moe.comm_hot(s, self._ranks * t_max) \
+                / tbo.LL_SM_COPIES
             half = dataclasses.replace(half, dispatch_sm=held, combine_sm=held)
         return half, ops
 

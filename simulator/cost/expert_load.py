@@ -22,7 +22,7 @@ where training put them, not in index order) its busiest rank averages 2.3x the 
 (Monte Carlo over placements; 2.6 at s = 0.64), against the measured 2.56.  Index order is
 the contiguous placement's worst case: the same profile in sorted blocks of 8 gives 6.0x,
 so the measured skew is not a default for EP deployments without EPLB
-(moe_kernels.busiest_rank_share prices sorted blocks); under EPLB the placement follows the
+(rank_load.busiest_rank_share prices sorted blocks); under EPLB the placement follows the
 loads and the index order does not matter.
 """
 from __future__ import annotations

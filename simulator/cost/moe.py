@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cost import engine_kernels, moe_kernels
+from simulator.cost import engine_kernels, eplb_live, moe_kernels, rank_load
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number, check_keys, require_mapping
 
@@ -118,7 +118,7 @@ class MoeShape:
     down_in: float           # w2 input per routed token row
     hidden: int
     # the busiest EP rank's share of the routed rows where the routing or the placement
-    # makes it more than its 1/ep (moe_kernels.busiest_rank_share); None: uniform routing
+    # makes it more than its 1/ep (rank_load.busiest_rank_share); None: uniform routing
     # over an even placement, where today's rows per touched expert stand
     rank_share: float | None = None
     eplb: bool = False       # placed by EPLB: its rows are the busiest rank's, alone
@@ -147,6 +147,26 @@ class MoeShape:
         return distinct_experts(tokens, self.num_experts, self.k, self.probs)
 
 
+def busiest_share(s: MoeShape, tokens):
+    """The busiest EP rank's share of a layer's routed rows at ``tokens`` tokens over the EP
+    group: ``s.rank_share`` (the expected loads' busiest rank), under EPLB plus what the live
+    traffic adds beyond the loads it placed, ``eplb_live.live_excess`` of the mean rank's
+    ``1 / ep`` at that rank's ``tokens k / ep`` rows (simulator/cost/eplb_live.py)."""
+    if not s.eplb:
+        return s.rank_share
+    return s.rank_share + eplb_live.live_excess(s.ep, tokens * s.k / s.ep) / s.ep
+
+
+def comm_hot(s: MoeShape, tokens) -> float:
+    """The busiest rank's rows over what uniform routing over the default placement puts on
+    its busiest (at least 1; 1 where ``s`` has no hot rank): what scales the dispatch and
+    combine it receives and sends back (dp_attention.py), at ``tokens`` over the EP group."""
+    if s.rank_share is None:
+        return 1.0
+    even = rank_load.busiest_rank_share(inclusion_probabilities(s.num_experts, s.k), s.ep)
+    return max(1.0, float(busiest_share(s, tokens)) / even)
+
+
 def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[tuple]:
     """Per MoE layer, at every count of ``tokens`` (float64 array): ``(name, flops, hbm
     bytes, host bytes, compute s, memory s, host s, gpu s, launches)`` of the grouped w13
@@ -159,12 +179,12 @@ def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[
     # and the routed token rows it computes
     d_dev = s.distinct(tokens) / s.ep
     rows = tokens * s.k / s.ep
-    if cm._shapes:  # the busiest rank sets the pace (moe_kernels.busiest_experts)
-        d_busy = moe_kernels.busiest_experts(s, tokens)
+    if cm._shapes:  # the busiest rank sets the pace (rank_load.busiest_experts)
+        d_busy = rank_load.busiest_experts(s, tokens)
         rows_busy = rows * d_busy / np.maximum(d_dev, 1e-12)
         if s.rank_share is not None:  # a hot rank: its expected rows, if more; under
             # EPLB the replicas even out what the uneven contiguous blocks added
-            hot = tokens * s.k * s.rank_share
+            hot = tokens * s.k * busiest_share(s, tokens)
             rows_busy = hot if s.eplb else np.maximum(rows_busy, hot)
         eta = moe_kernels.streaming_efficiency(cm)
         kernel = moe_kernels.grouped_gemm_kernel(cm)

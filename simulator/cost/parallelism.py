@@ -59,7 +59,7 @@ class Parallelism:
     deepep_num_sms: int = 20
     # SGLang's enable_eplb and ep_num_redundant_experts (vLLM's enable_eplb and
     # eplb_config.num_redundant_experts): experts placed, hot ones replicated, by DeepSeek's
-    # EPLB from the routing's expected loads (moe_kernels.busiest_rank_share)
+    # EPLB from the routing's expected loads (rank_load.busiest_rank_share)
     eplb: bool = False
     redundant_experts: int = 0
 

@@ -177,3 +177,21 @@ def test_h200_carries_h100s_deepep_worlds_across_nodes():
         assert np.array_equal(h200.all_to_all_s(sizes, world), h100.all_to_all_s(sizes, world))
     for world in (16, 32, 64):
         assert np.array_equal(h200.ep_normal_s(sizes, world), h100.ep_normal_s(sizes, world))
+
+
+def test_behind_deepep_normal_the_experts_layout_reads_the_ranks_routed_rows():
+    # DP32 behind DeepEP's normal kernels: each rank routes its own 4,096 tokens, its experts
+    # compute the mean rank's 32 x 4,096 x 8 / 32 routed rows: the FP8 quantisation of the
+    # down projection's input reads them (16-bit in, 8-bit out, a fp32 scale per 128), SGLang's
+    # ep_scatter copies them into expert order (FP8 in and out), and ep_gather sums them
+    # into the tokens the rank received: 4,096 x the ranks a token reaches
+    hw, m = load_profile("h100-sxm"), load_model("deepseek-v3")
+    cm = cost_model(hw, m, Parallelism(tensor_parallel=1, data_parallel_attention=32,
+                                       expert_parallel=32, moe_dispatch="deepep_normal"))
+    T, E, k, h, f = 4096.0, 256, 8, 7168, 2048
+    q, rows, received = 2 + 1 + 4 / 128, T * k, T * reached(k, 32, E)
+    by_hand = (T * (E * 4 + k * 8) + 2 * rows * h * (1 + 4 / 128) + T * k * 12  # route,
+               + (rows * h * 2 + received * h * 2)  # scatter, align, gather
+               + T * h * q + rows * f * q)  # the two quantisations
+    got = {t[0]: t[3] for t in cm._moe_terms(T, False)}["moe_routing"]
+    assert got == pytest.approx(by_hand * m.moe_layers, rel=1e-12)

@@ -336,7 +336,9 @@ def test_the_dp_step_prices_the_low_latency_family_per_moe_layer():
     cm = _dp("all_to_all", eplb=False)
     ops = {op.name: op.time_s for op in cm.breakdown(np.ones(16 * 64), np.full(1024, 900.0)).ops}
     s = cm._ep_moe
-    fam = {n: g for n, _, g, _, _ in mk.moe_kernel_terms(cm, 64.0, s, True, False)}
+    # each rank routes its own 64 tokens; its experts compute the mean rank's routed rows
+    rows = 16 * 64.0 * s.k / s.ep
+    fam = {n: g for n, _, g, _, _ in mk.moe_kernel_terms(cm, 64.0, s, True, False, rows)}
     assert ops["moe_routing"] == pytest.approx(float(fam["moe_routing"]) * s.layers, rel=1e-9)
 
 

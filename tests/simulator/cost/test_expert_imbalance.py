@@ -1,4 +1,4 @@
-"""Expert load across EP ranks (moe_kernels.busiest_rank_share, dp_attention.ep_shape): the
+"""Expert load across EP ranks (rank_load.busiest_rank_share, dp_attention.ep_shape): the
 busiest rank's expected rows against Monte Carlo, EPLB's placement against enumeration,
 uniform routing without EPLB exactly as before."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hardware.profile import load_profile
-from simulator.cost import moe, moe_kernels
+from simulator.cost import moe, rank_load
 from simulator.cost.dp_attention import DpAttentionCostModel, ep_shape
 from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
@@ -29,7 +29,7 @@ def _systematic_picks(p: np.ndarray, tokens: int, rng: np.random.Generator) -> n
 def test_busiest_rank_rows_against_monte_carlo():
     E, k, ep, T, draws = 8, 2, 4, 2000, 400
     p = moe.inclusion_probabilities(E, k, 1.0)
-    share = moe_kernels.busiest_rank_share(p, ep)
+    share = rank_load.busiest_rank_share(p, ep)
     rng = np.random.default_rng(7)
     maxima, means = [], np.zeros(ep)
     for _ in range(draws):
@@ -50,17 +50,17 @@ def test_busiest_rank_rows_against_monte_carlo():
 
 def test_eplb_packing_against_enumeration():
     load = np.array([0.5, 0.3, 0.15, 0.05]) * 2          # k = 2
-    got = moe_kernels.busiest_rank_share(load, 2, eplb=True)
+    got = rank_load.busiest_rank_share(load, 2, eplb=True)
     best = min(max(load[list(a)].sum(), load[[i for i in range(4) if i not in a]].sum())
                for a in itertools.combinations(range(4), 2))
     assert got == pytest.approx(best / load.sum(), rel=1e-12)   # {0.5, 0.05} {0.3, 0.15}
-    assert moe_kernels.busiest_rank_share(load, 2) == pytest.approx(0.8, rel=1e-12)
+    assert rank_load.busiest_rank_share(load, 2) == pytest.approx(0.8, rel=1e-12)
 
 
 def test_eplb_replicates_the_hottest_expert():
     # 0.9 and 0.1 on 2 ranks with 2 redundant slots: expert 0 gets 3 replicas of 0.3 (0.45
     # > 0.1, then 0.3 > 0.1); packed 2 a rank: {0.3, 0.3} and {0.3, 0.1}
-    got = moe_kernels.busiest_rank_share(np.array([0.9, 0.1]), 2, eplb=True, redundant=2)
+    got = rank_load.busiest_rank_share(np.array([0.9, 0.1]), 2, eplb=True, redundant=2)
     assert got == pytest.approx(0.6, rel=1e-12)
 
 
@@ -70,8 +70,8 @@ def test_uniform_routing_without_eplb_is_the_shape_as_before():
     assert ep_shape(m, par, 0.0) == moe.MoeShape.of(m, 1, 8, 0.0)
     # uniform loads over whole blocks: every rank 1/ep, and EPLB without replicas the same
     p = moe.inclusion_probabilities(256, 8)
-    assert moe_kernels.busiest_rank_share(p, 8) == 1 / 8
-    assert moe_kernels.busiest_rank_share(p, 8, eplb=True) == pytest.approx(1 / 8, rel=1e-12)
+    assert rank_load.busiest_rank_share(p, 8) == 1 / 8
+    assert rank_load.busiest_rank_share(p, 8, eplb=True) == pytest.approx(1 / 8, rel=1e-12)
 
 
 def test_skew_slows_the_step_and_eplb_wins_it_back():

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from simulator.cost import expert_load, moe, moe_kernels
+from simulator.cost import expert_load, moe, rank_load
 from simulator.inputs.errors import SpecsimError
 
 
@@ -44,16 +44,16 @@ def test_eplb_places_a_zipf_profile_as_enumerated():
     np.testing.assert_allclose(p, [0.48, 0.24, 0.16, 0.12], rtol=1e-12)
     # contiguous blocks {0.48, 0.24} {0.16, 0.12}: 0.72; EPLB without replicas packs the
     # best split {0.48, 0.12} {0.24, 0.16}, as enumerating every 2 + 2 split finds
-    assert moe_kernels.busiest_rank_share(p, 2) == pytest.approx(0.72, rel=1e-12)
+    assert rank_load.busiest_rank_share(p, 2) == pytest.approx(0.72, rel=1e-12)
     best = min(max(p[list(a)].sum(), 1.0 - p[list(a)].sum())
                for a in itertools.combinations(range(4), 2))
     assert best == pytest.approx(0.60, rel=1e-12)
-    assert moe_kernels.busiest_rank_share(p, 2, eplb=True) == pytest.approx(best, rel=1e-12)
+    assert rank_load.busiest_rank_share(p, 2, eplb=True) == pytest.approx(best, rel=1e-12)
     # 2 redundant slots: 0.48 split in two (0.24 a replica), then the tie 0.24 / 0.24 goes
     # to the first expert (eplb.py's argmax): 3 replicas of 0.16; six replicas, 3 a rank,
     # heaviest first to the lighter rank with room: A 0.24, B 0.16, B 0.32, A 0.40,
     # B 0.48 (full), A 0.52 -- the best of the 3 + 3 splits
-    got = moe_kernels.busiest_rank_share(p, 2, eplb=True, redundant=2)
+    got = rank_load.busiest_rank_share(p, 2, eplb=True, redundant=2)
     w = [0.16, 0.16, 0.16, 0.24, 0.16, 0.12]
     best = min(max(sum(w[i] for i in a), 1.0 - sum(w[i] for i in a))
                for a in itertools.combinations(range(6), 3))

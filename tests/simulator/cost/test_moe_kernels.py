@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hardware.profile import load_profile
-from simulator.cost import moe, moe_kernels
+from simulator.cost import moe, moe_kernels, rank_load
 from simulator.cost.cost_model import CostModel
 from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
@@ -28,15 +28,15 @@ def test_busiest_rank_expected_max_against_the_binomial_closed_form():
         q = 1.0 - (1.0 - k / E) ** tokens
         cdf = np.cumsum([comb(per, j) * q ** j * (1 - q) ** (per - j) for j in range(per + 1)])
         closed = sum(1.0 - cdf[j - 1] ** ep for j in range(1, per + 1))
-        got = moe_kernels.expected_max_count(np.full(E, q), ep)
+        got = rank_load.expected_max_count(np.full(E, q), ep)
         assert got == pytest.approx(closed, rel=1e-9)
         assert got > E * q / ep  # the busiest rank holds more than the mean
         # the cost model's uniform-routing path (the binomial form) agrees
-        assert float(moe_kernels.busiest_experts(_DS_EP._moe, tokens)) == pytest.approx(
+        assert float(rank_load.busiest_experts(_DS_EP._moe, tokens)) == pytest.approx(
             closed, rel=1e-9)
-    assert moe_kernels.expected_max_count(np.full(E, 0.25), 1) == pytest.approx(64.0)
+    assert rank_load.expected_max_count(np.full(E, 0.25), 1) == pytest.approx(64.0)
     # fewer experts than a whole number per rank: 3 experts on 2 ranks, all touched
-    assert moe_kernels.expected_max_count(np.ones(3), 2) == pytest.approx(2.0)
+    assert rank_load.expected_max_count(np.ones(3), 2) == pytest.approx(2.0)
 
 
 def test_busiest_rank_against_monte_carlo_under_skew():
@@ -46,7 +46,7 @@ def test_busiest_rank_against_monte_carlo_under_skew():
     q = np.linspace(0.6, 0.01, E)
     draws = rng.random((40000, E)) < q
     mc = draws.reshape(-1, ep, E // ep).sum(axis=2).max(axis=1).mean()
-    assert moe_kernels.expected_max_count(q, ep) == pytest.approx(mc, rel=0.01)
+    assert rank_load.expected_max_count(q, ep) == pytest.approx(mc, rel=0.01)
 
 
 def test_grouped_gemm_closed_forms():
@@ -104,7 +104,7 @@ def test_busiest_rank_prices_the_expert_gemms(tokens):
     m = load_model("deepseek-v3")
     ep = CostModel(hw, m, Parallelism(tensor_parallel=8, expert_parallel=8))
     s = ep._moe
-    busy = float(moe_kernels.busiest_experts(s, tokens))
+    busy = float(rank_load.busiest_experts(s, tokens))
     assert busy > s.distinct(tokens) / 8
     up = moe.routed_terms(ep, np.array([tokens]))[0]
     rows = tokens * s.k / 8 * busy / (s.distinct(tokens) / 8)
@@ -232,7 +232,7 @@ def test_skewed_routing_prices_the_rank_holding_the_hot_experts():
                        Parallelism(tensor_parallel=8, expert_parallel=8), routing_skew=1.0)
     s = skewed._moe
     for tokens in (1.0, 16.0):
-        q = moe_kernels.touched_probabilities(s, tokens)
-        busy = float(moe_kernels.busiest_experts(s, tokens))
-        assert busy == pytest.approx(float(moe_kernels.expected_max_count(q, 8)), rel=1e-12)
+        q = rank_load.touched_probabilities(s, tokens)
+        busy = float(rank_load.busiest_experts(s, tokens))
+        assert busy == pytest.approx(float(rank_load.expected_max_count(q, 8)), rel=1e-12)
         assert busy >= q[: 256 // 8].sum()  # at least rank 0's expected count

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hardware.profile import load_profile
-from simulator.cost import tbo
+from simulator.cost import moe, tbo
 from simulator.cost.dp_attention import COMM, DpAttentionCostModel
 from simulator.cost.parallelism import Parallelism, parallelism_from_dict
 from simulator.inputs.errors import SpecsimError
@@ -141,7 +141,7 @@ def test_overlapped_step_within_its_compute_and_its_serial_communication(dispatc
                    for op in half_bd.ops if op.name not in COMM)
     # DeepEP's low-latency kernels hold the SMs tbo.LL_SM_S per 1,024 copies as well
     held = 0.0 if dispatch == "deepep_normal" else 4 * over._ep_moe.layers * tbo.LL_SM_S \
-        * (n // 16 // 2) * over._ep_moe.k * over._comm_hot / tbo.LL_SM_COPIES
+        * (n // 16 // 2) * over._ep_moe.k * moe.comm_hot(over._ep_moe, n // 2) / tbo.LL_SM_COPIES
     device = step - bd.step_overhead_s - bd.launch_s
     assert work * (1 - 1e-9) <= device <= work / (1 - s) + comm + held
 
