@@ -384,5 +384,15 @@ def _spread(size: int, count: int) -> np.ndarray:
     key = (size, count)
     out = _SPREADS.get(key)
     if out is None:
-        out = _SPREADS[key] = np.linspace(0, size - 1, count).round().astype(int)
+        out = _SPREADS[key] = np.array(_spread_list(size, count), np.int64)
     return out
+
+
+def _spread_list(size: int, count: int) -> list[int]:
+    """``np.linspace(0, size - 1, count).round()`` as Python numbers (numpy 2's linspace:
+    i times the float step (size - 1) / (count - 1), plus 0.0, the last point set to the
+    stop; ``round`` halves to even as numpy's does), without linspace's layers."""
+    if count < 2 or size < 2:
+        return np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
+    step = float(size - 1) / (count - 1)
+    return [round(i * step + 0.0) for i in range(count - 1)] + [size - 1]

@@ -212,3 +212,13 @@ def test_the_levels_are_numpys_distinct_values_descending():
             got = _descending_distinct(values)
             assert got.dtype == np.float64
             assert got.tolist() == np.unique(values)[::-1].tolist()
+
+
+def test_spread_is_linspace_rounded():
+    """The search's evenly spread candidate levels: numpy's linspace rounded, exactly, for
+    every size and count up to these (exact enumeration, the degenerate ones included)."""
+    from simulator.policies.adaptive_controllers import _spread_list
+    for size in range(0, 300):
+        for count in range(0, 30):
+            want = np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
+            assert _spread_list(size, count) == want, (size, count)
