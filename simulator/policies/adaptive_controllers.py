@@ -206,11 +206,11 @@ class AcceptanceEstimate:
                 f = 1 if a < d else 0
                 succ, fail, drafting = succ + a, fail + f, True
                 rec = req.setdefault(rid, [0.0, 0.0])
-                rec[0] += float(a)
-                rec[1] += float(f)
+                rec[0] += a  # a float plus a whole number: its exact float added (IEEE)
+                rec[1] += f
         if drafting:  # iterations without drafts leave the counts undecayed
-            self._succ = self.decay * self._succ + float(succ)
-            self._fail = self.decay * self._fail + float(fail)
+            self._succ = self.decay * self._succ + succ
+            self._fail = self.decay * self._fail + fail
 
     def forget(self, request_ids) -> None:
         req = self._req
