@@ -257,28 +257,29 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     n = cap.size
     if k_max == 0:
         return np.zeros((1, n), np.int64), 0
-    a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
+    a, inside = _clipped(alpha)
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
     steps = _steps(k_max)
     powers = a[:, None] ** steps
-    if _MAX(a) >= 1.0:  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
+    if not inside and _MAX(a) >= 1.0:  # rows g + 1: divided by 1.0 rather than 0 (no warning)
         certain = a >= 1.0
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
     if k_min == k_max:  # every request may draft k_max (the usual case): no masks
+        levels = _levels([row[:k_max] for row in powers.tolist()])
         powers = powers[:, :k_max]
-        levels = _descending_distinct(powers)
     else:
         allowed = steps[:k_max] <= cap[:, None]
         # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
         powers = np.where(allowed, powers[:, :k_max], -1.0)
-        levels = _descending_distinct(powers[allowed])
-    if levels.size > max_candidates:
-        levels = levels[_spread(levels.size, max_candidates)]
+        levels = _levels([powers[allowed].tolist()])
+    if len(levels) > max_candidates:
+        levels = [levels[i] for i in _spread(len(levels), max_candidates)]
+    levels = np.array(levels, np.float64)
     # the rows in their order: none, the uniform choices min(cap, u), the thresholds' counts
     ks = np.zeros((1 + k_max + levels.size, n), np.int64)
     np.minimum(cap, _column(k_max), out=ks[1:k_max + 1])
@@ -287,7 +288,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
     # each candidate's sum along its own row: the 1-D sum of that gather
-    gains = _SUM(table.ravel().take(ks + _offsets(n, k_max + 1)), axis=1).tolist()
+    gains = _SUM(table.take(ks + _offsets(n, k_max + 1)), axis=1).tolist()  # flat indices
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
@@ -341,15 +342,24 @@ def _offsets(n: int, width: int) -> np.ndarray:
     return out
 
 
-def _descending_distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)[::-1]`` (finite values, any shape) without its layers."""
-    ordered = np.sort(values, axis=None)
-    if ordered.size < 2:
-        return ordered
-    keep = np.empty(ordered.size, bool)
-    keep[-1] = True
-    np.not_equal(ordered[:-1], ordered[1:], out=keep[:-1])
-    return ordered[keep][::-1]
+def _clipped(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``np.clip(alpha, 0, 1)``'s values, and whether every one is strictly inside (0, 1):
+    then the clip changes nothing and ``alpha`` itself is returned (the estimates' usual
+    case; one list instead of three numpy calls)."""
+    values = alpha.tolist()
+    if values and 0.0 < min(values) and max(values) < 1.0 and alpha.dtype == np.float64:
+        return alpha, True
+    return np.minimum(np.maximum(alpha, 0.0), 1.0), False
+
+
+def _levels(rows: list[list[float]]) -> list[float]:
+    """The distinct values of ``rows`` (finite floats) in descending order: ``np.unique``'s
+    in reverse (equal values are one level, a zero of either sign among them: the levels
+    are only compared with), as Python numbers for the few dozen the search has."""
+    distinct: set[float] = set()
+    for row in rows:
+        distinct.update(row)
+    return sorted(distinct, reverse=True)
 
 
 _STEPS: dict[int, np.ndarray] = {}
@@ -375,16 +385,16 @@ def _column(k_max: int) -> np.ndarray:
     return out
 
 
-_SPREADS: dict[tuple[int, int], np.ndarray] = {}
+_SPREADS: dict[tuple[int, int], list[int]] = {}
 
 
-def _spread(size: int, count: int) -> np.ndarray:
+def _spread(size: int, count: int) -> list[int]:
     """``count`` indices spread evenly over ``size`` (np.linspace's, rounded), memoised:
-    a pure function of the two sizes."""
+    a pure function of the two sizes (the list is shared: read only)."""
     key = (size, count)
     out = _SPREADS.get(key)
     if out is None:
-        out = _SPREADS[key] = np.array(_spread_list(size, count), np.int64)
+        out = _SPREADS[key] = _spread_list(size, count)
     return out
 
 

@@ -12,7 +12,8 @@ from simulator.policies.adaptive_controllers import (
     AcceptanceEstimate,
     BatchSizeSchedule,
     KillSwitch,
-    _descending_distinct,
+    _clipped,
+    _levels,
     expected_emitted,
     goodput_gammas,
 )
@@ -203,15 +204,27 @@ def test_goodput_without_room_drafts_nothing():
 
 
 def test_the_levels_are_numpys_distinct_values_descending():
-    """The search's levels (``_descending_distinct``: numpy's sort without its layers)
-    are ``np.unique``'s values in reverse, ties and zeros included."""
+    """The search's levels (``_levels``: Python's set and sort) are ``np.unique``'s values
+    in reverse, ties and zeros included, from rows or one flat list."""
     rng = np.random.default_rng(8)
     for shape in [(1,), (7,), (3, 4), (40, 6), (100, 6), (513,), (600,)]:
         for values in (rng.uniform(0.0, 1.0, shape), rng.integers(0, 5, shape) / 4.0,
-                       np.zeros(shape)):
-            got = _descending_distinct(values)
-            assert got.dtype == np.float64
-            assert got.tolist() == np.unique(values)[::-1].tolist()
+                       np.zeros(shape), rng.uniform(0.0, 1.0, shape) ** 3):
+            want = np.unique(values)[::-1].tolist()
+            rows = values.tolist() if values.ndim == 2 else [values.tolist()]
+            assert _levels(rows) == want
+
+
+def test_the_clip_is_skipped_only_strictly_inside():
+    """``_clipped``: alpha itself where every value is in (0, 1) (np.clip changes nothing
+    there), np.clip's values otherwise (0, 1, outside, NaN-free edges)."""
+    inside = np.array([0.25, 0.5, 0.999])
+    got, flag = _clipped(inside)
+    assert flag and got is inside
+    for alpha in (np.array([0.0, 0.5]), np.array([0.5, 1.0]), np.array([-0.25, 1.5]),
+                  np.array([0.5, -0.0]), np.array([], np.float64)):
+        got, flag = _clipped(alpha)
+        assert not flag and got.tolist() == np.clip(alpha, 0.0, 1.0).tolist()
 
 
 def test_spread_is_linspace_rounded():
