@@ -270,16 +270,15 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
     if k_min == k_max:  # every request may draft k_max (the usual case): no masks
-        levels = _levels([row[:k_max] for row in powers.tolist()])
         powers = powers[:, :k_max]
+        levels = _descending_distinct(powers)
     else:
         allowed = steps[:k_max] <= cap[:, None]
         # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
         powers = np.where(allowed, powers[:, :k_max], -1.0)
-        levels = _levels([powers[allowed].tolist()])
-    if len(levels) > max_candidates:
-        levels = [levels[i] for i in _spread(len(levels), max_candidates)]
-    levels = np.array(levels, np.float64)
+        levels = _descending_distinct(powers[allowed])
+    if levels.size > max_candidates:
+        levels = levels[_spread(levels.size, max_candidates)]
     # the rows in their order: none, the uniform choices min(cap, u), the thresholds' counts
     ks = np.zeros((1 + k_max + levels.size, n), np.int64)
     np.minimum(cap, _column(k_max), out=ks[1:k_max + 1])
@@ -346,20 +345,22 @@ def _clipped(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
     """``np.clip(alpha, 0, 1)``'s values, and whether every one is strictly inside (0, 1):
     then the clip changes nothing and ``alpha`` itself is returned (the estimates' usual
     case; one list instead of three numpy calls)."""
-    values = alpha.tolist()
-    if values and 0.0 < min(values) and max(values) < 1.0 and alpha.dtype == np.float64:
-        return alpha, True
+    if alpha.dtype == np.float64:
+        values = alpha.tolist()
+        if values and 0.0 < min(values) and max(values) < 1.0:
+            return alpha, True
     return np.minimum(np.maximum(alpha, 0.0), 1.0), False
 
 
-def _levels(rows: list[list[float]]) -> list[float]:
-    """The distinct values of ``rows`` (finite floats) in descending order: ``np.unique``'s
-    in reverse (equal values are one level, a zero of either sign among them: the levels
-    are only compared with), as Python numbers for the few dozen the search has."""
-    distinct: set[float] = set()
-    for row in rows:
-        distinct.update(row)
-    return sorted(distinct, reverse=True)
+def _descending_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)[::-1]`` (finite values, any shape) without its layers."""
+    ordered = np.sort(values, axis=None)
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, bool)
+    keep[-1] = True
+    np.not_equal(ordered[:-1], ordered[1:], out=keep[:-1])
+    return ordered[keep][::-1]
 
 
 _STEPS: dict[int, np.ndarray] = {}
@@ -385,16 +386,16 @@ def _column(k_max: int) -> np.ndarray:
     return out
 
 
-_SPREADS: dict[tuple[int, int], list[int]] = {}
+_SPREADS: dict[tuple[int, int], np.ndarray] = {}
 
 
-def _spread(size: int, count: int) -> list[int]:
+def _spread(size: int, count: int) -> np.ndarray:
     """``count`` indices spread evenly over ``size`` (np.linspace's, rounded), memoised:
-    a pure function of the two sizes (the list is shared: read only)."""
+    a pure function of the two sizes."""
     key = (size, count)
     out = _SPREADS.get(key)
     if out is None:
-        out = _SPREADS[key] = _spread_list(size, count)
+        out = _SPREADS[key] = np.array(_spread_list(size, count), np.int64)
     return out
 
 

@@ -13,7 +13,7 @@ from simulator.policies.adaptive_controllers import (
     BatchSizeSchedule,
     KillSwitch,
     _clipped,
-    _levels,
+    _descending_distinct,
     expected_emitted,
     goodput_gammas,
 )
@@ -204,15 +204,15 @@ def test_goodput_without_room_drafts_nothing():
 
 
 def test_the_levels_are_numpys_distinct_values_descending():
-    """The search's levels (``_levels``: Python's set and sort) are ``np.unique``'s values
-    in reverse, ties and zeros included, from rows or one flat list."""
+    """The search's levels (``_descending_distinct``: numpy's sort without its layers)
+    are ``np.unique``'s values in reverse, ties and zeros included."""
     rng = np.random.default_rng(8)
     for shape in [(1,), (7,), (3, 4), (40, 6), (100, 6), (513,), (600,)]:
         for values in (rng.uniform(0.0, 1.0, shape), rng.integers(0, 5, shape) / 4.0,
-                       np.zeros(shape), rng.uniform(0.0, 1.0, shape) ** 3):
-            want = np.unique(values)[::-1].tolist()
-            rows = values.tolist() if values.ndim == 2 else [values.tolist()]
-            assert _levels(rows) == want
+                       np.zeros(shape)):
+            got = _descending_distinct(values)
+            assert got.dtype == np.float64
+            assert got.tolist() == np.unique(values)[::-1].tolist()
 
 
 def test_the_clip_is_skipped_only_strictly_inside():
