@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -189,7 +190,7 @@ class AcceptanceEstimate:
         """Current estimate for each request."""
         g, w = self.global_alpha, self.prior_weight
         wg, req, unseen = w * g, self._req, (0.0, 0.0)
-        rows = (req.get(rid, unseen) for rid in request_ids.tolist())
+        rows = map(req.get, request_ids.tolist(), repeat(unseen))  # no generator frame
         if w <= 0.0:  # s / (s + f), the limit w -> 0+; s + f is 0 only for an unseen request
             return np.array([s / (s + f) if s + f > 0.0 else g for s, f in rows], np.float64)
         # (s + w * g) / (s + f + w) per request: numpy's operations on its arrays, in the

@@ -55,11 +55,15 @@ class AdaptiveStretch(VariedDraft):
         top = policy.cap(batch_size)
         k = np.empty(request_ids.size, np.int64)  # np.full's array, without its layers
         k.fill(top)
-        # requests past the draft model's context (none where the longest fits)
-        if top and self._limited and not self._all_speculable(prompt_len, generated):
-            k[~self._speculable(prompt_len, generated)] = 0
+        # whether any request drafts: all do at top > 0 unless some are past the draft
+        # model's context (none where the longest fits: then as many as fit)
+        drafting = top > 0 and request_ids.size > 0
+        if drafting and self._limited and not self._all_speculable(prompt_len, generated):
+            fits = self._speculable(prompt_len, generated)
+            k[~fits] = 0
+            drafting = bool(_ANY(fits))
         verify_s = None  # the target's seconds verifying k, where the search priced them
-        if policy.estimate is not None and _ANY(k):
+        if policy.estimate is not None and drafting:
             k, verify_s = policy.goodput_priced(
                 k, request_ids, context, generated, output_len,
                 self.control.rows_predictor(request_ids, context))
