@@ -315,9 +315,7 @@ def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
     """The rows of ``ks`` (int64, C-contiguous) without repeats, each where it first
-    appears; a row is known by its bytes (one buffer, sliced).  One pass: the search's
-    thresholds often repeat a uniform row (requests with equal estimates), so a first
-    test for repeats would usually be followed by this pass anyway."""
+    appears, known by their bytes; one pass (thresholds often repeat a uniform row)."""
     width = ks.shape[1] * ks.itemsize
     buffer = ks.tobytes()
     first: dict[bytes, int] = {}  # insertion order: the rows' order of first appearance
@@ -343,9 +341,8 @@ def _offsets(n: int, width: int) -> np.ndarray:
 
 
 def _clipped(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
-    """``np.clip(alpha, 0, 1)``'s values, and whether every one is strictly inside (0, 1):
-    then the clip changes nothing and ``alpha`` itself is returned (the estimates' usual
-    case; one list instead of three numpy calls)."""
+    """``np.clip(alpha, 0, 1)``'s values, and whether all are inside (0, 1): then ``alpha``
+    itself (the clip changes nothing; one list instead of three numpy calls)."""
     if alpha.dtype == np.float64:
         values = alpha.tolist()
         if values and 0.0 < min(values) and max(values) < 1.0:
@@ -391,20 +388,12 @@ _SPREADS: dict[tuple[int, int], np.ndarray] = {}
 
 
 def _spread(size: int, count: int) -> np.ndarray:
-    """``count`` indices spread evenly over ``size`` (np.linspace's, rounded), memoised:
-    a pure function of the two sizes."""
-    key = (size, count)
-    out = _SPREADS.get(key)
+    """``count`` indices spread evenly over ``size``, memoised: np.linspace's rounded (numpy
+    2's: i times the float step, plus 0.0, the last the stop; ``round`` halves to even)."""
+    out = _SPREADS.get((size, count))
     if out is None:
-        out = _SPREADS[key] = np.array(_spread_list(size, count), np.int64)
+        step = float(size - 1) / (count - 1) if count > 1 and size > 1 else 0.0
+        out = _SPREADS[(size, count)] = np.array(
+            [round(i * step + 0.0) for i in range(count - 1)] + [size - 1], np.int64) \
+            if step else np.linspace(0, size - 1, count).round().astype(np.int64)
     return out
-
-
-def _spread_list(size: int, count: int) -> list[int]:
-    """``np.linspace(0, size - 1, count).round()`` as Python numbers (numpy 2's linspace:
-    i times the float step (size - 1) / (count - 1), plus 0.0, the last point set to the
-    stop; ``round`` halves to even as numpy's does), without linspace's layers."""
-    if count < 2 or size < 2:
-        return np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
-    step = float(size - 1) / (count - 1)
-    return [round(i * step + 0.0) for i in range(count - 1)] + [size - 1]

@@ -230,8 +230,8 @@ def test_the_clip_is_skipped_only_strictly_inside():
 def test_spread_is_linspace_rounded():
     """The search's evenly spread candidate levels: numpy's linspace rounded, exactly, for
     every size and count up to these (exact enumeration, the degenerate ones included)."""
-    from simulator.policies.adaptive_controllers import _spread_list
+    from simulator.policies.adaptive_controllers import _spread
     for size in range(0, 300):
         for count in range(0, 30):
             want = np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
-            assert _spread_list(size, count) == want, (size, count)
+            assert _spread(size, count).tolist() == want, (size, count)
