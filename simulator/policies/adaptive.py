@@ -115,6 +115,16 @@ def _parse_controller(value: Any, source: str, prefix: str) -> dict:
     return {"kind": kind, **params}
 
 
+def _within_output(k: np.ndarray, generated: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """``np.minimum(k, np.maximum(output_len - generated - 1, 0))``: no request drafts past
+    its last token; ``k`` itself where every request has room for the most any drafts
+    (whole numbers: the minimum changes nothing then; two lists instead of four calls)."""
+    left, ks = (output_len - generated).tolist(), k.tolist()
+    if not ks or min(left) - 1 >= max(ks):
+        return k
+    return np.minimum(k, np.maximum(output_len - generated - 1, 0))
+
+
 class AdaptiveSpeculation(PolicyBase):
     """A base speculative policy whose draft lengths a controller sets every iteration."""
 
@@ -288,7 +298,7 @@ class AdaptiveSpeculation(PolicyBase):
                        draft_rows) -> tuple[np.ndarray, float | None]:
         """``goodput``'s gammas and the target's seconds verifying them at ``context`` (the
         search priced them: bitwise ``step_time``'s), None where it priced nothing."""
-        k = np.minimum(k, np.maximum(output_len - generated - 1, 0))
+        k = _within_output(k, generated, output_len)
         alpha, verified = self.estimate.alpha(request_ids), []
         ks, best = goodput_choice(alpha, k, step_times=self.rows_predictor(
             context, draft_rows, verified))

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -189,7 +190,7 @@ class AcceptanceEstimate:
         """Current estimate for each request."""
         g, w = self.global_alpha, self.prior_weight
         wg, req, unseen = w * g, self._req, (0.0, 0.0)
-        rows = (req.get(rid, unseen) for rid in request_ids.tolist())
+        rows = map(req.get, request_ids.tolist(), repeat(unseen))  # no generator frame
         if w <= 0.0:  # s / (s + f), the limit w -> 0+; s + f is 0 only for an unseen request
             return np.array([s / (s + f) if s + f > 0.0 else g for s, f in rows], np.float64)
         # (s + w * g) / (s + f + w) per request: numpy's operations on its arrays, in the
@@ -206,11 +207,11 @@ class AcceptanceEstimate:
                 f = 1 if a < d else 0
                 succ, fail, drafting = succ + a, fail + f, True
                 rec = req.setdefault(rid, [0.0, 0.0])
-                rec[0] += float(a)
-                rec[1] += float(f)
+                rec[0] += a  # a float plus a whole number: its exact float added (IEEE)
+                rec[1] += f
         if drafting:  # iterations without drafts leave the counts undecayed
-            self._succ = self.decay * self._succ + float(succ)
-            self._fail = self.decay * self._fail + float(fail)
+            self._succ = self.decay * self._succ + succ
+            self._fail = self.decay * self._fail + fail
 
     def forget(self, request_ids) -> None:
         req = self._req
@@ -257,13 +258,13 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     n = cap.size
     if k_max == 0:
         return np.zeros((1, n), np.int64), 0
-    a = np.minimum(np.maximum(alpha, 0.0), 1.0)  # np.clip's values, without its layers
+    a, inside = _clipped(alpha)
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
     steps = _steps(k_max)
     powers = a[:, None] ** steps
-    if _MAX(a) >= 1.0:  # their rows are g + 1: divided by 1.0 rather than 0 (no warning)
+    if not inside and _MAX(a) >= 1.0:  # rows g + 1: divided by 1.0 rather than 0 (no warning)
         certain = a >= 1.0
         table = (1.0 - powers) / np.where(certain, 1.0, 1.0 - a)[:, None]
         table = np.where(certain[:, None], steps + 0.0, table)
@@ -287,7 +288,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
     # each candidate's sum along its own row: the 1-D sum of that gather
-    gains = _SUM(table.ravel().take(ks + _offsets(n, k_max + 1)), axis=1).tolist()
+    gains = _SUM(table.take(ks + _offsets(n, k_max + 1)), axis=1).tolist()  # flat indices
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
@@ -314,9 +315,7 @@ def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 def _distinct(ks: np.ndarray) -> np.ndarray:
     """The rows of ``ks`` (int64, C-contiguous) without repeats, each where it first
-    appears; a row is known by its bytes (one buffer, sliced).  One pass: the search's
-    thresholds often repeat a uniform row (requests with equal estimates), so a first
-    test for repeats would usually be followed by this pass anyway."""
+    appears, known by their bytes; one pass (thresholds often repeat a uniform row)."""
     width = ks.shape[1] * ks.itemsize
     buffer = ks.tobytes()
     first: dict[bytes, int] = {}  # insertion order: the rows' order of first appearance
@@ -324,7 +323,7 @@ def _distinct(ks: np.ndarray) -> np.ndarray:
         first.setdefault(buffer[start:start + width], c)
     if len(first) == ks.shape[0]:  # nothing repeats
         return ks
-    return ks[list(first.values())]
+    return ks.take(list(first.values()), axis=0)  # (a list: cheaper than ks[list])
 
 
 _OFFSETS: dict[tuple[int, int], np.ndarray] = {}
@@ -339,6 +338,16 @@ def _offsets(n: int, width: int) -> np.ndarray:
         out = _OFFSETS[key] = np.arange(0, n * width, width)
         out.flags.writeable = False
     return out
+
+
+def _clipped(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``np.clip(alpha, 0, 1)``'s values, and whether all are inside (0, 1): then ``alpha``
+    itself (the clip changes nothing; one list instead of three numpy calls)."""
+    if alpha.dtype == np.float64:
+        values = alpha.tolist()
+        if values and 0.0 < min(values) and max(values) < 1.0:
+            return alpha, True
+    return np.minimum(np.maximum(alpha, 0.0), 1.0), False
 
 
 def _descending_distinct(values: np.ndarray) -> np.ndarray:
@@ -379,10 +388,12 @@ _SPREADS: dict[tuple[int, int], np.ndarray] = {}
 
 
 def _spread(size: int, count: int) -> np.ndarray:
-    """``count`` indices spread evenly over ``size`` (np.linspace's, rounded), memoised:
-    a pure function of the two sizes."""
-    key = (size, count)
-    out = _SPREADS.get(key)
+    """``count`` indices spread evenly over ``size``, memoised: np.linspace's rounded (numpy
+    2's: i times the float step, plus 0.0, the last the stop; ``round`` halves to even)."""
+    out = _SPREADS.get((size, count))
     if out is None:
-        out = _SPREADS[key] = np.linspace(0, size - 1, count).round().astype(int)
+        step = float(size - 1) / (count - 1) if count > 1 and size > 1 else 0.0
+        out = _SPREADS[(size, count)] = np.array(
+            [round(i * step + 0.0) for i in range(count - 1)] + [size - 1], np.int64) \
+            if step else np.linspace(0, size - 1, count).round().astype(np.int64)
     return out

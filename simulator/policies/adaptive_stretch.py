@@ -55,12 +55,15 @@ class AdaptiveStretch(VariedDraft):
         top = policy.cap(batch_size)
         k = np.empty(request_ids.size, np.int64)  # np.full's array, without its layers
         k.fill(top)
-        if top and self._limited:  # requests past the draft model's context
+        # whether any request drafts: all do at top > 0 unless some are past the draft
+        # model's context (none where the longest fits: then as many as fit)
+        drafting = top > 0 and request_ids.size > 0
+        if drafting and self._limited and not self._all_speculable(prompt_len, generated):
             fits = self._speculable(prompt_len, generated)
-            if not _ALL(fits):
-                k[~fits] = 0
+            k[~fits] = 0
+            drafting = bool(_ANY(fits))
         verify_s = None  # the target's seconds verifying k, where the search priced them
-        if policy.estimate is not None and _ANY(k):
+        if policy.estimate is not None and drafting:
             k, verify_s = policy.goodput_priced(
                 k, request_ids, context, generated, output_len,
                 self.control.rows_predictor(request_ids, context))
@@ -77,6 +80,11 @@ class AdaptiveStretch(VariedDraft):
     def _speculable(self, prompt_len, generated) -> np.ndarray:
         """The base's ``speculable`` on arrays (every request, by default)."""
         return np.ones(prompt_len.size, bool)
+
+    def _all_speculable(self, prompt_len, generated) -> bool:
+        """Whether ``_speculable`` holds for every request (a subclass may answer it
+        without the array)."""
+        return bool(_ALL(self._speculable(prompt_len, generated)))
 
     @abstractmethod
     def _plan(self, request_ids, context, generated, k, verify_s) -> VariedPlan:
@@ -130,6 +138,15 @@ class AdaptiveChain(AdaptiveStretch):
 
     def _speculable(self, prompt_len, generated) -> np.ndarray:
         return self.chain.speculable_of(prompt_len, generated)
+
+    def _all_speculable(self, prompt_len, generated) -> bool:
+        """``speculable_of``'s rule (``fits_draft_context``: seq_len + gamma below the
+        draft's context) for every request, from the longest sequence alone: whole numbers,
+        so the largest passes exactly when all do."""
+        limit = self.chain.draft_max_context
+        if limit is None or not prompt_len.size:
+            return True
+        return int(_MAX(prompt_len + generated)) + self.chain.gamma < int(limit)
 
     def _plan(self, request_ids, context, generated, k, verify_s) -> VariedPlan:
         time_s, cpu_s = self.control.draft_seconds(request_ids, context, k)

@@ -132,3 +132,19 @@ def test_a_kill_switch_that_cannot_trip_leaves_the_chain_its_stretch(deployment,
     without, _ = _both(none)
     pd.testing.assert_frame_equal(on_ff.requests, without.requests, check_exact=True)
     pd.testing.assert_frame_equal(on_ff.steps, without.steps, check_exact=True)
+
+
+def test_all_speculable_is_every_request_speculable(deployment):
+    """The wrapper's one-comparison test that every request fits the draft's context (the
+    longest sequence plus gamma below it) agrees with the chain's per-request rule on
+    batches around the limit (exact enumeration of the lengths that straddle it)."""
+    _, spec = _stretch_of(deployment, {"base": CHAIN, "controller": "goodput"})
+    limit, gamma = spec.chain.draft_max_context, spec.chain.gamma
+    assert limit is not None and spec._limited
+    edge = limit - gamma  # a sequence this long is the first that does not fit
+    for a in range(edge - 3, edge + 2):
+        for b in range(edge - 3, edge + 2):
+            prompt, generated = np.array([a - 40, b - 40, 30]), np.array([40, 40, 2])
+            want = bool(spec._speculable(prompt, generated).all())
+            assert spec._all_speculable(prompt, generated) is want, (a, b)
+    assert spec._all_speculable(np.zeros(0, np.int64), np.zeros(0, np.int64))

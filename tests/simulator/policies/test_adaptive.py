@@ -162,3 +162,19 @@ def test_shipped_scenarios_run(name):
                                  ["workload.synthetic.num_requests=30"]))
     assert (res.requests.status == "finished").all()
     assert res.summary()["num_drafts"] > 0
+
+
+def test_drafts_stop_at_the_last_token_as_numpys_minimum():
+    """``_within_output`` (k itself where every request has room) is numpy's
+    minimum(k, max(output - generated - 1, 0)) on every small case (exact enumeration)."""
+    from itertools import product
+
+    from simulator.policies.adaptive import _within_output
+    for ks in product(range(0, 4), repeat=2):
+        for left in product(range(0, 5), repeat=2):
+            k, output = np.array(ks), np.array([10, 10])
+            generated = output - np.array(left)
+            want = np.minimum(k, np.maximum(output - generated - 1, 0))
+            assert _within_output(k, generated, output).tolist() == want.tolist()
+    empty = np.zeros(0, np.int64)
+    assert _within_output(empty, empty, empty).size == 0

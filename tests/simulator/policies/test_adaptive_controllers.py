@@ -12,6 +12,7 @@ from simulator.policies.adaptive_controllers import (
     AcceptanceEstimate,
     BatchSizeSchedule,
     KillSwitch,
+    _clipped,
     _descending_distinct,
     expected_emitted,
     goodput_gammas,
@@ -212,3 +213,25 @@ def test_the_levels_are_numpys_distinct_values_descending():
             got = _descending_distinct(values)
             assert got.dtype == np.float64
             assert got.tolist() == np.unique(values)[::-1].tolist()
+
+
+def test_the_clip_is_skipped_only_strictly_inside():
+    """``_clipped``: alpha itself where every value is in (0, 1) (np.clip changes nothing
+    there), np.clip's values otherwise (0, 1, outside, NaN-free edges)."""
+    inside = np.array([0.25, 0.5, 0.999])
+    got, flag = _clipped(inside)
+    assert flag and got is inside
+    for alpha in (np.array([0.0, 0.5]), np.array([0.5, 1.0]), np.array([-0.25, 1.5]),
+                  np.array([0.5, -0.0]), np.array([], np.float64)):
+        got, flag = _clipped(alpha)
+        assert not flag and got.tolist() == np.clip(alpha, 0.0, 1.0).tolist()
+
+
+def test_spread_is_linspace_rounded():
+    """The search's evenly spread candidate levels: numpy's linspace rounded, exactly, for
+    every size and count up to these (exact enumeration, the degenerate ones included)."""
+    from simulator.policies.adaptive_controllers import _spread
+    for size in range(0, 300):
+        for count in range(0, 30):
+            want = np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
+            assert _spread(size, count).tolist() == want, (size, count)
