@@ -9,7 +9,7 @@ Three sources (docs/uncertainty.md):
   uniform over the ``range``, clipped to [0, 1].
 - ``cost``: one multiplicative lognormal factor per draw on the device's speed (every step
   time of the run), ``sigma`` on the log scale; the default comes from the project's own
-  sim-to-real validation (``COST_SIGMA``'s source).
+  sim-to-real validation on held-out serving runs (``COST_SIGMA``'s source).
 - ``workload``: the trace (arrivals, lengths) and the engine's draws re-drawn from a seed
   spawned per draw from the scenario's seed.
 - ``model_error: published`` (opt-in): the ``cost`` factor's sigma taken from the
