@@ -120,8 +120,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _coverage(runs: list, args: argparse.Namespace) -> int:
-    """``--uncertainty N``: each metric's 90% interval from the cost factor (its sigma left
-    one out: simulator/uncertainty/coverage.py), and coverage."""
+    """``--uncertainty N``: each metric's 90% interval from the cost factor (the shipped
+    sigma, calibrated on other runs: simulator/uncertainty/coverage.py), and coverage."""
     from simulator.cli.output import render
     from simulator.uncertainty.coverage import coverage, sigma_note
 

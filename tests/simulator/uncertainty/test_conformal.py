@@ -30,7 +30,7 @@ def test_nineteen_scores_take_the_eighteenth():
 
 @pytest.mark.parametrize("n", [0, 1, 4, 8])
 def test_too_few_scores_give_an_unbounded_quantile_not_the_largest(n):
-    # n = 4: ceil(5 x 0.9) = 5 > 4 (the sim-to-real runs' COST_SIGMA: docs/uncertainty.md)
+    # n = 4: ceil(5 x 0.9) = 5 > 4 (why COST_SIGMA is not read from the four sim-to-real runs)
     assert conformal_rank(n) > n
     assert conformal_quantile([0.1 * (i + 1) for i in range(n)]) == math.inf
     assert conformal_sigma([0.1 * (i + 1) for i in range(n)]) == math.inf
