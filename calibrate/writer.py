@@ -107,7 +107,7 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
 
 def _moe_dict(profile: HardwareProfile, sourced) -> dict:
     """The profile's ``moe:`` fields that are set, each with its source."""
-    k_step = profile.moe_fp8_triton_k_step_s
+    k_step, mla_excess = profile.moe_fp8_triton_k_step_s, profile.mla_vllm_decode_excess_s
     return {key: sourced(value, f"moe.{key}") for key, value in (
         ("quantized_grouped_gemm_memory_efficiency", profile.moe_quantized_gemm_efficiency),
         ("grouped_gemm_compute_efficiency", profile.moe_grouped_gemm_compute_efficiency),
@@ -119,7 +119,8 @@ def _moe_dict(profile: HardwareProfile, sourced) -> dict:
         ("fp8_vllm_overlap_exponent", profile.moe_fp8_vllm_overlap_exponent),
         ("fp8_deepgemm_compute_efficiency", profile.moe_fp8_deepgemm_compute_efficiency),
         ("fp8_deepgemm_overlap_exponent", profile.moe_fp8_deepgemm_overlap_exponent),
-        ("fp8_triton_k_step_us", None if k_step is None else k_step * 1e6))
+        ("fp8_triton_k_step_us", None if k_step is None else k_step * 1e6),
+        ("vllm_mla_decode_excess_us", None if mla_excess is None else mla_excess * 1e6))
         if value is not None}
 
 

@@ -98,6 +98,22 @@ def test_shipped_profiles_round_trip(tmp_path, name):
     assert back.peak_flops_per_s == pytest.approx(hw.peak_flops_per_s, rel=1e-11)
     assert back.memory_bandwidth_bytes_per_s == pytest.approx(hw.memory_bandwidth_bytes_per_s,
                                                              rel=1e-11)
+    # every field, not only the sources and peaks: a field the writer forgets comes back None
+    for f in dataclasses.fields(hw):  # but where it was read from
+        if f.name != "path":
+            assert _same(getattr(back, f.name), getattr(hw, f.name)), f.name
+
+
+def _same(a, b) -> bool:
+    if dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b):
+        return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-11)
+    return a == b
 
 
 def test_calibration_changes_predictions(tmp_path):
