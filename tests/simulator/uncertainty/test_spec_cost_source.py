@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
+from simulator.cli import main
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.executors import SerialExecutor
 from simulator.scenario import scenario_from_dict
@@ -99,3 +101,24 @@ def test_the_shipped_default_sigma_is_writable_by_a_scenario():
     assert SPEC_COST_SIGMA <= MAX_COST_SIGMA and MODEL_ERROR_SIGMA <= MAX_COST_SIGMA
     sc = small(sources=["spec_cost"], spec_cost={"sigma": SPEC_COST_SIGMA, "source": "docs"})
     assert sc.uncertainty.spec_cost_sigma == SPEC_COST_SIGMA
+
+
+@pytest.mark.parametrize("key", ["cost", "spec_cost"])
+@pytest.mark.parametrize("sigma, says", [(2.5, "at most 2"), (-0.1, "at least 0")])
+def test_a_sigma_outside_the_cap_names_its_field_and_the_fix(key, sigma, says):
+    with pytest.raises(SpecsimError) as exc:
+        scenario_from_dict({"uncertainty": {key: {"sigma": sigma, "source": "s"}}},
+                           source="test")
+    text = str(exc.value)
+    assert f"uncertainty.{key}.sigma" in text and says in text
+    assert f"give a log-scale sigma from 0 to {MAX_COST_SIGMA}" in text
+
+
+def test_the_cli_refuses_a_sigma_over_the_cap_with_exit_2(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"uncertainty": {"cost": {"sigma": 2.5, "source": "s"}}}))
+    code = main(["run", str(path), "--uncertainty", "2", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "uncertainty.cost.sigma" in err and "from 0 to 2.0" in err
+    assert not (tmp_path / "out").exists()
