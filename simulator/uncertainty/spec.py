@@ -13,8 +13,9 @@ Three sources (docs/uncertainty.md):
 - ``workload``: the trace (arrivals, lengths) and the engine's draws re-drawn from a seed
   spawned per draw from the scenario's seed.
 - ``model_error: published`` (opt-in): the ``cost`` factor's sigma taken from the
-  published-results check's absolute throughputs instead of the sim-to-real runs
-  (``MODEL_ERROR_SIGMA``), for a deployment unlike the one H100 build those runs measured.
+  published-results check's absolute throughputs instead of the 21 inference-perf stages
+  (``MODEL_ERROR_SIGMA``), for a deployment unlike those stages' (four models at TP 1-4 on
+  H100, one vLLM V1 build).
 - ``spec_cost`` (opt-in: not among the default sources): one multiplicative lognormal factor
   per draw on the speculative path alone (draft forwards and the engine's speculative host
   work: ``Scenario.spec_cost_factor``), the error a uniform cost factor cancels out of every
