@@ -4,7 +4,8 @@ estimated leave one out (tests/published/coverage.py draws the intervals with it
 Two groups have no declared input spread that could explain their misses:
 
 - an absolute throughput or latency (``tolerances.ABSOLUTE``): the device's cost factor
-  from the sim-to-real runs (``COST_SIGMA``) is the cost model's error on one H100 build;
+  from the 21 inference-perf stages (``COST_SIGMA``) is the cost model's error on one H100
+  vLLM build (four models at TP 1-4);
   the published absolutes are other builds and other deployments.  Their own errors are
   the cost model's error on that metric kind;
 - a mean acceptance length whose drafter's source states no spread: its interval would be
@@ -12,11 +13,12 @@ Two groups have no declared input spread that could explain their misses:
   of the inputs into a tau has.  (No tau case of the check is such a case today: Medusa's
   and SpecInfer's sources gave their per-task spreads, ``default_spreads``.)
 
-The estimator, fixed before the coverage it gives was seen (docs/uncertainty.md; issue 39
-replaced the earlier one): a case's error is ``ln(predicted / published)`` (a published
-range: 0 inside it, else the log over the nearer end, as ``Covered`` reads a range), its
-nonconformity score ``|error|``, and a group's interval half-width the split-conformal 90%
-quantile of its other cases' scores, the ``ceil((n + 1) 0.9)``-th smallest of the n
+The estimator, chosen and committed before the coverage it gives was read, but after the
+earlier one's coverage was seen below the band (docs/uncertainty.md; issue 39 replaced it):
+a case's error is ``ln(predicted / published)`` (a published range: 0 inside it, else the
+log over the nearer end, as ``Covered`` reads a range), its nonconformity score
+``|error|``, and a group's interval half-width the split-conformal 90% quantile of its
+other cases' scores, the ``ceil((n + 1) 0.9)``-th smallest of the n
 (simulator/uncertainty/conformal.py: Lei et al. 2018, JASA, Sec. 2.2), drawn as the
 lognormal sigma ``q / 1.6449``.  Unbounded (``inf``) with fewer than 9 other cases.  It
 replaced ``median |error| / 0.6745`` (a normal's scale read from the median), which did not

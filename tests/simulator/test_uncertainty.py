@@ -70,7 +70,7 @@ def test_a_bad_uncertainty_block_names_its_field(unc, field):
     assert field in str(exc.value)
 
 
-def test_the_default_cost_sigma_is_the_conformal_reading_of_the_held_out_stages():
+def test_the_default_cost_sigma_is_the_conformal_reading_of_the_inference_perf_stages():
     # the 20th smallest |ln(predicted / measured)| of the 21 stages' mean TPOT (0.05636,
     # spec.py's COST_CALIBRATION) over the normal's two-sided 90% point 1.6449
     assert COST_SIGMA == pytest.approx(0.05636 / 1.6449, abs=5e-5)
