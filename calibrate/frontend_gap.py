@@ -133,7 +133,9 @@ def read_pairs(argv: list[str]) -> pd.DataFrame:
 
 
 def report(gaps: pd.DataFrame) -> str:
-    """The gap by load per run and over all runs, and the idle line (``idle_fit``)."""
+    """The gap by load per run and over all runs, the idle line (``idle_fit``), and the load
+    slope (``load_slope``) where the requests outside bursts saw two running counts at least
+    (a synchronous run alone sees one: no load line)."""
     icpt, slope = idle_fit(gaps)
     fmt = lambda v: f"{v:.1f}"  # noqa: E731
     lines = []
@@ -141,6 +143,8 @@ def report(gaps: pd.DataFrame) -> str:
         lines += [f"{run}:", by_load(part).to_string(index=False, float_format=fmt)]
     lines += ["all runs:", by_load(gaps).to_string(index=False, float_format=fmt),
               f"idle (synchronous, {int((gaps['strategy'] == 'synchronous').sum())} "
-              f"requests): gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens",
-              f"load (outside bursts): + {load_slope(gaps) * 1e3:.1f} us per running request"]
+              f"requests): gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 prompt tokens"]
+    if gaps.loc[gaps["strategy"] != "throughput", "running"].nunique() >= 2:
+        lines.append(f"load (outside bursts): + {load_slope(gaps) * 1e3:.1f} us per running "
+                     "request")
     return "\n".join(lines)

@@ -265,6 +265,7 @@ MOE_KEYS = {"quantized_grouped_gemm_memory_efficiency": "moe_quantized_gemm_effi
             "fp8_deepgemm_overlap_exponent": "moe_fp8_deepgemm_overlap_exponent",
             "fp8_triton_k_step_us": "moe_fp8_triton_k_step_s",
             "vllm_mla_decode_excess_us": "mla_vllm_decode_excess_s"}
+MOE_PAIRS = ("grouped_gemm", "fp8_triton", "fp8_vllm", "fp8_deepgemm")  # (compute, overlap)
 # microseconds in the YAML, seconds inside
 _MOE_SCALE = {"fp8_triton_k_step_us": 1e-6, "vllm_mla_decode_excess_us": 1e-6}
 
@@ -285,8 +286,15 @@ def _moe(data: Mapping[str, Any], *, source: str, sources: dict) -> dict[str, fl
         bounds[key] = {"minimum": 1.0, "maximum": 100.0}
     for key in ("fp8_triton_k_step_us", "vllm_mla_decode_excess_us"):
         bounds[key] = {"strictly_positive": True, "maximum": 1000.0}
-    return {MOE_KEYS[k]: _MOE_SCALE.get(k, 1.0) * float(_sourced(
+    out = {MOE_KEYS[k]: _MOE_SCALE.get(k, 1.0) * float(_sourced(
         moe[k], source=source, field=f"moe.{k}", sources=sources, **bounds[k])) for k in moe}
+    for fit in MOE_PAIRS:  # a fit's two numbers price together (moe_kernels.GroupedGemm)
+        keys = [f"{fit}_compute_efficiency", f"{fit}_overlap_exponent"]
+        if (keys[0] in moe) != (keys[1] in moe):
+            raise SpecsimError(f"moe.{keys[0]} and moe.{keys[1]} are one fit's two numbers: "
+                               "give both or neither", source=source, field=f"moe.{keys[0]}",
+                               fix=f"add moe.{keys[(keys[0] in moe)]} or remove the other")
+    return out
 
 
 def _defaults(data: Mapping[str, Any], source: str,

@@ -132,13 +132,22 @@ def speculative_path(scenario: Scenario, hw: HardwareProfile,
 
 def check_dp_attention_policy(scenario: Scenario) -> None:
     """Data-parallel attention prices the target and drafts built from its layers (MTP) on
-    each rank's share of the batch; a separate draft model or head is not split so."""
+    each rank's share of the batch; a separate draft model or head is not split so.  An
+    engine that has none (engines.yaml ``no_dp_attention``: vLLM V0) is refused with it."""
     dp = scenario.parallelism.data_parallel_attention
     if dp > 1 and scenario.policy.name not in DP_ATTENTION_POLICIES:
         raise SpecsimError(f"policy {scenario.policy.name!r} with data_parallel_attention "
                            f"{dp} is not modelled", field="policy.name",
                            fix="use " + " or ".join(DP_ATTENTION_POLICIES) + ", or drop "
                                "parallelism.data_parallel_attention")
+    spec = scenario.execution.get("spec")
+    if dp > 1 and spec is not None and spec.no_dp_attention:
+        raise SpecsimError(f"engine {spec.name!r} has no data-parallel attention (vLLM V0; "
+                           "engines.yaml no_dp_attention), so data_parallel_attention "
+                           f"{dp} cannot run on it", field="parallelism.data_parallel_attention",
+                           fix="drop parallelism.data_parallel_attention (tensor_parallel: N "
+                               "as V0 ran), or name a V1 engine (execution.engine: vllm-v0.9 "
+                               "or later)")
 
 
 def rank_chunk_tokens(scenario: Scenario) -> int:

@@ -156,6 +156,10 @@ CUTLASS_TILE_M = 128
 # no other path at 256 experts until vLLM PR #12850, 2025-02-06, routed them to SGLang's
 # kernel).  Above 65,535 routed ids (8,192 tokens at top 8) it falls back to a global-memory
 # kernel (448.5 us at 8,192 tokens x 8 in PR #5086's table), not priced.
+# One thread block: its time is set by one SM's clock and the expert count, not by memory, so
+# the H200 rows hold on an H100 (the same GH100 SM).  No profile field names the GPU's
+# architecture, so other profiles (A100, B200, ...) are charged the same time, extrapolated
+# there (the B200 row above, 71.8 us at one token, is 10% over it; no A100 row was read).
 ONE_BLOCK_ALIGN_EXPERTS = 256
 ONE_BLOCK_ALIGN_S = (65.152e-6 + 65.184e-6 + 65.376e-6) / 3
 # linears the Triton FP8 engine does not run on its K-loop kernel, nor DeepGEMM at decode

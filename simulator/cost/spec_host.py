@@ -82,7 +82,7 @@ LAYER_COUNTS = ("norm_kernels", "layer_kernels_before_attention",
 BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_chunk",
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static", "vllm_fused_moe",
          "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor",
-         "vllm_mla_module", "one_block_moe_align")
+         "vllm_mla_module", "one_block_moe_align", "no_dp_attention")
 MAX_COUNT = 10_000
 PER_SEQ = ("sync_output_per_seq_us",)  # host us a drafting sequence adds, an iteration
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's
@@ -206,6 +206,7 @@ class SpecHost:
     vllm_fused_moe: bool = False  # vLLM's own FP8 fused_moe: moe_kernels.grouped_gemm_kernel
     vllm_mla_module: bool = False  # vLLM's MLA decode module, measured: moe_kernels.py
     one_block_moe_align: bool = False  # vLLM 0.7.x's align: engine_kernels.moe_align_terms
+    no_dp_attention: bool = False  # no DP attention (vLLM V0): deployment refuses DP > 1
     init_new_token_ratio: float = 0.0  # RESERVE (0: no reservation)
     min_new_token_ratio_factor: float = 0.0
     new_token_ratio_decay_steps: float = 0.0

@@ -104,7 +104,9 @@ def running_at_arrival(arrival_s: np.ndarray, e2e_s: np.ndarray) -> np.ndarray:
 
 NO_FRONTEND = Frontend()
 # vLLM 0.11 V1's OpenAI server (the measurement above: calibrate/frontend_gap.py's idle line
-# and load_slope)
+# and load_slope).  per_running_s was measured at 0-20 running requests (bootstrap sd 0.034
+# ms, docs/calibration.md) and is applied at 80-110 in the inference-perf replays: a line
+# extrapolated past its range, on which their TTFT gain from it (7.5% -> 3.8%) rests
 VLLM_V1_FRONTEND = Frontend(fixed_s=4.21e-3, per_prompt_token_s=1.815e-6, per_running_s=60e-6)
 # the engines each measured frontend applies to: (name, first minor, last minor) of vLLM 0.x;
 # V1's path (serving_completion -> AsyncLLM -> the engine core) from 0.11, where it was

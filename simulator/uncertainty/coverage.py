@@ -10,10 +10,12 @@ measured value lies within [p5, p95] of the draws' predictions (read as ``run``'
 Every run takes the shipped ``COST_SIGMA``: it is calibrated on a disjoint set (the
 inference-perf stages' mean TPOT errors, ``COST_CALIBRATION`` in simulator/uncertainty/
 spec.py), so no run's own error is in the sigma its intervals are drawn with, and no
-leave-one-out reading is needed.  A run given twice would count twice: it is refused.
+leave-one-out reading is needed.  A run given twice would count twice: it is refused
+(``run_key``: the same resolved path and name).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -49,11 +51,20 @@ def run_coverage(run, profile: str | None, draws: int, sigma: float = COST_SIGMA
     return pd.DataFrame(rows)
 
 
+def run_key(run) -> tuple[str, str]:
+    """A run's identity: the resolved path it was read from (its ``source``: the span folder,
+    the stage's file, the manifest; a cited source that is no path, as written) and its
+    name, so that one run named twice by different paths is one run, and two runs in
+    different folders that share a folder name are two."""
+    path = Path(run.source)
+    return (str(path.resolve()) if run.source and path.exists() else run.source, run.name)
+
+
 def coverage(runs: Sequence, profile: str | None, draws: int) -> pd.DataFrame:
     """``run_coverage`` of every run, in one table, each run under the shipped
     ``COST_SIGMA`` (column ``cost_sigma``)."""
-    names = [r.name for r in runs]
-    if len(set(names)) != len(names):
+    keys = [run_key(r) for r in runs]
+    if len(set(keys)) != len(keys):
         raise SpecsimError("a run is given twice: it would count twice in the coverage",
                            field="PATH", fix="give each run once")
     parts = []

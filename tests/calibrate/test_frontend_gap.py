@@ -108,6 +108,22 @@ def test_the_command_prints_the_report_of_the_pairs(files, capsys):
     assert main([str(files[0])]) == 2  # an unpaired argument: the usage, exit 2
 
 
+def test_one_running_count_prints_the_idle_line_and_no_load_line(files, capsys):
+    """A synchronous run alone (one request at a time: every running count 0) has no load
+    slope to fit: the report ends with the idle line, exit 0."""
+    guidellm, run = files
+    data = json.loads(guidellm.read_text())
+    data["benchmarks"] = data["benchmarks"][:1]
+    guidellm.write_text(json.dumps(data))
+    assert gap_table(guidellm, run)["running"].nunique() == 1
+    assert main([str(guidellm), str(run)]) == 0
+    out = capsys.readouterr().out
+    icpt, slope = idle_fit(gap_table(guidellm, run))
+    assert out.rstrip().endswith(f"gap = {icpt:.2f} ms + {slope * 1e3:.3f} ms per 1,000 "
+                                 "prompt tokens")
+    assert "running request" not in out
+
+
 def test_the_load_slope_is_recovered_past_run_offsets_and_bursts():
     """Gaps written as a run's own offset + 2 us a prompt token + 0.05 ms a running request:
     the slope comes back exactly; a burst's requests (their tokenising queued) and a second

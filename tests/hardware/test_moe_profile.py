@@ -60,3 +60,24 @@ def test_moe_block_round_trips_through_the_writer():
     for key in ("quantized_grouped_gemm_memory_efficiency", "grouped_gemm_compute_efficiency",
                 "grouped_gemm_overlap_exponent"):
         assert back.sources[f"moe.{key}"] == p.sources[f"moe.{key}"]
+
+
+@pytest.mark.parametrize("fit", ["grouped_gemm", "fp8_triton", "fp8_vllm", "fp8_deepgemm"])
+@pytest.mark.parametrize("given", ["compute_efficiency", "overlap_exponent"])
+def test_a_fit_given_half_is_refused_naming_both_fields(tmp_path, fit, given):
+    """(compute efficiency, overlap exponent) price together (moe_kernels.grouped_gemm_kernel):
+    one without the other would price with None, so the profile is refused."""
+    data = _h200_data()
+    value = 0.22 if given == "compute_efficiency" else 1.5
+    data["moe"] = {f"{fit}_{given}": {"value": value, "source": "x"}}
+    path = tmp_path / "h200.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    with pytest.raises(SpecsimError) as err:
+        load_profile_file(path)
+    text = str(err.value)
+    assert f"{fit}_compute_efficiency" in text and f"{fit}_overlap_exponent" in text
+    assert err.value.field == f"moe.{fit}_compute_efficiency"
+    data["moe"][f"{fit}_compute_efficiency"] = {"value": 0.22, "source": "x"}
+    data["moe"][f"{fit}_overlap_exponent"] = {"value": 1.5, "source": "x"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert vars(load_profile_file(path))[f"moe_{fit}_compute_efficiency"] == 0.22

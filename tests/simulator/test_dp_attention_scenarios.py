@@ -87,3 +87,14 @@ def test_dense_target_is_refused():
     with pytest.raises(SpecsimError) as exc:
         resolve_deployment(scenario_from_dict(data, source="t"))
     assert "data_parallel_attention" in str(exc.value)
+
+
+def test_vllm_v0_engine_is_refused_with_dp_attention():
+    """vLLM V0 (engines.yaml vllm-v0.7, no_dp_attention) had no DP attention: its V0-only
+    terms (the one-block align) have no DP-attention pricing, so the pair is refused."""
+    data = _data(execution={"engine": "vllm-v0.7"})
+    with pytest.raises(SpecsimError) as exc:
+        resolve_deployment(scenario_from_dict(data, source="t"))
+    assert "vllm-v0.7" in str(exc.value) and "data_parallel_attention" in str(exc.value)
+    data["parallelism"] = {"tensor_parallel": 8}  # the same engine at TP 8 runs
+    assert resolve_deployment(scenario_from_dict(data, source="t")).target_cost

@@ -25,6 +25,7 @@ more a margin, not the measured figure."""
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ from simulator.sim2real.compare import compare_run
 from simulator.sim2real.inference_perf import is_inference_perf_run, read_inference_perf_runs
 from simulator.sim2real.otel import read_otel_run
 from simulator.uncertainty.conformal import Z_TWO_SIDED_90, conformal_rank, conformal_sigma
-from simulator.uncertainty.coverage import coverage, sigma_note
+from simulator.uncertainty.coverage import coverage, run_key, sigma_note
 from simulator.uncertainty.spec import COST_CALIBRATION, COST_SIGMA, COST_SOURCE
 from tests.simulator.sim2real.test_validate_serving import RUNS, need_runs
 
@@ -147,3 +148,20 @@ def test_a_run_given_twice_is_one_clear_error(capsys):
                  "--uncertainty", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "given twice" in err[0]
+
+
+@need_runs
+def test_runs_are_told_apart_by_their_resolved_paths(tmp_path):
+    """The same folder by two spellings is one run (refused); a copy in another folder that
+    keeps the folder name is another run (accepted: two runs, each its own rows)."""
+    name = "jan21-llama7b-train-1"
+    twice = [read_otel_run(RUNS / name), read_otel_run(RUNS / name / ".." / name)]
+    assert run_key(twice[0]) == run_key(twice[1])
+    with pytest.raises(SpecsimError, match="given twice"):
+        coverage(twice, "h100-sxm", 2)
+    shutil.copytree(RUNS / name, tmp_path / name)
+    other = read_otel_run(tmp_path / name)
+    assert other.name == twice[0].name and run_key(other) != run_key(twice[0])
+    table = coverage([twice[0], other], "h100-sxm", 2)
+    one = coverage([twice[0]], "h100-sxm", 2)
+    assert len(table) == 2 * len(one)
