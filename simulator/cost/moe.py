@@ -36,6 +36,7 @@ not an expert of any one rank), and so does the shape.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,8 +164,14 @@ def comm_hot(s: MoeShape, tokens) -> float:
     combine it receives and sends back (dp_attention.py), at ``tokens`` over the EP group."""
     if s.rank_share is None:
         return 1.0
-    even = rank_load.busiest_rank_share(inclusion_probabilities(s.num_experts, s.k), s.ep)
-    return max(1.0, float(busiest_share(s, tokens)) / even)
+    return max(1.0, float(busiest_share(s, tokens)) / _even_share(s.num_experts, s.k, s.ep))
+
+
+@functools.lru_cache(maxsize=None)
+def _even_share(num_experts: int, k: int, ep: int) -> float:
+    """The busiest rank's share under uniform routing over the default placement (a
+    constant of the shape, asked for at every priced step by ``comm_hot``)."""
+    return rank_load.busiest_rank_share(inclusion_probabilities(num_experts, k), ep)
 
 
 def routed_terms(cm, tokens: np.ndarray, shape: MoeShape | None = None) -> list[tuple]:
