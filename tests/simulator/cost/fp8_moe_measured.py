@@ -84,8 +84,7 @@ def best_tuned_h200() -> tuple[float, float]:
     """h200's ``moe.fp8_triton_*`` pair: the grid's least-squares one over the tuned H200
     series at h200's ``moe.fp8_triton_memory_efficiency``."""
     eta = load_profile("h200").moe_fp8_triton_memory_efficiency
-    grid = [(float(e), p) for e in TRITON_EFFICIENCIES for p in EXPONENTS]
-    return min(grid, key=lambda kp: fm.rms(tuned_h200_errors(kp, eta)))
+    return _triton_grid_best(lambda kp: tuned_h200_errors(kp, eta))
 
 
 def vllm_h200_errors(kernel: tuple | None = None) -> np.ndarray:
@@ -101,14 +100,18 @@ def vllm_h200_errors(kernel: tuple | None = None) -> np.ndarray:
 def best_vllm_h200() -> tuple[float, float]:
     """h200's ``moe.fp8_vllm_*`` pair: the grid's least-squares one (the Triton grid) over
     the vLLM H200 series, the streaming rate held at ``moe.fp8_triton_memory_efficiency``."""
-    grid = [(float(e), p) for e in TRITON_EFFICIENCIES for p in EXPONENTS]
-    return min(grid, key=lambda kp: fm.rms(vllm_h200_errors(kp)))
+    return _triton_grid_best(vllm_h200_errors)
 
 
 def best_triton() -> tuple[float, float]:
     """The ``moe.fp8_triton_*`` pair on the grid with the least rms over both series."""
+    return _triton_grid_best(triton_errors)
+
+
+def _triton_grid_best(errors) -> tuple[float, float]:
+    """The ``(efficiency, p)`` of the Triton grid whose ``errors(pair)`` has the least rms."""
     grid = [(float(e), p) for e in TRITON_EFFICIENCIES for p in EXPONENTS]
-    return min(grid, key=lambda kp: fm.rms(triton_errors(kp)))
+    return min(grid, key=lambda kp: fm.rms(errors(kp)))
 
 
 def deepgemm_errors(kernel: tuple | None = -1) -> np.ndarray:
