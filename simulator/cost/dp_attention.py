@@ -335,7 +335,7 @@ class DpAttentionCostModel(CostModel):
         (a, ops_a), (b, ops_b) = (self._tbo_half([h[i] for h in halves], capped)
                                   for i in (0, 1))
         device = tbo.overlapped_step(a, b, self._ep_moe.layers, decode and sglang, share,
-                                     factor)
+                                     factor, tbo.NORMAL_OVERLAP if normal else (1.0, 1.0))
         on = [tbo.capped_share(op.name, self._layers, self._ep_moe.layers, capped,
                                self._lead_capped()) for op in ops_a + ops_b]
         ops = merged([op if not c else dataclasses.replace(op, roofline_s=(

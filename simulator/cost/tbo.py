@@ -53,11 +53,15 @@ per copy as the dispatch's, though its BF16 copies are twice the bytes).  With i
 decode ablation is priced 0.71 at 32 tokens a device (0.73 measured), 1.26 at 256 (1.255),
 where the SMs free throughout priced 0.75 and 1.29.
 
-Not priced, for want of a number: the collectives' slowdown under overlap (the blog's
-prefill breakdown: DeepSeek's and SGLang's communication "slower than unit test results,
-while the latter is achievable when disabling TBO") and the compute's beyond the SMs taken
-("potential noisy neighbor effects during overlap"): each collective runs at its standalone
-time (hardware/collectives.py), each kernel at its own price on the SMs it is left.
+DeepEP's normal kernels run slower beside compute than alone (the blog's prefill breakdown:
+DeepSeek's and SGLang's communication "slower than unit test results, while the latter is
+achievable when disabling TBO"): in an overlapped step each dispatch and combine takes
+``NORMAL_OVERLAP`` times its standalone price (hardware/collectives.py), 1.83 and 1.28,
+measured from DeepSeek's profiler trace against DeepEP's unit test
+(simulator/cost/tbo_measured.py; ``overlapped_step``'s ``comm_factor``); the low-latency
+kernels' slowdown is not measured (priced 1).  Not priced, for want of a number: the
+compute's slowdown beyond the SMs taken ("potential noisy neighbor effects during overlap"):
+each kernel runs at its own price on the SMs it is left.
 
 What the split costs is priced by pricing each micro-batch on its own: each runs every
 kernel (twice the kernel floors and launches), reads every weight (twice the weight bytes of a
@@ -89,10 +93,11 @@ the threshold runs as one batch, its communication after its compute.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from simulator.cost import tbo_measured
 from simulator.inputs.errors import SpecsimError
 
 # DeepEP's low-latency dispatch holds every SM while it sends and receives: "unit tests with
@@ -102,6 +107,8 @@ from simulator.inputs.errors import SpecsimError
 # holding none; per routed copy of a token (the kernels copy each copy in and out)
 LL_SM_S = 60e-6
 LL_SM_COPIES = 128 * 8
+# DeepEP's normal dispatch and combine beside compute over alone (simulator/cost/tbo_measured.py)
+NORMAL_OVERLAP = tbo_measured.NORMAL_OVERLAP
 
 
 def sm_split(sm_count: int, held: int, decode: bool) -> tuple[float, float]:
@@ -302,11 +309,16 @@ class _Streams:
 
 
 def overlapped_step(a: Half, b: Half, layers: int, decode: bool, sm_share: float = 0.0,
-                    expert_factor: float = 1.0) -> float:
+                    expert_factor: float = 1.0,
+                    comm_factor: tuple[float, float] = (1.0, 1.0)) -> float:
     """The device seconds of a two-batch-overlapped forward over ``layers`` MoE layers: the
     stages of both micro-batches issued in SGLang's order (A's first ``delta`` stages, then
     A and B in turn, then B's last ``delta``) and run on the two streams (module
-    docstring)."""
+    docstring), each dispatch and combine ``comm_factor`` times its standalone seconds where
+    both micro-batches have collectives (with one empty, none runs beside compute)."""
+    if a.dispatch > 0.0 and b.dispatch > 0.0:
+        a, b = (replace(h, dispatch=h.dispatch * comm_factor[0],
+                        combine=h.combine * comm_factor[1]) for h in (a, b))
     sa, sb = _stages(a, layers, decode), _stages(b, layers, decode)
     delta = 2 if decode else 0
     order = [(0, st) for st in sa[:delta]]

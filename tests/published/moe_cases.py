@@ -208,10 +208,12 @@ MOE_CASES: list[Case] = [
 # 67,926) until the live traffic EPLB leaves (eplb_live.py), the FP8 quantisation of the
 # down projection's input at the rank's routed rows and SGLang's contiguous-layout permutes
 # behind DeepEP's normal dispatch (moe_kernels.py, dp_attention.py) were priced: 69,676 /
-# 67,201 / 62,843 (+20.8%, +23.2%, +24.9%, the 4K at the edge of its 25%).  What is left:
-# two-batch overlap still hides more than the blog measured at prefill (priced +57%, +54%,
-# +50% over the serial step, 44,511 / 43,582 / 41,836; the blog's ablation +27% to +35%),
-# and the default column is priced 1.04x slower than the perfect-EPLB one (65,244 at 4K)
+# 67,201 / 62,843 (+20.8%, +23.2%, +24.9%, the 4K at the edge of its 25%), then 60,345 /
+# 59,255 / 56,321 (+4.6%, +8.6%, +12.0%; perfect EPLB 65,244 -> 58,602) when DeepEP's normal
+# kernels were priced slower beside compute (tbo_measured.py): two-batch overlap, which hid
+# +57%, +54%, +50% over the serial step (44,511 / 43,582 / 41,836), now +36%, +36%, +35%
+# (the blog's ablation +27% to +35%; its case above 1.490 -> 1.337).  What is left: the
+# default column is priced 1.04x slower than the perfect-EPLB one (58,602 at 4K)
 # where the blog measured 1.18x (59,337 / 50,302): its run's expert imbalance, "communication
 # kernels exhibit longer execution times and higher variance", is above the spread measured
 # by TensorRT-LLM on its own dataset.
