@@ -220,7 +220,7 @@ def main(args: argparse.Namespace) -> int:
     """List or show one entry."""
     import pandas as pd
     is_hw = args.command == "hardware"
-    hw_dir = getattr(args, "hardware_dir", None)
+    hw_dir = args.hardware_dir if is_hw else None  # only `hardware` takes --hardware-dir
     if args.action == "list":
         if is_hw:
             rows = [_hardware_row(load_profile(n, hw_dir)) for n in list_profiles(hw_dir)]

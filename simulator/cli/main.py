@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help (0) or an argument error (2): a code, as below
             return exc.code if isinstance(exc.code, int) else 2
-        if not getattr(args, "command", None):
+        if not args.command:  # add_subparsers(dest="command"): None where none was named
             parser.print_help()
             return 2
         return int(importlib.import_module(args._module).main(args) or 0)

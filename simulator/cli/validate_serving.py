@@ -130,5 +130,5 @@ def _coverage(runs: list, args: argparse.Namespace) -> int:
     if args.format == "table":
         n, k = len(table), int(table["covered"].sum())
         print(f"coverage of the 90% intervals: {k}/{n} ({k / n:.0%}) over {len(runs)} runs, "
-              f"{args.uncertainty} draws each; " + sigma_note(table))
+              f"{args.uncertainty} draws each; " + sigma_note(runs))
     return 0

@@ -114,6 +114,7 @@ import numpy as np
 
 from hardware.kernels import ELEMENTWISE, GEMM, OTHER
 from hardware.roofline import fast_ndim
+from simulator.cost.small_kernel import SmallKernel
 
 K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton kernels
 # DeepGEMM's dense FP8 GEMM at many rows (module docstring): the least-squares pair on a grid
@@ -160,6 +161,7 @@ CUTLASS_TILE_M = 128
 # the H200 rows hold on an H100 (the same GH100 SM).  No profile field names the GPU's
 # architecture, so other profiles (A100, B200, ...) are charged the same time, extrapolated
 # there (the B200 row above, 71.8 us at one token, is 10% over it; no A100 row was read).
+# Priced as the align kernel's own time in moe_kernels' routing family (measured_align_s).
 ONE_BLOCK_ALIGN_EXPERTS = 256
 ONE_BLOCK_ALIGN_S = (65.152e-6 + 65.184e-6 + 65.376e-6) / 3
 # linears the Triton FP8 engine does not run on its K-loop kernel, nor DeepGEMM at decode
@@ -253,21 +255,21 @@ def grouped_floor(cm, experts, rows, n: float, k: float, block_m: tuple[int, int
     return np.where(np.asarray(rows) > 0, k_loop_floor(cm, tiles, k, step), 0.0)
 
 
-def engine_kernels(cm, T) -> list[tuple[str, list, int]]:
+def engine_kernels(cm, T) -> list[tuple[str, list[SmallKernel], int]]:
     """The engine's extra launches per layer (module docstring) as moe_kernels' families:
-    ``(name, [(bytes, kind), ...], layers)``; none for a model without MLA or experts."""
+    ``(name, [SmallKernel(bytes, kind), ...], layers)``; none for a model without MLA or experts."""
     spec, m, b = cm.execution.spec, cm.model, cm._b
     out = []
     if m.is_mla and (spec.mla_pointwise_kernels or spec.mla_other_kernels):
         # one request's latent query (module docstring: decode-path launches)
         nb = np.minimum(T, 1.0) * m.num_heads / cm._tp * m.kv_lora_rank * b
-        kern = [(nb, ELEMENTWISE)] * spec.mla_pointwise_kernels \
-            + [(nb, OTHER)] * spec.mla_other_kernels
+        kern = [SmallKernel(nb, ELEMENTWISE)] * spec.mla_pointwise_kernels \
+            + [SmallKernel(nb, OTHER)] * spec.mla_other_kernels
         out.append(("engine_mla_kernels", kern, m.num_layers))
     if m.is_moe and (spec.moe_pointwise_kernels or spec.moe_other_kernels):
         nb = T * m.num_experts * 4.0  # one token's fp32 expert scores
-        kern = [(nb, ELEMENTWISE)] * spec.moe_pointwise_kernels \
-            + [(nb, OTHER)] * spec.moe_other_kernels
+        kern = [SmallKernel(nb, ELEMENTWISE)] * spec.moe_pointwise_kernels \
+            + [SmallKernel(nb, OTHER)] * spec.moe_other_kernels
         out.append(("engine_moe_gate", kern, m.moe_layers))
     return out
 
@@ -285,13 +287,14 @@ def mla_module_terms(cm, T) -> list[tuple[str, object, object, int, int]]:
              cm.model.num_layers)]
 
 
-def ep_kernels(cm, T, low_latency: bool, eplb: bool) -> list[tuple[object, str]]:
+def ep_kernels(cm, T, low_latency: bool, eplb: bool) -> list[SmallKernel]:
     """The engine's launches a MoE layer around DeepEP's low-latency dispatch and EPLB's
-    expert map (module docstring), as ``(bytes, kind)`` at ``T`` tokens of the rank."""
+    expert map (module docstring), as SmallKernels at ``T`` tokens of the rank."""
     spec, m = cm.execution.spec, cm.model
     nb = T * m.experts_per_token * 12.0  # the top-k ids, 4 bytes in and 8 out
-    kern = [(nb, ELEMENTWISE)] * (spec.deepep_pointwise_kernels if low_latency else 0)
-    return kern + [(nb, OTHER)] * (spec.eplb_map_kernels if eplb else 0)
+    kern = [SmallKernel(nb, ELEMENTWISE)] * (spec.deepep_pointwise_kernels if low_latency
+                                             else 0)
+    return kern + [SmallKernel(nb, OTHER)] * (spec.eplb_map_kernels if eplb else 0)
 
 
 def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int, int]]:
@@ -312,18 +315,14 @@ def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int
     return [("engine_split_qkv_a", quant_bytes, gpu, 2, m.num_layers)]
 
 
-def moe_align_terms(cm, T, generic_s) -> list[tuple[str, object, object, int, int]]:
-    """An engine whose experts' align is vLLM's one-block ``moe_align_block_size``
-    (``one_block_moe_align``: vLLM 0.7.x) at the 256 routed experts it was measured at:
-    ``(name, bytes, GPU s, kernels, layers)`` of its measured time beyond the generic align's
-    ``generic_s`` (moe_kernels prices that one at its bytes), a MoE layer; no launch of its
-    own (the same kernel), nothing at zero tokens, nor for other expert counts."""
-    s = cm._moe
-    if s is None or not cm.execution.spec.one_block_moe_align \
-            or s.num_experts != ONE_BLOCK_ALIGN_EXPERTS:
-        return []
-    gpu = np.where(np.asarray(T) > 0, np.maximum(ONE_BLOCK_ALIGN_S - generic_s, 0.0), 0.0)
-    return [("engine_moe_align", 0.0 * np.asarray(T), gpu, 0, s.layers)]
+def measured_align_s(cm, s) -> float | None:
+    """The experts' align's measured GPU seconds a MoE layer of MoeShape ``s`` where the
+    engine's is vLLM's one-block ``moe_align_block_size`` (``one_block_moe_align``: vLLM
+    0.7.x) at the 256 routed experts it was measured at (``ONE_BLOCK_ALIGN_S``); None
+    elsewhere, the generic align priced at its bytes (moe_kernels)."""
+    if cm.execution.spec.one_block_moe_align and s.num_experts == ONE_BLOCK_ALIGN_EXPERTS:
+        return ONE_BLOCK_ALIGN_S
+    return None
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,9 @@ adds, the activation, rope, attention, the collectives):
 
 Each is priced with ``Roofline.transfer_time`` at the bytes it loads and stores, so a small
 kernel costs the profile's latency and floor; without kernel shapes, its bytes at the flat
-memory roof (as ``token_terms.elementwise``).
+memory roof (as ``token_terms.elementwise``).  A kernel an engine's measurement times
+carries that time (small_kernel.py ``SmallKernel.measured_s``) and costs at least it: vLLM
+0.7.x's one-block align at 256 experts (engine_kernels.measured_align_s).
 
 The grouped GEMM (``grouped_gemm_s``).  The fused-MoE GEMM runs one thread block per
 (BLOCK_M rows of one expert) x (BLOCK_N columns): each touched expert's routed rows are padded
@@ -103,14 +105,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.kernels import GEMM, OTHER
+from hardware.roofline import fast_ndim
 from simulator.cost.engine_kernels import (
     engine_kernels,
     ep_kernels,
+    measured_align_s,
     mla_module_terms,
-    moe_align_terms,
     split_qkv_a_terms,
 )
 from simulator.cost.precision import compute_dtype
+from simulator.cost.small_kernel import SmallKernel
 
 BLOCK_M_SMALL, BLOCK_M, BLOCK_N = 16, 64, 128
 QUANT_GROUP = 128          # FP8 block scales: one fp32 scale per 128 activations
@@ -229,26 +233,35 @@ def small_kernel_terms(cm, tokens) -> list[tuple[str, object, object, int, int]]
     out = [] if cm._moe is None else _moe_kernels(cm, T, cm._moe)
     if m.is_mla:
         hd, L, R, v = m.num_heads / cm._tp, m.kv_lora_rank, m.qk_rope_head_dim, m.value_head_dim
-        kern = [(T * m.q_lora_rank * 2 * b, "norm")] if m.q_lora_rank else []
+        kern = [SmallKernel(T * m.q_lora_rank * 2 * b, "norm")] if m.q_lora_rank else []
         one = np.minimum(T, 1.0)  # decode-path kernels: one request's bytes (see below)
-        kern += [(T * L * 2 * b, "norm"), (T * (L + R) * 2 * b, None),
-                 (one * hd * L * 4.0 * 2, None), (one * hd * (L + v) * b, None)]
+        kern += [SmallKernel(T * L * 2 * b, "norm"), SmallKernel(T * (L + R) * 2 * b),
+                 SmallKernel(one * hd * L * 4.0 * 2), SmallKernel(one * hd * (L + v) * b)]
         out.append(("mla_kernels", kern, m.num_layers))
     if quantised:
         for name, widths, layers in _quant_inputs(cm):
-            out.append((name, [(_quant_bytes(cm, T, w), None) for w in widths], layers))
+            out.append((name, [SmallKernel(_quant_bytes(cm, T, w)) for w in widths], layers))
     out += engine_kernels(cm, T)  # the engine's own launches beside these (engines.yaml)
-    align = [] if cm._moe is None else moe_align_terms(
-        cm, T, _transfer(cm, T * cm._moe.k * ALIGN_BYTES))  # beyond the generic align
     return _priced(cm, T, out) + split_qkv_a_terms(
-        cm, T, _quant_bytes(cm, T, m.hidden_size)) + align + mla_module_terms(cm, T)
+        cm, T, _quant_bytes(cm, T, m.hidden_size)) + mla_module_terms(cm, T)
 
 
 def _priced(cm, T, out) -> list[tuple[str, object, object, int, int]]:
-    return [(name, sum(nb for nb, _ in kern),
-             sum(_transfer(cm, nb, OTHER if kind is None else kind,
-                           rows=None if kind is None else T) for nb, kind in kern),
+    return [(name, sum(k.nbytes for k in kern), sum(_kernel_s(cm, k, T) for k in kern),
              len(kern), layers) for name, kern, layers in out]
+
+
+def _kernel_s(cm, k: SmallKernel, T):
+    """One small kernel's GPU seconds at ``T`` tokens: its bytes at its kind's rates, at
+    least its measured time where it has one, nothing where it moves no bytes
+    (small_kernel.py)."""
+    s = _transfer(cm, k.nbytes, OTHER if k.kind is None else k.kind,
+                  rows=None if k.kind is None else T)
+    if k.measured_s is None:
+        return s
+    if fast_ndim(k.nbytes) == 0:
+        return max(float(s), k.measured_s) if k.nbytes > 0 else 0.0
+    return np.where(np.asarray(k.nbytes) > 0, np.maximum(s, k.measured_s), 0.0)
 
 
 def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False, rows=None,
@@ -265,22 +278,24 @@ def _moe_kernels(cm, T, s, low_latency: bool = False, eplb: bool = False, rows=N
     b, h = cm._b, cm._h
     E, k = s.num_experts, s.k
     quantised = compute_dtype(cm.model.dtype) != cm.model.dtype  # activations on the fly
-    route = [(T * (E * 4.0 + k * 8.0), None)]
+    route = [SmallKernel(T * (E * 4.0 + k * 8.0))]
     rows = T * k / s.ep if rows is None else rows
-    down_q = [(_quant_bytes(cm, rows, s.down_in), None)] if quantised else []
+    down_q = [SmallKernel(_quant_bytes(cm, rows, s.down_in))] if quantised else []
     if low_latency:
         kern = route + down_q
     else:
-        out, scatter = (T, []) if received is None else (received, [(
-            2 * rows * h * (1 + 4.0 / QUANT_GROUP), None)])  # FP8 rows in and out
-        kern = route + scatter + [(T * k * ALIGN_BYTES, None),
-                                  (T * k * h * b + out * h * b, None)] + (
-            [(_quant_bytes(cm, T, h), None)] if quantised else []) + down_q
+        out, scatter = (T, []) if received is None else (received, [SmallKernel(
+            2 * rows * h * (1 + 4.0 / QUANT_GROUP))])  # FP8 rows in and out
+        # the align at its bytes, or at its measured time where the engine's is measured
+        kern = route + scatter + [SmallKernel(T * k * ALIGN_BYTES, None,
+                                              measured_align_s(cm, s)),
+                                  SmallKernel(T * k * h * b + out * h * b)] + (
+            [SmallKernel(_quant_bytes(cm, T, h))] if quantised else []) + down_q
     kern += ep_kernels(cm, T, low_latency, eplb)
     out = [("moe_routing", kern, s.layers)]
     if cm.model.shared_experts and not s.fused_shared:  # routed output scaled, shared
         # output added (in place); fused, the shared rows are summed with the routed ones
-        out.append(("moe_shared_add", [(2 * T * h * b, None), (3 * T * h * b, None)],
+        out.append(("moe_shared_add", [SmallKernel(2 * T * h * b), SmallKernel(3 * T * h * b)],
                     s.layers))
     return out
 

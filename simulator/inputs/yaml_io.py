@@ -253,7 +253,7 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
         if context and getattr(exc, "problem", None):
             problem = f"{context} {problem}" if context.startswith("expected") \
                 else f"{problem} ({context})"
-        fix = getattr(exc, "fix", None) or "correct the YAML syntax"
+        fix = exc.fix if isinstance(exc, _Refused) else "correct the YAML syntax"
         if mark is not None and _tab_indented(text, mark.line):
             problem, fix = "a tab in the indentation", "indent with spaces; YAML forbids tabs"
         elif "\t" in str(problem) and "cannot start any token" in str(problem):

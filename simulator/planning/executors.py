@@ -169,6 +169,7 @@ class RayExecutor(SerialExecutor):
                                fix="pip install 'specsim[ray]', or use --executor local") from None
         self._ray = ray
         self._started = False
+        self._pending: list = []  # the running map_chunks' tasks not yet done (abort cancels)
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if address:
@@ -208,7 +209,7 @@ class RayExecutor(SerialExecutor):
         self._started = False
 
     def abort(self) -> None:
-        for ref in getattr(self, "_pending", []):  # tasks on a cluster outlive a local shutdown
+        for ref in self._pending:  # tasks on a cluster outlive a local shutdown
             try:
                 self._ray.cancel(ref, force=True)
             except Exception:

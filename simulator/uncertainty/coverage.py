@@ -75,8 +75,10 @@ def coverage(runs: Sequence, profile: str | None, draws: int) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def sigma_note(table: pd.DataFrame) -> str:
-    """Where the table's cost sigma comes from, in one phrase."""
-    runs = table["run"].nunique()
-    return (f"cost sigma {COST_SIGMA:.4f} on all {runs} run(s), calibrated on a set disjoint "
+def sigma_note(runs: Sequence) -> str:
+    """Where the cost sigma of ``runs``' coverage comes from, in one phrase; the runs
+    counted by ``run_key`` (two runs that share a folder name are two), not by the name
+    the coverage table's ``run`` column shows."""
+    n = len({run_key(r) for r in runs})
+    return (f"cost sigma {COST_SIGMA:.4f} on all {n} run(s), calibrated on a set disjoint "
             "from them: " + COST_SOURCE)

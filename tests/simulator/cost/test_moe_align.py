@@ -1,6 +1,7 @@
 """vLLM 0.7.x's one-block ``moe_align_block_size`` (engines.yaml ``one_block_moe_align``,
-simulator/cost/engine_kernels.py ``moe_align_terms``): its measured time a MoE layer at 256
-experts in place of the generic align's, checked in closed form against the step."""
+simulator/cost/engine_kernels.py ``measured_align_s``): the align kernel of ``moe_routing``
+priced at its measured time a MoE layer at 256 experts (small_kernel.py ``measured_s``) in
+place of the generic align's byte price, checked in closed form against the step."""
 import dataclasses
 
 import numpy as np
@@ -12,6 +13,7 @@ from simulator.cost import moe_kernels as mk
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.small_kernel import SmallKernel
 from simulator.cost.spec_host import load_engine
 from simulator.models.spec import load_model
 
@@ -48,20 +50,45 @@ def test_vllm_v0_step_pays_the_measured_align_a_moe_layer():
         a, b = on.breakdown(new, ctx), off.breakdown(new, ctx)
         generic = on._roof.transfer_time(n * k * mk.ALIGN_BYTES, "other")
         extra = layers * (ek.ONE_BLOCK_ALIGN_S - generic)
-        ops = {op.name: op.time_s for op in a.ops}
-        assert ops["engine_moe_align"] == pytest.approx(extra, rel=1e-9)
-        assert "engine_moe_align" not in {op.name for op in b.ops}
+        ops_a = {op.name: op.time_s for op in a.ops}
+        ops_b = {op.name: op.time_s for op in b.ops}
+        # the align is moe_routing's own kernel: the family pays the difference, no other
+        # operator appears, and the launches are the same
+        assert set(ops_a) == set(ops_b)
+        assert ops_a["moe_routing"] - ops_b["moe_routing"] == pytest.approx(extra, rel=1e-9)
         assert a.time_s - b.time_s == pytest.approx(extra, rel=1e-6)
         assert on.step_time(new, ctx) == pytest.approx(a.time_s, rel=1e-9)
+    assert mk.small_kernel_count(on) == mk.small_kernel_count(off)
     # a prefill chunk beside decodes pays it once a layer too: the tables' path agrees
     new, ctx = np.array([1.0, 1.0, 57.0]), np.array([300.0, 120.0, 0.0])
     assert on.step_time(new, ctx) == pytest.approx(on.breakdown(new, ctx).time_s, rel=1e-9)
 
 
+def test_a_measured_kernel_costs_at_least_its_time_and_nothing_without_bytes():
+    cm = _cm()
+    m_s = ek.ONE_BLOCK_ALIGN_S
+    for nb in (0.0, 96.0, 1e5, 1e10):  # no tokens, one token's routed ids, ..., a huge copy
+        by_bytes = float(cm._roof.transfer_time(nb, "other"))
+        want = max(by_bytes, m_s) if nb > 0 else 0.0
+        got = mk._kernel_s(cm, SmallKernel(nb, None, m_s), 1.0)
+        assert got == pytest.approx(want, rel=1e-12)
+        assert mk._kernel_s(cm, SmallKernel(nb), 1.0) == pytest.approx(by_bytes, rel=1e-12)
+    assert float(cm._roof.transfer_time(1e10, "other")) > m_s  # the bytes bind there
+    # the tables' arrays and the scalar path price it alike
+    nbs = np.array([0.0, 96.0, 1e5, 1e10])
+    arr = mk._kernel_s(cm, SmallKernel(nbs, None, m_s), np.ones(4))
+    assert list(arr) == [mk._kernel_s(cm, SmallKernel(float(x), None, m_s), 1.0) for x in nbs]
+
+
 def test_only_the_engine_that_runs_it_and_only_at_256_experts():
     ones, ctx = np.ones(4), np.full(4, 300.0)
     for cm in (_cm("sglang-v0.4"), _cm("vllm-v0.9"), _cm(model="mixtral-8x7b")):
-        assert "engine_moe_align" not in {op.name for op in cm.breakdown(ones, ctx).ops}
+        assert ek.measured_align_s(cm, cm._moe) is None
+        assert all(x.measured_s is None for _, kern, _ in mk._moe_kernels(cm, 4.0, cm._moe)
+                   for x in kern)
+        assert cm.breakdown(ones, ctx).time_s > 0
     assert _cm(model="mixtral-8x7b").execution.spec.one_block_moe_align
     on = _cm()
-    assert ek.moe_align_terms(on, np.zeros(1), 0.0)[0][2][0] == 0.0  # no tokens, no kernel
+    assert ek.measured_align_s(on, on._moe) == ek.ONE_BLOCK_ALIGN_S
+    routing = {n: g for n, _, g, _, _ in mk.small_kernel_terms(on, np.zeros(1))}["moe_routing"]
+    assert routing[0] == 0.0  # no tokens, no kernel

@@ -114,7 +114,7 @@ def test_the_cost_calibration_is_re_derived_from_the_inference_perf_stages():
 def test_every_run_takes_the_shipped_sigma(table):
     assert (table["cost_sigma"] == COST_SIGMA).all()
     assert table["run"].nunique() == 4
-    assert sigma_note(table).endswith(COST_SOURCE)
+    assert sigma_note(_runs()).endswith(COST_SOURCE)
 
 
 @need_runs
