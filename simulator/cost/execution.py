@@ -119,7 +119,8 @@ class Execution:
         i = bisect.bisect_left(self.capture_sizes, tokens)
         if i == len(self.capture_sizes):
             return "eager", tokens
-        return ("full" if uniform else "piecewise"), float(self.capture_sizes[i])
+        full = uniform and not self.spec.piecewise_graphs  # vLLM 0.9-0.10: piecewise only
+        return ("full" if full else "piecewise"), float(self.capture_sizes[i])
 
     def host_s(self, sequences: int) -> float:
         """CPU time of one engine step over ``sequences`` sequences."""

@@ -91,6 +91,9 @@ class SpecHost:
     layer_kernels_before_attention: int = 0  # pointwise launches a layer, and
     layer_kernels_after_attention: int = 0   # ops on CPU tensors (a dispatch, no GPU time)
     layer_host_ops: int = 0
+    # every captured forward replays piecewise graphs around an eager attention, a uniform
+    # batch's too (vLLM V1 before FULL_AND_PIECEWISE: Execution.graph_tokens)
+    piecewise_graphs: bool = False
     # steps may carry prefill chunks beside decodes (vLLM V1; batching.mixed_chunk's default)
     mixed_chunk: bool = True
     # an MLA target runs without chunked prefill or prefix caching, prefill and decode steps
