@@ -17,7 +17,9 @@ each part is counted once:
   ``cudagraph_capture_sizes`` entry).  vLLM's default mode, FULL_AND_PIECEWISE, replays one
   full graph for a uniform batch (every request the same query length: decode, or
   verification of the same k) and, for a mixed prefill/decode batch, piecewise graphs
-  around attention, which runs eager (vLLM docs/design/cuda_graphs.md); batches above the
+  around attention, which runs eager (vLLM docs/design/cuda_graphs.md); an engine that ran
+  piecewise graphs only (``SpecHost.piecewise_graphs``: vLLM before PR #25444, 0.9 and
+  0.10) replays them for a uniform batch too; batches above the
   largest captured size run eager.  The LM head and sampling run outside the graph
   (``compute_logits`` follows the captured forward).
 - **Host CPU time** per engine step: scheduling, input preparation, sampling bookkeeping:
