@@ -17,7 +17,9 @@ each part is counted once:
   ``cudagraph_capture_sizes`` entry).  vLLM's default mode, FULL_AND_PIECEWISE, replays one
   full graph for a uniform batch (every request the same query length: decode, or
   verification of the same k) and, for a mixed prefill/decode batch, piecewise graphs
-  around attention, which runs eager (vLLM docs/design/cuda_graphs.md); batches above the
+  around attention, which runs eager (vLLM docs/design/cuda_graphs.md); an engine that ran
+  piecewise graphs only (``SpecHost.piecewise_graphs``: vLLM before PR #25444, 0.9 and
+  0.10) replays them for a uniform batch too; batches above the
   largest captured size run eager.  The LM head and sampling run outside the graph
   (``compute_logits`` follows the captured forward).
 - **Host CPU time** per engine step: scheduling, input preparation, sampling bookkeeping:
@@ -119,7 +121,8 @@ class Execution:
         i = bisect.bisect_left(self.capture_sizes, tokens)
         if i == len(self.capture_sizes):
             return "eager", tokens
-        return ("full" if uniform else "piecewise"), float(self.capture_sizes[i])
+        full = uniform and not self.spec.piecewise_graphs  # vLLM 0.9-0.10: piecewise only
+        return ("full" if full else "piecewise"), float(self.capture_sizes[i])
 
     def host_s(self, sequences: int) -> float:
         """CPU time of one engine step over ``sequences`` sequences."""

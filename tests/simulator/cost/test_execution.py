@@ -9,6 +9,7 @@ from hardware.profile import load_profile
 from simulator.cost.cost_model import KERNELS_PER_LAYER, KERNELS_PER_STEP, CostModel
 from simulator.cost.execution import Execution, default_capture_sizes, parse_execution
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.spec_host import load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.scenario import scenario_from_dict
@@ -103,6 +104,24 @@ def test_the_batch_is_padded_to_the_captured_size():
     nine, sixteen = (cm.breakdown(np.ones(n), np.zeros(n)) for n in (9, 16))
     lin = {o.name: o for o in nine.ops}["mlp_up"]
     assert lin.flops == pytest.approx({o.name: o for o in sixteen.ops}["mlp_up"].flops)
+
+
+def test_vllm_before_full_and_piecewise_replays_a_uniform_batch_piecewise():
+    # vLLM PR #25444 (2025-09-23) made FULL_AND_PIECEWISE the default: 0.9.2 and 0.10.1 ran
+    # every captured forward piecewise, attention eager between the pieces (engines.yaml)
+    base = Execution(capture_sizes=default_capture_sizes(256), graph_launch_s=0.0)
+    for name, mode in (("vllm-v0.9", "piecewise"), ("vllm-v0.10", "piecewise"),
+                       ("vllm-v0.11", "full"), ("sglang-v0.4", "full")):
+        ex = dataclasses.replace(base, spec=load_engine(name))
+        assert ex.graph_tokens(9, True) == (mode, 16.0)
+        assert ex.graph_tokens(300, False) == ("piecewise", 304.0)
+    # launches far longer than a layer's attention: piecewise, the 12 eager ones show
+    slow = dataclasses.replace(base, kernel_launch_s=1e-3)
+    full, piece = (CostModel(A100, load_model("opt-125m"), execution=dataclasses.replace(
+        slow, spec=load_engine(name))).breakdown([1.0], [512.0])
+        for name in ("vllm-v0.11", "vllm-v0.9"))
+    assert (full.mode, piece.mode) == ("full", "piecewise")
+    assert full.time_s < 12e-3 <= piece.time_s
 
 
 def test_mixed_batches_replay_piecewise_graphs_around_eager_attention():

@@ -181,6 +181,15 @@ def test_random_scenarios_with_sglangs_reservation_are_identical(case):
     _random_case({**case, "mixed": False}, engine="sglang-v0.5")
 
 
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_scenarios_on_vllm_09_are_identical(case):
+    """vLLM 0.9's engine: every captured forward piecewise, a uniform batch's too
+    (engines.yaml piecewise_graphs), and its speculative path's host work."""
+    _random_case(case, engine="vllm-v0.9")
+
+
 def _random_case(case, engine: str | None = None) -> None:
     name, params = POLICIES[case["policy"]]
     gamma = 6 if name == "adaptive" else params.get("num_speculative_tokens", 0)
