@@ -38,8 +38,9 @@ def bench_accepts(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
 def sample_requests(n: int, prompt: LengthDistribution, output: LengthDistribution,
                     rng: np.random.Generator, *, max_draws: int = 1000) -> RequestLengths:
     """``n`` requests as the client samples them: (prompt, output) pairs drawn from
-    ``prompt`` and ``output``, those the filter refuses skipped, in the order drawn (at
-    most ``max_draws`` rounds of ``n`` pairs; a ValueError when that keeps fewer)."""
+    ``prompt`` and ``output`` independently (no joint statistic was found), those the filter
+    refuses skipped, in the order drawn (at most ``max_draws`` rounds of ``n`` pairs; a
+    ValueError when that keeps fewer)."""
     kept_p: list[int] = []
     kept_o: list[int] = []
     for _ in range(max_draws):
@@ -53,3 +54,31 @@ def sample_requests(n: int, prompt: LengthDistribution, output: LengthDistributi
         raise ValueError(f"{max_draws} x {n} draws kept {len(kept_p)} of {n} requests: the "
                          "lengths hardly ever pass vllm bench serve's ShareGPT filter")
     return RequestLengths(tuple(kept_p[:n]), tuple(kept_o[:n]))
+
+
+# why dp_cases.py's ShareGPT cases miss (dp_cases.DP_KNOWN_MISSES)
+SHAREGPT_WHY = (
+    "ShareGPT's lengths are spread and the stand-in fixes them at their means: an all-at-once "
+    "run lasts until its longest answers finish (the page's vLLM run averaged 2,621 output "
+    "tokens/s against a peak of 7,451, and took 76.59 s where the medium case, with 4.6x "
+    "the input tokens, took 59.26 s), and its mean TPOT mixes short and long answers. Issue "
+    "38, after these misses were seen, read what the client sends (this module: each "
+    "conversation's first turn, the answer's length as max_tokens, pairs outside "
+    "is_valid_sequence's 4 / 1,024 / 2,048 skipped; DeepSeek-R1 runs to max_tokens, the "
+    "page's three engines generating 200,752 / 200,767 / 200,813 tokens for the same "
+    "prompts) and looked for a published statistic of that sample's shape (median, "
+    "percentiles, std, a histogram) in vLLM's and SGLang's code and issues and the serving "
+    "papers' repositories; none was found (the one stored table is another sample: "
+    "microsoft/sarathi-serve's data/processed_traces/sharegpt_8k_filtered_stats_llama2_"
+    "tokenizer.csv at 72339db, multi-turn prompts carrying their history, median 1,730 "
+    "tokens, answers capped at 1,024), so the cases keep the means and serve_requests / "
+    "sample_requests wait for one. An exploration, not a prediction: sample_requests' "
+    "lognormal prompts and answers at mean/median 1.5 / 2 / 3 (pre-filter means moved until "
+    "the kept ones are the page's, seed 0) through serve_requests put the total tokens/s at "
+    "+29% / +22% / +17% (vLLM) and +17% / +10% / +4% (SGLang), the runs then lasting until "
+    "answers of ~1,830 tokens finish; the mean TPOTs only at 102 / 119 / 134 and 97 / 122 / "
+    "162 ms (-55% to -41%, -68% to -47%), vLLM's mean TTFT staying ~5 s where the page "
+    "measured 17,743 ms (as in its 128-token case: a delay common to all requests, "
+    "unpriced); the concurrency-4 run's output tokens/s at 247 / 249 / 248 (+26% to +27%, "
+    "254 fixed): the spread would account for the totals, not for the TPOTs or the "
+    "concurrency-4 run")
