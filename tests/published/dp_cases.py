@@ -45,8 +45,8 @@ V1's ``max_num_seqs`` 1,024 and ``max_num_batched_tokens`` 8,192 for the API ser
 prefill size 8,192 on a GPU under 160 GB (server_args.py), its running-request cap taken as
 the same 1,024 (the KV pool binds before either cap at these lengths); the ShareGPT prompts
 and answers at their stated means (219 and 201 tokens; 228 and 213 for the 100-prompt run),
-fixed, where ShareGPT's lengths are spread (a stand-in the misses below show is too crude:
-an all-at-once run lasts as long as its longest answers).
+fixed, where ShareGPT's lengths are spread: issue 38, after the misses were seen, found no
+published statistic of the spread the client samples (tests/published/sharegpt.py).
 
 The second source is a closed-loop concurrency sweep at stated per-user speeds: InferenceX
 issue #870 ("deepseek sglang h200 experimental", github.com/SemiAnalysisAI/InferenceX/issues/870,
@@ -82,6 +82,7 @@ from __future__ import annotations
 from hardware.profile import load_profile
 from simulator.cost.memory_plan import sglang_mem_fraction_static
 from tests.published.harness import serve
+from tests.published.sharegpt import SHAREGPT_WHY
 from tests.published.tolerances import ABSOLUTE, Case
 
 PAGE = ("docs.gpustack.ai/latest/performance-lab/deepseek-r1/h200 (GPUStack, DeepSeek-R1-0528 "
@@ -224,12 +225,6 @@ def _cases() -> list[Case]:
 DP_CASES: list[Case] = _cases()
 
 # outside their tolerance today, with the measured miss (cases.KNOWN_MISSES takes them in)
-_SHAREGPT_WHY = (
-    "ShareGPT's lengths are spread and the stand-in fixes them at their means: an all-at-once "
-    "run lasts until its longest answers finish (the page's vLLM run averaged 2,621 output "
-    "tokens/s against a peak of 7,451, and took 76.59 s where the medium case, with 4.6x "
-    "the input tokens, took 59.26 s), and its mean TPOT mixes short and long answers. Not "
-    "predictable without the per-request lengths, which the page does not give")
 _SGLANG_TPOT_WHY = (
     "SGLang runs prefill batches apart from decode batches, prefill first (scheduler.py "
     "get_next_batch_to_run; enable_mixed_chunk off), as the simulated engine does "
@@ -339,13 +334,13 @@ DP_KNOWN_MISSES: dict[str, str] = {
     "gpustack-dsr1-h200-vllm-short-total-toks": (
         "predicted 22,967 vs published 5,931 total tokens/s (+287%): " + _VLLM_SHORT_WHY),
     "gpustack-dsr1-h200-vllm-sharegpt-total-toks": (
-        "predicted 16,956 vs published 5,483 total tokens/s (+209%): " + _SHAREGPT_WHY),
+        "predicted 16,956 vs published 5,483 total tokens/s (+209%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-vllm-sharegpt-mean-tpot": (
-        "predicted 95.0 vs published 227.45 ms (-58%): " + _SHAREGPT_WHY),
+        "predicted 95.0 vs published 227.45 ms (-58%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-sglang-0.5-sharegpt-total-toks": (
-        "predicted 19,366 vs published 7,143 total tokens/s (+171%): " + _SHAREGPT_WHY),
+        "predicted 19,366 vs published 7,143 total tokens/s (+171%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-sglang-0.5-sharegpt-mean-tpot": (
-        "predicted 86.4 vs published 304.71 ms (-72%): " + _SHAREGPT_WHY),
+        "predicted 86.4 vs published 304.71 ms (-72%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-sglang-0.5-short-total-toks": (
         "predicted 25,630 vs published 20,448 total tokens/s (+25.3%; -9.2% before issue 38 "
         "priced the prefill's fused MoE at the tuned kernel's measured rate, which also "
@@ -388,7 +383,7 @@ DP_KNOWN_MISSES: dict[str, str] = {
         "(scheduling, prepare_inputs, the eager compute_logits and sampler, the outputs) "
         "shows between steps; it is priced at the profile's generic 200 us "
         "(defaults.step_overhead_us), no measurement of vLLM 0.11's at TP 8 having been "
-        "found. The fixed ShareGPT lengths move the duration too. DeepGEMM's dense linears "
+        "found. Spread ShareGPT lengths barely move it (sharegpt.py). DeepGEMM's dense linears "
         "at decode rows are measured slower than the roofline (sgl-project/sglang PR #5820, "
         "April 2025: 10.3 us for N 3072 x K 1536 at M = 1, the H200 roofline 4.9), but that "
         "is the DeepGEMM of April 2025 (engines.yaml sglang-v0.4.5 deepgemm_decode_floor); "

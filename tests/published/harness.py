@@ -14,10 +14,12 @@ graphs, captured draft loop).  A case may also give the source's own workload le
 """
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
+from simulator.run_setup import scenario_workload
 from simulator.scenario import scenario_from_dict
 from simulator.simulate import simulate
 from tests.published.case_draw import CaseDraw
@@ -54,6 +56,27 @@ ENGINES: dict[str, dict] = {"hf": {"enforce_eager": True, "captured_draft_loop":
                             # its B200 run with the flags of InferenceX's B200 script: the
                             # all-reduce + add + RMSNorm fusion (simulator/cost/ar_fusion.py)
                             "sglang-0.5-blackwell": {"engine": "sglang-v0.5-blackwell"}}
+
+
+@dataclass(frozen=True)
+class RequestLengths:
+    """Each request's prompt and output tokens, in arrival order: a benchmark client's
+    sampled requests (``serve_requests``), as tuples so that runs can be cached."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.prompt or len(self.prompt) != len(self.output):
+            raise ValueError(f"{len(self.prompt)} prompt lengths for {len(self.output)} "
+                             "output lengths; give one of each per request, at least one")
+        if min(self.prompt + self.output) < 1:
+            raise ValueError("every prompt and output length is at least 1 token")
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens of every request."""
+        return sum(self.prompt) + sum(self.output)
 
 
 @dataclass(frozen=True)
@@ -146,10 +169,22 @@ def _case_data(name, hardware, target, policy, parallelism, max_num_seqs, execut
     return data
 
 
-def _simulated(data: dict, draw, draft, where: str) -> Run:
-    """Simulate a case's scenario (under ``draw`` if given): its makespan, tau, mean TPOT."""
+def _simulated(data: dict, draw, draft, where: str,
+               lengths: RequestLengths | None = None) -> Run:
+    """Simulate a case's scenario (under ``draw`` if given): its makespan, tau, mean TPOT.
+    ``lengths`` replaces the scenario's request lengths, request i's in arrival order (the
+    arrival times are the scenario's own draw)."""
     scenario = scenario_from_dict(data, source="tests/published")
-    res = simulate(scenario if draw is None else draw.apply(scenario, draft))
+    scenario = scenario if draw is None else draw.apply(scenario, draft)
+    workload = None
+    if lengths is not None:
+        workload = scenario_workload(scenario)
+        if len(workload) != len(lengths.prompt):
+            raise ValueError(f"{where}: {len(lengths.prompt)} lengths for {len(workload)} "
+                             "requests")
+        workload = dataclasses.replace(workload, prompt_tokens=lengths.prompt,
+                                       output_tokens=lengths.output)
+    res = simulate(scenario, workload=workload)
     req = res.requests
     if not (req["status"] == "finished").all():
         raise AssertionError(f"{where}: not every request finished")
@@ -255,9 +290,22 @@ def serve(hardware: str, target: str, *, num_requests: int, prompt: int, output:
                   max_concurrency, draw)
 
 
+def serve_requests(hardware: str, target: str, *, lengths: RequestLengths, engine: str,
+                   parallelism: dict, batching: dict,
+                   max_concurrency: int | None = None) -> Served:
+    """``serve`` for requests of their own lengths (``lengths``, in the order they are sent),
+    as a benchmark client replays a dataset's sampled requests (cached)."""
+    if engine not in ENGINES:
+        raise KeyError(f"unknown engine {engine!r}; one of {sorted(ENGINES)}")
+    draw = _DRAW.plain() if _DRAW is not None else None
+    # the scenario's fixed lengths are placeholders: _simulated puts ``lengths`` in their place
+    return _serve(hardware, target, len(lengths.prompt), 1, 1, _freeze(ENGINES[engine]),
+                  _freeze(parallelism), _freeze(batching), max_concurrency, draw, lengths)
+
+
 @lru_cache(maxsize=None)
 def _serve(hardware, target, n, prompt, output, execution, parallelism, batching,
-           max_concurrency, draw) -> Served:
+           max_concurrency, draw, lengths: RequestLengths | None = None) -> Served:
     workload = {"synthetic": {
         "num_requests": n, "arrival": {"process": "poisson", "rate_per_s": 1e6},
         "prompt": {"dist": "fixed", "tokens": prompt},
@@ -268,8 +316,9 @@ def _serve(hardware, target, n, prompt, output, execution, parallelism, batching
             "target": target, "policy": {"name": "none"}, "parallelism": _thaw(parallelism),
             "batching": _thaw(batching), "execution": _thaw(execution),
             "workload": workload}
-    run = _simulated(data, draw, None, f"{target} on {hardware}")
-    return Served(run.makespan_s, run.tpot_s, n * (prompt + output))
+    run = _simulated(data, draw, None, f"{target} on {hardware}", lengths)
+    return Served(run.makespan_s, run.tpot_s,
+                  n * (prompt + output) if lengths is None else lengths.tokens)
 
 
 def serve_data(data: dict) -> Served:
