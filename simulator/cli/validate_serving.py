@@ -86,7 +86,9 @@ def find_runs(paths: list[str]) -> list[Path]:
 
 def main(args: argparse.Namespace) -> int:
     from simulator.cli.output import render, wrap_text
-    from simulator.sim2real.compare import compare_runs, headline, run_scenario
+    import pandas as pd
+
+    from simulator.sim2real.compare import compare_run, headline, run_scenario
 
     runs = []
     for path in find_runs(args.paths):
@@ -98,15 +100,17 @@ def main(args: argparse.Namespace) -> int:
         run_scenario(run, args.profile)
     if args.uncertainty:
         return _coverage(runs, args)
-    table = compare_runs(runs, args.profile)
+    # one frame per run, printed by position: two runs may share a name (run_key)
+    parts = [compare_run(run, args.profile) for run in runs]
     if args.stats == "mean":
-        table = table[table["metric"].str.contains("mean|throughput")]
+        parts = [p[p["metric"].str.contains("mean|throughput")] for p in parts]
+    table = pd.concat(parts, ignore_index=True)
     if args.format != "table":
         print(render(table, args.format))
         return 0
-    for run in runs:
-        part = table[table["run"] == run.name].drop(columns=["run", "saturated"]).copy()
-        sat = bool(table.loc[table["run"] == run.name, "saturated"].any())
+    for run, frame in zip(runs, parts):
+        part = frame.drop(columns=["run", "saturated"]).copy()
+        sat = bool(frame["saturated"].any())
         print(wrap_text(f"{run.name}: {run.model} TP{run.tensor_parallel} on "
                         f"{run.hardware or args.profile}, {run.engine}, "
                         f"{len(run.workload):,} requests, measured at the {run.measured_at}"
@@ -115,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
         part["error_%"] = [f"{e:+.1f}%" for e in part["error_%"]]
         print(render(part, "table"))
         print()
-    print(headline(table))
+    print(headline(table, runs=len(runs)))
     return 0
 
 

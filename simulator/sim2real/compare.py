@@ -99,9 +99,11 @@ def median_ape(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def headline(table: pd.DataFrame) -> str:
+def headline(table: pd.DataFrame, runs: int | None = None) -> str:
+    """The last line: median APE over the runs; ``runs`` counts them where two may share a
+    name (default: the table's distinct run names)."""
     m = median_ape(table)
-    runs = table["run"].nunique()
+    runs = table["run"].nunique() if runs is None else runs
     return (f"median APE: TTFT {m['ttft']:.1f}% TPOT {m['tpot']:.1f}% E2E {m['e2e']:.1f}% "
             f"over {runs} runs")
 

@@ -7,6 +7,7 @@ README); the tests skip cleanly when that folder is absent.  Nothing of the simu
 fitted to them: the shipped h100-sxm profile, the catalog's models, vLLM's defaults.
 """
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -91,3 +92,18 @@ def test_a_folder_without_runs_is_one_clear_error(tmp_path, capsys):
 def test_a_run_without_its_gpu_needs_the_profile(capsys):
     assert main(["validate-serving", str(RUNS / "jan21-llama7b-train-1")]) == 2
     assert "--profile" in capsys.readouterr().err
+
+
+@need_runs
+def test_two_runs_sharing_a_name_are_two_runs(tmp_path, capsys):
+    """Two folders of the same name in different places are two runs (run_key): each gets
+    its own block of rows and the headline counts both."""
+    name = "jan21-llama7b-train-1"
+    for side in ("a", "b"):
+        shutil.copytree(RUNS / name, tmp_path / side / name)
+    assert main(["validate-serving", str(tmp_path / "a" / name), str(tmp_path / "b" / name),
+                 "--profile", "h100-sxm", "--stats", "mean"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].endswith("over 2 runs")
+    heads = [line for line in out if line.startswith(f"{name}: ")]
+    assert len(heads) == 2
