@@ -15,7 +15,7 @@ when ``SPECSIM_AICONFIGURATOR_DIR`` names such a checkout (and skip when it does
   (``attention/vllm/<version>/generation_attention_perf.parquet``, kernel_source
   ``vllm_flash_attn``), the memory efficiency and fixed time of ``kernels.attention_decode``.
 
-Reading parquet needs pyarrow (the ``parquet`` extra).
+The tables are read with pandas and pyarrow (core dependencies).
 """
 from __future__ import annotations
 
