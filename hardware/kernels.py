@@ -26,7 +26,10 @@ efficiency, no floor).  With it, hardware/roofline.py's ``gemm_time``, ``transfe
 - per kind of kernel, optional overrides of the compute efficiency, memory efficiency, latency,
   floor, L2-resident efficiency and row bandwidth, each with its source.  The kinds are kernel
   implementations: ``gemm``; ``attention_prefill`` and ``attention_decode`` (FlashAttention with
-  more than one query per request, or one); ``attention_prefill_fa3`` (FlashAttention-3, a
+  more than one query per request, or one); ``attention_decode_mla`` (an MLA model's
+  one-query decode kernels, FlashMLA-, FlashInfer- or Triton-MLA: where the profile has the
+  entry it prices them instead of ``attention_decode``, ``Roofline.for_mla``);
+  ``attention_prefill_fa3`` (FlashAttention-3, a
   Hopper kernel: where the engine runs it, simulator/cost/engines.yaml ``prefill_attention``,
   and the profile has the entry, it prices the requests of more than one query instead of
   ``attention_prefill``, on the causal pairs plus ``query_overhead_tokens`` per query row of
@@ -51,13 +54,15 @@ from simulator.inputs.yaml_io import as_number, as_str, check_keys, require_mapp
 GEMM = "gemm"
 ATTENTION_PREFILL = "attention_prefill"   # attention of requests with more than one query
 ATTENTION_DECODE = "attention_decode"     # attention of requests with one query token
+ATTENTION_DECODE_MLA = "attention_decode_mla"  # an MLA model's: attention_decode's if absent
 # FlashAttention-3 (Hopper only): the prefill kernel vLLM V1 and SGLang run on sm90, priced on
 # the causal pairs it computes plus ``query_overhead_tokens`` keys' worth per query row
 ATTENTION_PREFILL_FA3 = "attention_prefill_fa3"
 ELEMENTWISE = "elementwise"               # residual adds and plain elementwise kernels
 OTHER = "other"  # a small kernel of no modelled kind (MoE routing, quantisation, cache writes)
 TRANSFER_KINDS = (ELEMENTWISE, "embedding", "norm", "activation", "rope", OTHER)
-KINDS = (GEMM, ATTENTION_PREFILL, ATTENTION_PREFILL_FA3, ATTENTION_DECODE) + TRANSFER_KINDS
+KINDS = (GEMM, ATTENTION_PREFILL, ATTENTION_PREFILL_FA3, ATTENTION_DECODE,
+         ATTENTION_DECODE_MLA) + TRANSFER_KINDS
 _SCALARS = ("sm_count", "gemm_tiles", "latency_us", "min_kernel_us")
 _OPTIONAL = ("l2_cache_mib", "l2_bandwidth_gb_per_s")
 _KIND_NUMBERS = ("compute_efficiency", "memory_efficiency", "latency_us", "min_kernel_us",

@@ -17,12 +17,15 @@ flat formula ``max(F / (peak * eta_c), B / (bandwidth * eta_m))``.  The cost mod
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
 import numpy as np
 
 from hardware.kernels import (
     ATTENTION_DECODE,
+    ATTENTION_DECODE_MLA,
     ATTENTION_PREFILL,
     ATTENTION_PREFILL_FA3,
     ELEMENTWISE,
@@ -268,6 +271,19 @@ class Roofline:
             return ATTENTION_PREFILL_FA3, k.kinds[ATTENTION_PREFILL_FA3].query_overhead_tokens \
                 or 0.0
         return ATTENTION_PREFILL, 0.0
+
+    def for_mla(self) -> Roofline:
+        """This roofline for an MLA model: its one-query attention kernel priced by the
+        profile's ``attention_decode_mla`` entry where it has one (itself otherwise: the
+        ``attention_decode`` entry prices MLA's decode kernels too)."""
+        k = self.kernels
+        if k is None or ATTENTION_DECODE_MLA not in k.kinds:
+            return self
+        out = copy.copy(self)
+        out.kernels = dataclasses.replace(
+            k, kinds={**k.kinds, ATTENTION_DECODE: k.kinds[ATTENTION_DECODE_MLA]})
+        out._kind_cache = {}
+        return out
 
     def _attention_kernel(self, kind: str, flops, nbytes, members) -> float:
         """One attention kernel over the requests in ``members`` (None: all of them); a

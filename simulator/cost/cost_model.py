@@ -83,9 +83,9 @@ class CostModel(ClosedForms):
         hw, m, tp = self.hardware, model, parallel.tensor_parallel
         b = m.activation_bytes  # activations, attention, collectives: 16-bit (precision.py)
         h, v = m.hidden_size, m.vocab_size
-        self._roof = hw.roofline(compute_dtype(m.dtype))
-        self._lin_roof = self._roof if compute_dtype(m.dtype) == m.dtype \
-            else linear_roofline(hw, m)
+        roof = hw.roofline(compute_dtype(m.dtype))
+        self._roof = roof.for_mla() if m.is_mla else roof  # MLA's decode kernels: kernels.py
+        self._lin_roof = roof if compute_dtype(m.dtype) == m.dtype else linear_roofline(hw, m)
         check_kv_cache_dtype(hw, m)
         self._host_bw = hw.host_link.bandwidth_bytes_per_s
         self._b, self._wb = b, m.dtype_bytes

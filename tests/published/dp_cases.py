@@ -332,26 +332,26 @@ _V011_CONFIGS = (
 # nothing fitted to these numbers.
 DP_KNOWN_MISSES: dict[str, str] = {
     "gpustack-dsr1-h200-vllm-short-total-toks": (
-        "predicted 22,967 vs published 5,931 total tokens/s (+287%): " + _VLLM_SHORT_WHY),
+        "predicted 22,950 vs published 5,931 total tokens/s (+287%): " + _VLLM_SHORT_WHY),
     "gpustack-dsr1-h200-vllm-sharegpt-total-toks": (
-        "predicted 16,956 vs published 5,483 total tokens/s (+209%): " + SHAREGPT_WHY),
+        "predicted 16,947 vs published 5,483 total tokens/s (+209%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-vllm-sharegpt-mean-tpot": (
         "predicted 95.0 vs published 227.45 ms (-58%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-sglang-0.5-sharegpt-total-toks": (
-        "predicted 19,366 vs published 7,143 total tokens/s (+171%): " + SHAREGPT_WHY),
+        "predicted 19,365 vs published 7,143 total tokens/s (+171%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-sglang-0.5-sharegpt-mean-tpot": (
         "predicted 86.4 vs published 304.71 ms (-72%): " + SHAREGPT_WHY),
     "gpustack-dsr1-h200-sglang-0.5-short-total-toks": (
-        "predicted 25,630 vs published 20,448 total tokens/s (+25.3%; -9.2% before issue 38 "
+        "predicted 25,624 vs published 20,448 total tokens/s (+25.3%; -9.2% before issue 38 "
         "priced the prefill's fused MoE at the tuned kernel's measured rate, which also "
         "brought the mean TPOTs within 4%): the simulated requests all finish together after "
         "the last prefill, where the page's finish spread, the front end the last sentences "
         "here name. " + _SGLANG_TPOT_WHY),
     "gpustack-dsr1-h200-vllm-sharegpt-conc4-output-toks": (
-        "predicted 254.1 vs published 196.81 output tokens/s (+29.1%; +53.7% before issue 35 "
-        "priced vLLM's MLA decode module as measured): the decode step at 4 requests is priced "
-        "15.4 ms where vLLM's median ITL is 18.84 ms (mean TPOT 19.36 ms, predicted 15.40, "
-        "-20.5%: a pass since; 12.90, -33%, before). Per operator against ai-dynamo/"
+        "predicted 262.6 vs published 196.81 output tokens/s (+33.4%; +29.1% before the TP "
+        "all-reduce was repriced, +53.7% before issue 35 priced vLLM's MLA decode module): "
+        "the decode step at 4 requests is priced 14.9 ms where vLLM's median ITL is 18.84 ms "
+        "(mean TPOT 19.36 ms, predicted 14.89, -23.1%). Per operator against ai-dynamo/"
         "aiconfigurator's H200 vLLM tables (commit 095f58a): the MLA decode module (h200_sxm/"
         "mla/vllm/0.19.0/mla_generation_module_perf.parquet, vLLM's DeepseekV2MLAAttention "
         "under a CUDA graph, 16 heads, fp8_block GEMMs, BF16 KV) measured 95.7 us a layer at 4 "
@@ -367,10 +367,10 @@ DP_KNOWN_MISSES: dict[str, str] = {
         "tokens (+4% to -14%) but prices SGLang's own tuned call 14-66% too dear there, so "
         "neither is carried. The router's BF16 GEMM (N 256, K 7168) is priced 13.8 us a layer "
         "where aiconfigurator's graph-captured vLLM GEMM table (h200_sxm/gemm/vllm/0.14.0) "
-        "gives 6.2 us at 4 rows, and the TP all-reduce of 57 KB 10.7 us where vLLM's custom "
-        "all-reduce measured 7.7 us under a graph (h200_sxm/comm/vllm/0.14.0): about 0.8 ms "
-        "a step priced too dear, not repriced (every H200 engine uses them). Not usable: that "
-        "table's fp8_block GEMMs are timed eager (collector/vllm/collect_gemm.py "
+        "gives 6.2 us at 4 rows: not repriced (every H200 engine uses it). The TP all-reduce "
+        "of 57 KB (10.7 us before) is priced 6.5 us, h200's custom_all_reduce fitted to vLLM's "
+        "graph rows (h200_sxm/comm/vllm/0.14.0, 5.8-6.6 us at 32-64 KiB): 0.5 ms a step. Not "
+        "usable: that table's fp8_block GEMMs are timed eager (collector/vllm/collect_gemm.py "
         "use_cuda_graph=gemm_type != 'fp8_block': 20-43 us at 1-32 rows, a host floor), its "
         "0.14.0 generation_mla rows too (160-210 us flat). vLLM 0.11.0's own step (the PyPI "
         "wheel read): FlashMLA is the MLA decode backend on Hopper (platforms/cuda.py, "

@@ -1,0 +1,70 @@
+"""calibrate/aiconfigurator.py on synthetic tables (no checkout needed): the rows it keeps, its
+units, and fits that recover known numbers exactly.  The fits of the shipped entries against
+the real tables: tests/hardware/test_h200_allreduce.py, test_h200_decode_attention.py."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from calibrate import aiconfigurator as aic
+from hardware.collectives import all_reduce_factor
+
+
+def _all_reduce_frame(us_of_bytes) -> pd.DataFrame:
+    rows = []
+    for world in (2, 8):
+        for e in aic.ALL_REDUCE_ELEMENTS + (2**24,):       # one size beyond the fitted ones
+            for backend, extra in (("vllm_graph", 0.0), ("vllm_eager", 15.0)):
+                for jitter in (-0.1, 0.0, 0.2):            # three repeats: the median is kept
+                    rows.append({"backend": backend, "num_gpus": world, "message_size": e,
+                                 "latency": (us_of_bytes(2.0 * e, world) + extra + jitter)
+                                 * 1e-3})
+    return pd.DataFrame(rows)
+
+
+def test_graph_rows_are_medians_in_seconds_of_bf16_bytes():
+    frame = _all_reduce_frame(lambda b, w: 4.0 + b / 1e5)
+    rows = aic.graph_all_reduce(frame)
+    assert sorted(rows) == [2, 8]
+    nbytes, seconds = rows[8]
+    assert nbytes.tolist() == [256.0 * 2**i for i in range(15)]   # 256 B to 4 MiB
+    assert seconds == pytest.approx((4.0 + nbytes / 1e5) * 1e-6)  # eager rows left out
+
+
+def test_a_single_line_is_fitted_back():
+    # time = 5 us + bytes x factor / 200 GB/s at every size: one piece, those two numbers
+    frame = _all_reduce_frame(lambda b, w: 5.0 + b * all_reduce_factor(w) / 200e9 * 1e6)
+    for world, (pieces, info) in aic.fit_graph_all_reduce(aic.graph_all_reduce(frame)).items():
+        assert info["max_relative_error"] < 0.001
+        for p in pieces:   # any joints the fit keeps lie on the same line
+            assert p["latency_us"] == pytest.approx(5.0, abs=0.01)
+            assert p["busbw_gb_per_s"] == pytest.approx(200.0, rel=0.001)
+
+
+def _attention_frame(eff: float, lat_us: float, peak: float) -> pd.DataFrame:
+    rows = []
+    shapes = [((h, k), b, c) for h, k in aic.DECODE_HEADS for b in aic.DECODE_BATCHES
+              for c in aic.DECODE_CONTEXTS]
+    for (h, k), b, c in shapes:
+        secs = aic.decode_kv_bytes(k, b, c) / (eff * peak) + lat_us * 1e-6
+        base = {"kernel_source": "vllm_flash_attn", "head_dim": 128, "attn_dtype": "bfloat16",
+                "num_heads": h, "num_key_value_heads": k, "batch_size": b, "step": c}
+        rows.append({**base, "kv_cache_dtype": "bfloat16", "latency": secs * 1e3})
+        rows.append({**base, "kv_cache_dtype": "fp8", "latency": secs * 5e2})  # not kept
+    return pd.DataFrame(rows)
+
+
+def test_the_decode_fit_recovers_a_grid_pair_exactly():
+    calls = aic.decode_attention(_attention_frame(0.83, 12.5, 4.8e12))
+    assert len(calls) == 64 and set(calls["kv_heads"]) == {1, 2, 4, 8}
+    eff, lat, mape = aic.fit_decode_attention(calls, 4.8e12)
+    assert (eff, lat) == (0.83, 12.5) and mape < 1e-9
+
+
+def test_no_checkout_no_table(monkeypatch):
+    monkeypatch.delenv(aic.ENV, raising=False)
+    assert aic.data_root() is None
+    with pytest.raises(KeyError):
+        aic.table("h200_sxm", "comm", "vllm", "0.14.0", "custom_allreduce_perf")
+    monkeypatch.setenv(aic.ENV, "does-not-exist")
+    assert aic.data_root() is None
