@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simulator.cost.spec_host import SpecHost
+from simulator.cost.spec_work import SpecHost
 from simulator.models.spec import load_model
 from simulator.scenario import Scenario
 

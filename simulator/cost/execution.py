@@ -46,7 +46,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.cost.spec_host import PREFILL_KERNELS, SpecHost, load_engine
+from simulator.cost.spec_catalog import PREFILL_KERNELS, load_engine
+from simulator.cost.spec_work import SpecHost
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_bool, as_number, as_str, check_keys, require_mapping
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simulator.cost import mla, moe, moe_kernels
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import SpecHost
+from simulator.cost.spec_work import SpecHost
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import ModelSpec
 

@@ -45,28 +45,11 @@ part's metadata is eager host work (``tree_verify_kernels``).  Everything is a p
 constant in the batch's size: no per-request loop.
 
 The kinds of work and an engine's entry are spec_work.py's (``SpecWork``, ``SpecHost``), the
-catalog's loading spec_catalog.py's; both re-exported here.
+catalog's loading spec_catalog.py's (``load_engine``): import each from its module.
 """
 from __future__ import annotations
 
-# the catalog and the work kinds, re-exported: callers import them from here
-from simulator.cost.spec_catalog import (  # noqa: F401
-    BOOLS,
-    CATALOG,
-    COUNTS,
-    DECODE_COUNTS,
-    FP8_GEMMS,
-    LAYER_COUNTS,
-    MAX_COUNT,
-    PER_SEQ,
-    PREFILL_KERNELS,
-    RESERVE,
-    SYNC_METHODS,
-    _entry,
-    engine_names,
-    load_engine,
-)
-from simulator.cost.spec_work import SpecHost, SpecWork  # noqa: F401
+from simulator.cost.spec_work import SpecWork
 from simulator.cost.tree_cascade import tree_cascade_s
 
 

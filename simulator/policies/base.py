@@ -55,7 +55,8 @@ import numpy as np
 from simulator.cost.cost_model import CostModel
 from simulator.cost.drafting import fits_draft_context
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import SpecCharge, SpecWork
+from simulator.cost.spec_host import SpecCharge
+from simulator.cost.spec_work import SpecWork
 from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, StepPricer, VariedDraft
 from simulator.inputs.params import Param, parse_params
 from simulator.models.spec import ModelSpec

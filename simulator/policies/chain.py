@@ -22,7 +22,7 @@ from simulator.cost.drafting import (
     draft_prefill_time,
     fits_draft_context,
 )
-from simulator.cost.spec_host import SpecWork
+from simulator.cost.spec_work import SpecWork
 from simulator.engine.plan import BatchView, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost.drafting import chain_draft_pricer, chain_draft_time
-from simulator.cost.spec_host import SpecCharge, SpecWork
+from simulator.cost.spec_host import SpecCharge
+from simulator.cost.spec_work import SpecWork
 from abc import abstractmethod
 
 from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan

@@ -31,7 +31,8 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.dp_attention import cost_model
 from simulator.cost.drafting import level_draft_time
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import SpecWork, tree_rows
+from simulator.cost.spec_host import tree_rows
+from simulator.cost.spec_work import SpecWork
 from simulator.engine.plan import BatchView, CarriedDraft, ChainStretch, DraftPlan, closed_forms
 from simulator.inputs.errors import SpecsimError
 from simulator.policies.base import (

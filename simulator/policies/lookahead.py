@@ -40,7 +40,7 @@ from simulator.engine.plan import (
     emitted_tokens,
 )
 from simulator.inputs.params import Param
-from simulator.cost.spec_host import SpecWork
+from simulator.cost.spec_work import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.in_context import OFF_PATH_ORDER, FollowIndex, InContextTarget
 from simulator.policies.lookahead_lanes import LaneState, longest_prefix

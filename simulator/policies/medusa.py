@@ -30,7 +30,8 @@ import numpy as np
 from simulator.acceptance.medusa import MEDUSA_TOP_K, MedusaAcceptance
 from simulator.acceptance.sampling import tree_node_probs, walk_tree
 from simulator.cost.drafting import OperatorPrices
-from simulator.cost.spec_host import SpecWork, tree_rows
+from simulator.cost.spec_host import tree_rows
+from simulator.cost.spec_work import SpecWork
 from simulator.engine.plan import (
     BatchDraws,
     BatchView,

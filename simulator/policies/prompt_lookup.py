@@ -32,7 +32,7 @@ from simulator.engine.plan import (
 )
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.params import Param
-from simulator.cost.spec_host import SpecWork
+from simulator.cost.spec_work import SpecWork
 from simulator.policies.base import PolicyBase, PolicyContext, spec_charge
 from simulator.policies.draft_control import LimitedControl, LimitedDraft
 from simulator.policies.ngram_index import TextNgrams

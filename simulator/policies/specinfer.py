@@ -46,7 +46,8 @@ from simulator.cost.drafting import (
     shard_slices,
     sharded_time,
 )
-from simulator.cost.spec_host import SpecWork, tree_rows
+from simulator.cost.spec_host import tree_rows
+from simulator.cost.spec_work import SpecWork
 from simulator.engine.plan import (
     BatchDraws,
     BatchView,

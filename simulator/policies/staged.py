@@ -42,7 +42,8 @@ from simulator.cost.drafting import (
     draft_max_context,
     draft_prefill_time,
 )
-from simulator.cost.spec_host import SpecCharge, SpecWork
+from simulator.cost.spec_host import SpecCharge
+from simulator.cost.spec_work import SpecWork
 from simulator.engine.plan import (
     BatchDraws,
     BatchView,

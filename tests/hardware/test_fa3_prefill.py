@@ -11,7 +11,7 @@ from hardware.kernels import ATTENTION_PREFILL, ATTENTION_PREFILL_FA3
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import parse_execution, resolve_execution
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.cost.spec_host import SpecCharge, SpecWork
+from simulator.cost.spec_host import SpecCharge
+from simulator.cost.spec_work import SpecWork
 from simulator.inputs.errors import SpecsimError
 from simulator.policies import registry
 from simulator.run_setup import build_deployment

@@ -12,7 +12,7 @@ from simulator.cost import token_terms as tt
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 
 FUSED = "sglang-v0.5-blackwell"

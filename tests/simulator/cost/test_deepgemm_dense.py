@@ -11,7 +11,7 @@ from simulator.cost import engine_kernels as ek
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 
 # deepseek-ai/DeepGEMM README (its first release, 2025-02: the table "Normal GEMMs for dense

@@ -14,7 +14,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.dp_attention import cost_model
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import _entry, load_engine
+from simulator.cost.spec_catalog import _entry, load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 

@@ -9,7 +9,7 @@ from hardware.profile import load_profile
 from simulator.cost.cost_model import KERNELS_PER_LAYER, KERNELS_PER_STEP, CostModel
 from simulator.cost.execution import Execution, default_capture_sizes, parse_execution
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.scenario import scenario_from_dict

@@ -10,7 +10,7 @@ from hardware.profile import load_profile
 from simulator.cost import moe_kernels
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
 from tests.simulator.cost import fp8_moe_measured as f8

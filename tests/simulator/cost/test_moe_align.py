@@ -14,7 +14,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.small_kernel import SmallKernel
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 
 # vLLM's ops.moe_align_block_size at 256 experts, us: sgl-project/sglang PR #4327 (H200, its

@@ -11,7 +11,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.moe import MoeShape, inclusion_probabilities
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 
 DSV3 = load_model("deepseek-v3")

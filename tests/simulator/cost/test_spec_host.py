@@ -13,15 +13,9 @@ import pytest
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution, parse_execution
-from simulator.cost.spec_host import (
-    COUNTS,
-    SYNC_METHODS,
-    SpecWork,
-    _entry,
-    engine_names,
-    load_engine,
-    spec_host_s,
-)
+from simulator.cost.spec_catalog import COUNTS, SYNC_METHODS, _entry, engine_names, load_engine
+from simulator.cost.spec_host import spec_host_s
+from simulator.cost.spec_work import SpecWork
 from simulator.cost.tree_cascade import tree_cascade_s
 from simulator.deployment import resolve_deployment
 from simulator.engine.plan import BatchView

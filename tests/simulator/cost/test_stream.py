@@ -10,7 +10,7 @@ from hardware.profile import load_profile
 from simulator.cost import eager_stream, stream
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 from simulator.scenario import load_scenario
 from tests.helpers import REPO

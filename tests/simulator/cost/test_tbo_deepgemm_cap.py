@@ -14,7 +14,7 @@ from simulator.cost import tbo
 from simulator.cost.dp_attention import COMM, DpAttentionCostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 
 

@@ -11,14 +11,9 @@ import pytest
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution
-from simulator.cost.spec_host import (
-    SpecWork,
-    engine_names,
-    load_engine,
-    spec_device_s,
-    spec_host_s,
-    tree_rows,
-)
+from simulator.cost.spec_catalog import engine_names, load_engine
+from simulator.cost.spec_host import spec_device_s, spec_host_s, tree_rows
+from simulator.cost.spec_work import SpecWork
 from simulator.cost.tree_cascade import CASCADE_KERNELS, cascade_layer_s, tree_cascade_s
 from simulator.models.spec import load_model
 from simulator.speculation.token_tree import TokenTree

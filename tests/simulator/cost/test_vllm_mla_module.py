@@ -10,7 +10,7 @@ from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 
 # ai-dynamo/aiconfigurator (Apache-2.0, commit 095f58a), aic-core/src/aiconfigurator_core/

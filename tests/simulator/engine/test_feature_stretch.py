@@ -278,7 +278,7 @@ def test_trees_on_a_cascading_engine_stay_exact(policy, target, draft):
     """SGLang 0.4.5's FA3 backend verifies (and drafts) a tree as a cascade
     (simulator/cost/tree_cascade.py): the iterations the stretches advance pay it as the
     step-by-step ones do, bit for bit, and it costs time."""
-    from simulator.cost.spec_host import load_engine
+    from simulator.cost.spec_catalog import load_engine
 
     rng = np.random.default_rng(11)
     arrivals = np.sort(rng.uniform(0, 3, 16))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from simulator.cost.execution import parse_execution
-from simulator.cost.spec_host import _entry
+from simulator.cost.spec_catalog import _entry
 from simulator.engine.reserve import RatioClock, TokenRatio
 from simulator.inputs.errors import SpecsimError
 from simulator.scenario import PolicyConfig

@@ -9,7 +9,7 @@ from hardware.profile import load_profile
 from simulator.acceptance import acceptance_from_config
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import Execution
-from simulator.cost.spec_host import load_engine
+from simulator.cost.spec_catalog import load_engine
 from simulator.inputs.errors import SpecsimError
 from simulator.models.spec import load_model
 from simulator.policies.base import PolicyContext
