@@ -7,10 +7,13 @@ of it is copied here: the entries of hardware/profiles/*.yaml that cite a table 
 re-derived from a checkout of that repository by the functions below, which the tests call
 when ``SPECSIM_AICONFIGURATOR_DIR`` names such a checkout (and skip when it does not).
 
-- :func:`graph_all_reduce` / :func:`fit_graph_all_reduce`: vLLM's tensor-parallel
+- :func:`graph_all_reduce` / :func:`fit_all_reduce`: vLLM's tensor-parallel
   all-reduce timed inside a CUDA graph (``comm/vllm/<version>/custom_allreduce_perf.parquet``,
   backend ``vllm_graph``), one curve a world by :func:`hardware.collectives.fit_pieces`, the
   fit ``custom_all_reduce`` of h100-sxm and h200 is.
+- :func:`nccl_rows` / :func:`fit_all_reduce`: nccl-tests' ``all_reduce_perf`` (and its
+  all_gather, reduce_scatter, alltoall) as ``comm/nccl/<version>/nccl_perf.parquet`` holds it
+  (collector/network/collect_nccl.py), the fit h200's NCCL ``all_reduce`` is.
 - :func:`decode_attention` / :func:`fit_decode_attention`: vLLM's decode attention call
   (``attention/vllm/<version>/generation_attention_perf.parquet``, kernel_source
   ``vllm_flash_attn``), the memory efficiency and fixed time of ``kernels.attention_decode``.
@@ -37,6 +40,7 @@ DECODE_HEADS = ((32, 4), (16, 2), (64, 8), (8, 1))
 DECODE_BATCHES = (1, 8, 32, 128)
 DECODE_CONTEXTS = (127, 511, 2047, 8191)   # the table's ``step``: KV tokens a request attends
 HEAD_DIM, BF16 = 128, 2.0
+NCCL_ELEMENT_BYTES = {"half": 2.0, "int8": 1.0}   # collect_nccl.py bytes_per_element
 
 
 def data_root() -> Path | None:
@@ -71,10 +75,25 @@ def graph_all_reduce(frame: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndar
     return out
 
 
-def fit_graph_all_reduce(rows: dict[int, tuple[np.ndarray, np.ndarray]]
-                         ) -> dict[int, tuple[list[dict], dict]]:
+def nccl_rows(frame: pd.DataFrame, op: str = "all_reduce", dtype: str = "half"
+              ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``{world: (bytes, seconds)}`` of nccl-tests' ``op`` rows at ``dtype``, every size the
+    table has: the median a (world, size).  collect_nccl.py runs the binary at ``size`` bytes
+    and logs ``message_size = size // bytes_per_element`` (2 for half, 1 for int8), so bytes =
+    element size x message_size; ``latency`` is the out-of-place time in milliseconds."""
+    rows = frame[(frame["op_name"] == op) & (frame["nccl_dtype"] == dtype)]
+    width = NCCL_ELEMENT_BYTES[dtype]
+    out = {}
+    for world, part in rows.groupby("num_gpus"):
+        med = part.groupby("message_size")["latency"].median()
+        out[int(world)] = (width * med.index.to_numpy(float), med.to_numpy(float) * 1e-3)
+    return out
+
+
+def fit_all_reduce(rows: dict[int, tuple[np.ndarray, np.ndarray]]
+                   ) -> dict[int, tuple[list[dict], dict]]:
     """Each world's pieces and fit errors: fit_pieces (3 pieces, min_points 2), as h100-sxm's
-    ``custom_all_reduce`` was fitted."""
+    ``all_reduce`` and ``custom_all_reduce`` were fitted."""
     return {w: fit_pieces(b, t, all_reduce_factor(w), max_pieces=3, min_points=2)
             for w, (b, t) in sorted(rows.items())}
 

@@ -1,6 +1,7 @@
 """calibrate/aiconfigurator.py on synthetic tables (no checkout needed): the rows it keeps, its
 units, and fits that recover known numbers exactly.  The fits of the shipped entries against
-the real tables: tests/hardware/test_h200_allreduce.py, test_h200_decode_attention.py."""
+the real tables: tests/hardware/test_h200_allreduce.py, test_h200_nccl.py,
+test_h200_decode_attention.py."""
 from __future__ import annotations
 
 import pandas as pd
@@ -34,11 +35,37 @@ def test_graph_rows_are_medians_in_seconds_of_bf16_bytes():
 def test_a_single_line_is_fitted_back():
     # time = 5 us + bytes x factor / 200 GB/s at every size: one piece, those two numbers
     frame = _all_reduce_frame(lambda b, w: 5.0 + b * all_reduce_factor(w) / 200e9 * 1e6)
-    for world, (pieces, info) in aic.fit_graph_all_reduce(aic.graph_all_reduce(frame)).items():
+    for world, (pieces, info) in aic.fit_all_reduce(aic.graph_all_reduce(frame)).items():
         assert info["max_relative_error"] < 0.001
         for p in pieces:   # any joints the fit keeps lie on the same line
             assert p["latency_us"] == pytest.approx(5.0, abs=0.01)
             assert p["busbw_gb_per_s"] == pytest.approx(200.0, rel=0.001)
+
+
+def _nccl_frame() -> pd.DataFrame:
+    # nccl-tests rows as collect_nccl.py logs them: message_size in elements, latency in ms
+    rows = []
+    for op, extra in (("all_reduce", 0.0), ("all_gather", 50.0)):
+        for dtype, width in (("half", 2), ("int8", 1)):
+            for world in (2, 8):
+                for e in (256, 1024, 2**20):
+                    for jitter in (-0.3, 0.0, 0.5):        # three repeats: the median is kept
+                        us = 3.0 * world + e * width / 1e4 + extra + (dtype == "int8") + jitter
+                        rows.append({"op_name": op, "nccl_dtype": dtype, "num_gpus": world,
+                                     "message_size": e, "latency": us * 1e-3})
+    return pd.DataFrame(rows)
+
+
+def test_nccl_rows_are_one_ops_medians_in_seconds_of_the_dtypes_bytes():
+    frame = _nccl_frame()
+    rows = aic.nccl_rows(frame)                                 # all_reduce, half
+    assert sorted(rows) == [2, 8]
+    nbytes, seconds = rows[8]
+    assert nbytes.tolist() == [512.0, 2048.0, 2.0 * 2**20]     # 2 bytes an fp16 element
+    assert seconds == pytest.approx((24.0 + nbytes / 1e4) * 1e-6)
+    nbytes, seconds = aic.nccl_rows(frame, "all_gather", "int8")[2]
+    assert nbytes.tolist() == [256.0, 1024.0, 2.0**20]         # 1 byte an int8 element
+    assert seconds == pytest.approx((6.0 + nbytes / 1e4 + 51.0) * 1e-6)
 
 
 def _attention_frame(eff: float, lat_us: float, peak: float) -> pd.DataFrame:

@@ -57,7 +57,7 @@ def test_the_rows_here_are_the_tables():
 
 @need_table
 def test_the_profile_is_the_fit_of_the_table():
-    fits = aic.fit_graph_all_reduce(aic.graph_all_reduce(aic.table(
+    fits = aic.fit_all_reduce(aic.graph_all_reduce(aic.table(
         "h200_sxm", "comm", "vllm", "0.14.0", "custom_allreduce_perf")))
     shipped = {w["world"]: w["pieces"] for w in _block()["worlds"]}
     assert shipped == {w: pieces for w, (pieces, _) in fits.items()}
