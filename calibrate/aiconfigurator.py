@@ -11,9 +11,11 @@ when ``SPECSIM_AICONFIGURATOR_DIR`` names such a checkout (and skip when it does
   all-reduce timed inside a CUDA graph (``comm/vllm/<version>/custom_allreduce_perf.parquet``,
   backend ``vllm_graph``), one curve a world by :func:`hardware.collectives.fit_pieces`, the
   fit ``custom_all_reduce`` of h100-sxm and h200 is.
-- :func:`nccl_rows` / :func:`fit_all_reduce`: nccl-tests' ``all_reduce_perf`` (and its
-  all_gather, reduce_scatter, alltoall) as ``comm/nccl/<version>/nccl_perf.parquet`` holds it
-  (collector/network/collect_nccl.py), the fit h200's NCCL ``all_reduce`` is.
+- :func:`nccl_rows` / :func:`never_cheaper` / :func:`fit_all_reduce`: nccl-tests'
+  ``all_reduce_perf`` (and its all_gather, reduce_scatter, alltoall) as
+  ``comm/nccl/<version>/nccl_perf.parquet`` holds it (collector/network/collect_nccl.py),
+  lifted so that a larger world is never cheaper (:func:`cap_last_slopes` past the table),
+  the fit h200's NCCL ``all_reduce`` is.
 - :func:`decode_attention` / :func:`fit_decode_attention`: vLLM's decode attention call
   (``attention/vllm/<version>/generation_attention_perf.parquet``, kernel_source
   ``vllm_flash_attn``), the memory efficiency and fixed time of ``kernels.attention_decode``.
@@ -29,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware.collectives import all_reduce_factor, fit_pieces
+from hardware.collectives import all_reduce_factor, fit_pieces, joined
 
 ENV = "SPECSIM_AICONFIGURATOR_DIR"
 DATA = Path("aic-core/src/aiconfigurator_core/systems/data")
@@ -90,12 +92,48 @@ def nccl_rows(frame: pd.DataFrame, op: str = "all_reduce", dtype: str = "half"
     return out
 
 
+def never_cheaper(rows: dict[int, tuple[np.ndarray, np.ndarray]]
+                  ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], dict[int, int]]:
+    """The rows with each size's time at world p raised to the largest measured at p or a
+    smaller world (the model prices a larger world never cheaper: tests/hardware/
+    test_collectives.py; b200.yaml's NCCL curves were fitted so), and how many sizes each
+    world had lifted.  Every world must hold the same sizes."""
+    out, lifted, floor = {}, {}, None
+    for w, (b, t) in sorted(rows.items()):
+        if floor is not None and not np.array_equal(b, floor[0]):
+            raise ValueError(f"world {w}'s sizes are not the smaller worlds'")
+        up = t if floor is None else np.maximum(t, floor[1])
+        out[w], lifted[w], floor = (b, up), int(np.count_nonzero(up > t)), (b, up)
+    return out, lifted
+
+
 def fit_all_reduce(rows: dict[int, tuple[np.ndarray, np.ndarray]]
                    ) -> dict[int, tuple[list[dict], dict]]:
     """Each world's pieces and fit errors: fit_pieces (3 pieces, min_points 2), as h100-sxm's
     ``all_reduce`` and ``custom_all_reduce`` were fitted."""
     return {w: fit_pieces(b, t, all_reduce_factor(w), max_pieces=3, min_points=2)
             for w, (b, t) in sorted(rows.items())}
+
+
+def cap_last_slopes(pieces: dict[int, list[dict]]) -> tuple[dict[int, list[dict]], dict]:
+    """Each world's last bus bandwidth capped at the smaller world's x factor(w) / factor(smaller)
+    (4 digits), so that past the table's largest size a larger world's time grows no slower and
+    the curves do not cross (b200.yaml's all_gather was capped so), that piece's latency
+    re-joined to the one before (hardware.collectives.joined); and ``{world: fitted busbw}`` of
+    the worlds capped."""
+    out, capped, before = {}, {}, None
+    for w, ps in sorted(pieces.items()):
+        ps = [dict(p) for p in ps]
+        if before is not None:
+            cap = float(f"{before[1] * all_reduce_factor(w) / all_reduce_factor(before[0]):.4g}")
+            if ps[-1]["busbw_gb_per_s"] > cap:
+                capped[w], ps[-1]["busbw_gb_per_s"] = ps[-1]["busbw_gb_per_s"], cap
+                curve = joined(w, all_reduce_factor(w), [p["from_kib"] * 1024.0 for p in ps],
+                               ps[0]["latency_us"] * 1e-6, [p["busbw_gb_per_s"] * 1e9
+                                                             for p in ps])
+                ps[-1]["latency_us"] = round(curve.latencies[-1] * 1e6, 3)
+        out[w], before = ps, (w, ps[-1]["busbw_gb_per_s"])
+    return out, capped
 
 
 def decode_attention(frame: pd.DataFrame) -> pd.DataFrame:

@@ -4,6 +4,7 @@ the real tables: tests/hardware/test_h200_allreduce.py, test_h200_nccl.py,
 test_h200_decode_attention.py."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -66,6 +67,31 @@ def test_nccl_rows_are_one_ops_medians_in_seconds_of_the_dtypes_bytes():
     nbytes, seconds = aic.nccl_rows(frame, "all_gather", "int8")[2]
     assert nbytes.tolist() == [256.0, 1024.0, 2.0**20]         # 1 byte an int8 element
     assert seconds == pytest.approx((6.0 + nbytes / 1e4 + 51.0) * 1e-6)
+
+
+def test_a_larger_world_is_lifted_to_the_smaller_worlds_time():
+    b = np.array([1.0, 2.0, 3.0])
+    rows = {2: (b, np.array([1.0, 5.0, 9.0])), 4: (b, np.array([2.0, 4.0, 9.5])),
+            8: (b, np.array([3.0, 6.0, 7.0]))}
+    out, lifted = aic.never_cheaper(rows)
+    assert out[4][1].tolist() == [2.0, 5.0, 9.5] and out[8][1].tolist() == [3.0, 6.0, 9.5]
+    assert lifted == {2: 0, 4: 1, 8: 1} and rows[8][1].tolist() == [3.0, 6.0, 7.0]
+    with pytest.raises(ValueError):
+        aic.never_cheaper({2: (b, b), 4: (b * 2, b)})
+
+
+def test_a_last_slope_below_the_smaller_worlds_is_capped_and_rejoined():
+    # world 4's last piece 300 GB/s; world 8's may not be above 300 x (7/4) / (3/2) = 350
+    w4 = [{"from_kib": 0, "latency_us": 10.0, "busbw_gb_per_s": 300.0}]
+    w8 = [{"from_kib": 0, "latency_us": 20.0, "busbw_gb_per_s": 100.0},
+          {"from_kib": 1024, "latency_us": 20.0 + 1024 * 1024 * 1.75 * (1 / 100 - 1 / 400)
+           / 1e3, "busbw_gb_per_s": 400.0}]
+    out, capped = aic.cap_last_slopes({4: w4, 8: w8})
+    assert capped == {8: 400.0} and out[4] == w4
+    assert out[8][-1]["busbw_gb_per_s"] == 350.0
+    want = 20.0 + 1024 * 1024 * 1.75 * (1 / 100 - 1 / 350) / 1e3
+    assert out[8][-1]["latency_us"] == pytest.approx(want, abs=0.001)
+    assert aic.cap_last_slopes({4: w4, 8: out[8]})[1] == {}      # nothing left to cap
 
 
 def _attention_frame(eff: float, lat_us: float, peak: float) -> pd.DataFrame:

@@ -153,10 +153,9 @@ H100_NCCL_8 = [(128, 19.19), (KIB, 19.50), (16 * KIB, 20.71), (32 * KIB, 22.65),
 
 # h100-sxm's and h200's custom curves are the CUDA-graph timings (tests/hardware/
 # test_h100_allreduce.py, test_h200_allreduce.py; PR #2904's were timed without CUDA graphs);
-# h200 carries h100-sxm's NCCL curve
+# h200's NCCL curve is its own (tests/hardware/test_h200_nccl.py)
 @pytest.mark.parametrize("name,table,custom,limit", [
-    ("a100-80gb", A100_CUSTOM, True, 0.12), ("h100-sxm", {8: H100_NCCL_8}, False, 0.075),
-    ("h200", {8: H100_NCCL_8}, False, 0.075)])
+    ("a100-80gb", A100_CUSTOM, True, 0.12), ("h100-sxm", {8: H100_NCCL_8}, False, 0.075)])
 def test_profiles_reproduce_the_published_points(name, table, custom, limit):
     c = load_profile(name).collectives
     for world, points in table.items():

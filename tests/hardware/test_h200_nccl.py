@@ -59,23 +59,27 @@ def test_the_rows_here_are_the_tables():
 
 @need_table
 def test_the_profile_is_the_fit_of_the_table():
-    fits = aic.fit_all_reduce(_rows())
-    assert _worlds() == {w: pieces for w, (pieces, _) in fits.items()}
-    # the errors the profile's source states
+    rows, lifted = aic.never_cheaper(_rows())
+    assert lifted == {2: 0, 4: 0, 8: 4}            # world 8 from 64 MiB: world 4's times
+    fits = aic.fit_all_reduce(rows)
+    pieces, capped = aic.cap_last_slopes({w: p for w, (p, _) in fits.items()})
+    assert capped == {8: 416.1} and _worlds() == pieces
+    # the errors the profile's source states (against the rows fitted, lifted)
     infos = [info for _, info in fits.values()]
-    assert [i["median_relative_error"] for i in infos] == [0.023, 0.011, 0.018]
-    assert [i["max_relative_error"] for i in infos] == [0.197, 0.17, 0.124]
-    assert [i["max_relative_error_from_8_mib"] for i in infos] == [0.061, 0.043, 0.063]
+    assert [i["median_relative_error"] for i in infos] == [0.023, 0.011, 0.019]
+    assert [i["max_relative_error"] for i in infos] == [0.197, 0.17, 0.117]
 
 
 @pytest.mark.parametrize("world,median,worst", [(2, 0.03, 0.2), (4, 0.015, 0.18),
-                                                (8, 0.02, 0.13)])
+                                                (8, 0.03, 0.16)])
 def test_the_profile_prices_every_row(world, median, worst):
     # worst: world 2 at 2 MiB (-19.7%, a step between its 1 and 4 MiB rows), world 4 at 1 KiB
-    # (-17.0%, one row above its neighbours), world 8 at 512 KiB (+12.4%)
+    # (-17.0%, one row above its neighbours), world 8 at 512 MiB (+15.9%: lifted to world 4's
+    # time from 64 MiB, the next test)
     err = np.abs(_nccl(world, NBYTES) / (np.array(NCCL_US[world]) * 1e-6) - 1)
     assert np.median(err) < median and err.max() < worst, np.round(100 * err, 1)
-    assert err[NBYTES >= 8 * MIB].max() < 0.065
+    below = NBYTES < (64 * MIB if world == 8 else np.inf)
+    assert err[(NBYTES >= 8 * MIB) & below].max() < 0.065
 
 
 def test_every_measured_world_has_its_own_curve():
@@ -96,8 +100,11 @@ def test_past_the_table_the_last_piece_is_a_line(world):
     assert t[1] - t[0] == pytest.approx(per_gib / 2, rel=1e-9)
 
 
-def test_world_8_is_cheaper_than_world_4_where_measured_so():
-    # NVLink SHARP on 8 GPUs: the table's world 8 beats world 4 from 64 MiB; priced as measured
-    big = NBYTES[NBYTES >= 64 * MIB]
-    assert np.all(np.array(NCCL_US[8])[-4:] < np.array(NCCL_US[4])[-4:])
-    assert np.all(_nccl(8, big) < _nccl(4, big))
+def test_world_8_is_priced_at_world_4s_time_where_it_measured_cheaper():
+    # NVLink SHARP on 8 GPUs: the table's world 8 beats world 4 from 64 MiB (by 1-12%); the
+    # model prices a larger world never cheaper (tests/hardware/test_collectives.py), so those
+    # four rows were fitted at world 4's times: world 8 within 8% of world 4's there
+    big = NBYTES >= 64 * MIB
+    assert np.all(np.array(NCCL_US[8])[big] < np.array(NCCL_US[4])[big])
+    t4, t8 = _nccl(4, NBYTES[big]), _nccl(8, NBYTES[big])
+    assert np.all(t8 >= t4) and np.all(t8 / t4 < 1.08)
