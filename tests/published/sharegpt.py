@@ -81,5 +81,5 @@ SHAREGPT_WHY = (
     "162 ms (-55% to -41%, -68% to -47%), vLLM's mean TTFT staying ~5 s where the page "
     "measured 17,743 ms (as in its 128-token case: a delay common to all requests, "
     "unpriced); the concurrency-4 run's output tokens/s at 247 / 249 / 248 (+26% to +27%, "
-    "254 fixed): a spread would account for most of the totals' misses (+209% / +171% "
+    "254 fixed): a spread would account for most of the totals' misses (+219% / +181% "
     "fixed), not for the TPOTs' or the concurrency-4 run's")
