@@ -184,10 +184,12 @@ class Results:
         value = self.__dict__["_requests"]
         return value if isinstance(value, RequestColumns) else RequestColumns.of_frame(value)
 
-    def steps_columns(self) -> dict[str, np.ndarray] | None:
-        """The steps table as the run's columns while ``steps`` was never read; else None."""
-        value = self.__dict__["_steps"]
-        return value if isinstance(value, dict) else None
+    def unread_columns(self) -> tuple[RequestColumns | None, dict[str, np.ndarray] | None]:
+        """The run's own columns of the requests and steps tables whose DataFrames were
+        never read (None for one that was: its frame is what there is to write)."""
+        req, steps = self.__dict__["_requests"], self.__dict__["_steps"]
+        return (req if isinstance(req, RequestColumns) else None,
+                steps if isinstance(steps, dict) else None)
 
     def summary(self) -> dict:
         """The headline metrics of the run as one flat dict (a copy of the one computed on
