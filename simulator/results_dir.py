@@ -37,6 +37,7 @@ from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 from simulator.results import Results
 from simulator.results_arrow import dictionary_names, write_columns, write_requests
 from simulator.scenario import Scenario, parse_compare, scenario_from_dict
+from simulator.summary_rows import SummaryRows
 
 if TYPE_CHECKING:  # pandas is imported where a frame is read or written as CSV
     import pandas as pd
@@ -115,8 +116,8 @@ def _writing(path: Path):
         raise
 
 
-def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, scenario,
-                         fmt: str) -> dict:
+def write_results_tables(folder: Path, results: list, summary: pd.DataFrame | SummaryRows,
+                         scenario, fmt: str) -> dict:
     """Write every table of ``results`` into ``folder``; return the manifest's content."""
     manifest = {"format": fmt, "scenario_name": scenario.name, "seed": scenario.seed,
                 "versions": software_versions(), "policies": []}
@@ -142,7 +143,10 @@ def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, sce
         with _writing(folder / f"{stem}.itl.npy") as path:
             np.save(path, r.itl_s)
     with _writing(folder / "summary.csv") as path:
-        summary.to_csv(path, index=False)
+        if isinstance(summary, SummaryRows):
+            summary.write_csv(path)  # pandas' CSV, without pandas (summary_rows.py)
+        else:
+            summary.to_csv(path, index=False)
     with _writing(folder / "scenario.yaml") as path:
         path.write_text(yaml.safe_dump(dict(scenario.raw), sort_keys=False), encoding="utf-8")
     return manifest
