@@ -120,8 +120,11 @@ class Results:
 
     # ------------------------------------------------------------------ ITL and step totals
     def _itl_exact(self) -> np.ndarray:
+        """The finite ITL samples: ``itl_s`` itself when all are (every caller only reads
+        them; a run's 2M samples copied cost more than the summary's arithmetic)."""
         values = np.asarray(self.itl_s, dtype=np.float64)
-        return values[np.isfinite(values)]
+        finite = np.isfinite(values)
+        return values if finite.all() else values[finite]
 
     def itl_count(self) -> int:
         """How many ITL samples the run had (kept or sketched)."""

@@ -37,18 +37,44 @@ def write_columns(path: Path, columns: dict[str, Any], dictionary: list[str]) ->
 
 
 def _array(pa, values):
-    """One column as pandas converts it; text as ``large_string``, the type pandas 3's
-    ``str`` columns convert to (pandas 2's object columns went to ``string``: the same
-    Parquet bytes, read back as the same text)."""
-    text = np.asarray(values).dtype.kind in "OU"
+    """One column as pandas converts it (``pa.array(values, from_pandas=True)``: a float NaN
+    a null), text as ``large_string``, the type pandas 3's ``str`` columns convert to
+    (pandas 2's object columns went to ``string``: the same Parquet bytes, read back as the
+    same text).  Built from the column's buffers: ``pa.array`` imports pandas (pyarrow's
+    pandas shim asks whether the values are a pandas categorical), which this module is
+    here to avoid; a column of another type goes through ``pa.array`` all the same."""
+    arr = np.asarray(values)
+    n, kind = arr.size, arr.dtype.kind
+    if kind in "OU" and all(isinstance(v, str) for v in arr.tolist()):
+        data = [v.encode("utf-8") for v in arr.tolist()]
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum([len(b) for b in data], out=offsets[1:])
+        return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets),
+                                                            pa.py_buffer(b"".join(data))])
+    if kind == "b":
+        bits = np.packbits(arr, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(bits)])
+    if arr.dtype == np.float64 or kind in "iu":
+        arr = np.ascontiguousarray(arr)
+        nulls = np.isnan(arr) if kind == "f" else np.zeros(0, bool)
+        valid = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
+        return pa.Array.from_buffers(pa.from_numpy_dtype(arr.dtype), n,
+                                     [valid, pa.py_buffer(arr)],
+                                     null_count=int(np.count_nonzero(nulls)))
+    text = kind in "OU"
     return pa.array(values, type=pa.large_string() if text else None, from_pandas=True)
 
 
 def write_requests(path: Path, req: RequestColumns) -> None:
     """The requests table, its status a dictionary (categorical) column as pandas writes."""
     import pyarrow as pa
-    status = pa.DictionaryArray.from_arrays(pa.array(req.status, type=pa.int8()),
-                                            pa.array(CATEGORIES, type=pa.string()))
+    codes = np.ascontiguousarray(req.status, dtype=np.int8)
+    words = "".join(CATEGORIES).encode("utf-8")
+    ends = np.cumsum([0] + [len(c.encode("utf-8")) for c in CATEGORIES], dtype=np.int32)
+    status = pa.DictionaryArray.from_arrays(  # pandas' categorical: codes and categories
+        pa.Array.from_buffers(pa.int8(), codes.size, [None, pa.py_buffer(codes)]),
+        pa.Array.from_buffers(pa.string(), len(CATEGORIES), [None, pa.py_buffer(ends),
+                                                              pa.py_buffer(words)]))
     columns = {name: status if name == "status" else req.columns[name]
                for name in req.order()}
     write_columns(path, columns, ["status"] + dictionary_names(req.columns))
