@@ -132,7 +132,6 @@ def main(args: argparse.Namespace) -> int:
     _note_serving_only(args.vllm_args)
     policies = _policies(args, scenario)
     draws = unc.draws_asked(args, scenario, policies)  # checked before any work
-    from simulator.summary_rows import summary_rows
     require_format(args.results_format)
     out = Path(args.out).expanduser()
     if args.report and args.report.endswith(("/", os.sep)):
@@ -151,11 +150,7 @@ def main(args: argparse.Namespace) -> int:
         ([report.name] if report_inside else []) + ([timeline.name] if timeline_inside else [])
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
         results = run_policies(scenario, policies, progress=not args.no_progress)
-        rows = summary_rows(results)
-        # the plain table and summary.csv need no DataFrame (no pandas: issue 36)
-        plain = not draws and args.format == "table" and report is None \
-            and rows.kinds() is not None
-        summary = rows if plain else rows.frame()
+        summary = _summary(results, args, draws, report is not None)
         if draws:  # the p5/p50/p95 columns (simulator/uncertainty)
             summary = summary.join(unc.interval_columns(
                 [scenario.with_policy(p) for p in policies], draws, args,
@@ -183,6 +178,15 @@ def main(args: argparse.Namespace) -> int:
         path = _render_report(results, report, scenario, summary, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def _summary(results: list, args, draws: int, report: bool) -> pd.DataFrame | SummaryRows:
+    """The summary rows; as a DataFrame where --uncertainty, --report or --format csv/json
+    reads it: the plain table and summary.csv need none (no pandas imported: issue 36)."""
+    from simulator.summary_rows import summary_rows
+    rows = summary_rows(results)
+    plain = not draws and args.format == "table" and not report and rows.kinds() is not None
+    return rows if plain else rows.frame()
 
 
 def _render_report(results: list, path: Path, scenario: Scenario, summary: pd.DataFrame,
