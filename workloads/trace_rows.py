@@ -45,7 +45,7 @@ def check_order(times: np.ndarray, raw, lines: np.ndarray, path: Path, column: s
                        "out-of-order traces rather than reorder them silently")
 
 
-def late(path: Path, column: str, line: int, raw: object, unit: str = "s") -> SpecsimError:
+def too_late(path: Path, column: str, line: int, raw: object, unit: str = "s") -> SpecsimError:
     in_ms = " (this column is in milliseconds)" if unit == "ms" else ""
     return bad_row(path, column, line, raw, f"arrival times must be at most {MAX_ARRIVAL_S:g} s "
                     f"(31.7 years), where float64 still resolves an engine step{in_ms}",
@@ -63,6 +63,6 @@ def checked_seconds(values: np.ndarray, raw, lines: np.ndarray, path: Path, colu
                        "arrival times must be finite numbers >= 0", "fix or drop that row")
     if late.any():
         i = int(np.flatnonzero(late)[0])
-        raise late(path, column, int(lines[i]), raw[i])
+        raise too_late(path, column, int(lines[i]), raw[i])
     check_order(values, raw, lines, path, column)
     return values * scale

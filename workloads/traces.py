@@ -40,7 +40,7 @@ from workloads.trace_rows import bad_row as _bad_row
 from workloads.trace_rows import check_order as _check_order
 from workloads.trace_rows import checked_seconds as _checked_seconds
 from workloads.trace_rows import counts as _counts
-from workloads.trace_rows import late as _late
+from workloads.trace_rows import too_late as _late
 from workloads.workload import (
     MAX_ARRIVAL_S,
     MAX_BLOCK_ID,
