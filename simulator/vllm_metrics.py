@@ -37,10 +37,14 @@ def _p_word(p: float) -> str:
 
 
 def _stats(name: str, values: np.ndarray, percentiles: Sequence[float], out: dict) -> None:
-    ms = values[np.isfinite(values)]  # a copy of its own (boolean indexing): scaled in place
-    if not ms.size:  # vLLM computes over [0] when there are none
-        ms = np.zeros(1)
-    np.multiply(ms, 1e3, out=ms)
+    finite = np.isfinite(values)
+    if finite.all():  # a copy of its own, scaled (2M ITL samples: one pass, not three)
+        ms = np.multiply(values, 1e3) if values.size else np.zeros(1)
+    else:  # a copy of its own (boolean indexing): scaled in place
+        ms = values[finite]
+        if not ms.size:  # vLLM computes over [0] when there are none
+            ms = np.zeros(1)
+        np.multiply(ms, 1e3, out=ms)
     mean, std = float(np.mean(ms)), float(np.std(ms))  # sums: before ``ms`` is reordered
     out[f"mean_{name}_ms"] = mean
     # the order statistics partition ``ms`` itself (no copy of a run's 2M ITL samples
