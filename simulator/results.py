@@ -23,10 +23,11 @@ import numpy as np
 
 from simulator.engine.exact_sum import exact_sums
 from simulator.engine.recorder import Recorder
-from simulator.engine.requests import STATUS_NAMES, RequestTable
+from simulator.engine.requests import RequestTable
 from simulator.engine.sketch import QuantileSketch
 from simulator.engine.step import STEP_FIELDS
 from simulator.engine.steps_store import totals_of
+from simulator.results_columns import RequestColumns, acceptance_columns, steps_frame
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built (cold start)
     import pandas as pd
@@ -83,37 +84,10 @@ class Results:
 
     @classmethod
     def from_run(cls, scenario, table: RequestTable, rec: Recorder, dep, workload) -> "Results":
-        """Assemble DataFrames from the engine's arrays."""
-        import pandas as pd
-        status = pd.Categorical.from_codes(table.status.astype(np.int8),
-                                           categories=[STATUS_NAMES[i]
-                                                       for i in range(len(STATUS_NAMES))])
-        req = pd.DataFrame({
-            "request_id": np.arange(table.arrival_s.size),
-            "replica": table.replica.astype(np.int64),
-            "status": status,
-            "reject_reason": table.reject_reason,  # object array sharing one "" string
-            "arrival_s": table.arrival_s,
-            "first_scheduled_s": table.first_scheduled_s,
-            "first_token_s": table.first_token_s,
-            "finish_s": table.finish_s,
-            "prompt_tokens": table.prompt_len.astype(np.int64),
-            "output_tokens": table.output_len.astype(np.int64),
-            "emitted_tokens": table.generated.astype(np.int64),
-            "preemptions": table.preemptions.astype(np.int64),
-            "num_drafts": table.num_drafts.astype(np.int64),
-            "num_draft_tokens": table.num_draft_tokens.astype(np.int64),
-            "num_accepted_tokens": table.num_accepted.astype(np.int64),
-            "cached_tokens": table.cached_tokens.astype(np.int64),
-        })
-        if workload.task is not None:
-            req["task"] = workload.task
-        req["queueing_s"] = req["first_scheduled_s"] - req["arrival_s"]
-        req["ttft_s"] = req["first_token_s"] - req["arrival_s"]
-        req["e2e_s"] = req["finish_s"] - req["arrival_s"]
-        denom = (req["output_tokens"] - 1).where(req["output_tokens"] > 1)
-        req["tpot_s"] = (req["e2e_s"] - req["ttft_s"]) / denom
-        steps = rec.steps_frame()
+        """Assemble the run's tables from the engine's arrays: as columns, which
+        ``requests`` and ``steps`` turn into DataFrames on first read (results_columns.py)."""
+        req = RequestColumns.of_run(table, workload.task)
+        steps = rec.steps_columns()
         itl, sketch = rec.itl_samples()
         info = {"kv_blocks": dep.memory.kv_blocks, "block_size": dep.memory.block_size,
                 "kv_tokens": dep.memory.kv_tokens,
@@ -133,8 +107,11 @@ class Results:
                 "replicas": scenario.replicas,
                 "steps_table": rec.steps_info(), "itl": itl_info(itl, sketch),
                 "execution": dep.target_cost.execution.describe()}
-        events = pd.DataFrame(rec.events, columns=["time_s", "event", "request_id", "tokens"]) \
-            if rec.record_events else None
+        events = None
+        if rec.record_events:
+            import pandas as pd
+            events = pd.DataFrame(rec.events, columns=["time_s", "event", "request_id",
+                                                       "tokens"])
         accepted_hist, drafted_hist = rec.histograms()
         return cls(label=scenario.policy.label, requests=req, steps=steps, itl_s=itl,
                    accepted_hist=accepted_hist, drafted_hist=drafted_hist,
@@ -143,8 +120,11 @@ class Results:
 
     # ------------------------------------------------------------------ ITL and step totals
     def _itl_exact(self) -> np.ndarray:
+        """The finite ITL samples: ``itl_s`` itself when all are (every caller only reads
+        them; a run's 2M samples copied cost more than the summary's arithmetic)."""
         values = np.asarray(self.itl_s, dtype=np.float64)
-        return values[np.isfinite(values)]
+        finite = np.isfinite(values)
+        return values if finite.all() else values[finite]
 
     def itl_count(self) -> int:
         """How many ITL samples the run had (kept or sketched)."""
@@ -190,15 +170,29 @@ class Results:
         with np.errstate(invalid="ignore", divide="ignore"):
             return acc_ge[1:k + 1] / dr_ge[1:k + 1]
 
+    def acceptance_columns(self) -> dict[str, np.ndarray]:
+        """``acceptance_frame``'s columns."""
+        return acceptance_columns(self.accepted_hist, self.drafted_hist,
+                                  self.position_rates())
+
     def acceptance_frame(self) -> pd.DataFrame:
         """Accepted-length and draft-length histograms with per-position rates."""
         import pandas as pd
-        k = int(np.flatnonzero(self.drafted_hist).max()) if self.drafted_hist.any() else 0
-        rates = self.position_rates()
-        return pd.DataFrame({"length": np.arange(k + 1),
-                             "accepted_count": self.accepted_hist[:k + 1],
-                             "drafted_count": self.drafted_hist[:k + 1],
-                             "position_rate": np.concatenate(([np.nan], rates))})
+        return pd.DataFrame(self.acceptance_columns())
+
+    # ------------------------------------------------------------------ the tables
+    def request_columns(self) -> RequestColumns:
+        """The requests table as columns: the run's own while ``requests`` was never read,
+        else the frame's (which a caller may have been given, or have changed)."""
+        value = self.__dict__["_requests"]
+        return value if isinstance(value, RequestColumns) else RequestColumns.of_frame(value)
+
+    def unread_columns(self) -> tuple[RequestColumns | None, dict[str, np.ndarray] | None]:
+        """The run's own columns of the requests and steps tables whose DataFrames were
+        never read (None for one that was: its frame is what there is to write)."""
+        req, steps = self.__dict__["_requests"], self.__dict__["_steps"]
+        return (req if isinstance(req, RequestColumns) else None,
+                steps if isinstance(steps, dict) else None)
 
     def summary(self) -> dict:
         """The headline metrics of the run as one flat dict (a copy of the one computed on
@@ -208,38 +202,42 @@ class Results:
         return dict(self._summary)
 
     def _compute_summary(self) -> dict:
-        req = self.requests
-        done = req[req["status"] == "finished"]
+        req = self.request_columns()
+        cols, finished = req.columns, req.finished()
+        n_done = int(np.count_nonzero(finished))
+
+        def done(name: str) -> np.ndarray:
+            return np.asarray(cols[name])[finished]
         out: dict[str, Any] = {"policy": self.label,
-                               "requests": int(len(req)),
-                               "finished": int(len(done)),
-                               "rejected": int((req["status"] == "rejected").sum())}
+                               "requests": len(req),
+                               "finished": n_done,
+                               "rejected": int(np.count_nonzero(req.rejected()))}
         for name in ("ttft", "tpot", "e2e", "queueing"):
-            _percentiles(name, done[f"{name}_s"].to_numpy(float), out)
+            _percentiles(name, done(f"{name}_s").astype(float), out)
         self._itl_summary(out)
-        if len(done):
-            span = float(done["finish_s"].max() - req["arrival_s"].min())
-        else:
-            span = float("nan")
+        # pandas' max and min (NaN skipped) of the finished requests' finish and every arrival
+        span = float(_nan_skipped(done("finish_s"), np.max)
+                     - _nan_skipped(np.asarray(cols["arrival_s"]), np.min)) \
+            if n_done else float("nan")
         out["duration_s"] = span
-        out["output_tokens_per_s"] = float(done["output_tokens"].sum()) / span if span else 0.0
-        out["requests_per_s"] = len(done) / span if span else 0.0
+        out["output_tokens_per_s"] = float(done("output_tokens").sum()) / span if span else 0.0
+        out["requests_per_s"] = n_done / span if span else 0.0
         slo = self.scenario.slo
-        good = np.ones(len(done), bool)
+        good = np.ones(n_done, bool)
         if slo.ttft_s is not None:
-            good &= done["ttft_s"].to_numpy() <= slo.ttft_s
+            good &= done("ttft_s") <= slo.ttft_s
         if slo.tpot_s is not None:
-            tpot = done["tpot_s"].to_numpy()
+            tpot = done("tpot_s")
             good &= ~(tpot > slo.tpot_s)  # single-token outputs have no TPOT: they pass
-        out["slo_attainment"] = float(good.mean()) if len(done) else float("nan")
+        out["slo_attainment"] = float(good.mean()) if n_done else float("nan")
         out["goodput_requests_per_s"] = float(good.sum()) / span if span else 0.0
         out.update(self._utilisation())
-        out["preemptions"] = int(req["preemptions"].sum())
-        out.update(self._prefix_summary(done))
+        out["preemptions"] = int(cols["preemptions"].sum())
+        out.update(self._prefix_summary(req))
         out.update(backlog_summary(req))
-        drafts = int(req["num_drafts"].sum())
-        draft_tokens = int(req["num_draft_tokens"].sum())
-        accepted = int(req["num_accepted_tokens"].sum())
+        drafts = int(cols["num_drafts"].sum())
+        draft_tokens = int(cols["num_draft_tokens"].sum())
+        accepted = int(cols["num_accepted_tokens"].sum())
         out["num_drafts"] = drafts
         out["num_draft_tokens"] = draft_tokens
         out["num_accepted_tokens"] = accepted
@@ -247,14 +245,16 @@ class Results:
         out["mean_acceptance_length"] = 1.0 + accepted / drafts if drafts else float("nan")
         return out
 
-    def _prefix_summary(self, done) -> dict:
+    def _prefix_summary(self, req: RequestColumns) -> dict:
         """Prefix caching: vLLM's hit rate (prompt tokens found over tokens looked up, at
         every admission), the cached prompt tokens of the finished requests (their
         ``num_cached_tokens``: prefill never run) and that as a fraction of their prompts."""
         pc = self.info.get("prefix_cache") or {}
         queries = int(pc.get("queries_tokens", 0))
-        cached = int(done["cached_tokens"].sum()) if "cached_tokens" in done else 0
-        prompts = int(done["prompt_tokens"].sum())
+        finished = req.finished()
+        cached = int(np.asarray(req.columns["cached_tokens"])[finished].sum()) \
+            if "cached_tokens" in req.columns else 0
+        prompts = int(np.asarray(req.columns["prompt_tokens"])[finished].sum())
         return {"prefix_cache_hit_rate": pc.get("hits_tokens", 0) / queries if queries
                 else float("nan"),
                 "prefix_cached_tokens": cached,
@@ -296,6 +296,35 @@ class Results:
         return pd.DataFrame([self.summary()])
 
 
+
+def _requests_frame(self: Results) -> pd.DataFrame:
+    value = self.__dict__["_requests"]
+    if isinstance(value, RequestColumns):  # from_run's: the frame built on first read
+        value = self.__dict__["_requests"] = value.frame()
+    return value
+
+
+def _steps_frame(self: Results) -> pd.DataFrame:
+    value = self.__dict__["_steps"]
+    if isinstance(value, dict):  # from_run's columns: the frame built on first read
+        value = self.__dict__["_steps"] = steps_frame(value)
+    return value
+
+
+def _setter(key: str):
+    def store(self: Results, value) -> None:
+        self.__dict__[key] = value
+    return store
+
+
+# ``Results(requests=..., steps=...)`` takes DataFrames, or (``from_run``) the columns that
+# they are built from when first read: a `specsim run` that writes Parquet and prints the
+# summary reads none, and never imports pandas (results_columns.py)
+Results.requests = property(_requests_frame, _setter("_requests"),  # type: ignore[assignment]
+                            doc="The requests DataFrame, one row per request.")
+Results.steps = property(_steps_frame, _setter("_steps"),  # type: ignore[assignment]
+                         doc="The steps DataFrame, one row per kept engine step.")
+
 # A run is *saturated* when the queue of requests waiting to be admitted grows through the
 # trace (arrivals outpace service): sampled at the middle, three quarters and the end of the
 # arrival span, it does not shrink, it ends at least SATURATED_GROWTH times as long as at the
@@ -318,23 +347,30 @@ def itl_info(itl_s: np.ndarray, sketch: QuantileSketch | None) -> dict:
             sketch.relative_accuracy, "sketch": sketch.describe()}
 
 
-def backlog_summary(req: pd.DataFrame) -> dict:
+def _nan_skipped(values: np.ndarray, reduce) -> float:
+    """``reduce`` (np.max, np.min) over the values that are not NaN, NaN if none: pandas'."""
+    kept = values[~np.isnan(values)] if np.isnan(values).any() else values
+    return float(reduce(kept)) if kept.size else float("nan")
+
+
+def backlog_summary(req: pd.DataFrame | RequestColumns) -> dict:
     """``waiting_mid`` and ``waiting_last`` (requests arrived but not yet admitted at the
     middle and at the end of the arrival span), ``waiting_at_last_arrival`` (the latter as a
     fraction of the served requests) and ``saturated``."""
-    served = req[req["status"] != "rejected"]
-    if not len(served):
+    cols = req if isinstance(req, RequestColumns) else RequestColumns.of_frame(req)
+    served = ~cols.rejected()
+    if not served.any():
         return {"waiting_at_last_arrival": float("nan"), "waiting_mid": 0,
                 "waiting_last": 0, "saturated": False}
-    arrival = served["arrival_s"].to_numpy(float)
-    admitted = served["first_scheduled_s"].to_numpy(float)  # NaN: never admitted
+    arrival = np.asarray(cols.columns["arrival_s"], dtype=float)[served]
+    admitted = np.asarray(cols.columns["first_scheduled_s"], dtype=float)[served]  # NaN: never
     first, last = float(arrival.min()), float(arrival.max())
 
     def waiting(fraction: float) -> int:
         t = first + fraction * (last - first)
         return int(np.count_nonzero((arrival <= t) & ~(admitted <= t)))
     w_mid, w_3q, w_last = waiting(0.5), waiting(0.75), waiting(1.0)
-    n = len(served)
+    n = int(np.count_nonzero(served))
     saturated = bool(n >= SATURATED_MIN_REQUESTS and last > first
                      and w_last >= max(SATURATED_MIN_WAITING, SATURATED_MIN_FRACTION * n)
                      and w_last >= SATURATED_GROWTH * w_mid and w_3q >= w_mid)

@@ -21,9 +21,9 @@ import os
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from simulator.engine.requests import STATUS_NAMES
@@ -35,7 +35,12 @@ from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import load_yaml_file, require_mapping
 from simulator.results import Results
+from simulator.results_arrow import dictionary_names, write_columns, write_requests
 from simulator.scenario import Scenario, parse_compare, scenario_from_dict
+from simulator.summary_rows import SummaryRows
+
+if TYPE_CHECKING:  # pandas is imported where a frame is read or written as CSV
+    import pandas as pd
 
 RESULTS_FORMATS = ("parquet", "csv")  # the first is run's default; cli/run.py spells them too
 
@@ -111,8 +116,8 @@ def _writing(path: Path):
         raise
 
 
-def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, scenario,
-                         fmt: str) -> dict:
+def write_results_tables(folder: Path, results: list, summary: pd.DataFrame | SummaryRows,
+                         scenario, fmt: str) -> dict:
     """Write every table of ``results`` into ``folder``; return the manifest's content."""
     manifest = {"format": fmt, "scenario_name": scenario.name, "seed": scenario.seed,
                 "versions": software_versions(), "policies": []}
@@ -125,23 +130,51 @@ def write_results_tables(folder: Path, results: list, summary: pd.DataFrame, sce
             entry["itl_sketch"] = f"{stem}.itl_sketch.npz"
             with _writing(folder / entry["itl_sketch"]) as path:
                 np.savez(path, **r.itl_sketch.to_arrays())
-        tables = (("requests", r.requests), ("steps", r.steps),
-                  ("acceptance", r.acceptance_frame()))
-        entry["rows"] = {name: int(len(df)) for name, df in tables}  # read back: checked
-        manifest["policies"].append(entry)
-        for name, df in tables:
-            with _writing(folder / f"{stem}.{name}.{fmt}") as path:
-                if fmt == "parquet":
-                    df.to_parquet(path, index=False, use_dictionary=dictionary_columns(df))
-                else:
+        if fmt == "parquet":
+            entry["rows"] = _write_parquet(folder, stem, r)
+        else:
+            tables = (("requests", r.requests), ("steps", r.steps),
+                      ("acceptance", r.acceptance_frame()))
+            entry["rows"] = {name: int(len(df)) for name, df in tables}
+            for name, df in tables:
+                with _writing(folder / f"{stem}.{name}.csv") as path:
                     df.to_csv(path, index=False)
+        manifest["policies"].append(entry)  # its rows: checked when read back
         with _writing(folder / f"{stem}.itl.npy") as path:
             np.save(path, r.itl_s)
     with _writing(folder / "summary.csv") as path:
-        summary.to_csv(path, index=False)
+        if isinstance(summary, SummaryRows):
+            summary.write_csv(path)  # pandas' CSV, without pandas (summary_rows.py)
+        else:
+            summary.to_csv(path, index=False)
     with _writing(folder / "scenario.yaml") as path:
         path.write_text(yaml.safe_dump(dict(scenario.raw), sort_keys=False), encoding="utf-8")
     return manifest
+
+
+def _write_parquet(folder: Path, stem: str, r: Results) -> dict[str, int]:
+    """A policy's three tables as Parquet; their row counts.  A table whose DataFrame was
+    never read is written from the run's columns by pyarrow alone (results_arrow.py: the
+    same columns read back), so that `specsim run` needs no pandas; one that was, from
+    the frame, as it is now."""
+    req, steps = r.unread_columns()
+    acc = r.acceptance_columns()
+    with _writing(folder / f"{stem}.requests.parquet") as path:
+        if req is not None:
+            write_requests(path, req)
+        else:
+            req = r.requests
+            req.to_parquet(path, index=False, use_dictionary=dictionary_columns(req))
+    for name, cols in (("steps", steps), ("acceptance", acc)):
+        with _writing(folder / f"{stem}.{name}.parquet") as path:
+            if cols is not None:
+                write_columns(path, cols, dictionary_names(cols))
+            else:
+                df = r.steps
+                df.to_parquet(path, index=False, use_dictionary=dictionary_columns(df))
+    n_steps = len(r.steps) if steps is None else len(next(iter(steps.values()), ()))
+    return {"requests": len(req), "steps": int(n_steps),
+            "acceptance": int(len(acc["length"]))}
 
 
 FIELD = "RESULTS_DIR"
@@ -165,6 +198,7 @@ def read_table(path: Path, fmt: str, rows: int | None = None) -> pd.DataFrame:
                        fix="rerun with engine.steps_table: sampled (a steps table of at most "
                            "1,000,000 rows)")
         _check_last_line(path)
+    import pandas as pd
     try:
         df = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
     except (ValueError, OSError, ImportError) as exc:
@@ -207,6 +241,7 @@ def _row_counts(entry: dict, source: str) -> dict[str, int]:
 
 
 def _requests(df: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
     df = df.copy()
     df["status"] = pd.Categorical(df["status"].astype(str),
                                   categories=list(STATUS_NAMES.values()))

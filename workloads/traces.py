@@ -24,24 +24,32 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.inputs.csv_rows import check_csv_rows
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import clip, short
 from workloads.csv_columns import azure_ns_fast as _azure_ns_fast
 from workloads.csv_columns import digit_counts as _digit_counts
+from workloads.csv_fast import read_usual as _usual
 from workloads.jsonl import json_lines
 from workloads.token_trace import looks_like_token_trace, read_token_trace
+from workloads.trace_rows import bad_row as _bad_row
+from workloads.trace_rows import check_order as _check_order
+from workloads.trace_rows import checked_seconds as _checked_seconds
+from workloads.trace_rows import counts as _counts
+from workloads.trace_rows import too_late as _late
 from workloads.workload import (
     MAX_ARRIVAL_S,
     MAX_BLOCK_ID,
     MAX_REQUESTS,
-    MAX_TOKENS_PER_REQUEST,
     Workload,
 )
+
+if TYPE_CHECKING:  # pandas reads a trace of any other than the usual form (csv_fast.py)
+    import pandas as pd
 
 DEFAULT_TRACE_PATH = Path(__file__).resolve().parent / "data" / "default_trace.csv"
 
@@ -58,6 +66,7 @@ SPECSIM_OPTIONAL = ("task",)
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     """Read a CSV as strings (conversion and its errors are ours); require the columns."""
+    import pandas as pd
     check_csv_rows(path, MAX_REQUESTS, what="a trace's requests (its lines)",
                    fix=f"cut the trace to at most {MAX_REQUESTS:,} requests (head -n "
                        f"{MAX_REQUESTS + 1} keeps the header and that many)")
@@ -87,65 +96,15 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     return frame.iloc[:end]
 
 
-def _bad_row(path: Path, column: str, line: int, raw: object, why: str, fix: str) -> SpecsimError:
-    return SpecsimError(f"line {line} has {short(raw)}: {why}", source=str(path), field=column,
-                        fix=fix)
-
-
-def _counts(values: np.ndarray, raw, lines: np.ndarray, path: Path, column: str) -> np.ndarray:
-    """Validate token counts (float array, NaN where unparsable): whole numbers >= 1."""
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 1)
-        big = values > MAX_TOKENS_PER_REQUEST
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise _bad_row(path, column, int(lines[i]), raw[i],
-                       "token counts must be whole numbers >= 1 (zero-length outputs are not "
-                       "allowed)", "fix or drop that row")
-    if big.any():
-        i = int(np.flatnonzero(big)[0])
-        raise _bad_row(path, column, int(lines[i]), raw[i],
-                       f"token counts must be at most {MAX_TOKENS_PER_REQUEST:,}",
-                       "fix or drop that row")
-    return values.astype(np.int64)
-
-
-def _check_order(times: np.ndarray, raw, lines: np.ndarray, path: Path, column: str) -> None:
-    back = np.diff(times) < 0
-    if back.any():
-        i = int(np.flatnonzero(back)[0]) + 1
-        raise _bad_row(path, column, int(lines[i]), raw[i],
-                       f"earlier than the previous line's {short(raw[i - 1])}; the trace must "
-                       "be in arrival order", f"sort the file by {column}; specsim rejects "
-                       "out-of-order traces rather than reorder them silently")
-
-
-def _late(path: Path, column: str, line: int, raw: object, unit: str = "s") -> SpecsimError:
-    in_ms = " (this column is in milliseconds)" if unit == "ms" else ""
-    return _bad_row(path, column, line, raw, f"arrival times must be at most {MAX_ARRIVAL_S:g} s "
-                    f"(31.7 years), where float64 still resolves an engine step{in_ms}",
-                    "give times relative to the first request")
-
-
 def _seconds(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path,
              scale: float = 1.0) -> np.ndarray:
-    raw = frame[column].to_numpy()
+    import pandas as pd
     values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(np.float64)
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(values) | (values < 0)
-        late = values * scale > MAX_ARRIVAL_S
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise _bad_row(path, column, int(lines[i]), raw[i],
-                       "arrival times must be finite numbers >= 0", "fix or drop that row")
-    if late.any():
-        i = int(np.flatnonzero(late)[0])
-        raise _late(path, column, int(lines[i]), raw[i])
-    _check_order(values, raw, lines, path, column)
-    return values * scale
+    return _checked_seconds(values, frame[column].to_numpy(), lines, path, column, scale)
 
 
 def _csv_counts(frame: pd.DataFrame, column: str, lines: np.ndarray, path: Path) -> np.ndarray:
+    import pandas as pd
     raw = frame[column].to_numpy()
     values = _digit_counts(raw)  # the usual file; anything else parsed by pandas below
     if values is None:
@@ -161,6 +120,7 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
     """
     raw = text.to_numpy()
     fast = _azure_ns_fast(raw)  # the usual file, without pandas' string ops
+    import pandas as pd
     if fast is not None:
         _check_order(fast, raw, lines, path, "TIMESTAMP")
         return (fast - fast[0]) / 1e9
@@ -183,6 +143,9 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
 def read_azure(path: str | Path) -> Workload:
     """Read an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
     path = Path(path)
+    usual = _usual(path, AZURE_COLUMNS, azure=True)
+    if usual is not None:
+        return usual
     frame = _read_csv(path, AZURE_COLUMNS)
     lines = np.arange(len(frame)) + 2
     return Workload(name=path.stem, arrival_s=_azure_times_s(frame["TIMESTAMP"], lines, path),
@@ -193,6 +156,9 @@ def read_azure(path: str | Path) -> Workload:
 def read_vidur(path: str | Path) -> Workload:
     """Read a Vidur-style CSV: ``arrived_at`` (s), ``num_prefill_tokens``, ``num_decode_tokens``."""
     path = Path(path)
+    usual = _usual(path, VIDUR_COLUMNS)
+    if usual is not None:
+        return usual
     frame = _read_csv(path, VIDUR_COLUMNS)
     lines = np.arange(len(frame)) + 2
     return Workload(name=path.stem, arrival_s=_seconds(frame, "arrived_at", lines, path),
@@ -203,6 +169,9 @@ def read_vidur(path: str | Path) -> Workload:
 def read_specsim(path: str | Path) -> Workload:
     """Read a specsim CSV (``arrival_s,prompt_tokens,output_tokens[,task]``); no other columns."""
     path = Path(path)
+    usual = _usual(path, SPECSIM_COLUMNS, only=True)  # a task column: pandas reads it
+    if usual is not None:
+        return usual
     frame = _read_csv(path, SPECSIM_COLUMNS)
     allowed = SPECSIM_COLUMNS + SPECSIM_OPTIONAL
     extra = [c for c in frame.columns if c not in allowed]

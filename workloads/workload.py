@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import pandas as pd
 
 from simulator.inputs.errors import SpecsimError
 from workloads.shared_prefix import check_prefix_arrays
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built (a trace read needs none)
+    import pandas as pd
 
 # Limits on a workload (docs/limits.md), checked before anything is allocated from them.
 # Arrival times: at 1e9 s (31.7 years) float64 still resolves 1.2e-7 s, far below one
@@ -262,6 +264,7 @@ class Workload:
 
     def to_frame(self) -> pd.DataFrame:
         """Return columns request_id, arrival_s, prompt_tokens, output_tokens[, task]."""
+        import pandas as pd
         frame = pd.DataFrame({
             "request_id": np.arange(len(self), dtype=np.int64),
             "arrival_s": self.arrival_s,

@@ -109,15 +109,25 @@ def _float_cells(values: list[float]) -> list[str]:
 
 def _cells(series) -> tuple[list[str], bool]:
     """A column's cells as text, and whether they are numbers (right-aligned)."""
+    return _cells_of(series.tolist(), dtype_kind(series.dtype))
+
+
+def dtype_kind(dtype) -> str:
+    """A pandas dtype as the kind ``render_columns`` takes: b, i, f, or O for the rest."""
     from pandas.api import types
 
-    values = series.tolist()
-    if types.is_bool_dtype(series.dtype):
+    return "b" if types.is_bool_dtype(dtype) else "i" if types.is_integer_dtype(dtype) else \
+        "f" if types.is_float_dtype(dtype) else "O"
+
+
+def _cells_of(values: list, kind: str) -> tuple[list[str], bool]:
+    """Cells of a column of Python values whose dtype kind is ``kind`` (b, i, f, O)."""
+    if kind == "b":
         return [str(bool(v)) for v in values], False
-    if types.is_integer_dtype(series.dtype):
+    if kind == "i":
         return [str(int(v)) for v in values], True
-    if types.is_float_dtype(series.dtype):
-        return _float_cells([float(v) for v in values]), True
+    if kind == "f":
+        return _float_cells([math.nan if v is None else float(v) for v in values]), True
     numeric = all(_is_number(v) or _is_missing(v) for v in values)
     return [MISSING if _is_missing(v) else _fmt_float(float(v)) if _is_number(v) else str(v)
             for v in values], numeric and any(_is_number(v) for v in values)
@@ -221,11 +231,30 @@ def render_table(df: pd.DataFrame, *, width: float | None = None, keys=None, gro
     whole ignores both.  ``legend``: a dict the shortened cells are numbered in, for a
     caller that prints the legend itself; without it the legend follows the table.
     """
-    width = table_width() if width is None else (width or math.inf)
     columns = [str(c) for c in df.columns]
+    return _render(columns, [_cells(df.iloc[:, i]) for i in range(len(columns))], len(df),
+                   lambda: _roles(df, keys), width=width, groups=groups, legend=legend)
+
+
+def render_columns(columns: list[tuple[str, list, str]], *, keys: list[str],
+                   width: float | None = None, groups=None,
+                   legend: dict[str, int] | None = None) -> str:
+    """``render_table`` of plain columns, (name, Python values, pandas' dtype kind: b, i,
+    f or O) each, without a DataFrame (`specsim run` imports no pandas); ``keys`` given."""
+    names = [name for name, _, _ in columns]
+    rows = len(columns[0][1]) if columns else 0
+    return _render(names, [_cells_of(values, kind) for _, values, kind in columns], rows,
+                   lambda: ([names.index(k) for k in keys if k in names], []), width=width,
+                   groups=groups, legend=legend)
+
+
+def _render(columns: list[str], column_cells: list, rows: int, roles, *, width, groups,
+            legend) -> str:
+    """The table of ``render_table``: ``column_cells`` (cells, numeric) per column, ``roles``
+    the key and constant columns (``_roles``) when the table must be split."""
+    width = table_width() if width is None else (width or math.inf)
     heads = [header(c) for c in columns]
-    cells, numeric = zip(*(_cells(df.iloc[:, i]) for i in range(len(columns)))) \
-        if columns else ((), ())
+    cells, numeric = zip(*column_cells) if columns else ((), ())
     cells = list(cells)
     widths = [max([len(h)] + [len(c) for c in col]) for h, col in zip(heads, cells)]
     own_legend = legend is None
@@ -236,7 +265,7 @@ def render_table(df: pd.DataFrame, *, width: float | None = None, keys=None, gro
     elif not math.isfinite(width):
         blocks = [list(range(len(columns)))]
     else:
-        key_idx, const = _roles(df, keys)
+        key_idx, const = roles()
         rest = [[columns.index(c) for c in g if c in columns] for g in groups] if groups \
             else [[i for i in range(len(columns)) if i not in key_idx + const]]
         rest = [g for g in rest if g]
@@ -248,7 +277,7 @@ def render_table(df: pd.DataFrame, *, width: float | None = None, keys=None, gro
     for n, b in enumerate(blocks):
         if n:
             lines.append("")
-        for row in [[heads[i] for i in b]] + [[cells[i][r] for i in b] for r in range(len(df))]:
+        for row in [[heads[i] for i in b]] + [[cells[i][r] for i in b] for r in range(rows)]:
             lines.append(GAP.join(t.rjust(widths[i]) if numeric[i] else t.ljust(widths[i])
                                   for t, i in zip(row, b)).rstrip())
     if own_legend:

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator.cli.output import FORMATS, render
 from simulator.cli import run_uncertainty as unc
@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # pandas, the scenario and the engine load in main(): `run --
     import pandas as pd
 
     from simulator.scenario import Scenario
+    from simulator.summary_rows import SummaryRows
 
 DEFAULT_COMPARE = "none,chain"
 # the summary table: latency, then end to end, throughput and acceptance (a block each,
@@ -90,18 +91,8 @@ def summary_table(results: list) -> pd.DataFrame:
     """One summary row per policy: specsim's metrics, the speedup of mean TPOT over ``none``
     if present, then the same run under ``vllm bench serve``'s result keys
     (simulator/vllm_metrics.py)."""
-    import pandas as pd
-
-    from simulator.vllm_metrics import bench_serve_metrics
-
-    df = pd.DataFrame([r.summary() for r in results])
-    base = df[df["policy"] == "none"]
-    if len(base):
-        df["speedup_vs_none"] = float(base["mean_tpot_s"].iloc[0]) / df["mean_tpot_s"]
-    else:
-        df["speedup_vs_none"] = float("nan")
-    vllm = pd.DataFrame([bench_serve_metrics(r) for r in results], index=df.index)
-    return pd.concat([df, vllm], axis=1)
+    from simulator.summary_rows import summary_rows
+    return summary_rows(results).frame()
 
 
 def _policies(args: argparse.Namespace, scenario) -> list:
@@ -159,7 +150,7 @@ def main(args: argparse.Namespace) -> int:
         ([report.name] if report_inside else []) + ([timeline.name] if timeline_inside else [])
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
         results = run_policies(scenario, policies, progress=not args.no_progress)
-        summary = summary_table(results)
+        summary = _summary(results, args, draws, report is not None)
         if draws:  # the p5/p50/p95 columns (simulator/uncertainty)
             summary = summary.join(unc.interval_columns(
                 [scenario.with_policy(p) for p in policies], draws, args,
@@ -187,6 +178,15 @@ def main(args: argparse.Namespace) -> int:
         path = _render_report(results, report, scenario, summary, overwrite=args.overwrite)
         print(f"report: {path}")
     return 0
+
+
+def _summary(results: list, args, draws: int, report: bool) -> pd.DataFrame | SummaryRows:
+    """The summary rows; as a DataFrame where --uncertainty, --report or --format csv/json
+    reads it: the plain table and summary.csv need none (no pandas imported: issue 36)."""
+    from simulator.summary_rows import summary_rows
+    rows = summary_rows(results)
+    plain = not draws and args.format == "table" and not report and rows.kinds() is not None
+    return rows if plain else rows.frame()
 
 
 def _render_report(results: list, path: Path, scenario: Scenario, summary: pd.DataFrame,
@@ -244,23 +244,25 @@ def _timeline_target(args, scenario: Scenario, out: Path) -> tuple[Path | None, 
     return check_timeline_target(args.timeline, overwrite=args.overwrite), False
 
 
-def print_table(scenario: Scenario, results: list, summary: pd.DataFrame, out: Path) -> None:
+def print_table(scenario: Scenario, results: list, summary: pd.DataFrame | SummaryRows,
+                out: Path) -> None:
     """The summary table of ``run`` (times in ms) in blocks that fit the table width, its
     headline, the speedup's footnote, the legend of shortened labels, saturation notes."""
-    import pandas as pd
-
-    from simulator.cli.output import legend_lines, render_table, wrap_text
+    from simulator.cli.output import legend_lines, render_columns, wrap_text
 
     def shown_name(col: str) -> str:
         if col == "speedup_vs_none":
             return "speedup_vs_none*"
         return col[:-2] + "_ms" if col.endswith("_s") and not col.endswith("per_s") else col
 
-    blocks = [[c for c in block if c in summary.columns] for block in TABLE_COLUMNS]
-    shown = summary[[c for block in blocks for c in block]].copy()
-    times = [c for c in shown.columns if shown_name(c).endswith("_ms")]
-    shown[times] = shown[times] * 1e3
-    shown = shown.rename(columns={c: shown_name(c) for c in shown.columns})
+    names, column, kinds = _plain_columns(summary)
+    blocks = [[c for c in block if c in names] for block in TABLE_COLUMNS]
+    shown = []
+    for c in (c for block in blocks for c in block):
+        values, kind = column(c), kinds[c]
+        if shown_name(c).endswith("_ms"):  # a number column times 1e3: a float column
+            values, kind = [None if v is None else v * 1e3 for v in values], "f"
+        shown.append((shown_name(c), values, kind))
     d = scenario.disaggregation
     devices = f"x{scenario.parallelism.devices}" if d is None else (
         f"x{d.prefill.replicas * d.prefill.parallelism.devices} prefill + "
@@ -271,24 +273,37 @@ def print_table(scenario: Scenario, results: list, summary: pd.DataFrame, out: P
     print(wrap_text(acceptance_line(results)))
     if results[0].info.get("execution"):
         print(wrap_text(f"execution: {results[0].info['execution']}"))
-    sat = summary.get("saturated", pd.Series(False, index=summary.index)).astype(bool)
-    if sat.any():
-        shown["policy"] = [f"{p} (saturated)" if flag else p
-                           for p, flag in zip(shown["policy"], sat)]
+    rows = len(column(names[0])) if names else 0
+    sat = [bool(v) for v in column("saturated")] if "saturated" in names else [False] * rows
+    if any(sat) and shown and shown[0][0] == "policy":
+        shown[0] = ("policy", [f"{p} (saturated)" if flag else p
+                               for p, flag in zip(shown[0][1], sat)], "O")
     legend: dict[str, int] = {}
     groups = [[shown_name(c) for c in block if c != "policy"] for block in blocks]
-    print(render_table(shown, keys=["policy"], groups=groups, legend=legend))
-    if "speedup_vs_none" in summary.columns:
-        has_none = bool((summary["policy"] == "none").any())
+    print(render_columns(shown, keys=["policy"], groups=groups, legend=legend))
+    if "speedup_vs_none" in names:
+        has_none = "none" in column("policy")
         print(wrap_text("* speedup_vs_none = mean TPOT of policy none / mean TPOT of the policy "
                         "(decode speed; TTFT not in it)"
                         + ("" if has_none else "; no policy none ran: add none to --compare"),
                         indent="    "))
     for line in legend_lines(legend):
         print(line)
-    for _, row in summary[sat].iterrows():
-        print(wrap_text(saturation_note(row), indent="    "))
+    for i in (i for i, flag in enumerate(sat) if flag):
+        print(wrap_text(saturation_note({n: column(n)[i] for n in names}), indent="    "))
     print(f"results: {out}/")
+
+
+def _plain_columns(summary: pd.DataFrame | SummaryRows) -> tuple[list[str], Any, dict]:
+    """The summary's column names, a function from a name to its Python values, and each
+    column's dtype kind (b, i, f, O), from summary rows or from a DataFrame."""
+    from simulator.summary_rows import SummaryRows
+    if isinstance(summary, SummaryRows) and summary.kinds() is not None:
+        return summary.columns(), summary.column, summary.kinds()
+    from simulator.cli.output import dtype_kind
+    df = summary.frame() if isinstance(summary, SummaryRows) else summary
+    names = [str(c) for c in df.columns]
+    return names, lambda n: df[n].tolist(), {n: dtype_kind(df[n].dtype) for n in names}
 
 
 def acceptance_line(results: list) -> str:

@@ -261,7 +261,11 @@ class Recorder:
         """The kept per-step rows, sorted by (start_s, replica), counts as integers (the
         recorder's buffers are released: this and the totals are what remains)."""
         import pandas as pd
-        return pd.DataFrame(self.steps.finish()[0], copy=False)
+        return pd.DataFrame(self.steps_columns(), copy=False)
+
+    def steps_columns(self) -> dict[str, np.ndarray]:
+        """The kept per-step rows as columns, in ``steps_frame``'s order."""
+        return self.steps.finish()[0]
 
     def step_totals(self) -> dict:
         """Exact totals over every step, kept or not (``steps_store.StepTotals``)."""

@@ -51,16 +51,18 @@ def test_a_full_disk_while_writing_results_names_the_file(tmp_path, monkeypatch,
 
 
 def test_a_full_disk_while_writing_parquet_names_the_file(tmp_path, monkeypatch, capsys):
-    """The default format: the Parquet writer fails half-way the same way."""
-    real = pd.DataFrame.to_parquet
+    """The default format: the Parquet writer fails half-way the same way (pyarrow's, which
+    writes a run's tables from their columns: simulator/results_arrow.py)."""
+    import pyarrow.parquet as pq
+    real = pq.write_table
 
-    def to_parquet(self, path, *args, **kwargs):
+    def write_table(table, path, *args, **kwargs):
         if not str(path).endswith("steps.parquet"):
-            return real(self, path, *args, **kwargs)
+            return real(table, path, *args, **kwargs)
         with open(path, "wb") as handle:
             handle.write(b"PAR1 half a file")
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
+    monkeypatch.setattr(pq, "write_table", write_table)
     monkeypatch.chdir(tmp_path)
     assert main(["run", *FAST, "--out", "res"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -15,6 +15,7 @@ import pytest
 
 from simulator.cli import main as cli_main
 from simulator.cli.compare_measured import COMPARED, result_workload
+from simulator.results_columns import RequestColumns
 from simulator.scenario import load_scenario, parse_compare
 from simulator.simulate import simulate
 from simulator.vllm_metrics import bench_serve_metrics
@@ -58,7 +59,9 @@ def test_a_sketched_itl_reports_its_quantiles_and_no_std():
     base = {"request_id": [0], "status": ["finished"], "prompt_tokens": [10],
             "output_tokens": [3], "ttft_s": [0.1], "e2e_s": [0.3]}
     q = {0.5: 0.02, 0.99: 0.05}
-    fake = SimpleNamespace(requests=pd.DataFrame(base), itl_sketch=object(),
+    frame = pd.DataFrame(base)
+    fake = SimpleNamespace(requests=frame, itl_sketch=object(),
+                           request_columns=lambda: RequestColumns.of_frame(frame),
                            itl_quantiles=lambda qs: np.array([q[x] for x in qs]),
                            itl_mean=lambda: 0.025, summary=lambda: {"duration_s": 1.0})
     m = bench_serve_metrics(fake)
