@@ -39,14 +39,21 @@ def test_the_readers_count_before_parsing(tmp_path, monkeypatch):
     """Each reader with its limit lowered to 2 refuses a 3-row file it would otherwise read."""
     import calibrate.measured as measured
     import simulator.results_dir as results_dir
+    import workloads.csv_fast as csv_fast
     import workloads.traces as traces
     monkeypatch.setattr(traces, "MAX_REQUESTS", 2)
+    monkeypatch.setattr(csv_fast, "MAX_REQUESTS", 2)  # the usual form's reader
     monkeypatch.setattr(results_dir, "MAX_RESULTS_ROWS", 2)
     monkeypatch.setattr(measured, "MAX_MEASUREMENT_ROWS", 2)
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,1,1\n2,1,1\n")
     with pytest.raises(SpecsimError, match="more than 2 rows"):
-        traces.read_specsim(trace)
+        traces.read_specsim(trace)  # the usual form's reader counts first
+    quoted = tmp_path / "q.csv"  # a quoted header: pandas' path, which counts on its own
+    quoted.write_text('"arrival_s",prompt_tokens,output_tokens\n0,1,1\n1,1,1\n2,1,1\n')
+    monkeypatch.setattr(csv_fast, "MAX_REQUESTS", 3)
+    with pytest.raises(SpecsimError, match="more than 2 rows"):
+        traces.read_specsim(quoted)
     with pytest.raises(SpecsimError, match="more than 2 rows"):
         results_dir.read_table(trace, "csv")
     (tmp_path / "m" / "org" / "model").mkdir(parents=True)
@@ -59,3 +66,4 @@ def test_the_readers_count_before_parsing(tmp_path, monkeypatch):
         traces.read_mooncake(moon)
     monkeypatch.setattr(traces, "MAX_REQUESTS", 3)
     assert len(traces.read_specsim(trace)) == 3 and len(traces.read_mooncake(moon)) == 3
+    assert len(traces.read_specsim(quoted)) == 3
