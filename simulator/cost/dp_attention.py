@@ -45,10 +45,8 @@ batch cut at its token midpoint, one's dispatch and combine beside the other's c
 (``enable_eplb``, ``ep_num_redundant_experts``) the busiest rank's expected share of the
 routed rows (under EPLB with what live traffic adds, eplb_live.py) prices its grouped GEMMs
 and, beyond uniform routing's, its dispatch and combine (``ep_shape``, moe.busiest_share).
-
-The fast paths of the closed forms do not apply (the ranks' maximum is not a line in the
-batch's context sum): they answer None and the engine prices step by step (each rank's
-forward by ``CostModel.step_time``'s own paths).
+The closed forms' fast paths do not apply (the ranks' maximum is not a line in the batch's
+context sum): they answer None, and the engine prices step by step.
 
 The engine sees one replica: its batching limits are the replica's (SGLang divides
 ``--chunked-prefill-size`` and ``--max-running-requests`` among the DP ranks; a vLLM DP rank
@@ -69,6 +67,7 @@ from simulator.cost import token_terms as tt
 from simulator.cost.cost_model import CostModel
 from simulator.cost.op_cost import OpCost, StepCost, check_step
 from simulator.cost.parallelism import Parallelism
+from simulator.cost.tbo_measured import overlap_factors
 from simulator.inputs.errors import SpecsimError
 
 COMM = ("moe_dispatch", "moe_combine")
@@ -335,7 +334,8 @@ class DpAttentionCostModel(CostModel):
         (a, ops_a), (b, ops_b) = (self._tbo_half([h[i] for h in halves], capped)
                                   for i in (0, 1))
         device = tbo.overlapped_step(a, b, self._ep_moe.layers, decode and sglang, share,
-                                     factor, tbo.NORMAL_OVERLAP if normal else (1.0, 1.0))
+                                     factor, overlap_factors(normal, self._collectives,
+                                                             self._ranks))
         on = [tbo.capped_share(op.name, self._layers, self._ep_moe.layers, capped,
                                self._lead_capped()) for op in ops_a + ops_b]
         ops = merged([op if not c else dataclasses.replace(op, roofline_s=(

@@ -4,6 +4,7 @@ the numbers the module cites, worked by hand; the overlapped schedule with them;
 its git directory), the kernel durations re-read from its ``train.json``."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -90,3 +91,18 @@ def test_the_trace_gives_the_kernel_durations_priced():
     gemms = {e["args"]["grid"][0] * e["args"]["grid"][1] for e in trace["traceEvents"]
              if e.get("cat") == "kernel" and "grouped_gemm::cuda::fp8" in e["name"]}
     assert gemms == {112}
+
+
+def test_the_factors_apply_to_the_internode_normal_kernels_only():
+    """Measured on DeepEP's internode kernels (RDMA): an EP group wider than a node with the
+    profile's ep_normal block; within a node, without the block or for the low-latency
+    kernels, the collectives keep their standalone price."""
+    from hardware.profile import load_profile
+    coll = load_profile("h100-sxm").collectives
+    assert coll.ep_normal and coll.gpus_per_node == 8
+    factors = tbo_measured.overlap_factors
+    assert factors(True, coll, 32) == tbo_measured.NORMAL_OVERLAP
+    assert factors(True, coll, 8) == (1.0, 1.0)    # intranode: NVLink kernels, not measured
+    assert factors(False, coll, 32) == (1.0, 1.0)  # low-latency kernels
+    bare = dataclasses.replace(coll, ep_normal=())
+    assert factors(True, bare, 32) == (1.0, 1.0)   # priced as the all-to-all
