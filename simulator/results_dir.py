@@ -165,13 +165,14 @@ def _write_parquet(folder: Path, stem: str, r: Results) -> dict[str, int]:
         else:
             req = r.requests
             req.to_parquet(path, index=False, use_dictionary=dictionary_columns(req))
-    for name, cols in (("steps", steps), ("acceptance", acc)):
-        with _writing(folder / f"{stem}.{name}.parquet") as path:
-            if cols is not None:
-                write_columns(path, cols, dictionary_names(cols))
-            else:
-                df = r.steps
-                df.to_parquet(path, index=False, use_dictionary=dictionary_columns(df))
+    with _writing(folder / f"{stem}.steps.parquet") as path:
+        if steps is not None:
+            write_columns(path, steps, dictionary_names(steps))
+        else:
+            df = r.steps
+            df.to_parquet(path, index=False, use_dictionary=dictionary_columns(df))
+    with _writing(folder / f"{stem}.acceptance.parquet") as path:
+        write_columns(path, acc, dictionary_names(acc))  # always the run's own columns
     n_steps = len(r.steps) if steps is None else len(next(iter(steps.values()), ()))
     return {"requests": len(req), "steps": int(n_steps),
             "acceptance": int(len(acc["length"]))}

@@ -246,11 +246,14 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
         loader = _Loader(text)
         return loader.get_single_data()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        # a MarkedYAMLError (scanner, parser, composer, constructor) says where; a reader's
+        # error (a bad byte) does not
+        marked = exc if isinstance(exc, yaml.MarkedYAMLError) else None
+        mark = (marked.problem_mark or marked.context_mark) if marked else None
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        context = getattr(exc, "context", None)
-        if context and getattr(exc, "problem", None):
+        problem = (marked.problem if marked else None) or str(exc).splitlines()[0]
+        context = marked.context if marked else None
+        if context and marked.problem:
             problem = f"{context} {problem}" if context.startswith("expected") \
                 else f"{problem} ({context})"
         fix = exc.fix if isinstance(exc, _Refused) else "correct the YAML syntax"
