@@ -57,11 +57,17 @@ def busiest_pace(replica, u_max: int) -> float:
     (``u_max``) at its context now, priced by the replica's closed forms (pure functions;
     0.0 without them): a pace for a stretch's first pass that a busier iteration than any
     it runs makes slow, so that ``restart_rows`` plans fewer rows than fit before the next
-    arrival, hardly ever more."""
+    arrival, hardly ever more.  A uniform batch: its closed form on Python numbers
+    (``uniform_step_time``, bitwise ``step_time`` as ``rows_step_times`` is; the contexts
+    are whole numbers, so their sum is exact), else a row of ``rows_step_times``."""
     b, forms = replica.b, replica.forms
-    if forms is None or not b.ids.size:
+    n = int(b.ids.size)
+    if forms is None or not n:
         return 0.0
-    most = np.full((1, b.ids.size), float(u_max))
+    pace = forms.uniform_step_time(n, u_max, float(sum(b.computed.tolist())), n * u_max)
+    if pace is not None:
+        return pace
+    most = np.full((1, n), float(u_max))
     return float(forms.rows_step_times(most, b.computed.astype(np.float64)[None, :])[0])
 
 

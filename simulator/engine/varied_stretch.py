@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.engine.chain_few import FEW_REQUESTS
 from simulator.engine.chain_short import advance_chain
 from simulator.engine.fast_forward import ADVANCED, NONE, RETIRED, admission_blocked
 from simulator.engine.plan import (
@@ -134,7 +135,11 @@ def _iteration(replica, spec: VariedDraft) -> Step | None:
     plan = spec.plan_counts(ids, ctx, b.generated, b.output_len, b.prompt_len,
                             int(ids.size), replica.rng)
     verify_tokens, draft_s = plan.verify_tokens, plan.seconds
-    verify_s = plan.verify_s
+    verify_s, forms = plan.verify_s, replica.forms
+    if verify_s is None and forms is not None and ids.size < FEW_REQUESTS:
+        # a few requests on Python numbers (bitwise step_time's, as ClosedFormPricer says)
+        vs = verify_tokens.tolist()
+        verify_s = forms.few_step_time(vs, ctx.tolist(), vs)
     if verify_s is None:
         verify = verify_tokens.astype(np.float64)
         verify_s = replica.target_cost.step_time(verify, ctx.astype(np.float64), verify)
