@@ -85,10 +85,11 @@ def find_runs(paths: list[str]) -> list[Path]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from simulator.cli.output import render, wrap_text
     import pandas as pd
 
+    from simulator.cli.output import render, wrap_text
     from simulator.sim2real.compare import compare_run, headline, run_scenario
+    from simulator.uncertainty.coverage import run_key
 
     runs = []
     for path in find_runs(args.paths):
@@ -98,6 +99,10 @@ def main(args: argparse.Namespace) -> int:
                                "stages)", field="PATH", fix="validate fewer runs per call")
     for run in runs:  # every run resolves before any is simulated
         run_scenario(run, args.profile)
+    keys = [run_key(r) for r in runs]
+    if len(set(keys)) != len(keys):
+        raise SpecsimError("a run is given twice: it would count twice in the median",
+                           field="PATH", fix="give each run once")
     if args.uncertainty:
         return _coverage(runs, args)
     # one frame per run, printed by position: two runs may share a name (run_key)

@@ -107,3 +107,11 @@ def test_two_runs_sharing_a_name_are_two_runs(tmp_path, capsys):
     assert out[-1].endswith("over 2 runs")
     heads = [line for line in out if line.startswith(f"{name}: ")]
     assert len(heads) == 2
+
+
+@need_runs
+def test_a_run_given_twice_is_refused_before_simulating(capsys):
+    run = str(RUNS / "jan21-llama7b-train-1")
+    assert main(["validate-serving", run, run + "/", "--profile", "h100-sxm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "given twice" in err[0]
