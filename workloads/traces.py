@@ -23,6 +23,7 @@ parser, which decides as it would alone (tests compare the two).
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,8 +72,17 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
                    fix=f"cut the trace to at most {MAX_REQUESTS:,} requests (head -n "
                        f"{MAX_REQUESTS + 1} keeps the header and that many)")
     try:
-        # Blank lines are kept so that row index + 2 is the line number in the file.
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+        # Blank lines are kept so that row index + 2 is the line number in the file; never
+        # an index column (rows one field longer than the header would shift into one),
+        # and pandas' warning that a row is longer than the header is an error
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False,
+                                skip_blank_lines=False, index_col=False)
+    except pd.errors.ParserWarning:
+        raise SpecsimError("a row has more fields than the header", source=str(path),
+                           fix="give every row as many comma-separated fields as the "
+                               "header names") from None
     except FileNotFoundError:
         raise SpecsimError("file not found", source=str(path), fix="check the path") from None
     except pd.errors.EmptyDataError:

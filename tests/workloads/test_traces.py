@@ -305,3 +305,13 @@ def test_the_largest_block_id_is_kept(tmp_path):
     path = write(tmp_path, "t.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 5, '
                  f'"hash_ids": [0, {2**40 - 1}]}}\n')
     assert read_mooncake(path).prefix_hashes[0].tolist() == [0, 2**40 - 1]
+
+
+@pytest.mark.parametrize("rows", ["0,10,5,7\n1,10,5,7\n", "0,10,5,7\n1,10,5\n"])
+def test_rows_longer_than_the_header_are_refused_not_shifted(tmp_path, rows):
+    """pandas takes a first column as the index when the rows have one field more than the
+    header (arrival 0 would become the index and 10 the arrival): refused instead."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows)
+    with pytest.raises(SpecsimError, match="more fields than the header"):
+        read_specsim(path)
