@@ -212,7 +212,8 @@ MOE_CASES: list[Case] = [
 # 59,255 / 56,321 (+4.6%, +8.6%, +12.0%; perfect EPLB 65,244 -> 58,602) when DeepEP's normal
 # kernels were priced slower beside compute (tbo_measured.py): two-batch overlap, which hid
 # +57%, +54%, +50% over the serial step (44,511 / 43,582 / 41,836), now +36%, +36%, +35%
-# (the blog's ablation +27% to +35%; its case above 1.490 -> 1.337).  What is left: the
+# (the blog's ablation +27% to +35%; its case above 1.490 -> 1.337, a pass either way: at
+# +-20% that case cannot tell the two apart, the per-node cases above can).  What is left: the
 # default column is priced 1.04x slower than the perfect-EPLB one (58,602 at 4K)
 # where the blog measured 1.18x (59,337 / 50,302): its run's expert imbalance, "communication
 # kernels exhibit longer execution times and higher variance", is above the spread measured
