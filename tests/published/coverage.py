@@ -54,7 +54,12 @@ PROBE_FACTOR = 2.0         # the speculative path's factor of the second run of 
 
 
 def group(case: Case) -> str | None:
-    """The case's group; None for a case with no number to cover (an order, signs, best K)."""
+    """The case's group; None for a case with no number to cover (an order, signs, best K)
+    or no declared input to draw (a speedup of two runs without speculation: the device's
+    cost factor cancels in the ratio and its speculative factor is undefined, which would
+    make the speculative sigma unbounded for every case)."""
+    if case.tolerance == SPEEDUP and not case.speculative:
+        return None
     return {TAU: "tau", RANGE: "tau", SPEEDUP: "speedup", ABSOLUTE: "absolute"}.get(
         case.tolerance)
 

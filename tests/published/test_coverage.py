@@ -10,6 +10,8 @@ band: docs/uncertainty.md).  The model-error sigmas of
 the absolute and tau groups (tests/published/model_error.py) are checked here on cases with
 a known answer.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,7 @@ from tests.published.coverage import (
     draws,
     group,
     has_spread,
+    numeric_cases,
     interval,
     spec_factors,
     spec_sigma,
@@ -85,6 +88,15 @@ def test_a_speedup_miss_is_read_as_the_factor_that_closes_it():
     assert set(got) == {"exact", "slow", "none"}
     assert got["exact"] == pytest.approx(1.0) and got["slow"] == pytest.approx(2.5)
     assert got["none"] == float("inf")
+
+
+def test_a_ratio_without_speculation_is_in_no_group():
+    """Its speculative factor is undefined (no g moves it): read into the speedup group it
+    was an infinite score, and the shipped sigma over every case unbounded."""
+    flat = Case("tbo", "a closed form", 1.31, SPEEDUP, lambda e: 1.34, speculative=False)
+    assert group(flat) is None and flat not in numeric_cases([flat])
+    assert spec_factors([dataclasses.replace(flat, speculative=True)]) == {"tbo": float("inf")}
+    assert spec_factors([flat]) == {}
 
 
 def test_a_published_range_is_covered_where_the_interval_meets_it():

@@ -58,3 +58,7 @@ class Case:
     tolerance: Tolerance
     predict: Callable[[str], Any]   # called with the engine's name
     engine: str = "hf"
+    # False: a ratio of two runs of which neither speculates (an overlap ablation); the
+    # coverage's speedup group reads a miss as a factor on the speculative path, which such
+    # a ratio lacks (tests/published/coverage.py ``group``)
+    speculative: bool = True
