@@ -263,7 +263,7 @@ class Roofline:
 
     def prefill_kind_for(self, kernel: str) -> tuple[str, float]:
         """(kind, query overhead in keys) of the multi-query attention kernel an engine asking
-        for ``kernel`` (simulator/cost/spec_host.py PREFILL_KERNELS) runs here: FlashAttention-3
+        for ``kernel`` (simulator/cost/spec_catalog.py PREFILL_KERNELS) runs here: FlashAttention-3
         where the profile prices it (a Hopper profile's ``attention_prefill_fa3``), else the
         FlashAttention-2-class ``attention_prefill`` with no overhead."""
         k = self.kernels

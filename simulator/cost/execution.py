@@ -99,8 +99,9 @@ class Execution:
     # draft forwards run inside the target's engine step (vLLM, SGLang); False: each is its
     # own host step (Hugging Face assisted generation, a Python loop of model calls)
     captured_draft_loop: bool = True
-    # the speculative iteration's host work (``execution.engine``; spec_host.py); none by
-    # default: only a named engine's counts are charged
+    # the speculative iteration's host work (``execution.engine``: SpecHost, spec_work.py,
+    # loaded by spec_catalog.py, priced by spec_host.py); none by default: only a named
+    # engine's counts are charged
     spec: SpecHost = SpecHost()
 
     def __post_init__(self) -> None:

@@ -24,7 +24,7 @@ with the profile's kernel latency.  Inside a captured forward (SGLang captures t
 verification and the draft loop) they cost their GPU time alone; outside one each of the 4
 kernels also costs a host launch and the layer takes the longer of the two.  Only the
 kernels' device time is here: the eager metadata the engine builds for the expand part
-before each verification is host work (``SpecHost.tree_verify_kernels``, spec_host.py).
+before each verification is host work (``SpecHost.tree_verify_kernels``, spec_work.py).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ h: (q + 2 kv) / h square linears more per token) and the fc (feature_layers squa
 over the first forward's tokens, and over every prefill chunk's) are priced from the same
 cost model's operators (``OperatorPrices``), as eagle.py prices its fc.  The engine's
 host work for the reduced vocabulary's map after every forward and the fused features'
-gathers is charged through ``SpecWork`` (``vocab_map``, ``feature_layers``: spec_host.py).
+gathers is charged through ``SpecWork`` (``vocab_map``, ``feature_layers``: spec_work.py).
 """
 from __future__ import annotations
 
