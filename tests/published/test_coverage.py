@@ -45,10 +45,14 @@ DRAWS = 10
 # speedup 21/27 (78%) and absolute 49/67 (73%) were below the band
 OUTSIDE: dict[str, str] = {}
 
+
 def test_every_case_with_a_number_has_a_group_and_no_other():
+    """Every case with a number has a group, but a ratio of two runs without speculation."""
     for case in CASES:
         kind = case.tolerance.kind
-        assert (group(case) is None) == (kind in ("order", "exact", "abs")), case.name
+        no_number = kind in ("order", "exact", "abs") or not case.speculative
+        assert (group(case) is None) == no_number, case.name
+    assert sum(not c.speculative for c in CASES) == 1  # the TBO prefill ablation
     assert {group(c) for c in CASES} - {None} == set(GROUPS)
 
 
