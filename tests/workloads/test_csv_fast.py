@@ -2,41 +2,15 @@
 the same error, as pandas' reading alone; any other form declined to pandas."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from simulator.inputs.errors import SpecsimError
+from tests.workloads.read_compare import read_both, same
 from workloads import traces
 from workloads.csv_fast import decimal_values, read_usual, usual_columns
 
 SPECSIM_HEAD = "arrival_s,prompt_tokens,output_tokens\n"
 VIDUR_HEAD = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
-
-
-def _both(monkeypatch, reader, path: Path):
-    """The reader's (arrays or error text), and the same with pandas alone."""
-    def run():
-        try:
-            w = reader(path)
-            return w.arrival_s, w.prompt_tokens, w.output_tokens
-        except SpecsimError as exc:
-            return str(exc)
-    fast = run()
-    with monkeypatch.context() as m:
-        m.setattr(traces, "_usual", lambda *args, **kwargs: None)
-        general = run()
-    return fast, general
-
-
-def _same(fast, general) -> None:
-    if isinstance(general, str):
-        assert fast == general
-        return
-    assert not isinstance(fast, str), fast
-    for a, b in zip(fast, general):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 def test_random_decimal_times_parse_as_pandas_parses_them(tmp_path, monkeypatch):
@@ -53,7 +27,7 @@ def test_random_decimal_times_parse_as_pandas_parses_them(tmp_path, monkeypatch)
     path = tmp_path / "t.csv"
     path.write_text(SPECSIM_HEAD + rows)
     assert decimal_values(np.array(cells, dtype=object)) is not None  # the fast path ran
-    _same(*_both(monkeypatch, traces.read_specsim, path))
+    same(*read_both(monkeypatch, traces.read_specsim, path))
 
 
 @pytest.mark.parametrize("reader,head", [(traces.read_specsim, SPECSIM_HEAD),
@@ -70,7 +44,7 @@ def test_a_trace_reads_as_pandas_reads_it(tmp_path, monkeypatch, reader, head, r
     # blank line, a quote, a carriage return, a ragged row, 16 digits: pandas alone decides
     path = tmp_path / "t.csv"
     path.write_text(head + rows)
-    _same(*_both(monkeypatch, reader, path))
+    same(*read_both(monkeypatch, reader, path))
 
 
 @pytest.mark.parametrize("text", [
@@ -83,7 +57,7 @@ def test_other_forms_are_declined_to_pandas(tmp_path, monkeypatch, text):
     path = tmp_path / "t.csv"
     path.write_bytes(text.encode("utf-8"))
     assert read_usual(path, traces.SPECSIM_COLUMNS, only=True) is None
-    _same(*_both(monkeypatch, traces.read_specsim, path))
+    same(*read_both(monkeypatch, traces.read_specsim, path))
 
 
 def test_the_columns_are_the_cells_pandas_reads(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from simulator.inputs.errors import SpecsimError
 from tests.helpers import SHARED
+from tests.workloads.read_compare import read_both, same
 from workloads.traces import (
     detect_format,
     read_azure,
@@ -192,40 +193,11 @@ def test_missing_file_unknown_format_and_undetectable_header(tmp_path):
         read_trace(path)
 
 
-def _read_both(monkeypatch, reader, path):
-    """(the reader's result or its error, and the same with the fast paths declined: pandas'
-    string parsing alone)."""
-    import workloads.traces as traces
-
-    def run():
-        try:
-            w = reader(path)
-            return w.arrival_s, w.prompt_tokens, w.output_tokens
-        except SpecsimError as exc:
-            return str(exc)
-    fast = run()
-    with monkeypatch.context() as m:
-        m.setattr(traces, "_usual", lambda *args, **kwargs: None)  # csv_fast.py's reader
-        m.setattr(traces, "_azure_ns_fast", lambda raw: None)
-        m.setattr(traces, "_digit_counts", lambda raw: None)
-        general = run()
-    return fast, general
-
-
-def _same(fast, general) -> None:
-    if isinstance(general, str):
-        assert fast == general
-    else:
-        assert not isinstance(fast, str), fast
-        for a, b in zip(fast, general):
-            assert a.dtype == b.dtype and np.array_equal(a, b)
-
-
 def test_the_fast_parse_is_pandas_parse_on_the_conversation_trace(monkeypatch):
     from workloads import traces
     path = shared("AzureLLMInferenceTrace_conv.csv")
-    fast, general = _read_both(monkeypatch, read_azure, path)
-    _same(fast, general)
+    fast, general = read_both(monkeypatch, read_azure, path)
+    same(fast, general)
     frame = traces._read_csv(path, traces.AZURE_COLUMNS)  # and it is the fast path that ran
     assert traces._azure_ns_fast(frame["TIMESTAMP"].to_numpy()) is not None
     assert traces._digit_counts(frame["ContextTokens"].to_numpy()) is not None
@@ -248,8 +220,8 @@ def test_the_fast_timestamp_parse_is_pandas_on_random_dates(tmp_path, monkeypatc
         stamps = [f"{s}.{int(rng.integers(0, 10 ** digits)):0{digits}d}" for s in stamps]
     path = write(tmp_path, "dates.csv", AZURE_HEAD + "".join(f"{s},5,6\n" for s in stamps))
     assert traces._azure_ns_fast(np.array(stamps, dtype=object)) is not None
-    fast, general = _read_both(monkeypatch, read_azure, path)
-    _same(fast, general)
+    fast, general = read_both(monkeypatch, read_azure, path)
+    same(fast, general)
 
 
 @pytest.mark.parametrize("stamp", [
@@ -268,8 +240,8 @@ def test_the_fast_timestamp_parse_declines_what_it_does_not_cover(tmp_path, monk
     stamps = ["2023-11-16 18:15:46.6805900", stamp]
     assert traces._azure_ns_fast(np.array([stamp], dtype=object)) is None or len(stamp) == 29
     path = write(tmp_path, "odd.csv", AZURE_HEAD + "".join(f'"{s}",5,6\n' for s in stamps))
-    fast, general = _read_both(monkeypatch, read_azure, path)
-    _same(fast, general)
+    fast, general = read_both(monkeypatch, read_azure, path)
+    same(fast, general)
 
 
 @pytest.mark.parametrize("counts", [["12", "7", "1000"], ["012", "7", "3"], ["12", " 7", "3"],
@@ -286,8 +258,8 @@ def test_the_fast_count_parse_is_pandas_or_declines(tmp_path, monkeypatch, count
     assert (traces._digit_counts(np.array(counts, dtype=object)) is not None) == plain
     rows = "".join(f"2023-11-16 18:15:4{i}.0000000,{c},5\n" for i, c in enumerate(counts))
     path = write(tmp_path, "counts.csv", AZURE_HEAD + rows)
-    fast, general = _read_both(monkeypatch, read_azure, path)
-    _same(fast, general)
+    fast, general = read_both(monkeypatch, read_azure, path)
+    same(fast, general)
 
 
 def test_the_fast_parses_decline_cells_that_are_not_strings():
