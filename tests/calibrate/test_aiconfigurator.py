@@ -1,7 +1,7 @@
 """calibrate/aiconfigurator.py on synthetic tables (no checkout needed): the rows it keeps, its
 units, and fits that recover known numbers exactly.  The fits of the shipped entries against
 the real tables: tests/hardware/test_h200_allreduce.py, test_h200_nccl.py,
-test_h200_decode_attention.py."""
+test_h200_allgather.py, test_h200_decode_attention.py."""
 from __future__ import annotations
 
 import numpy as np
