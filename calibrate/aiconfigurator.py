@@ -15,7 +15,8 @@ when ``SPECSIM_AICONFIGURATOR_DIR`` names such a checkout (and skip when it does
   ``all_reduce_perf`` (and its all_gather, reduce_scatter, alltoall) as
   ``comm/nccl/<version>/nccl_perf.parquet`` holds it (collector/network/collect_nccl.py),
   lifted so that a larger world is never cheaper (:func:`cap_last_slopes` past the table),
-  the fit h200's NCCL ``all_reduce`` is.
+  the fit h200's NCCL ``all_reduce`` is, and (``op="all_gather"``, ``all_gather_factor``)
+  its ``all_gather``.
 - :func:`decode_attention` / :func:`fit_decode_attention`: vLLM's decode attention call
   (``attention/vllm/<version>/generation_attention_perf.parquet``, kernel_source
   ``vllm_flash_attn``), the memory efficiency and fixed time of ``kernels.attention_decode``.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -107,28 +109,32 @@ def never_cheaper(rows: dict[int, tuple[np.ndarray, np.ndarray]]
     return out, lifted
 
 
-def fit_all_reduce(rows: dict[int, tuple[np.ndarray, np.ndarray]]
+def fit_all_reduce(rows: dict[int, tuple[np.ndarray, np.ndarray]],
+                   factor: Callable[[int], float] = all_reduce_factor
                    ) -> dict[int, tuple[list[dict], dict]]:
     """Each world's pieces and fit errors: fit_pieces (3 pieces, min_points 2), as h100-sxm's
-    ``all_reduce`` and ``custom_all_reduce`` were fitted."""
-    return {w: fit_pieces(b, t, all_reduce_factor(w), max_pieces=3, min_points=2)
+    ``all_reduce`` and ``custom_all_reduce`` were fitted; ``factor`` the collective's bytes
+    a link carries per byte (``all_gather_factor`` for h200's ``all_gather``)."""
+    return {w: fit_pieces(b, t, factor(w), max_pieces=3, min_points=2)
             for w, (b, t) in sorted(rows.items())}
 
 
-def cap_last_slopes(pieces: dict[int, list[dict]]) -> tuple[dict[int, list[dict]], dict]:
+def cap_last_slopes(pieces: dict[int, list[dict]],
+                    factor: Callable[[int], float] = all_reduce_factor
+                    ) -> tuple[dict[int, list[dict]], dict]:
     """Each world's last bus bandwidth capped at the smaller world's x factor(w) / factor(smaller)
     (4 digits), so that past the table's largest size a larger world's time grows no slower and
     the curves do not cross (b200.yaml's all_gather was capped so), that piece's latency
     re-joined to the one before (hardware.collectives.joined); and ``{world: fitted busbw}`` of
-    the worlds capped."""
+    the worlds capped.  ``factor`` as :func:`fit_all_reduce`'s."""
     out, capped, before = {}, {}, None
     for w, ps in sorted(pieces.items()):
         ps = [dict(p) for p in ps]
         if before is not None:
-            cap = float(f"{before[1] * all_reduce_factor(w) / all_reduce_factor(before[0]):.4g}")
+            cap = float(f"{before[1] * factor(w) / factor(before[0]):.4g}")
             if ps[-1]["busbw_gb_per_s"] > cap:
                 capped[w], ps[-1]["busbw_gb_per_s"] = ps[-1]["busbw_gb_per_s"], cap
-                curve = joined(w, all_reduce_factor(w), [p["from_kib"] * 1024.0 for p in ps],
+                curve = joined(w, factor(w), [p["from_kib"] * 1024.0 for p in ps],
                                ps[0]["latency_us"] * 1e-6, [p["busbw_gb_per_s"] * 1e9
                                                              for p in ps])
                 ps[-1]["latency_us"] = round(curve.latencies[-1] * 1e6, 3)

@@ -1,7 +1,7 @@
 """calibrate/aiconfigurator.py on synthetic tables (no checkout needed): the rows it keeps, its
 units, and fits that recover known numbers exactly.  The fits of the shipped entries against
 the real tables: tests/hardware/test_h200_allreduce.py, test_h200_nccl.py,
-test_h200_decode_attention.py."""
+test_h200_allgather.py, test_h200_decode_attention.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from calibrate import aiconfigurator as aic
-from hardware.collectives import all_reduce_factor
+from hardware.collectives import all_gather_factor, all_reduce_factor
 
 
 def _all_reduce_frame(us_of_bytes) -> pd.DataFrame:
@@ -93,6 +93,25 @@ def test_a_last_slope_below_the_smaller_worlds_is_capped_and_rejoined():
     assert out[8][-1]["latency_us"] == pytest.approx(want, abs=0.001)
     assert aic.cap_last_slopes({4: w4, 8: out[8]})[1] == {}      # nothing left to cap
 
+
+
+def test_an_all_gather_is_fitted_and_capped_in_its_own_convention():
+    # h200's all_gather: time = 6 us + bytes x (p-1)/p / 250 GB/s is one piece at 250 GB/s
+    # with all_gather_factor (the all-reduce factor would read it as 500 GB/s)
+    b = np.array([512.0 * 2**i for i in range(21)])
+    rows = {w: (b, (6.0 + b * all_gather_factor(w) / 250e9 * 1e6) * 1e-6) for w in (2, 8)}
+    for pieces, info in aic.fit_all_reduce(rows, all_gather_factor).values():
+        assert info["max_relative_error"] < 0.001
+        assert all(p["busbw_gb_per_s"] == pytest.approx(250.0, rel=0.001) for p in pieces)
+    # the cap's ratio is the same for both factors (7/6 from world 4 to 8); the re-joined
+    # latency is not: world 8's second piece starts at 1 MiB, (7/8) x 1 MiB x (1/100 - 1/350)
+    w4 = [{"from_kib": 0, "latency_us": 10.0, "busbw_gb_per_s": 300.0}]
+    w8 = [{"from_kib": 0, "latency_us": 20.0, "busbw_gb_per_s": 100.0},
+          {"from_kib": 1024, "latency_us": 0.0, "busbw_gb_per_s": 400.0}]
+    out, capped = aic.cap_last_slopes({4: w4, 8: w8}, all_gather_factor)
+    assert capped == {8: 400.0} and out[8][-1]["busbw_gb_per_s"] == 350.0
+    want = 20.0 + 1024 * 1024 * 0.875 * (1 / 100 - 1 / 350) / 1e3
+    assert out[8][-1]["latency_us"] == pytest.approx(want, abs=0.001)
 
 def _attention_frame(eff: float, lat_us: float, peak: float) -> pd.DataFrame:
     rows = []

@@ -224,10 +224,10 @@ LOAD_KNOWN_MISSES: dict[str, str] = {
     "vllm-mtp-dsr1-qps2-tpot-speedup": (
         "predicted 1.50x vs published 1.18x (+27.1%; QPS 1 passes at 1.56x vs 1.63x, and the "
         "order of the two points holds): the simulated baseline TPOT still grows with "
-        "load about as fast as MTP's (34.7 -> 41.6 ms against MTP's 22.2 -> 27.7 ms) where "
+        "load about as fast as MTP's (34.7 -> 41.7 ms against MTP's 22.2 -> 27.7 ms) where "
         "the PR's baseline barely moves (55.47 -> 57.58 ms) and MTP's rises 44%; " + _V0_WHY),
     "vllm-v0-dsr1-qps1-baseline-tpot-ms": "predicted 34.7 ms vs 55.47 ms (-37.5%): " + _V0_WHY,
-    "vllm-v0-dsr1-qps1-mtp-tpot-ms": "predicted 22.2 ms vs 33.99 ms (-34.8%): " + _V0_WHY,
-    "vllm-v0-dsr1-qps2-baseline-tpot-ms": "predicted 41.6 ms vs 57.58 ms (-27.8%): " + _V0_WHY,
+    "vllm-v0-dsr1-qps1-mtp-tpot-ms": "predicted 22.2 ms vs 33.99 ms (-34.7%): " + _V0_WHY,
+    "vllm-v0-dsr1-qps2-baseline-tpot-ms": "predicted 41.7 ms vs 57.58 ms (-27.7%): " + _V0_WHY,
     "vllm-v0-dsr1-qps2-mtp-tpot-ms": "predicted 27.7 ms vs 48.8 ms (-43.3%): " + _V0_WHY,
 }
