@@ -357,6 +357,8 @@ def wave_efficiency(m, n, tiles, sm_count: int):
                 out = max(out, m * n / padded)
         return out
     m_arr = np.asarray(m, dtype=np.float64)
+    if not fast_ndim(n) and m_arr.ndim == 1 and n > 0:  # the cost model's tables' case
+        return _waves_by_m(m_arr, float(n), tiles, sm_count)
     n_arr = np.asarray(n, dtype=np.float64)
     best = np.zeros(np.broadcast(m_arr, n_arr).shape)
     for tm, tn in tiles:
@@ -365,3 +367,20 @@ def wave_efficiency(m, n, tiles, sm_count: int):
         best = np.maximum(best, np.where(padded > 0, m_arr * n_arr / np.maximum(padded, 1.0),
                                          0.0))
     return best if best.ndim else float(best)
+
+
+def _waves_by_m(m: np.ndarray, n: float, tiles, sm_count: int) -> np.ndarray:
+    """``wave_efficiency`` of counts ``m`` by one ``n``, the same floats in fewer passes:
+    where the tiles pad to ``p_t > 0`` (every tile alike: ``m > 0`` and ``n > 0``), the best
+    of ``m n / p_t`` is ``m n / min p_t`` (a correctly rounded quotient of a positive
+    numerator does not rise with its divisor, so the rounded maximum is the rounded quotient
+    by the least), and ``ceil(m / tm)`` is shared by the tiles of one ``tm``."""
+    by_tm: dict = {}
+    least = None
+    for tm, tn in tiles:
+        rows = by_tm.get(tm)
+        if rows is None:
+            rows = by_tm[tm] = np.ceil(m / tm)
+        padded = np.ceil(rows * float(math.ceil(n / tn)) / sm_count) * (sm_count * tm * tn)
+        least = padded if least is None else np.minimum(least, padded)
+    return np.where(least > 0, m * n / np.maximum(least, 1.0), 0.0)

@@ -71,6 +71,23 @@ def test_the_best_tile_of_the_menu_is_taken():
         m * n / (1 * 108 * 128 * 256))
 
 
+def test_a_table_of_counts_gets_each_tiles_best_bit_for_bit():
+    # the counts-by-one-n path (min padding, one ceil per tile height) against the form tile
+    # by tile, every float equal: the cost model's tables must not move a digest
+    menu = [(256, 128), (128, 256), (256, 64), (64, 256), (128, 128), (128, 64), (64, 128),
+            (64, 64)]
+    ms = np.concatenate([np.arange(0.0, 2048.0), [-300.0, -0.0, 0.5, 65535.0, 1e9]])
+    for n in (1, 7, 768, 5120, 13824, 50272, 0.5):
+        want = np.zeros_like(ms)
+        for tm, tn in menu:
+            padded = np.ceil(np.ceil(ms / tm) * np.ceil(np.float64(n) / tn) / 108) \
+                * (108 * tm * tn)
+            want = np.maximum(want, np.where(padded > 0, ms * n / np.maximum(padded, 1.0),
+                                             0.0))
+        got = wave_efficiency(ms, n, menu, 108)
+        assert got.tobytes() == want.tobytes()
+
+
 def test_gemm_time_is_vectorised_over_m():
     r = roof(shapes(gemm_tiles=((128, 128), (64, 64)), latency_s=2e-6, min_kernel_s=1e-6))
     ms = np.array([1, 7, 128, 1000, 4096])
