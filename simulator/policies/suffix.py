@@ -122,6 +122,10 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         self._global_seen: dict[int, tuple[int, int, int]] = {}
         self._requests: dict[int, _RequestState] = {}
         self._ahead: tuple = ((), [()])  # plan_rows' requests and their counts indexed
+        # speculations by (request, context size, cap, global trie version): this planning
+        # pass's and the last one's (``_new_plan``)
+        self._specs: dict[tuple, Speculation] = {}
+        self._specs_before: dict[tuple, Speculation] = {}
 
     @property
     def max_verify_tokens(self) -> int:
@@ -163,6 +167,11 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         size = self.text.prompt_ids[rid].size + generated
         if self.use_request:
             state, added = self._request_state(rid, tokens, size)
+        key = (rid, size, cap, self._global_version)
+        self._specs[key] = spec = self._specs_before.get(key)
+        if spec is not None:  # planned before, that row thrown away: the same inputs
+            return spec, added
+        if self.use_request:
             index = state.index
             deep, near = index.matches(self.depth, roomy, size)
             for match in (deep,) if near[0] == deep[0] else (deep, near):  # one node each
@@ -175,7 +184,14 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
                     best, top = spec, score
         if self.use_global and not self.global_index.empty():
             best, top = self._global_best(rid, tokens, size, cap, roomy, best, top)
+        self._specs[key] = best
         return best, added
+
+    def _new_plan(self) -> None:
+        """Start a planning pass: the last pass's speculations kept to answer its rows
+        that were thrown away (the engine keeps a stretch's rows up to an event and plans
+        again from there: each request's text and the global trie as they were then)."""
+        self._specs_before, self._specs = self._specs, {}
 
     def _global_best(self, rid: int, tokens: list[int], size: int, cap: int, roomy: int,
                      best: Speculation, top: float) -> tuple[Speculation, float]:
@@ -224,6 +240,7 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         specs: dict[int, Speculation] = {}
         cpu = 0.0
         ids = request_ids.tolist()
+        self._new_plan()
         for rid, g, cap in zip(ids, generated.tolist(), np.minimum(max_draft, self.k).tolist()):
             if cap > 0:
                 specs[rid], added = self.speculate(rid, g, cap)
@@ -300,6 +317,7 @@ class SuffixDecoding(PolicyBase, LimitedDraft, AheadDraft):
         ids, gens, outs = request_ids.tolist(), generated.tolist(), output_len.tolist()
         n = len(ids)
         before = self._indexed(ids)
+        self._new_plan()
         nodes, accepted, seconds, indexed = [], [], [], []
         for _ in range(steps):
             cpu = 0.0  # ``speculations``' sum, in the batch's order

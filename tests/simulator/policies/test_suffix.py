@@ -324,3 +324,26 @@ def test_a_match_grows_at_most_by_the_tokens_appended_and_scores_stay_within_bud
             for tree in (True, False):
                 spec = index.speculate(node, budget, 0.0, tree, after)
                 assert spec.score <= len(spec) * (1 + 1e-12) < budget * _ROUNDING or not spec
+
+
+def test_rows_planned_again_after_a_roll_back_match_a_fresh_policy():
+    """``plan_rows``' rows thrown away (``keep_rows``) and planned again are answered from
+    the last pass's speculations: the same rows, and the rows a policy that never planned
+    past there gives (the CPU seconds included: the tokens indexed are put back)."""
+    rep = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]
+    prompts = (np.array(rep), np.array([1, 2, 3, 1, 2, 3, 1]))
+    outs = (np.array(rep * 2), np.array([2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1]))
+    ids, gens, outl = np.array([0, 1]), np.array([1, 1]), np.array([26, 12])
+    pol = _hand_policy(prompts, outs, num_speculative_tokens=3)
+    first = pol.plan_rows(ids, gens, outl, 3, None)
+    pol.keep_rows(1)
+    at = gens + first.accepted[0] + 1  # where the kept row leaves each request
+    again = pol.plan_rows(ids, at, outl, 2, None)
+    fresh = _hand_policy(prompts, outs, num_speculative_tokens=3)
+    fresh.plan_rows(ids, gens, outl, 1, None)
+    fresh.keep_rows(1)
+    expect = fresh.plan_rows(ids, at, outl, 2, None)
+    for got, want in zip(again, expect):
+        assert np.array_equal(got, want)
+    for got, old in zip(again, first):
+        assert np.array_equal(got[:1], old[1:2])
