@@ -18,15 +18,13 @@ import pytest
 
 from calibrate import aiconfigurator as aic
 from hardware.collectives import all_gather_factor
-from hardware.collectives_yaml import collectives_to_dict
 from hardware.profile import load_profile
 from simulator.cost.cost_model import CostModel
 from simulator.cost.dp_attention import cost_model, dispatch_bytes
 from simulator.cost.parallelism import Parallelism
 from simulator.models.spec import load_model
+from tests.hardware.h200_nccl_table import MIB, NBYTES, need_table, table_rows, worlds
 
-MIB = 1024 * 1024
-NBYTES = np.array([512.0 * 2**i for i in range(21)])   # 512 B to 512 MiB
 AG_US = {
     2: (5.36, 5.08, 5.13, 5.24, 6.18, 6.11, 5.96, 6.18, 6.3, 7.38, 8.24, 11.28, 16.17, 26.4,
         35.57, 54.11, 90.23, 155.85, 288.49, 544.84, 1041.88),
@@ -35,23 +33,15 @@ AG_US = {
     8: (12.19, 10.3, 12.78, 10.56, 12.8, 12.29, 14.71, 13.13, 14.56, 14.59, 13.57, 16.96, 24.28,
         41.31, 43.17, 66.91, 123.38, 206.28, 379.88, 725.88, 1394.97),
 }
-need_table = pytest.mark.skipif(aic.data_root() is None,
-                                reason=f"{aic.ENV} names no aiconfigurator checkout")
 
 
 def _gather(world: int, nbytes) -> np.ndarray:
     return np.asarray(load_profile("h200").collectives.all_gather_s(nbytes, world))
 
 
-def _worlds() -> dict:
-    block = collectives_to_dict(load_profile("h200").collectives)["all_gather"]
-    return {w["world"]: w["pieces"] for w in block["worlds"]}
-
-
 @need_table
 def test_the_rows_here_are_the_tables():
-    rows = aic.nccl_rows(aic.table("h200_sxm", "comm", "nccl", "2.29.2", "nccl_perf"),
-                         "all_gather")
+    rows = table_rows("all_gather")
     assert sorted(rows) == [2, 4, 8]
     for world, (nbytes, seconds) in rows.items():
         assert np.array_equal(nbytes, NBYTES)
@@ -60,14 +50,13 @@ def test_the_rows_here_are_the_tables():
 
 @need_table
 def test_the_profile_is_the_fit_of_the_table():
-    raw = aic.nccl_rows(aic.table("h200_sxm", "comm", "nccl", "2.29.2", "nccl_perf"),
-                        "all_gather")
+    raw = table_rows("all_gather")
     rows, lifted = aic.never_cheaper(raw)
     assert lifted == {2: 0, 4: 0, 8: 1}            # world 8 at 8 MiB: world 4's 43.70 us
     fits = aic.fit_all_reduce(rows, all_gather_factor)
     pieces, capped = aic.cap_last_slopes({w: p for w, (p, _) in fits.items()},
                                          all_gather_factor)
-    assert capped == {} and _worlds() == pieces
+    assert capped == {} and worlds("all_gather") == pieces
     infos = [info for _, info in fits.values()]    # the errors the profile's source states
     assert [i["median_relative_error"] for i in infos] == [0.023, 0.015, 0.04]
     assert [i["max_relative_error"] for i in infos] == [0.123, 0.19, 0.191]
@@ -105,15 +94,6 @@ def test_a_larger_world_is_never_cheaper_at_any_size():
     c = load_profile("h200").collectives
     assert [c.basis("all_gather", w) for w in (2, 4, 8)] == \
         [f"world {w}: its own curve" for w in (2, 4, 8)]
-
-
-@pytest.mark.parametrize("world", [2, 4, 8])
-def test_past_the_table_the_last_piece_is_a_line(world):
-    busbw = _worlds()[world][-1]["busbw_gb_per_s"] * 1e9
-    t = _gather(world, np.array([512.0, 1024.0, 2048.0]) * MIB)
-    per_gib = 1024.0 * MIB * all_gather_factor(world) / busbw
-    assert t[2] - t[1] == pytest.approx(per_gib, rel=1e-9)
-    assert t[1] - t[0] == pytest.approx(per_gib / 2, rel=1e-9)
 
 
 def test_the_logits_gather_and_dp_attentions_all_gather_use_the_block():

@@ -16,12 +16,9 @@ import numpy as np
 import pytest
 
 from calibrate import aiconfigurator as aic
-from hardware.collectives import all_reduce_factor
-from hardware.collectives_yaml import collectives_to_dict
+from hardware.collectives import all_gather_factor, all_reduce_factor
 from hardware.profile import load_profile
-
-MIB = 1024 * 1024
-NBYTES = np.array([512.0 * 2**i for i in range(21)])   # 512 B to 512 MiB
+from tests.hardware.h200_nccl_table import MIB, NBYTES, need_table, table_rows, worlds
 NCCL_US = {
     2: (6.05, 6.01, 6.31, 6.69, 6.71, 7.27, 7.28, 7.43, 7.53, 8.69, 10.37, 14.26, 26.84, 32.39,
         45.63, 76.2, 139.11, 248.32, 463.01, 885.82, 1703.9),
@@ -30,27 +27,15 @@ NCCL_US = {
     8: (16.01, 16.76, 15.98, 16.04, 16.67, 18.3, 18.38, 19.89, 21.45, 20.8, 20.46, 26.14, 37.46,
         51.37, 78.3, 121.74, 197.34, 319.63, 564.52, 1052.63, 2040.31),
 }
-need_table = pytest.mark.skipif(aic.data_root() is None,
-                                reason=f"{aic.ENV} names no aiconfigurator checkout")
-
-
-def _rows() -> dict:
-    return aic.nccl_rows(aic.table("h200_sxm", "comm", "nccl", "2.29.2", "nccl_perf"))
-
 
 def _nccl(world: int, nbytes) -> np.ndarray:
     c = load_profile("h200").collectives
     return np.asarray(c.all_reduce_s(nbytes, world, custom=False))
 
 
-def _worlds() -> dict:
-    block = collectives_to_dict(load_profile("h200").collectives)["all_reduce"]
-    return {w["world"]: w["pieces"] for w in block["worlds"]}
-
-
 @need_table
 def test_the_rows_here_are_the_tables():
-    rows = _rows()
+    rows = table_rows("all_reduce")
     assert sorted(rows) == [2, 4, 8]
     for world, (nbytes, seconds) in rows.items():
         assert np.array_equal(nbytes, NBYTES)
@@ -59,11 +44,11 @@ def test_the_rows_here_are_the_tables():
 
 @need_table
 def test_the_profile_is_the_fit_of_the_table():
-    rows, lifted = aic.never_cheaper(_rows())
+    rows, lifted = aic.never_cheaper(table_rows("all_reduce"))
     assert lifted == {2: 0, 4: 0, 8: 4}            # world 8 from 64 MiB: world 4's times
     fits = aic.fit_all_reduce(rows)
     pieces, capped = aic.cap_last_slopes({w: p for w, (p, _) in fits.items()})
-    assert capped == {8: 416.1} and _worlds() == pieces
+    assert capped == {8: 416.1} and worlds("all_reduce") == pieces
     # the errors the profile's source states (against the rows fitted, lifted)
     infos = [info for _, info in fits.values()]
     assert [i["median_relative_error"] for i in infos] == [0.023, 0.011, 0.019]
@@ -84,18 +69,23 @@ def test_the_profile_prices_every_row(world, median, worst):
 
 def test_every_measured_world_has_its_own_curve():
     c = load_profile("h200").collectives
-    assert sorted(_worlds()) == [2, 4, 8]
+    assert sorted(worlds("all_reduce")) == [2, 4, 8]
     for world in (2, 4, 8):
         assert c.basis("all_reduce", world) == f"world {world}: its own curve"
 
 
+@pytest.mark.parametrize("kind,factor", [("all_reduce", all_reduce_factor),
+                                         ("all_gather", all_gather_factor)])
 @pytest.mark.parametrize("world", [2, 4, 8])
-def test_past_the_table_the_last_piece_is_a_line(world):
+def test_past_the_table_the_last_piece_is_a_line(kind, factor, world):
     # above 512 MiB: the last piece's line (its latency is the one that joins it to the piece
     # before, hardware.collectives.joined), so each further GiB costs GiB x factor / busbw
-    busbw = _worlds()[world][-1]["busbw_gb_per_s"] * 1e9
-    t = _nccl(world, np.array([512.0, 1024.0, 2048.0]) * MIB)
-    per_gib = 1024.0 * MIB * all_reduce_factor(world) / busbw
+    c = load_profile("h200").collectives
+    price = {"all_reduce": lambda x: c.all_reduce_s(x, world, custom=False),
+             "all_gather": lambda x: c.all_gather_s(x, world)}[kind]
+    busbw = worlds(kind)[world][-1]["busbw_gb_per_s"] * 1e9
+    t = np.asarray(price(np.array([512.0, 1024.0, 2048.0]) * MIB))
+    per_gib = 1024.0 * MIB * factor(world) / busbw
     assert t[2] - t[1] == pytest.approx(per_gib, rel=1e-9)
     assert t[1] - t[0] == pytest.approx(per_gib / 2, rel=1e-9)
 
