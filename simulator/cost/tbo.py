@@ -55,11 +55,11 @@ where the SMs free throughout priced 0.75 and 1.29.
 
 DeepEP's normal kernels run slower beside compute than alone (the blog's prefill breakdown:
 DeepSeek's and SGLang's communication "slower than unit test results, while the latter is
-achievable when disabling TBO"): in an overlapped step each dispatch and combine takes
-``NORMAL_OVERLAP`` times its standalone price (hardware/collectives.py), 1.83 and 1.28,
-measured from DeepSeek's profiler trace against DeepEP's unit test
-(simulator/cost/tbo_measured.py; ``overlapped_step``'s ``comm_factor``); the low-latency
-kernels' slowdown is not measured (priced 1).  Not priced, for want of a number: the
+achievable when disabling TBO"): in an overlapped step across nodes each dispatch and
+combine takes 1.83 and 1.28 times its standalone price (hardware/collectives.py), measured
+from DeepSeek's profiler trace against DeepEP's unit test (simulator/cost/tbo_measured.py
+``overlap_factors``, passed as ``overlapped_step``'s ``comm_factor``); within a node and for
+the low-latency kernels the slowdown is not measured (priced 1).  Not priced, for want of a number: the
 compute's slowdown beyond the SMs taken ("potential noisy neighbor effects during overlap"):
 each kernel runs at its own price on the SMs it is left.
 
@@ -97,7 +97,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simulator.cost import tbo_measured
 from simulator.inputs.errors import SpecsimError
 
 # DeepEP's low-latency dispatch holds every SM while it sends and receives: "unit tests with
@@ -107,8 +106,6 @@ from simulator.inputs.errors import SpecsimError
 # holding none; per routed copy of a token (the kernels copy each copy in and out)
 LL_SM_S = 60e-6
 LL_SM_COPIES = 128 * 8
-# DeepEP's normal dispatch and combine beside compute over alone (simulator/cost/tbo_measured.py)
-NORMAL_OVERLAP = tbo_measured.NORMAL_OVERLAP
 
 
 def sm_split(sm_count: int, held: int, decode: bool) -> tuple[float, float]:
