@@ -89,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
 
     from simulator.cli.output import render, wrap_text
     from simulator.sim2real.compare import compare_run, headline, run_scenario
-    from simulator.uncertainty.coverage import run_key
+    from simulator.uncertainty.coverage import check_distinct
 
     runs = []
     for path in find_runs(args.paths):
@@ -99,10 +99,7 @@ def main(args: argparse.Namespace) -> int:
                                "stages)", field="PATH", fix="validate fewer runs per call")
     for run in runs:  # every run resolves before any is simulated
         run_scenario(run, args.profile)
-    keys = [run_key(r) for r in runs]
-    if len(set(keys)) != len(keys):
-        raise SpecsimError("a run is given twice: it would count twice in the median",
-                           field="PATH", fix="give each run once")
+    check_distinct(runs)
     if args.uncertainty:
         return _coverage(runs, args)
     # one frame per run, printed by position: two runs may share a name (run_key)

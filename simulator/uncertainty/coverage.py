@@ -60,13 +60,19 @@ def run_key(run) -> tuple[str, str]:
     return (str(path.resolve()) if run.source and path.exists() else run.source, run.name)
 
 
+def check_distinct(runs: Sequence) -> None:
+    """Refuse a run given twice (by ``run_key``): it would count twice in a median or a
+    coverage."""
+    keys = [run_key(r) for r in runs]
+    if len(set(keys)) != len(keys):
+        raise SpecsimError("a run is given twice: it would count twice in the figures",
+                           field="PATH", fix="give each run once")
+
+
 def coverage(runs: Sequence, profile: str | None, draws: int) -> pd.DataFrame:
     """``run_coverage`` of every run, in one table, each run under the shipped
     ``COST_SIGMA`` (column ``cost_sigma``)."""
-    keys = [run_key(r) for r in runs]
-    if len(set(keys)) != len(keys):
-        raise SpecsimError("a run is given twice: it would count twice in the coverage",
-                           field="PATH", fix="give each run once")
+    check_distinct(runs)
     parts = []
     for run in runs:
         part = run_coverage(run, profile, draws, COST_SIGMA)
