@@ -59,9 +59,9 @@ achievable when disabling TBO"): in an overlapped step across nodes each dispatc
 combine takes 1.83 and 1.28 times its standalone price (hardware/collectives.py), measured
 from DeepSeek's profiler trace against DeepEP's unit test (simulator/cost/tbo_measured.py
 ``overlap_factors``, passed as ``overlapped_step``'s ``comm_factor``); within a node and for
-the low-latency kernels the slowdown is not measured (priced 1).  Not priced, for want of a number: the
-compute's slowdown beyond the SMs taken ("potential noisy neighbor effects during overlap"):
-each kernel runs at its own price on the SMs it is left.
+the low-latency kernels the slowdown is not measured (priced 1).  Not priced, for want of
+a number: the compute's slowdown beyond the SMs taken ("potential noisy neighbor effects
+during overlap"): each kernel runs at its own price on the SMs it is left.
 
 What the split costs is priced by pricing each micro-batch on its own: each runs every
 kernel (twice the kernel floors and launches), reads every weight (twice the weight bytes of a
