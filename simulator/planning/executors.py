@@ -115,9 +115,11 @@ class LocalExecutor(SerialExecutor):
         self.workers = workers or os.cpu_count() or 1
         self._ctx = multiprocessing.get_context(start_method)
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._older: set = set()  # this process's children before the pool's workers
 
     def _get_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
+            self._older = set(multiprocessing.active_children())
             self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx,
                                                 initializer=_worker_init)
         return self._pool
@@ -146,7 +148,9 @@ class LocalExecutor(SerialExecutor):
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        processes = list((getattr(pool, "_processes", None) or {}).values())
+        # the pool's workers: the children born since it was made (a public API, where the
+        # executor's own table of them is private)
+        processes = [p for p in multiprocessing.active_children() if p not in self._older]
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in processes:  # a running point would otherwise finish first
             if proc.is_alive():

@@ -114,3 +114,43 @@ def test_the_same_grid_gives_the_same_frame_on_ray():
     finally:
         ray.shutdown()
     pd.testing.assert_frame_equal(serial, on_ray)
+
+
+def sleeps(item: int) -> int:
+    import time
+    time.sleep(item)
+    return item
+
+
+def test_abort_stops_the_pools_running_workers_and_leaves_older_children_alone(tmp_path):
+    """Ctrl-C's path: a point still running is terminated, not waited for; a child process
+    this process had before the pool (not the pool's) keeps running."""
+    import multiprocessing
+    import threading
+    import time
+    older = multiprocessing.get_context("spawn").Process(target=sleeps, args=(60,))
+    older.start()
+    try:
+        before = set(multiprocessing.active_children())  # older, and other tests' pools
+        ex = LocalExecutor(1)
+        got: list = []
+        driver = threading.Thread(target=lambda: got.extend(ex.map_chunks(sleeps, [[(0, 60)]])),
+                                  daemon=True)  # the driver waits on the running point
+        driver.start()
+        workers = []
+        deadline = time.monotonic() + 60
+        while not workers and time.monotonic() < deadline:  # the worker boots inside submit
+            workers = [p for p in multiprocessing.active_children() if p not in before]
+            time.sleep(0.05)
+        assert workers, "the pool started no worker"
+        started = time.monotonic()
+        ex.abort()
+        assert time.monotonic() - started < 30  # not the 60 s the running point would take
+        assert not any(p.is_alive() for p in workers)
+        assert older.is_alive()
+        driver.join(30)
+        assert not driver.is_alive()  # the driver is released, and with no result
+        assert [type(value).__name__ for _, value in got] == ["BrokenProcessPool"]
+    finally:
+        older.terminate()
+        older.join(5)
