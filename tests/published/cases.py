@@ -224,6 +224,24 @@ _SGL041_CONFIGS = (
     "16 config, one shape, on H100), and the profile's 0.525 us K step is fitted to "
     "SGLang's tuned configs of April 2025 (PR #5820)")
 
+# SGLang 0.4.1.post2's experts' align (issue 35's block-FP8 pass): read, not priced (no timing)
+_SGL041_ALIGN = (
+    " Read in the 0.4.1.post2 wheel, not priced: moe/fused_moe_triton/fused_moe.py "
+    "moe_align_block_size sends 256 experts (num_experts >= 224, not HIP) to sgl-kernel's "
+    "(>= 0.0.2.post10) moe_align_block_size with a (num_experts + 1) x num_experts int32 "
+    "token_cnts_buffer and a cumsum_buffer allocated in device memory each call (vLLM "
+    "v0.6.5's kernel, which later sgl-kernel copies name as their source, keeps that int32 "
+    "table in shared memory: 264 KB at 256 experts, over an H200 SM's 227 KB). "
+    "sgl-project/sglang PR #2735 (2025-01-05, 'improve moe_align_kernel for deepseek v3', "
+    "after this bump) replaced it; on H200 TP8, GSM8K 2,000 questions at parallel 2,000: "
+    "83.593 -> 78.651 s, 1,677.0 -> 1,782.6 output token/s (+6.3%); a later copy "
+    "(sgl-kernel csrc/moe_align_kernel.cu at 06d53001) counts in a 32 x 8 shared table. "
+    "No kernel timing of the December kernel was found (PR #3347's H200 micro benchmark, "
+    "Feb 2025, and PRs #4327 / #5086 time later kernels). Priced at vLLM 0.7's one-block "
+    "align (engines.yaml one_block_moe_align, 65.2 us a MoE layer, a different kernel) it "
+    "would give 36.4 / 258.4 / 788.7 token/s at batch 1 / 8 / 32 (+20% / +25.3% / +3.7%): "
+    "a lead, not a source.")
+
 # SGLang 0.4.1.post2's decode attention and graph settings, read in its PyPI sdist (issue 35's
 # early-2025 pass): nothing in them is priced differently by it.
 _SGL041_ATTENTION = (
@@ -295,7 +313,8 @@ KNOWN_MISSES: dict[str, str] = {
         "(engines.yaml sglang-v0.4, simulator/cost/engine_kernels.py); the rest of the "
         "~30 ms floor is not in the code paths counted (the Triton MLA decode's two "
         "stages at their latency, 0.4.1's host work behind its overlap scheduler are "
-        "priced as every engine's). " + _SGL041_CONFIGS + _SGL041_ATTENTION)
+        "priced as every engine's). " + _SGL041_CONFIGS + _SGL041_ALIGN
+        + _SGL041_ATTENTION)
        for b, p, q, d in ((1, 41.8, 30.29, "+38%"), (8, 292.0, 206.32, "+42%"))},
     **MOE_KNOWN_MISSES,  # large-MoE serving (moe_cases.py)
     **LOAD_KNOWN_MISSES,  # speculative gains under load (load_cases.py)
