@@ -164,6 +164,23 @@ CUTLASS_TILE_M = 128
 # Priced as the align kernel's own time in moe_kernels' routing family (measured_align_s).
 ONE_BLOCK_ALIGN_EXPERTS = 256
 ONE_BLOCK_ALIGN_S = (65.152e-6 + 65.184e-6 + 65.376e-6) / 3
+# SGLang 0.4.1's align (``global_mem_moe_align``): its fused_moe.py (0.4.1.post2 wheel) sends
+# 256 experts to sgl-kernel's moe_align_block_size with the (E + 1) x E int32 count table in
+# device memory (token_cnts_buffer), one block of E threads walking it (sgl-kernel's kernel
+# before sgl-project/sglang PR #2735, 2025-01-05), the kernel vLLM's
+# moe_align_block_size_global_mem_kernel was 'temporarily adapted from' (sglang 31548116).
+# vLLM PR #12222 (2025-01-20) moved DeepSeek-V3 from it to the uint16 shared-memory kernel
+# above: batch-1 generation 25.3 -> 29.6 token/s (Triton fused MoE, CUDA graphs; its GPU not
+# named in the part read, the author's PR #12036: 8 x A100), the difference over the 58 MoE
+# layers its excess over that kernel, added to that kernel's H200 time: 164 us.  Cross-checks
+# (tests/simulator/cost/test_moe_align.py): vLLM PR #19572 timed the global kernel on a B200
+# at 512 experts (uint16 does not fit), 317.8 us at one token, whose serial loops run E
+# long: 158.9 us at 256; sglang PR #5086's 'VLLM' column at 8,192 tokens x 8 (the global
+# fallback at 256 experts, 256 ids a thread where a decode has 1): 448.5 us, an upper bound
+GLOBAL_ALIGN_TOKEN_S = (25.3, 29.6)  # PR #12222 generation token/s: global, then shared
+GLOBAL_ALIGN_MOE_LAYERS = 58  # DeepSeek-V3's MoE layers (61 less 3 dense)
+GLOBAL_MEM_ALIGN_S = ONE_BLOCK_ALIGN_S + (1.0 / GLOBAL_ALIGN_TOKEN_S[0] - 1.0
+                                          / GLOBAL_ALIGN_TOKEN_S[1]) / GLOBAL_ALIGN_MOE_LAYERS
 # linears the Triton FP8 engine does not run on its K-loop kernel, nor DeepGEMM at decode
 # rows: kv_b's absorbed halves run as flashinfer's bmm_fp8 at decode (SGLang 0.4.1
 # deepseek_v2.py forward_absorb; torch.bmm on BF16 halves in 0.5.x, engines.yaml sglang-v0.5)
@@ -316,13 +333,17 @@ def split_qkv_a_terms(cm, T, quant_bytes) -> list[tuple[str, object, object, int
 
 
 def measured_align_s(cm, s) -> float | None:
-    """The experts' align's measured GPU seconds a MoE layer of MoeShape ``s`` where the
-    engine's is vLLM's one-block ``moe_align_block_size`` (``one_block_moe_align``: vLLM
-    0.7.x) at the 256 routed experts it was measured at (``ONE_BLOCK_ALIGN_S``); None
-    elsewhere, the generic align priced at its bytes (moe_kernels)."""
-    if cm.execution.spec.one_block_moe_align and s.num_experts == ONE_BLOCK_ALIGN_EXPERTS:
-        return ONE_BLOCK_ALIGN_S
-    return None
+    """The experts' align's measured GPU seconds a MoE layer of MoeShape ``s`` at the 256
+    routed experts it was measured at: SGLang 0.4.1's global-memory one-block kernel
+    (``global_mem_moe_align``, ``GLOBAL_MEM_ALIGN_S``) or vLLM 0.7.x's shared-memory one
+    (``one_block_moe_align``, ``ONE_BLOCK_ALIGN_S``); None elsewhere, the generic align
+    priced at its bytes (moe_kernels)."""
+    spec = cm.execution.spec
+    if s.num_experts != ONE_BLOCK_ALIGN_EXPERTS:
+        return None
+    if spec.global_mem_moe_align:
+        return GLOBAL_MEM_ALIGN_S
+    return ONE_BLOCK_ALIGN_S if spec.one_block_moe_align else None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ Each is priced with ``Roofline.transfer_time`` at the bytes it loads and stores,
 kernel costs the profile's latency and floor; without kernel shapes, its bytes at the flat
 memory roof (as ``token_terms.elementwise``).  A kernel an engine's measurement times
 carries that time (small_kernel.py ``SmallKernel.measured_s``) and costs at least it: vLLM
-0.7.x's one-block align at 256 experts (engine_kernels.measured_align_s).
+0.7.x's and SGLang 0.4.1's one-block aligns at 256 experts (engine_kernels.measured_align_s).
 
 The grouped GEMM (``grouped_gemm_s``).  The fused-MoE GEMM runs one thread block per
 (BLOCK_M rows of one expert) x (BLOCK_N columns): each touched expert's routed rows are padded

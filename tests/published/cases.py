@@ -201,41 +201,6 @@ CASES: list[Case] = [
 # DeepSeek-R1 on one 8 x H200 node (dp_cases.py), InferenceX's 8k/1k H200, B200 and H100
 # disaggregated points (ix_cases.py)
 
-# what SGLang 0.4.1.post2's block-FP8 Triton kernels ran with (issue 35): read, not priced
-_SGL041_CONFIGS = (
-    "Untuned kernels, read but not priced: 0.4.1.post2's get_w8a8_block_fp8_configs "
-    "(layers/quantization/fp8_kernel.py) and get_moe_configs (moe/fused_moe_triton/"
-    "fused_moe.py) look up N=..,K=..,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape="
-    "[128, 128].json and fall back to BLOCK_M 64, BLOCK_N/K 128, GROUP_M 32, 4 warps, 3 "
-    "stages. sgl-project/sglang PR #2628 ('add configs for block fp8 related kernels', "
-    "tuned by HandH1998, merged 2024-12-28, the day before this bump; its file list not "
-    "read) added tuned ones; HandH1998/sglang (60e84cd6, c91f6897) holds H200 files under "
-    "that name for every "
-    "TP8 shape (N=576, 1536, 512, 4608 at K=7168; N=3072 K=1536; N=4096 K=512; N=7168 at "
-    "K=2048, 256, 2304), the files vLLM 0.7.1 and 0.7.2 later shipped (at M=1: BLOCK_M 64 "
-    "but 16 for N=3072 K=1536 and the N=7168 K=256/2304 downs, BLOCK_N 32-128, 3-5 "
-    "stages). The tag's own tree was not read (its snapshot is over the "
-    "fetch limit); the PyPI wheel and sdist of 0.4.1.post2 carry no config JSON at all "
-    "(pyproject package-data names srt/layers/fused_moe_triton/configs/*.json, where the "
-    "configs had moved to srt/layers/moe/..., and not quantization/configs), so a pip "
-    "install ran every block-FP8 GEMM and fused_moe at the default; the PR does not say "
-    "which install it timed. No measurement prices 0.4.1's default against its tuned "
-    "configs (vLLM PR #23939's 57.4 vs 23.3 us is vLLM's 2-stage default against a BLOCK_M "
-    "16 config, one shape, on H100), and the profile's 0.525 us K step is fitted to "
-    "SGLang's tuned configs of April 2025 (PR #5820)")
-
-# SGLang 0.4.1.post2's decode attention and graph settings, read in its PyPI sdist (issue 35's
-# early-2025 pass): nothing in them is priced differently by it.
-_SGL041_ATTENTION = (
-    " Read in the 0.4.1.post2 sdist and ruled out: the MLA decode kernel's serial loop "
-    "(model_executor/model_runner.py: 'MLA optimization is turned on. Use triton backend.', "
-    "attention_backend forced to triton for an MLA model; server_args.py "
-    "triton_attention_num_kv_splits = 8; layers/attention/triton_ops/decode_attention.py "
-    "_decode_grouped_att_m_fwd: BLOCK_N 32, BLOCK_H 16, grid batch x cdiv(16 heads, 16) x "
-    "8 at TP 8, so 128-384 cached tokens are 1-2 32-token steps a program); CUDA graphs are "
-    "on (disable_cuda_graph False) and torch.compile off (enable_torch_compile False), as "
-    "the harness's sglang-v0.4 runs it")
-
 # Cases outside their tolerance today, with the measured miss (``python -m tests.published``).
 # Re-derive after the cost model changes; never widen a tolerance to empty this.
 KNOWN_MISSES: dict[str, str] = {
@@ -287,16 +252,18 @@ KNOWN_MISSES: dict[str, str] = {
     # attention call's fixed time (issue 35: 0.89, 11.9 us): chain 1.52x > tree 1.49x
     # (it was tree 1.475x > chain 1.469x; the tree's iteration was priced 11.42 ms against
     # the PR's 12.52, the chain's 9.94 against 9.90)
-    **{f"sglang-dsv3-h200-batch{b}-throughput": (
-        f"predicted {p:.0f} vs published {q} token/s ({d}): SGLang 0.4.1.post2's decode "
-        "step is priced 24.3 / 27.4 ms at batch 1 / 8 against the 33 / 38.8 ms measured "
-        "(-26%, -29%), once its Triton block-FP8 GEMMs' serial K loop and its native "
-        "PyTorch grouped top-k, FP8 bmm quantisation, rope and latent copies are priced "
-        "(engines.yaml sglang-v0.4, simulator/cost/engine_kernels.py); the rest of the "
-        "~30 ms floor is not in the code paths counted (the Triton MLA decode's two "
-        "stages at their latency, 0.4.1's host work behind its overlap scheduler are "
-        "priced as every engine's). " + _SGL041_CONFIGS + _SGL041_ATTENTION)
-       for b, p, q, d in ((1, 41.8, 30.29, "+38%"), (8, 292.0, 206.32, "+42%"))},
+    # sglang-dsv3-h200-batch{1,8}-throughput pass since issue 35's block-FP8 pass prices
+    # SGLang 0.4.1.post2's experts' align: its fused_moe.py sends 256 experts to sgl-kernel's
+    # global-memory one-block moe_align_block_size (replaced by sglang PR #2735, 2025-01-05),
+    # 164 us a MoE layer (engine_kernels.GLOBAL_MEM_ALIGN_S, from vLLM PR #12222's measured
+    # change off the same kernel): 41.85 / 292.11 / 864.64 -> 30.13 / 217.94 / 690.81 token/s
+    # at batch 1 / 8 / 32 (published 30.29 / 206.32 / 760.52). Read before and still not
+    # priced: 0.4.1.post2's PyPI wheel carries no tuned block-FP8 or fused_moe config JSON
+    # (its lookups fall back to BLOCK_M 64, BLOCK_N/K 128, GROUP_M 32, 4 warps, 3 stages;
+    # sglang PR #2628, 2024-12-28, added H200 files to the tree), the profile's 0.525 us K
+    # step is fitted to the tuned configs of April 2025 (PR #5820), and no measurement
+    # prices 0.4.1's defaults; its Triton MLA decode (num_kv_splits 8, BLOCK_N 32) is 1-2
+    # steps a program at 128-384 cached tokens
     **MOE_KNOWN_MISSES,  # large-MoE serving (moe_cases.py)
     **LOAD_KNOWN_MISSES,  # speculative gains under load (load_cases.py)
     **DP_KNOWN_MISSES,  # DeepSeek-R1 on one 8 x H200 node (dp_cases.py)

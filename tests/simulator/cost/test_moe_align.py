@@ -1,5 +1,6 @@
-"""vLLM 0.7.x's one-block ``moe_align_block_size`` (engines.yaml ``one_block_moe_align``,
-simulator/cost/engine_kernels.py ``measured_align_s``): the align kernel of ``moe_routing``
+"""vLLM 0.7.x's one-block ``moe_align_block_size`` (engines.yaml ``one_block_moe_align``) and
+SGLang 0.4.1's global-memory one (``global_mem_moe_align``), simulator/cost/engine_kernels.py
+``measured_align_s``: the align kernel of ``moe_routing``
 priced at its measured time a MoE layer at 256 experts (small_kernel.py ``measured_s``) in
 place of the generic align's byte price, checked in closed form against the step."""
 import dataclasses
@@ -82,7 +83,7 @@ def test_a_measured_kernel_costs_at_least_its_time_and_nothing_without_bytes():
 
 def test_only_the_engine_that_runs_it_and_only_at_256_experts():
     ones, ctx = np.ones(4), np.full(4, 300.0)
-    for cm in (_cm("sglang-v0.4"), _cm("vllm-v0.9"), _cm(model="mixtral-8x7b")):
+    for cm in (_cm("sglang-v0.4.5"), _cm("vllm-v0.9"), _cm(model="mixtral-8x7b")):
         assert ek.measured_align_s(cm, cm._moe) is None
         assert all(x.measured_s is None for _, kern, _ in mk._moe_kernels(cm, 4.0, cm._moe)
                    for x in kern)
@@ -92,3 +93,46 @@ def test_only_the_engine_that_runs_it_and_only_at_256_experts():
     assert ek.measured_align_s(on, on._moe) == ek.ONE_BLOCK_ALIGN_S
     routing = {n: g for n, _, g, _, _ in mk.small_kernel_terms(on, np.zeros(1))}["moe_routing"]
     assert routing[0] == 0.0  # no tokens, no kernel
+
+
+# SGLang 0.4.1's global-memory align (engine_kernels.GLOBAL_MEM_ALIGN_S): vLLM PR #12222's
+# DeepSeek-V3 batch-1 generation, token/s, global-memory kernel then uint16 shared-memory one
+# (Triton fused MoE under CUDA graphs); vLLM PR #19572's 'VLLM(origin)' at 512 experts on a
+# B200 (the global kernel: uint16 counts do not fit in shared memory), one token, us; sglang
+# PR #5086's 'VLLM' column at 8,192 tokens x top 8 (65,536 ids: the global fallback), us
+PR_12222_TOKEN_S = (25.3, 29.6)
+PR_19572_B200_512_US = 317.8
+PR_5086_GLOBAL_8192X8_US = 448.48
+
+
+def test_the_global_align_is_the_measured_excess_over_the_shared_one():
+    per_token = 1.0 / PR_12222_TOKEN_S[0] - 1.0 / PR_12222_TOKEN_S[1]
+    want = ek.ONE_BLOCK_ALIGN_S + per_token / 58  # 61 layers less 3 dense
+    assert ek.GLOBAL_MEM_ALIGN_S == pytest.approx(want, rel=1e-12)
+    assert ek.GLOBAL_MEM_ALIGN_S == pytest.approx(164.2e-6, abs=0.1e-6)
+    assert load_model("deepseek-v3").moe_layers == ek.GLOBAL_ALIGN_MOE_LAYERS
+    # the B200 timing of the same kernel at 512 experts, its serial loops (the column prefix
+    # over the threads, thread 0's over the experts) halved at 256: within 5%
+    assert abs(PR_19572_B200_512_US / 2 * 1e-6 / ek.GLOBAL_MEM_ALIGN_S - 1) < 0.05
+    # a decode's call (one id a thread) is cheaper than the 65,536-id one
+    assert ek.GLOBAL_MEM_ALIGN_S < PR_5086_GLOBAL_8192X8_US * 1e-6
+
+
+def test_sglang_041_step_pays_the_global_align_a_moe_layer():
+    on, off = _cm("sglang-v0.4"), _cm("sglang-v0.4", global_mem_moe_align=False)
+    assert load_engine("sglang-v0.4").global_mem_moe_align
+    assert not load_engine("sglang-v0.4.5").global_mem_moe_align
+    assert not load_engine("vllm-v0.7").global_mem_moe_align
+    assert ek.measured_align_s(on, on._moe) == ek.GLOBAL_MEM_ALIGN_S
+    assert ek.measured_align_s(off, off._moe) is None
+    assert ek.measured_align_s(_cm("sglang-v0.4", model="mixtral-8x7b"),
+                               _cm("sglang-v0.4", model="mixtral-8x7b")._moe) is None
+    k, layers = on.model.experts_per_token, on.model.moe_layers
+    for n in (1, 8, 32):
+        new, ctx = np.ones(n), np.full(n, 300.0)
+        generic = on._roof.transfer_time(n * k * mk.ALIGN_BYTES, "other")
+        extra = layers * (ek.GLOBAL_MEM_ALIGN_S - generic)
+        diff = on.breakdown(new, ctx).time_s - off.breakdown(new, ctx).time_s
+        assert diff == pytest.approx(extra, rel=1e-6)
+        assert on.step_time(new, ctx) == pytest.approx(on.breakdown(new, ctx).time_s,
+                                                       rel=1e-9)
