@@ -74,9 +74,11 @@ def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
     """Simulate ``scenario`` once per policy; same trace, same seed.  Every policy is checked
     first (``check_runnable``: the deployment, the policy against the models, a servable
     request), so a bad third entry of --compare fails before the first one runs."""
+    from simulator.run_setup import scenario_workload
     from simulator.simulate import check_runnable
     scenarios = [scenario.with_policy(pol) for pol in policies]
-    workload = None
+    # read first: a bad trace is the trace's error, not the first --compare entry's
+    workload = scenario_workload(scenarios[0])
     for pol, sc in zip(policies, scenarios):  # the trace is drawn once
         workload = check_runnable(sc, workload=workload, where=f"--compare {pol.label}"
                                   if len(policies) > 1 else None)

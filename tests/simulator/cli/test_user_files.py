@@ -1,0 +1,23 @@
+"""A new user's own files and questions: each error names the file, the field and the fix
+(exit 2), and says where the problem is (not, say, in a --compare entry never written)."""
+from __future__ import annotations
+
+from simulator.cli import main
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_a_bad_trace_is_the_traces_error_not_the_first_compare_entrys(tmp_path, monkeypatch,
+                                                                      capsys):
+    trace = tmp_path / "mine.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.5,-3,20\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-progress", "--set", f"workload={{trace: {trace}}}"]) == 2
+    err = _error(capsys)
+    assert "--compare" not in err
+    assert err.startswith(f"specsim: error: {trace}: prompt_tokens: line 3")
+    assert not (tmp_path / "specsim-out").exists()
