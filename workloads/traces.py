@@ -313,9 +313,25 @@ def detect_format(path: str | Path) -> str:
     for name, columns in _CSV_SIGNATURES.items():
         if set(columns) <= header:
             return name
-    raise SpecsimError("cannot tell the trace format from its first line " + repr(first[:80]),
-                       source=str(path), field="format",
-                       fix="set format to one of: " + ", ".join(TRACE_READERS))
+    raise _unknown_header(header, first, path)
+
+
+def _unknown_header(header: set[str], first: str, path: Path) -> SpecsimError:
+    """The error of a CSV header that is no format's: the missing columns of the format it
+    shares most names with, or (sharing none) every format's columns."""
+    name, columns = max(_CSV_SIGNATURES.items(), key=lambda item: len(header & set(item[1])))
+    if header & set(columns):
+        missing = [c for c in columns if c not in header]
+        return SpecsimError(f"missing column(s) {', '.join(missing)} of the {name} format; the "
+                            f"header has {clip(', '.join(sorted(header)), 200)}",
+                            source=str(path), field=missing[0],
+                            fix="the header must name: " + ", ".join(columns))
+    return SpecsimError("cannot tell the trace format from its first line " + repr(first[:80]),
+                        source=str(path), field="format",
+                        fix="name one format's columns in the header: " + "; ".join(
+                            f"{n}: {','.join(c)}" for n, c in _CSV_SIGNATURES.items())
+                        + " (docs/workloads.md); or set format to one of: "
+                        + ", ".join(TRACE_READERS))
 
 
 def read_trace(path: str | Path, format: str = "auto") -> Workload:

@@ -287,3 +287,21 @@ def test_rows_longer_than_the_header_are_refused_not_shifted(tmp_path, rows):
     path.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows)
     with pytest.raises(SpecsimError, match="more fields than the header"):
         read_specsim(path)
+
+
+def test_a_header_short_of_a_format_names_its_missing_columns(tmp_path):
+    path = write(tmp_path, "x.csv", "arrival_s,prompt_tokens\n0,100\n")
+    with pytest.raises(SpecsimError, match="missing column.s. output_tokens of the specsim "
+                                           "format") as info:
+        read_trace(path)
+    assert info.value.field == "output_tokens"
+    assert info.value.fix == "the header must name: arrival_s, prompt_tokens, output_tokens"
+
+
+def test_a_header_of_no_format_lists_every_formats_columns(tmp_path):
+    path = write(tmp_path, "x.csv", "prompt_len,output_len\n512,128\n")  # bench-style lengths
+    with pytest.raises(SpecsimError, match="cannot tell the trace format") as info:
+        read_trace(path)
+    for columns in ("TIMESTAMP,ContextTokens,GeneratedTokens", "arrival_s,prompt_tokens,"
+                    "output_tokens", "arrived_at,num_prefill_tokens,num_decode_tokens"):
+        assert columns in info.value.fix
