@@ -305,3 +305,15 @@ def test_a_header_of_no_format_lists_every_formats_columns(tmp_path):
     for columns in ("TIMESTAMP,ContextTokens,GeneratedTokens", "arrival_s,prompt_tokens,"
                     "output_tokens", "arrived_at,num_prefill_tokens,num_decode_tokens"):
         assert columns in info.value.fix
+
+
+def test_dates_as_arrival_seconds_say_where_dates_go(tmp_path):
+    path = write(tmp_path, "x.csv", "arrival_s,prompt_tokens,output_tokens\n"
+                                    "2024-01-01T00:00:00,100,20\n")
+    with pytest.raises(SpecsimError, match="line 2 has '2024-01-01T00:00:00'") as info:
+        read_trace(path)
+    assert info.value.field == "arrival_s" and "TIMESTAMP column" in info.value.fix
+    path = write(tmp_path, "y.csv", "arrival_s,prompt_tokens,output_tokens\n-1,100,20\n")
+    with pytest.raises(SpecsimError, match="line 2 has '-1'") as info:
+        read_trace(path)
+    assert info.value.fix == "fix or drop that row"   # a negative number is not a date
