@@ -365,7 +365,10 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
                   vllm_args: str | Path | None = None) -> Scenario:
     """Load a scenario file (default: the built-in one), write a vLLM engine-arguments file
     over it (``run --vllm-args``) and apply ``--set`` overrides; a change of target or
-    drafter drops the file's acceptance block (``without_borrowed_acceptance``)."""
+    drafter drops the file's acceptance block (``without_borrowed_acceptance``).  Relative
+    paths resolve against the file's folder; the built-in scenario's (it has none: those
+    of --set and --vllm-args) against the current folder, where the user typed them."""
+    base_dir = Path(path).resolve().parent if path is not None else Path.cwd()
     path = Path(path) if path is not None else DEFAULT_SCENARIO
     data = load_yaml_file(path)
     data = written = dict(require_mapping(data, source=str(path)))
@@ -374,4 +377,4 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         data = apply_vllm_args(data, load_vllm_args(vllm_args))
     from simulator.acceptance.provenance import without_borrowed_acceptance
     data = without_borrowed_acceptance(written, apply_overrides(data, overrides or []))
-    return scenario_from_dict(data, source=str(path), base_dir=path.resolve().parent)
+    return scenario_from_dict(data, source=str(path), base_dir=base_dir)

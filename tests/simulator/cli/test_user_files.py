@@ -21,3 +21,15 @@ def test_a_bad_trace_is_the_traces_error_not_the_first_compare_entrys(tmp_path, 
     assert "--compare" not in err
     assert err.startswith(f"specsim: error: {trace}: prompt_tokens: line 3")
     assert not (tmp_path / "specsim-out").exists()
+
+
+def test_set_paths_on_the_built_in_scenario_are_the_current_folders(tmp_path, monkeypatch,
+                                                                   capsys):
+    """`specsim run --set workload.trace=mine.csv` read workloads/scenarios/mine.csv (the
+    built-in scenario's folder): a relative path is where the user typed it."""
+    (tmp_path / "mine.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
+                                       "0,100,20\n0.5,200,30\n1.0,300,40\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-progress", "--format", "csv", "--compare", "none",
+                 "--set", "workload={trace: mine.csv}"]) == 0
+    assert capsys.readouterr().out.count("\n") == 2   # the header and policy none's row
