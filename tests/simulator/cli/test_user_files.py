@@ -33,3 +33,13 @@ def test_set_paths_on_the_built_in_scenario_are_the_current_folders(tmp_path, mo
     assert main(["run", "--no-progress", "--format", "csv", "--compare", "none",
                  "--set", "workload={trace: mine.csv}"]) == 0
     assert capsys.readouterr().out.count("\n") == 2   # the header and policy none's row
+
+
+def test_the_built_in_comparison_does_not_label_errors_with_a_compare_never_written(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-progress", "--set", "target=nope.yaml"]) == 2
+    assert _error(capsys).startswith(f"specsim: error: {tmp_path / 'nope.yaml'}: file not found")
+    assert main(["run", "--no-progress", "--compare", "none,chain", "--set",
+                 "target=nope.yaml"]) == 2
+    assert "--compare none: " in _error(capsys)   # written: the entry is named
