@@ -38,7 +38,8 @@ MAX_LENGTH = 10_000_000
 def add_quick_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of the one-line question."""
     g = p.add_argument_group("a question in flags (instead of a plan YAML)")
-    g.add_argument("--target", help="model: a catalog name or its Hugging Face id")
+    g.add_argument("--target", help="model: a catalog name or its Hugging Face id, or your "
+                                    "own model file (.yaml: specsim models from-hf)")
     g.add_argument("--hardware", help="GPU profile (specsim hardware list)")
     g.add_argument("--gpus", type=bounded_int(MAX_QUICK_GPUS), help="GPUs to deploy on")
     g.add_argument("--isl", type=bounded_int(MAX_LENGTH), help="input tokens per request")

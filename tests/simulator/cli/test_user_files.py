@@ -43,3 +43,21 @@ def test_the_built_in_comparison_does_not_label_errors_with_a_compare_never_writ
     assert main(["run", "--no-progress", "--compare", "none,chain", "--set",
                  "target=nope.yaml"]) == 2
     assert "--compare none: " in _error(capsys)   # written: the entry is named
+
+
+def test_plan_takes_the_users_own_model_file(tmp_path, monkeypatch, capsys):
+    """`plan --target my-model.yaml` failed on every candidate ('my-1b' is neither a catalog
+    name nor a Hugging Face id): the file's path is now the candidates' model."""
+    import yaml
+
+    from simulator.models.spec import MODEL_DIR
+    mine = yaml.safe_load((MODEL_DIR / "llama-3.2-1b.yaml").read_text())
+    (tmp_path / "my-1b.yaml").write_text(yaml.safe_dump(dict(mine, name="my-1b")))
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--target", "my-1b.yaml", "--hardware", "a100-80gb", "--gpus", "1",
+                 "--isl", "100", "--osl", "20", "--rate", "1", "--ttft-ms", "1000",
+                 "--tpot-ms", "100", "--methods", "none", "--requests", "20", "--executor",
+                 "serial", "--no-progress", "--format", "csv"]) == 0
+    serve = yaml.safe_load((tmp_path / "specsim-plan" / "vllm-serve.yaml").read_text())
+    assert serve["model"] == str(tmp_path.resolve() / "my-1b.yaml")
+    assert "TP1 x1 none" in capsys.readouterr().out
