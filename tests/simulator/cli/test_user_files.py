@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from simulator.cli import main
+from tests.helpers import REPO
 
 
 def _error(capsys) -> str:
@@ -45,19 +46,29 @@ def test_the_built_in_comparison_does_not_label_errors_with_a_compare_never_writ
     assert "--compare none: " in _error(capsys)   # written: the entry is named
 
 
-def test_plan_takes_the_users_own_model_file(tmp_path, monkeypatch, capsys):
+def test_plan_takes_the_users_own_model_and_profile_files(tmp_path, monkeypatch, capsys):
     """`plan --target my-model.yaml` failed on every candidate ('my-1b' is neither a catalog
-    name nor a Hugging Face id): the file's path is now the candidates' model."""
+    name nor a Hugging Face id), `--hardware my-gpu.yaml` was an unknown hardware name: the
+    files' paths are now the candidates' model and hardware."""
     import yaml
 
     from simulator.models.spec import MODEL_DIR
     mine = yaml.safe_load((MODEL_DIR / "llama-3.2-1b.yaml").read_text())
     (tmp_path / "my-1b.yaml").write_text(yaml.safe_dump(dict(mine, name="my-1b")))
     monkeypatch.chdir(tmp_path)
-    assert main(["plan", "--target", "my-1b.yaml", "--hardware", "a100-80gb", "--gpus", "1",
+    profile = (REPO / "hardware" / "profiles" / "a100-80gb.yaml").read_text()
+    (tmp_path / "my-gpu.yaml").write_text(profile.replace("name: a100-80gb", "name: my-gpu"))
+    assert main(["plan", "--target", "my-1b.yaml", "--hardware", "my-gpu.yaml", "--gpus", "1",
                  "--isl", "100", "--osl", "20", "--rate", "1", "--ttft-ms", "1000",
                  "--tpot-ms", "100", "--methods", "none", "--requests", "20", "--executor",
                  "serial", "--no-progress", "--format", "csv"]) == 0
     serve = yaml.safe_load((tmp_path / "specsim-plan" / "vllm-serve.yaml").read_text())
     assert serve["model"] == str(tmp_path.resolve() / "my-1b.yaml")
     assert "TP1 x1 none" in capsys.readouterr().out
+    scenario = yaml.safe_load((tmp_path / "specsim-plan" / "scenario.yaml").read_text())
+    assert scenario["hardware"] == str(tmp_path.resolve() / "my-gpu.yaml")
+    assert main(["plan", "--target", "my-1b.yaml", "--hardware", "gone.yaml", "--gpus", "1",
+                 "--isl", "100", "--osl", "20", "--rate", "1", "--ttft-ms", "1000",
+                 "--tpot-ms", "100"]) == 2
+    assert _error(capsys) == ("specsim: error: gone.yaml: --hardware: file not found "
+                              "(fix: check the path)")
