@@ -368,7 +368,8 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     drafter drops the file's acceptance block (``without_borrowed_acceptance``).  Relative
     paths resolve against the file's folder; the built-in scenario's (it has none: those
     of --set and --vllm-args) against the current folder, where the user typed them."""
-    base_dir = Path(path).resolve().parent if path is not None else Path.cwd()
+    built_in = path is None
+    base_dir = Path.cwd() if built_in else Path(path).resolve().parent
     path = Path(path) if path is not None else DEFAULT_SCENARIO
     data = load_yaml_file(path)
     data = written = dict(require_mapping(data, source=str(path)))
@@ -377,4 +378,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         data = apply_vllm_args(data, load_vllm_args(vllm_args))
     from simulator.acceptance.provenance import without_borrowed_acceptance
     data = without_borrowed_acceptance(written, apply_overrides(data, overrides or []))
+    if built_in:  # its draft is its target's: a new target gets its own
+        from simulator.models.default_draft import follow_target
+        data = follow_target(written, data, base_dir)
     return scenario_from_dict(data, source=str(path), base_dir=base_dir)

@@ -72,3 +72,21 @@ def test_plan_takes_the_users_own_model_and_profile_files(tmp_path, monkeypatch,
                  "--tpot-ms", "100"]) == 2
     assert _error(capsys) == ("specsim: error: gone.yaml: --hardware: file not found "
                               "(fix: check the path)")
+
+
+def test_a_new_target_on_the_built_in_scenario_gets_its_own_draft(capsys):
+    """`specsim run --compare none,eagle3 --set target=llama-3.1-8b` failed, even for
+    `none`: the built-in opt-125m draft is on OPT's vocabulary.  The new target gets the
+    draft estimate and gamma-map default to (models/default_draft.py), or none."""
+    from simulator.scenario import DEFAULT_SCENARIO, load_scenario
+    assert load_scenario(None).draft == "opt-125m"
+    assert load_scenario(None, ["target=llama-3.1-8b"]).draft == "llama-3.2-1b"
+    assert load_scenario(None, ["target=mixtral-8x7b"]).draft is None
+    assert load_scenario(None, ["target=llama-3.1-8b", "draft=llama-68m"]).draft == \
+        "llama-68m"   # written: kept
+    # a file the user names is theirs, its draft as written
+    assert load_scenario(DEFAULT_SCENARIO, ["target=llama-3.1-8b"]).draft == "opt-125m"
+    assert main(["run", "--no-progress", "--format", "csv", "--compare", "none,eagle3",
+                 "--set", "target=llama-3.1-8b", "--set", "hardware=h100-sxm",
+                 "--set", "workload.max_requests=5"]) == 0
+    assert capsys.readouterr().out.count("\n") == 3
