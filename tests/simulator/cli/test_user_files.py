@@ -90,3 +90,24 @@ def test_a_new_target_on_the_built_in_scenario_gets_its_own_draft(capsys):
                  "--set", "target=llama-3.1-8b", "--set", "hardware=h100-sxm",
                  "--set", "workload.max_requests=5"]) == 0
     assert capsys.readouterr().out.count("\n") == 3
+
+
+def test_a_length_list_without_arrival_times_says_how_to_run_it(tmp_path, monkeypatch,
+                                                                capsys):
+    """A `vllm bench serve`-style list of lengths, written with every arrival_s 0: a rate
+    cannot rescale it; the fix says what does (drop it; max_concurrency)."""
+    (tmp_path / "lengths.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
+                                          "0,512,128\n0,1024,256\n0,200,50\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-progress", "--compare", "none", "--set",
+                 "workload={trace: lengths.csv, rate_per_s: 2}"]) == 2
+    assert "max_concurrency: N sends them N at a time" in _error(capsys)
+    assert main(["run", "--no-progress", "--compare", "none", "--format", "csv", "--set",
+                 "workload={trace: lengths.csv, max_concurrency: 2}"]) == 0
+
+
+def test_the_workloads_page_lists_every_csv_formats_columns():
+    from workloads.traces import _CSV_SIGNATURES
+    page = (REPO / "docs" / "workloads.md").read_text(encoding="utf-8")
+    for name, columns in _CSV_SIGNATURES.items():
+        assert f"| `{name}` | `{','.join(columns)}`" in page, name
