@@ -111,3 +111,19 @@ def test_the_workloads_page_lists_every_csv_formats_columns():
     page = (REPO / "docs" / "workloads.md").read_text(encoding="utf-8")
     for name, columns in _CSV_SIGNATURES.items():
         assert f"| `{name}` | `{','.join(columns)}`" in page, name
+
+
+def test_a_plan_over_on_the_backlog_says_so_in_words(tmp_path, monkeypatch, capsys):
+    """'(in_flight over)' named a column; a 3-request trace can never hold (its last
+    request is in flight when it arrives: 1/3 > 25%), and the verdict now says why."""
+    (tmp_path / "three.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
+                                        "0,100,20\n0.25,200,30\n1.5,300,40\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--target", "llama-3.2-1b", "--hardware", "a100-80gb", "--gpus",
+                 "1", "--trace", "three.csv", "--rate", "5", "--ttft-ms", "1000",
+                 "--tpot-ms", "100", "--methods", "none", "--executor", "serial",
+                 "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(over: the backlog: more than 25% of the requests still in flight when the " \
+           "last one arrives (the last one always is: a trace of 3 or fewer never holds))" \
+           in out and "in_flight over" not in out
