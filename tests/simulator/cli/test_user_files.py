@@ -127,3 +127,21 @@ def test_a_plan_over_on_the_backlog_says_so_in_words(tmp_path, monkeypatch, caps
     assert "(over: the backlog: more than 25% of the requests still in flight when the " \
            "last one arrives (the last one always is: a trace of 3 or fewer never holds))" \
            in out and "in_flight over" not in out
+
+
+def test_a_missing_draft_names_one_on_the_targets_tokenizer():
+    """The fix said 'set draft: opt-125m' whatever the target (OPT's vocabulary: the next
+    run failed on it)."""
+    import pytest
+
+    from simulator.inputs.errors import SpecsimError
+    from simulator.scenario import DEFAULT_SCENARIO, load_scenario
+    from simulator.simulate import check_runnable
+    for target, fix in (("llama-3.1-8b", "set 'draft: llama-3.2-1b'"),
+                        ("mixtral-8x7b", "a small model on mixtral-8x7b's tokenizer")):
+        sc = load_scenario(DEFAULT_SCENARIO, [f"target={target}", "draft=null",
+                                              "hardware=h200", "workload.max_requests=2"])
+        with pytest.raises(SpecsimError, match="needs a draft model") as info:
+            check_runnable(sc)
+        assert info.value.fix.startswith(fix) if fix.startswith("set") else \
+            fix in info.value.fix
