@@ -295,7 +295,7 @@ def detect_format(path: str | Path) -> str:
     """Name the trace format from the file's first non-blank line (JSON object or CSV header)."""
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:  # a BOM (Excel's CSV UTF-8) too
             first = next((line for line in handle if line.strip()), "")
     except FileNotFoundError:
         raise SpecsimError("file not found", source=str(path), fix="check the path") from None

@@ -317,3 +317,13 @@ def test_dates_as_arrival_seconds_say_where_dates_go(tmp_path):
     with pytest.raises(SpecsimError, match="line 2 has '-1'") as info:
         read_trace(path)
     assert info.value.fix == "fix or drop that row"   # a negative number is not a date
+
+
+def test_a_csv_with_a_byte_order_mark_is_detected(tmp_path):
+    """Excel's "CSV UTF-8" starts with a BOM: the header's first name was '\\ufeffarrival_s'
+    and no format matched."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrival_s,prompt_tokens,output_tokens\r\n0,100,20\r\n"
+                     b"0.5,200,30\r\n")
+    assert detect_format(path) == "specsim"
+    assert read_trace(path).prompt_tokens.tolist() == [100, 200]
