@@ -91,6 +91,9 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     except (ValueError, UnicodeDecodeError, OSError, csv.Error) as exc:  # ParserError too
         raise SpecsimError(f"cannot read as CSV: {clip(str(exc).strip(), 200)}",
                            source=str(path)) from None
+    names = [str(c).strip() for c in frame.columns]  # "arrival_s, prompt_tokens, ..."
+    if len(set(names)) == len(names):
+        frame.columns = names
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise SpecsimError(f"missing column(s) {', '.join(missing)}; the header has "

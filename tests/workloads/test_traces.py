@@ -327,3 +327,14 @@ def test_a_csv_with_a_byte_order_mark_is_detected(tmp_path):
                      b"0.5,200,30\r\n")
     assert detect_format(path) == "specsim"
     assert read_trace(path).prompt_tokens.tolist() == [100, 200]
+
+
+def test_spaces_after_the_header_commas_are_not_part_of_the_names(tmp_path):
+    """'arrival_s, prompt_tokens, output_tokens' was detected as specsim's and then refused:
+    'missing column(s) prompt_tokens, output_tokens; the header has arrival_s,
+    prompt_tokens, output_tokens'."""
+    path = write(tmp_path, "x.csv", "arrival_s, prompt_tokens, output_tokens\n"
+                                    "0, 100, 20\n0.5, 200, 30\n")
+    got = read_trace(path)
+    assert got.prompt_tokens.tolist() == [100, 200]
+    assert got.output_tokens.tolist() == [20, 30] and got.arrival_s.tolist() == [0, 0.5]
