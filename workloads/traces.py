@@ -191,7 +191,12 @@ def read_specsim(path: str | Path) -> Workload:
     if extra:
         raise SpecsimError(f"unknown column {short(extra[0])}", source=str(path),
                            field=clip(extra[0]),
-                           fix="valid columns are: " + ", ".join(allowed))
+                           fix="drop it: a specsim trace has only " + ", ".join(allowed)
+                               + " (so that a misspelt task is not ignored); or keep your "
+                               "columns and name the three azure's (TIMESTAMP, "
+                               "ContextTokens, GeneratedTokens) or vidur's (arrived_at, "
+                               "num_prefill_tokens, num_decode_tokens), whose readers ignore "
+                               "the rest")
     lines = np.arange(len(frame)) + 2
     task = None
     if "task" in frame.columns:

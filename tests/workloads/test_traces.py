@@ -338,3 +338,14 @@ def test_spaces_after_the_header_commas_are_not_part_of_the_names(tmp_path):
     got = read_trace(path)
     assert got.prompt_tokens.tolist() == [100, 200]
     assert got.output_tokens.tolist() == [20, 30] and got.arrival_s.tolist() == [0, 0.5]
+
+
+def test_an_extra_column_of_a_specsim_trace_says_which_formats_keep_it(tmp_path):
+    path = write(tmp_path, "x.csv", "arrival_s,prompt_tokens,output_tokens,user_id\n"
+                                    "0,100,20,a\n")
+    with pytest.raises(SpecsimError, match="unknown column 'user_id'") as info:
+        read_trace(path)
+    assert info.value.fix.startswith("drop it") and "vidur's (arrived_at" in info.value.fix
+    vidur = write(tmp_path, "v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens,"
+                                     "user_id\n0,100,20,a\n")
+    assert read_trace(vidur).prompt_tokens.tolist() == [100]   # the rest ignored, as said
