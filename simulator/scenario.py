@@ -182,10 +182,14 @@ def parse_compare(text: str) -> list[PolicyConfig]:
 
 
 def _model_ref(name: str, base_dir: str | Path) -> str:
-    """A catalog name as given; a model file (``.yaml``) relative to the scenario's folder,
-    as hardware profile paths are (an absolute path stays as it is)."""
+    """A catalog name as given, or the one a Hugging Face id is of (as --vllm-args'
+    ``model``: simulator/models/ids/huggingface.yaml); a model file (``.yaml``) relative
+    to the scenario's folder, as hardware profile paths are (an absolute one as it is)."""
     if name.endswith((".yaml", ".yml")):
         return str(Path(base_dir) / name)
+    if "/" in name:  # no catalog name has one
+        from simulator.vllm_config import catalog_name
+        return catalog_name(name) or name
     return name
 
 

@@ -96,6 +96,11 @@ def hf_id(name: str) -> str | None:
     return dict(_hf_ids().values()).get(name)  # reversed above: a name's first id wins
 
 
+def catalog_name(hf: str) -> str | None:
+    """The catalog model a Hugging Face id is of (any case), or None."""
+    return _hf_ids().get(hf.lower(), (None,))[0]
+
+
 def _kind_names(kind: str) -> str:
     from simulator.models.spec import list_models, load_model
     names = [n for n in list_models() if load_model(n).kind == kind]

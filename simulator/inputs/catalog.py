@@ -60,8 +60,10 @@ class Catalog:
                                "one's keys)")
         paths = self.paths(user_dir)
         if name not in paths:
+            hint = JSON_FIXES.get(self.kind) if "/" in name else None  # a Hugging Face id
             raise SpecsimError(f"unknown {self.kind} {short(name)}", field=self.kind,
-                               fix="valid names are: " + ", ".join(sorted(paths)))
+                               fix=(f"{hint}; or " if hint else "") + "valid names are: "
+                               + ", ".join(sorted(paths)))
         item = load_file(paths[name])
         if item.name != name:
             raise SpecsimError(f"file name {short(name)} and name {short(item.name)} differ",

@@ -65,10 +65,12 @@ def follow_target(before: dict, after: dict, base_dir) -> dict:
     from pathlib import Path
 
     from simulator.inputs.errors import SpecsimError
+    from simulator.vllm_config import catalog_name
     if after.get("target") == before.get("target") or "draft" not in after \
             or after["draft"] != before.get("draft") or "speculative_config" in after:
         return after
     name = str(after["target"])
+    name = catalog_name(name) or name if "/" in name else name  # a Hugging Face id
     try:
         target = load_model(str(Path(base_dir) / name) if name.endswith((".yaml", ".yml"))
                             else name)

@@ -145,3 +145,18 @@ def test_a_missing_draft_names_one_on_the_targets_tokenizer():
             check_runnable(sc)
         assert info.value.fix.startswith(fix) if fix.startswith("set") else \
             fix in info.value.fix
+
+
+def test_a_hugging_face_id_is_a_target_as_in_vllm_args():
+    """`--set target=meta-llama/Llama-3.1-8B-Instruct` was an unknown model, though
+    --vllm-args' model and plan --target take the catalog's ids."""
+    import pytest
+
+    from simulator.inputs.errors import SpecsimError
+    from simulator.scenario import load_scenario
+    sc = load_scenario(None, ["target=meta-llama/Llama-3.1-8B-Instruct"])
+    assert (sc.target, sc.draft) == ("llama-3.1-8b", "llama-3.2-1b")
+    from simulator.simulate import check_runnable
+    with pytest.raises(SpecsimError, match="unknown model 'Qwen/Qwen2.5-14B'") as info:
+        check_runnable(load_scenario(None, ["target=Qwen/Qwen2.5-14B"]))
+    assert info.value.fix.startswith("write the model file of a Hugging Face config.json")
