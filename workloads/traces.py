@@ -137,7 +137,9 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
     if fast is not None:
         _check_order(fast, raw, lines, path, "TIMESTAMP")
         return (fast - fast[0]) / 1e9
-    parts = text.str.strip().str.partition(".")
+    # ISO 8601's "T" between the date and the time (Python's isoformat) read as the space
+    parts = text.str.strip().str.replace(r"^(\d{4}-\d\d-\d\d)T", r"\1 ", regex=True) \
+        .str.partition(".")
     whole, dot, fraction = parts[0], parts[1], parts[2]
     base = pd.to_datetime(whole, format="%Y-%m-%d %H:%M:%S", errors="coerce")
     fraction_ok = (dot == "") & (fraction == "") | (dot == ".") & fraction.str.fullmatch(r"\d{1,9}")
@@ -145,7 +147,8 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _bad_row(path, "TIMESTAMP", int(lines[i]), text.iloc[i],
-                       "not a timestamp of the form YYYY-MM-DD HH:MM:SS[.fffffff]",
+                       "not a timestamp of the form YYYY-MM-DD HH:MM:SS[.fffffff] (or "
+                       "with a T for the space)",
                        "fix or drop that row")
     fraction_ns = fraction.str.ljust(9, "0").astype(np.int64).to_numpy()
     ns = base.to_numpy(dtype="datetime64[ns]").astype(np.int64) + fraction_ns

@@ -349,3 +349,13 @@ def test_an_extra_column_of_a_specsim_trace_says_which_formats_keep_it(tmp_path)
     vidur = write(tmp_path, "v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens,"
                                      "user_id\n0,100,20,a\n")
     assert read_trace(vidur).prompt_tokens.tolist() == [100]   # the rest ignored, as said
+
+
+def test_azure_timestamps_in_iso_8601_with_a_t(tmp_path):
+    """Python's isoformat writes a T between date and time: the same instants as a space."""
+    rows = ("2023-11-16 18:15:46.5,10,5\n", "2023-11-16 18:15:47.25,10,5\n")
+    spaced = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(rows))
+    iso = write(tmp_path, "b.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                + "".join(r.replace(" ", "T", 1) for r in rows))
+    assert read_trace(iso).arrival_s.tolist() == read_trace(spaced).arrival_s.tolist() \
+        == [0.0, 0.75]
