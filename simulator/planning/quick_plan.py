@@ -40,6 +40,9 @@ MAX_PARETO_CONCURRENCY = 1024
 # closed-loop runs send every request at once (vllm bench serve --request-rate inf): the
 # arrivals are 1 us apart, far below any step time, and the client holds them to C in flight
 CLOSED_LOOP_RATE = 1e6
+# an open loop holds a rate only with at most this much of its trace in flight at its last
+# arrival (capacity.RateSearch's default max_in_flight_fraction)
+OPEN_LOOP_BACKLOG = 0.25
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from simulator.planning.quick_plan import Question
+from simulator.planning.quick_plan import OPEN_LOOP_BACKLOG, Question
 
 METHOD_NAMES = {"none": "no speculation", "draft_model": "a draft model", "eagle": "EAGLE",
                 "eagle3": "EAGLE-3", "mtp": "MTP"}
@@ -16,8 +16,7 @@ VIOLATIONS = {"p99_ttft": "p99 TTFT", "p99_tpot": "p99 TPOT", "goodput": "goodpu
 
 
 def _violated(names: str) -> str:
-    """``in_flight,p99_ttft`` as words (the backlog's limit: quick_search's)."""
-    from simulator.planning.quick_search import OPEN_LOOP_BACKLOG
+    """``in_flight,p99_ttft`` as words (the backlog's limit: the open loop's)."""
     backlog = (f"the backlog: more than {OPEN_LOOP_BACKLOG:.0%} of the requests still in "
                "flight when the last one arrives (the last one always is: a trace of "
                f"{math.ceil(1 / OPEN_LOOP_BACKLOG) - 1} or fewer never holds)")
