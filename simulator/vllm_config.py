@@ -136,7 +136,8 @@ def resolve_model(model: str, *, method: str | None, base_dir: str | Path, sourc
     raise SpecsimError(f"{short(model)} is neither a catalog name nor the Hugging Face id of "
                        f"a catalogued {kind} model", source=source, field=field,
                        fix=f"use one of the catalog's {kind} models: {_kind_names(kind)}; "
-                           "or write a model file (specsim models show NAME for the format)")
+                           "or give a model file (.yaml; of a dense model's config.json: "
+                           "specsim models from-hf config.json > my-model.yaml)")
 
 
 def _method(data: Mapping[str, Any], spec, target, source: str, field: str) -> str:

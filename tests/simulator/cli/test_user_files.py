@@ -160,3 +160,14 @@ def test_a_hugging_face_id_is_a_target_as_in_vllm_args():
     with pytest.raises(SpecsimError, match="unknown model 'Qwen/Qwen2.5-14B'") as info:
         check_runnable(load_scenario(None, ["target=Qwen/Qwen2.5-14B"]))
     assert info.value.fix.startswith("write the model file of a Hugging Face config.json")
+
+
+def test_plan_with_an_uncatalogued_id_says_how_to_give_the_model():
+    from simulator.cli.plan_quick import _target
+    from simulator.inputs.errors import SpecsimError
+    try:
+        _target("Qwen/Qwen2.5-14B")
+    except SpecsimError as exc:
+        assert exc.field == "--target" and "specsim models from-hf config.json" in exc.fix
+    else:
+        raise AssertionError("an uncatalogued id was taken")
