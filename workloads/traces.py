@@ -316,6 +316,11 @@ def detect_format(path: str | Path) -> str:
         raise SpecsimError("the file is empty", source=str(path),
                            fix="a trace needs a header line and at least one request")
     if first.lstrip().startswith("{"):
+        if _bench_result(path):
+            raise SpecsimError("a 'vllm bench serve --save-result' file, not a trace",
+                               source=str(path), field="format",
+                               fix=f"replay it with specsim compare-measured {path.name} "
+                                   "--scenario my.yaml (its lengths, arrivals and rate)")
         return "token_ids" if looks_like_token_trace(first) else "mooncake"
     try:
         header = {name.strip() for name in next(csv.reader([first]))}
@@ -343,6 +348,15 @@ def _unknown_header(header: set[str], first: str, path: Path) -> SpecsimError:
                             f"{n}: {','.join(c)}" for n, c in _CSV_SIGNATURES.items())
                         + " (docs/workloads.md); or set format to one of: "
                         + ", ".join(TRACE_READERS))
+
+
+def _bench_result(path: Path) -> bool:
+    """Whether the JSON at ``path`` is a ``vllm bench serve`` result: its first MiB names
+    ``input_lens`` and ``output_lens`` (vLLM's benchmark writes them before the per-request
+    texts), which no trace line has."""
+    with path.open("rb") as handle:
+        head = handle.read(2**20)
+    return b'"input_lens"' in head and b'"output_lens"' in head
 
 
 def read_trace(path: str | Path, format: str = "auto") -> Workload:

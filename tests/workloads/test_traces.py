@@ -1,6 +1,7 @@
 """Trace readers: the public samples read in place, exact timestamps, every bad-trace error."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -359,3 +360,15 @@ def test_azure_timestamps_in_iso_8601_with_a_t(tmp_path):
                 + "".join(r.replace(" ", "T", 1) for r in rows))
     assert read_trace(iso).arrival_s.tolist() == read_trace(spaced).arrival_s.tolist() \
         == [0.0, 0.75]
+
+
+def test_a_bench_serve_result_given_as_a_trace_points_at_compare_measured(tmp_path):
+    result = {"backend": "vllm", "num_prompts": 2, "input_lens": [512, 128],
+              "output_lens": [64, 32], "ttfts": [0.1, 0.2]}  # vllm bench serve --save-result
+    path = write(tmp_path, "result.json", json.dumps(result))
+    with pytest.raises(SpecsimError, match="vllm bench serve --save-result") as info:
+        read_trace(path)
+    assert info.value.fix.startswith("replay it with specsim compare-measured result.json")
+    path = write(tmp_path, "pretty.json", json.dumps(result, indent=2))
+    with pytest.raises(SpecsimError, match="vllm bench serve --save-result"):
+        read_trace(path)
