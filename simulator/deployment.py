@@ -61,8 +61,15 @@ def resolve_deployment(scenario: Scenario) -> Resolved:
     target = target_precision(scenario, hw, target)
     draft = load_model(scenario.draft) if scenario.draft else None
     if POLICIES[scenario.policy.name].needs_draft_model and draft is None:
+        from simulator.models.default_draft import default_draft
+        smallest = default_draft(target)  # on the target's tokenizer, as estimate's default
         raise SpecsimError(f"policy {scenario.policy.name!r} needs a draft model",
-                           field="draft", fix="set 'draft: opt-125m' or another small model")
+                           field="draft", fix=f"set 'draft: {smallest.name}' (the catalog's "
+                           f"smallest {target.family} model on {target.name}'s tokenizer)"
+                           if smallest is not None else "set 'draft:' to a small model on "
+                           f"{target.name}'s tokenizer (vocab_size {target.tokenizer_vocab}; "
+                           "specsim models from-hf writes one's file), or a policy that "
+                           "drafts without one (prompt_lookup, suffix)")
     extra, kv_models = POLICIES[scenario.policy.name].memory_models(
         scenario.policy.params, draft, target)
     # Before the trace is drawn and the policy built: a deployment that cannot fit at all

@@ -182,10 +182,14 @@ def parse_compare(text: str) -> list[PolicyConfig]:
 
 
 def _model_ref(name: str, base_dir: str | Path) -> str:
-    """A catalog name as given; a model file (``.yaml``) relative to the scenario's folder,
-    as hardware profile paths are (an absolute path stays as it is)."""
+    """A catalog name as given, or the one a Hugging Face id is of (as --vllm-args'
+    ``model``: simulator/models/ids/huggingface.yaml); a model file (``.yaml``) relative
+    to the scenario's folder, as hardware profile paths are (an absolute one as it is)."""
     if name.endswith((".yaml", ".yml")):
         return str(Path(base_dir) / name)
+    if "/" in name:  # no catalog name has one
+        from simulator.vllm_config import catalog_name
+        return catalog_name(name) or name
     return name
 
 
@@ -365,7 +369,11 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
                   vllm_args: str | Path | None = None) -> Scenario:
     """Load a scenario file (default: the built-in one), write a vLLM engine-arguments file
     over it (``run --vllm-args``) and apply ``--set`` overrides; a change of target or
-    drafter drops the file's acceptance block (``without_borrowed_acceptance``)."""
+    drafter drops the file's acceptance block (``without_borrowed_acceptance``).  Relative
+    paths resolve against the file's folder; the built-in scenario's (it has none: those
+    of --set and --vllm-args) against the current folder, where the user typed them."""
+    built_in = path is None
+    base_dir = Path.cwd() if built_in else Path(path).resolve().parent
     path = Path(path) if path is not None else DEFAULT_SCENARIO
     data = load_yaml_file(path)
     data = written = dict(require_mapping(data, source=str(path)))
@@ -374,4 +382,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         data = apply_vllm_args(data, load_vllm_args(vllm_args))
     from simulator.acceptance.provenance import without_borrowed_acceptance
     data = without_borrowed_acceptance(written, apply_overrides(data, overrides or []))
-    return scenario_from_dict(data, source=str(path), base_dir=path.resolve().parent)
+    if built_in:  # its draft is its target's: a new target gets its own
+        from simulator.models.default_draft import follow_target
+        data = follow_target(written, data, base_dir)
+    return scenario_from_dict(data, source=str(path), base_dir=base_dir)

@@ -96,6 +96,11 @@ def hf_id(name: str) -> str | None:
     return dict(_hf_ids().values()).get(name)  # reversed above: a name's first id wins
 
 
+def catalog_name(hf: str) -> str | None:
+    """The catalog model a Hugging Face id is of (any case), or None."""
+    return _hf_ids().get(hf.lower(), (None,))[0]
+
+
 def _kind_names(kind: str) -> str:
     from simulator.models.spec import list_models, load_model
     names = [n for n in list_models() if load_model(n).kind == kind]
@@ -131,7 +136,8 @@ def resolve_model(model: str, *, method: str | None, base_dir: str | Path, sourc
     raise SpecsimError(f"{short(model)} is neither a catalog name nor the Hugging Face id of "
                        f"a catalogued {kind} model", source=source, field=field,
                        fix=f"use one of the catalog's {kind} models: {_kind_names(kind)}; "
-                           "or write a model file (specsim models show NAME for the format)")
+                           "or give a model file (.yaml; of a dense model's config.json: "
+                           "specsim models from-hf config.json > my-model.yaml)")
 
 
 def _method(data: Mapping[str, Any], spec, target, source: str, field: str) -> str:

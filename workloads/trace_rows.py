@@ -59,8 +59,13 @@ def checked_seconds(values: np.ndarray, raw, lines: np.ndarray, path: Path, colu
         late = values * scale > MAX_ARRIVAL_S
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
+        date = isinstance(raw[i], str) and any(mark in raw[i] for mark in ":-T") and \
+            np.isnan(values[i])
         raise bad_row(path, column, int(lines[i]), raw[i],
-                       "arrival times must be finite numbers >= 0", "fix or drop that row")
+                      "arrival times must be finite numbers >= 0 (seconds)",
+                      "give seconds from the trace's start (0, 0.25, ...); dates go in an "
+                      "azure trace's TIMESTAMP column (YYYY-MM-DD HH:MM:SS[.fffffff], with "
+                      "ContextTokens, GeneratedTokens)" if date else "fix or drop that row")
     if late.any():
         i = int(np.flatnonzero(late)[0])
         raise too_late(path, column, int(lines[i]), raw[i])

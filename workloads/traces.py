@@ -91,6 +91,9 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     except (ValueError, UnicodeDecodeError, OSError, csv.Error) as exc:  # ParserError too
         raise SpecsimError(f"cannot read as CSV: {clip(str(exc).strip(), 200)}",
                            source=str(path)) from None
+    names = [str(c).strip() for c in frame.columns]  # "arrival_s, prompt_tokens, ..."
+    if len(set(names)) == len(names):
+        frame.columns = names
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise SpecsimError(f"missing column(s) {', '.join(missing)}; the header has "
@@ -134,7 +137,9 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
     if fast is not None:
         _check_order(fast, raw, lines, path, "TIMESTAMP")
         return (fast - fast[0]) / 1e9
-    parts = text.str.strip().str.partition(".")
+    # ISO 8601's "T" between the date and the time (Python's isoformat) read as the space
+    parts = text.str.strip().str.replace(r"^(\d{4}-\d\d-\d\d)T", r"\1 ", regex=True) \
+        .str.partition(".")
     whole, dot, fraction = parts[0], parts[1], parts[2]
     base = pd.to_datetime(whole, format="%Y-%m-%d %H:%M:%S", errors="coerce")
     fraction_ok = (dot == "") & (fraction == "") | (dot == ".") & fraction.str.fullmatch(r"\d{1,9}")
@@ -142,7 +147,8 @@ def _azure_times_s(text: pd.Series, lines: np.ndarray, path: Path) -> np.ndarray
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _bad_row(path, "TIMESTAMP", int(lines[i]), text.iloc[i],
-                       "not a timestamp of the form YYYY-MM-DD HH:MM:SS[.fffffff]",
+                       "not a timestamp of the form YYYY-MM-DD HH:MM:SS[.fffffff] (or "
+                       "with a T for the space)",
                        "fix or drop that row")
     fraction_ns = fraction.str.ljust(9, "0").astype(np.int64).to_numpy()
     ns = base.to_numpy(dtype="datetime64[ns]").astype(np.int64) + fraction_ns
@@ -188,7 +194,12 @@ def read_specsim(path: str | Path) -> Workload:
     if extra:
         raise SpecsimError(f"unknown column {short(extra[0])}", source=str(path),
                            field=clip(extra[0]),
-                           fix="valid columns are: " + ", ".join(allowed))
+                           fix="drop it: a specsim trace has only " + ", ".join(allowed)
+                               + " (so that a misspelt task is not ignored); or keep your "
+                               "columns and name the three azure's (TIMESTAMP, "
+                               "ContextTokens, GeneratedTokens) or vidur's (arrived_at, "
+                               "num_prefill_tokens, num_decode_tokens), whose readers ignore "
+                               "the rest")
     lines = np.arange(len(frame)) + 2
     task = None
     if "task" in frame.columns:
@@ -295,7 +306,7 @@ def detect_format(path: str | Path) -> str:
     """Name the trace format from the file's first non-blank line (JSON object or CSV header)."""
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:  # a BOM (Excel's CSV UTF-8) too
             first = next((line for line in handle if line.strip()), "")
     except FileNotFoundError:
         raise SpecsimError("file not found", source=str(path), fix="check the path") from None
@@ -305,6 +316,11 @@ def detect_format(path: str | Path) -> str:
         raise SpecsimError("the file is empty", source=str(path),
                            fix="a trace needs a header line and at least one request")
     if first.lstrip().startswith("{"):
+        if _bench_result(path):
+            raise SpecsimError("a 'vllm bench serve --save-result' file, not a trace",
+                               source=str(path), field="format",
+                               fix=f"replay it with specsim compare-measured {path.name} "
+                                   "--scenario my.yaml (its lengths, arrivals and rate)")
         return "token_ids" if looks_like_token_trace(first) else "mooncake"
     try:
         header = {name.strip() for name in next(csv.reader([first]))}
@@ -313,9 +329,34 @@ def detect_format(path: str | Path) -> str:
     for name, columns in _CSV_SIGNATURES.items():
         if set(columns) <= header:
             return name
-    raise SpecsimError("cannot tell the trace format from its first line " + repr(first[:80]),
-                       source=str(path), field="format",
-                       fix="set format to one of: " + ", ".join(TRACE_READERS))
+    raise _unknown_header(header, first, path)
+
+
+def _unknown_header(header: set[str], first: str, path: Path) -> SpecsimError:
+    """The error of a CSV header that is no format's: the missing columns of the format it
+    shares most names with, or (sharing none) every format's columns."""
+    name, columns = max(_CSV_SIGNATURES.items(), key=lambda item: len(header & set(item[1])))
+    if header & set(columns):
+        missing = [c for c in columns if c not in header]
+        return SpecsimError(f"missing column(s) {', '.join(missing)} of the {name} format; the "
+                            f"header has {clip(', '.join(sorted(header)), 200)}",
+                            source=str(path), field=missing[0],
+                            fix="the header must name: " + ", ".join(columns))
+    return SpecsimError("cannot tell the trace format from its first line " + repr(first[:80]),
+                        source=str(path), field="format",
+                        fix="name one format's columns in the header: " + "; ".join(
+                            f"{n}: {','.join(c)}" for n, c in _CSV_SIGNATURES.items())
+                        + " (docs/workloads.md); or set format to one of: "
+                        + ", ".join(TRACE_READERS))
+
+
+def _bench_result(path: Path) -> bool:
+    """Whether the JSON at ``path`` is a ``vllm bench serve`` result: its first MiB names
+    ``input_lens`` and ``output_lens`` (vLLM's benchmark writes them before the per-request
+    texts), which no trace line has."""
+    with path.open("rb") as handle:
+        head = handle.read(2**20)
+    return b'"input_lens"' in head and b'"output_lens"' in head
 
 
 def read_trace(path: str | Path, format: str = "auto") -> Workload:

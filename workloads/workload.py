@@ -328,7 +328,9 @@ class Workload:
         if math.isinf(self.mean_rate_per_s):
             raise SpecsimError("cannot rescale: the workload needs two or more distinct "
                                "arrival times", field="rate_per_s", source=src,
-                               fix="drop rate_per_s or use a longer trace")
+                               fix="give the requests their arrival times (seconds), or drop "
+                                   "rate_per_s: they then all arrive at once, and "
+                                   "max_concurrency: N sends them N at a time")
         factor = self.mean_rate_per_s / float(rate_per_s)
         return self._take(len(self), arrival_s=self.arrival_s * factor)
 

@@ -19,8 +19,12 @@ if TYPE_CHECKING:  # pandas loads where a frame is built: `--help` starts fast
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
-    """``list`` or ``show NAME``."""
-    p.add_argument("action", choices=("list", "show"))
+    """``list`` or ``show NAME`` (models: or ``from-hf config.json``)."""
+    p.add_argument("action", choices=("list", "show") if name == "hardware" else
+                   ("list", "show", "from-hf"),
+                   help=None if name == "hardware" else "from-hf FILE: print the model file "
+                   "(YAML) of a Hugging Face config.json of a dense Llama, Mistral, Qwen2 or "
+                   "Qwen3 decoder; save it (> my-model.yaml) and give it as target: or --target")
     p.add_argument("name", nargs="?")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--sources", action="store_true",
@@ -29,6 +33,29 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         "with show: the sources of the shapes and parameter counts")
     if name == "hardware":
         p.add_argument("--hardware-dir", default=None, help="extra folder of profile YAML files")
+    else:
+        p.add_argument("--model-name", default=None,
+                       help="with from-hf: the model's name (default: the config's folder, "
+                            "or its file name without .json)")
+
+
+def _from_hf(args: argparse.Namespace) -> int:
+    """Print the model file of a Hugging Face config.json (simulator/models/hf_config.py)."""
+    from pathlib import Path
+
+    import yaml
+
+    from simulator.inputs.errors import SpecsimError
+    from simulator.models.hf_config import model_from_hf_config, read_config
+    if not args.name:
+        raise SpecsimError("from-hf needs a config.json", field="name",
+                           fix="specsim models from-hf path/to/config.json > my-model.yaml")
+    path = Path(args.name)
+    name = args.model_name or (path.resolve().parent.name if path.stem == "config"
+                               else path.stem).lower()
+    data = model_from_hf_config(read_config(path), name=name, source=str(path))
+    print(yaml.safe_dump(data, sort_keys=False, width=1000), end="")
+    return 0
 
 
 def _hardware_row(hw) -> dict:
@@ -220,6 +247,8 @@ def main(args: argparse.Namespace) -> int:
     """List or show one entry."""
     import pandas as pd
     is_hw = args.command == "hardware"
+    if args.action == "from-hf":
+        return _from_hf(args)
     hw_dir = args.hardware_dir if is_hw else None  # only `hardware` takes --hardware-dir
     if args.action == "list":
         if is_hw:

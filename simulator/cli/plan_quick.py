@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from simulator.cli.args import MAX_GAMMA, bounded_float, bounded_int, parse_number_list
 from simulator.cli.output import render, wrap_text
@@ -38,8 +39,10 @@ MAX_LENGTH = 10_000_000
 def add_quick_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of the one-line question."""
     g = p.add_argument_group("a question in flags (instead of a plan YAML)")
-    g.add_argument("--target", help="model: a catalog name or its Hugging Face id")
-    g.add_argument("--hardware", help="GPU profile (specsim hardware list)")
+    g.add_argument("--target", help="model: a catalog name or its Hugging Face id, or your "
+                                    "own model file (.yaml: specsim models from-hf)")
+    g.add_argument("--hardware", help="GPU profile (specsim hardware list), or your own "
+                                      "profile YAML")
     g.add_argument("--gpus", type=bounded_int(MAX_QUICK_GPUS), help="GPUs to deploy on")
     g.add_argument("--isl", type=bounded_int(MAX_LENGTH), help="input tokens per request")
     g.add_argument("--osl", type=bounded_int(MAX_LENGTH), help="output tokens per request")
@@ -131,10 +134,19 @@ def _target(name: str) -> str:
 
 
 def _hardware(name: str) -> str:
-    from hardware.profile import list_profiles
+    """A profile's name, or the absolute path of the user's own profile YAML (checked)."""
+    from hardware.profile import list_profiles, load_profile
+    if name.endswith((".yaml", ".yml")):
+        try:
+            load_profile(name)
+        except SpecsimError as exc:
+            raise exc.relocated(field="--hardware" + (f": {exc.field}" if exc.field else "")
+                                ) from None
+        return str(Path(name).resolve())
     if name not in list_profiles():
         raise SpecsimError(f"unknown hardware {name!r}", field="--hardware",
-                           fix=f"use one of: {', '.join(list_profiles())}")
+                           fix=f"use one of: {', '.join(list_profiles())}; or a profile "
+                           "YAML of your own (my-gpu.yaml)")
     return name
 
 

@@ -70,16 +70,20 @@ def simulate(scenario: Scenario, **kwargs):
     return engine_simulate(scenario, **kwargs)
 
 
-def run_policies(scenario: Scenario, policies, progress: bool = False) -> list:
+def run_policies(scenario: Scenario, policies, progress: bool = False,
+                 labelled: bool = True) -> list:
     """Simulate ``scenario`` once per policy; same trace, same seed.  Every policy is checked
     first (``check_runnable``: the deployment, the policy against the models, a servable
-    request), so a bad third entry of --compare fails before the first one runs."""
+    request), so a bad third entry of --compare fails before the first one runs; its error
+    names the entry where ``labelled`` (the user wrote --compare)."""
+    from simulator.run_setup import scenario_workload
     from simulator.simulate import check_runnable
     scenarios = [scenario.with_policy(pol) for pol in policies]
-    workload = None
+    # read first: a bad trace is the trace's error, not the first --compare entry's
+    workload = scenario_workload(scenarios[0])
     for pol, sc in zip(policies, scenarios):  # the trace is drawn once
         workload = check_runnable(sc, workload=workload, where=f"--compare {pol.label}"
-                                  if len(policies) > 1 else None)
+                                  if labelled and len(policies) > 1 else None)
     out = []
     for pol, sc in zip(policies, scenarios):  # the checked trace: not drawn (read) again
         with Progress(pol.label, unit="requests", enabled=progress) as bar:
@@ -149,7 +153,8 @@ def main(args: argparse.Namespace) -> int:
     names = result_names([p.label for p in policies], args.results_format) + \
         ([report.name] if report_inside else []) + ([timeline.name] if timeline_inside else [])
     with ResultsFolderWriter(out, "--out", overwrite=args.overwrite, names=names) as writer:
-        results = run_policies(scenario, policies, progress=not args.no_progress)
+        results = run_policies(scenario, policies, progress=not args.no_progress,
+                               labelled=bool(args.compare))
         summary = _summary(results, args, draws, report is not None)
         if draws:  # the p5/p50/p95 columns (simulator/uncertainty)
             summary = summary.join(unc.interval_columns(

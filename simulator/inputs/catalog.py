@@ -14,6 +14,9 @@ from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import clip, short
 
 T = TypeVar("T")
+# a .json path where a YAML file is expected: the fix, by kind
+JSON_FIXES = {"model": "write the model file of a Hugging Face config.json: specsim models "
+                       "from-hf config.json > my-model.yaml"}
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,17 @@ class Catalog:
         the loaded object's ``name`` must be its file's stem."""
         if name.endswith((".yaml", ".yml")):
             return load_file(name)
+        if name.endswith(".json"):
+            raise SpecsimError(f"{short(name)} is a JSON file; a {self.kind} file is YAML",
+                               field=self.kind, fix=JSON_FIXES.get(self.kind) or
+                               f"write it as YAML (specsim {self.kind} show NAME prints "
+                               "one's keys)")
         paths = self.paths(user_dir)
         if name not in paths:
+            hint = JSON_FIXES.get(self.kind) if "/" in name else None  # a Hugging Face id
             raise SpecsimError(f"unknown {self.kind} {short(name)}", field=self.kind,
-                               fix="valid names are: " + ", ".join(sorted(paths)))
+                               fix=(f"{hint}; or " if hint else "") + "valid names are: "
+                               + ", ".join(sorted(paths)))
         item = load_file(paths[name])
         if item.name != name:
             raise SpecsimError(f"file name {short(name)} and name {short(item.name)} differ",

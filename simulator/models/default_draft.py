@@ -54,3 +54,32 @@ def default_head(kind: str, target: ModelSpec) -> ModelSpec | None:
         if model.kind == kind and model.base_model == target.name:
             return model
     return None
+
+
+def follow_target(before: dict, after: dict, base_dir) -> dict:
+    """``after`` (the built-in scenario with --set and --vllm-args written over ``before``)
+    with its draft, written for its own target (opt-125m for opt-13b), replaced where they
+    changed the target but not the draft: by the new target's ``default_draft``, or by none
+    where the catalog holds none (a draft on another vocabulary failed every policy, even
+    ``none``, until ``--set draft=null``)."""
+    from pathlib import Path
+
+    from simulator.inputs.errors import SpecsimError
+    from simulator.vllm_config import catalog_name
+    if after.get("target") == before.get("target") or "draft" not in after \
+            or after["draft"] != before.get("draft") or "speculative_config" in after:
+        return after
+    name = str(after["target"])
+    name = catalog_name(name) or name if "/" in name else name  # a Hugging Face id
+    try:
+        target = load_model(str(Path(base_dir) / name) if name.endswith((".yaml", ".yml"))
+                            else name)
+    except SpecsimError:  # reported where the scenario is read, naming the field
+        return after
+    out = dict(after)
+    draft = default_draft(target)
+    if draft is None:
+        del out["draft"]
+    else:
+        out["draft"] = draft.name
+    return out

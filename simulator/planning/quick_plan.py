@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.inputs.errors import SpecsimError
-from simulator.models.spec import ModelSpec, load_model
+from simulator.models.spec import ModelSpec, list_models, load_model
 from simulator.vllm_config import hf_id
 
 # The methods a flags-only plan tries, by vLLM's speculative_config method names (chain is
@@ -39,6 +40,9 @@ MAX_PARETO_CONCURRENCY = 1024
 # closed-loop runs send every request at once (vllm bench serve --request-rate inf): the
 # arrivals are 1 us apart, far below any step time, and the client holds them to C in flight
 CLOSED_LOOP_RATE = 1e6
+# an open loop holds a rate only with at most this much of its trace in flight at its last
+# arrival (capacity.RateSearch's default max_in_flight_fraction)
+OPEN_LOOP_BACKLOG = 0.25
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,15 @@ def workload_payload(q: Question) -> dict[str, Any]:
     return wl
 
 
+def model_arg(target: ModelSpec) -> str:
+    """``model``: the target's Hugging Face id, else its catalog name, else (the user's own
+    model file, ``--target my-model.yaml``) that file's absolute path, which vllm_args
+    reads back as the same model (and the user swaps for the checkpoint's path)."""
+    if hf_id(target.name) or target.name in list_models():
+        return hf_id(target.name) or target.name
+    return str(Path(target.path).resolve())
+
+
 def engine_args(target: ModelSpec, method: str, gamma: int, shape: Shape,
                 replicas: int) -> dict[str, Any]:
     """The ``vllm serve`` arguments of one candidate, by vLLM's names and Hugging Face ids;
@@ -205,7 +218,7 @@ def engine_args(target: ModelSpec, method: str, gamma: int, shape: Shape,
     vLLM reads them) so that the deployment runs what was simulated."""
     from simulator.scenario import Batching
     b = Batching()
-    args: dict[str, Any] = {"model": hf_id(target.name) or target.name,
+    args: dict[str, Any] = {"model": model_arg(target),
                             "tensor_parallel_size": shape.tensor_parallel,
                             "max_num_seqs": b.max_num_seqs,
                             "max_num_batched_tokens": b.max_num_batched_tokens,

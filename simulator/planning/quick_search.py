@@ -23,12 +23,11 @@ import pandas as pd
 from simulator.inputs.errors import SpecsimError
 from simulator.planning.capacity import CapacitySLO, RateSearch
 from simulator.planning.quick_disagg import all_candidates
-from simulator.planning.quick_plan import Candidate, Question
+from simulator.planning.quick_plan import OPEN_LOOP_BACKLOG, Candidate, Question
 
 # the rate search of step 2: the lattice from the asked rate up to 16x it, 5% apart
 HEADROOM_FACTOR = 16.0
 HEADROOM_TOL = 0.05
-OPEN_LOOP_BACKLOG = 0.25   # capacity.RateSearch's default max_in_flight_fraction
 # the fields of a deployment that does not fit in memory (a pool's, disaggregated)
 DOES_NOT_FIT = ("parallelism", "disaggregation.prefill.parallelism",
                 "disaggregation.decode.parallelism")

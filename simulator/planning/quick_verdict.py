@@ -6,10 +6,22 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from simulator.planning.quick_plan import Question
+from simulator.planning.quick_plan import OPEN_LOOP_BACKLOG, Question
 
 METHOD_NAMES = {"none": "no speculation", "draft_model": "a draft model", "eagle": "EAGLE",
                 "eagle3": "EAGLE-3", "mtp": "MTP"}
+# the limits a candidate missed (capacity.evaluate_rate's names), as the verdict says them
+VIOLATIONS = {"p99_ttft": "p99 TTFT", "p99_tpot": "p99 TPOT", "goodput": "goodput",
+              "rejected": "requests rejected"}
+
+
+def _violated(names: str) -> str:
+    """``in_flight,p99_ttft`` as words (the backlog's limit: the open loop's)."""
+    backlog = (f"the backlog: more than {OPEN_LOOP_BACKLOG:.0%} of the requests still in "
+               "flight when the last one arrives (the last one always is: a trace of "
+               f"{math.ceil(1 / OPEN_LOOP_BACKLOG) - 1} or fewer never holds)")
+    return "; ".join(backlog if name == "in_flight" else VIOLATIONS.get(name, name)
+                     for name in names.split(","))
 
 
 def describe(row: Mapping[str, Any]) -> str:
@@ -77,7 +89,8 @@ def verdict(q: Question, table: pd.DataFrame) -> str:
         limits = f"p99 TTFT <= {q.ttft_ms:g} ms and p99 TPOT <= {q.tpot_ms:g} ms"
         return (f"No configuration of {gpus} holds {_load(q)} within {limits}: the closest, "
                 f"{describe(win)}, reaches {_latency(win)}"
-                + (f" ({win['violated']} over)" if win["violated"] else "") + ".")
+                + (f" (over: {_violated(win['violated'])})" if win["violated"] else "")
+                + ".")
     text = f"{gpus} as {describe(win)} hold {_load(q)} at {_latency(win)}"
     if q.closed_loop:
         text += f", {win['output_tok/s']:,.0f} output tokens/s"

@@ -1,6 +1,7 @@
 """Trace readers: the public samples read in place, exact timestamps, every bad-trace error."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -287,3 +288,87 @@ def test_rows_longer_than_the_header_are_refused_not_shifted(tmp_path, rows):
     path.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows)
     with pytest.raises(SpecsimError, match="more fields than the header"):
         read_specsim(path)
+
+
+def test_a_header_short_of_a_format_names_its_missing_columns(tmp_path):
+    path = write(tmp_path, "x.csv", "arrival_s,prompt_tokens\n0,100\n")
+    with pytest.raises(SpecsimError, match="missing column.s. output_tokens of the specsim "
+                                           "format") as info:
+        read_trace(path)
+    assert info.value.field == "output_tokens"
+    assert info.value.fix == "the header must name: arrival_s, prompt_tokens, output_tokens"
+
+
+def test_a_header_of_no_format_lists_every_formats_columns(tmp_path):
+    path = write(tmp_path, "x.csv", "prompt_len,output_len\n512,128\n")  # bench-style lengths
+    with pytest.raises(SpecsimError, match="cannot tell the trace format") as info:
+        read_trace(path)
+    for columns in ("TIMESTAMP,ContextTokens,GeneratedTokens", "arrival_s,prompt_tokens,"
+                    "output_tokens", "arrived_at,num_prefill_tokens,num_decode_tokens"):
+        assert columns in info.value.fix
+
+
+def test_dates_as_arrival_seconds_say_where_dates_go(tmp_path):
+    path = write(tmp_path, "x.csv", "arrival_s,prompt_tokens,output_tokens\n"
+                                    "2024-01-01T00:00:00,100,20\n")
+    with pytest.raises(SpecsimError, match="line 2 has '2024-01-01T00:00:00'") as info:
+        read_trace(path)
+    assert info.value.field == "arrival_s" and "TIMESTAMP column" in info.value.fix
+    path = write(tmp_path, "y.csv", "arrival_s,prompt_tokens,output_tokens\n-1,100,20\n")
+    with pytest.raises(SpecsimError, match="line 2 has '-1'") as info:
+        read_trace(path)
+    assert info.value.fix == "fix or drop that row"   # a negative number is not a date
+
+
+def test_a_csv_with_a_byte_order_mark_is_detected(tmp_path):
+    """Excel's "CSV UTF-8" starts with a BOM: the header's first name was '\\ufeffarrival_s'
+    and no format matched."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrival_s,prompt_tokens,output_tokens\r\n0,100,20\r\n"
+                     b"0.5,200,30\r\n")
+    assert detect_format(path) == "specsim"
+    assert read_trace(path).prompt_tokens.tolist() == [100, 200]
+
+
+def test_spaces_after_the_header_commas_are_not_part_of_the_names(tmp_path):
+    """'arrival_s, prompt_tokens, output_tokens' was detected as specsim's and then refused:
+    'missing column(s) prompt_tokens, output_tokens; the header has arrival_s,
+    prompt_tokens, output_tokens'."""
+    path = write(tmp_path, "x.csv", "arrival_s, prompt_tokens, output_tokens\n"
+                                    "0, 100, 20\n0.5, 200, 30\n")
+    got = read_trace(path)
+    assert got.prompt_tokens.tolist() == [100, 200]
+    assert got.output_tokens.tolist() == [20, 30] and got.arrival_s.tolist() == [0, 0.5]
+
+
+def test_an_extra_column_of_a_specsim_trace_says_which_formats_keep_it(tmp_path):
+    path = write(tmp_path, "x.csv", "arrival_s,prompt_tokens,output_tokens,user_id\n"
+                                    "0,100,20,a\n")
+    with pytest.raises(SpecsimError, match="unknown column 'user_id'") as info:
+        read_trace(path)
+    assert info.value.fix.startswith("drop it") and "vidur's (arrived_at" in info.value.fix
+    vidur = write(tmp_path, "v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens,"
+                                     "user_id\n0,100,20,a\n")
+    assert read_trace(vidur).prompt_tokens.tolist() == [100]   # the rest ignored, as said
+
+
+def test_azure_timestamps_in_iso_8601_with_a_t(tmp_path):
+    """Python's isoformat writes a T between date and time: the same instants as a space."""
+    rows = ("2023-11-16 18:15:46.5,10,5\n", "2023-11-16 18:15:47.25,10,5\n")
+    spaced = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(rows))
+    iso = write(tmp_path, "b.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                + "".join(r.replace(" ", "T", 1) for r in rows))
+    assert read_trace(iso).arrival_s.tolist() == read_trace(spaced).arrival_s.tolist() \
+        == [0.0, 0.75]
+
+
+def test_a_bench_serve_result_given_as_a_trace_points_at_compare_measured(tmp_path):
+    result = {"backend": "vllm", "num_prompts": 2, "input_lens": [512, 128],
+              "output_lens": [64, 32], "ttfts": [0.1, 0.2]}  # vllm bench serve --save-result
+    path = write(tmp_path, "result.json", json.dumps(result))
+    with pytest.raises(SpecsimError, match="vllm bench serve --save-result") as info:
+        read_trace(path)
+    assert info.value.fix.startswith("replay it with specsim compare-measured result.json")
+    path = write(tmp_path, "pretty.json", json.dumps(result, indent=2))
+    with pytest.raises(SpecsimError, match="vllm bench serve --save-result"):
+        read_trace(path)
