@@ -1,7 +1,7 @@
 """A catalog: a folder of YAML files looked up by name (the file's stem), plus a user's folder.
 
 Hardware profiles (hardware/profiles/) and model specs (simulator/models/) are catalogs: a
-name is a file stem, a user's folder (``--hardware-dir``, ``--model-dir``) adds files and
+name is a file stem, a user's folder (``--hardware-dir``, ``model_dir``) adds files and
 overrides a built-in one of the same name, and a name ending in .yaml is a path.
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ from simulator.inputs.yaml_io import (
 from simulator.models.shape_checks import check_moe_mla
 
 MODEL_DIR = Path(__file__).resolve().parent
-MODELS = Catalog("model", MODEL_DIR, "--model-dir")
+MODELS = Catalog("model", MODEL_DIR, "model_dir")  # load_model's argument (no command takes one)
 KINDS = ("decoder", "medusa", "eagle", "eagle3")
 NORMS = ("layernorm", "rmsnorm")
 

@@ -133,7 +133,7 @@ def test_the_shipped_model_catalog_is_its_folder_of_yaml_files():
     assert {"llama-68m", "opt-125m", "llama-3.1-8b"} <= set(names)
     assert "spec" not in names and "__init__" not in names     # the .py files beside them
     assert (MODELS.kind, MODELS.dir_flag, PROFILES.kind, PROFILES.dir_flag) == \
-        ("model", "--model-dir", "hardware", "--hardware-dir")
+        ("model", "model_dir", "hardware", "--hardware-dir")
     assert {"a100-40gb", "h100-sxm"} <= set(PROFILES.names())
 
 
