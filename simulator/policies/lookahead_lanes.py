@@ -34,7 +34,7 @@ class LaneState:
     """A request's lanes, pool and text: what lookahead plans and observes for it."""
 
     __slots__ = ("index", "prompt", "lanes_now", "copies", "lanes_n", "size", "pool", "width",
-                 "most", "shift", "truth", "rule", "_saved", "_mark", "at", "later")
+                 "most", "shift", "truth", "rule", "_saved", "_mark")
 
     def __init__(self, index: FollowIndex, prompt: int, starts: list[int], width: int,
                  most: int) -> None:
@@ -61,12 +61,6 @@ class LaneState:
         # where nothing is marked (a step's copies thrown away at the next mark)
         self._saved: dict = {}
         self._mark: tuple = ()
-        # where each lane's last two tokens were last copied from: a position p (-1: not
-        # known) whose pair (tokens p - 1, p) is the lane's, read by ``_plan_full`` through
-        # ``later`` (the next position whose pair is the same); None: none known (a step
-        # outside ``_plan_full`` moved the lanes)
-        self.at: list[int] | None = None
-        self.later: list[int] | None = None  # made on the first ``_plan_full``
 
     def _tokens(self, run: int, size: int) -> list[int]:
         """The ``size`` tokens of ``run``, first first."""
@@ -133,10 +127,6 @@ class LaneState:
         # shortest exclusive or
         bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
-        where = self.at if self.at is not None else [-1] * len(lanes)
-        if self.later is None:
-            self.later = _later_pairs(self.index.ids, s)
-        later = self.later
         for j in range(steps):
             at = prompt + g
             cands, accepted = pool.get(tokens[at - 1]), 0
@@ -155,21 +145,14 @@ class LaneState:
             gens.append(g)
             if g + accepted + 1 >= end or j == last:
                 return
-            new, moved = [], []  # ``step(g)``: the same tokens, the pool's same operations
-            for lane, q in zip(lanes, where):
-                if q >= 0:  # the pair's occurrence after q's: the latest before ``at``
-                    q += 1
-                    while later[q] < at:
-                        q = later[q]
-                    tok = tokens[q]
-                else:
-                    key = lane & pair
-                    occ = later_twos.get(key)
-                    if occ is not None and (i := bisect_left(occ, at)):
-                        tok = tokens[q := occ[i - 1]]
-                    elif (tok := twos[key]) is None:
-                        tok, q = _follow_one_at(self.rule, lane & low, at)
-                moved.append(q)
+            new = []  # ``step(g)``: the same operations in the same order
+            for lane in lanes:
+                key = lane & pair
+                occ = later_twos.get(key)
+                if occ is not None and (i := bisect_left(occ, at)):
+                    tok = tokens[occ[i - 1]]
+                elif (tok := twos[key]) is None:
+                    tok = _follow_one(self.rule, lane & low, at)
                 gram = (lane & keep) << s | tok
                 new.append(gram)
                 key = lane >> top
@@ -186,17 +169,17 @@ class LaneState:
                     else:
                         del entries[cut:]  # room for it: at most G
                     entries.insert(0, gram)  # most recent first
-            lanes, where = self.lanes_now, self.at = new, moved
+            lanes = self.lanes_now = new
             if len(new) > 1 and (new[0] == new[1] if len(new) == 2 else  # (most rows: 2)
                                  len(set(new)) < len(new)):
                 self._merge(new)
-                lanes, where = self.lanes_now, self.at
+                lanes = self.lanes_now
             g += accepted + 1
 
     def step(self, generated: int) -> None:
         """Each lane gets its next guess (the rule applied to its own guesses, with the text
         up to ``generated`` visible); a full lane's n-gram enters the pool first."""
-        visible, lanes, self.at = self.prompt + generated, self.lanes_now, None
+        visible, lanes = self.prompt + generated, self.lanes_now
         if self.size < self.width or self.width == 1:
             self._step_short(visible)
             return
@@ -264,12 +247,10 @@ class LaneState:
             copies[where[gram]] += c
         keep = sorted(where.values())
         self.lanes_now, self.copies = [grams[i] for i in keep], [copies[i] for i in keep]
-        if self.at is not None:  # equal lanes' positions: any one of their pair serves
-            self.at = [self.at[i] for i in keep]
 
     def mark(self) -> None:
         """Remember the state now: ``steps`` after it are kept or rolled back."""
-        self._saved, self._mark = {}, (self.lanes_now, self.copies, self.size, self.at)
+        self._saved, self._mark = {}, (self.lanes_now, self.copies, self.size)
 
     def keep(self) -> None:
         """The steps since ``mark`` stand."""
@@ -277,7 +258,7 @@ class LaneState:
 
     def roll_back(self) -> None:
         """The state at ``mark``, as if the steps since were never taken."""
-        self.lanes_now, self.copies, self.size, self.at = self._mark
+        self.lanes_now, self.copies, self.size = self._mark
         pool = self.pool
         for key, entries in self._saved.items():
             if entries is None:
@@ -308,29 +289,6 @@ def _follow_one(rule: tuple, lane: int, visible: int) -> int:
     if at is not None and (i := bisect_left(at, visible)):
         return tokens[at[i - 1]]
     return ones[last]
-
-
-def _follow_one_at(rule: tuple, last: int, visible: int) -> tuple[int, int]:
-    """``_follow_one``'s token after ``last`` and the output position it is read from (-1:
-    the prompt's, or the token repeated)."""
-    tokens, ones, _, later_ones, _, _, _, _, _, _ = rule
-    at = later_ones[last]
-    if at is not None and (i := bisect_left(at, visible)):
-        return tokens[q := at[i - 1]], q
-    return ones[last], -1
-
-
-def _later_pairs(ids: np.ndarray, shift: int) -> list[int]:
-    """For each position q of the text, the next position after it whose two tokens before
-    are q's two (the text's size where there is none; positions 0, 1 have none)."""
-    size = ids.size
-    later = np.full(size + 1, size, np.int64)
-    if size > 2:
-        pairs = ids[:size - 2] << np.uint64(shift) | ids[1:size - 1]  # q = i + 2's pair
-        order = np.argsort(pairs, kind="stable")
-        same = pairs[order[1:]] == pairs[order[:-1]]
-        later[order[:-1][same] + 2] = order[1:][same] + 2
-    return later.tolist()
 
 
 def _runs(tokens: list[int], ids: np.ndarray, width: int, shift: int) -> list[int]:
