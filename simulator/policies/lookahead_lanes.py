@@ -126,16 +126,17 @@ class LaneState:
         # its first token, and (bits - bit_length) // s leading ones: the most with the
         # shortest exclusive or
         bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
+        whole = 1 << bits  # above any exclusive or of two runs
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
         for j in range(steps):
             at = prompt + g
             cands, accepted = pool.get(tokens[at - 1]), 0
-            if cands:
-                truth, shortest = truths[g], bits
+            if cands:  # the shortest exclusive or is the least one's
+                truth, least = truths[g], whole
                 for cand in cands:
-                    if (x := (cand ^ truth).bit_length()) < shortest:
-                        shortest = x
-                if shortest <= first:
+                    if (x := cand ^ truth) < least:
+                        least = x
+                if (shortest := least.bit_length()) <= first:
                     accepted = (bits - shortest) // s
                     if accepted > size_all - at:  # the text ends before the candidate does
                         accepted = size_all - at
