@@ -128,9 +128,10 @@ class LaneState:
         bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
         whole = 1 << bits  # above any exclusive or of two runs
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
+        after, grams = later_twos.get, pool.get  # (an unseen pair's positions: none)
         for j in range(steps):
             at = prompt + g
-            cands, accepted = pool.get(tokens[at - 1]), 0
+            cands, accepted = grams(tokens[at - 1]), 0
             if cands:  # the shortest exclusive or is the least one's
                 truth, least = truths[g], whole
                 for cand in cands:
@@ -145,19 +146,20 @@ class LaneState:
                 rows += (0, held, 0)
             gens.append(g)
             if g + accepted + 1 >= end or j == last:
+                self.lanes_now = lanes
                 return
             new = []  # ``step(g)``: the same operations in the same order
             for lane in lanes:
                 key = lane & pair
-                occ = later_twos.get(key)
-                if occ is not None and (i := bisect_left(occ, at)):
+                occ = after(key, ())
+                if i := bisect_left(occ, at):
                     tok = tokens[occ[i - 1]]
                 elif (tok := twos[key]) is None:
                     tok = _follow_one(self.rule, lane & low, at)
                 gram = (lane & keep) << s | tok
                 new.append(gram)
                 key = lane >> top
-                entries = pool.get(key)
+                entries = grams(key)
                 if entries is None:
                     if key not in saved:
                         saved[key] = None
@@ -170,7 +172,7 @@ class LaneState:
                     else:
                         del entries[cut:]  # room for it: at most G
                     entries.insert(0, gram)  # most recent first
-            lanes = self.lanes_now = new
+            lanes = new  # (``lanes_now`` from here on: set where the plan stops)
             if len(new) > 1 and (new[0] == new[1] if len(new) == 2 else  # (most rows: 2)
                                  len(set(new)) < len(new)):
                 self._merge(new)
