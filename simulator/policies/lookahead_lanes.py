@@ -129,6 +129,7 @@ class LaneState:
         whole = 1 << bits  # above any exclusive or of two runs
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
         after, grams = later_twos.get, pool.get  # (an unseen pair's positions: none)
+        stop, n = end - 1, len(lanes)
         for j in range(steps):
             at = prompt + g
             cands, accepted = grams(tokens[at - 1]), 0
@@ -145,7 +146,7 @@ class LaneState:
             else:
                 rows += (0, held, 0)
             gens.append(g)
-            if g + accepted + 1 >= end or j == last:
+            if g + accepted >= stop or j == last:  # (g + accepted + 1 >= end)
                 self.lanes_now = lanes
                 return
             new = []  # ``step(g)``: the same operations in the same order
@@ -173,10 +174,10 @@ class LaneState:
                         del entries[cut:]  # room for it: at most G
                     entries.insert(0, gram)  # most recent first
             lanes = new  # (``lanes_now`` from here on: set where the plan stops)
-            if len(new) > 1 and (new[0] == new[1] if len(new) == 2 else  # (most rows: 2)
-                                 len(set(new)) < len(new)):
+            if n > 1 and (new[0] == new[1] if n == 2 else len(set(new)) < n):  # (mostly 2)
                 self._merge(new)
                 lanes = self.lanes_now
+                n = len(lanes)
             g += accepted + 1
 
     def step(self, generated: int) -> None:
