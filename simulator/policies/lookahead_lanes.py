@@ -123,13 +123,11 @@ class LaneState:
         tokens, _, twos, _, later_twos, s, low, pair, keep, top = self.rule
         pool, prompt, width, truths = self.pool, self.prompt, self.width, self.truth
         # a candidate whose exclusive or with the truth is ``first`` bits long or less shares
-        # its first token, and (bits - bit_length) // s leading ones: the most with the
-        # shortest exclusive or
+        # (bits - bit_length) // s leading tokens with it: the most, the shortest's
         bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
-        whole = 1 << bits  # above any exclusive or of two runs
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
         after, grams = later_twos.get, pool.get  # (an unseen pair's positions: none)
-        stop, n = end - 1, len(lanes)
+        whole, stop, n = 1 << bits, end - 1, len(lanes)  # (whole: above any exclusive or)
         for j in range(steps):
             at = prompt + g
             cands, accepted = grams(tokens[at - 1]), 0
