@@ -149,11 +149,10 @@ class LaneState:
                 return
             new = []  # ``step(g)``: the same operations in the same order
             for lane in lanes:
-                key = lane & pair
-                occ = after(key, ())
+                occ = after(lane & pair, ())
                 if i := bisect_left(occ, at):
                     tok = tokens[occ[i - 1]]
-                elif (tok := twos[key]) is None:
+                elif (tok := twos[lane & pair]) is None:
                     tok = _follow_one(self.rule, lane & low, at)
                 gram = (lane & keep) << s | tok
                 new.append(gram)
