@@ -123,19 +123,20 @@ class LaneState:
         tokens, _, twos, _, later_twos, s, low, pair, keep, top = self.rule
         pool, prompt, width, truths = self.pool, self.prompt, self.width, self.truth
         # a candidate whose exclusive or with the truth is ``first`` bits long or less shares
-        # its first token, and (bits - bit_length) // s leading ones: the most with the
-        # shortest exclusive or
+        # (bits - bit_length) // s leading tokens with it: the most, the shortest's
         bits, first, held, last = width * s, (width - 1) * s, self.lanes_n * width, steps - 1
         saved, lanes, cut, size_all = self._saved, self.lanes_now, self.most - 1, len(tokens)
+        after, grams = later_twos.get, pool.get  # (an unseen pair's positions: none)
+        whole, stop, n = 1 << bits, end - 1, len(lanes)  # (whole: above any exclusive or)
         for j in range(steps):
             at = prompt + g
-            cands, accepted = pool.get(tokens[at - 1]), 0
-            if cands:
-                truth, shortest = truths[g], bits
+            cands, accepted = grams(tokens[at - 1]), 0
+            if cands:  # the shortest exclusive or is the least one's
+                truth, least = truths[g], whole
                 for cand in cands:
-                    if (x := (cand ^ truth).bit_length()) < shortest:
-                        shortest = x
-                if shortest <= first:
+                    if (x := cand ^ truth) < least:
+                        least = x
+                if (shortest := least.bit_length()) <= first:
                     accepted = (bits - shortest) // s
                     if accepted > size_all - at:  # the text ends before the candidate does
                         accepted = size_all - at
@@ -143,20 +144,20 @@ class LaneState:
             else:
                 rows += (0, held, 0)
             gens.append(g)
-            if g + accepted + 1 >= end or j == last:
+            if g + accepted >= stop or j == last:  # (g + accepted + 1 >= end)
+                self.lanes_now = lanes
                 return
             new = []  # ``step(g)``: the same operations in the same order
             for lane in lanes:
-                key = lane & pair
-                occ = later_twos.get(key)
-                if occ is not None and (i := bisect_left(occ, at)):
+                occ = after(lane & pair, ())
+                if i := bisect_left(occ, at):
                     tok = tokens[occ[i - 1]]
-                elif (tok := twos[key]) is None:
+                elif (tok := twos[lane & pair]) is None:
                     tok = _follow_one(self.rule, lane & low, at)
                 gram = (lane & keep) << s | tok
                 new.append(gram)
                 key = lane >> top
-                entries = pool.get(key)
+                entries = grams(key)
                 if entries is None:
                     if key not in saved:
                         saved[key] = None
@@ -169,11 +170,11 @@ class LaneState:
                     else:
                         del entries[cut:]  # room for it: at most G
                     entries.insert(0, gram)  # most recent first
-            lanes = self.lanes_now = new
-            if len(new) > 1 and (new[0] == new[1] if len(new) == 2 else  # (most rows: 2)
-                                 len(set(new)) < len(new)):
+            lanes = new  # (``lanes_now`` from here on: set where the plan stops)
+            if n > 1 and (new[0] == new[1] if n == 2 else len(set(new)) < n):  # (mostly 2)
                 self._merge(new)
                 lanes = self.lanes_now
+                n = len(lanes)
             g += accepted + 1
 
     def step(self, generated: int) -> None:
