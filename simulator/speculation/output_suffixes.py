@@ -13,6 +13,14 @@ equals (a suffix never runs across two outputs), and per token the positions whe
 followed by one of its own output's, and answers what ``SuffixIndex.matches`` and
 ``speculate`` answer, with the same floats from the same operations.
 
+A match narrows the last token's occurrences one token further back at a time, and the
+same narrowings recur (requests that follow one earlier output match its substrings again),
+so each is kept: under its list, the token before and the narrowed list, brought up to date
+when asked again by narrowing only the ends added since (the lists only grow, in text
+order, and the text behind an end never changes: the same list as narrowing afresh).  Kept
+only for the substrings that are searched: filing every end under the tokens before it as
+outputs are added cost more than the search saved (tens of thousands of nodes, measured).
+
 A removal (FIFO eviction) makes the trie reuse freed ids, which no text order gives:
 ``GlobalIndex`` then builds the trie once, by the same adds and that removal, and keeps it.
 """
@@ -30,11 +38,14 @@ _NEXT = (1).__add__  # a position -> the next one, in C-level ``map``
 class OutputSuffixes(TextSuffixes):
     """``SuffixIndex`` of added sequences, never removed, answered from their text."""
 
-    __slots__ = ()
+    __slots__ = ("_narrowed",)
 
     def __init__(self, max_depth: int) -> None:
         super().__init__(max_depth)
         self.text.append(None)  # each output sits between two of these
+        # last token -> {token before: [the narrowed ends, {token before: ...}, the length
+        # of the list they were narrowed from]}, for the narrowings searched so far
+        self._narrowed: dict[int, dict[int, list]] = {}
 
     def add(self, tokens: list[int]) -> None:
         """Index one sequence (Python ints): each position a token of it follows."""
@@ -52,11 +63,20 @@ class OutputSuffixes(TextSuffixes):
         if not ends:
             return (NO_MATCH,)
         text, size, at_roomy = self.text, 1, None
+        kids = self._narrowed.get(context[last])
+        if kids is None:
+            kids = self._narrowed[context[last]] = {}
         while size < limit:
             if size == roomy:
                 at_roomy = ends
             want = context[last - size]  # (a ``None`` before an output stops the search)
-            narrower = [e for e in ends if text[e - size] == want]
+            kept = kids.get(want)
+            if kept is None:
+                kept = kids[want] = [[e for e in ends if text[e - size] == want], {}, len(ends)]
+            elif kept[2] < len(ends):  # outputs added since: narrow the new ends alone
+                kept[0] += [e for e in ends[kept[2]:] if text[e - size] == want]
+                kept[2] = len(ends)
+            narrower, kids = kept[0], kept[1]
             if not narrower:
                 break
             ends, size = narrower, size + 1
