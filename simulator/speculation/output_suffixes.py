@@ -26,6 +26,7 @@ A removal (FIFO eviction) makes the trie reuse freed ids, which no text order gi
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 from simulator.speculation.suffix_index import Speculation, SuffixIndex
@@ -38,7 +39,7 @@ _NEXT = (1).__add__  # a position -> the next one, in C-level ``map``
 class OutputSuffixes(TextSuffixes):
     """``SuffixIndex`` of added sequences, never removed, answered from their text."""
 
-    __slots__ = ("_narrowed",)
+    __slots__ = ("_narrowed", "_grouped")
 
     def __init__(self, max_depth: int) -> None:
         super().__init__(max_depth)
@@ -46,6 +47,11 @@ class OutputSuffixes(TextSuffixes):
         # last token -> {token before: [the narrowed ends, {token before: ...}, the length
         # of the list they were narrowed from]}, for the narrowings searched so far
         self._narrowed: dict[int, dict[int, list]] = {}
+        # a node's key -> (the last end grouped, its children as ``_children`` gives them,
+        # the groups by token), for the nodes of two or more ends that speculations read.
+        # By the last end, not a count: a match's ends leave out those that end an output
+        # (``where``'s), a child's hold them; neither has a child there, so the groups agree
+        self._grouped: dict[int, tuple] = {}
 
     def add(self, tokens: list[int]) -> None:
         """Index one sequence (Python ints): each position a token of it follows."""
@@ -96,7 +102,8 @@ class OutputSuffixes(TextSuffixes):
     def _children(self, ends: list[int], depth: int, last: int) -> list[tuple]:
         """The children of the node at ``depth`` whose occurrences end at ``ends``: (id,
         count, token, their ends) each, in no order (``last`` is not read: an output's
-        end is the ``None`` after it)."""
+        end is the ``None`` after it).  A node of two or more ends keeps them grouped by
+        the token after (its children), and groups only the ends added since."""
         if depth >= self.max_depth:
             return []
         text, stride = self.text, self._stride
@@ -104,22 +111,37 @@ class OutputSuffixes(TextSuffixes):
             e = ends[0] + 1
             t = text[e]
             return [] if t is None else [(e * stride + depth + 1, 1, t, [e])]
-        after = list(map(_NEXT, ends))
+        key = ends[0] * stride + depth
+        kept = self._grouped.get(key)
+        if kept is None:
+            after = list(map(_NEXT, ends))
+            groups = {}
+        elif kept[0] >= ends[-1]:  # no output added this node an occurrence since
+            return kept[1]
+        else:
+            after = list(map(_NEXT, ends[bisect_right(ends, kept[0]):]))
+            groups = kept[2]
         toks = list(map(text.__getitem__, after))
-        depth += 1
         first = toks[0]
-        if toks.count(first) == len(toks):  # one token follows every occurrence (C loops)
-            return [] if first is None else [(after[0] * stride + depth, len(after), first,
-                                              after)]
-        groups: dict[int, list[int]] = {}
-        for e, t in zip(after, toks):
-            if t is not None:
-                got = groups.get(t)
+        if toks.count(first) == len(toks):  # one token follows every new end (C loops)
+            if first is not None:
+                got = groups.get(first)
                 if got is None:
-                    groups[t] = [e]
+                    groups[first] = after
                 else:
-                    got.append(e)
-        return [(g[0] * stride + depth, len(g), t, g) for t, g in groups.items()]
+                    got += after
+        else:
+            for e, t in zip(after, toks):
+                if t is not None:
+                    got = groups.get(t)
+                    if got is None:
+                        groups[t] = [e]
+                    else:
+                        got.append(e)
+        depth += 1
+        kids = [(g[0] * stride + depth, len(g), t, g) for t, g in groups.items()]
+        self._grouped[key] = (ends[-1], kids, groups)
+        return kids
 
 
 class GlobalIndex:
