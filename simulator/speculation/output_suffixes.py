@@ -13,11 +13,20 @@ equals (a suffix never runs across two outputs), and per token the positions whe
 followed by one of its own output's, and answers what ``SuffixIndex.matches`` and
 ``speculate`` answer, with the same floats from the same operations.
 
+A match narrows the last token's occurrences one token further back at a time, and the
+same narrowings recur (requests that follow one earlier output match its substrings again),
+so each is kept: under its list, the token before and the narrowed list, brought up to date
+when asked again by narrowing only the ends added since (the lists only grow, in text
+order, and the text behind an end never changes: the same list as narrowing afresh).  Kept
+only for the substrings that are searched: filing every end under the tokens before it as
+outputs are added cost more than the search saved (tens of thousands of nodes, measured).
+
 A removal (FIFO eviction) makes the trie reuse freed ids, which no text order gives:
 ``GlobalIndex`` then builds the trie once, by the same adds and that removal, and keeps it.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 from simulator.speculation.suffix_index import Speculation, SuffixIndex
@@ -30,11 +39,19 @@ _NEXT = (1).__add__  # a position -> the next one, in C-level ``map``
 class OutputSuffixes(TextSuffixes):
     """``SuffixIndex`` of added sequences, never removed, answered from their text."""
 
-    __slots__ = ()
+    __slots__ = ("_narrowed", "_grouped")
 
     def __init__(self, max_depth: int) -> None:
         super().__init__(max_depth)
         self.text.append(None)  # each output sits between two of these
+        # last token -> {token before: [the narrowed ends, {token before: ...}, the length
+        # of the list they were narrowed from]}, for the narrowings searched so far
+        self._narrowed: dict[int, dict[int, list]] = {}
+        # a node's key -> (the last end grouped, its children as ``_children`` gives them,
+        # the groups by token), for the nodes of two or more ends that speculations read.
+        # By the last end, not a count: a match's ends leave out those that end an output
+        # (``where``'s), a child's hold them; neither has a child there, so the groups agree
+        self._grouped: dict[int, tuple] = {}
 
     def add(self, tokens: list[int]) -> None:
         """Index one sequence (Python ints): each position a token of it follows."""
@@ -52,11 +69,20 @@ class OutputSuffixes(TextSuffixes):
         if not ends:
             return (NO_MATCH,)
         text, size, at_roomy = self.text, 1, None
+        kids = self._narrowed.get(context[last])
+        if kids is None:
+            kids = self._narrowed[context[last]] = {}
         while size < limit:
             if size == roomy:
                 at_roomy = ends
             want = context[last - size]  # (a ``None`` before an output stops the search)
-            narrower = [e for e in ends if text[e - size] == want]
+            kept = kids.get(want)
+            if kept is None:
+                kept = kids[want] = [[e for e in ends if text[e - size] == want], {}, len(ends)]
+            elif kept[2] < len(ends):  # outputs added since: narrow the new ends alone
+                kept[0] += [e for e in ends[kept[2]:] if text[e - size] == want]
+                kept[2] = len(ends)
+            narrower, kids = kept[0], kept[1]
             if not narrower:
                 break
             ends, size = narrower, size + 1
@@ -76,7 +102,8 @@ class OutputSuffixes(TextSuffixes):
     def _children(self, ends: list[int], depth: int, last: int) -> list[tuple]:
         """The children of the node at ``depth`` whose occurrences end at ``ends``: (id,
         count, token, their ends) each, in no order (``last`` is not read: an output's
-        end is the ``None`` after it)."""
+        end is the ``None`` after it).  A node of two or more ends keeps them grouped by
+        the token after (its children), and groups only the ends added since."""
         if depth >= self.max_depth:
             return []
         text, stride = self.text, self._stride
@@ -84,22 +111,37 @@ class OutputSuffixes(TextSuffixes):
             e = ends[0] + 1
             t = text[e]
             return [] if t is None else [(e * stride + depth + 1, 1, t, [e])]
-        after = list(map(_NEXT, ends))
+        key = ends[0] * stride + depth
+        kept = self._grouped.get(key)
+        if kept is None:
+            after = list(map(_NEXT, ends))
+            groups = {}
+        elif kept[0] >= ends[-1]:  # no output added this node an occurrence since
+            return kept[1]
+        else:
+            after = list(map(_NEXT, ends[bisect_right(ends, kept[0]):]))
+            groups = kept[2]
         toks = list(map(text.__getitem__, after))
-        depth += 1
         first = toks[0]
-        if toks.count(first) == len(toks):  # one token follows every occurrence (C loops)
-            return [] if first is None else [(after[0] * stride + depth, len(after), first,
-                                              after)]
-        groups: dict[int, list[int]] = {}
-        for e, t in zip(after, toks):
-            if t is not None:
-                got = groups.get(t)
+        if toks.count(first) == len(toks):  # one token follows every new end (C loops)
+            if first is not None:
+                got = groups.get(first)
                 if got is None:
-                    groups[t] = [e]
+                    groups[first] = after
                 else:
-                    got.append(e)
-        return [(g[0] * stride + depth, len(g), t, g) for t, g in groups.items()]
+                    got += after
+        else:
+            for e, t in zip(after, toks):
+                if t is not None:
+                    got = groups.get(t)
+                    if got is None:
+                        groups[t] = [e]
+                    else:
+                        got.append(e)
+        depth += 1
+        kids = [(g[0] * stride + depth, len(g), t, g) for t, g in groups.items()]
+        self._grouped[key] = (ends[-1], kids, groups)
+        return kids
 
 
 class GlobalIndex:
