@@ -245,9 +245,10 @@ class FewRounds:
         if shape is None:
             return None
         forwards, verify_of, rest = shape
-        every, ons = range(len(k)), []
-        for j in range(len(forwards)):  # the requests with kj > j
-            ons.append(list(compress(every, map(j.__lt__, k))))
+        ons = [[] for _ in forwards]  # forward j's: the requests with kj > j, in order
+        for i, kj in enumerate(k):
+            for on in ons[:kj]:
+                on.append(i)
         verify = verify_of(list(map(_ONE.__add__, k)))  # k + 1 each, in order
         if not forwards:  # an n-gram table: the verification alone
             return lambda gpu, context, produced: gpu + verify(
