@@ -114,6 +114,7 @@ import numpy as np
 
 from hardware.kernels import ELEMENTWISE, GEMM, OTHER
 from hardware.roofline import fast_ndim
+from simulator.cost import vllm_linear
 from simulator.cost.small_kernel import SmallKernel
 
 K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton kernels
@@ -258,6 +259,8 @@ def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
             # kv_b's decode rows take the absorbed bmm's
             floor = np.maximum(floor, deepgemm_decode_floor(cm, tokens, out_per_tok,
                                                             in_per_tok, wb))
+        floor = vllm_linear.with_floor(cm, floor, tokens, out_per_tok, in_per_tok,
+                                       name in NOT_TRITON)
         return float(floor) if fast_ndim(tokens) == 0 else floor
     step = k_step_s(cm)
     if step is None or wb >= cm._b or name in NOT_TRITON:
