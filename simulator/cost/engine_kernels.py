@@ -30,11 +30,11 @@ time is one program's serial loop, ``K / 128`` steps, not the weights over the b
 ``t_step`` the profile's ``moe.fp8_triton_k_step_us`` (measured on Hopper, cited there).
 At many tiles the bound is the HBM stream again (132 programs a wave each loading a 16 KB
 tile a step), so it only binds where few tiles run: small batches, few experts.
-``engines.yaml``'s ``fp8_gemm: triton`` turns it on.  vLLM 0.7's CUTLASS blockwise GEMM, which
-takes its linears with N and K multiples of 128 on sm90, has no split-K either (a persistent
-128 x 128 x 128 tile) and walks K the same way: ``vllm-v0.7`` prices it with this floor, its
-own step measured within 0.4% of the Triton one (``CUTLASS_K_STEP_S``).  DeepGEMM runs its
-own waves (below).
+``engines.yaml``'s ``fp8_gemm: triton`` turns it on (the fused MoE's: ``vllm_fused_moe``
+too).  vLLM 0.7's CUTLASS blockwise GEMM, which takes its linears with N and K multiples
+of 128 on sm90, has no split-K either (a persistent 128 x 128 x 128 tile) and walks K the
+same way: ``vllm-v0.7`` prices it with this floor, its own step measured within 0.4% of the
+Triton one (``CUTLASS_K_STEP_S``).  DeepGEMM runs its own waves (below).
 
 vLLM 0.7.x's absorbed ``W_UV_O`` (``absorbed_uv_o``).  V0's MLA decode folds ``kv_b``'s V
 half into ``o_proj`` ahead of time (vllm/attention/backends/mla/utils.py at v0.7.1-v0.7.3,
@@ -114,6 +114,7 @@ import numpy as np
 
 from hardware.kernels import ELEMENTWISE, GEMM, OTHER
 from hardware.roofline import fast_ndim
+from simulator.cost import vllm_linear
 from simulator.cost.small_kernel import SmallKernel
 
 K_STEP = 128  # the block scale's depth: BLOCK_SIZE_K of the block-FP8 Triton kernels
@@ -196,6 +197,18 @@ def k_step_s(cm) -> float | None:
     return cm.hardware.moe_fp8_triton_k_step_s
 
 
+def grouped_k_step_s(cm) -> float | None:
+    """The K step of the fused-MoE grouped GEMM: ``k_step_s``'s, or where the engine runs
+    vLLM's own Triton fused_moe on block-FP8 experts reached by all-gather (``vllm_fused_moe``)
+    the same step whatever its dense linears run on (DeepGEMM in vLLM 0.11): aiconfigurator's
+    H200 table of that kernel at 1-16 tokens (tests/simulator/cost/fp8_moe_measured.py)."""
+    spec, m = cm.execution.spec, cm.model
+    if spec.vllm_fused_moe and cm.parallel.moe_dispatch == "all_gather" \
+            and m.dtype == "fp8" and cm._roof.kernels is not None:
+        return cm.hardware.moe_fp8_triton_k_step_s
+    return k_step_s(cm)
+
+
 def k_loop_floor(cm, tiles, k: float, step: float):
     """Seconds of a Triton GEMM of ``tiles`` output tiles (an array or a float) over a
     K dimension of ``k``: its waves of programs, each walking ``ceil(k / 128)`` steps."""
@@ -246,6 +259,8 @@ def dense_floor(cm, tokens, out_per_tok: float, in_per_tok: float, wb: float,
             # kv_b's decode rows take the absorbed bmm's
             floor = np.maximum(floor, deepgemm_decode_floor(cm, tokens, out_per_tok,
                                                             in_per_tok, wb))
+        floor = vllm_linear.with_floor(cm, floor, tokens, out_per_tok, in_per_tok,
+                                       name in NOT_TRITON)
         return float(floor) if fast_ndim(tokens) == 0 else floor
     step = k_step_s(cm)
     if step is None or wb >= cm._b or name in NOT_TRITON:
@@ -262,7 +277,7 @@ def grouped_floor(cm, experts, rows, n: float, k: float, block_m: tuple[int, int
     device, ``rows`` routed rows between them, each expert's rows in tiles of
     ``block_m[0]`` rows while they fit in one, else ``block_m[1]`` (moe_kernels' choice)."""
     small, large = block_m
-    step = k_step_s(cm)
+    step = grouped_k_step_s(cm)
     experts = np.asarray(experts, dtype=np.float64)
     if step is None:
         return np.zeros_like(experts)

@@ -111,6 +111,22 @@ PUBLISHED = {
 # the baseline's "ShareGPT batch size 4": 100 prompts, --max-concurrency 4
 CONC4 = (100, 228, 213)       # 22,836 input / 21,338 generated tokens over 100 prompts
 CONC4_OUTPUT_TOKS, CONC4_TPOT_MS = 196.81, 19.36
+# Its 4-request decode step against ai-dynamo/aiconfigurator's H200 vLLM tables (commit
+# 095f58a), issue 35: the MLA decode module (mla/vllm/0.19.0) measured 95.7 us a layer, priced
+# 101.5; vLLM's fused_moe (moe/vllm/0.14.0) 81.3 us at 4 tokens, priced 71.3 with its Triton
+# K loop (engine_kernels.grouped_k_step_s; 68.1 without); the shared experts' two block-FP8
+# linears (gemm/vllm/0.19.0, graph-timed: the collector of that data had no eager switch)
+# 35.7 us, priced 43.7 at vLLM's linear floor (vllm_linear.py; 20.7 before); the router's BF16
+# GEMM 6.2 us (gemm/vllm/0.14.0), priced 13.8 (not repriced: every H200 engine runs it); the
+# all-reduce 6.4 us (comm/vllm/0.14.0), priced 6.45.  Measured where measured, priced where
+# not (elementwise 1.33 ms, moe_shared_add 0.44 ms), the step is about 16.0 ms of GPU time;
+# priced 16.4 ms.  The published mean TPOT is 19.36 ms: about 3.4 ms a step is in no measured
+# operator.  vLLM 0.14.0's GEMM table times the same linears 11-14 us dearer a call than
+# 0.19.0's (a version nearer 0.11.0; no 0.14.0 module table to price the module with): at the
+# step's ~300 block-FP8 linears that is about 3.6 ms, most of the gap; or host time between
+# steps (async_scheduling off by default in 0.11.0, the profile's generic 200 us step
+# overhead), for which no measurement of vLLM 0.11 at TP 8 was found.  Predicted 238.3
+# output tokens/s (+21.1%, was +33.6%), mean TPOT 16.46 ms (-15.0%, was -23.2%).
 
 
 def _shape(case: str) -> tuple[int, int, int]:
@@ -349,48 +365,4 @@ DP_KNOWN_MISSES: dict[str, str] = {
         "brought the mean TPOTs within 4%): the simulated requests all finish together after "
         "the last prefill, where the page's finish spread, the front end the last sentences "
         "here name. " + _SGLANG_TPOT_WHY),
-    "gpustack-dsr1-h200-vllm-sharegpt-conc4-output-toks": (
-        "predicted 262.9 vs published 196.81 output tokens/s (+33.6%; +29.1% before the TP "
-        "all-reduce was repriced, +53.7% before issue 35 priced vLLM's MLA decode module): "
-        "the decode step at 4 requests is priced 14.9 ms where vLLM's median ITL is 18.84 ms "
-        "(mean TPOT 19.36 ms, predicted 14.87, -23.2%). Per operator against ai-dynamo/"
-        "aiconfigurator's H200 vLLM tables (commit 095f58a): the MLA decode module (h200_sxm/"
-        "mla/vllm/0.19.0/mla_generation_module_perf.parquet, vLLM's DeepseekV2MLAAttention "
-        "under a CUDA graph, 16 heads, fp8_block GEMMs, BF16 KV) measured 95.7 us a layer at 4 "
-        "requests and context 256 where its priced operators came to 60 us; priced since at "
-        "the measured excess, 41.1 us a layer (hardware/profiles/h200.yaml moe.vllm_mla_"
-        "decode_excess_us, engines.yaml vllm-v0.11 vllm_mla_module: 2.5 ms a step). Left: "
-        "vLLM's fused_moe (h200_sxm/moe/vllm/0.14.0, fused_experts with the routing given) "
-        "81.3 / 124.7 / 216.3 us at 4 / 8 / 16 tokens where the call is priced 66.6 / 102.0 / "
-        "161.1 (-18% to -26%: 0.9 / 1.3 / 3.2 ms a step): one streaming rate fitted to 1-16 "
-        "tokens (0.65, rms 13%) prices 64-512 tokens 9-25% too dear (13-19% with the pair "
-        "refitted), and the Triton "
-        "K-loop floor (moe.fp8_triton_k_step_us, SGLang's kernel's step) fits vLLM's 1-16 "
-        "tokens (+4% to -14%) but prices SGLang's own tuned call 14-66% too dear there, so "
-        "neither is carried. The router's BF16 GEMM (N 256, K 7168) is priced 13.8 us a layer "
-        "where aiconfigurator's graph-captured vLLM GEMM table (h200_sxm/gemm/vllm/0.14.0) "
-        "gives 6.2 us at 4 rows: not repriced (every H200 engine uses it). The TP all-reduce "
-        "of 57 KB (10.7 us before) is priced 6.5 us, h200's custom_all_reduce fitted to vLLM's "
-        "graph rows (h200_sxm/comm/vllm/0.14.0, 5.8-6.6 us at 32-64 KiB): 0.5 ms a step. Not "
-        "usable: that table's fp8_block GEMMs are timed eager (collector/vllm/collect_gemm.py "
-        "use_cuda_graph=gemm_type != 'fp8_block': 20-43 us at 1-32 rows, a host floor), its "
-        "0.14.0 generation_mla rows too (160-210 us flat). vLLM 0.11.0's own step (the PyPI "
-        "wheel read): FlashMLA is the MLA decode backend on Hopper (platforms/cuda.py, "
-        "VLLM_ATTENTION_BACKEND unset), cudagraph_mode defaults to FULL_AND_PIECEWISE "
-        "(config/__init__.py; FlashMLA's cudagraph_support UNIFORM_BATCH: decode steps replay "
-        "one full graph), the V1 sampler runs FlashInfer's top-p/top-k kernels "
-        "(v1/sample/ops/topk_topp_sampler.py, VLLM_USE_FLASHINFER_SAMPLER None means on; "
-        "DeepSeek-R1's generation_config asks temperature 0.6, top_p 0.95), and "
-        "async_scheduling is off by default (config/scheduler.py), so the step's host work "
-        "(scheduling, prepare_inputs, the eager compute_logits and sampler, the outputs) "
-        "shows between steps; it is priced at the profile's generic 200 us "
-        "(defaults.step_overhead_us), no measurement of vLLM 0.11's at TP 8 having been "
-        "found. Spread ShareGPT lengths barely move it (sharegpt.py). DeepGEMM's dense linears "
-        "at decode rows are measured slower than the roofline (sgl-project/sglang PR #5820, "
-        "April 2025: 10.3 us for N 3072 x K 1536 at M = 1, the H200 roofline 4.9), but that "
-        "is the DeepGEMM of April 2025 (engines.yaml sglang-v0.4.5 deepgemm_decode_floor); "
-        "the one vLLM 0.11.0 ran was rewritten since (deepseek-ai/DeepGEMM #112, 2025-07-20),"
-        " and with those times SGLang 0.5.7's step at 8 requests came out above InferenceX "
-        "issue #870's whole measured TPOT (16.1 vs 12.8 ms), so they are not carried over. "
-        + _V011_CONFIGS),
 }

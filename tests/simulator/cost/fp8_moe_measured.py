@@ -87,14 +87,16 @@ def best_tuned_h200() -> tuple[float, float]:
     return _triton_grid_best(lambda kp: tuned_h200_errors(kp, eta))
 
 
-def vllm_h200_errors(kernel: tuple | None = None) -> np.ndarray:
+def vllm_h200_errors(kernel: tuple | None = None, engine: str | None = "vllm-v0.11"
+                     ) -> np.ndarray:
     """Relative errors of the priced calls against aiconfigurator's vLLM H200 series at
-    h200's ``moe.fp8_triton_memory_efficiency``; ``kernel``: ``(efficiency, p)``, else h200's
-    ``moe.fp8_vllm_*`` pair."""
+    h200's ``moe.fp8_triton_memory_efficiency``, priced under ``engine`` (vLLM 0.11's: its
+    Triton fused_moe's K-loop floor, engine_kernels.grouped_k_step_s; None: no engine, no
+    floor); ``kernel``: ``(efficiency, p)``, else h200's ``moe.fp8_vllm_*`` pair."""
     hw = load_profile("h200")
     pair = kernel or (hw.moe_fp8_vllm_compute_efficiency, hw.moe_fp8_vllm_overlap_exponent)
     return fm.errors(DEEPSEEK_V3_H200_VLLM, eta=hw.moe_fp8_triton_memory_efficiency,
-                     kernel=pair)
+                     kernel=pair, engine=engine)
 
 
 def best_vllm_h200() -> tuple[float, float]:

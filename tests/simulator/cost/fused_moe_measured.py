@@ -15,8 +15,10 @@ import numpy as np
 from hardware.profile import load_profile
 from simulator.cost import moe, moe_kernels
 from simulator.cost.cost_model import CostModel
+from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
 from simulator.cost.precision import with_precision
+from simulator.cost.spec_catalog import load_engine
 from simulator.models.spec import load_model
 
 # sgl-project/sglang PR #11730 ("add tuned fuse moe kernel for qwen3 235b fp8 on h200"):
@@ -75,7 +77,7 @@ def kernel_fields(efficiency, exponent) -> dict:
     """The profile fields of every grouped-GEMM family set to one pair (a call prices with the
     family of its experts' dtype and dispatch only: moe_kernels.grouped_gemm_kernel)."""
     return {f"moe_{family}_{name}": value for family in ("grouped_gemm", "fp8_triton",
-                                                          "fp8_deepgemm")
+                                                          "fp8_deepgemm", "fp8_vllm")
             for name, value in (("compute_efficiency", efficiency),
                                 ("overlap_exponent", exponent))}
 
@@ -83,11 +85,11 @@ def kernel_fields(efficiency, exponent) -> dict:
 @functools.cache
 def _cost_model(profile: str, model: str, tp: int, dtype: str,
                 eta: float | None = -1.0, kernel: tuple | None = None,
-                shapes: tuple = ()) -> CostModel:
+                shapes: tuple = (), engine: str | None = None) -> CostModel:
     """``eta`` -1: the profile's fused-MoE streaming efficiencies; else that value instead;
     ``kernel`` None: the profile's grouped-GEMM compute efficiency and overlap exponent;
     else ``(efficiency, exponent)`` instead; ``shapes``: ``(field, value)`` pairs replacing
-    the catalog model's."""
+    the catalog model's; ``engine``: an engines.yaml entry to price under (None: none)."""
     hw = load_profile(profile)
     if eta is None or eta >= 0:  # the one streaming rate, whichever family runs the call
         hw = dataclasses.replace(hw, moe_quantized_gemm_efficiency=eta,
@@ -95,16 +97,18 @@ def _cost_model(profile: str, model: str, tp: int, dtype: str,
     if kernel is not None:
         hw = dataclasses.replace(hw, **kernel_fields(*kernel))
     spec = dataclasses.replace(load_model(model), **dict(shapes))
-    return CostModel(hw, with_precision(spec, hw, dtype), Parallelism(tensor_parallel=tp))
+    execution = None if engine is None else resolve_execution(hw, {"spec": load_engine(engine)})
+    return CostModel(hw, with_precision(spec, hw, dtype), Parallelism(tensor_parallel=tp),
+                     execution=execution)
 
 
 def fused_moe_call_s(profile: str, model: str, tp: int, dtype: str, tokens: float,
                      eta: float | None = -1.0, kernel: tuple | None = None,
-                     shapes: tuple = ()) -> float:
+                     shapes: tuple = (), engine: str | None = None) -> float:
     """The cost model's seconds for one fused-MoE call of ``tokens`` tokens: the grouped
     GEMMs, the routing/align/sum/quantisation kernels, and the activation of the routed rows
     (``eta``, ``kernel``: numbers to price it with instead of the profile's)."""
-    cm = _cost_model(profile, model, tp, dtype, eta, kernel, shapes)
+    cm = _cost_model(profile, model, tp, dtype, eta, kernel, shapes, engine)
     t = np.array([float(tokens)])
     gemms = sum(float(term[-2][0]) for term in moe.routed_terms(cm, t))
     routing = next(float(gpu) for name, _, gpu, _, _ in moe_kernels.small_kernel_terms(
@@ -116,11 +120,13 @@ def fused_moe_call_s(profile: str, model: str, tp: int, dtype: str, tokens: floa
     return gemms + routing + act
 
 
-def errors(series, eta: float | None = -1.0, kernel: tuple | None = None) -> np.ndarray:
-    """Relative error of the priced call at each batch size of a series."""
+def errors(series, eta: float | None = -1.0, kernel: tuple | None = None,
+           engine: str | None = None) -> np.ndarray:
+    """Relative error of the priced call at each batch size of a series (``engine``: an
+    engines.yaml entry to price it under)."""
     profile, model, tp, dtype, measured, *shapes = series
     return np.array([fused_moe_call_s(profile, model, tp, dtype, t, eta, kernel,
-                                      tuple(shapes[0]) if shapes else ()) * 1e6 / us
+                                      tuple(shapes[0]) if shapes else (), engine) * 1e6 / us
                      - 1.0 for t, us in measured.items()])
 
 

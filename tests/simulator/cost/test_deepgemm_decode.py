@@ -8,6 +8,7 @@ import pytest
 
 from hardware.profile import load_profile
 from simulator.cost import engine_kernels as ek
+from simulator.cost import vllm_linear
 from simulator.cost.cost_model import CostModel
 from simulator.cost.execution import resolve_execution
 from simulator.cost.parallelism import Parallelism
@@ -86,9 +87,12 @@ def test_decode_rows_pay_it_on_a_deepgemm_engine_only():
         floor = ek.dense_floor(on, 8.0, n, k, 1.0, "o_proj")
         assert floor > roof  # the H200's roofline is the faster price at 8 rows
         assert ek.dense_floor(off, 8.0, n, k, 1.0, "o_proj") == 0.0
-        # nor the engines of a DeepGEMM rewritten since the measurement (engines.yaml)
-        for later in ("sglang-v0.5", "vllm-v0.11"):
-            assert ek.dense_floor(_cm(engine=later), 8.0, n, k, 1.0, "o_proj") == 0.0
+        # nor the engines of a DeepGEMM rewritten since the measurement (engines.yaml);
+        # vLLM 0.11 pays its own linear's measured floor instead (vllm_linear.py)
+        assert ek.dense_floor(_cm(engine="sglang-v0.5"), 8.0, n, k, 1.0, "o_proj") == 0.0
+        v011 = _cm(engine="vllm-v0.11")
+        assert ek.dense_floor(v011, 8.0, n, k, 1.0, "o_proj") == float(
+            vllm_linear.floor_s(v011, 8.0, n, k))
         # a 16-bit linear (the router's) never pays it
         assert ek.dense_floor(on, 8.0, n, k, 2.0, "router") == 0.0
     # kv_b_proj's decode rows run the absorbed bmm's, not DeepGEMM

@@ -57,14 +57,17 @@ def _rows(cm):
 def test_excess_is_the_least_squares_constant_of_the_measured_module():
     rows = np.array(_rows(_model()))
     measured, base, term = rows.T
-    # the operators alone price the module 28-45% too fast, 29-52 us a layer
-    excess = measured - base
-    assert 29.0 < excess.min() and excess.max() < 53.0, excess
-    assert np.all(base / measured - 1 < -0.28), base / measured
+    # with the block-FP8 linears at vLLM's decode floor (vllm_linear.py) the operators come
+    # within -3 to +21 us of the module a layer (29-52 us before it), about nothing at batch
+    # 1 and 18-21 us at 32: the excess grows with the batch
+    excess = (measured - base).reshape(len(MODULE_US), len(BATCHES))
+    assert -3.0 < excess.min() and excess.max() < 21.0, excess
+    assert np.all(np.abs(excess[:, 0]) < 5.0) and np.all(excess[:, -1] > 18.0), excess
+    assert np.all(np.diff(excess.mean(axis=0)) > 0), excess
     # the profile's value: the excess's mean (the least-squares constant), to its 0.1 us
     assert load_profile("h200").mla_vllm_decode_excess_s * 1e6 == pytest.approx(
         excess.mean(), abs=0.05)
-    assert np.allclose(term, 41.1)
+    assert np.allclose(term, 9.1)
     err = (base + term) / measured - 1
     assert -0.10 < err.min() and err.max() < 0.14, err
     assert np.sqrt(np.mean(err ** 2)) < 0.07
@@ -82,7 +85,7 @@ def test_step_time_agrees_with_the_breakdown():
     for batch in (1, 4, 16):
         assert cm.step_time([1] * batch, [300] * batch) == pytest.approx(
             cm.breakdown([1] * batch, [300] * batch).time_s, rel=1e-9)
-    # a 4-request decode step pays 61 layers of the measured 41.1 us
+    # a 4-request decode step pays 61 layers of the measured 9.1 us
     with_term = cm.breakdown([1] * 4, [300] * 4)
     term = next(op for op in with_term.ops if op.name == "vllm_mla_module")
-    assert term.time_s == pytest.approx(61 * 41.1e-6)
+    assert term.time_s == pytest.approx(61 * 9.1e-6)
