@@ -235,3 +235,44 @@ def test_spread_is_linspace_rounded():
         for count in range(0, 30):
             want = np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
             assert _spread(size, count).tolist() == want, (size, count)
+
+
+def _reference_rows(alpha, cap, max_candidates=12):
+    """The search's candidates as first written: none, the uniform choices min(cap, u), the
+    thresholds' counts by a sum of booleans, the repeats dropped by np.unique's first
+    indices; one request like any other."""
+    cap = np.maximum(cap.astype(np.int64), 0)
+    k_max = int(cap.max())
+    a = np.clip(alpha, 0.0, 1.0)
+    powers = a[:, None] ** np.arange(1, k_max + 1)
+    allowed = np.arange(1, k_max + 1) <= cap[:, None]
+    levels = np.unique(powers[allowed])[::-1]
+    if levels.size > max_candidates:
+        levels = levels[np.linspace(0, levels.size - 1, max_candidates).round().astype(int)]
+    uniform = np.minimum(cap, np.arange(1, k_max + 1)[:, None])
+    counts = ((powers[None] >= levels[:, None, None]) & allowed).sum(axis=2)
+    ks = np.vstack([np.zeros((1, cap.size), np.int64), uniform, counts])
+    _, first = np.unique(ks, axis=0, return_index=True)
+    return ks[np.sort(first)]
+
+
+def test_the_candidates_are_the_reference_rows():
+    """``goodput_choice``'s candidates (the thresholds counted by a product with ones, one
+    request's rows 0 .. cap without thresholds) are the reference's, in its order, for
+    batches of 1 to 40 requests, uniform and mixed caps, alphas at and past 0 and 1."""
+    from simulator.policies.adaptive_controllers import goodput_choice
+    rng = np.random.default_rng(36)
+    ones = lambda ks: np.ones(ks.shape[0])  # noqa: E731
+    for case in range(600):
+        n = int(rng.integers(1, 41)) if case % 3 else 1
+        alpha = rng.uniform(0.0, 1.0, n)
+        if case % 5 == 0:
+            alpha = np.where(rng.random(n) < 0.3, rng.choice([0.0, 1.0, -0.5, 1.5], n), alpha)
+        top = int(rng.integers(1, 9))
+        cap = np.full(n, top) if case % 2 else rng.integers(0, top + 1, n)
+        if not cap.max():
+            continue
+        ks, best = goodput_choice(alpha, cap, step_times=ones)
+        want = _reference_rows(alpha, cap)
+        assert ks.shape == want.shape and (ks == want).all(), case
+        assert 0 <= best < ks.shape[0]
