@@ -25,8 +25,7 @@ import numpy as np
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number
 from simulator.policies.goodput_parts import (_caps, _clipped, _column, _descending_distinct,
-                                              _distinct, _offsets, _ones, _single, _spread,
-                                              _steps)
+                                              _offsets, _ones, _single, _spread, _steps)
 
 
 @dataclass(frozen=True)
@@ -246,7 +245,8 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
                    max_candidates: int = 12, *,
                    step_times: Callable[[np.ndarray], np.ndarray] | None = None
                    ) -> tuple[np.ndarray, int]:
-    """The goodput search's distinct candidates (C, n) and the index of the one it chooses.
+    """The goodput search's candidates (C, n) and the index of the one it chooses (a
+    threshold's row may repeat a uniform one: see ``_candidates``).
 
     If step time grew with each request's own tokens only, every request would draft while
     its next token's acceptance probability alpha_i^(k+1) beats a common threshold, so the
@@ -254,7 +254,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     draft model's chain, though, costs max(k) sequential forwards whoever needs them, so the
     uniform choices k_i = min(cap_i, u) are candidates too; the best predicted one wins.
     ``step_time`` predicts one candidate's seconds; ``step_times``, where given, every
-    distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
+    candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
     cap, k_max, k_min = _caps(cap)
@@ -290,10 +290,14 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
 
 def _candidates(powers: np.ndarray, cap: np.ndarray, k_max: int, k_min: int,
                 max_candidates: int) -> np.ndarray:
-    """``goodput_choice``'s distinct candidate rows (C, n), each where it first appears: none,
-    the uniform choices min(cap, u), the thresholds' counts (``powers``: alpha_i^j, j = 1 ..
-    k_max + 1).  One request's are 0 .. k_max: each threshold is one of its own first k_max
-    powers, so its count is one of 1 .. k_max, a uniform choice already there."""
+    """``goodput_choice``'s candidate rows (C, n): none, the uniform choices min(cap, u),
+    the thresholds' counts (``powers``: alpha_i^j, j = 1 .. k_max + 1).  Only a threshold's
+    row can repeat an earlier one (none and the uniform rows differ where cap is k_max; two
+    levels differ where the lower one's own power is), and always a uniform one: each row is
+    priced alone, so a repeat gets its first's seconds and gain, and the strict comparison
+    never takes it over that first (the same choice as the rows without repeats, which
+    cost a pass over every row to find).  One request's rows are 0 .. k_max: each threshold
+    is one of its own first k_max powers, so its count is a uniform choice already there."""
     n = cap.size
     if n == 1:
         return _single(k_max)
@@ -313,7 +317,7 @@ def _candidates(powers: np.ndarray, cap: np.ndarray, k_max: int, k_min: int,
     # ones (whole numbers, exact as floats; cheaper than a sum of booleans along the last axis)
     ge = powers >= levels[:, None, None]
     ks[k_max + 1:] = (ge.reshape(-1, k_max) @ _ones(k_max)).reshape(levels.size, n)
-    return _distinct(ks)
+    return ks
 
 
 _SUM, _MAX = np.add.reduce, np.maximum.reduce

@@ -1,5 +1,5 @@
 """The goodput search's small parts (``adaptive_controllers.goodput_choice``): its inputs'
-checks, its memoised index and step arrays, and its distinct values and rows, each the
+checks, its memoised index and step arrays, and its distinct values, each the
 same numbers as the numpy expression its docstring names, with fewer calls."""
 from __future__ import annotations
 
@@ -17,19 +17,6 @@ def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
         cap = np.maximum(cap, 0)
         caps = cap.tolist()
     return cap, max(caps), min(caps)
-
-
-def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` (int64, C-contiguous) without repeats, each where it first
-    appears, known by their bytes; one pass (thresholds often repeat a uniform row)."""
-    width = ks.shape[1] * ks.itemsize
-    buffer = ks.tobytes()
-    first: dict[bytes, int] = {}  # insertion order: the rows' order of first appearance
-    for c, start in enumerate(range(0, len(buffer), width)):
-        first.setdefault(buffer[start:start + width], c)
-    if len(first) == ks.shape[0]:  # nothing repeats
-        return ks
-    return ks.take(list(first.values()), axis=0)  # (a list: cheaper than ks[list])
 
 
 _OFFSETS: dict[tuple[int, int], np.ndarray] = {}

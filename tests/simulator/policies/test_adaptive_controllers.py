@@ -256,13 +256,20 @@ def _reference_rows(alpha, cap, max_candidates=12):
     return ks[np.sort(first)]
 
 
+def _first_rows(ks):
+    """The rows of ``ks`` without repeats, each where it first appears."""
+    _, first = np.unique(ks, axis=0, return_index=True)
+    return ks[np.sort(first)]
+
+
 def test_the_candidates_are_the_reference_rows():
     """``goodput_choice``'s candidates (the thresholds counted by a product with ones, one
-    request's rows 0 .. cap without thresholds) are the reference's, in its order, for
-    batches of 1 to 40 requests, uniform and mixed caps, alphas at and past 0 and 1."""
+    request's rows 0 .. cap without thresholds, repeats kept) are the reference's once
+    repeats are dropped, in its order, for batches of 1 to 40 requests, uniform and mixed
+    caps, alphas at and past 0 and 1; and its choice is the reference rows' (the same
+    strict comparison over the rows without repeats) under a step time of the whole row."""
     from simulator.policies.adaptive_controllers import goodput_choice
     rng = np.random.default_rng(36)
-    ones = lambda ks: np.ones(ks.shape[0])  # noqa: E731
     for case in range(600):
         n = int(rng.integers(1, 41)) if case % 3 else 1
         alpha = rng.uniform(0.0, 1.0, n)
@@ -272,7 +279,16 @@ def test_the_candidates_are_the_reference_rows():
         cap = np.full(n, top) if case % 2 else rng.integers(0, top + 1, n)
         if not cap.max():
             continue
-        ks, best = goodput_choice(alpha, cap, step_times=ones)
+        w, base = rng.uniform(0.0, 0.2, n), rng.uniform(0.5, 2.0)
+        seconds = lambda ks: np.array(  # noqa: E731  (each row alone: repeats price alike)
+            [base + 0.1 * row.max() + row @ w for row in ks])
+        ks, best = goodput_choice(alpha, cap, step_times=seconds)
         want = _reference_rows(alpha, cap)
-        assert ks.shape == want.shape and (ks == want).all(), case
-        assert 0 <= best < ks.shape[0]
+        assert (_first_rows(ks) == want).all(), case
+        gains = [expected_emitted(np.clip(alpha, 0.0, 1.0), row).sum() for row in want]
+        times = seconds(want).tolist()
+        pick, value = 0, gains[0] / times[0]
+        for c in range(1, len(want)):
+            if gains[c] / times[c] > value * (1 + 1e-12):
+                pick, value = c, gains[c] / times[c]
+        assert ks[best].tolist() == want[pick].tolist(), case
