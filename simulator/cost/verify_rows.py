@@ -36,15 +36,19 @@ def verify_step_times(cm, tokens: np.ndarray, context: np.ndarray,
     that class: a subclass that prices its steps otherwise (DP attention's ranks) gets its
     own ``step_time`` row by row."""
     tokens, ctx = np.asarray(tokens), np.asarray(context, np.float64)
-    if tokens.ndim != 2 or ctx.ndim != 1 or tokens.shape[1] != ctx.size or not ctx.size \
-            or not closed or cm._general_only or not whole_new_tokens(tokens):
+    shaped = tokens.ndim == 2 and ctx.ndim == 1 and tokens.shape[1] == ctx.size \
+        and ctx.size > 0 and tokens.shape[0] > 0 and closed and not cm._general_only
+    # each row's fewest: ``whole_new_tokens``' test from them (their least is the array's;
+    # a NaN fails its whole-number test), one reduction fewer
+    fewest = _MIN(tokens, axis=1).tolist() if shaped else None
+    if not shaped or not min(fewest) >= 1 or not (
+            tokens.dtype.kind in "iu" or bool((tokens == np.floor(tokens)).all())):
         return np.array([cm.step_time(row, ctx, row)
                          for row in tokens.astype(np.float64)], np.float64)
     n = ctx.size
     # whole numbers (integers, or floats that are): the same sums in any order, as floats
     # (each exact: below 2**53)
-    lo, hi = list(map(float, _MIN(tokens, axis=1).tolist())), \
-        list(map(float, _MAX(tokens, axis=1).tolist()))
+    lo, hi = list(map(float, fewest)), list(map(float, _MAX(tokens, axis=1).tolist()))
     totals = list(map(float, _SUM(tokens, axis=1).tolist()))
     out, rest, ctx_sum, pricers = [0.0] * len(totals), [], None, _memo(cm).pricers
     for c, (low, high, total) in enumerate(zip(lo, hi, totals)):

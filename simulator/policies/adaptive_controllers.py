@@ -24,6 +24,8 @@ import numpy as np
 
 from simulator.inputs.errors import SpecsimError
 from simulator.inputs.yaml_io import as_number
+from simulator.policies.goodput_parts import (_caps, _clipped, _column, _descending_distinct,
+                                              _offsets, _ones, _single, _spread, _steps)
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,8 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
                    max_candidates: int = 12, *,
                    step_times: Callable[[np.ndarray], np.ndarray] | None = None
                    ) -> tuple[np.ndarray, int]:
-    """The goodput search's distinct candidates (C, n) and the index of the one it chooses.
+    """The goodput search's candidates (C, n) and the index of the one it chooses (a
+    threshold's row may repeat a uniform one: see ``_candidates``).
 
     If step time grew with each request's own tokens only, every request would draft while
     its next token's acceptance probability alpha_i^(k+1) beats a common threshold, so the
@@ -251,7 +254,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     draft model's chain, though, costs max(k) sequential forwards whoever needs them, so the
     uniform choices k_i = min(cap_i, u) are candidates too; the best predicted one wins.
     ``step_time`` predicts one candidate's seconds; ``step_times``, where given, every
-    distinct candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
+    candidate's at once (rows of a (C, n) matrix, the first all zeros), bitwise
     ``step_time`` of each row: the same choice, without a call per candidate.
     """
     cap, k_max, k_min = _caps(cap)
@@ -270,25 +273,13 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
         table = np.where(certain[:, None], steps + 0.0, table)
     else:
         table = (1.0 - powers) / (1.0 - a)[:, None]
-    if k_min == k_max:  # every request may draft k_max (the usual case): no masks
-        powers = powers[:, :k_max]
-        levels = _descending_distinct(powers)
-    else:
-        allowed = steps[:k_max] <= cap[:, None]
-        # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
-        powers = np.where(allowed, powers[:, :k_max], -1.0)
-        levels = _descending_distinct(powers[allowed])
-    if levels.size > max_candidates:
-        levels = levels[_spread(levels.size, max_candidates)]
-    # the rows in their order: none, the uniform choices min(cap, u), the thresholds' counts
-    ks = np.zeros((1 + k_max + levels.size, n), np.int64)
-    np.minimum(cap, _column(k_max), out=ks[1:k_max + 1])
-    _SUM(powers >= levels[:, None, None], axis=2, out=ks[k_max + 1:])
-    ks = _distinct(ks)
+    ks = _candidates(powers, cap, k_max, k_min, max_candidates)
     seconds = step_times(ks).tolist() if step_times is not None \
         else [step_time(k) for k in ks]
     # each candidate's sum along its own row: the 1-D sum of that gather
-    gains = _SUM(table.take(ks + _offsets(n, k_max + 1)), axis=1).tolist()  # flat indices
+    # (one request: its row's entries themselves, the sums of one)
+    gains = table.ravel().tolist() if n == 1 else \
+        _SUM(table.take(ks + _offsets(n, k_max + 1)), axis=1).tolist()  # flat indices
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
@@ -297,103 +288,36 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     return ks, best_c
 
 
+def _candidates(powers: np.ndarray, cap: np.ndarray, k_max: int, k_min: int,
+                max_candidates: int) -> np.ndarray:
+    """``goodput_choice``'s candidate rows (C, n): none, the uniform choices min(cap, u),
+    the thresholds' counts (``powers``: alpha_i^j, j = 1 .. k_max + 1).  Only a threshold's
+    row can repeat an earlier one (none and the uniform rows differ where cap is k_max; two
+    levels differ where the lower one's own power is), and always a uniform one: each row is
+    priced alone, so a repeat gets its first's seconds and gain, and the strict comparison
+    never takes it over that first (the same choice as the rows without repeats, which
+    cost a pass over every row to find).  One request's rows are 0 .. k_max: each threshold
+    is one of its own first k_max powers, so its count is a uniform choice already there."""
+    n = cap.size
+    if n == 1:
+        return _single(k_max)
+    if k_min == k_max:  # every request may draft k_max (the usual case): no masks
+        powers = powers[:, :k_max]
+        levels = _descending_distinct(powers)
+    else:
+        allowed = _steps(k_max)[:k_max] <= cap[:, None]
+        # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
+        powers = np.where(allowed, powers[:, :k_max], -1.0)
+        levels = _descending_distinct(powers[allowed])
+    if levels.size > max_candidates:
+        levels = levels[_spread(levels.size, max_candidates)]
+    ks = np.zeros((1 + k_max + levels.size, n), np.int64)
+    np.minimum(cap, _column(k_max), out=ks[1:k_max + 1])
+    # each threshold's counts: (levels, n, k_max) comparisons counted by one product with
+    # ones (whole numbers, exact as floats; cheaper than a sum of booleans along the last axis)
+    ge = powers >= levels[:, None, None]
+    ks[k_max + 1:] = (ge.reshape(-1, k_max) @ _ones(k_max)).reshape(levels.size, n)
+    return ks
+
+
 _SUM, _MAX = np.add.reduce, np.maximum.reduce
-
-
-def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """``cap`` as int64, none below 0, with its largest and smallest (0 for no request):
-    from one list of whole numbers, cheaper than two reductions."""
-    cap = cap if cap.dtype == np.int64 else cap.astype(np.int64)
-    caps = cap.tolist()
-    if not caps:
-        return cap, 0, 0
-    if min(caps) < 0:
-        cap = np.maximum(cap, 0)
-        caps = cap.tolist()
-    return cap, max(caps), min(caps)
-
-
-def _distinct(ks: np.ndarray) -> np.ndarray:
-    """The rows of ``ks`` (int64, C-contiguous) without repeats, each where it first
-    appears, known by their bytes; one pass (thresholds often repeat a uniform row)."""
-    width = ks.shape[1] * ks.itemsize
-    buffer = ks.tobytes()
-    first: dict[bytes, int] = {}  # insertion order: the rows' order of first appearance
-    for c, start in enumerate(range(0, len(buffer), width)):
-        first.setdefault(buffer[start:start + width], c)
-    if len(first) == ks.shape[0]:  # nothing repeats
-        return ks
-    return ks.take(list(first.values()), axis=0)  # (a list: cheaper than ks[list])
-
-
-_OFFSETS: dict[tuple[int, int], np.ndarray] = {}
-
-
-def _offsets(n: int, width: int) -> np.ndarray:
-    """Where row i of an (n, width) table starts in its flat buffer, memoised: a
-    candidate's entries table[i, k_i] are the flat ones at k_i + that."""
-    key = (n, width)
-    out = _OFFSETS.get(key)
-    if out is None:
-        out = _OFFSETS[key] = np.arange(0, n * width, width)
-        out.flags.writeable = False
-    return out
-
-
-def _clipped(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
-    """``np.clip(alpha, 0, 1)``'s values, and whether all are inside (0, 1): then ``alpha``
-    itself (the clip changes nothing; one list instead of three numpy calls)."""
-    if alpha.dtype == np.float64:
-        values = alpha.tolist()
-        if values and 0.0 < min(values) and max(values) < 1.0:
-            return alpha, True
-    return np.minimum(np.maximum(alpha, 0.0), 1.0), False
-
-
-def _descending_distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)[::-1]`` (finite values, any shape) without its layers."""
-    ordered = np.sort(values, axis=None)
-    if ordered.size < 2:
-        return ordered
-    keep = np.empty(ordered.size, bool)
-    keep[-1] = True
-    np.not_equal(ordered[:-1], ordered[1:], out=keep[:-1])
-    return ordered[keep][::-1]
-
-
-_STEPS: dict[int, np.ndarray] = {}
-
-
-def _steps(k_max: int) -> np.ndarray:
-    """``np.arange(1, k_max + 2)``, memoised (read-only: shared by every call)."""
-    out = _STEPS.get(k_max)
-    if out is None:
-        out = _STEPS[k_max] = np.arange(1, k_max + 2)
-        out.flags.writeable = False
-    return out
-
-
-_COLUMNS: dict[int, np.ndarray] = {}
-
-
-def _column(k_max: int) -> np.ndarray:
-    """``_steps(k_max)[:k_max, None]``, memoised (read-only)."""
-    out = _COLUMNS.get(k_max)
-    if out is None:
-        out = _COLUMNS[k_max] = _steps(k_max)[:k_max, None]
-    return out
-
-
-_SPREADS: dict[tuple[int, int], np.ndarray] = {}
-
-
-def _spread(size: int, count: int) -> np.ndarray:
-    """``count`` indices spread evenly over ``size``, memoised: np.linspace's rounded (numpy
-    2's: i times the float step, plus 0.0, the last the stop; ``round`` halves to even)."""
-    out = _SPREADS.get((size, count))
-    if out is None:
-        step = float(size - 1) / (count - 1) if count > 1 and size > 1 else 0.0
-        out = _SPREADS[(size, count)] = np.array(
-            [round(i * step + 0.0) for i in range(count - 1)] + [size - 1], np.int64) \
-            if step else np.linspace(0, size - 1, count).round().astype(np.int64)
-    return out

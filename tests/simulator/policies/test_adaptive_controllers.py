@@ -235,3 +235,60 @@ def test_spread_is_linspace_rounded():
         for count in range(0, 30):
             want = np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
             assert _spread(size, count).tolist() == want, (size, count)
+
+
+def _reference_rows(alpha, cap, max_candidates=12):
+    """The search's candidates as first written: none, the uniform choices min(cap, u), the
+    thresholds' counts by a sum of booleans, the repeats dropped by np.unique's first
+    indices; one request like any other."""
+    cap = np.maximum(cap.astype(np.int64), 0)
+    k_max = int(cap.max())
+    a = np.clip(alpha, 0.0, 1.0)
+    powers = a[:, None] ** np.arange(1, k_max + 1)
+    allowed = np.arange(1, k_max + 1) <= cap[:, None]
+    levels = np.unique(powers[allowed])[::-1]
+    if levels.size > max_candidates:
+        levels = levels[np.linspace(0, levels.size - 1, max_candidates).round().astype(int)]
+    uniform = np.minimum(cap, np.arange(1, k_max + 1)[:, None])
+    counts = ((powers[None] >= levels[:, None, None]) & allowed).sum(axis=2)
+    ks = np.vstack([np.zeros((1, cap.size), np.int64), uniform, counts])
+    _, first = np.unique(ks, axis=0, return_index=True)
+    return ks[np.sort(first)]
+
+
+def _first_rows(ks):
+    """The rows of ``ks`` without repeats, each where it first appears."""
+    _, first = np.unique(ks, axis=0, return_index=True)
+    return ks[np.sort(first)]
+
+
+def test_the_candidates_are_the_reference_rows():
+    """``goodput_choice``'s candidates (the thresholds counted by a product with ones, one
+    request's rows 0 .. cap without thresholds, repeats kept) are the reference's once
+    repeats are dropped, in its order, for batches of 1 to 40 requests, uniform and mixed
+    caps, alphas at and past 0 and 1; and its choice is the reference rows' (the same
+    strict comparison over the rows without repeats) under a step time of the whole row."""
+    from simulator.policies.adaptive_controllers import goodput_choice
+    rng = np.random.default_rng(36)
+    for case in range(600):
+        n = int(rng.integers(1, 41)) if case % 3 else 1
+        alpha = rng.uniform(0.0, 1.0, n)
+        if case % 5 == 0:
+            alpha = np.where(rng.random(n) < 0.3, rng.choice([0.0, 1.0, -0.5, 1.5], n), alpha)
+        top = int(rng.integers(1, 9))
+        cap = np.full(n, top) if case % 2 else rng.integers(0, top + 1, n)
+        if not cap.max():
+            continue
+        w, base = rng.uniform(0.0, 0.2, n), rng.uniform(0.5, 2.0)
+        seconds = lambda ks: np.array(  # noqa: E731  (each row alone: repeats price alike)
+            [base + 0.1 * row.max() + row @ w for row in ks])
+        ks, best = goodput_choice(alpha, cap, step_times=seconds)
+        want = _reference_rows(alpha, cap)
+        assert (_first_rows(ks) == want).all(), case
+        gains = [expected_emitted(np.clip(alpha, 0.0, 1.0), row).sum() for row in want]
+        times = seconds(want).tolist()
+        pick, value = 0, gains[0] / times[0]
+        for c in range(1, len(want)):
+            if gains[c] / times[c] > value * (1 + 1e-12):
+                pick, value = c, gains[c] / times[c]
+        assert ks[best].tolist() == want[pick].tolist(), case
