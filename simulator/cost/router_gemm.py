@@ -16,6 +16,8 @@ What the engine runs.  vLLM's DeepseekV2MoE builds the gate as ``ReplicatedLinea
 config.hidden_size, config.n_routed_experts, bias=False, quant_config=None)``
 (vllm/model_executor/models/deepseek_v2.py, v0.7-v0.11; only ``e_score_correction_bias`` is
 FP32), so its forward is ``UnquantizedLinearMethod``'s ``F.linear`` in BF16: a cuBLAS GEMM.
+vLLM took a DeepSeek router kernel for 1-16 rows (``GateLinear``, SGLang's ``dsv3_router_gemm``)
+only in vllm-project/vllm PR #34302, merged 2026-02-11, after 0.11.0 (October 2025).
 SGLang 0.5.x runs its ``MoEGate`` through sgl-kernel's ``dsv3_router_gemm`` (FP32 output) at
 1-16 rows on sm90+ for hidden 7168 and 256 or 384 experts, ``F.linear`` above
 (python/sglang/srt/models/deepseek_v2.py ``MoEGate.forward``): that kernel is not in the
