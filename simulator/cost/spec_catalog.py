@@ -38,7 +38,7 @@ BOOLS = ("overlap", "split_qkv_a", "draft_extend_eager", "tree_cascade", "mixed_
          "shared_experts_fusion", "absorbed_uv_o", "mem_fraction_static", "vllm_fused_moe",
          "mla_disables_chunked_prefill", "unchunked_prefill_apart", "deepgemm_decode_floor",
          "vllm_mla_module", "one_block_moe_align", "no_dp_attention",
-         "piecewise_graphs", "global_mem_moe_align", "vllm_fp8_linear")
+         "piecewise_graphs", "global_mem_moe_align", "vllm_fp8_linear", "vllm_router_gemm")
 MAX_COUNT = 10_000
 PER_SEQ = ("sync_output_per_seq_us",)  # host us a drafting sequence adds, an iteration
 # SGLang's admission-time KV reservation (simulator/engine/reserve.py): new_token_ratio's

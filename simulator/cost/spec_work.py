@@ -115,6 +115,7 @@ class SpecHost:
     vllm_fused_moe: bool = False  # vLLM's own FP8 fused_moe: moe_kernels.grouped_gemm_kernel
     vllm_mla_module: bool = False  # vLLM's MLA decode module, measured: moe_kernels.py
     vllm_fp8_linear: bool = False  # vLLM's block-FP8 linear's decode floor: vllm_linear.py
+    vllm_router_gemm: bool = False  # vLLM's MoE gate at its measured times: router_gemm.py
     one_block_moe_align: bool = False  # vLLM 0.7.x's align: engine_kernels.measured_align_s
     global_mem_moe_align: bool = False  # SGLang 0.4.1's: engine_kernels.measured_align_s
     no_dp_attention: bool = False  # no DP attention (vLLM V0): deployment refuses DP > 1

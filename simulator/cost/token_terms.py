@@ -30,6 +30,7 @@ from simulator.cost import ar_fusion as arf
 from simulator.cost import engine_kernels as ek
 from simulator.cost import moe
 from simulator.cost import moe_kernels as mk
+from simulator.cost import router_gemm as rg
 
 # Entries kept in each memo (token totals, uniform batches) before the oldest is dropped.
 MEMO_SIZE = 4096
@@ -66,6 +67,8 @@ def linear(cm, tokens: float, weight: float, out_per_tok: float, in_per_tok: flo
         gpu = max(float(roof.gemm_time(tokens, out_per_tok, in_per_tok)),
                   ek.dense_floor(cm, tokens, out_per_tok, in_per_tok,
                                  cm._b if wb is None else wb, name))
+        if name == rg.ROUTER:  # vLLM's gate at its measured times where they apply
+            gpu = rg.router_s(cm, tokens, gpu)
     else:
         gpu = max(compute_s, memory_s)
     return (flops * layers, hbm * layers, host * layers, compute_s * layers,
@@ -201,6 +204,8 @@ def _linear_times(cm, tokens: np.ndarray, weight: float, out_per_tok: float,
         gpu = np.maximum(roof.gemm_time(tokens, out_per_tok, in_per_tok),
                          ek.dense_floor(cm, tokens, out_per_tok, in_per_tok,
                                  cm._b if wb is None else wb, name))
+        if name == rg.ROUTER:
+            gpu = rg.router_s(cm, tokens, gpu)
     else:
         gpu = np.maximum(roof.compute_time(2.0 * tokens * weight, hbm),
                          roof.memory_time(hbm))
