@@ -171,13 +171,14 @@ ONE_BLOCK_ALIGN_S = (65.152e-6 + 65.184e-6 + 65.376e-6) / 3
 # before sgl-project/sglang PR #2735, 2025-01-05), the kernel vLLM's
 # moe_align_block_size_global_mem_kernel was 'temporarily adapted from' (sglang 31548116).
 # vLLM PR #12222 (2025-01-20) moved DeepSeek-V3 from it to the uint16 shared-memory kernel
-# above: batch-1 generation 25.3 -> 29.6 token/s (Triton fused MoE, CUDA graphs; its GPU not
-# named in the part read, the author's PR #12036: 8 x A100), the difference over the 58 MoE
-# layers its excess over that kernel, added to that kernel's H200 time: 164 us.  Cross-checks
+# above: batch-1 generation 25.3 -> 29.6 token/s ('awq + triton-fused-moe-kernel + cuda-graph':
+# a W4A16 DeepSeek-V3 on 8 x A100-80G, the author's PR #12036), the difference over the 58 MoE
+# layers its excess, an A100's taken unscaled, added to that kernel's H200 time: 164 us
+# (scaled by the SM clock, 1.41 -> 1.98 GHz for one block, 135 us).  Cross-checks
 # (tests/simulator/cost/test_moe_align.py): vLLM PR #19572 timed the global kernel on a B200
-# at 512 experts (uint16 does not fit), 317.8 us at one token, whose serial loops run E
-# long: 158.9 us at 256; sglang PR #5086's 'VLLM' column at 8,192 tokens x 8 (the global
-# fallback at 256 experts, 256 ids a thread where a decode has 1): 448.5 us, an upper bound
+# at 512 experts (uint16 does not fit), 317.8 us at one token, whose serial loops run E long:
+# 158.9 us at 256, supporting the unscaled value; sglang PR #5086's 'VLLM' column at 8,192
+# tokens x 8 (256 ids a thread where a decode has 1): 448.5 us, an upper bound
 GLOBAL_ALIGN_TOKEN_S = (25.3, 29.6)  # PR #12222 generation token/s: global, then shared
 GLOBAL_ALIGN_MOE_LAYERS = 58  # DeepSeek-V3's MoE layers (61 less 3 dense)
 GLOBAL_MEM_ALIGN_S = ONE_BLOCK_ALIGN_S + (1.0 / GLOBAL_ALIGN_TOKEN_S[0] - 1.0

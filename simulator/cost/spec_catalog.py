@@ -125,6 +125,11 @@ def _entry(name: str, data: Any, src: str) -> SpecHost:
     if "method_syncs" in data:
         out["method_syncs"] = _method_syncs(data["method_syncs"], name, src, sources)
     _check_reserve(out, name, src)
+    if out.get("vllm_fp8_linear") and out.get("fp8_gemm") != "deepgemm":
+        # the floor is charged in the DeepGEMM branch of engine_kernels.dense_floor only
+        raise SpecsimError("vllm_fp8_linear prices vLLM's block-FP8 linear where it runs on "
+                           "DeepGEMM", source=src, field=f"{name}.vllm_fp8_linear",
+                           fix="set fp8_gemm: deepgemm beside it, or drop vllm_fp8_linear")
     return SpecHost(**out, sources=tuple(sources))
 
 

@@ -26,6 +26,11 @@ of the Triton block-FP8 GEMM's 0.525 (h200's moe.fp8_triton_k_step_us) and CUTLA
 gemm/vllm/0.14.0) walks K at about the same rate, 0.405 us a step, with 15 us or more a call
 (the same fit stops at its grid's 15 us edge): not used, the engine's MLA module being
 measured at 0.19.0 (h200.yaml moe.vllm_mla_decode_excess_us): one version prices both.
+The pair is an H200's: a profile that runs ``vllm-v0.11`` elsewhere (an H100) takes the same
+3.5 us and 0.370 us a step, an extrapolation (no other GPU's vLLM fp8_block table was fitted).
+The rows were graph-timed: the collector's eager switch (collector/vllm/collect_gemm.py) came
+with aiconfigurator 4bed48d96 (2026-05-11), after the H200 0.19.0 table (a77af1b04,
+2026-04-15), and its fp8_block rows at 32 rows or fewer are the same in later versions.
 Which kernel vLLM 0.11.0 dispatches at these rows (DeepGEMM or CUTLASS: engines.yaml
 vllm-v0.11 fp8_gemm) was not read; both walk K per program.
 """

@@ -149,7 +149,8 @@ class LocalExecutor(SerialExecutor):
         if pool is None:
             return
         # the pool's workers: the children born since it was made (a public API, where the
-        # executor's own table of them is private)
+        # executor's own table of them is private); specsim's commands run one executor at a
+        # time and start no other child meanwhile, so no other process is among them
         processes = [p for p in multiprocessing.active_children() if p not in self._older]
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in processes:  # a running point would otherwise finish first

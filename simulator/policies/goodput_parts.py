@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
+def cap_bounds(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
     """``cap`` as int64, none below 0, with its largest and smallest (0 for no request):
     from one list of whole numbers, cheaper than two reductions."""
     cap = cap if cap.dtype == np.int64 else cap.astype(np.int64)
@@ -22,7 +22,7 @@ def _caps(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
 _OFFSETS: dict[tuple[int, int], np.ndarray] = {}
 
 
-def _offsets(n: int, width: int) -> np.ndarray:
+def flat_offsets(n: int, width: int) -> np.ndarray:
     """Where row i of an (n, width) table starts in its flat buffer, memoised: a
     candidate's entries table[i, k_i] are the flat ones at k_i + that."""
     key = (n, width)
@@ -33,7 +33,7 @@ def _offsets(n: int, width: int) -> np.ndarray:
     return out
 
 
-def _clipped(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
+def clipped_alpha(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
     """``np.clip(alpha, 0, 1)``'s values, and whether all are inside (0, 1): then ``alpha``
     itself (the clip changes nothing; one list instead of three numpy calls)."""
     if alpha.dtype == np.float64:
@@ -43,7 +43,7 @@ def _clipped(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
     return np.minimum(np.maximum(alpha, 0.0), 1.0), False
 
 
-def _descending_distinct(values: np.ndarray) -> np.ndarray:
+def descending_distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)[::-1]`` (finite values, any shape) without its layers."""
     ordered = np.sort(values, axis=None)
     if ordered.size < 2:
@@ -57,7 +57,7 @@ def _descending_distinct(values: np.ndarray) -> np.ndarray:
 _STEPS: dict[int, np.ndarray] = {}
 
 
-def _steps(k_max: int) -> np.ndarray:
+def step_range(k_max: int) -> np.ndarray:
     """``np.arange(1, k_max + 2)``, memoised (read-only: shared by every call)."""
     out = _STEPS.get(k_max)
     if out is None:
@@ -69,7 +69,7 @@ def _steps(k_max: int) -> np.ndarray:
 _ONES: dict[int, np.ndarray] = {}
 
 
-def _ones(k_max: int) -> np.ndarray:
+def ones_vector(k_max: int) -> np.ndarray:
     """``np.ones(k_max)``, memoised (read-only)."""
     out = _ONES.get(k_max)
     if out is None:
@@ -81,7 +81,7 @@ def _ones(k_max: int) -> np.ndarray:
 _SINGLE: dict[int, np.ndarray] = {}
 
 
-def _single(k_max: int) -> np.ndarray:
+def single_candidates(k_max: int) -> np.ndarray:
     """``np.arange(k_max + 1)[:, None]``, memoised (read-only): one request's candidates."""
     out = _SINGLE.get(k_max)
     if out is None:
@@ -93,18 +93,18 @@ def _single(k_max: int) -> np.ndarray:
 _COLUMNS: dict[int, np.ndarray] = {}
 
 
-def _column(k_max: int) -> np.ndarray:
-    """``_steps(k_max)[:k_max, None]``, memoised (read-only)."""
+def step_column(k_max: int) -> np.ndarray:
+    """``step_range(k_max)[:k_max, None]``, memoised (read-only)."""
     out = _COLUMNS.get(k_max)
     if out is None:
-        out = _COLUMNS[k_max] = _steps(k_max)[:k_max, None]
+        out = _COLUMNS[k_max] = step_range(k_max)[:k_max, None]
     return out
 
 
 _SPREADS: dict[tuple[int, int], np.ndarray] = {}
 
 
-def _spread(size: int, count: int) -> np.ndarray:
+def spread_index(size: int, count: int) -> np.ndarray:
     """``count`` indices spread evenly over ``size``, memoised: np.linspace's rounded (numpy
     2's: i times the float step, plus 0.0, the last the stop; ``round`` halves to even)."""
     out = _SPREADS.get((size, count))

@@ -256,7 +256,8 @@ KNOWN_MISSES: dict[str, str] = {
     # SGLang 0.4.1.post2's experts' align: its fused_moe.py sends 256 experts to sgl-kernel's
     # global-memory one-block moe_align_block_size (replaced by sglang PR #2735, 2025-01-05),
     # 164 us a MoE layer (engine_kernels.GLOBAL_MEM_ALIGN_S, from vLLM PR #12222's measured
-    # change off the same kernel): 41.85 / 292.11 / 864.64 -> 30.13 / 217.94 / 690.81 token/s
+    # change off the same kernel, an A100's, unscaled: engine_kernels): 41.85 / 292.11 /
+    # 864.64 -> 30.13 / 217.94 / 690.81 token/s
     # at batch 1 / 8 / 32 (published 30.29 / 206.32 / 760.52). Read before and still not
     # priced: 0.4.1.post2's PyPI wheel carries no tuned block-FP8 or fused_moe config JSON
     # (its lookups fall back to BLOCK_M 64, BLOCK_N/K 128, GROUP_M 32, 4 warps, 3 stages;

@@ -115,9 +115,9 @@ CONC4_OUTPUT_TOKS, CONC4_TPOT_MS = 196.81, 19.36
 # 095f58a), issue 35: the MLA decode module (mla/vllm/0.19.0) measured 95.7 us a layer, priced
 # 101.5; vLLM's fused_moe (moe/vllm/0.14.0) 81.3 us at 4 tokens, priced 71.3 with its Triton
 # K loop (engine_kernels.grouped_k_step_s; 68.1 without); the shared experts' two block-FP8
-# linears (gemm/vllm/0.19.0, graph-timed: the collector of that data had no eager switch)
-# 35.7 us, priced 43.7 at vLLM's linear floor (vllm_linear.py; 20.7 before); the router's BF16
-# GEMM 6.2 us (gemm/vllm/0.14.0), priced 13.8 (not repriced: every H200 engine runs it); the
+# linears (gemm/vllm/0.19.0, graph-timed: the collector's eager switch came after that data,
+# vllm_linear.py) 35.7 us, priced 43.7 at vLLM's linear floor (vllm_linear.py; 20.7 before);
+# the router's BF16 GEMM 6.2 us (gemm/vllm/0.14.0), priced 13.8, since 6.36 (router_gemm.py); the
 # all-reduce 6.4 us (comm/vllm/0.14.0), priced 6.45.  Measured where measured, priced where
 # not (elementwise 1.33 ms, moe_shared_add 0.44 ms), the step is about 16.0 ms of GPU time;
 # priced 16.4 ms.  The published mean TPOT is 19.36 ms: about 3.4 ms a step is in no measured

@@ -285,6 +285,21 @@ def test_an_unknown_fp8_gemm_is_refused_by_name():
     assert err.value.field == "x.fp8_gemm.value" and "triton" in str(err.value)
 
 
+def test_vllm_fp8_linear_without_deepgemm_is_refused():
+    # the floor is charged in dense_floor's DeepGEMM branch only: elsewhere it would be ignored
+    flag = {"value": True, "source": "s"}
+    for gemm in (None, "triton"):
+        data = {"version": "v", "vllm_fp8_linear": flag}
+        if gemm:
+            data["fp8_gemm"] = {"value": gemm, "source": "s"}
+        with pytest.raises(SpecsimError) as err:
+            _entry("x", data, "t")
+        assert err.value.field == "x.vllm_fp8_linear" and "deepgemm" in str(err.value.fix)
+    ok = _entry("x", {"version": "v", "vllm_fp8_linear": flag,
+                      "fp8_gemm": {"value": "deepgemm", "source": "s"}}, "t")
+    assert ok.vllm_fp8_linear
+
+
 def test_dsv3_decode_at_batch_1_within_30_percent_of_sglang_041():
     # must-hold of issue 35: sgl-project/sglang PR #2643 (v0.4.1.post2, 2024-12-29),
     # DeepSeek-V3 --tp 8 (H200, as tests/published/current_cases.py reads it), CUDA graph,

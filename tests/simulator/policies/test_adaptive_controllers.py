@@ -12,11 +12,10 @@ from simulator.policies.adaptive_controllers import (
     AcceptanceEstimate,
     BatchSizeSchedule,
     KillSwitch,
-    _clipped,
-    _descending_distinct,
     expected_emitted,
     goodput_gammas,
 )
+from simulator.policies.goodput_parts import clipped_alpha, descending_distinct, spread_index
 from simulator.speculation.closed_forms import expected_tokens
 
 
@@ -204,37 +203,36 @@ def test_goodput_without_room_drafts_nothing():
 
 
 def test_the_levels_are_numpys_distinct_values_descending():
-    """The search's levels (``_descending_distinct``: numpy's sort without its layers)
+    """The search's levels (``descending_distinct``: numpy's sort without its layers)
     are ``np.unique``'s values in reverse, ties and zeros included."""
     rng = np.random.default_rng(8)
     for shape in [(1,), (7,), (3, 4), (40, 6), (100, 6), (513,), (600,)]:
         for values in (rng.uniform(0.0, 1.0, shape), rng.integers(0, 5, shape) / 4.0,
                        np.zeros(shape)):
-            got = _descending_distinct(values)
+            got = descending_distinct(values)
             assert got.dtype == np.float64
             assert got.tolist() == np.unique(values)[::-1].tolist()
 
 
 def test_the_clip_is_skipped_only_strictly_inside():
-    """``_clipped``: alpha itself where every value is in (0, 1) (np.clip changes nothing
+    """``clipped_alpha``: alpha itself where every value is in (0, 1) (np.clip changes nothing
     there), np.clip's values otherwise (0, 1, outside, NaN-free edges)."""
     inside = np.array([0.25, 0.5, 0.999])
-    got, flag = _clipped(inside)
+    got, flag = clipped_alpha(inside)
     assert flag and got is inside
     for alpha in (np.array([0.0, 0.5]), np.array([0.5, 1.0]), np.array([-0.25, 1.5]),
                   np.array([0.5, -0.0]), np.array([], np.float64)):
-        got, flag = _clipped(alpha)
+        got, flag = clipped_alpha(alpha)
         assert not flag and got.tolist() == np.clip(alpha, 0.0, 1.0).tolist()
 
 
 def test_spread_is_linspace_rounded():
     """The search's evenly spread candidate levels: numpy's linspace rounded, exactly, for
     every size and count up to these (exact enumeration, the degenerate ones included)."""
-    from simulator.policies.adaptive_controllers import _spread
     for size in range(0, 300):
         for count in range(0, 30):
             want = np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
-            assert _spread(size, count).tolist() == want, (size, count)
+            assert spread_index(size, count).tolist() == want, (size, count)
 
 
 def _reference_rows(alpha, cap, max_candidates=12):
