@@ -33,16 +33,40 @@ def _vllm_value(key: str, value: Any) -> Any:
         else value
 
 
+def served_model(model) -> str:
+    """What the engines are to load: ``model`` itself, or where it is the user's own specsim
+    model file (``plan --target my-model.yaml``) a placeholder that cannot run by accident."""
+    text = str(model)
+    if text.endswith((".yaml", ".yml")):
+        return f"<checkpoint of {Path(text).stem}>"
+    return text
+
+
+def _own_model_note(c: Candidate) -> str:
+    """A comment line where ``c``'s model is the user's own specsim model file."""
+    model = str(c.engine_args["model"])
+    if served_model(model) == model:
+        return ""
+    return (f"# {served_model(model)}: put the model's Hugging Face id or checkpoint folder "
+            f"there ({Path(model).name} is specsim's description of it, not weights)\n")
+
+
 def vllm_config_text(c: Candidate, header: str) -> str:
-    """The ``vllm serve --config`` YAML of ``c``."""
+    """The ``vllm serve --config`` YAML of ``c``; where the model is the user's own model file,
+    that file's path (``specsim run --vllm-args`` reads it back) and a comment to replace it
+    with the checkpoint before vLLM reads it."""
     data = {k.replace("_", "-"): _vllm_value(k, v) for k, v in c.engine_args.items()}
-    return f"{MARK}: {header}\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
+    model = str(c.engine_args["model"])
+    note = "" if served_model(model) == model else (
+        "# model: specsim's file (specsim run --vllm-args reads it back); for vllm serve put "
+        "the model's Hugging Face id or checkpoint folder there\n")
+    return f"{MARK}: {header}\n{note}" + yaml.safe_dump(data, sort_keys=False, width=1000)
 
 
 def vllm_command(c: Candidate) -> str:
     """``vllm serve MODEL --flag value ...`` (booleans as bare flags when true)."""
     args = dict(c.engine_args)
-    words = ["vllm", "serve", str(args.pop("model"))]
+    words = ["vllm", "serve", served_model(args.pop("model"))]
     for key, value in args.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
@@ -56,7 +80,7 @@ def sglang_command(c: Candidate) -> str:
     """The same deployment as SGLang ``launch_server`` flags."""
     from simulator.scenario import Batching
     args, b = c.engine_args, Batching()
-    words = ["python", "-m", "sglang.launch_server", "--model-path", str(args["model"]),
+    words = ["python", "-m", "sglang.launch_server", "--model-path", served_model(args["model"]),
              "--tp-size", str(c.shape.gpus)]
     dp = c.shape.data_parallel
     if dp > 1:  # SGLang: --tp is the GPUs, --dp the attention ranks
@@ -96,7 +120,8 @@ def scenario_text(q: Question, c: Candidate, header: str) -> str:
 
 
 def serve_text(c: Candidate, header: str, verdict: str) -> str:
-    """``serve.sh``: the vLLM command, then SGLang's, each runnable as it is."""
+    """``serve.sh``: the vLLM command, then SGLang's, each runnable as it is (once a user's own
+    model file's placeholder is replaced by its checkpoint: the note says so)."""
     note = "" if c.method != "mtp" else (
         "# SGLang drafts with the target's MTP (NextN) module under --speculative-algorithm "
         "EAGLE\n")
@@ -104,7 +129,8 @@ def serve_text(c: Candidate, header: str, verdict: str) -> str:
     apart = "" if c.replicas == 1 or together else (
         f"# {c.replicas} replicas: run this on each of {c.replicas} groups of "
         f"{c.shape.gpus} GPUs, behind a load balancer\n")
-    return (f"#!/bin/sh\n{MARK}: {header}\n# {verdict}\n# vLLM (the engine specsim "
+    return (f"#!/bin/sh\n{MARK}: {header}\n# {verdict}\n{_own_model_note(c)}"
+            f"# vLLM (the engine specsim "
             f"simulated):\n{apart}{vllm_command(c)}\n\n# or SGLang, the same deployment "
             f"in its flags:\n{note}# {sglang_command(c)}\n")
 

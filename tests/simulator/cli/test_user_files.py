@@ -63,7 +63,14 @@ def test_plan_takes_the_users_own_model_and_profile_files(tmp_path, monkeypatch,
                  "--tpot-ms", "100", "--methods", "none", "--requests", "20", "--executor",
                  "serial", "--no-progress", "--format", "csv"]) == 0
     serve = yaml.safe_load((tmp_path / "specsim-plan" / "vllm-serve.yaml").read_text())
-    assert serve["model"] == str(tmp_path.resolve() / "my-1b.yaml")
+    assert serve["model"] == str(tmp_path.resolve() / "my-1b.yaml")  # run --vllm-args reads it
+    assert "for vllm serve put the model's Hugging Face id" in \
+        (tmp_path / "specsim-plan" / "vllm-serve.yaml").read_text()
+    # serve.sh hands the engines a placeholder, never the specsim model file
+    script = (tmp_path / "specsim-plan" / "serve.sh").read_text()
+    assert "my-1b.yaml'" not in script and "my-1b.yaml " not in script.split("# vLLM")[1]
+    assert "vllm serve '<checkpoint of my-1b>'" in script
+    assert "--model-path '<checkpoint of my-1b>'" in script
     assert "TP1 x1 none" in capsys.readouterr().out
     scenario = yaml.safe_load((tmp_path / "specsim-plan" / "scenario.yaml").read_text())
     assert scenario["hardware"] == str(tmp_path.resolve() / "my-gpu.yaml")
