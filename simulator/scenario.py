@@ -380,9 +380,12 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     if vllm_args is not None:
         from simulator.vllm_args import apply_vllm_args, load_vllm_args
         data = apply_vllm_args(data, load_vllm_args(vllm_args))
+    # a draft the user wrote (--set draft..., or the vLLM arguments' draft) is kept as written
+    draft_given = data.get("draft") != written.get("draft") or any(
+        item.split("=", 1)[0].strip().split(".")[0] == "draft" for item in overrides or [])
     from simulator.acceptance.provenance import without_borrowed_acceptance
     data = without_borrowed_acceptance(written, apply_overrides(data, overrides or []))
-    if built_in:  # its draft is its target's: a new target gets its own
+    if built_in and not draft_given:  # its draft is its target's: a new target gets its own
         from simulator.models.default_draft import follow_target
         data = follow_target(written, data, base_dir)
     return scenario_from_dict(data, source=str(path), base_dir=base_dir)

@@ -91,6 +91,8 @@ def test_a_new_target_on_the_built_in_scenario_gets_its_own_draft(capsys):
     assert load_scenario(None, ["target=mixtral-8x7b"]).draft is None
     assert load_scenario(None, ["target=llama-3.1-8b", "draft=llama-68m"]).draft == \
         "llama-68m"   # written: kept
+    # written as the built-in's own value, it is still the user's (review: it was replaced)
+    assert load_scenario(None, ["target=llama-2-7b", "draft=opt-125m"]).draft == "opt-125m"
     # a file the user names is theirs, its draft as written
     assert load_scenario(DEFAULT_SCENARIO, ["target=llama-3.1-8b"]).draft == "opt-125m"
     assert main(["run", "--no-progress", "--format", "csv", "--compare", "none,eagle3",
