@@ -137,7 +137,7 @@ def resolve_model(model: str, *, method: str | None, base_dir: str | Path, sourc
                        f"a catalogued {kind} model", source=source, field=field,
                        fix=f"use one of the catalog's {kind} models: {_kind_names(kind)}; "
                            "or give a model file (.yaml; of a dense model's config.json: "
-                           "specsim models from-hf config.json > my-model.yaml)")
+                           "specsim models from-hf config.json --out my-model.yaml)")
 
 
 def _method(data: Mapping[str, Any], spec, target, source: str, field: str) -> str:

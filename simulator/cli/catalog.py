@@ -24,7 +24,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    ("list", "show", "from-hf"),
                    help=None if name == "hardware" else "from-hf FILE: print the model file "
                    "(YAML) of a Hugging Face config.json of a dense Llama, Mistral, Qwen2 or "
-                   "Qwen3 decoder; save it (> my-model.yaml) and give it as target: or --target")
+                   "Qwen3 decoder; save it (--out my-model.yaml) and give it as target: or "
+                   "--target")
     p.add_argument("name", nargs="?")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--sources", action="store_true",
@@ -37,6 +38,14 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--model-name", default=None,
                        help="with from-hf: the model's name (default: the config's folder, "
                             "or its file name without .json)")
+        p.add_argument("-o", "--out", default=None,
+                       help="with from-hf: write the model file there (atomically; an "
+                            "existing file only if specsim wrote it) instead of printing it")
+        p.add_argument("--overwrite", action="store_true",
+                       help="with from-hf --out: replace a file specsim did not write")
+
+
+HF_MARK = "# written by specsim models from-hf from"  # a file --out may replace starts so
 
 
 def _from_hf(args: argparse.Namespace) -> int:
@@ -49,12 +58,21 @@ def _from_hf(args: argparse.Namespace) -> int:
     from simulator.models.hf_config import model_from_hf_config, read_config
     if not args.name:
         raise SpecsimError("from-hf needs a config.json", field="name",
-                           fix="specsim models from-hf path/to/config.json > my-model.yaml")
+                           fix="specsim models from-hf path/to/config.json --out my-model.yaml")
     path = Path(args.name)
     name = args.model_name or (path.resolve().parent.name if path.stem == "config"
                                else path.stem).lower()
+    if args.out is not None:  # checked before the config is read: nothing written on error
+        from simulator.output_paths import check_file_target, write_text_file
+        check_file_target(args.out, "--out", marks=(HF_MARK.encode(),),
+                          overwrite=args.overwrite, what="model file")
     data = model_from_hf_config(read_config(path), name=name, source=str(path))
-    print(yaml.safe_dump(data, sort_keys=False, width=1000), end="")
+    text = f"{HF_MARK} {path.name}\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
+    if args.out is None:
+        print(text, end="")
+    else:
+        write_text_file(args.out, text, "--out", marks=(HF_MARK.encode(),),
+                        overwrite=args.overwrite, what="model file")
     return 0
 
 

@@ -17,7 +17,7 @@ COMMANDS = {
     "estimate": ("simulator.cli.estimate", "analytic draft/verify/decode times and speedup per gamma"),
     "gamma": ("simulator.cli.estimate", "optimal gamma and speedup curve from alpha and c"),
     "hardware": ("simulator.cli.catalog", "list or show hardware profiles"),
-    "models": ("simulator.cli.catalog", "list or show catalogued models"),
+    "models": ("simulator.cli.catalog", "list or show catalogued models; from-hf: one from a config.json"),
     "calibrate": ("simulator.cli.calibrate", "measure a device with torch micro-benchmarks; write a calibrated profile"),
     "validate": ("simulator.cli.calibrate", "compare predicted step times with real torch model steps"),
     "sweep": ("simulator.cli.sweep", "run a grid of analytic or simulated points (resumable)"),

@@ -16,7 +16,7 @@ from simulator.inputs.yaml_io import clip, short
 T = TypeVar("T")
 # a .json path where a YAML file is expected: the fix, by kind
 JSON_FIXES = {"model": "write the model file of a Hugging Face config.json: specsim models "
-                       "from-hf config.json > my-model.yaml"}
+                       "from-hf config.json --out my-model.yaml"}
 
 
 @dataclass(frozen=True)

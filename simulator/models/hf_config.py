@@ -1,6 +1,6 @@
 """A model file (simulator/models/*.yaml) from a Hugging Face ``config.json``.
 
-``specsim models from-hf config.json > my-model.yaml`` writes one; ``target: my-model.yaml``
+``specsim models from-hf config.json --out my-model.yaml`` writes one; ``target: my-model.yaml``
 then simulates it.  Only dense decoders whose layer is Llama's are read (``model_type``
 llama, mistral, qwen2, qwen3: one attention with grouped KV heads, one gated SiLU MLP, two
 RMSNorms; transformers' ``modeling_llama.py``, ``modeling_qwen2.py``, ...); anything else

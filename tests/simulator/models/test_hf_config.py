@@ -91,4 +91,26 @@ def test_the_printed_file_is_a_target_a_run_takes(tmp_path, capsys, monkeypatch)
 def test_a_config_json_given_as_a_model_says_how_to_make_the_model_file():
     with pytest.raises(SpecsimError, match="is a JSON file; a model file is YAML") as info:
         load_model("Qwen2.5-14B/config.json")
-    assert info.value.fix.endswith("specsim models from-hf config.json > my-model.yaml")
+    assert info.value.fix.endswith("specsim models from-hf config.json --out my-model.yaml")
+
+
+def test_out_writes_the_file_and_never_a_foreign_one(tmp_path, capsys):
+    """--out: the file written whole (a run takes it), replaced only where specsim wrote it;
+    a refused config leaves an existing file as it was (the shell's `>` emptied it)."""
+    folder = tmp_path / "Qwen2.5-14B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(QWEN25_14B))
+    out = tmp_path / "q.yaml"
+    assert main(["models", "from-hf", str(folder / "config.json"), "--out", str(out)]) == 0
+    assert load_model(str(out)).name == "qwen2.5-14b" and capsys.readouterr().out == ""
+    assert main(["models", "from-hf", str(folder / "config.json"), "--out", str(out)]) == 0
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("my notes\n")
+    assert main(["models", "from-hf", str(folder / "config.json"), "--out", str(mine)]) == 2
+    assert "--out" in capsys.readouterr().err and mine.read_text() == "my notes\n"
+    (folder / "bad.json").write_text(json.dumps(dict(QWEN25_14B, model_type="mixtral")))
+    assert main(["models", "from-hf", str(folder / "bad.json"), "--out", str(out)]) == 2
+    assert load_model(str(out)).name == "qwen2.5-14b"  # the earlier file, whole
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".specsim")] == []
+    assert main(["models", "from-hf", str(folder / "config.json"), "--out", str(mine),
+                 "--overwrite"]) == 0 and load_model(str(mine)).name == "qwen2.5-14b"
