@@ -13,7 +13,7 @@ def json_lines(path: Path, fix: str = "one JSON object per line") -> Iterator[tu
     """Yield (line number, parsed value) for every non-blank line of the file at ``path``; a
     missing or unreadable file and a line that is not valid JSON are one error each."""
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue

@@ -330,6 +330,16 @@ def test_a_csv_with_a_byte_order_mark_is_detected(tmp_path):
     assert read_trace(path).prompt_tokens.tolist() == [100, 200]
 
 
+def test_a_jsonl_trace_with_a_byte_order_mark_is_read(tmp_path):
+    """A BOM'd Mooncake trace was detected (utf-8-sig) and then refused by its reader:
+    'line 1: not valid JSON (Unexpected UTF-8 BOM)'."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"timestamp": 0, "input_length": 5, "output_length": 7}\n'
+                     b'{"timestamp": 1000, "input_length": 9, "output_length": 3}\n')
+    assert detect_format(path) == "mooncake"
+    assert read_trace(path).prompt_tokens.tolist() == [5, 9]
+
+
 def test_spaces_after_the_header_commas_are_not_part_of_the_names(tmp_path):
     """'arrival_s, prompt_tokens, output_tokens' was detected as specsim's and then refused:
     'missing column(s) prompt_tokens, output_tokens; the header has arrival_s,
