@@ -82,10 +82,15 @@ def _unmodelled(config: dict, kind: str, shape: dict) -> list[str]:
     return out
 
 
+def _named(source: str) -> str:
+    """``Qwen2.5-14B/config.json`` for a config in its model's folder, else the file name."""
+    path = Path(source)
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
 def model_from_hf_config(config: dict[str, Any], *, name: str, source: str) -> dict[str, Any]:
     """The model file's mapping of a dense decoder's ``config`` (module docstring);
     ``source`` names the config in errors and in the file's ``source``."""
-    from simulator.models.spec import model_from_dict
     kind = _check_dense(config, source)
     shape = {key: _int(config, hf, source) for key, hf in _INTS.items()}
     heads = shape["num_heads"]
@@ -111,15 +116,32 @@ def model_from_hf_config(config: dict[str, Any], *, name: str, source: str) -> d
     arch = ", ".join(map(str, config.get("architectures") or [])) or kind
     left = _unmodelled(config, kind, shape)
     data = {"name": name, "family": kind,
-            "source": f"Hugging Face config.json {Path(source).name} ({arch}), read by "
+            "source": f"Hugging Face {_named(source)} ({arch}), read by "
                       "specsim models from-hf (simulator/models/hf_config.py)"
+                      + ("" if "torch_dtype" in config or "dtype" in config
+                         else "; no torch_dtype given: bfloat16 assumed")
                       + (". Not modelled: " + "; ".join(left) if left else ""),
             "published_params": {"value": 1.0, "source": "counted below"},
             **shape, "gated_mlp": True, "tied_embeddings": tied, "norm": "rmsnorm",
             "bias": False, "dtype": DTYPES[dtype_name]}
-    count = model_from_dict(data, source=source).param_count()
+    count = _loaded(data, source).param_count()
     data["published_params"] = {
         "value": count, "source": "not published: the count of these shapes (specsim models "
                                   "from-hf); replace it with the model card's"}
-    model_from_dict(data, source=source)  # the file it writes loads
+    _loaded(data, source)  # the file it writes loads
     return data
+
+
+_HF_KEYS = {**_INTS, "num_kv_heads": "num_key_value_heads", "dtype": "torch_dtype",
+            "tied_embeddings": "tie_word_embeddings"}
+
+
+def _loaded(data: dict[str, Any], source: str):
+    """``data`` as a ModelSpec; an error names the config's key, not the model file's."""
+    from simulator.models.spec import model_from_dict
+    try:
+        return model_from_dict(data, source=source)
+    except SpecsimError as exc:
+        key = _HF_KEYS.get(exc.field or "", exc.field)
+        raise SpecsimError(exc.message, source=source, field=key,
+                           fix=exc.fix or f"check the config's {key}, or {BY_HAND}") from None

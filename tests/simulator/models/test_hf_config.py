@@ -114,3 +114,23 @@ def test_out_writes_the_file_and_never_a_foreign_one(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".specsim")] == []
     assert main(["models", "from-hf", str(folder / "config.json"), "--out", str(mine),
                  "--overwrite"]) == 0 and load_model(str(mine)).name == "qwen2.5-14b"
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"intermediate_size": 10**12}, "intermediate_size"),
+    ({"num_key_value_heads": 7}, "num_key_value_heads"),
+    ({"max_position_embeddings": 10**12}, "max_position_embeddings"),
+])
+def test_a_value_the_model_refuses_names_the_configs_key_and_a_fix(change, key):
+    """The model file's checks named its own keys (ffn_size, num_kv_heads, max_context),
+    which the user's config.json does not have, and gave no fix."""
+    with pytest.raises(SpecsimError) as info:
+        model_from_hf_config(dict(LLAMA_31_8B, **change), name="m", source="L/config.json")
+    assert info.value.field == key and key in info.value.fix
+
+
+def test_the_source_names_the_configs_folder_and_an_assumed_dtype():
+    config = {k: v for k, v in LLAMA_31_8B.items() if k != "torch_dtype"}
+    text = model_from_hf_config(config, name="m", source="Llama-3.1-8B/config.json")["source"]
+    assert "Llama-3.1-8B/config.json" in text and "config.json config.json" not in text
+    assert "no torch_dtype given: bfloat16 assumed" in text
