@@ -83,7 +83,11 @@ def _other_kind(q: Question, table: pd.DataFrame, kind: str) -> str:
 
 def verdict(q: Question, table: pd.DataFrame) -> str:
     """One sentence: what the winner holds, at what latency, and the other side's best."""
-    gpus = f"{q.gpus} x {q.hardware}"
+    hardware = q.hardware
+    if hardware.endswith((".yaml", ".yml")):  # the user's own profile: by its name
+        from hardware.profile import load_profile
+        hardware = load_profile(hardware).name
+    gpus = f"{q.gpus} x {hardware}"
     win = table.iloc[0]
     if not win["holds"]:
         limits = f"p99 TTFT <= {q.ttft_ms:g} ms and p99 TPOT <= {q.tpot_ms:g} ms"

@@ -70,6 +70,7 @@ def test_plan_takes_the_users_own_model_and_profile_files(tmp_path, monkeypatch,
     script = (tmp_path / "specsim-plan" / "serve.sh").read_text()
     assert "my-1b.yaml'" not in script and "my-1b.yaml " not in script.split("# vLLM")[1]
     assert "vllm serve '<checkpoint of my-1b>'" in script
+    assert "# 1 x my-gpu as" in script  # the verdict names the profile, not its file's path
     assert "--model-path '<checkpoint of my-1b>'" in script
     assert "TP1 x1 none" in capsys.readouterr().out
     scenario = yaml.safe_load((tmp_path / "specsim-plan" / "scenario.yaml").read_text())
