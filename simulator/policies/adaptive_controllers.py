@@ -28,12 +28,12 @@ from simulator.policies.goodput_parts import (
     cap_bounds,
     clipped_alpha,
     descending_distinct,
-    flat_offsets,
-    ones_vector,
-    single_candidates,
-    spread_index,
-    step_column,
-    step_range,
+    FLAT_OFFSETS,
+    ONES,
+    SINGLE_CANDIDATES,
+    SPREAD_INDEX,
+    STEP_COLUMN,
+    STEP_RANGE,
 )
 
 
@@ -274,7 +274,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     # every candidate's expected emissions are entries of one table, e[i, g] =
     # expected_emitted(alpha_i, g): the same float operations as expected_emitted's, done
     # once (a candidate gathers its entries; their sum adds the same values in the same order)
-    steps = step_range(k_max)
+    steps = STEP_RANGE[k_max]
     powers = a[:, None] ** steps
     if not inside and _MAX(a) >= 1.0:  # rows g + 1: divided by 1.0 rather than 0 (no warning)
         certain = a >= 1.0
@@ -288,7 +288,7 @@ def goodput_choice(alpha: np.ndarray, cap: np.ndarray,
     # each candidate's sum along its own row: the 1-D sum of that gather
     # (one request: its row's entries themselves, the sums of one)
     gains = table.ravel().tolist() if n == 1 else \
-        _SUM(table.take(ks + flat_offsets(n, k_max + 1)), axis=1).tolist()  # flat indices
+        _SUM(table.take(ks + FLAT_OFFSETS[(n, k_max + 1)]), axis=1).tolist()  # flat indices
     best_c, best = 0, float(cap.size) / seconds[0]
     for c in range(1, len(seconds)):
         value = gains[c] / seconds[c]
@@ -309,23 +309,23 @@ def _candidates(powers: np.ndarray, cap: np.ndarray, k_max: int, k_min: int,
     is one of its own first k_max powers, so its count is a uniform choice already there."""
     n = cap.size
     if n == 1:
-        return single_candidates(k_max)
+        return SINGLE_CANDIDATES[k_max]
     if k_min == k_max:  # every request may draft k_max (the usual case): no masks
         powers = powers[:, :k_max]
         levels = descending_distinct(powers)
     else:
-        allowed = step_range(k_max)[:k_max] <= cap[:, None]
+        allowed = STEP_RANGE[k_max][:k_max] <= cap[:, None]
         # the powers past a request's cap at -1, below every level (levels are powers, >= 0)
         powers = np.where(allowed, powers[:, :k_max], -1.0)
         levels = descending_distinct(powers[allowed])
     if levels.size > max_candidates:
-        levels = levels[spread_index(levels.size, max_candidates)]
+        levels = levels[SPREAD_INDEX[(levels.size, max_candidates)]]
     ks = np.zeros((1 + k_max + levels.size, n), np.int64)
-    np.minimum(cap, step_column(k_max), out=ks[1:k_max + 1])
+    np.minimum(cap, STEP_COLUMN[k_max], out=ks[1:k_max + 1])
     # each threshold's counts: (levels, n, k_max) comparisons counted by one product with
     # ones (whole numbers, exact as floats; cheaper than a sum of booleans along the last axis)
     ge = powers >= levels[:, None, None]
-    ks[k_max + 1:] = (ge.reshape(-1, k_max) @ ones_vector(k_max)).reshape(levels.size, n)
+    ks[k_max + 1:] = (ge.reshape(-1, k_max) @ ONES[k_max]).reshape(levels.size, n)
     return ks
 
 

@@ -21,6 +21,7 @@ from simulator.cost.spec_work import SpecWork
 from abc import abstractmethod
 
 from simulator.engine.plan import BatchView, DraftPlan, VariedDraft, VariedPlan
+from simulator.policies.goodput_parts import ReadOnlyMemo
 
 
 _ALL, _ANY, _COUNT = np.logical_and.reduce, np.logical_or.reduce, np.count_nonzero
@@ -70,16 +71,7 @@ class _Forwards:
         return t
 
 
-_STEPS: dict[int, np.ndarray] = {}
-
-
-def _steps(forwards: int) -> np.ndarray:
-    """``np.arange(forwards)``, memoised (read-only: shared by every search)."""
-    out = _STEPS.get(forwards)
-    if out is None:
-        out = _STEPS[forwards] = np.arange(forwards)
-        out.flags.writeable = False
-    return out
+_STEPS = ReadOnlyMemo(np.arange)  # _STEPS[forwards]: np.arange(forwards), shared
 
 
 def _grown(table: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -298,7 +290,7 @@ class ChainControl:
             forwards = int(np.maximum.reduce(ks, axis=None)) if ks.size else 0
             if forwards == 0:
                 return np.zeros(ks.shape[0])
-            steps = _steps(forwards)
+            steps = _STEPS[forwards]
             over = ks[:, None, :] > steps[:, None]  # (C, J, n)
             n = np.add.reduce(over, axis=2)
             # the drafting requests' context sums by one product: whole numbers, exact

@@ -19,18 +19,23 @@ def cap_bounds(cap: np.ndarray) -> tuple[np.ndarray, int, int]:
     return cap, max(caps), min(caps)
 
 
-_OFFSETS: dict[tuple[int, int], np.ndarray] = {}
+class ReadOnlyMemo(dict):
+    """Read-only arrays made once per key and shared by every caller: ``memo[key]`` is
+    ``make(key)`` (a dict lookup where it is known, cheaper than a call)."""
 
+    def __init__(self, make) -> None:
+        super().__init__()
+        self.make = make
 
-def flat_offsets(n: int, width: int) -> np.ndarray:
-    """Where row i of an (n, width) table starts in its flat buffer, memoised: a
-    candidate's entries table[i, k_i] are the flat ones at k_i + that."""
-    key = (n, width)
-    out = _OFFSETS.get(key)
-    if out is None:
-        out = _OFFSETS[key] = np.arange(0, n * width, width)
+    def __missing__(self, key):
+        out = self[key] = self.make(key)
         out.flags.writeable = False
-    return out
+        return out
+
+
+# FLAT_OFFSETS[(n, width)]: where row i of an (n, width) table starts in its flat buffer (a
+# candidate's entries table[i, k_i] are the flat ones at k_i + that)
+FLAT_OFFSETS = ReadOnlyMemo(lambda key: np.arange(0, key[0] * key[1], key[1]))
 
 
 def clipped_alpha(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -54,63 +59,21 @@ def descending_distinct(values: np.ndarray) -> np.ndarray:
     return ordered[keep][::-1]
 
 
-_STEPS: dict[int, np.ndarray] = {}
+STEP_RANGE = ReadOnlyMemo(lambda k_max: np.arange(1, k_max + 2))
+ONES = ReadOnlyMemo(np.ones)  # ONES[k_max]: np.ones(k_max)
+SINGLE_CANDIDATES = ReadOnlyMemo(lambda k_max: np.arange(k_max + 1)[:, None])  # one request's
+STEP_COLUMN = ReadOnlyMemo(lambda k_max: STEP_RANGE[k_max][:k_max, None])
 
 
-def step_range(k_max: int) -> np.ndarray:
-    """``np.arange(1, k_max + 2)``, memoised (read-only: shared by every call)."""
-    out = _STEPS.get(k_max)
-    if out is None:
-        out = _STEPS[k_max] = np.arange(1, k_max + 2)
-        out.flags.writeable = False
-    return out
+def _spread(key: tuple[int, int]) -> np.ndarray:
+    """``count`` indices spread evenly over ``size`` (``key``: the two): np.linspace's
+    rounded (numpy 2's: i times the float step, plus 0.0, the last the stop; ``round``
+    halves to even)."""
+    size, count = key
+    step = float(size - 1) / (count - 1) if count > 1 and size > 1 else 0.0
+    if not step:
+        return np.linspace(0, size - 1, count).round().astype(np.int64)
+    return np.array([round(i * step + 0.0) for i in range(count - 1)] + [size - 1], np.int64)
 
 
-_ONES: dict[int, np.ndarray] = {}
-
-
-def ones_vector(k_max: int) -> np.ndarray:
-    """``np.ones(k_max)``, memoised (read-only)."""
-    out = _ONES.get(k_max)
-    if out is None:
-        out = _ONES[k_max] = np.ones(k_max)
-        out.flags.writeable = False
-    return out
-
-
-_SINGLE: dict[int, np.ndarray] = {}
-
-
-def single_candidates(k_max: int) -> np.ndarray:
-    """``np.arange(k_max + 1)[:, None]``, memoised (read-only): one request's candidates."""
-    out = _SINGLE.get(k_max)
-    if out is None:
-        out = _SINGLE[k_max] = np.arange(k_max + 1)[:, None]
-        out.flags.writeable = False
-    return out
-
-
-_COLUMNS: dict[int, np.ndarray] = {}
-
-
-def step_column(k_max: int) -> np.ndarray:
-    """``step_range(k_max)[:k_max, None]``, memoised (read-only)."""
-    out = _COLUMNS.get(k_max)
-    if out is None:
-        out = _COLUMNS[k_max] = step_range(k_max)[:k_max, None]
-    return out
-
-
-_SPREADS: dict[tuple[int, int], np.ndarray] = {}
-
-
-def spread_index(size: int, count: int) -> np.ndarray:
-    """``count`` indices spread evenly over ``size``, memoised: np.linspace's rounded (numpy
-    2's: i times the float step, plus 0.0, the last the stop; ``round`` halves to even)."""
-    out = _SPREADS.get((size, count))
-    if out is None:
-        step = float(size - 1) / (count - 1) if count > 1 and size > 1 else 0.0
-        out = _SPREADS[(size, count)] = np.array(
-            [round(i * step + 0.0) for i in range(count - 1)] + [size - 1], np.int64) \
-            if step else np.linspace(0, size - 1, count).round().astype(np.int64)
-    return out
+SPREAD_INDEX = ReadOnlyMemo(_spread)  # SPREAD_INDEX[(size, count)]

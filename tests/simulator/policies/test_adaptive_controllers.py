@@ -15,7 +15,7 @@ from simulator.policies.adaptive_controllers import (
     expected_emitted,
     goodput_gammas,
 )
-from simulator.policies.goodput_parts import clipped_alpha, descending_distinct, spread_index
+from simulator.policies.goodput_parts import SPREAD_INDEX, clipped_alpha, descending_distinct
 from simulator.speculation.closed_forms import expected_tokens
 
 
@@ -232,7 +232,7 @@ def test_spread_is_linspace_rounded():
     for size in range(0, 300):
         for count in range(0, 30):
             want = np.linspace(0, size - 1, count).round().astype(np.int64).tolist()
-            assert spread_index(size, count).tolist() == want, (size, count)
+            assert SPREAD_INDEX[(size, count)].tolist() == want, (size, count)
 
 
 def _reference_rows(alpha, cap, max_candidates=12):
